@@ -162,7 +162,8 @@ class BatchHeader:
 
     @classmethod
     def parse(cls, buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
-        return cls(*HEADER_STRUCT.unpack_from(buf, position), position=position)
+        fields: tuple[int, ...] = HEADER_STRUCT.unpack_from(buf, position)
+        return cls(*fields, position)  # type: ignore[arg-type]
 
     @property
     def size(self) -> int:

@@ -81,7 +81,8 @@ def decompress(
     except CompressionError:
         raise
     except Exception as exc:  # cramjam raises its own DecompressionError types
-        raise CompressionError(f"{CompressionType(codec).name.lower()} payload is corrupt: {exc}") from exc
+        name = CompressionType(codec).name.lower()
+        raise CompressionError(f"{name} payload is corrupt: {exc}") from exc
     if len(out) > max_size:
         raise CompressionError(f"decompressed batch of {len(out)} bytes exceeds {max_size}")
     return out

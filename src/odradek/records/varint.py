@@ -15,7 +15,9 @@ class VarintError(ValueError):
     """A varint ran past its buffer or past its maximum length."""
 
 
-def read_varlong(buf: bytes | memoryview, pos: int, max_bytes: int = MAX_VARLONG_BYTES) -> tuple[int, int]:
+def read_varlong(
+    buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = MAX_VARLONG_BYTES
+) -> tuple[int, int]:
     """Decode a zig-zag varint at ``pos``; return (value, position after it)."""
     result = 0
     shift = 0
@@ -32,7 +34,7 @@ def read_varlong(buf: bytes | memoryview, pos: int, max_bytes: int = MAX_VARLONG
     raise VarintError(f"varint longer than {max_bytes} bytes")
 
 
-def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     return read_varlong(buf, pos, MAX_VARINT_BYTES)
 
 
