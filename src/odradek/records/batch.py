@@ -163,7 +163,7 @@ class BatchHeader:
     @classmethod
     def parse(cls, buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
         fields: tuple[int, ...] = HEADER_STRUCT.unpack_from(buf, position)
-        return cls(*fields, position)  # type: ignore[arg-type]
+        return cls(*fields, position)  # type: ignore[arg-type,call-arg]
 
     @property
     def size(self) -> int:
