@@ -161,9 +161,13 @@ class BatchHeader:
     position: int = 0
 
     @classmethod
-    def parse(cls, buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    def parse(
+        cls, buf: bytes | bytearray | memoryview, position: int = 0, at: int | None = None
+    ) -> BatchHeader:
+        """Decode the header at ``position`` of ``buf``; ``at`` overrides the recorded
+        position (a header read alone from a file at ``at``)."""
         fields: tuple[int, ...] = HEADER_STRUCT.unpack_from(buf, position)
-        return cls(*fields, position)  # type: ignore[arg-type,call-arg]
+        return cls(*fields, position if at is None else at)  # type: ignore[arg-type,call-arg]
 
     @property
     def size(self) -> int:

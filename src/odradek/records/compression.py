@@ -56,7 +56,7 @@ def compress(codec: CompressionType, data: bytes | memoryview) -> bytes:
     if codec == CompressionType.SNAPPY:
         return _xerial_compress(data)
     if codec == CompressionType.LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        return _lz4_compress(data)
     if codec == CompressionType.ZSTD:
         return bytes(cramjam.zstd.compress(data))
     raise CompressionError(f"unknown compression codec {codec}")
@@ -86,6 +86,14 @@ def decompress(
     if len(out) > max_size:
         raise CompressionError(f"decompressed batch of {len(out)} bytes exceeds {max_size}")
     return out
+
+
+def _lz4_compress(data: bytes | memoryview) -> bytes:
+    # Independent blocks and no content checksum, as Kafka's KafkaLZ4BlockOutputStream
+    # writes: the Java reader rejects linked blocks, cramjam's default frame preference.
+    compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+    compressor.compress(data)
+    return bytes(compressor.finish())
 
 
 def _xerial_compress(data: bytes | memoryview) -> bytes:

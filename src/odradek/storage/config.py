@@ -1,0 +1,243 @@
+"""Topic-level log configuration: Kafka's names, types and defaults (Kafka's LogConfig).
+
+Each topic config has a broker-level default under another name (``segment.bytes`` ←
+``log.segment.bytes``); a topic override wins over the broker default, which wins over
+Kafka's built-in default. Values are parsed and validated here, so a bad value is refused
+with a message naming the key, never half-applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+LONG_MAX = (1 << 63) - 1
+
+
+class ConfigError(ValueError):
+    """An unknown key or an invalid value; the message names the key."""
+
+
+def _bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "false"):
+        return v == "true"
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _list(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: str  # int, long, double, boolean, string, list
+    default: Any
+    broker_key: str | None
+    doc: str
+    validator: Callable[[Any], str | None] | None = None
+
+
+def _at_least(minimum: float) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= minimum else f"must be at least {minimum}"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        values = value if isinstance(value, tuple) else (value,)
+        bad = [v for v in values if v not in choices]
+        return f"must be one of {', '.join(choices)}" if bad else None
+
+    return check
+
+
+def _ratio(value: Any) -> str | None:
+    return None if 0.0 <= value <= 1.0 else "must be between 0 and 1"
+
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in (
+        ConfigDef("cleanup.policy", "list", ("delete",), "log.cleanup.policy",
+                  "delete, compact, or both", _one_of("delete", "compact")),
+        ConfigDef("compression.type", "string", "producer", "compression.type",
+                  "final codec of the topic's data; producer keeps the producer's",
+                  _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+        ConfigDef("delete.retention.ms", "long", 86400000, "log.cleaner.delete.retention.ms",
+                  "how long tombstones are kept after cleaning", _at_least(0)),
+        ConfigDef("file.delete.delay.ms", "long", 60000, "log.segment.delete.delay.ms",
+                  "delay before a .deleted file is removed", _at_least(0)),
+        ConfigDef("flush.messages", "long", LONG_MAX, "log.flush.interval.messages",
+                  "fsync after this many messages", _at_least(1)),
+        ConfigDef("flush.ms", "long", LONG_MAX, "log.flush.interval.ms",
+                  "fsync after this many ms", _at_least(0)),
+        ConfigDef("index.interval.bytes", "int", 4096, "log.index.interval.bytes",
+                  "bytes between offset index entries", _at_least(0)),
+        ConfigDef("max.compaction.lag.ms", "long", LONG_MAX, "log.cleaner.max.compaction.lag.ms",
+                  "longest a record stays uncompacted", _at_least(1)),
+        ConfigDef("max.message.bytes", "int", 1048588, "message.max.bytes",
+                  "largest record batch accepted", _at_least(0)),
+        ConfigDef("message.timestamp.type", "string", "CreateTime",
+                  "log.message.timestamp.type", "CreateTime or LogAppendTime",
+                  _one_of("CreateTime", "LogAppendTime")),
+        ConfigDef("message.timestamp.before.max.ms", "long", LONG_MAX,
+                  "log.message.timestamp.before.max.ms",
+                  "how far in the past a CreateTime timestamp may be", _at_least(0)),
+        # Kafka 4.0 (KIP-1030) bounds future timestamps to one hour by default.
+        ConfigDef("message.timestamp.after.max.ms", "long", 3600000,
+                  "log.message.timestamp.after.max.ms",
+                  "how far in the future a CreateTime timestamp may be", _at_least(0)),
+        ConfigDef("min.cleanable.dirty.ratio", "double", 0.5,
+                  "log.cleaner.min.cleanable.ratio", "dirty ratio that triggers cleaning",
+                  _ratio),
+        ConfigDef("min.compaction.lag.ms", "long", 0, "log.cleaner.min.compaction.lag.ms",
+                  "shortest time a record stays uncompacted", _at_least(0)),
+        ConfigDef("min.insync.replicas", "int", 1, "min.insync.replicas",
+                  "replicas that must ack an acks=all write", _at_least(1)),
+        ConfigDef("preallocate", "boolean", False, "log.preallocate",
+                  "preallocate segment files", None),
+        ConfigDef("retention.bytes", "long", -1, "log.retention.bytes",
+                  "largest size of a partition before old segments go; -1 no limit", None),
+        ConfigDef("retention.ms", "long", 604800000, "log.retention.ms",
+                  "age after which closed segments go; -1 no limit", _at_least(-1)),
+        ConfigDef("segment.bytes", "int", 1073741824, "log.segment.bytes",
+                  "size at which a segment rolls", _at_least(14)),
+        ConfigDef("segment.index.bytes", "int", 10485760, "log.index.size.max.bytes",
+                  "size of an index file", _at_least(8)),
+        ConfigDef("segment.jitter.ms", "long", 0, "log.roll.jitter.ms",
+                  "random jitter subtracted from segment.ms", _at_least(0)),
+        ConfigDef("segment.ms", "long", 604800000, "log.roll.ms",
+                  "age at which a segment rolls", _at_least(1)),
+        ConfigDef("unclean.leader.election.enable", "boolean", False,
+                  "unclean.leader.election.enable",
+                  "allow an out-of-sync replica to become leader", None),
+    )
+}
+
+
+def parse_value(d: ConfigDef, raw: Any) -> Any:
+    """Parse ``raw`` (a string from a properties file or a request) for config ``d``."""
+    try:
+        if not isinstance(raw, str):
+            value = raw
+        elif d.type in ("int", "long"):
+            value = int(raw.strip())
+        elif d.type == "double":
+            value = float(raw.strip())
+        elif d.type == "boolean":
+            value = _bool(raw)
+        elif d.type == "list":
+            value = _list(raw)
+        else:
+            value = raw.strip()
+    except ValueError as exc:
+        raise ConfigError(f"invalid value {raw!r} for {d.name}: {exc}") from exc
+    if d.type == "int" and not -(1 << 31) <= value < (1 << 31):
+        raise ConfigError(f"invalid value {raw!r} for {d.name}: out of int32 range")
+    if d.validator is not None:
+        problem = d.validator(value)
+        if problem:
+            raise ConfigError(f"invalid value {raw!r} for {d.name}: {problem}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Effective configuration of one partition log. ``overrides`` are topic-level values
+    explicitly set; everything else comes from broker defaults or Kafka's defaults."""
+
+    values: Mapping[str, Any]
+    overrides: Mapping[str, Any]
+
+    @classmethod
+    def default(cls) -> LogConfig:
+        return cls.build({}, {})
+
+    @classmethod
+    def build(cls, broker: Mapping[str, Any], overrides: Mapping[str, Any]) -> LogConfig:
+        """``broker``: broker-level properties (``log.segment.bytes`` …), raw or parsed;
+        ``overrides``: topic configs (``segment.bytes`` …). Unknown topic keys are refused."""
+        values: dict[str, Any] = {}
+        parsed_overrides: dict[str, Any] = {}
+        for key in overrides:
+            if key not in TOPIC_CONFIGS:
+                raise ConfigError(f"unknown topic config {key!r}")
+        for name, d in TOPIC_CONFIGS.items():
+            if name in overrides:
+                values[name] = parsed_overrides[name] = parse_value(d, overrides[name])
+            elif d.broker_key and d.broker_key in broker:
+                values[name] = parse_value(d, broker[d.broker_key])
+            else:
+                values[name] = d.default
+        return cls(values, parsed_overrides)
+
+    def with_overrides(self, broker: Mapping[str, Any], **more: Any) -> LogConfig:
+        merged = dict(self.overrides)
+        merged.update({k.replace("_", "."): v for k, v in more.items()})
+        return LogConfig.build(broker, merged)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    # Typed accessors for the hot keys.
+    @property
+    def segment_bytes(self) -> int:
+        return int(self.values["segment.bytes"])
+
+    @property
+    def segment_ms(self) -> int:
+        return int(self.values["segment.ms"])
+
+    @property
+    def segment_jitter_ms(self) -> int:
+        return int(self.values["segment.jitter.ms"])
+
+    @property
+    def segment_index_bytes(self) -> int:
+        return int(self.values["segment.index.bytes"])
+
+    @property
+    def index_interval_bytes(self) -> int:
+        return int(self.values["index.interval.bytes"])
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self.values["max.message.bytes"])
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self.values["retention.ms"])
+
+    @property
+    def retention_bytes(self) -> int:
+        return int(self.values["retention.bytes"])
+
+    @property
+    def flush_messages(self) -> int:
+        return int(self.values["flush.messages"])
+
+    @property
+    def flush_ms(self) -> int:
+        return int(self.values["flush.ms"])
+
+    @property
+    def file_delete_delay_ms(self) -> int:
+        return int(self.values["file.delete.delay.ms"])
+
+    @property
+    def cleanup_policy(self) -> tuple[str, ...]:
+        return tuple(self.values["cleanup.policy"])
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.values["cleanup.policy"]
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.values["cleanup.policy"]
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.values["message.timestamp.type"] == "LogAppendTime")

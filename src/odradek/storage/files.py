@@ -1,0 +1,79 @@
+"""File names, suffixes and atomic writes in one place (Kafka's LogFileUtils).
+
+Segment files are named by their base offset as 20 zero-padded digits, so that a directory
+listing sorts them. Suffixes mark a file's role and life cycle: ``.log``, ``.index``,
+``.timeindex``, ``.snapshot`` (producer state), ``.cleaned`` and ``.swap`` (the cleaner's
+crash-safe swap), ``.deleted`` (renamed before asynchronous deletion).
+
+Small metadata files (checkpoints) are written atomically: write a temporary file, fsync
+it, rename it over the old one, fsync the directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+DELETE_DIR_SUFFIX = "-delete"
+TMP_SUFFIX = ".tmp"
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+META_PROPERTIES = "meta.properties"
+
+
+def filename_prefix(offset: int) -> str:
+    """The 20-digit zero-padded base offset that names a segment's files."""
+    return f"{offset:020d}"
+
+
+def log_file(dir: Path, offset: int, suffix: str = "") -> Path:
+    return dir / (filename_prefix(offset) + LOG_SUFFIX + suffix)
+
+
+def index_file(dir: Path, offset: int, suffix: str = "") -> Path:
+    return dir / (filename_prefix(offset) + INDEX_SUFFIX + suffix)
+
+
+def time_index_file(dir: Path, offset: int, suffix: str = "") -> Path:
+    return dir / (filename_prefix(offset) + TIME_INDEX_SUFFIX + suffix)
+
+
+def offset_from_filename(name: str) -> int:
+    return int(name.split(".", 1)[0])
+
+
+def fsync_dir(dir: Path) -> None:
+    fd = os.open(dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves either the old or the new file."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

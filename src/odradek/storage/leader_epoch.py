@@ -1,0 +1,71 @@
+"""Leader epoch cache: the start offset of each leader epoch (Kafka's LeaderEpochFileCache,
+KIP-101, KIP-279).
+
+How it works: each time a new leader epoch appends its first batch, (epoch, start offset)
+is added. A follower asks the leader ``end_offset_for(epoch)`` (OffsetForLeaderEpoch) and
+truncates to it, so replicas never diverge. Truncating the log truncates the cache
+(``truncate_from_end``); advancing the log start offset trims it (``truncate_from_start``).
+The cache is persisted in the partition directory's ``leader-epoch-checkpoint``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+
+from odradek.storage import checkpoint
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries: list[tuple[int, int]] = checkpoint.read_epochs(path)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (no-op if it is not newer)."""
+        if epoch < 0:
+            return
+        if self.entries and (epoch <= self.entries[-1][0] or start_offset < self.entries[-1][1]):
+            return
+        self.entries.append((epoch, start_offset))
+        self.flush()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch: the start offset of the first epoch
+        after ``epoch``, or the log end offset when ``epoch`` is the latest."""
+        if not self.entries or epoch < self.entries[0][0]:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch >= self.latest_epoch:
+            return self.latest_epoch, log_end_offset
+        i = bisect.bisect_right([e for e, _ in self.entries], epoch)
+        return self.entries[i - 1][0], self.entries[i][1]
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop epochs starting at or after ``end_offset`` (log truncated to it)."""
+        kept = [(e, o) for e, o in self.entries if o < end_offset]
+        if kept != self.entries:
+            self.entries = kept
+            self.flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Log start offset moved: the epoch covering it now starts there."""
+        if not self.entries or self.entries[0][1] >= start_offset:
+            return
+        kept = [(e, o) for e, o in self.entries if o > start_offset]
+        covering = [(e, o) for e, o in self.entries if o <= start_offset][-1]
+        self.entries = [(covering[0], start_offset), *kept]
+        self.flush()
+
+    def clear(self) -> None:
+        self.entries = []
+        self.flush()
+
+    def flush(self) -> None:
+        checkpoint.write_epochs(self.path, self.entries)

@@ -1,0 +1,605 @@
+"""A partition's log: an ordered list of segments (Kafka's UnifiedLog + LocalLog + LogLoader).
+
+How it works:
+- **Append** (leader): validate every batch (size, magic, CRC32C, offsets, timestamps — per
+  batch, never per record), copy the request's bytes once, rewrite each batch's base offset
+  (not covered by the CRC) and partition leader epoch, stamp LogAppendTime when the topic
+  asks for it, roll the active segment if needed, and append the bytes as received.
+- **Read**: find the segment holding the offset (bisect over base offsets), let it translate
+  the offset to a position through its sparse index, and return a file region bounded by
+  ``max_bytes`` and by the high watermark (KIP-74: the first batch whole even if larger).
+- **Roll** on ``segment.bytes``, ``segment.ms`` (+ jitter), a full index, or offsets that
+  would not fit an index's 4-byte relative offset. The old segment's indexes are trimmed and
+  it is flushed, which moves the recovery point.
+- **Load**: leftover ``.tmp``/``.cleaned``/``.deleted`` files are removed, ``.swap`` files
+  completed; every segment whose index is missing or fails its sanity check is rebuilt from
+  its log; after an unclean shutdown every segment from the recovery point on is revalidated
+  and a torn or corrupt tail truncated (later segments, if any, are dropped: they cannot
+  follow a hole).
+- **Retention** deletes closed segments only (never the active one): older than
+  ``retention.ms``, beyond ``retention.bytes``, or wholly below the log start offset. Their
+  files are renamed ``.deleted`` and removed later, asynchronously.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+
+from odradek.records.batch import (
+    BatchesInfo,
+    BatchHeader,
+    InvalidRecordError,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    validate_batches,
+)
+from odradek.storage import files
+from odradek.storage.config import LogConfig
+from odradek.storage.dir_failure import LogDirFailureChannel
+from odradek.storage.errors import (
+    CorruptRecordError,
+    InvalidRecordBatchError,
+    InvalidTimestampError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from odradek.storage.index import IndexCorruptError, TimestampOffset
+from odradek.storage.leader_epoch import LeaderEpochCache
+from odradek.storage.segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+# Batch errors that mean "the bytes are broken" (CORRUPT_MESSAGE) rather than "a well-formed
+# batch breaks a rule" (INVALID_RECORD).
+_CORRUPT_REASONS = frozenset(
+    {"short_header", "short_length", "truncated", "magic", "crc", "codec", "empty"}
+)
+_INT32_MAX = (1 << 31) - 1
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    record_count: int
+    valid_bytes: int
+    batches: tuple[BatchHeader, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """A fetch answer: a region of a segment file (``size`` may be 0) plus the offsets the
+    response reports. ``fd`` stays open while the segment lives (deletion is delayed)."""
+
+    fetch_offset: int
+    fd: int
+    position: int
+    size: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.size, self.position) if self.size else b""
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int]:
+    topic, _, partition = dir_name.rpartition("-")
+    if not topic or not partition.isdigit():
+        raise ValueError(f"{dir_name!r} is not a <topic>-<partition> directory")
+    return topic, int(partition)
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        failure_channel: LogDirFailureChannel | None = None,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        had_clean_shutdown: bool = True,
+        time_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.dir = dir
+        self.topic, self.partition = parse_topic_partition(dir.name)
+        self.config = config
+        self.failure_channel = failure_channel or LogDirFailureChannel()
+        self.log_dir = dir.parent
+        self.time_ms = time_ms
+        self._lock = threading.RLock()
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.unflushed_messages = 0
+        self.last_flush_ms = time_ms()
+        self._append_listeners: list[Callable[[PartitionLog], None]] = []
+        with self._io("loading log"):
+            dir.mkdir(parents=True, exist_ok=True)
+            self.leader_epoch_cache = LeaderEpochCache(dir / files.LEADER_EPOCH_CHECKPOINT)
+            self._load(had_clean_shutdown)
+        self.high_watermark = self.log_end_offset
+
+    # -- helpers -------------------------------------------------------------------------
+    def _io(self, operation: str) -> AbstractContextManager[None]:
+        return self.failure_channel.guard(self.log_dir, f"{operation} for {self.dir.name}")
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.dir.name}, start={self.log_start_offset}, "
+            f"end={self.log_end_offset}, segments={len(self.segments)})"
+        )
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def add_append_listener(self, listener: Callable[[PartitionLog], None]) -> None:
+        """Called after each append (the broker completes delayed fetches from it)."""
+        self._append_listeners.append(listener)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(
+            self.dir, base_offset, self.config.index_interval_bytes,
+            self.config.segment_index_bytes, new=True,
+        )
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        i = bisect.bisect_left(self._bases, segment.base_offset)
+        if i < len(self._bases) and self._bases[i] == segment.base_offset:
+            self.segments[i] = segment
+        else:
+            self._bases.insert(i, segment.base_offset)
+            self.segments.insert(i, segment)
+
+    def _segment_for(self, offset: int) -> int:
+        """Index of the segment whose base offset is the largest ≤ offset (floor)."""
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    # -- load ----------------------------------------------------------------------------
+    def _load(self, had_clean_shutdown: bool) -> None:
+        for path in list(self.dir.iterdir()):
+            name = path.name
+            if name.endswith((files.TMP_SUFFIX, files.CLEANED_SUFFIX, files.DELETED_SUFFIX)):
+                path.unlink(missing_ok=True)
+        self._complete_swaps()
+        for path in sorted(self.dir.glob("*" + files.LOG_SUFFIX)):
+            base = files.offset_from_filename(path.name)
+            segment = LogSegment(
+                self.dir, base, self.config.index_interval_bytes,
+                self.config.segment_index_bytes, new=False,
+            )
+            index_missing = not segment.offset_index.path.exists() or (
+                not segment.time_index.path.exists()
+            )
+            try:
+                if index_missing:
+                    raise IndexCorruptError("missing index")
+                segment.sanity_check()
+                segment.load_timestamps()
+            except IndexCorruptError as exc:
+                log.warning("%s: rebuilding indexes of segment %d (%s)", self.name, base, exc)
+                self._recover_segment(segment)
+            self._add_segment(segment)
+        for path in self.dir.glob("*" + files.INDEX_SUFFIX):
+            if not files.log_file(self.dir, files.offset_from_filename(path.name)).exists():
+                path.unlink()  # an orphan index without its log
+        for path in self.dir.glob("*" + files.TIME_INDEX_SUFFIX):
+            if not files.log_file(self.dir, files.offset_from_filename(path.name)).exists():
+                path.unlink()
+        if not self.segments:
+            self._add_segment(self._new_segment(self.log_start_offset))
+        elif not had_clean_shutdown:
+            self._recover_from(self.recovery_point)
+        self.active_segment.make_active()
+        leo = self.log_end_offset
+        self.log_start_offset = min(max(self.log_start_offset, self.segments[0].base_offset), leo)
+        self.recovery_point = min(self.recovery_point, leo)
+        if not had_clean_shutdown:
+            self._flush_segments(self.segments)
+            self.recovery_point = leo
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+
+    def _complete_swaps(self) -> None:
+        """Finish a cleaner swap interrupted by a crash: a ``.swap`` log replaces the
+        segments it covers (the cleaner writes the swap only once complete)."""
+        for swap in sorted(self.dir.glob("*" + files.LOG_SUFFIX + files.SWAP_SUFFIX)):
+            base = files.offset_from_filename(swap.name)
+            segment = LogSegment(
+                self.dir, base, self.config.index_interval_bytes,
+                self.config.segment_index_bytes, suffix=files.SWAP_SUFFIX, new=False,
+            )
+            segment.recover(self.config.max_message_bytes)
+            end = segment.next_offset
+            for path in self.dir.glob("*" + files.LOG_SUFFIX):
+                other = files.offset_from_filename(path.name)
+                if base <= other < end:
+                    files.log_file(self.dir, other).unlink(missing_ok=True)
+                    files.index_file(self.dir, other).unlink(missing_ok=True)
+                    files.time_index_file(self.dir, other).unlink(missing_ok=True)
+            segment.close()
+            for fn in (files.log_file, files.index_file, files.time_index_file):
+                src = fn(self.dir, base, files.SWAP_SUFFIX)
+                if src.exists():
+                    src.rename(fn(self.dir, base))
+            files.fsync_dir(self.dir)
+
+    def _recover_segment(self, segment: LogSegment) -> int:
+        truncated = segment.recover(self.config.max_message_bytes)
+        if truncated:
+            log.warning(
+                "%s: truncated %d invalid bytes at the end of segment %d",
+                self.name, truncated, segment.base_offset,
+            )
+        return truncated
+
+    def _recover_from(self, recovery_point: int) -> None:
+        """Revalidate segments from the one holding ``recovery_point``; after a corrupt
+        tail, later segments are deleted (they cannot follow a hole)."""
+        start = self._segment_for(recovery_point)
+        for i in range(start, len(self.segments)):
+            segment = self.segments[i]
+            if self._recover_segment(segment) and i + 1 < len(self.segments):
+                for later in self.segments[i + 1 :]:
+                    log.warning("%s: deleting segment %d after a corrupt one",
+                                self.name, later.base_offset)
+                    later.delete_files()
+                del self.segments[i + 1 :]
+                del self._bases[i + 1 :]
+                break
+        # A segment emptied by recovery (other than the first) is dropped.
+        while len(self.segments) > 1 and self.segments[-1].size == 0 and (
+            self.segments[-1].base_offset > self.segments[-2].next_offset
+        ):
+            self.segments.pop().delete_files()
+            self._bases.pop()
+
+    # -- append --------------------------------------------------------------------------
+    def validate(
+        self, records: bytes | bytearray | memoryview, strict: bool = True
+    ) -> BatchesInfo:
+        try:
+            info = validate_batches(records, strict_offsets=strict)
+        except InvalidRecordError as exc:
+            cls = CorruptRecordError if exc.reason in _CORRUPT_REASONS else InvalidRecordBatchError
+            raise cls(str(exc)) from exc
+        max_size = self.config.max_message_bytes
+        for header in info.batches:
+            if header.size > max_size:
+                raise RecordTooLargeError(
+                    f"batch of {header.size} bytes exceeds max.message.bytes {max_size}"
+                )
+        return info
+
+    def _check_timestamps(self, headers: tuple[BatchHeader, ...], now: int) -> None:
+        """Per batch (Kafka checks per record; a batch's first record has the base
+        timestamp and none is later than the max timestamp)."""
+        before = int(self.config["message.timestamp.before.max.ms"])
+        after = int(self.config["message.timestamp.after.max.ms"])
+        for header in headers:
+            if header.max_timestamp > now + after or header.base_timestamp < now - before:
+                raise InvalidTimestampError(
+                    f"timestamps {header.base_timestamp}..{header.max_timestamp} are outside "
+                    f"[now - message.timestamp.before.max.ms, now + "
+                    f"message.timestamp.after.max.ms] of now={now}"
+                )
+
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int = -1
+    ) -> LogAppendInfo:
+        """Validate and append a producer's batches, assigning offsets."""
+        info = self.validate(records, strict=True)
+        now = self.time_ms()
+        log_append = self.config.log_append_time
+        if not log_append:
+            self._check_timestamps(info.batches, now)
+        buf = bytearray(records)
+        with self._lock:
+            next_offset = self.log_end_offset
+            first = next_offset
+            headers: list[BatchHeader] = []
+            for header in info.batches:
+                set_base_offset(buf, header.position, next_offset)
+                if leader_epoch >= 0:
+                    set_partition_leader_epoch(buf, header.position, leader_epoch)
+                if log_append:
+                    set_log_append_time(buf, header.position, now)
+                headers.append(BatchHeader.parse(buf, header.position))
+                next_offset += header.last_offset_delta + 1
+            self._append(buf, headers, first, next_offset - 1)
+            if leader_epoch >= 0:
+                self.leader_epoch_cache.assign(leader_epoch, first)
+        return LogAppendInfo(
+            first, next_offset - 1,
+            now if log_append else info.max_timestamp,
+            now if log_append else -1,
+            self.log_start_offset, info.record_count, info.size, tuple(headers),
+        )
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches whose offsets are already assigned (replication, the cleaner)."""
+        info = self.validate(records, strict=False)
+        with self._lock:
+            first = info.batches[0].base_offset
+            last = info.batches[-1].last_offset
+            expected = self.log_end_offset
+            previous = expected - 1
+            for header in info.batches:
+                if header.base_offset <= previous:
+                    raise InvalidRecordBatchError(
+                        f"offset {header.base_offset} is not after {previous}"
+                    )
+                previous = header.last_offset
+            if first < expected:
+                raise InvalidRecordBatchError(f"first offset {first} is below log end {expected}")
+            self._append(records, list(info.batches), first, last)
+            for header in info.batches:
+                self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        return LogAppendInfo(
+            first, last, info.max_timestamp, -1, self.log_start_offset,
+            info.record_count, info.size, info.batches,
+        )
+
+    def _append(
+        self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader],
+        first_offset: int, last_offset: int,
+    ) -> None:
+        with self._io("appending"):
+            segment = self._maybe_roll(len(buf), first_offset, last_offset, headers)
+            segment.append(buf, headers)
+            self.unflushed_messages += last_offset - first_offset + 1
+            if self.unflushed_messages >= self.config.flush_messages:
+                self._flush_segments(self.segments[self._segment_for(self.recovery_point) :])
+                self.recovery_point = self.log_end_offset
+                self.unflushed_messages = 0
+                self.last_flush_ms = self.time_ms()
+        self.high_watermark = self.log_end_offset
+        for listener in self._append_listeners:
+            listener(self)
+
+    def _maybe_roll(
+        self, size: int, first_offset: int, last_offset: int, headers: list[BatchHeader]
+    ) -> LogSegment:
+        segment = self.active_segment
+        if segment.size == 0:
+            return segment
+        max_ts = max(h.max_timestamp for h in headers) if headers else -1
+        if segment.rolling_based_timestamp is not None and segment.rolling_based_timestamp >= 0:
+            waited = max_ts - segment.rolling_based_timestamp
+        else:
+            waited = self.time_ms() - segment.created_ms
+        if (
+            segment.size > self.config.segment_bytes - size
+            or segment.is_full()
+            or waited > self.config.segment_ms - self.config.segment_jitter_ms
+            or last_offset - segment.base_offset > _INT32_MAX
+        ):
+            return self._roll(first_offset)
+        return segment
+
+    def roll(self) -> LogSegment:
+        with self._lock, self._io("rolling"):
+            return self._roll(self.log_end_offset)
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        old = self.active_segment
+        if old.size == 0:
+            return old
+        old.on_become_inactive()
+        old.flush()
+        self.recovery_point = max(self.recovery_point, old.next_offset)
+        segment = self._new_segment(base_offset)
+        self._add_segment(segment)
+        log.debug("%s: rolled new segment at %d", self.name, base_offset)
+        return segment
+
+    # -- read ----------------------------------------------------------------------------
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Region to send from ``offset``: at most ``max_bytes`` (the first batch whole with
+        ``min_one_message``), never at or past ``max_offset`` (the high watermark)."""
+        leo = self.log_end_offset
+        start = self.log_start_offset
+        hw = self.high_watermark
+        if offset < start or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range [{start}, {leo}] of {self.name}"
+            )
+        limit = leo if max_offset is None else min(max_offset, leo)
+        segments = self.segments
+        i = self._segment_for(offset)
+        active_fd = segments[-1].fd
+        if offset >= limit:
+            return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw)
+        with self._io("reading"):
+            while i < len(segments):
+                segment = segments[i]
+                max_position = None
+                if segment.base_offset <= limit < segment.next_offset:
+                    found = segment.translate_offset(limit)
+                    max_position = found.position if found else segment.size
+                result = segment.read(offset, max_bytes, max_position, min_one_message)
+                if result is not None:
+                    first, size = result
+                    return FetchDataInfo(offset, segment.fd, first.position, size, start, leo, hw)
+                i += 1
+        return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw)
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """ListOffsets: earliest (-2), latest (-1), max timestamp (-3), or the first record
+        whose timestamp is ≥ ``timestamp``."""
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampOffset(-1, self.log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(-1, self.log_end_offset)
+        with self._io("searching by timestamp"):
+            if timestamp == MAX_TIMESTAMP:
+                best = max(self.segments, key=lambda s: s.max_timestamp_so_far)
+                if best.max_timestamp_so_far < 0:
+                    return None
+                return TimestampOffset(
+                    best.max_timestamp_so_far, best.offset_of_max_timestamp_so_far
+                )
+            for segment in self.segments:
+                if segment.max_timestamp_so_far >= timestamp:
+                    found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                    if found is not None:
+                        return found
+        return None
+
+    # -- log start offset, retention -----------------------------------------------------
+    def maybe_increment_log_start_offset(self, new_start: int) -> None:
+        """DeleteRecords: move the log start offset (never past the high watermark)."""
+        if new_start > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move log start offset to {new_start} past the high watermark "
+                f"{self.high_watermark}"
+            )
+        with self._lock:
+            if new_start > self.log_start_offset:
+                self.log_start_offset = new_start
+                with self._io("trimming the leader epoch cache"):
+                    self.leader_epoch_cache.truncate_from_start(new_start)
+
+    def delete_old_segments(self) -> list[LogSegment]:
+        """Apply retention; returns the segments removed (renamed ``.deleted``)."""
+        now = self.time_ms()
+        retention_ms = self.config.retention_ms
+        retention_bytes = self.config.retention_bytes
+        with self._lock, self._io("deleting old segments"):
+            removed: list[LogSegment] = []
+            excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else -1
+            while len(self.segments) > 1:
+                segment = self.segments[0]
+                upper = self.segments[1].base_offset
+                if upper > self.high_watermark:
+                    break
+                by_start = upper <= self.log_start_offset
+                by_time = (
+                    self.config.delete and retention_ms >= 0
+                    and now - segment.largest_timestamp > retention_ms
+                )
+                by_size = self.config.delete and excess >= segment.size
+                if not (by_start or by_time or by_size):
+                    break
+                if by_size:
+                    excess -= segment.size
+                removed.append(self._remove_first_segment())
+            if removed:
+                self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+                self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+                self.recovery_point = max(self.recovery_point, self.log_start_offset)
+            return removed
+
+    def _remove_first_segment(self) -> LogSegment:
+        segment = self.segments.pop(0)
+        self._bases.pop(0)
+        segment.change_suffix("", files.DELETED_SUFFIX)
+        log.info("%s: deleting segment %d (retention)", self.name, segment.base_offset)
+        return segment
+
+    # -- truncation ----------------------------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at ``offset`` and after (a follower truncating)."""
+        with self._lock, self._io("truncating"):
+            if offset >= self.log_end_offset:
+                return
+            if offset < self.segments[0].base_offset:
+                self._truncate_fully(offset)
+                return
+            i = self._segment_for(offset)
+            for segment in self.segments[i + 1 :]:
+                segment.delete_files()
+            del self.segments[i + 1 :]
+            del self._bases[i + 1 :]
+            self.segments[i].truncate_to(offset)
+            self.active_segment.make_active()
+            self.high_watermark = min(self.high_watermark, self.log_end_offset)
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        with self._lock, self._io("truncating fully"):
+            self._truncate_fully(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        for segment in self.segments:
+            segment.delete_files()
+        self.segments.clear()
+        self._bases.clear()
+        self._add_segment(self._new_segment(offset))
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self.high_watermark = offset
+        self.leader_epoch_cache.clear()
+
+    # -- flush, close --------------------------------------------------------------------
+    def _flush_segments(self, segments: list[LogSegment]) -> None:
+        for segment in segments:
+            segment.flush()
+        files.fsync_dir(self.dir)
+
+    def flush(self) -> None:
+        """fsync everything up to the log end offset; moves the recovery point."""
+        with self._lock, self._io("flushing"):
+            leo = self.log_end_offset
+            if leo > self.recovery_point or self.unflushed_messages:
+                self._flush_segments(self.segments[self._segment_for(self.recovery_point) :])
+            self.recovery_point = leo
+            self.unflushed_messages = 0
+            self.last_flush_ms = self.time_ms()
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    def close(self) -> None:
+        with self._lock, self._io("closing"):
+            self.flush()
+            for segment in self.segments:
+                segment.close()
+
+    def delete_files(self) -> None:
+        """Remove the whole partition directory (topic deletion)."""
+        with self._lock, self._io("deleting"):
+            for segment in self.segments:
+                segment.delete_files()
+            for path in self.dir.iterdir():
+                path.unlink()
+            self.dir.rmdir()

@@ -1,0 +1,297 @@
+"""The log manager: every partition log across ``log.dirs`` (Kafka's LogManager).
+
+How it works:
+- **Start**: lock each log dir (``.lock``, flock) so two brokers never share one; read its
+  checkpoints (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``); if
+  the clean-shutdown marker ``.kafka_cleanshutdown`` is present, skip recovery, else every
+  log recovers from its recovery point. The marker is removed once loaded, so a crash from
+  then on is seen as unclean.
+- **Placement**: a new partition goes to the online dir with the fewest partitions (seed
+  000 "Partition Allocation").
+- **Background work** is exposed as plain methods the broker schedules (the manager owns
+  no threads): retention (``log.retention.check.interval.ms``), time-based flush
+  (``flush.ms``), checkpoints (``log.flush.offset.checkpoint.interval.ms``), and removal of
+  ``.deleted`` files after ``file.delete.delay.ms``.
+- **Shutdown**: flush and close every log, write checkpoints, then the clean-shutdown marker.
+- **Disk errors** go through one :class:`LogDirFailureChannel`; a failed dir goes offline
+  and its logs are dropped from service, other dirs keep working.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from odradek.storage import checkpoint, files
+from odradek.storage.config import LogConfig
+from odradek.storage.dir_failure import LogDirFailureChannel
+from odradek.storage.errors import KafkaStorageError, LogDirNotFoundError
+from odradek.storage.log import PartitionLog, now_ms, parse_topic_partition
+from odradek.storage.segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(slots=True)
+class _PendingDelete:
+    due_ms: int
+    segments: list[LogSegment] = field(default_factory=list)
+    dirs: list[Path] = field(default_factory=list)
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: Iterable[Path | str],
+        broker_config: Mapping[str, Any] | None = None,
+        time_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.log_dirs = [Path(d).absolute() for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("log.dirs is empty")
+        self.broker_config = dict(broker_config or {})
+        self.time_ms = time_ms
+        self.failure_channel = LogDirFailureChannel()
+        self.failure_channel.add_listener(self._on_dir_offline)
+        self.logs: dict[TopicPartition, PartitionLog] = {}
+        self._locks: dict[Path, int] = {}
+        self._lock = threading.RLock()
+        self._pending: list[_PendingDelete] = []
+        self.had_clean_shutdown: dict[Path, bool] = {}
+
+    # -- start, stop ---------------------------------------------------------------------
+    def default_config(self) -> LogConfig:
+        return LogConfig.build(self.broker_config, {})
+
+    def startup(self, topic_configs: Callable[[str], LogConfig] | None = None) -> None:
+        """Lock and load every log dir. ``topic_configs`` gives a topic's effective config."""
+        configs = topic_configs or (lambda _topic: self.default_config())
+        for log_dir in self.log_dirs:
+            try:
+                self._load_dir(log_dir, configs)
+            except KafkaStorageError as exc:
+                log.error("log dir %s failed to load: %s", log_dir, exc)
+
+    def _load_dir(self, log_dir: Path, configs: Callable[[str], LogConfig]) -> None:
+        with self.failure_channel.guard(log_dir, "loading log dir"):
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_dir(log_dir)
+            marker = log_dir / files.CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            self.had_clean_shutdown[log_dir] = clean
+            recovery = checkpoint.read_offsets(log_dir / files.RECOVERY_POINT_CHECKPOINT)
+            starts = checkpoint.read_offsets(log_dir / files.LOG_START_OFFSET_CHECKPOINT)
+            started = time.monotonic()
+            count = 0
+            for child in sorted(log_dir.iterdir()):
+                if not child.is_dir():
+                    continue
+                if child.name.endswith(files.DELETE_DIR_SUFFIX):
+                    shutil.rmtree(child, ignore_errors=True)
+                    continue
+                try:
+                    topic, partition = parse_topic_partition(child.name)
+                except ValueError:
+                    continue
+                tp = TopicPartition(topic, partition)
+                if tp in self.logs:
+                    raise KafkaStorageError(f"duplicate log directories for {tp}")
+                self.logs[tp] = PartitionLog(
+                    child, configs(topic), self.failure_channel,
+                    recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp, 0),
+                    had_clean_shutdown=clean, time_ms=self.time_ms,
+                )
+                count += 1
+            if clean:
+                marker.unlink()
+                files.fsync_dir(log_dir)
+            log.info(
+                "loaded %d logs from %s in %.0f ms (%s shutdown)", count, log_dir,
+                (time.monotonic() - started) * 1000, "clean" if clean else "unclean",
+            )
+
+    def _lock_dir(self, log_dir: Path) -> None:
+        fd = os.open(log_dir / files.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise KafkaStorageError(
+                f"log dir {log_dir} is locked by another process (another broker?)"
+            ) from exc
+        self._locks[log_dir] = fd
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+        with self._lock:
+            for tp, partition_log in list(self.logs.items()):
+                try:
+                    partition_log.close()
+                except KafkaStorageError as exc:
+                    log.error("closing %s failed: %s", tp, exc)
+            self.delete_pending(force=True)
+            for log_dir in self.online_dirs:
+                try:
+                    with self.failure_channel.guard(log_dir, "writing the clean-shutdown marker"):
+                        self._checkpoint_dir(log_dir)
+                        files.atomic_write(log_dir / files.CLEAN_SHUTDOWN_FILE, b"")
+                except KafkaStorageError as exc:
+                    log.error("%s", exc)
+            for fd in self._locks.values():
+                os.close(fd)
+            self._locks.clear()
+            self.logs.clear()
+
+    # -- logs ----------------------------------------------------------------------------
+    @property
+    def online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if not self.failure_channel.is_offline(d)]
+
+    def get_log(self, tp: TopicPartition) -> PartitionLog | None:
+        return self.logs.get(tp)
+
+    def get_or_create_log(
+        self, tp: TopicPartition, config: LogConfig | None = None
+    ) -> PartitionLog:
+        with self._lock:
+            existing = self.logs.get(tp)
+            if existing is not None:
+                return existing
+            log_dir = self._next_log_dir()
+            partition_log = PartitionLog(
+                log_dir / str(tp), config or self.default_config(), self.failure_channel,
+                had_clean_shutdown=True, time_ms=self.time_ms,
+            )
+            self.logs[tp] = partition_log
+            log.info("created log for %s in %s", tp, log_dir)
+            return partition_log
+
+    def _next_log_dir(self) -> Path:
+        online = self.online_dirs
+        if not online:
+            raise LogDirNotFoundError("no online log dir is left")
+        counts = {d: 0 for d in online}
+        for partition_log in self.logs.values():
+            if partition_log.log_dir in counts:
+                counts[partition_log.log_dir] += 1
+        return min(online, key=lambda d: (counts[d], online.index(d)))
+
+    def delete_log(self, tp: TopicPartition) -> None:
+        """Rename the partition dir ``<tp>.<uuid>-delete`` now, remove it later."""
+        with self._lock:
+            partition_log = self.logs.pop(tp, None)
+            if partition_log is None:
+                return
+            with self.failure_channel.guard(partition_log.log_dir, f"deleting {tp}"):
+                for segment in partition_log.segments:
+                    segment.close()
+                target = partition_log.dir.with_name(
+                    f"{tp}.{uuid.uuid4().hex}{files.DELETE_DIR_SUFFIX}"
+                )
+                partition_log.dir.rename(target)
+                files.fsync_dir(partition_log.log_dir)
+            self._pending.append(
+                _PendingDelete(self.time_ms() + partition_log.config.file_delete_delay_ms,
+                               dirs=[target])
+            )
+
+    def _on_dir_offline(self, log_dir: Path) -> None:
+        with self._lock:
+            for tp in [tp for tp, lg in self.logs.items() if lg.log_dir == log_dir]:
+                log.error("%s is offline with its log dir %s", tp, log_dir)
+                del self.logs[tp]
+
+    # -- background work -----------------------------------------------------------------
+    def cleanup_logs(self) -> int:
+        """Retention over every log; returns the number of segments scheduled for deletion."""
+        total = 0
+        for partition_log in list(self.logs.values()):
+            try:
+                removed = partition_log.delete_old_segments()
+            except KafkaStorageError as exc:
+                log.error("retention of %s failed: %s", partition_log.name, exc)
+                continue
+            if removed:
+                total += len(removed)
+                self._pending.append(
+                    _PendingDelete(self.time_ms() + partition_log.config.file_delete_delay_ms,
+                                   segments=removed)
+                )
+        return total
+
+    def delete_pending(self, force: bool = False) -> None:
+        """Remove ``.deleted`` segments and ``-delete`` dirs whose delay has passed."""
+        now = self.time_ms()
+        due = [p for p in self._pending if force or p.due_ms <= now]
+        self._pending = [p for p in self._pending if p not in due]
+        for pending in due:
+            for segment in pending.segments:
+                try:
+                    with self.failure_channel.guard(segment.dir.parent, "removing a segment"):
+                        segment.delete_files()
+                except KafkaStorageError as exc:
+                    log.error("%s", exc)
+            for dir in pending.dirs:
+                shutil.rmtree(dir, ignore_errors=True)
+
+    def flush_dirty_logs(self) -> None:
+        """Time-based flush: logs whose ``flush.ms`` has passed since their last flush."""
+        now = self.time_ms()
+        for partition_log in list(self.logs.values()):
+            if now - partition_log.last_flush_ms >= partition_log.config.flush_ms:
+                try:
+                    partition_log.flush()
+                except KafkaStorageError as exc:
+                    log.error("flush of %s failed: %s", partition_log.name, exc)
+
+    def checkpoint(self) -> None:
+        """Write recovery-point and log-start-offset checkpoints of every online dir."""
+        for log_dir in self.online_dirs:
+            try:
+                with self.failure_channel.guard(log_dir, "writing checkpoints"):
+                    self._checkpoint_dir(log_dir)
+            except KafkaStorageError as exc:
+                log.error("%s", exc)
+
+    def _checkpoint_dir(self, log_dir: Path) -> None:
+        logs = {tp: lg for tp, lg in self.logs.items() if lg.log_dir == log_dir}
+        checkpoint.write_offsets(
+            log_dir / files.RECOVERY_POINT_CHECKPOINT,
+            {tuple(tp): lg.recovery_point for tp, lg in logs.items()},  # type: ignore[misc]
+        )
+        checkpoint.write_offsets(
+            log_dir / files.LOG_START_OFFSET_CHECKPOINT,
+            {tuple(tp): lg.log_start_offset for tp, lg in logs.items()},  # type: ignore[misc]
+        )
+
+    def periodic_tasks(self) -> list[tuple[str, int, Callable[[], object]]]:
+        """(name, interval ms, function) for the broker's scheduler; Kafka's names."""
+        cfg = self.broker_config
+
+        def ms(key: str, default: int) -> int:
+            return int(cfg.get(key, default))
+
+        return [
+            ("log-retention", ms("log.retention.check.interval.ms", 300000), self.cleanup_logs),
+            ("log-flusher", ms("log.flush.scheduler.interval.ms", 1 << 62), self.flush_dirty_logs),
+            ("recovery-point-checkpoint", ms("log.flush.offset.checkpoint.interval.ms", 60000),
+             self.checkpoint),
+            ("delete-pending", 1000, self.delete_pending),
+        ]

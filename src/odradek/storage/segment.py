@@ -1,0 +1,355 @@
+"""One segment of a partition log: a ``.log`` file plus its two indexes (Kafka's LogSegment).
+
+How it works: batches are appended to the ``.log`` exactly as given (their offsets already
+assigned). For each batch, once more than ``index.interval.bytes`` were written since the
+last index entry, the offset index gets (batch last offset, batch position) and the time
+index gets (largest timestamp so far, its offset). A read for an offset looks up the index
+for the nearest earlier batch position and walks batch headers forward (a few ``pread``s,
+never records) to the batch that holds the offset; the answer is a *file region*
+(position, size) that the network layer can ``sendfile``.
+
+Recovery (after an unclean shutdown) re-reads the log through a read-only mmap, validates
+every batch (length, magic, CRC32C, offsets increasing), rebuilds both indexes and truncates
+the file at the first torn or corrupt batch.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from odradek.records.batch import (
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    InvalidRecordError,
+    TimestampType,
+    iter_records,
+    validate_batch,
+)
+from odradek.storage import files
+from odradek.storage.index import IndexCorruptError, OffsetIndex, TimeIndex, TimestampOffset
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsetPosition:
+    """Where a batch sits: its first offset, its position in the file and its size."""
+
+    offset: int
+    position: int
+    size: int
+
+
+class LogSegment:
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        max_index_size: int,
+        suffix: str = "",
+        new: bool = True,
+    ) -> None:
+        """``new``: a segment being created (indexes preallocated for appends); a segment
+        loaded from disk maps its indexes as they are until :meth:`make_active`."""
+        self.dir = dir
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = files.log_file(dir, base_offset, suffix)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex(
+            files.index_file(dir, base_offset, suffix), base_offset, max_index_size, new
+        )
+        self.time_index = TimeIndex(
+            files.time_index_file(dir, base_offset, suffix), base_offset, max_index_size, new
+        )
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp_so_far = base_offset
+        self.rolling_based_timestamp: int | None = None
+        self.created_ms = int(time.time() * 1000)
+        self._next_offset: int | None = None if self.size else base_offset
+        self._flushed_size = self.size
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after this segment's last batch (its base offset when empty)."""
+        if self._next_offset is None:
+            self._next_offset = self._read_next_offset()
+        return self._next_offset
+
+    def _read_next_offset(self) -> int:
+        start = self.offset_index.lookup(1 << 62).position if self.offset_index.entries else 0
+        next_offset = self.base_offset
+        for header in self._walk(start):
+            next_offset = header.next_offset
+        return next_offset
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Largest record timestamp, or the file's mtime when it has none (Kafka's rule)."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return int(os.fstat(self._fd).st_mtime * 1000)
+
+    def load_timestamps(self) -> None:
+        """Recover the largest timestamp from the time index and the batches after it."""
+        last = self.time_index.last_entry
+        self.max_timestamp_so_far = last.timestamp
+        self.offset_of_max_timestamp_so_far = last.offset
+        start = self.offset_index.lookup(last.offset).position
+        for header in self._walk(start):
+            if header.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = header.max_timestamp
+                self.offset_of_max_timestamp_so_far = header.last_offset
+        first = self._read_header(0)
+        if first is not None and first.max_timestamp >= 0:
+            self.rolling_based_timestamp = first.max_timestamp
+
+    def make_active(self) -> None:
+        """Preallocate both indexes so the segment can take appends again."""
+        self.offset_index.reopen_writable()
+        self.time_index.reopen_writable()
+
+    def is_full(self) -> bool:
+        return self.offset_index.is_full() or self.time_index.is_full()
+
+    # -- append --------------------------------------------------------------------------
+    def append(self, buf: bytes | bytearray | memoryview, batches: list[BatchHeader]) -> None:
+        """Append ``buf`` (whole batches with offsets assigned); ``batches`` are its headers
+        with positions relative to ``buf``."""
+        position = self.size
+        view = memoryview(buf)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], position + written)
+        for header in batches:
+            if header.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = header.max_timestamp
+                self.offset_of_max_timestamp_so_far = header.last_offset
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(header.last_offset, position + header.position)
+                self.time_index.maybe_append(
+                    self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+                )
+                self.bytes_since_last_index_entry = 0
+            self.bytes_since_last_index_entry += header.size
+        if self.rolling_based_timestamp is None and batches:
+            self.rolling_based_timestamp = batches[0].max_timestamp
+        self.size = position + len(view)
+        if batches:
+            self._next_offset = batches[-1].next_offset
+
+    # -- read ----------------------------------------------------------------------------
+    def _read_header(self, position: int) -> BatchHeader | None:
+        if position + BATCH_HEADER_SIZE > self.size:
+            return None
+        data = os.pread(self._fd, BATCH_HEADER_SIZE, position)
+        if len(data) < BATCH_HEADER_SIZE:
+            return None
+        header = BatchHeader.parse(data, 0, at=position)
+        if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            return None
+        return header
+
+    def _walk(self, start: int) -> Iterator[BatchHeader]:
+        position = start
+        while True:
+            header = self._read_header(position)
+            if header is None or position + header.size > self.size:
+                return
+            yield header
+            position += header.size
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
+        """The first batch whose last offset is ≥ ``offset`` (Kafka's translateOffset)."""
+        start = max(self.offset_index.lookup(offset).position, starting_position)
+        for header in self._walk(start):
+            if header.last_offset >= offset:
+                return LogOffsetPosition(header.base_offset, header.position, header.size)
+        return None
+
+    def read(
+        self, start_offset: int, max_size: int, max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> tuple[LogOffsetPosition, int] | None:
+        """Region to send for a fetch from ``start_offset``: (first batch, byte count).
+
+        At most ``max_size`` bytes and never past ``max_position`` (the high watermark's
+        position); with ``min_one_message`` the first batch is returned whole even when it
+        is larger than ``max_size`` (Kafka's KIP-74 rule). None when past the end.
+        """
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        limit = self.size if max_position is None else max_position
+        if found.position >= limit:
+            return found, 0
+        size = min(max_size, limit - found.position)
+        if min_one_message and size < found.size:
+            size = min(found.size, limit - found.position)
+        return found, max(0, size)
+
+    def read_bytes(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> TimestampOffset | None:
+        """The first record with timestamp ≥ ``timestamp`` and offset ≥ ``start_offset``."""
+        entry = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(entry.offset, start_offset)).position
+        for header in self._walk(position):
+            if header.max_timestamp < timestamp or header.last_offset < start_offset:
+                continue
+            batch = self.read_bytes(header.position, header.size)
+            for record in iter_records(batch):
+                if record.timestamp >= timestamp and record.offset >= start_offset:
+                    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+                        return TimestampOffset(header.max_timestamp, record.offset)
+                    return TimestampOffset(record.timestamp, record.offset)
+        return None
+
+    # -- recovery ------------------------------------------------------------------------
+    def recover(self, max_message_size: int) -> int:
+        """Revalidate the whole log, rebuild both indexes, truncate a torn or corrupt tail.
+        Returns the number of bytes truncated."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp_so_far = self.base_offset
+        self.rolling_based_timestamp = None
+        valid = 0
+        next_offset = self.base_offset
+        if self.size:
+            with mmap.mmap(self._fd, self.size, prot=mmap.PROT_READ) as m:
+                view = memoryview(m)
+                try:
+                    while valid < self.size:
+                        try:
+                            header = validate_batch(view, valid, strict_offsets=False)
+                        except InvalidRecordError:
+                            break
+                        if header.base_offset < next_offset or header.size > max_message_size + (
+                            BATCH_HEADER_SIZE
+                        ):
+                            break
+                        self._index_batch(header)
+                        next_offset = header.next_offset
+                        valid += header.size
+                finally:
+                    view.release()
+        truncated = self.size - valid
+        if truncated:
+            os.ftruncate(self._fd, valid)
+            self.size = valid
+        self._next_offset = next_offset
+        return truncated
+
+    def _index_batch(self, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = header.max_timestamp
+            self.offset_of_max_timestamp_so_far = header.last_offset
+        if self.rolling_based_timestamp is None:
+            self.rolling_based_timestamp = header.max_timestamp
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, header.position)
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+            )
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += header.size
+
+    def sanity_check(self) -> None:
+        """Cheap-enough checks of both indexes against the log; raises IndexCorruptError."""
+        self.offset_index.sanity_check(self.size)
+        self.time_index.sanity_check(self.next_offset - 1 if self.size else self.base_offset)
+        if self.offset_index.entries:
+            last = self.offset_index.entry(self.offset_index.entries - 1)
+            header = self._read_header(last.position)
+            if header is None or header.last_offset != last.offset:
+                raise IndexCorruptError(
+                    f"{self.offset_index.path}: last entry {last} does not point at its batch"
+                )
+
+    # -- truncation, roll, flush, close --------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is ≥ ``offset``; returns bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        removed = self.size - found.position
+        os.ftruncate(self._fd, found.position)
+        self.size = found.position
+        self._flushed_size = min(self._flushed_size, self.size)
+        self._next_offset = None
+        # Timestamps and the index cadence must be recomputed from what remains.
+        self.load_timestamps() if self.size else self._reset_timestamps()
+        self.bytes_since_last_index_entry = 0
+        return removed
+
+    def _reset_timestamps(self) -> None:
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp_so_far = self.base_offset
+        self.rolling_based_timestamp = None
+
+    def on_become_inactive(self) -> None:
+        """At roll: record the final max timestamp and trim both indexes (Kafka's rule)."""
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                skip_full_check=True,
+            )
+        self.offset_index.trim()
+        self.time_index.trim()
+
+    def flush(self) -> None:
+        if self._flushed_size != self.size:
+            os.fsync(self._fd)
+            self._flushed_size = self.size
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self.max_timestamp_so_far >= 0 and not self.time_index.is_full():
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+            )
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self._fd)
+        self._fd = -1
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Rename the segment's three files (``.deleted``, ``.swap`` …)."""
+        for path_fn in (files.log_file, files.index_file, files.time_index_file):
+            src = path_fn(self.dir, self.base_offset, old)
+            if src.exists():
+                src.rename(path_fn(self.dir, self.base_offset, new))
+        self.log_path = files.log_file(self.dir, self.base_offset, new)
+        self.offset_index.path = files.index_file(self.dir, self.base_offset, new)
+        self.time_index.path = files.time_index_file(self.dir, self.base_offset, new)
+
+    def delete_files(self) -> None:
+        if self._fd >= 0:
+            self.offset_index.close(trim=False)
+            self.time_index.close(trim=False)
+            os.close(self._fd)
+            self._fd = -1
+        self.log_path.unlink(missing_ok=True)
+        self.offset_index.path.unlink(missing_ok=True)
+        self.time_index.path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
