@@ -1,0 +1,148 @@
+"""Request/response body codecs per (API key, version), backed by kio (sans-I/O).
+
+Plays the part of Kafka's generated ``*RequestData.read`` / ``*ResponseData.write`` plus
+``ApiKeys.requestHeaderVersion`` / ``responseHeaderVersion``: kio generates one frozen
+dataclass per message and version from Kafka's JSON schemas, and its native
+``entity_reader`` decodes them. This module only looks the right class up and caches the
+reader and writer for every (key, version), so the hot path is one dict lookup.
+
+Header versions come from the schemas, never from a hand-kept table: a request uses header
+v2 (tagged fields) when its version is flexible, v1 otherwise; a response header v1 when
+flexible, v0 otherwise — except ApiVersions, whose response header is always v0 so that a
+client can parse it before knowing which versions the broker speaks (KIP-511).
+
+For a version above the newest kio knows (a client newer than our schemas), the header
+version of the newest known version is used: flexibility, once introduced, is never
+removed ("flexibleVersions": "N+"). This is what lets us read the header of an
+ApiVersions request we cannot parse and still answer it.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final, Literal
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import (
+    InvalidRequestError,
+    LocalProtocolError,
+    UnknownApiKeyError,
+)
+
+__all__ = [
+    "ApiSchema",
+    "decode_request",
+    "encode_body",
+    "kio_versions",
+    "request_header_version",
+    "response_header_version",
+    "schema",
+]
+
+HeaderVersion = Literal[0, 1, 2]
+
+_API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSchema:
+    """Everything needed to decode a request and encode a response of one (key, version)."""
+
+    api_key: int
+    api_version: int
+    request_type: type[Any]
+    response_type: type[Any]
+    request_header_version: HeaderVersion
+    response_header_version: HeaderVersion
+    read_request: Callable[[bytes | memoryview, int], tuple[Any, int]]
+    write_response: Callable[[Any, Any], None]
+
+
+def kio_versions(api_key: int) -> tuple[int, int] | None:
+    """(min, max) versions kio has schemas for, or ``None`` for an unknown key."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return None
+    versions = schema_name_map[name]
+    return min(versions), max(versions)
+
+
+@cache
+def schema(api_key: int, api_version: int) -> ApiSchema:
+    """The cached :class:`ApiSchema`; ``LocalProtocolError`` if kio has no such schema."""
+    try:
+        request_type: type[Any] = load_request_schema(api_key, api_version)
+        response_type: type[Any] = load_response_schema(api_key, api_version)
+    except Exception as e:  # kio.index.KioIndexError and dynamic-import failures
+        raise LocalProtocolError(f"kio has no schema for API {api_key} v{api_version}") from e
+    flexible = bool(request_type.__flexible__)
+    response_header: HeaderVersion = (
+        0 if api_key == _API_VERSIONS or not response_type.__flexible__ else 1
+    )
+    return ApiSchema(
+        api_key=api_key,
+        api_version=api_version,
+        request_type=request_type,
+        response_type=response_type,
+        request_header_version=2 if flexible else 1,
+        response_header_version=response_header,
+        read_request=entity_reader(request_type),
+        write_response=entity_writer(response_type),
+    )
+
+
+@cache
+def request_header_version(api_key: int, api_version: int) -> HeaderVersion:
+    """Request header version (1 or 2) for a key/version, derived from kio's schemas.
+
+    Versions above kio's newest use the newest's header version (see module docstring);
+    ``UnknownApiKeyError`` for a key kio does not know.
+    """
+    known = kio_versions(api_key)
+    if known is None:
+        raise UnknownApiKeyError(api_key)
+    low, high = known
+    return schema(api_key, min(max(api_version, low), high)).request_header_version
+
+
+def response_header_version(api_key: int, api_version: int) -> HeaderVersion:
+    """Response header version (0 or 1); always 0 for ApiVersions."""
+    if api_key == _API_VERSIONS:
+        return 0
+    return schema(api_key, api_version).response_header_version
+
+
+def decode_request(
+    api_key: int, api_version: int, data: bytes | memoryview, offset: int = 0
+) -> Any:
+    """Decode the request body that starts at ``offset`` in ``data``.
+
+    Any decoding failure (truncated body, bad string length, bad UTF-8 ...) becomes
+    :class:`InvalidRequestError`. Trailing bytes after the body are tolerated, as Kafka does.
+    """
+    reader = schema(api_key, api_version).read_request
+    try:
+        entity, _size = reader(data, offset)
+    except Exception as e:  # kio raises DecodeError subclasses, ValueError, ...
+        raise InvalidRequestError(
+            f"cannot decode API {api_key} v{api_version} request body: {e!r}"
+        ) from e
+    return entity
+
+
+def encode_body(entity: Any) -> bytes:
+    """Encode a kio request/response entity (body only, no header, no size prefix)."""
+    entity_type = type(entity)
+    if entity_type.__type__ not in (EntityType.response, EntityType.request):
+        raise LocalProtocolError(f"{entity_type.__name__} is not a request or response")
+    buf = io.BytesIO()
+    entity_writer(entity_type)(buf, entity)
+    return buf.getvalue()

@@ -1,0 +1,210 @@
+"""The handler registry: API key -> (version range, async handler). ApiVersions comes from it.
+
+Replaces the giant ``match`` of Kafka's ``KafkaApis.handle`` with a table, as Tansu does:
+each API family registers its handler once, registering a key twice is an error, and the
+ApiVersions answer (Kafka's ``ApiVersionsResponse.collectApis``) is built from the table,
+so the broker can never advertise a version it does not serve. Every registered version
+must have a kio schema (request and response), checked at registration.
+
+A handler is ``async def handler(ctx: RequestContext, request) -> response``, where the
+response is a kio response entity, a pre-encoded :class:`~odradek.protocol.send.Send`, or
+``None`` for "no response" (Produce with acks=0). It may raise
+:class:`~odradek.protocol.errors.KafkaError`; if the registration has an ``error_response``
+builder, that turns the error into a response (Kafka's ``AbstractRequest.getErrorResponse``),
+otherwise the connection is closed with a logged reason.
+
+``serial=True`` asks the network layer not to start the request until every earlier
+request of the same connection has completed — Kafka's one-request-at-a-time channel
+muting, needed where execution order matters (Produce with idempotence).
+
+Usage::
+
+    registry = HandlerRegistry()
+
+    @registry.handler(ApiKey.METADATA, versions=(0, 12))
+    async def metadata(ctx: RequestContext, request: Any) -> Any: ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
+
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.codec import kio_versions, schema
+from odradek.protocol.errors import (
+    ErrorCode,
+    LocalProtocolError,
+    UnknownApiKeyError,
+    UnsupportedVersionError,
+)
+
+__all__ = [
+    "ApiVersionRange",
+    "DuplicateHandlerError",
+    "ErrorResponseBuilder",
+    "Handler",
+    "HandlerRegistry",
+    "Registration",
+    "RequestContext",
+    "Response",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Per-request state handed to handlers (Kafka's ``RequestContext`` + ``RequestHeader``).
+
+    ``peer`` is (host, port); ``connection_id`` is Kafka-style
+    ``"localHost:localPort-peerHost:peerPort-index"``; ``received_ns`` is
+    ``time.monotonic_ns()`` when the frame was complete.
+    """
+
+    correlation_id: int
+    client_id: str | None
+    api_key: int
+    api_version: int
+    peer: tuple[str, int]
+    connection_id: str
+    header_version: int = 1
+    received_ns: int = 0
+
+
+Response: TypeAlias = Any
+"""A kio response entity, a :class:`Send` (pre-encoded body), or ``None`` (no response)."""
+
+Handler: TypeAlias = Callable[[RequestContext, Any], Awaitable[Any]]
+ErrorResponseBuilder: TypeAlias = Callable[[RequestContext, Any, ErrorCode], Any]
+H = TypeVar("H", bound=Handler)
+
+
+class DuplicateHandlerError(LocalProtocolError):
+    """An API key was registered twice."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionRange:
+    """One row of the ApiVersions table."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+    error_response: ErrorResponseBuilder | None = None
+    serial: bool = False
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+class HandlerRegistry:
+    """The table of served APIs. Not thread-safe; fill it before the server starts."""
+
+    __slots__ = ("_by_key", "_table")
+
+    def __init__(self) -> None:
+        self._by_key: dict[int, Registration] = {}
+        self._table: tuple[ApiVersionRange, ...] | None = None
+
+    def register(
+        self,
+        api_key: int,
+        min_version: int,
+        max_version: int,
+        handler: Handler,
+        *,
+        error_response: ErrorResponseBuilder | None = None,
+        serial: bool = False,
+    ) -> Registration:
+        """Serve ``api_key`` versions ``min_version..max_version`` with ``handler``.
+
+        Raises :class:`DuplicateHandlerError` if the key is already registered and
+        :class:`LocalProtocolError` if the range is empty or kio lacks a schema in it.
+        """
+        key = int(api_key)
+        if key in self._by_key:
+            raise DuplicateHandlerError(f"API key {_name(key)} is already registered")
+        known = kio_versions(key)
+        if known is None:
+            raise LocalProtocolError(f"kio has no schemas for API key {key}")
+        if min_version > max_version:
+            raise LocalProtocolError(f"empty version range {min_version}..{max_version}")
+        if min_version < known[0] or max_version > known[1]:
+            raise LocalProtocolError(
+                f"{_name(key)} versions {min_version}..{max_version} outside the versions "
+                f"kio has schemas for ({known[0]}..{known[1]})"
+            )
+        for version in range(min_version, max_version + 1):
+            schema(key, version)  # fails loudly now rather than on the first request
+        registration = Registration(key, min_version, max_version, handler, error_response, serial)
+        self._by_key[key] = registration
+        self._table = None
+        return registration
+
+    def handler(
+        self,
+        api_key: int,
+        versions: tuple[int, int],
+        *,
+        error_response: ErrorResponseBuilder | None = None,
+        serial: bool = False,
+    ) -> Callable[[H], H]:
+        """Decorator form of :meth:`register`; ``versions`` is (min, max) inclusive."""
+
+        def decorate(fn: H) -> H:
+            self.register(
+                api_key, versions[0], versions[1], fn, error_response=error_response, serial=serial
+            )
+            return fn
+
+        return decorate
+
+    def lookup(self, api_key: int, api_version: int) -> Registration:
+        """The registration serving this request.
+
+        Raises :class:`UnknownApiKeyError` for an unserved key and
+        :class:`UnsupportedVersionError` (UNSUPPORTED_VERSION, 35) for a served key at a
+        version outside its range.
+        """
+        registration = self._by_key.get(api_key)
+        if registration is None:
+            raise UnknownApiKeyError(api_key)
+        if not registration.min_version <= api_version <= registration.max_version:
+            raise UnsupportedVersionError(
+                api_key, api_version, registration.min_version, registration.max_version
+            )
+        return registration
+
+    def get(self, api_key: int) -> Registration | None:
+        return self._by_key.get(int(api_key))
+
+    def supported_versions(self) -> tuple[ApiVersionRange, ...]:
+        """The ApiVersions table: every served key with its range, sorted by key."""
+        if self._table is None:
+            self._table = tuple(
+                ApiVersionRange(r.api_key, r.min_version, r.max_version)
+                for _, r in sorted(self._by_key.items())
+            )
+        return self._table
+
+    def __contains__(self, api_key: object) -> bool:
+        return api_key in self._by_key
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
+def _name(api_key: int) -> str:
+    try:
+        return f"{ApiKey(api_key).name}({api_key})"
+    except ValueError:
+        return str(api_key)
+

@@ -1,0 +1,189 @@
+"""One broker process: storage, metadata, handlers and listeners wired together.
+
+How it works (seed 000 "Request Processing"): every listener accepts connections on one
+asyncio event loop; the network layer decodes frames and dispatches each request to its
+handler through the registry. Handlers act on partitions through :class:`Broker` (the
+logs of :class:`LogManager`, the topic table of :class:`ClusterMetadata`). Background
+work (retention, flushes, checkpoints) runs on the same loop's scheduler, with disk-heavy
+steps in a worker thread.
+
+Start: load logs (recovery if the last shutdown was unclean), open the metadata store,
+make sure every partition of every known topic has a log, register handlers, listen.
+Stop (SIGTERM): close listeners and let in-flight requests finish, then flush every log,
+write checkpoints and the clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from odradek.cluster.metadata import ClusterMetadata, TopicInfo
+from odradek.cluster.store import EmbeddedStore, MetadataStore
+from odradek.protocol.registry import HandlerRegistry
+from odradek.server.config import BrokerConfig
+from odradek.server.network import KafkaServer, NetworkConfig
+from odradek.server.purgatory import Purgatory
+from odradek.storage import LogAppendInfo, LogManager, PartitionLog, TopicPartition
+from odradek.storage.files import META_PROPERTIES, atomic_write
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE = "odradek-metadata.json"
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, store: MetadataStore | None = None) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.log_manager = LogManager(config.log_dirs, config.values)
+        self._store = store
+        self.fetch_purgatory = Purgatory()
+        self.registry = HandlerRegistry()
+        self.servers: list[KafkaServer] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started = asyncio.Event()
+        self.metadata: ClusterMetadata
+
+    # -- life cycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        self.config.report_unknown()
+        store = self._store or EmbeddedStore(self.config.log_dirs[0].absolute() / METADATA_FILE)
+        self._store = store
+        self.metadata = ClusterMetadata(
+            store, lambda: [self.broker_id], self.config.values | self.config.log_defaults()
+        )
+        self.log_manager.startup(self.metadata.log_config)
+        self._write_meta_properties()
+        self._reconcile_logs()
+        self.metadata.add_listener(self._on_topic_change)
+        from odradek.server.handlers import register_all
+
+        register_all(self.registry, self)
+        net = NetworkConfig(
+            socket_request_max_bytes=self.config["socket.request.max.bytes"],
+            queued_max_requests=self.config["queued.max.requests"],
+            connections_max_idle_ms=self.config["connections.max.idle.ms"],
+            socket_send_buffer_bytes=self.config["socket.send.buffer.bytes"],
+            socket_receive_buffer_bytes=self.config["socket.receive.buffer.bytes"],
+            listen_backlog=self.config["socket.listen.backlog.size"],
+        )
+        for listener in self.config.listeners:
+            server = KafkaServer(self.registry, listener.host, listener.port, net)
+            await server.start()
+            self.servers.append(server)
+            log.info("listening on %s://%s:%d", listener.name, listener.host, server.port)
+        for name, interval_ms, fn in self.log_manager.periodic_tasks():
+            if interval_ms < (1 << 40):
+                self._tasks.append(asyncio.create_task(self._every(name, interval_ms, fn)))
+        self.started.set()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for server in self.servers:
+            await server.stop()
+        self.log_manager.shutdown()
+        if self._store is not None:
+            self._store.close()
+        log.info("broker %d stopped cleanly", self.broker_id)
+
+    async def _every(self, name: str, interval_ms: int, fn: Any) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await asyncio.to_thread(fn)
+            except Exception:
+                log.exception("background task %s failed", name)
+
+    @property
+    def port(self) -> int:
+        return self.servers[0].port
+
+    def _write_meta_properties(self) -> None:
+        body = (
+            f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.metadata.cluster_id}\n"
+        ).encode()
+        for log_dir in self.log_manager.online_dirs:
+            path = log_dir / META_PROPERTIES
+            if path.exists():
+                existing = dict(
+                    line.split("=", 1) for line in path.read_text().splitlines() if "=" in line
+                )
+                if existing.get("cluster.id", self.metadata.cluster_id) != self.metadata.cluster_id:
+                    raise RuntimeError(
+                        f"{path} belongs to cluster {existing.get('cluster.id')}, not "
+                        f"{self.metadata.cluster_id}: refusing to mix data directories"
+                    )
+                continue
+            atomic_write(path, body)
+
+    # -- partitions ----------------------------------------------------------------------
+    def _reconcile_logs(self) -> None:
+        """Logs for every partition in metadata; logs of deleted topics removed."""
+        for info in self.metadata.topics.values():
+            self._ensure_logs(info)
+        for tp in list(self.log_manager.logs):
+            info = self.metadata.get(tp.topic)
+            if info is None or tp.partition not in info.partitions:
+                log.info("removing log %s of a topic that no longer exists", tp)
+                self.log_manager.delete_log(tp)
+
+    def _ensure_logs(self, info: TopicInfo) -> None:
+        config = self.metadata.log_config(info.name)
+        for partition, replicas in info.partitions.items():
+            if self.broker_id in replicas:
+                tp = TopicPartition(info.name, partition)
+                existing = self.log_manager.get_log(tp)
+                if existing is None:
+                    self._watch(self.log_manager.get_or_create_log(tp, config))
+                else:
+                    existing.update_config(config)
+                    self._watch(existing)
+
+    def _watch(self, partition_log: PartitionLog) -> None:
+        if not getattr(partition_log, "_broker_watched", False):
+            tp = TopicPartition(partition_log.topic, partition_log.partition)
+            partition_log.add_append_listener(
+                lambda _log, nbytes, tp=tp: self.fetch_purgatory.notify(tp, nbytes)  # type: ignore[misc]
+            )
+            partition_log._broker_watched = True  # type: ignore[attr-defined]
+
+    def _on_topic_change(self, name: str, info: TopicInfo | None) -> None:
+        if info is None:
+            for tp in [tp for tp in self.log_manager.logs if tp.topic == name]:
+                self.log_manager.delete_log(tp)
+                self.fetch_purgatory.wake_all(tp)
+        else:
+            self._ensure_logs(info)
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.log_manager.get_log(TopicPartition(topic, partition))
+
+    def append_records(self, partition_log: PartitionLog, records: bytes) -> LogAppendInfo:
+        """Leader append of a producer's batches (leader epoch 0 on a single broker)."""
+        return partition_log.append_as_leader(records, leader_epoch=0)
+
+
+async def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> None:
+    """Run until SIGTERM/SIGINT, then stop gracefully."""
+    import signal
+
+    broker = Broker(config)
+    started = time.monotonic()
+    await broker.start()
+    log.info("broker %d started in %.0f ms", broker.broker_id, (time.monotonic() - started) * 1000)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    if ready_file is not None:
+        ready_file.write_text(str(broker.port))
+    await stop.wait()
+    log.info("shutting down")
+    await broker.stop()

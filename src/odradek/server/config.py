@@ -1,0 +1,261 @@
+"""Broker configuration: Kafka's ``server.properties`` names, types and defaults (KafkaConfig).
+
+How it works: values come from, in increasing precedence, Kafka's defaults (the table
+below and every topic config's broker-level key from :data:`TOPIC_CONFIGS`), a properties
+file, then ``--override key=value``. Every value is parsed and validated up front: an
+invalid value refuses to start with a message naming the key. Unknown keys are reported
+(logged once at start, and kept in :attr:`BrokerConfig.unknown`), never silently dropped.
+Keys Kafka has but Odradek does not need (thread pool sizes of the JVM broker) are accepted
+and reported as not applicable.
+
+Odradek's defaults differ from Kafka's in three places, for the embedded single node:
+``listeners`` binds 127.0.0.1:9092, ``log.dirs`` is ./data, and the group coordinator uses
+``group.initial.rebalance.delay.ms`` = 0 and ``offsets.topic.replication.factor`` = 1, as
+Kafka's own shipped ``config/server.properties`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from odradek.storage.config import LONG_MAX, TOPIC_CONFIGS, ConfigDef, ConfigError, parse_value
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BROKER_CONFIGS", "BrokerConfig", "ConfigError", "Listener", "parse_properties"]
+
+
+def _ge(minimum: int) -> Any:
+    return lambda v: None if v >= minimum else f"must be at least {minimum}"
+
+
+_OWN: tuple[ConfigDef, ...] = (
+    ConfigDef("broker.id", "int", 0, None, "this broker's id", _ge(0)),
+    ConfigDef("node.id", "int", -1, None, "alias of broker.id (KRaft name)", None),
+    ConfigDef("listeners", "list", ("PLAINTEXT://127.0.0.1:9092",), None, "listen addresses"),
+    ConfigDef("advertised.listeners", "list", (), None, "addresses given to clients"),
+    ConfigDef("log.dirs", "list", ("./data",), None, "data directories"),
+    ConfigDef("log.dir", "string", "", None, "single data directory (log.dirs wins)"),
+    ConfigDef("num.partitions", "int", 1, None, "partitions of auto-created topics", _ge(1)),
+    ConfigDef("default.replication.factor", "int", 1, None, "replication of auto-created topics",
+              _ge(1)),
+    ConfigDef("auto.create.topics.enable", "boolean", True, None, "create topics on first use"),
+    ConfigDef("delete.topic.enable", "boolean", True, None, "allow DeleteTopics"),
+    ConfigDef("socket.request.max.bytes", "int", 104857600, None, "largest request", _ge(1)),
+    ConfigDef("socket.send.buffer.bytes", "int", 102400, None, "SO_SNDBUF, -1 = OS default"),
+    ConfigDef("socket.receive.buffer.bytes", "int", 102400, None, "SO_RCVBUF, -1 = OS default"),
+    ConfigDef("socket.listen.backlog.size", "int", 50, None, "listen backlog", _ge(1)),
+    ConfigDef("queued.max.requests", "int", 500, None, "in-flight requests per connection",
+              _ge(1)),
+    ConfigDef("connections.max.idle.ms", "long", 600000, None, "idle connection timeout"),
+    ConfigDef("fetch.max.bytes", "int", 57671680, None, "cap on a fetch response", _ge(0)),
+    ConfigDef("log.retention.hours", "int", 168, None, "retention in hours"),
+    ConfigDef("log.retention.minutes", "int", -2, None, "retention in minutes (wins over hours)"),
+    ConfigDef("log.roll.hours", "int", 168, None, "segment age in hours", _ge(1)),
+    ConfigDef("log.retention.check.interval.ms", "long", 300000, None, "retention check period",
+              _ge(1)),
+    ConfigDef("log.flush.scheduler.interval.ms", "long", LONG_MAX, None, "flush check period",
+              _ge(1)),
+    ConfigDef("log.flush.offset.checkpoint.interval.ms", "int", 60000, None,
+              "recovery point checkpoint period", _ge(1)),
+    ConfigDef("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, None,
+              "log start offset checkpoint period", _ge(1)),
+    ConfigDef("num.recovery.threads.per.data.dir", "int", 1, None, "threads for log recovery",
+              _ge(1)),
+    ConfigDef("offsets.topic.num.partitions", "int", 50, None, "__consumer_offsets partitions",
+              _ge(1)),
+    ConfigDef("offsets.topic.replication.factor", "int", 1, None,
+              "__consumer_offsets replication (Kafka default 3; 1 for a single node)", _ge(1)),
+    ConfigDef("offsets.topic.segment.bytes", "int", 104857600, None,
+              "__consumer_offsets segment size", _ge(1)),
+    ConfigDef("offsets.retention.minutes", "int", 10080, None, "committed offset retention",
+              _ge(1)),
+    ConfigDef("offsets.retention.check.interval.ms", "long", 600000, None,
+              "offset expiry check period", _ge(1)),
+    ConfigDef("offsets.commit.timeout.ms", "int", 5000, None, "offset commit wait", _ge(1)),
+    ConfigDef("offset.metadata.max.bytes", "int", 4096, None, "commit metadata size"),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 0, None,
+              "delay of a new group's first rebalance (Kafka default 3000; 0 as shipped)"),
+    ConfigDef("group.min.session.timeout.ms", "int", 6000, None, "smallest session timeout"),
+    ConfigDef("group.max.session.timeout.ms", "int", 1800000, None, "largest session timeout"),
+    ConfigDef("group.max.size", "int", 2147483647, None, "members per group", _ge(1)),
+    ConfigDef("producer.id.expiration.ms", "int", 86400000, None, "idle producer id expiry"),
+    ConfigDef("transactional.id.expiration.ms", "int", 604800000, None, "transactional id expiry"),
+    ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, None,
+              "fetch sessions kept (KIP-227)", _ge(0)),
+    ConfigDef("replica.lag.time.max.ms", "long", 30000, None, "ISR lag bound", _ge(1)),
+    ConfigDef("log.cleaner.enable", "boolean", True, None, "run the log cleaner"),
+    ConfigDef("log.cleaner.threads", "int", 1, None, "cleaner threads", _ge(0)),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15000, None, "cleaner idle sleep", _ge(0)),
+    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134217728, None,
+              "offset map memory across cleaner threads", _ge(0)),
+    ConfigDef("log.cleaner.io.buffer.size", "int", 524288, None, "cleaner I/O buffers", _ge(0)),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, None,
+              "cleaner I/O throttle"),
+    ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9, None, "offset map load factor"),
+)
+
+# Keys of Kafka's broker that Odradek accepts but has no use for (JVM thread pools …).
+NOT_APPLICABLE = frozenset({
+    "num.network.threads", "num.io.threads", "num.replica.fetchers",
+    "background.threads", "log.cleaner.io.buffer.load.factor.unused",
+    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "zookeeper.connection.timeout.ms", "group.coordinator.rebalance.protocols",
+    "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
+})
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _OWN}
+for _topic_def in TOPIC_CONFIGS.values():
+    if _topic_def.broker_key and _topic_def.broker_key not in BROKER_CONFIGS:
+        BROKER_CONFIGS[_topic_def.broker_key] = ConfigDef(
+            _topic_def.broker_key, _topic_def.type, _topic_def.default, None,
+            f"default of topic config {_topic_def.name}: {_topic_def.doc}", _topic_def.validator,
+        )
+# Kafka's broker default for retention is expressed in hours; the ms key has no default.
+BROKER_CONFIGS["log.retention.ms"] = ConfigDef(
+    "log.retention.ms", "long", None, None, "retention in ms (wins over minutes and hours)"
+)
+BROKER_CONFIGS["log.roll.ms"] = ConfigDef(
+    "log.roll.ms", "long", None, None, "segment age in ms (wins over log.roll.hours)"
+)
+
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Listener:
+        m = _LISTENER.match(text.strip())
+        if not m:
+            raise ConfigError(f"invalid listener {text!r}: expected NAME://host:port")
+        host = m["host"].strip("[]")
+        port = int(m["port"])
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"invalid listener {text!r}: port out of range")
+        return cls(m["name"].upper(), host, port)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``.properties``: ``key=value`` or ``key: value``, ``#``/``!`` comments,
+    backslash line continuations."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        m = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if m:
+            props[m[1]] = m[2]
+        else:
+            props[line] = ""
+    return props
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    values: dict[str, Any]
+    unknown: list[str] = field(default_factory=list)
+    raw: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(
+        cls, path: Path | None = None, overrides: Iterable[str] | Mapping[str, str] = ()
+    ) -> BrokerConfig:
+        raw: dict[str, str] = {}
+        if path is not None:
+            try:
+                raw.update(parse_properties(Path(path).read_text()))
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        if isinstance(overrides, Mapping):
+            raw.update(overrides)
+        else:
+            for item in overrides:
+                key, sep, value = item.partition("=")
+                if not sep or not key.strip():
+                    raise ConfigError(f"invalid override {item!r}: expected key=value")
+                raw[key.strip()] = value.strip()
+        return cls.from_raw(raw)
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, str]) -> BrokerConfig:
+        values: dict[str, Any] = {name: d.default for name, d in BROKER_CONFIGS.items()}
+        unknown: list[str] = []
+        for key, value in raw.items():
+            d = BROKER_CONFIGS.get(key)
+            if d is None:
+                if key not in NOT_APPLICABLE:
+                    unknown.append(key)
+                continue
+            values[key] = parse_value(d, value)
+        config = cls(values, sorted(unknown), dict(raw))
+        config._derive()
+        return config
+
+    def _derive(self) -> None:
+        v = self.values
+        if v["node.id"] >= 0 and "broker.id" not in self.raw:
+            v["broker.id"] = v["node.id"]
+        if "log.dirs" not in self.raw and v["log.dir"]:
+            v["log.dirs"] = (v["log.dir"],)
+        if v["log.retention.ms"] is None:
+            if v["log.retention.minutes"] != -2:
+                v["log.retention.ms"] = v["log.retention.minutes"] * 60000
+            else:
+                v["log.retention.ms"] = v["log.retention.hours"] * 3600000
+        if v["log.retention.ms"] < -1:
+            raise ConfigError("invalid value for log.retention.ms: must be -1 or more")
+        if v["log.roll.ms"] is None:
+            v["log.roll.ms"] = v["log.roll.hours"] * 3600000
+        listeners = [Listener.parse(x) for x in v["listeners"]]
+        if not listeners:
+            raise ConfigError("listeners must name at least one address")
+        advertised = [Listener.parse(x) for x in v["advertised.listeners"]] or listeners
+        names = [lst.name for lst in listeners]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"listeners repeat a listener name: {', '.join(names)}")
+        self.listeners = listeners
+        self.advertised_listeners = advertised
+
+    def report_unknown(self) -> None:
+        for key in self.unknown:
+            log.warning("unknown configuration key %r is ignored", key)
+        for key in sorted(set(self.raw) & NOT_APPLICABLE):
+            log.info("configuration key %r does not apply to Odradek and is ignored", key)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    @property
+    def broker_id(self) -> int:
+        return int(self.values["broker.id"])
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [Path(d) for d in self.values["log.dirs"]]
+
+    def log_defaults(self) -> dict[str, Any]:
+        """The broker-level defaults of topic configs, for :class:`LogConfig`."""
+        return {d.broker_key: self.values[d.broker_key]
+                for d in TOPIC_CONFIGS.values() if d.broker_key}
+
+    listeners: list[Listener] = field(default_factory=list)
+    advertised_listeners: list[Listener] = field(default_factory=list)

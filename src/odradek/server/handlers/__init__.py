@@ -1,0 +1,29 @@
+"""Request handlers, one module per API family; each exposes ``register_*(registry, ...)``.
+
+:func:`register_all` fills the broker's registry; ApiVersions is derived from what it holds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from odradek.protocol.registry import HandlerRegistry
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+
+def register_all(registry: HandlerRegistry, broker: Broker) -> None:
+    from odradek.server.handlers.api_versions import register_api_versions
+    from odradek.server.handlers.fetch import register_fetch
+    from odradek.server.handlers.list_offsets import register_list_offsets
+    from odradek.server.handlers.metadata import register_metadata
+    from odradek.server.handlers.produce import register_produce
+    from odradek.server.handlers.topics import register_topics
+
+    register_api_versions(registry)
+    register_metadata(registry, broker)
+    register_produce(registry, broker)
+    register_fetch(registry, broker)
+    register_list_offsets(registry, broker)
+    register_topics(registry, broker)

@@ -1,0 +1,70 @@
+"""ListOffsets (key 2), versions 1-9: earliest, latest, max timestamp, or by timestamp.
+
+Follows Kafka's ``KafkaApis.handleListOffsetRequest`` / ``UnifiedLog.fetchOffsetByTimestamp``:
+-2 is the log start offset, -1 the log end offset (the high watermark for consumers, i.e.
+read_committed/uncommitted alike on one broker without transactions), -3 (v7+, KIP-734)
+the offset of the largest timestamp; any other timestamp goes through the time index to
+the first record whose timestamp is ≥ it, or -1 when there is none.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._errors import error_code_for
+from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+VERSIONS = (1, 9)
+
+
+def register_list_offsets(registry: HandlerRegistry, broker: Broker) -> None:
+    async def list_offsets(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("list_offsets", ctx.api_version)
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                partitions.append(_one(m, broker, topic.name, p, ctx.api_version))
+            topics.append(make(m.ListOffsetsTopicResponse, name=topic.name,
+                               partitions=tuple(partitions)))
+        return make(m.ListOffsetsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
+
+    registry.register(ApiKey.LIST_OFFSETS, VERSIONS[0], VERSIONS[1], list_offsets)
+
+
+def _one(m: Any, broker: Broker, topic: str, p: Any, version: int) -> Any:
+    def answer(code: ErrorCode, timestamp: int = -1, offset: int = -1) -> Any:
+        return make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
+                    error_code=code, timestamp=timestamp, offset=offset,
+                    leader_epoch=0 if code == ErrorCode.none else -1,
+                    old_style_offsets=())
+
+    partition_log = broker.get_log(topic, p.partition_index)
+    if partition_log is None:
+        return answer(ErrorCode.unknown_topic_or_partition)
+    leader_epoch = getattr(p, "current_leader_epoch", -1)
+    if leader_epoch > 0:
+        return answer(ErrorCode.unknown_leader_epoch)
+    ts = p.timestamp
+    if ts == MAX_TIMESTAMP and version < 7 or ts < MAX_TIMESTAMP:
+        return answer(ErrorCode.unsupported_version if ts == MAX_TIMESTAMP
+                      else ErrorCode.invalid_request)
+    try:
+        if ts == LATEST_TIMESTAMP:
+            return answer(ErrorCode.none, -1, partition_log.high_watermark)
+        if ts == EARLIEST_TIMESTAMP:
+            return answer(ErrorCode.none, -1, partition_log.log_start_offset)
+        found = partition_log.fetch_offset_by_timestamp(ts)
+    except Exception as exc:
+        code, _ = error_code_for(exc, f"listing offsets of {topic}-{p.partition_index}")
+        return answer(code)
+    if found is None:
+        return answer(ErrorCode.none, -1, -1)
+    return answer(ErrorCode.none, found.timestamp, found.offset)

@@ -1,0 +1,174 @@
+"""CreateTopics (key 19, v2-7) and DeleteTopics (key 20, v1-6).
+
+Follows Kafka's ``KafkaApis.handleCreateTopicsRequest`` / ``ZkAdminManager.createTopics``:
+each topic is validated on its own (name, partition count, replication factor, configs,
+duplicates within the request → INVALID_REQUEST), errors are per topic with a message, and
+``validate_only`` checks everything without creating. From v5 the answer carries the new
+topic's partition count, replication factor and effective configs with their sources.
+DeleteTopics (v6 may name topics by id) removes the topic from metadata; logs are renamed
+``-delete`` and removed asynchronously. Internal topics cannot be deleted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from odradek.cluster.metadata import MetadataError
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._errors import code_of
+from odradek.storage.config import TOPIC_CONFIGS
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+CREATE_VERSIONS = (2, 7)
+DELETE_VERSIONS = (1, 6)
+ZERO_UUID = uuid.UUID(int=0)
+
+# DescribeConfigs config sources (Kafka's ConfigSource).
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+
+def topic_config_entries(broker: Broker, name: str) -> list[tuple[str, str, int]]:
+    """(name, value, source) for every topic config of ``name``."""
+    info = broker.metadata.get(name)
+    overrides = info.configs if info else {}
+    effective = broker.metadata.log_config(name)
+    out = []
+    for key, d in sorted(TOPIC_CONFIGS.items()):
+        if key in overrides:
+            source = SOURCE_DYNAMIC_TOPIC
+        elif d.broker_key and d.broker_key in broker.config.raw:
+            source = SOURCE_STATIC_BROKER
+        else:
+            source = SOURCE_DEFAULT
+        value = effective[key]
+        if isinstance(value, tuple):
+            text = ",".join(value)
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            text = str(value)
+        out.append((key, text, source))
+    return out
+
+
+def register_topics(registry: HandlerRegistry, broker: Broker) -> None:
+    async def create_topics(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("create_topics", ctx.api_version)
+        counts = Counter(t.name for t in request.topics)
+        results = []
+        for topic in request.topics:
+            results.append(_create_one(m, broker, topic, counts[topic.name] > 1,
+                                       request.validate_only))
+        return make(m.CreateTopicsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(results))
+
+    async def delete_topics(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("delete_topics", ctx.api_version)
+        results = []
+        if ctx.api_version >= 6:
+            wanted = [(t.name, t.topic_id) for t in request.topics]
+        else:
+            wanted = [(n, None) for n in request.topic_names]
+        for name, topic_id in wanted:
+            results.append(_delete_one(m, broker, name, topic_id))
+        return make(m.DeleteTopicsResponse, throttle_time=ZERO_THROTTLE, responses=tuple(results))
+
+    registry.register(ApiKey.CREATE_TOPICS, CREATE_VERSIONS[0], CREATE_VERSIONS[1], create_topics)
+    registry.register(ApiKey.DELETE_TOPICS, DELETE_VERSIONS[0], DELETE_VERSIONS[1], delete_topics)
+
+
+def _create_one(m: Any, broker: Broker, topic: Any, duplicate: bool, validate_only: bool) -> Any:
+    def result(code: ErrorCode, message: str | None = None, info: Any = None) -> Any:
+        configs: tuple[Any, ...] = ()
+        partitions, rf = -1, -1
+        config_cls = getattr(m, "CreatableTopicConfigs", None)
+        if info is not None:
+            partitions = len(info[0])
+            rf = info[1]
+        if info is not None and config_cls is not None:
+            configs = tuple(
+                make(config_cls, name=k, value=v, read_only=False,
+                     config_source=src, is_sensitive=False)
+                for k, v, src in info[2]
+            )
+        return make(m.CreatableTopicResult, name=topic.name,
+                    topic_id=info[3] if info is not None else ZERO_UUID,
+                    error_code=code, error_message=message,
+                    topic_config_error_code=ErrorCode.none,
+                    num_partitions=partitions, replication_factor=rf, configs=configs)
+
+    if duplicate:
+        return result(ErrorCode.invalid_request, f"topic {topic.name!r} appears twice")
+    configs = {c.name: c.value for c in topic.configs}
+    assignment = None
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            return result(ErrorCode.invalid_request,
+                          "give either assignments or partitions and replication factor")
+        assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+        if sorted(assignment) != list(range(len(assignment))) or any(
+            b != broker.broker_id for ids in assignment.values() for b in ids
+        ) or any(not ids for ids in assignment.values()):
+            return result(ErrorCode.invalid_replica_assignment,
+                          "assignments must cover partitions 0..n-1 with live brokers")
+    try:
+        if validate_only:
+            n, rf, _ = broker.metadata.validate_new_topic(
+                topic.name,
+                len(assignment) if assignment else topic.num_partitions,
+                len(next(iter(assignment.values()))) if assignment else topic.replication_factor,
+                configs,
+            )
+            return result(ErrorCode.none, None, (range(n), rf,
+                                                 _preview_configs(broker, configs), ZERO_UUID))
+        info = broker.metadata.create_topic(
+            topic.name, topic.num_partitions if not assignment else len(assignment),
+            topic.replication_factor if not assignment else len(assignment[0]),
+            configs, assignment,
+        )
+    except MetadataError as exc:
+        return result(code_of(exc.kafka_error), str(exc))
+    rf = len(next(iter(info.partitions.values())))
+    return result(ErrorCode.none, None, (info.partitions, rf,
+                                         topic_config_entries(broker, info.name), info.topic_id))
+
+
+def _preview_configs(broker: Broker, configs: dict[str, str | None]) -> list[tuple[str, str, int]]:
+    entries = topic_config_entries(broker, "")
+    return [(k, str(configs[k]) if configs.get(k) is not None else v,
+             SOURCE_DYNAMIC_TOPIC if configs.get(k) is not None else s)
+            for k, v, s in entries]
+
+
+def _delete_one(m: Any, broker: Broker, name: str | None, topic_id: uuid.UUID | None) -> Any:
+    if name is None and topic_id is not None and topic_id != ZERO_UUID:
+        info = broker.metadata.by_id(topic_id)
+        if info is None:
+            return make(m.DeletableTopicResult, name=None, topic_id=topic_id,
+                        error_code=ErrorCode.unknown_topic_id, error_message=None)
+        name = info.name
+    assert name is not None
+    info = broker.metadata.get(name)
+    tid = info.topic_id if info else ZERO_UUID
+    if not broker.config["delete.topic.enable"]:
+        return make(m.DeletableTopicResult, name=name, topic_id=tid,
+                    error_code=ErrorCode.topic_deletion_disabled, error_message=None)
+    if info is not None and info.is_internal:
+        return make(m.DeletableTopicResult, name=name, topic_id=tid,
+                    error_code=ErrorCode.invalid_request,
+                    error_message=f"internal topic {name} cannot be deleted")
+    try:
+        broker.metadata.delete_topic(name)
+    except MetadataError as exc:
+        return make(m.DeletableTopicResult, name=name, topic_id=tid,
+                    error_code=code_of(exc.kafka_error), error_message=str(exc))
+    return make(m.DeletableTopicResult, name=name, topic_id=tid, error_code=ErrorCode.none,
+                error_message=None)

@@ -1,0 +1,589 @@
+"""The asyncio network layer: connections, dispatch, ordered pipelining, shutdown.
+
+Follows Kafka's ``SocketServer`` (Acceptor + Processor) and ``RequestChannel``, on one
+asyncio event loop instead of threads:
+
+1. *Accept.* :class:`KafkaServer` listens with ``loop.create_server``; each connection is a
+   :class:`KafkaConnection` (an ``asyncio.Protocol``: no stream-reader copies).
+2. *Frame.* Bytes go into a sans-I/O :class:`~odradek.protocol.framing.FrameDecoder`
+   capped at ``socket.request.max.bytes``.
+3. *Route.* The first 8 bytes of a frame give key, version and correlation id. The
+   registry says who serves it. An unknown key, a malformed header or body, or an
+   unsupported version close the connection with a logged reason (Kafka's behaviour),
+   except ApiVersions at an unsupported version, which gets the v0 UNSUPPORTED_VERSION
+   answer (KIP-511). ``RequestContext`` carries the header fields, peer and connection id.
+4. *Handle, concurrently.* Each request runs as its own task, so a slow Fetch does not
+   hold up a Metadata behind it. Registrations marked ``serial`` first wait for every
+   earlier request of the connection (Kafka's channel muting), for APIs whose execution
+   order matters.
+5. *Respond, in order.* A per-connection writer takes requests in arrival order and
+   writes each response once its handler is done, so responses leave in the order the
+   requests came in, whatever order the handlers finish (Kafka's in-order guarantee,
+   which its Processor gets by muting the channel). ``None`` means no response
+   (Produce acks=0). A :class:`~odradek.protocol.send.Send` is written part by part, file
+   regions with ``loop.sendfile`` (``os.sendfile`` on plain TCP, read+write on TLS).
+6. *Backpressure.* Reading pauses when ``queued.max.requests`` requests of the
+   connection are in flight and resumes at half that (frames already buffered are still
+   dispatched as slots free, so the bound is exact); the writer awaits the transport's drain (see
+   :mod:`odradek.server.flow_control`).
+7. *Idle.* A connection with nothing in flight and no traffic for
+   ``connections.max.idle.ms`` is closed (Kafka's ``Selector`` idle expiry).
+8. *Shutdown.* :meth:`KafkaServer.stop`: close the listener, stop reading on every
+   connection, let in-flight requests finish and their responses flush for up to the
+   shutdown timeout, then abort connections and cancel the handlers left.
+
+A handler that raises :class:`~odradek.protocol.errors.KafkaError` gets its registration's
+``error_response`` (Kafka's ``getErrorResponse``); any other exception maps to
+UNKNOWN_SERVER_ERROR the same way. Without an ``error_response`` builder the connection is
+closed, because there is no well-formed answer to send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.codec import decode_request, encode_body, request_header_version, schema
+from odradek.protocol.errors import (
+    ErrorCode,
+    KafkaError,
+    RemoteProtocolError,
+    UnsupportedVersionError,
+)
+from odradek.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+from odradek.protocol.headers import (
+    encode_response,
+    encode_response_prefix,
+    parse_request_header,
+    peek_request,
+)
+from odradek.protocol.registry import HandlerRegistry, Registration, RequestContext
+from odradek.protocol.send import FileRegion, Send
+from odradek.server.flow_control import FlowControl
+from odradek.server.handlers.api_versions import unsupported_version_response
+
+__all__ = ["KafkaConnection", "KafkaServer", "NetworkConfig"]
+
+log = logging.getLogger(__name__)
+
+_API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    """Network settings, named after Kafka's broker configs, with Kafka's defaults."""
+
+    socket_request_max_bytes: int = DEFAULT_MAX_FRAME_SIZE
+    """``socket.request.max.bytes``: largest request frame accepted."""
+    queued_max_requests: int = 500
+    """``queued.max.requests``: in-flight requests per connection before reading pauses."""
+    connections_max_idle_ms: int = 600_000
+    """``connections.max.idle.ms``: close connections idle this long."""
+    socket_send_buffer_bytes: int = 102_400
+    """``socket.send.buffer.bytes`` (SO_SNDBUF); -1 keeps the OS default."""
+    socket_receive_buffer_bytes: int = 102_400
+    """``socket.receive.buffer.bytes`` (SO_RCVBUF); -1 keeps the OS default."""
+    write_buffer_high_water_bytes: int = 4 * 1024 * 1024
+    """Transport write buffer above which the response writer waits for a drain."""
+    shutdown_timeout_ms: int = 30_000
+    """How long :meth:`KafkaServer.stop` lets in-flight requests finish."""
+    listen_backlog: int = 50
+    """``socket.listen.backlog.size``."""
+
+
+class _Close:
+    """Outcome of a request whose only correct answer is closing the connection."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+# What a handler task produces for the writer: nothing, a complete frame, a prefix plus a
+# Send, or a reason to close.
+_Outcome = None | bytes | tuple[bytes, Send] | _Close
+
+
+@dataclass(slots=True)
+class _InFlight:
+    ctx: RequestContext | None
+    task: asyncio.Future[_Outcome]
+
+
+class KafkaConnection(asyncio.Protocol):
+    """One client connection: per-connection state, decoder, ordered response writer."""
+
+    def __init__(self, server: KafkaServer, index: int) -> None:
+        self._server = server
+        self._index = index
+        self._config = server.config
+        self._registry = server.registry
+        self._loop = asyncio.get_running_loop()
+        self._decoder = FrameDecoder(self._config.socket_request_max_bytes)
+        self._resume_at = self._config.queued_max_requests // 2
+        self._in_flight: collections.deque[_InFlight] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._transport: asyncio.Transport | None = None
+        self._flow: FlowControl | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._last_activity = self._loop.time()
+        self._draining = False  # shutdown: no new requests, finish the in-flight ones
+        self._eof = False  # the client half-closed: answer what it sent, then close
+        self._closing = False
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        self.peer: tuple[str, int] = ("", 0)
+        self.connection_id = ""
+
+    # -- asyncio.Protocol callbacks ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._flow = FlowControl(transport)
+        peer = transport.get_extra_info("peername") or ("", 0)
+        local = transport.get_extra_info("sockname") or ("", 0)
+        self.peer = (str(peer[0]), int(peer[1]))
+        self.connection_id = f"{local[0]}:{local[1]}-{peer[0]}:{peer[1]}-{self._index}"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            _tune_socket(sock, self._config)
+        high = self._config.write_buffer_high_water_bytes
+        transport.set_write_buffer_limits(high=high, low=high // 4)
+        self._writer = self._loop.create_task(self._write_loop())
+        self._schedule_idle_check(self._config.connections_max_idle_ms / 1000)
+        log.debug("connection %s accepted", self.connection_id)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing or self._draining:
+            return
+        self._last_activity = self._loop.time()
+        try:
+            self._decoder.receive_data(data)
+        except RemoteProtocolError as e:
+            self.close(f"invalid frame: {e}")
+            return
+        self._pump()
+
+    def eof_received(self) -> bool | None:
+        # The client half-closed: finish what is in flight, then close (returning True
+        # keeps our write side open until then).
+        self._eof = True
+        if not self._in_flight:
+            return None
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        if self._flow is not None:
+            self._flow.release()
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
+        # Handler tasks are not cancelled: like Kafka, a request already accepted is
+        # processed; only its response is dropped. stop() cancels stragglers.
+        self._in_flight.clear()
+        self._server._forget(self)
+        if not self.closed.done():
+            self.closed.set_result(None)
+        log.debug("connection %s closed (%s)", self.connection_id, exc or "normally")
+
+    def pause_writing(self) -> None:
+        assert self._flow is not None
+        self._flow.pause_writing()
+
+    def resume_writing(self) -> None:
+        assert self._flow is not None
+        self._flow.resume_writing()
+
+    # -- public -------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def close(self, reason: str, level: int = logging.INFO) -> None:
+        """Close the connection now, logging ``reason``."""
+        if self._closing:
+            return
+        self._closing = True
+        log.log(level, "closing connection %s from %s: %s", self.connection_id, self.peer, reason)
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    def begin_shutdown(self) -> None:
+        """Stop taking requests; close once the in-flight ones are answered."""
+        self._draining = True
+        if self._flow is not None and not self._closing:
+            self._flow.pause_reading()
+        self._wakeup.set()
+
+    # -- reading and dispatch ----------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Dispatch buffered frames while the in-flight bound allows."""
+        assert self._flow is not None
+        limit = self._config.queued_max_requests
+        while not self._closing and not self._draining and len(self._in_flight) < limit:
+            try:
+                frame = self._decoder.next_frame()
+            except RemoteProtocolError as e:
+                self.close(f"invalid frame: {e}")
+                return
+            if frame is None:
+                break
+            self._dispatch(frame)
+        if len(self._in_flight) >= limit:
+            self._flow.pause_reading()
+
+    def _dispatch(self, frame: bytes) -> None:
+        received_ns = time.monotonic_ns()
+        try:
+            api_key, api_version, correlation_id = peek_request(frame)
+        except RemoteProtocolError as e:
+            self.close(str(e))
+            return
+        try:
+            registration = self._registry.lookup(api_key, api_version)
+        except UnsupportedVersionError as e:
+            if api_key == _API_VERSIONS:
+                self._answer_unsupported_api_versions(frame, api_version, correlation_id)
+            else:
+                self.close(f"{e} (correlation id {correlation_id})")
+            return
+        except RemoteProtocolError as e:  # unknown API key
+            self.close(f"{e} (correlation id {correlation_id})")
+            return
+        api_schema = schema(api_key, api_version)
+        try:
+            header = parse_request_header(frame, api_schema.request_header_version)
+            request = decode_request(api_key, api_version, frame, header.size)
+        except RemoteProtocolError as e:
+            self.close(f"{e} (correlation id {correlation_id})")
+            return
+        ctx = RequestContext(
+            correlation_id=correlation_id,
+            client_id=header.client_id,
+            api_key=api_key,
+            api_version=api_version,
+            peer=self.peer,
+            connection_id=self.connection_id,
+            header_version=header.header_version,
+            received_ns=received_ns,
+        )
+        prior: list[asyncio.Future[_Outcome]] = []
+        if registration.serial:
+            prior = [entry.task for entry in self._in_flight if not entry.task.done()]
+        task = self._loop.create_task(self._handle(registration, ctx, request, prior))
+        self._server._track(task)
+        self._push(_InFlight(ctx, task))
+
+    def _answer_unsupported_api_versions(
+        self, frame: bytes, api_version: int, correlation_id: int
+    ) -> None:
+        # The body cannot be parsed, but the header can: its version follows the request
+        # version's flexibility (clamped to the versions kio knows).
+        try:
+            parse_request_header(frame, request_header_version(_API_VERSIONS, api_version))
+        except RemoteProtocolError as e:
+            self.close(f"malformed ApiVersions request at an unsupported version: {e}")
+            return
+        response = unsupported_version_response(self._registry)
+        done: asyncio.Future[_Outcome] = self._loop.create_future()
+        done.set_result(encode_response(correlation_id, response, header_version=0))
+        self._push(_InFlight(None, done))
+
+    def _push(self, entry: _InFlight) -> None:
+        self._in_flight.append(entry)
+        self._wakeup.set()
+
+    async def _handle(
+        self,
+        registration: Registration,
+        ctx: RequestContext,
+        request: Any,
+        prior: list[asyncio.Future[_Outcome]],
+    ) -> _Outcome:
+        if prior:
+            await asyncio.wait(prior)
+        try:
+            result = await registration.handler(ctx, request)
+        except KafkaError as e:
+            return self._error_outcome(registration, ctx, request, e.code, e)
+        except Exception as e:
+            log.exception(
+                "handler for API %s v%s failed (connection %s, correlation id %s)",
+                ctx.api_key,
+                ctx.api_version,
+                ctx.connection_id,
+                ctx.correlation_id,
+            )
+            return self._error_outcome(
+                registration, ctx, request, ErrorCode.unknown_server_error, e
+            )
+        return self._encode(registration, ctx, result)
+
+    def _error_outcome(
+        self,
+        registration: Registration,
+        ctx: RequestContext,
+        request: Any,
+        code: ErrorCode,
+        error: BaseException,
+    ) -> _Outcome:
+        if registration.error_response is None:
+            return _Close(f"handler for API {ctx.api_key} v{ctx.api_version} failed: {error!r}")
+        try:
+            response = registration.error_response(ctx, request, code)
+        except Exception as e:
+            log.exception("error_response for API %s failed", ctx.api_key)
+            return _Close(f"cannot build error response: {e!r}")
+        return self._encode(registration, ctx, response)
+
+    def _encode(self, registration: Registration, ctx: RequestContext, result: Any) -> _Outcome:
+        if result is None:
+            return None
+        api_schema = schema(ctx.api_key, ctx.api_version)
+        header_version = api_schema.response_header_version
+        if isinstance(result, Send):
+            prefix = encode_response_prefix(ctx.correlation_id, header_version, result.size)
+            return (prefix, result)
+        if type(result) is not api_schema.response_type:
+            return _Close(
+                f"handler for API {ctx.api_key} v{ctx.api_version} returned "
+                f"{type(result).__name__}, expected {api_schema.response_type.__name__}"
+            )
+        try:
+            body = encode_body(result)
+        except Exception as e:
+            log.exception("cannot encode response to API %s", ctx.api_key)
+            return _Close(f"cannot encode response: {e!r}")
+        return encode_response_prefix(ctx.correlation_id, header_version, len(body)) + body
+
+    # -- writing -----------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        transport = self._transport
+        flow = self._flow
+        assert transport is not None and flow is not None
+        in_flight = self._in_flight
+        while True:
+            if not in_flight:
+                if self._draining or self._eof:
+                    reason = "shutting down" if self._draining else "client closed its side"
+                    self.close(reason, logging.DEBUG)
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            task = in_flight[0].task
+            if not task.done():
+                # shield: closing the connection cancels this writer, never the handler.
+                try:
+                    await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    me = asyncio.current_task()
+                    if me is not None and me.cancelling():
+                        raise
+            if self._closing:
+                return
+            in_flight.popleft()
+            if task.cancelled():
+                self.close("request handler was cancelled", logging.WARNING)
+                return
+            outcome = task.result()
+            if isinstance(outcome, _Close):
+                self.close(outcome.reason, logging.WARNING)
+                return
+            if outcome is not None:
+                self._last_activity = self._loop.time()
+                if isinstance(outcome, bytes):
+                    transport.write(outcome)
+                else:
+                    prefix, send = outcome
+                    if not await self._write_send(prefix, send):
+                        return
+            if not self._draining and not self._closing:
+                # Hysteresis: resume reading at half the bound, so a client that keeps
+                # the pipe full does not cost a pause/resume pair per response. Frames
+                # already buffered are dispatched as soon as a slot frees.
+                if flow.read_paused and len(in_flight) <= self._resume_at:
+                    flow.resume_reading()
+                if self._decoder.buffered >= 4:
+                    self._pump()
+            if not flow.writable:
+                await flow.drain()
+
+    async def _write_send(self, prefix: bytes, send: Send) -> bool:
+        transport = self._transport
+        assert transport is not None and self._flow is not None
+        buffered: list[bytes | bytearray | memoryview] = [prefix]
+        for part in send.parts:
+            if not isinstance(part, FileRegion):
+                buffered.append(part)
+                continue
+            if buffered:
+                transport.writelines(buffered)
+                buffered = []
+            if part.size == 0:
+                continue
+            try:
+                with open(part.fd, "rb", buffering=0, closefd=False) as file:
+                    sent = await self._loop.sendfile(
+                        transport, file, part.position, part.size, fallback=True
+                    )
+            except (OSError, RuntimeError) as e:
+                self.close(f"sendfile failed: {e!r}", logging.WARNING)
+                return False
+            finally:
+                self._flow.reapply()
+            if sent != part.size:
+                # The size prefix promised more bytes than the file had: the stream is
+                # now unframed and the connection cannot continue.
+                self.close(
+                    f"file region {part} short by {part.size - sent} bytes", logging.ERROR
+                )
+                return False
+        if buffered:
+            transport.writelines(buffered)
+        return True
+
+    # -- idle expiry ---------------------------------------------------------------------
+
+    def _schedule_idle_check(self, delay: float) -> None:
+        self._idle_timer = self._loop.call_later(max(delay, 0.001), self._check_idle)
+
+    def _check_idle(self) -> None:
+        if self._closing:
+            return
+        idle_s = self._config.connections_max_idle_ms / 1000
+        if self._in_flight:
+            self._schedule_idle_check(idle_s)
+            return
+        remaining = self._last_activity + idle_s - self._loop.time()
+        if remaining <= 0:
+            limit = self._config.connections_max_idle_ms
+            self.close(f"idle for more than connections.max.idle.ms={limit}")
+        else:
+            self._schedule_idle_check(remaining)
+
+
+def _tune_socket(sock: socket.socket, config: NetworkConfig) -> None:
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if config.socket_send_buffer_bytes > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, config.socket_send_buffer_bytes)
+        if config.socket_receive_buffer_bytes > 0:
+            sock.setsockopt(
+                socket.SOL_SOCKET, socket.SO_RCVBUF, config.socket_receive_buffer_bytes
+            )
+    except OSError:  # not TCP (tests over socketpair), or the OS refused
+        pass
+
+
+class KafkaServer:
+    """Server-wide state: the listener, live connections and handler tasks.
+
+    ``port=0`` picks a free port; read it back from :attr:`port` after :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        registry: HandlerRegistry,
+        host: str = "127.0.0.1",
+        port: int = 9092,
+        config: NetworkConfig | None = None,
+    ) -> None:
+        self.registry = registry
+        self.host = host
+        self._requested_port = port
+        self.config = config or NetworkConfig()
+        self._server: asyncio.Server | None = None
+        self._connections: set[KafkaConnection] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._counter = itertools.count()
+
+    @property
+    def port(self) -> int:
+        if self._server is None or not self._server.sockets:
+            return self._requested_port
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def connections(self) -> frozenset[KafkaConnection]:
+        return frozenset(self._connections)
+
+    async def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("server already started")
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._new_connection,
+            self.host,
+            self._requested_port,
+            backlog=self.config.listen_backlog,
+            reuse_address=True,
+        )
+        log.info("listening on %s:%s", self.host, self.port)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Graceful shutdown: stop accepting, finish in-flight requests, close.
+
+        Waits up to ``timeout`` seconds (default ``shutdown_timeout_ms``) for in-flight
+        requests to be answered, then aborts the remaining connections and cancels the
+        handler tasks still running.
+        """
+        if self._server is None:
+            return
+        if timeout is None:
+            timeout = self.config.shutdown_timeout_ms / 1000
+        self._server.close()
+        for connection in list(self._connections):
+            connection.begin_shutdown()
+        pending = {c.closed for c in self._connections} | set(self._tasks)
+        if pending:
+            _, not_done = await asyncio.wait(pending, timeout=timeout)
+            if not_done:
+                log.warning("shutdown timed out; aborting %d connections", len(self._connections))
+        for connection in list(self._connections):
+            connection.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=1.0)
+        await self._server.wait_closed()
+        self._server = None
+        log.info("stopped")
+
+    async def __aenter__(self) -> KafkaServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def _new_connection(self) -> KafkaConnection:
+        connection = KafkaConnection(self, next(self._counter))
+        self._connections.add(connection)
+        return connection
+
+    def _forget(self, connection: KafkaConnection) -> None:
+        self._connections.discard(connection)
+
+    def _track(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

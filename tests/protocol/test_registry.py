@@ -1,0 +1,99 @@
+"""HandlerRegistry (odradek.protocol.registry), ApiKey and ErrorCode tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kio.schema.index import api_key_map
+
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import (
+    ErrorCode,
+    KafkaError,
+    LocalProtocolError,
+    UnknownApiKeyError,
+    UnsupportedVersionError,
+    error_code,
+)
+from odradek.protocol.registry import (
+    ApiVersionRange,
+    DuplicateHandlerError,
+    HandlerRegistry,
+    RequestContext,
+)
+
+
+async def _noop(ctx: RequestContext, request: Any) -> Any:
+    return None
+
+
+def test_decorator_and_lookup() -> None:
+    registry = HandlerRegistry()
+
+    @registry.handler(ApiKey.METADATA, versions=(0, 12))
+    async def metadata(ctx: RequestContext, request: Any) -> Any:
+        return None
+
+    registration = registry.lookup(3, 12)
+    assert registration.handler is metadata
+    assert (registration.min_version, registration.max_version) == (0, 12)
+    assert ApiKey.METADATA in registry and len(registry) == 1
+
+
+def test_duplicate_registration_is_an_error() -> None:
+    registry = HandlerRegistry()
+    registry.register(ApiKey.METADATA, 0, 12, _noop)
+    with pytest.raises(DuplicateHandlerError, match="METADATA"):
+        registry.register(ApiKey.METADATA, 0, 1, _noop)
+
+
+def test_versions_must_have_kio_schemas() -> None:
+    registry = HandlerRegistry()
+    with pytest.raises(LocalProtocolError):
+        registry.register(ApiKey.PRODUCE, 0, 9, _noop)  # kio starts at Produce v3
+    with pytest.raises(LocalProtocolError):
+        registry.register(ApiKey.API_VERSIONS, 0, 99, _noop)
+    with pytest.raises(LocalProtocolError):
+        registry.register(4, 0, 0, _noop)  # LeaderAndIsr: gone in Kafka 4
+    with pytest.raises(LocalProtocolError):
+        registry.register(ApiKey.METADATA, 5, 2, _noop)
+    assert len(registry) == 0
+
+
+def test_lookup_errors_are_precise() -> None:
+    registry = HandlerRegistry()
+    registry.register(ApiKey.METADATA, 4, 12, _noop)
+    with pytest.raises(UnknownApiKeyError):
+        registry.lookup(ApiKey.FETCH, 12)
+    with pytest.raises(UnsupportedVersionError) as info:
+        registry.lookup(ApiKey.METADATA, 13)
+    assert info.value.code == ErrorCode.unsupported_version == 35
+    assert (info.value.min_version, info.value.max_version) == (4, 12)
+    with pytest.raises(UnsupportedVersionError):
+        registry.lookup(ApiKey.METADATA, 3)
+
+
+def test_supported_versions_is_the_table_sorted() -> None:
+    registry = HandlerRegistry()
+    registry.register(ApiKey.METADATA, 0, 12, _noop)
+    registry.register(ApiKey.API_VERSIONS, 0, 4, _noop)
+    registry.register(ApiKey.PRODUCE, 3, 11, _noop)
+    assert registry.supported_versions() == (
+        ApiVersionRange(0, 3, 11),
+        ApiVersionRange(3, 0, 12),
+        ApiVersionRange(18, 0, 4),
+    )
+
+
+def test_api_key_enum_matches_kio() -> None:
+    assert {k.value: k.name.lower() for k in ApiKey} == dict(api_key_map)
+
+
+def test_error_codes() -> None:
+    assert error_code(35) is ErrorCode.unsupported_version
+    assert error_code(-1) is ErrorCode.unknown_server_error
+    with pytest.raises(ValueError):
+        error_code(31_999)
+    err = KafkaError(ErrorCode.not_leader_or_follower, "moved")
+    assert err.retriable and "NOT_LEADER_OR_FOLLOWER" in str(err).upper()

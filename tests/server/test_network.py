@@ -1,0 +1,471 @@
+"""The network layer over real sockets (odradek.server.network).
+
+The server runs on 127.0.0.1, port 0, with ApiVersions plus a fake test API: Heartbeat
+(key 12), whose ``group_id`` tells the handler what to do ("sleep:0.3", "none", "raise",
+"crash", "send", "block", anything else answers at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import importlib
+import os
+import struct
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.heartbeat.v0.request import HeartbeatRequest as HeartbeatRequestV0
+from kio.schema.heartbeat.v0.response import HeartbeatResponse as HeartbeatResponseV0
+from kio.schema.heartbeat.v4.request import HeartbeatRequest as HeartbeatRequestV4
+from kio.schema.heartbeat.v4.response import HeartbeatResponse as HeartbeatResponseV4
+from kio.static.primitive import i32
+from tests.protocol.wire import decode_response, raw_header, request_frame
+
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.send import FileRegion, Send
+from odradek.server.handlers.api_versions import register_api_versions
+from odradek.server.network import KafkaServer, NetworkConfig
+
+TIMEOUT = 10.0
+
+
+class FakeApi:
+    """State shared between the fake Heartbeat handler and a test."""
+
+    def __init__(self) -> None:
+        self.completed: list[str] = []
+        self.gate = asyncio.Event()
+        self.started = 0
+        fd, self.path = tempfile.mkstemp()
+        os.write(fd, b"xx\x00\x10yy")  # bytes 2..3 = error code 16 (NOT_COORDINATOR)
+        self.fd = fd
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.unlink(self.path)
+
+    async def handler(self, ctx: RequestContext, request: Any) -> Any:
+        self.started += 1
+        action = request.group_id
+        if action.startswith("sleep:"):
+            await asyncio.sleep(float(action.split(":", 1)[1]))
+        elif action == "block":
+            await self.gate.wait()
+        elif action == "none":
+            self.completed.append(action)
+            return None
+        elif action == "raise":
+            raise KafkaError(ErrorCode.rebalance_in_progress)
+        elif action == "crash":
+            raise RuntimeError("boom")
+        elif action == "send":
+            # error_code int16 = 0x0010, half from memory, half from the file.
+            return Send([b"\x00", FileRegion(self.fd, 3, 1)])
+        self.completed.append(action)
+        return _heartbeat_response(ctx.api_version, ErrorCode.none)
+
+
+def _heartbeat_response(version: int, code: ErrorCode) -> Any:
+    if version == 0:
+        return HeartbeatResponseV0(error_code=code)
+    return HeartbeatResponseV4(error_code=code, throttle_time=datetime.timedelta(0))
+
+
+def _heartbeat(action: str, version: int = 4) -> Any:
+    if version == 0:
+        return HeartbeatRequestV0(group_id=action, generation_id=i32(1), member_id="m")  # type: ignore[arg-type]
+    return HeartbeatRequestV4(group_id=action, generation_id=i32(1), member_id="m")  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def running(
+    config: NetworkConfig | None = None,
+) -> AsyncIterator[tuple[KafkaServer, FakeApi]]:
+    api = FakeApi()
+    registry = HandlerRegistry()
+    register_api_versions(registry)
+    registry.register(
+        ApiKey.HEARTBEAT,
+        0,
+        4,
+        api.handler,
+        error_response=lambda ctx, req, code: _heartbeat_response(ctx.api_version, code),
+    )
+    server = KafkaServer(registry, "127.0.0.1", 0, config=config)
+    await server.start()
+    try:
+        yield server, api
+    finally:
+        api.gate.set()
+        await server.stop(timeout=5)
+        api.close()
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    async def with_timeout() -> None:
+        await asyncio.wait_for(test(), TIMEOUT)
+
+    asyncio.run(with_timeout())
+
+
+class Client:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, port: int) -> Client:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def read_frame(self) -> bytes | None:
+        """The next response payload, or None when the server closed the connection."""
+        try:
+            prefix = await self.reader.readexactly(4)
+            (size,) = struct.unpack(">i", prefix)
+            return await self.reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            return None
+
+    async def call(self, request: Any, correlation_id: int) -> Any:
+        await self.send(request_frame(request, correlation_id))
+        payload = await self.read_frame()
+        assert payload is not None, "connection closed"
+        corr, response = decode_response(payload, request.__api_key__, request.__version__)
+        assert corr == correlation_id
+        return response
+
+    async def closed_by_server(self) -> bool:
+        return await asyncio.wait_for(self.read_frame(), 5) is None
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+
+def _api_versions_v3() -> ApiVersionsRequest:
+    return ApiVersionsRequest(client_software_name="odradek-tests", client_software_version="0.1")
+
+
+def test_api_versions_v3_raw_socket() -> None:
+    async def test() -> None:
+        async with running() as (server, _):
+            client = await Client.connect(server.port)
+            response = await client.call(_api_versions_v3(), 1)
+            assert response.error_code == ErrorCode.none
+            table = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            assert table == {12: (0, 4), 18: (0, 4)}
+            await client.close()
+
+    run(test)
+
+
+def test_pipelined_responses_keep_request_order() -> None:
+    async def test() -> None:
+        async with running() as (server, api):
+            client = await Client.connect(server.port)
+            requests = [
+                (_heartbeat("sleep:0.3"), 1),
+                (_heartbeat("fast-a"), 2),
+                (_heartbeat("none", version=0), 3),  # no response at all
+                (_heartbeat("fast-b", version=0), 4),
+                (_api_versions_v3(), 5),
+                (_heartbeat("sleep:0.1"), 6),
+            ]
+            await client.send(b"".join(request_frame(r, c) for r, c in requests))
+            seen = []
+            for request, corr in requests:
+                if corr == 3:
+                    continue
+                payload = await client.read_frame()
+                assert payload is not None
+                got, response = decode_response(
+                    payload, request.__api_key__, request.__version__
+                )
+                seen.append(got)
+                assert response.error_code == ErrorCode.none
+            assert seen == [1, 2, 4, 5, 6]
+            # Handlers ran concurrently: the fast ones finished before the slow ones.
+            assert api.completed.index("fast-a") < api.completed.index("sleep:0.3")
+            assert api.completed.index("sleep:0.1") < api.completed.index("sleep:0.3")
+            await client.close()
+
+    run(test)
+
+
+def test_api_versions_unknown_version_gets_v0_error_response() -> None:
+    async def test() -> None:
+        async with running() as (server, _):
+            client = await Client.connect(server.port)
+            # A future ApiVersions v99: flexible header, a body we cannot parse.
+            payload = raw_header(18, 99, 7, "future-client", flexible=True) + b"\x99\x98junk"
+            await client.send(struct.pack(">i", len(payload)) + payload)
+            answer = await client.read_frame()
+            assert answer is not None
+            corr, response = decode_response(answer, 18, 0, header_version=0)
+            assert corr == 7
+            assert response.error_code == ErrorCode.unsupported_version
+            table = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            assert table[18] == (0, 4)
+            # The connection stays usable: the client retries with a version we serve.
+            response = await client.call(_api_versions_v3(), 8)
+            assert response.error_code == ErrorCode.none
+            await client.close()
+
+    run(test)
+
+
+def _bad_inputs() -> dict[str, bytes]:
+    good_v3 = request_frame(_api_versions_v3(), 1)
+    return {
+        "truncated_header": struct.pack(">i", 5) + b"\x00\x12\x00\x03\x00",
+        "truncated_body": struct.pack(">i", len(good_v3) - 7) + good_v3[4:-3],
+        "oversized_frame": struct.pack(">i", 2 * 1024 * 1024) + b"\x00" * 64,
+        "negative_size": struct.pack(">i", -4),
+        "unknown_api_key": struct.pack(">i", 10) + raw_header(999, 0, 1, None, flexible=False),
+        "unserved_api_key": request_frame(
+            ApiVersionsRequest(client_software_name="a", client_software_version="b"), 1
+        ).replace(b"\x00\x12\x00\x03", b"\x00\x03\x00\x0c", 1),  # Metadata v12, not served
+        "unsupported_version": struct.pack(">i", 10) + raw_header(12, 99, 1, None, False),
+        "http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_bad_inputs()))
+def test_bad_input_closes_only_that_connection(case: str) -> None:
+    async def test() -> None:
+        config = NetworkConfig(socket_request_max_bytes=1024 * 1024)
+        async with running(config) as (server, _):
+            good = await Client.connect(server.port)
+            bad = await Client.connect(server.port)
+            assert (await good.call(_heartbeat("before"), 1)).error_code == ErrorCode.none
+            await bad.send(_bad_inputs()[case])
+            assert await bad.closed_by_server()
+            assert (await good.call(_heartbeat("after"), 2)).error_code == ErrorCode.none
+            assert len(server.connections) == 1
+            await good.close()
+            await bad.close()
+
+    run(test)
+
+
+def test_truncated_frame_then_eof_closes() -> None:
+    async def test() -> None:
+        async with running() as (server, _):
+            client = await Client.connect(server.port)
+            await client.send(struct.pack(">i", 100) + b"\x00" * 10)
+            client.writer.write_eof()
+            assert await client.closed_by_server()
+            await client.close()
+
+    run(test)
+
+
+def test_handler_errors_use_error_response() -> None:
+    async def test() -> None:
+        async with running() as (server, _):
+            client = await Client.connect(server.port)
+            response = await client.call(_heartbeat("raise"), 1)
+            assert response.error_code == ErrorCode.rebalance_in_progress
+            response = await client.call(_heartbeat("crash"), 2)
+            assert response.error_code == ErrorCode.unknown_server_error
+            await client.close()
+
+    run(test)
+
+
+def test_send_with_file_region() -> None:
+    async def test() -> None:
+        async with running() as (server, _):
+            client = await Client.connect(server.port)
+            response = await client.call(_heartbeat("send", version=0), 1)
+            assert response.error_code == ErrorCode.not_coordinator  # 16
+            # Framing is intact afterwards.
+            assert (await client.call(_heartbeat("next"), 2)).error_code == ErrorCode.none
+            await client.close()
+
+    run(test)
+
+
+def test_read_backpressure_bounds_in_flight_requests() -> None:
+    async def test() -> None:
+        async with running(NetworkConfig(queued_max_requests=2)) as (server, api):
+            client = await Client.connect(server.port)
+            frames = [request_frame(_heartbeat("block"), i) for i in range(6)]
+            await client.send(b"".join(frames))
+            await asyncio.sleep(0.2)
+            (connection,) = server.connections
+            assert connection.in_flight == 2
+            assert api.started == 2
+            api.gate.set()
+            for i in range(6):
+                payload = await client.read_frame()
+                assert payload is not None
+                assert decode_response(payload, 12, 4)[0] == i
+            assert api.started == 6
+            await client.close()
+
+    run(test)
+
+
+def test_idle_connections_are_closed() -> None:
+    async def test() -> None:
+        async with running(NetworkConfig(connections_max_idle_ms=200)) as (server, _):
+            client = await Client.connect(server.port)
+            assert (await client.call(_heartbeat("x"), 1)).error_code == ErrorCode.none
+            assert await client.closed_by_server()
+            await client.close()
+
+    run(test)
+
+
+def test_graceful_shutdown_finishes_in_flight_requests() -> None:
+    async def test() -> None:
+        async with running() as (server, _):
+            port = server.port
+            client = await Client.connect(port)
+            await client.send(request_frame(_heartbeat("sleep:0.3"), 1))
+            await asyncio.sleep(0.05)
+            await server.stop(timeout=5)
+            payload = await client.read_frame()
+            assert payload is not None and decode_response(payload, 12, 4)[0] == 1
+            assert await client.closed_by_server()
+            with pytest.raises(OSError):
+                await asyncio.open_connection("127.0.0.1", port)
+            await client.close()
+
+    run(test)
+
+
+def test_shutdown_timeout_cancels_stuck_handlers() -> None:
+    async def test() -> None:
+        async with running() as (server, _):
+            client = await Client.connect(server.port)
+            await client.send(request_frame(_heartbeat("block"), 1))
+            await asyncio.sleep(0.05)
+            await server.stop(timeout=0.2)
+            assert await client.closed_by_server()
+            await client.close()
+
+    run(test)
+
+
+def test_half_closed_client_gets_its_answers() -> None:
+    async def test() -> None:
+        async with running() as (server, _):
+            client = await Client.connect(server.port)
+            frames = [request_frame(_heartbeat("sleep:0.05"), i) for i in range(3)]
+            await client.send(b"".join(frames))
+            client.writer.write_eof()
+            for i in range(3):
+                payload = await client.read_frame()
+                assert payload is not None and decode_response(payload, 12, 4)[0] == i
+            assert await client.closed_by_server()
+            await client.close()
+
+    run(test)
+
+
+def test_serial_registration_runs_requests_one_at_a_time() -> None:
+    async def test() -> None:
+        log: list[str] = []
+
+        async def slow_then_fast(ctx: RequestContext, request: Any) -> Any:
+            log.append(f"start {request.group_id}")
+            if request.group_id == "slow":
+                await asyncio.sleep(0.2)
+            log.append(f"end {request.group_id}")
+            return _heartbeat_response(ctx.api_version, ErrorCode.none)
+
+        registry = HandlerRegistry()
+        registry.register(ApiKey.HEARTBEAT, 0, 4, slow_then_fast, serial=True)
+        async with KafkaServer(registry, "127.0.0.1", 0) as server:
+            client = await Client.connect(server.port)
+            await client.send(
+                request_frame(_heartbeat("slow"), 1) + request_frame(_heartbeat("fast"), 2)
+            )
+            for i in (1, 2):
+                payload = await client.read_frame()
+                assert payload is not None and decode_response(payload, 12, 4)[0] == i
+            assert log == ["start slow", "end slow", "start fast", "end fast"]
+            await client.close()
+
+    run(test)
+
+
+def _stub_metadata(port: int) -> Callable[[RequestContext, Any], Awaitable[Any]]:
+    """A test-only Metadata answer (this broker, no topics) so real clients can bootstrap."""
+
+    async def metadata(ctx: RequestContext, request: Any) -> Any:
+        module = importlib.import_module(f"kio.schema.metadata.v{ctx.api_version}.response")
+        response_type = module.MetadataResponse
+        broker = module.MetadataResponseBroker(node_id=i32(0), host="127.0.0.1", port=i32(port))
+        values: dict[str, Any] = {
+            "throttle_time": datetime.timedelta(0),
+            "brokers": (broker,),
+            "cluster_id": "odradek-test",
+            "controller_id": i32(0),
+            "topics": (),
+            "cluster_authorized_operations": i32(-(2**31)),
+        }
+        names = {f.name for f in dataclasses.fields(response_type)}
+        return response_type(**{k: v for k, v in values.items() if k in names})
+
+    return metadata
+
+
+def test_kafka_python_handshake() -> None:
+    kafka_compat = pytest.importorskip("kafka.net.compat")
+
+    async def test() -> None:
+        async with running() as (server, _):
+            server.registry.register(ApiKey.METADATA, 0, 12, _stub_metadata(server.port))
+
+            def check() -> Any:
+                client = kafka_compat.KafkaNetClient(
+                    bootstrap_servers=f"127.0.0.1:{server.port}", request_timeout_ms=5000
+                )
+                try:
+                    return client.check_version(timeout_ms=5000)
+                finally:
+                    client.close()
+
+            version = await asyncio.get_running_loop().run_in_executor(None, check)
+            # kafka-python infers a broker version from the advertised API table; with only
+            # three APIs it is an old one, but the ApiVersions handshake has completed.
+            assert isinstance(version, tuple) and version >= (0, 10)
+
+    run(test)
+
+
+def test_confluent_kafka_admin_handshake() -> None:
+    confluent_admin = pytest.importorskip("confluent_kafka.admin")
+
+    async def test() -> None:
+        async with running() as (server, _):
+            server.registry.register(ApiKey.METADATA, 0, 12, _stub_metadata(server.port))
+
+            def list_topics() -> Any:
+                admin = confluent_admin.AdminClient(
+                    {"bootstrap.servers": f"127.0.0.1:{server.port}", "log_level": 3}
+                )
+                return admin.list_topics(timeout=5)
+
+            metadata = await asyncio.get_running_loop().run_in_executor(None, list_topics)
+            assert metadata.cluster_id == "odradek-test"
+            assert list(metadata.brokers) == [0]
+
+    run(test)
