@@ -135,7 +135,7 @@ class PartitionLog:
         self.recovery_point = recovery_point
         self.unflushed_messages = 0
         self.last_flush_ms = time_ms()
-        self._append_listeners: list[Callable[[PartitionLog], None]] = []
+        self._append_listeners: list[Callable[[PartitionLog, int], None]] = []
         with self._io("loading log"):
             dir.mkdir(parents=True, exist_ok=True)
             self.leader_epoch_cache = LeaderEpochCache(dir / files.LEADER_EPOCH_CHECKPOINT)
@@ -168,8 +168,9 @@ class PartitionLog:
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
-    def add_append_listener(self, listener: Callable[[PartitionLog], None]) -> None:
-        """Called after each append (the broker completes delayed fetches from it)."""
+    def add_append_listener(self, listener: Callable[[PartitionLog, int], None]) -> None:
+        """Called with (log, bytes appended) after each append (the broker completes
+        delayed fetches from it)."""
         self._append_listeners.append(listener)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -390,7 +391,7 @@ class PartitionLog:
                 self.last_flush_ms = self.time_ms()
         self.high_watermark = self.log_end_offset
         for listener in self._append_listeners:
-            listener(self)
+            listener(self, len(buf))
 
     def _maybe_roll(
         self, size: int, first_offset: int, last_offset: int, headers: list[BatchHeader]

@@ -137,10 +137,16 @@ class LogSegment:
             if header.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = header.max_timestamp
                 self.offset_of_max_timestamp_so_far = header.last_offset
-            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            # A full index takes no more entries (the next append rolls): never fail
+            # after the bytes are written.
+            if (
+                self.bytes_since_last_index_entry > self.index_interval_bytes
+                and not self.offset_index.is_full()
+            ):
                 self.offset_index.append(header.last_offset, position + header.position)
                 self.time_index.maybe_append(
-                    self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+                    self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                    skip_full_check=True,
                 )
                 self.bytes_since_last_index_entry = 0
             self.bytes_since_last_index_entry += header.size
@@ -224,6 +230,10 @@ class LogSegment:
         Returns the number of bytes truncated."""
         self.offset_index.reset()
         self.time_index.reset()
+        # A missing or misaligned index was mapped at its on-disk length (maybe 0 bytes):
+        # size both for appends while rebuilding, trim them to their entries afterwards.
+        self.offset_index.reopen_writable()
+        self.time_index.reopen_writable()
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = self.base_offset
@@ -253,6 +263,13 @@ class LogSegment:
             os.ftruncate(self._fd, valid)
             self.size = valid
         self._next_offset = next_offset
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                skip_full_check=True,
+            )
+        self.offset_index.trim()
+        self.time_index.trim()
         return truncated
 
     def _index_batch(self, header: BatchHeader) -> None:
@@ -261,10 +278,14 @@ class LogSegment:
             self.offset_of_max_timestamp_so_far = header.last_offset
         if self.rolling_based_timestamp is None:
             self.rolling_based_timestamp = header.max_timestamp
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+        if (
+            self.bytes_since_last_index_entry > self.index_interval_bytes
+            and not self.offset_index.is_full()
+        ):
             self.offset_index.append(header.last_offset, header.position)
             self.time_index.maybe_append(
-                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                skip_full_check=True,
             )
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += header.size

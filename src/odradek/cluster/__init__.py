@@ -1,0 +1,1 @@
+"""Cluster metadata: the store (embedded or, later, ZooKeeper), topics, and the cache."""

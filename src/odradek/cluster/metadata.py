@@ -1,0 +1,282 @@
+"""Topic metadata kept in the metadata store (Kafka's ZooKeeper layout, AdminZkClient).
+
+How it works: a topic is ``/brokers/topics/<name>`` holding its id and replica assignment
+(``{"version": 3, "topic_id": ..., "partitions": {"0": [replicas]}}``) and
+``/config/topics/<name>`` holding its config overrides. :class:`ClusterMetadata` validates
+requests (names, partition counts, replication factor, configs), writes through the store
+with compare-and-set, and tells listeners (the broker, which creates and deletes logs) what
+changed. Replica assignment follows seed 000: round-robin from a random start, followers at
+increasing offsets; with one broker every replica list is ``[broker_id]``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import random
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from odradek.cluster import topic_names
+from odradek.cluster.store import MetadataStore, NodeExistsError
+from odradek.storage.config import ConfigError, LogConfig
+
+log = logging.getLogger(__name__)
+
+MAX_PARTITIONS = 100_000  # bound on one request's partition count
+
+
+class MetadataError(Exception):
+    """A refused metadata change; ``kafka_error`` names the Kafka error code."""
+
+    def __init__(self, kafka_error: str, message: str) -> None:
+        super().__init__(message)
+        self.kafka_error = kafka_error
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, list[int]]
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_internal(self) -> bool:
+        return topic_names.is_internal(self.name)
+
+
+def encode_topic_id(topic_id: uuid.UUID) -> str:
+    """Kafka writes topic ids in base64 (url-safe, unpadded) — ``Uuid.toString``."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def decode_topic_id(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def assign_replicas(
+    brokers: list[int], partitions: int, replication_factor: int, start_partition: int = 0
+) -> dict[int, list[int]]:
+    """Seed 000's assignment: leaders round-robin from a random broker, followers shifted."""
+    if replication_factor > len(brokers):
+        raise MetadataError(
+            "INVALID_REPLICATION_FACTOR",
+            f"replication factor {replication_factor} is larger than the {len(brokers)} "
+            "available brokers",
+        )
+    n = len(brokers)
+    start = random.randrange(n)
+    shift = random.randrange(n)
+    assignment: dict[int, list[int]] = {}
+    for p in range(start_partition, start_partition + partitions):
+        if p > start_partition and (p - start_partition) % n == 0:
+            shift += 1
+        first = (p - start_partition + start) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n] if n > 1 else first)
+        assignment[p] = replicas
+    return assignment
+
+
+Listener = Callable[[str, TopicInfo | None], None]
+
+
+class ClusterMetadata:
+    TOPICS = "/brokers/topics"
+    CONFIGS = "/config/topics"
+    CLUSTER_ID = "/cluster/id"
+
+    def __init__(
+        self, store: MetadataStore, broker_ids: Callable[[], list[int]],
+        broker_defaults: Mapping[str, Any],
+    ) -> None:
+        self.store = store
+        self.broker_ids = broker_ids
+        self.broker_defaults = broker_defaults
+        self.topics: dict[str, TopicInfo] = {}
+        self._listeners: list[Listener] = []
+        self.cluster_id = self._ensure_cluster_id()
+        self.reload()
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, name: str, info: TopicInfo | None) -> None:
+        for listener in self._listeners:
+            listener(name, info)
+
+    def _ensure_cluster_id(self) -> str:
+        found = self.store.get_json(self.CLUSTER_ID)
+        if found is not None:
+            doc, _ = found
+            return str(doc["id"])  # type: ignore[index]
+        cluster_id = encode_topic_id(uuid.uuid4())
+        try:
+            self.store.create_json(self.CLUSTER_ID, {"version": "1", "id": cluster_id})
+        except NodeExistsError:
+            return self._ensure_cluster_id()
+        return cluster_id
+
+    def reload(self) -> None:
+        topics = {}
+        for name in self.store.children(self.TOPICS):
+            found = self.store.get_json(f"{self.TOPICS}/{name}")
+            if found is None:
+                continue
+            doc: Any = found[0]
+            cfg = self.store.get_json(f"{self.CONFIGS}/{name}")
+            configs = dict(cfg[0]["config"]) if cfg else {}  # type: ignore[index]
+            topics[name] = TopicInfo(
+                name, decode_topic_id(doc["topic_id"]),
+                {int(p): list(r) for p, r in doc["partitions"].items()}, configs,
+            )
+        self.topics = topics
+
+    # -- queries -------------------------------------------------------------------------
+    def get(self, name: str) -> TopicInfo | None:
+        return self.topics.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        for info in self.topics.values():
+            if info.topic_id == topic_id:
+                return info
+        return None
+
+    def log_config(self, name: str) -> LogConfig:
+        info = self.topics.get(name)
+        return LogConfig.build(self.broker_defaults, info.configs if info else {})
+
+    # -- changes -------------------------------------------------------------------------
+    def validate_new_topic(
+        self, name: str, num_partitions: int, replication_factor: int,
+        configs: Mapping[str, str | None],
+    ) -> tuple[int, int, dict[str, str]]:
+        try:
+            topic_names.validate(name)
+        except topic_names.InvalidTopicNameError as exc:
+            raise MetadataError("INVALID_TOPIC_EXCEPTION", str(exc)) from exc
+        if name in self.topics:
+            raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists")
+        key = topic_names.collision_key(name)
+        for other in self.topics:
+            if topic_names.collision_key(other) == key:
+                raise MetadataError(
+                    "INVALID_TOPIC_EXCEPTION",
+                    f"topic {name!r} collides with existing topic {other!r} ('.' and '_' "
+                    "are interchangeable in metric names)",
+                )
+        if num_partitions == -1:
+            num_partitions = int(self.broker_defaults.get("num.partitions", 1))
+        if replication_factor == -1:
+            replication_factor = int(self.broker_defaults.get("default.replication.factor", 1))
+        if not 0 < num_partitions <= MAX_PARTITIONS:
+            raise MetadataError(
+                "INVALID_PARTITIONS", f"number of partitions must be 1..{MAX_PARTITIONS}"
+            )
+        if replication_factor <= 0 or replication_factor > 32767:
+            raise MetadataError("INVALID_REPLICATION_FACTOR", "replication factor must be > 0")
+        clean = {k: v for k, v in configs.items() if v is not None}
+        try:
+            LogConfig.build(self.broker_defaults, clean)
+        except ConfigError as exc:
+            raise MetadataError("INVALID_CONFIG", str(exc)) from exc
+        brokers = self.broker_ids()
+        if replication_factor > len(brokers):
+            raise MetadataError(
+                "INVALID_REPLICATION_FACTOR",
+                f"replication factor {replication_factor} is larger than the {len(brokers)} "
+                "available brokers",
+            )
+        return num_partitions, replication_factor, clean
+
+    def create_topic(
+        self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+        configs: Mapping[str, str | None] | None = None,
+        assignment: Mapping[int, list[int]] | None = None,
+    ) -> TopicInfo:
+        num_partitions, replication_factor, clean = self.validate_new_topic(
+            name, num_partitions, replication_factor, configs or {}
+        )
+        replicas = dict(assignment) if assignment else assign_replicas(
+            sorted(self.broker_ids()), num_partitions, replication_factor
+        )
+        info = TopicInfo(name, uuid.uuid4(), replicas, clean)
+        if clean:
+            self._write_configs(name, clean)
+        try:
+            self.store.create_json(f"{self.TOPICS}/{name}", self._topic_doc(info))
+        except NodeExistsError as exc:
+            raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists") from exc
+        self.topics[name] = info
+        log.info("created topic %s with %d partitions", name, len(replicas))
+        self._notify(name, info)
+        return info
+
+    def _topic_doc(self, info: TopicInfo) -> dict[str, Any]:
+        return {
+            "version": 3,
+            "topic_id": encode_topic_id(info.topic_id),
+            "partitions": {str(p): r for p, r in sorted(info.partitions.items())},
+        }
+
+    def _write_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        path = f"{self.CONFIGS}/{name}"
+        doc = {"version": 1, "config": dict(configs)}
+        if self.store.get(path) is None:
+            self.store.create_json(path, doc)
+        else:
+            self.store.set_json(path, doc)
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        info = self.topics.get(name)
+        if info is None:
+            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+        self.store.delete(f"{self.TOPICS}/{name}")
+        if self.store.get(f"{self.CONFIGS}/{name}") is not None:
+            self.store.delete(f"{self.CONFIGS}/{name}")
+        del self.topics[name]
+        log.info("deleted topic %s", name)
+        self._notify(name, None)
+        return info
+
+    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> TopicInfo:
+        info = self.topics.get(name)
+        if info is None:
+            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+        current = len(info.partitions)
+        if count <= current:
+            raise MetadataError(
+                "INVALID_PARTITIONS",
+                f"topic {name!r} has {current} partitions; the new count must be larger",
+            )
+        if count > MAX_PARTITIONS:
+            raise MetadataError("INVALID_PARTITIONS", f"at most {MAX_PARTITIONS} partitions")
+        rf = len(next(iter(info.partitions.values())))
+        more = assign_replicas(sorted(self.broker_ids()), count - current, rf, current)
+        if validate_only:
+            return info
+        updated = TopicInfo(info.name, info.topic_id, {**info.partitions, **more}, info.configs)
+        found = self.store.get(f"{self.TOPICS}/{name}")
+        assert found is not None
+        self.store.set_json(f"{self.TOPICS}/{name}", self._topic_doc(updated), found.version)
+        self.topics[name] = updated
+        self._notify(name, updated)
+        return updated
+
+    def set_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
+        info = self.topics.get(name)
+        if info is None:
+            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+        try:
+            LogConfig.build(self.broker_defaults, configs)
+        except ConfigError as exc:
+            raise MetadataError("INVALID_CONFIG", str(exc)) from exc
+        if validate_only:
+            return
+        self._write_configs(name, configs)
+        info.configs = dict(configs)
+        self._notify(name, info)
