@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
-from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._entities import ZERO_THROTTLE, make, nested, response_module
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage import TopicPartition
 
@@ -115,9 +115,9 @@ def _partition(m: Any, index: int, code: ErrorCode, hw: int = -1, lso: int = -1,
         high_watermark=hw,
         last_stable_offset=lso,
         log_start_offset=start,
-        diverging_epoch=make(m.EpochEndOffset, epoch=-1, end_offset=-1),
-        current_leader=make(m.LeaderIdAndEpoch, leader_id=-1, leader_epoch=-1),
-        snapshot_id=make(m.SnapshotId, end_offset=-1, epoch=-1),
+        diverging_epoch=nested(m, "EpochEndOffset", epoch=-1, end_offset=-1),
+        current_leader=nested(m, "LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1),
+        snapshot_id=nested(m, "SnapshotId", end_offset=-1, epoch=-1),
         aborted_transactions=None,
         preferred_read_replica=-1,
         records=records,

@@ -25,6 +25,7 @@ from odradek.server.handlers._entities import (
     ZERO_THROTTLE,
     make,
     ms_to_datetime,
+    nested,
     response_module,
 )
 from odradek.server.handlers._errors import error_code_for
@@ -71,7 +72,7 @@ def _partition_response(
         log_start_offset=log_start_offset,
         record_errors=(),
         error_message=message if code != ErrorCode.none else None,
-        current_leader=make(m.LeaderIdAndEpoch, leader_id=-1, leader_epoch=-1),
+        current_leader=nested(m, "LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1),
     )
 
 

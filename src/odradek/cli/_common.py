@@ -1,0 +1,58 @@
+"""Shared pieces of the CLI tools: the bootstrap option and running a client coroutine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from odradek.client.admin import Admin
+from odradek.client.connection import BrokerConnection, ClientError
+
+
+def add_bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092",
+                        help="host:port of a broker (default 127.0.0.1:9092)")
+
+
+def parse_pairs(items: list[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"odradek: invalid {what} {item!r}: expected key=value")
+        out[key] = value
+    return out
+
+
+def run_with_admin(
+    args: argparse.Namespace, body: Callable[[Admin], Awaitable[int]]
+) -> int:
+    async def main() -> int:
+        try:
+            conn = await BrokerConnection.open(args.bootstrap_server, client_id="odradek-cli")
+        except (ClientError, TimeoutError, OSError) as exc:
+            print(f"odradek: cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
+            return 1
+        try:
+            return await body(Admin(conn))
+        except ClientError as exc:
+            print(f"odradek: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            await conn.close()
+
+    try:
+        return asyncio.run(main())
+    except KeyboardInterrupt:
+        return 130
+
+
+def print_table(rows: list[list[Any]]) -> None:
+    if not rows:
+        return
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())

@@ -1,0 +1,187 @@
+"""``odradek produce`` and ``odradek consume``: console tools like Kafka's
+kafka-console-producer.sh and kafka-console-consumer.sh.
+
+produce reads one record per line from standard input (``KEY<sep>VALUE`` with
+``--key-separator``), picks the partition like Kafka's default partitioner (murmur2 of
+the key, else round robin per batch) unless ``--partition`` is given, and sends batches
+of up to ``--batch-size`` records. consume prints records from the start offset
+(``--from-beginning``, ``--offset``), optionally with key, headers, partition and offset,
+until ``--max-messages`` or ``--timeout-ms`` without new data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import sys
+import time
+from typing import Any
+
+from odradek.cli._common import add_bootstrap, parse_pairs, run_with_admin
+from odradek.client.admin import Admin
+from odradek.client.connection import ClientError
+from odradek.client.partitioner import partition_for_key
+from odradek.records.batch import iter_batches, iter_records
+from odradek.records.builder import BatchBuilder
+from odradek.records.compression import CompressionType
+from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
+_CODECS = {"none": CompressionType.NONE, "gzip": CompressionType.GZIP,
+           "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4,
+           "zstd": CompressionType.ZSTD}
+OFFSET_OUT_OF_RANGE = 1
+
+
+def add_parser(sub: Any) -> None:
+    produce = sub.add_parser("produce", help="send lines of standard input as records")
+    add_bootstrap(produce)
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--partition", type=int, help="default: by key, else round robin")
+    produce.add_argument("--key-separator", help="split each line into KEY<sep>VALUE")
+    produce.add_argument("--header", action="append", metavar="KEY=VALUE",
+                         help="a header added to every record (repeatable)")
+    produce.add_argument("--compression", choices=sorted(_CODECS), default="none")
+    produce.add_argument("--acks", type=int, choices=[-1, 0, 1], default=-1)
+    produce.add_argument("--batch-size", type=int, default=1000,
+                         help="records per batch (default 1000)")
+    produce.set_defaults(func=_produce)
+    consume = sub.add_parser("consume", help="print records of a topic")
+    add_bootstrap(consume)
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--partition", type=int, help="default: every partition")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true")
+    start.add_argument("--offset", help="earliest, latest or an offset (needs --partition)")
+    consume.add_argument("--max-messages", type=int)
+    consume.add_argument("--timeout-ms", type=int,
+                         help="exit after this long without a new record")
+    consume.add_argument("--print-key", action="store_true")
+    consume.add_argument("--print-headers", action="store_true")
+    consume.add_argument("--print-offset", action="store_true",
+                         help="prefix each record with partition and offset")
+    consume.add_argument("--key-separator", default="\t")
+    consume.set_defaults(func=_consume)
+
+
+def _produce(args: argparse.Namespace) -> int:
+    headers = [(k, v.encode()) for k, v in parse_pairs(args.header, "header").items()]
+    codec = _CODECS[args.compression]
+
+    async def body(admin: Admin) -> int:
+        topics = await admin.metadata([args.topic], auto_create=True)
+        if not topics or topics[0].error != "none":
+            error = topics[0].error.upper() if topics else "no metadata"
+            raise ClientError(f"topic {args.topic}: {error}")
+        count = len(topics[0].partitions)
+        if args.partition is not None and not 0 <= args.partition < count:
+            raise ClientError(f"topic {args.topic} has no partition {args.partition}")
+        round_robin = itertools.cycle(range(count))
+        pending: dict[int, BatchBuilder] = {}
+        sent = 0
+
+        async def flush(partition: int) -> None:
+            nonlocal sent
+            builder = pending.pop(partition)
+            await admin.produce(args.topic, partition, builder.build(), args.acks)
+            sent += len(builder)
+
+        unkeyed_partition = next(round_robin)
+        for line in sys.stdin.buffer:
+            line = line.rstrip(b"\r\n")
+            key: bytes | None = None
+            value = line
+            if args.key_separator is not None:
+                sep = args.key_separator.encode()
+                if sep not in line:
+                    raise ClientError(f"line without key separator {args.key_separator!r}")
+                key, value = line.split(sep, 1)
+            if args.partition is not None:
+                partition = args.partition
+            elif key is not None:
+                partition = partition_for_key(key, count)
+            else:
+                partition = unkeyed_partition
+            builder = pending.setdefault(partition, BatchBuilder(compression=codec))
+            builder.append(key, value, int(time.time() * 1000), headers)
+            if len(builder) >= args.batch_size:
+                await flush(partition)
+                if key is None and args.partition is None:
+                    unkeyed_partition = next(round_robin)
+        for partition in list(pending):
+            await flush(partition)
+        print(f"Sent {sent} records to {args.topic}.", file=sys.stderr)
+        return 0
+
+    return run_with_admin(args, body)
+
+
+def _consume(args: argparse.Namespace) -> int:
+    if args.offset is not None and args.offset not in ("earliest", "latest") and (
+        args.partition is None
+    ):
+        raise SystemExit("odradek: --offset N needs --partition")
+
+    async def body(admin: Admin) -> int:
+        topics = await admin.metadata([args.topic])
+        if not topics or topics[0].error != "none":
+            error = topics[0].error.upper() if topics else "no metadata"
+            raise ClientError(f"topic {args.topic}: {error}")
+        partitions = [p.partition for p in topics[0].partitions]
+        if args.partition is not None:
+            if args.partition not in partitions:
+                raise ClientError(f"topic {args.topic} has no partition {args.partition}")
+            partitions = [args.partition]
+        offsets: dict[int, int] = {}
+        for p in partitions:
+            if args.offset not in (None, "earliest", "latest"):
+                offsets[p] = int(args.offset)
+            else:
+                ts = EARLIEST_TIMESTAMP if args.from_beginning or args.offset == "earliest" \
+                    else LATEST_TIMESTAMP
+                offsets[p], _ = await admin.list_offset(args.topic, p, ts)
+        printed = 0
+        last_data = time.monotonic()
+        out = sys.stdout.buffer
+        while args.max_messages is None or printed < args.max_messages:
+            wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
+            result = await admin.fetch(args.topic, offsets, max_wait_ms=wait)
+            got = False
+            for p, (error, _hw, records) in sorted(result.items()):
+                if error == OFFSET_OUT_OF_RANGE:
+                    offsets[p], _ = await admin.list_offset(args.topic, p, EARLIEST_TIMESTAMP)
+                    continue
+                if error:
+                    raise ClientError(f"fetch from partition {p} failed with error {error}")
+                for header in iter_batches(records):
+                    batch = memoryview(records)[header.position : header.position + header.size]
+                    for record in iter_records(batch):
+                        if record.offset < offsets[p]:
+                            continue
+                        if args.max_messages is not None and printed >= args.max_messages:
+                            break
+                        parts = []
+                        if args.print_offset:
+                            parts.append(f"{p}:{record.offset}".encode())
+                        if args.print_headers:
+                            parts.append(b",".join(h.key.encode() + b"=" + (h.value or b"")
+                                                   for h in record.headers) or b"NO_HEADERS")
+                        if args.print_key:
+                            parts.append(record.key if record.key is not None else b"null")
+                        parts.append(record.value if record.value is not None else b"null")
+                        out.write(args.key_separator.encode().join(parts) + b"\n")
+                        printed += 1
+                        got = True
+                    offsets[p] = max(offsets[p], header.next_offset)
+            out.flush()
+            if got:
+                last_data = time.monotonic()
+            elif args.timeout_ms is not None and (
+                time.monotonic() - last_data
+            ) * 1000 >= args.timeout_ms:
+                break
+            await asyncio.sleep(0)
+        print(f"Processed a total of {printed} messages", file=sys.stderr)
+        return 0
+
+    return run_with_admin(args, body)

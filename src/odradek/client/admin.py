@@ -1,0 +1,193 @@
+"""Admin and data operations over one :class:`BrokerConnection`, for the CLI tools.
+
+Each call builds the kio request at a fixed, widely served version, sends it and turns a
+non-zero error code into :class:`ClientError` naming the Kafka error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from odradek.client.connection import BrokerConnection, ClientError, request_class
+
+
+def check(code: Any, what: str, message: str | None = None) -> None:
+    if code != ErrorCode.none:
+        detail = f": {message}" if message else ""
+        raise ClientError(f"{what} failed with {ErrorCode(code).name.upper()}{detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: uuid.UUID | None
+    internal: bool
+    partitions: tuple[PartitionInfo, ...]
+    error: str
+
+
+class Admin:
+    def __init__(self, conn: BrokerConnection) -> None:
+        self.conn = conn
+
+    async def metadata(
+        self, topics: list[str] | None = None, auto_create: bool = False
+    ) -> list[TopicDescription]:
+        cls = request_class("metadata", 12, "MetadataRequest")
+        topic_cls = request_class("metadata", 12, "MetadataRequestTopic")
+        request = cls(
+            topics=None if topics is None else tuple(
+                topic_cls(topic_id=None, name=t) for t in topics
+            ),
+            allow_auto_topic_creation=auto_create,
+            include_topic_authorized_operations=False,
+        )
+        response = await self.conn.send(request)
+        out = []
+        for t in response.topics:
+            out.append(TopicDescription(
+                t.name, t.topic_id, t.is_internal,
+                tuple(PartitionInfo(p.partition_index, p.leader_id, tuple(p.replica_nodes),
+                                    tuple(p.isr_nodes), ErrorCode(p.error_code).name)
+                      for p in sorted(t.partitions, key=lambda p: p.partition_index)),
+                ErrorCode(t.error_code).name,
+            ))
+        return out
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> None:
+        cls = request_class("create_topics", 5, "CreateTopicsRequest")
+        topic_cls = request_class("create_topics", 5, "CreatableTopic")
+        config_cls = request_class("create_topics", 5, "CreatableTopicConfig")
+        request = cls(
+            topics=(topic_cls(name=name, num_partitions=partitions,
+                              replication_factor=replication_factor, assignments=(),
+                              configs=tuple(config_cls(name=k, value=v)
+                                            for k, v in configs.items())),),
+            timeout=datetime.timedelta(seconds=30), validate_only=False,
+        )
+        response = await self.conn.send(request)
+        result = response.topics[0]
+        check(result.error_code, f"creating topic {name}", result.error_message)
+
+    async def delete_topic(self, name: str) -> None:
+        cls = request_class("delete_topics", 4, "DeleteTopicsRequest")
+        response = await self.conn.send(
+            cls(topic_names=(name,), timeout=datetime.timedelta(seconds=30))
+        )
+        check(response.responses[0].error_code, f"deleting topic {name}")
+
+    async def create_partitions(self, name: str, count: int) -> None:
+        version = self.conn.version(37, (0, 3))
+        cls = request_class("create_partitions", version, "CreatePartitionsRequest")
+        topic_cls = request_class("create_partitions", version, "CreatePartitionsTopic")
+        response = await self.conn.send(cls(
+            topics=(topic_cls(name=name, count=count, assignments=None),),
+            timeout=datetime.timedelta(seconds=30), validate_only=False,
+        ))
+        result = response.results[0]
+        check(result.error_code, f"adding partitions to {name}", result.error_message)
+
+    async def describe_topic_configs(self, name: str) -> list[tuple[str, str | None, bool]]:
+        version = self.conn.version(32, (1, 4))
+        cls = request_class("describe_configs", version, "DescribeConfigsRequest")
+        res_cls = request_class("describe_configs", version, "DescribeConfigsResource")
+        response = await self.conn.send(cls(
+            resources=(res_cls(resource_type=2, resource_name=name, configuration_keys=None),),
+            include_synonyms=False,
+        ))
+        result = response.results[0]
+        check(result.error_code, f"describing configs of {name}", result.error_message)
+        return [(c.name, c.value, getattr(c, "config_source", 5) == 1)
+                for c in result.configs]
+
+    async def alter_topic_configs(
+        self, name: str, set_: dict[str, str], delete: list[str]
+    ) -> None:
+        version = self.conn.version(44, (0, 1))
+        cls = request_class("incremental_alter_configs", version,
+                            "IncrementalAlterConfigsRequest")
+        res_cls = request_class("incremental_alter_configs", version, "AlterConfigsResource")
+        cfg_cls = request_class("incremental_alter_configs", version, "AlterableConfig")
+        configs = [cfg_cls(name=k, config_operation=0, value=v) for k, v in set_.items()]
+        configs += [cfg_cls(name=k, config_operation=1, value=None) for k in delete]
+        response = await self.conn.send(cls(
+            resources=(res_cls(resource_type=2, resource_name=name, configs=tuple(configs)),),
+            validate_only=False,
+        ))
+        result = response.responses[0]
+        check(result.error_code, f"altering configs of {name}", result.error_message)
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+        cls = request_class("list_offsets", 7, "ListOffsetsRequest")
+        topic_cls = request_class("list_offsets", 7, "ListOffsetsTopic")
+        part_cls = request_class("list_offsets", 7, "ListOffsetsPartition")
+        response = await self.conn.send(cls(
+            replica_id=-1, isolation_level=0,
+            topics=(topic_cls(name=topic, partitions=(
+                part_cls(partition_index=partition, current_leader_epoch=-1,
+                         timestamp=timestamp),)),),
+        ))
+        p = response.topics[0].partitions[0]
+        check(p.error_code, f"listing offsets of {topic}-{partition}")
+        return int(p.offset), int(p.timestamp)
+
+    async def produce(
+        self, topic: str, partition: int, records: bytes, acks: int = -1
+    ) -> int:
+        cls = request_class("produce", 9, "ProduceRequest")
+        topic_cls = request_class("produce", 9, "TopicProduceData")
+        part_cls = request_class("produce", 9, "PartitionProduceData")
+        request = cls(
+            transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=30),
+            topic_data=(topic_cls(name=topic, partition_data=(
+                part_cls(index=partition, records=records),)),),
+        )
+        response = await self.conn.send(request, expect_response=acks != 0)
+        if acks == 0:
+            return -1
+        p = response.responses[0].partition_responses[0]
+        check(p.error_code, f"producing to {topic}-{partition}", p.error_message)
+        return int(p.base_offset)
+
+    async def fetch(
+        self, topic: str, partitions: dict[int, int], max_wait_ms: int = 500,
+        max_bytes: int = 52428800, partition_max_bytes: int = 1048576,
+    ) -> dict[int, tuple[int, int, bytes]]:
+        """{partition: (error code, high watermark, records)} from the given offsets."""
+        cls = request_class("fetch", 12, "FetchRequest")
+        topic_cls = request_class("fetch", 12, "FetchTopic")
+        part_cls = request_class("fetch", 12, "FetchPartition")
+        request = cls(
+            max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1,
+            max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=(topic_cls(topic=topic, partitions=tuple(
+                part_cls(partition=p, fetch_offset=o, partition_max_bytes=partition_max_bytes)
+                for p, o in partitions.items())),),
+            forgotten_topics_data=(), rack_id="",
+        )
+        response = await self.conn.send(request)
+        check(response.error_code, f"fetching {topic}")
+        out: dict[int, tuple[int, int, bytes]] = {}
+        for t in response.responses:
+            for p in t.partitions:
+                out[p.partition_index] = (
+                    int(ErrorCode(p.error_code).value), int(p.high_watermark),
+                    bytes(p.records or b""),
+                )
+        return out

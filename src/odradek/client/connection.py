@@ -1,0 +1,160 @@
+"""One connection to a broker: send kio requests, receive their responses, pipelined.
+
+How it works: each request gets the next correlation id and is written with the request
+header version its schema asks for (v2 when flexible, else v1); a reader task reads size-
+prefixed frames and resolves the waiting future by correlation id. The first exchange is
+ApiVersions, so later calls can pick the highest version both sides speak
+(:meth:`BrokerConnection.version`). Response frames are bounded by ``max_frame_size``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import itertools
+import struct
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+_SIZE = struct.Struct(">i")
+API_VERSIONS_KEY = 18
+
+
+class ClientError(Exception):
+    pass
+
+
+class BrokerConnection:
+    def __init__(
+        self, host: str, port: int, client_id: str = "odradek-client",
+        max_frame_size: int = 256 * 1024 * 1024,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.max_frame_size = max_frame_size
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
+        self._ids = itertools.count(1)
+        self._task: asyncio.Task[None] | None = None
+        self.api_versions: dict[int, tuple[int, int]] = {}
+
+    @classmethod
+    async def open(cls, bootstrap: str, timeout: float = 10.0, **kw: Any) -> BrokerConnection:
+        host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+        conn = cls(host or "127.0.0.1", int(port), **kw)
+        await asyncio.wait_for(conn.connect(), timeout)
+        return conn
+
+    async def connect(self) -> None:
+        try:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        except OSError as exc:
+            raise ClientError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        self._task = asyncio.create_task(self._read_loop())
+        module = __import__("kio.schema.api_versions.v3.request", fromlist=["ApiVersionsRequest"])
+        response = await self.send(
+            module.ApiVersionsRequest(client_software_name="odradek",
+                                      client_software_version="0.1.0")
+        )
+        self.api_versions = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
+        }
+
+    def version(self, api_key: int, ours: tuple[int, int]) -> int:
+        """Highest version of ``api_key`` in both ``ours`` and the broker's range."""
+        theirs = self.api_versions.get(api_key)
+        if theirs is None or theirs[1] < ours[0] or theirs[0] > ours[1]:
+            raise ClientError(f"the broker does not serve API {api_key} in {ours}")
+        return min(ours[1], theirs[1])
+
+    async def send(self, request: Any, expect_response: bool = True) -> Any:
+        if self._writer is None:
+            raise ClientError("not connected")
+        correlation_id = next(self._ids)
+        header_type = request.__header_schema__
+        buf = io.BytesIO()
+        buf.write(b"\0\0\0\0")
+        entity_writer(header_type)(buf, header_type(
+            request_api_key=i16(request.__api_key__),
+            request_api_version=i16(request.__version__),
+            correlation_id=i32(correlation_id),
+            client_id=self.client_id,
+        ))
+        entity_writer(type(request))(buf, request)
+        frame = buf.getbuffer()
+        _SIZE.pack_into(frame, 0, len(frame) - 4)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if expect_response:
+            self._pending[correlation_id] = (
+                future, int(request.__api_key__), int(request.__version__)
+            )
+        self._writer.write(bytes(frame))
+        await self._writer.drain()
+        if not expect_response:
+            return None
+        return await future
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                head = await self._reader.readexactly(4)
+                (size,) = _SIZE.unpack(head)
+                if size < 4 or size > self.max_frame_size:
+                    raise ClientError(f"invalid response size {size}")
+                payload = await self._reader.readexactly(size)
+                (correlation_id,) = _SIZE.unpack_from(payload)
+                entry = self._pending.pop(correlation_id, None)
+                if entry is None:
+                    raise ClientError(f"response for unknown correlation id {correlation_id}")
+                future, api_key, version = entry
+                response_type = load_response_schema(api_key, version)
+                offset = 4
+                if response_type.__flexible__ and api_key != API_VERSIONS_KEY:
+                    offset = 5  # response header v1: empty tagged fields
+                try:
+                    entity, _ = entity_reader(response_type)(payload, offset)
+                except Exception as exc:
+                    future.set_exception(ClientError(f"cannot decode response: {exc}"))
+                    continue
+                if not future.done():
+                    future.set_result(entity)
+        except (asyncio.IncompleteReadError, ConnectionError, ClientError) as exc:
+            error = exc if isinstance(exc, ClientError) else ClientError(
+                f"connection to {self.host}:{self.port} closed"
+            )
+            for future, _, _ in self._pending.values():
+                if not future.done():
+                    future.set_exception(error)
+            self._pending.clear()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+            self._writer = None
+
+    async def __aenter__(self) -> BrokerConnection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def request_class(api: str, version: int, name: str) -> Any:
+    module = __import__(f"kio.schema.{api}.v{version}.request", fromlist=[name])
+    return getattr(module, name)
+
+
+__all__ = ["BrokerConnection", "ClientError", "load_request_schema", "request_class"]
