@@ -147,12 +147,12 @@ def _consume(args: argparse.Namespace) -> int:
             wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
             result = await admin.fetch(args.topic, offsets, max_wait_ms=wait)
             got = False
-            for p, (error, _hw, records) in sorted(result.items()):
-                if error == OFFSET_OUT_OF_RANGE:
+            for p, (code, _hw, records) in sorted(result.items()):
+                if code == OFFSET_OUT_OF_RANGE:
                     offsets[p], _ = await admin.list_offset(args.topic, p, EARLIEST_TIMESTAMP)
                     continue
-                if error:
-                    raise ClientError(f"fetch from partition {p} failed with error {error}")
+                if code:
+                    raise ClientError(f"fetch from partition {p} failed with error {code}")
                 for header in iter_batches(records):
                     batch = memoryview(records)[header.position : header.position + header.size]
                     for record in iter_records(batch):

@@ -128,8 +128,8 @@ class Broker:
         for info in self.metadata.topics.values():
             self._ensure_logs(info)
         for tp in list(self.log_manager.logs):
-            info = self.metadata.get(tp.topic)
-            if info is None or tp.partition not in info.partitions:
+            found = self.metadata.get(tp.topic)
+            if found is None or tp.partition not in found.partitions:
                 log.info("removing log %s of a topic that no longer exists", tp)
                 self.log_manager.delete_log(tp)
 

@@ -88,6 +88,8 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("transactional.id.expiration.ms", "int", 604800000, None, "transactional id expiry"),
     ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, None,
               "fetch sessions kept (KIP-227)", _ge(0)),
+    ConfigDef("min.incremental.fetch.session.eviction.ms", "int", 120000, None,
+              "idle time after which a fetch session may be evicted (KIP-227)", _ge(0)),
     ConfigDef("replica.lag.time.max.ms", "long", 30000, None, "ISR lag bound", _ge(1)),
     ConfigDef("log.cleaner.enable", "boolean", True, None, "run the log cleaner"),
     ConfigDef("log.cleaner.threads", "int", 1, None, "cleaner threads", _ge(0)),

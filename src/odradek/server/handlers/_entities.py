@@ -14,7 +14,7 @@ import datetime
 import importlib
 from functools import cache
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -27,12 +27,12 @@ def response_module(api: str, version: int) -> ModuleType:
 
 
 @cache
-def _fields(cls: type) -> frozenset[str]:
+def _fields(cls: Any) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
 def make(cls: type[T], **values: Any) -> T:
-    names = _fields(cls)
+    names = _fields(cast(Any, cls))
     return cls(**{k: v for k, v in values.items() if k in names})
 
 

@@ -53,7 +53,7 @@ def _one(m: Any, broker: Broker, topic: str, p: Any, version: int) -> Any:
     if leader_epoch > 0:
         return answer(ErrorCode.unknown_leader_epoch)
     ts = p.timestamp
-    if ts == MAX_TIMESTAMP and version < 7 or ts < MAX_TIMESTAMP:
+    if (ts == MAX_TIMESTAMP and version < 7) or ts < MAX_TIMESTAMP:
         return answer(ErrorCode.unsupported_version if ts == MAX_TIMESTAMP
                       else ErrorCode.invalid_request)
     try:

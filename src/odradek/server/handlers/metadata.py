@@ -33,6 +33,7 @@ def register_metadata(registry: HandlerRegistry, broker: Broker) -> None:
     async def metadata(ctx: RequestContext, request: Any) -> Any:
         m = response_module("metadata", ctx.api_version)
         topics: list[Any] = []
+        info: TopicInfo | None
         requested = request.topics
         if requested is None or (ctx.api_version == 0 and not requested):
             for info in sorted(broker.metadata.topics.values(), key=lambda i: i.name):

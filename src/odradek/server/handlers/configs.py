@@ -1,0 +1,455 @@
+"""DescribeConfigs (key 32, v1-4), AlterConfigs (key 33, v0-2), IncrementalAlterConfigs
+(key 44, v0-1), and the dynamic broker configs they read and write.
+
+Resources: TOPIC (2) and BROKER (4). A BROKER resource is named by this broker's id (its
+own dynamic configs) or ``""`` (the cluster-wide default); any other name is
+INVALID_REQUEST, as Kafka answers for a broker that is not the one asked. BROKER_LOGGER (8)
+and unknown types are INVALID_REQUEST: Odradek has no runtime logger levels to offer.
+
+Config sources follow Kafka's precedence, highest first: DYNAMIC_TOPIC_CONFIG (1, a topic
+override), DYNAMIC_BROKER_CONFIG (2, ``/config/brokers/<id>``), DYNAMIC_DEFAULT_BROKER_CONFIG
+(3, ``/config/brokers/<default>``), STATIC_BROKER_CONFIG (4, server.properties or an
+override on the command line), DEFAULT_CONFIG (5). An entry's source is the source of the
+first of its synonyms; with ``include_synonyms`` every level that has a value is listed,
+across the broker-level names of the config (``log.retention.ms``, ``…minutes``, ``…hours``).
+
+Dynamic broker configs: only the broker-level defaults of topic configs
+(:data:`DYNAMIC_BROKER_KEYS`, e.g. ``log.retention.ms``, ``log.segment.bytes``,
+``message.max.bytes``, ``log.cleanup.policy``) can change at runtime; they apply at once to
+the defaults of every topic without an override and to the live logs. Any other known
+broker config is refused with INVALID_REQUEST ("cannot be updated dynamically"); an unknown
+key or a bad value is INVALID_CONFIG with a message naming it. ``log.retention.hours`` /
+``minutes`` and ``log.roll.hours`` stay static: set the ``…ms`` key instead.
+
+AlterConfigs replaces the whole set of overrides of a resource; IncrementalAlterConfigs
+applies SET (0), DELETE (1), APPEND (2) and SUBTRACT (3), the last two on list configs only
+(starting from the override, or Kafka's default when there is none). A resource named twice
+in one request, or a config key named twice in one resource, is INVALID_REQUEST.
+``validate_only`` runs every check and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from odradek.cluster import topic_names
+from odradek.cluster.metadata import ClusterMetadata, MetadataError
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.server.config import BROKER_CONFIGS, NOT_APPLICABLE
+from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._errors import code_of
+from odradek.storage.config import TOPIC_CONFIGS, ConfigDef, ConfigError, LogConfig, parse_value
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+DESCRIBE_VERSIONS = (1, 4)
+ALTER_VERSIONS = (0, 2)
+INCREMENTAL_VERSIONS = (0, 1)
+
+# Kafka's ConfigResource.Type
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+
+# Kafka's DescribeConfigsResponse.ConfigSource
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+# Kafka's DescribeConfigsResponse.ConfigType
+CONFIG_TYPES = {
+    "boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7,
+    "class": 8, "password": 9,
+}
+
+# Kafka's AlterConfigOp.OpType
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+# The broker configs that can change without a restart: every topic config's broker-level
+# default (Kafka's DynamicLogConfig).
+DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
+    d.broker_key for d in TOPIC_CONFIGS.values() if d.broker_key
+)
+
+# Broker-level names of one setting, highest precedence first.
+BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
+}
+
+# Defaults that are "not set" markers rather than values.
+_UNSET_DEFAULTS = {"log.retention.minutes": -2}
+
+Synonym = tuple[str, str | None, int]
+
+
+def format_value(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class ConfigRequestError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- dynamic broker configs ----------------------------------------------------------------
+def broker_entity(broker: Broker, name: str) -> str:
+    """The store entity of a BROKER resource name: ``<default>`` for "", the id for ours."""
+    if name == "":
+        return ClusterMetadata.DEFAULT_BROKER_ENTITY
+    try:
+        broker_id = int(name)
+    except ValueError:
+        raise ConfigRequestError(
+            ErrorCode.invalid_request, f"broker id must be an integer, but it is: {name!r}"
+        ) from None
+    if broker_id != broker.broker_id:
+        raise ConfigRequestError(
+            ErrorCode.invalid_request,
+            f"unexpected broker id, expected {broker.broker_id} or empty string, "
+            f"but received {name}",
+        )
+    return str(broker_id)
+
+
+def _parse_dynamic(entity: Mapping[str, str], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, text in entity.items():
+        d = BROKER_CONFIGS.get(key)
+        if d is None or key not in DYNAMIC_BROKER_KEYS:
+            log.warning("ignoring dynamic broker config %s in %s: not dynamically updatable",
+                        key, where)
+            continue
+        try:
+            out[key] = parse_value(d, text)
+        except ConfigError as exc:
+            log.warning("ignoring dynamic broker config in %s: %s", where, exc)
+    return out
+
+
+def dynamic_broker_values(broker: Broker) -> dict[str, Any]:
+    """Parsed dynamic broker configs in effect: the cluster default, then our own."""
+    md = broker.metadata
+    values = _parse_dynamic(md.broker_configs(md.DEFAULT_BROKER_ENTITY), "<default>")
+    values.update(_parse_dynamic(md.broker_configs(str(broker.broker_id)), "this broker"))
+    return values
+
+
+def static_broker_values(broker: Broker) -> dict[str, Any]:
+    return dict(broker.config.values) | broker.config.log_defaults()
+
+
+def apply_dynamic_broker_configs(broker: Broker, reconfigure_logs: bool = True) -> None:
+    """Layer the stored dynamic broker configs over the static ones: topic defaults (and so
+    every log without an override) follow at once."""
+    effective = static_broker_values(broker) | dynamic_broker_values(broker)
+    broker.metadata.broker_defaults = effective
+    broker.log_manager.broker_config = dict(effective)
+    if reconfigure_logs:
+        for tp, partition_log in list(broker.log_manager.logs.items()):
+            partition_log.update_config(broker.metadata.log_config(tp.topic))
+
+
+def _validate_broker_configs(broker: Broker, entity: str, configs: Mapping[str, str]) -> None:
+    not_dynamic = []
+    for key, text in configs.items():
+        d = BROKER_CONFIGS.get(key)
+        if d is None:
+            if key in NOT_APPLICABLE:
+                not_dynamic.append(key)
+                continue
+            raise ConfigRequestError(ErrorCode.invalid_config, f"unknown broker config {key!r}")
+        if key not in DYNAMIC_BROKER_KEYS:
+            not_dynamic.append(key)
+            continue
+        try:
+            parse_value(d, text)
+        except ConfigError as exc:
+            raise ConfigRequestError(ErrorCode.invalid_config, str(exc)) from None
+    if not_dynamic:
+        raise ConfigRequestError(
+            ErrorCode.invalid_request,
+            f"cannot update these configs dynamically (not dynamically updatable): "
+            f"{', '.join(sorted(not_dynamic))}",
+        )
+    # The resulting topic defaults must make a valid log config.
+    md = broker.metadata
+    layers = {
+        md.DEFAULT_BROKER_ENTITY: md.broker_configs(md.DEFAULT_BROKER_ENTITY),
+        str(broker.broker_id): md.broker_configs(str(broker.broker_id)),
+    }
+    layers[entity] = dict(configs)
+    candidate = static_broker_values(broker)
+    for name in (md.DEFAULT_BROKER_ENTITY, str(broker.broker_id)):
+        candidate.update(_parse_dynamic(layers[name], name))
+    try:
+        LogConfig.build(candidate, {})
+    except ConfigError as exc:
+        raise ConfigRequestError(ErrorCode.invalid_config, str(exc)) from None
+
+
+# -- describe ------------------------------------------------------------------------------
+def _broker_synonyms(broker: Broker, key: str) -> list[Synonym]:
+    """Every level holding a value for broker config ``key`` (and its synonyms), highest
+    precedence first."""
+    names = BROKER_SYNONYMS.get(key, (key,))
+    md = broker.metadata
+    own = md.broker_configs(str(broker.broker_id))
+    default = md.broker_configs(md.DEFAULT_BROKER_ENTITY)
+    raw = broker.config.raw
+    out: list[Synonym] = []
+    for layer, source in ((own, SOURCE_DYNAMIC_BROKER), (default, SOURCE_DYNAMIC_DEFAULT_BROKER)):
+        out.extend((n, layer[n], source) for n in names if n in layer)
+    out.extend((n, raw[n].strip(), SOURCE_STATIC_BROKER) for n in names if n in raw)
+    for n in names:
+        d = BROKER_CONFIGS.get(n)
+        if d is not None and d.default is not None and _UNSET_DEFAULTS.get(n) != d.default:
+            out.append((n, format_value(d.default), SOURCE_DEFAULT))
+    return out
+
+
+def _entry(m: Any, d: ConfigDef, value: str | None, read_only: bool,
+           synonyms: list[Synonym], include_synonyms: bool, include_docs: bool) -> Any:
+    source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
+    synonym_cls = getattr(m, "DescribeConfigsSynonym", None)
+    listed: tuple[Any, ...] = ()
+    if include_synonyms and synonym_cls is not None:
+        listed = tuple(make(synonym_cls, name=n, value=v, source=s) for n, v, s in synonyms)
+    return make(
+        m.DescribeConfigsResourceResult, name=d.name, value=value, read_only=read_only,
+        config_source=source, is_sensitive=False, synonyms=listed,
+        config_type=CONFIG_TYPES.get(d.type, 0),
+        documentation=d.doc if include_docs else None,
+    )
+
+
+def _wanted(names: Iterable[str] | None, keys: Iterable[str]) -> list[str]:
+    if names is None:
+        return sorted(keys)
+    allowed = set(keys)
+    return [n for n in dict.fromkeys(names) if n in allowed]
+
+
+def describe_topic(m: Any, broker: Broker, name: str, names: Iterable[str] | None,
+                   include_synonyms: bool, include_docs: bool) -> list[Any]:
+    try:
+        topic_names.validate(name)
+    except topic_names.InvalidTopicNameError as exc:
+        raise ConfigRequestError(ErrorCode.invalid_topic_exception, str(exc)) from None
+    info = broker.metadata.get(name)
+    if info is None:
+        raise ConfigRequestError(ErrorCode.unknown_topic_or_partition,
+                                 f"topic {name!r} does not exist")
+    effective = broker.metadata.log_config(name)
+    entries = []
+    for key in _wanted(names, TOPIC_CONFIGS):
+        d = TOPIC_CONFIGS[key]
+        synonyms: list[Synonym] = []
+        if key in info.configs:
+            synonyms.append((key, info.configs[key], SOURCE_DYNAMIC_TOPIC))
+        if d.broker_key:
+            synonyms.extend(_broker_synonyms(broker, d.broker_key))
+        entries.append(_entry(m, d, format_value(effective[key]), False, synonyms,
+                              include_synonyms, include_docs))
+    return entries
+
+
+def describe_broker(m: Any, broker: Broker, name: str, names: Iterable[str] | None,
+                    include_synonyms: bool, include_docs: bool) -> list[Any]:
+    entity = broker_entity(broker, name)
+    entries = []
+    if entity == ClusterMetadata.DEFAULT_BROKER_ENTITY:
+        stored = broker.metadata.broker_configs(entity)
+        for key in _wanted(names, stored):
+            d = BROKER_CONFIGS.get(key) or ConfigDef(key, "string", None, None, "")
+            entries.append(_entry(m, d, stored[key], key not in DYNAMIC_BROKER_KEYS,
+                                  [(key, stored[key], SOURCE_DYNAMIC_DEFAULT_BROKER)],
+                                  include_synonyms, include_docs))
+        return entries
+    effective = broker.metadata.broker_defaults
+    for key in _wanted(names, BROKER_CONFIGS):
+        d = BROKER_CONFIGS[key]
+        value = effective.get(key, broker.config.get(key))
+        entries.append(_entry(m, d, format_value(value), key not in DYNAMIC_BROKER_KEYS,
+                              _broker_synonyms(broker, key), include_synonyms, include_docs))
+    return entries
+
+
+# -- alter -----------------------------------------------------------------------------------
+def _check_topic(broker: Broker, name: str) -> dict[str, str]:
+    try:
+        topic_names.validate(name)
+    except topic_names.InvalidTopicNameError as exc:
+        raise ConfigRequestError(ErrorCode.invalid_topic_exception, str(exc)) from None
+    info = broker.metadata.get(name)
+    if info is None:
+        raise ConfigRequestError(ErrorCode.unknown_topic_or_partition,
+                                 f"topic {name!r} does not exist")
+    return dict(info.configs)
+
+
+def _current(broker: Broker, resource_type: int, name: str) -> tuple[str, dict[str, str]]:
+    """(store entity or topic, current overrides) of an alterable resource."""
+    if resource_type == RESOURCE_TOPIC:
+        return name, _check_topic(broker, name)
+    if resource_type == RESOURCE_BROKER:
+        entity = broker_entity(broker, name)
+        return entity, broker.metadata.broker_configs(entity)
+    raise ConfigRequestError(ErrorCode.invalid_request, _unsupported_type(resource_type))
+
+
+def _unsupported_type(resource_type: int) -> str:
+    if resource_type == RESOURCE_BROKER_LOGGER:
+        return "BROKER_LOGGER resources are not supported: Odradek has no runtime log levels"
+    return f"unsupported config resource type {resource_type}"
+
+
+def _commit(broker: Broker, resource_type: int, target: str, configs: dict[str, str],
+            validate_only: bool) -> None:
+    if resource_type == RESOURCE_TOPIC:
+        try:
+            broker.metadata.set_topic_configs(target, configs, validate_only)
+        except MetadataError as exc:
+            raise ConfigRequestError(code_of(exc.kafka_error), str(exc)) from None
+        return
+    _validate_broker_configs(broker, target, configs)
+    if validate_only:
+        return
+    broker.metadata.set_broker_configs(target, configs)
+    apply_dynamic_broker_configs(broker)
+    log.info("dynamic broker configs of %s are now %s", target, configs)
+
+
+def _definition(resource_type: int, key: str) -> ConfigDef | None:
+    table = TOPIC_CONFIGS if resource_type == RESOURCE_TOPIC else BROKER_CONFIGS
+    return table.get(key)
+
+
+def _apply_op(resource_type: int, configs: dict[str, str], op: int, key: str,
+              value: str | None) -> None:
+    if op == OP_SET:
+        if value is None:
+            raise ConfigRequestError(ErrorCode.invalid_request,
+                                     f"null value not supported for: {key}")
+        configs[key] = value
+    elif op == OP_DELETE:
+        configs.pop(key, None)
+    elif op in (OP_APPEND, OP_SUBTRACT):
+        d = _definition(resource_type, key)
+        verb = "append" if op == OP_APPEND else "subtract"
+        if d is None:
+            raise ConfigRequestError(ErrorCode.invalid_config, f"unknown config {key!r}")
+        if d.type != "list":
+            raise ConfigRequestError(
+                ErrorCode.invalid_config,
+                f"config value {verb} is not allowed for config key: {key} (not a list)",
+            )
+        if key in configs:
+            current = [v.strip() for v in configs[key].split(",") if v.strip()]
+        else:
+            current = list(d.default or ())
+        items = [v.strip() for v in (value or "").split(",") if v.strip()]
+        if op == OP_APPEND:
+            current += [v for v in items if v not in current]
+        else:
+            current = [v for v in current if v not in items]
+        configs[key] = ",".join(current)
+    else:
+        raise ConfigRequestError(ErrorCode.invalid_request,
+                                 f"unknown alter configs operation type {op}")
+
+
+def _duplicates(resources: Iterable[Any]) -> set[tuple[int, str]]:
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)
+    return {k for k, n in counts.items() if n > 1}
+
+
+def register_configs(registry: HandlerRegistry, broker: Broker) -> None:
+    async def describe_configs(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("describe_configs", ctx.api_version)
+        synonyms = bool(getattr(request, "include_synonyms", False))
+        docs = bool(getattr(request, "include_documentation", False))
+        results = []
+        for resource in request.resources:
+            code, message, entries = ErrorCode.none, None, []
+            try:
+                if resource.resource_type == RESOURCE_TOPIC:
+                    entries = describe_topic(m, broker, resource.resource_name,
+                                             resource.configuration_keys, synonyms, docs)
+                elif resource.resource_type == RESOURCE_BROKER:
+                    entries = describe_broker(m, broker, resource.resource_name,
+                                              resource.configuration_keys, synonyms, docs)
+                else:
+                    raise ConfigRequestError(ErrorCode.invalid_request,
+                                             _unsupported_type(resource.resource_type))
+            except ConfigRequestError as exc:
+                code, message = exc.code, str(exc)
+            results.append(make(m.DescribeConfigsResult, error_code=code, error_message=message,
+                                resource_type=resource.resource_type,
+                                resource_name=resource.resource_name, configs=tuple(entries)))
+        return make(m.DescribeConfigsResponse, throttle_time=ZERO_THROTTLE,
+                    results=tuple(results))
+
+    def alter(m: Any, request: Any, incremental: bool) -> Any:
+        duplicates = _duplicates(request.resources)
+        responses = []
+        for resource in request.resources:
+            code, message = ErrorCode.none, None
+            try:
+                if (resource.resource_type, resource.resource_name) in duplicates:
+                    raise ConfigRequestError(ErrorCode.invalid_request,
+                                             "error due to duplicate config resource")
+                keys = Counter(c.name for c in resource.configs)
+                repeated = sorted(k for k, n in keys.items() if n > 1)
+                if repeated:
+                    raise ConfigRequestError(ErrorCode.invalid_request,
+                                             f"error due to duplicate config keys: {repeated}")
+                target, current = _current(broker, resource.resource_type,
+                                           resource.resource_name)
+                if incremental:
+                    configs = dict(current)
+                    for c in resource.configs:
+                        _apply_op(resource.resource_type, configs, c.config_operation, c.name,
+                                  c.value)
+                else:
+                    configs = {c.name: c.value for c in resource.configs if c.value is not None}
+                _commit(broker, resource.resource_type, target, configs, request.validate_only)
+            except ConfigRequestError as exc:
+                code, message = exc.code, str(exc)
+            responses.append(make(m.AlterConfigsResourceResponse, error_code=code,
+                                  error_message=message, resource_type=resource.resource_type,
+                                  resource_name=resource.resource_name))
+        return responses
+
+    async def alter_configs(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("alter_configs", ctx.api_version)
+        return make(m.AlterConfigsResponse, throttle_time=ZERO_THROTTLE,
+                    responses=tuple(alter(m, request, incremental=False)))
+
+    async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("incremental_alter_configs", ctx.api_version)
+        return make(m.IncrementalAlterConfigsResponse, throttle_time=ZERO_THROTTLE,
+                    responses=tuple(alter(m, request, incremental=True)))
+
+    registry.register(ApiKey.DESCRIBE_CONFIGS, DESCRIBE_VERSIONS[0], DESCRIBE_VERSIONS[1],
+                      describe_configs)
+    registry.register(ApiKey.ALTER_CONFIGS, ALTER_VERSIONS[0], ALTER_VERSIONS[1], alter_configs)
+    registry.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, INCREMENTAL_VERSIONS[0],
+                      INCREMENTAL_VERSIONS[1], incremental_alter_configs)

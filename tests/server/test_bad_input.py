@@ -1,0 +1,194 @@
+"""Bad input against a real broker: each gets the precise Kafka error code or a clean close,
+and other connections keep working."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import socket
+import struct
+import time
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.client.admin import Admin
+from odradek.client.connection import BrokerConnection, request_class
+from odradek.records.batch import CRC_OFFSET
+from odradek.records.builder import build_batch
+from odradek.testing import RunningBroker
+
+
+def _raw(broker: RunningBroker, payload: bytes, read: bool = True) -> bytes:
+    """Send raw bytes on a fresh socket; return what the broker sends before closing."""
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as s:
+        s.sendall(payload)
+        if not read:
+            return b""
+        s.shutdown(socket.SHUT_WR)
+        chunks = []
+        while True:
+            try:
+                data = s.recv(65536)
+            except (ConnectionResetError, TimeoutError):
+                break
+            if not data:
+                break
+            chunks.append(data)
+        return b"".join(chunks)
+
+
+def _still_serving(broker: RunningBroker) -> None:
+    async def check() -> None:
+        conn = await BrokerConnection.open(broker.bootstrap)
+        try:
+            topics = await Admin(conn).metadata([])
+            assert topics == []
+        finally:
+            await conn.close()
+
+    asyncio.run(check())
+
+
+def _header(api_key: int, version: int, correlation_id: int = 7) -> bytes:
+    client = b"bad-input"
+    return struct.pack(">hhih", api_key, version, correlation_id, len(client)) + client
+
+
+def test_truncated_frame_is_closed(shared_broker: RunningBroker) -> None:
+    # Size says 100 bytes, only 10 arrive, then EOF: closed without an answer.
+    assert _raw(shared_broker, struct.pack(">i", 100) + b"x" * 10) == b""
+    _still_serving(shared_broker)
+
+
+def test_oversized_frame_is_closed_before_allocation(shared_broker: RunningBroker) -> None:
+    assert _raw(shared_broker, struct.pack(">i", 2_000_000_000) + b"\0" * 8) == b""
+    assert _raw(shared_broker, struct.pack(">i", -5)) == b""
+    _still_serving(shared_broker)
+
+
+def test_unknown_api_key_is_closed(shared_broker: RunningBroker) -> None:
+    body = _header(9999, 0)
+    assert _raw(shared_broker, struct.pack(">i", len(body)) + body) == b""
+    _still_serving(shared_broker)
+
+
+def test_unsupported_version_is_closed_but_api_versions_answers(
+    shared_broker: RunningBroker,
+) -> None:
+    body = _header(3, 99)  # Metadata v99
+    assert _raw(shared_broker, struct.pack(">i", len(body)) + body) == b""
+    body = _header(18, 99) + b"\0"  # ApiVersions v99 (header v2): the v0 error response
+    answer = _raw(shared_broker, struct.pack(">i", len(body)) + body)
+    size, correlation_id, error = struct.unpack_from(">iih", answer)
+    assert size == len(answer) - 4
+    assert correlation_id == 7
+    assert error == ErrorCode.unsupported_version.value
+    _still_serving(shared_broker)
+
+
+def test_disconnect_mid_request(shared_broker: RunningBroker) -> None:
+    batch = build_batch([(b"k", b"v" * 1000)], timestamp=int(time.time() * 1000))
+    _raw(shared_broker, struct.pack(">i", 5000) + _header(0, 9) + batch[:100], read=False)
+    _still_serving(shared_broker)
+
+
+def _produce(
+    broker: RunningBroker, topic: str, partition: int, records: bytes, acks: int = 1
+) -> tuple[ErrorCode, str | None]:
+    async def go() -> tuple[ErrorCode, str | None]:
+        conn = await BrokerConnection.open(broker.bootstrap)
+        try:
+            cls = request_class("produce", 9, "ProduceRequest")
+            topic_cls = request_class("produce", 9, "TopicProduceData")
+            part_cls = request_class("produce", 9, "PartitionProduceData")
+            response = await conn.send(cls(
+                transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=5),
+                topic_data=(topic_cls(name=topic, partition_data=(
+                    part_cls(index=partition, records=records),)),),
+            ))
+            p = response.responses[0].partition_responses[0]
+            return ErrorCode(p.error_code), p.error_message
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def topic(shared_broker: RunningBroker) -> str:
+    name = f"bad-{uuid.uuid4().hex[:8]}"
+    shared_broker.call(shared_broker.broker.metadata.create_topic, name, 1, 1, {})
+    return name
+
+
+def _log_end(broker: RunningBroker, topic: str) -> int:
+    log = broker.broker.get_log(topic, 0)
+    assert log is not None
+    return log.log_end_offset
+
+
+def test_bad_crc_is_corrupt_message_and_nothing_written(
+    shared_broker: RunningBroker, topic: str
+) -> None:
+    batch = bytearray(build_batch([(b"k", b"v")], timestamp=int(time.time() * 1000)))
+    batch[CRC_OFFSET] ^= 0xFF
+    code, message = _produce(shared_broker, topic, 0, bytes(batch))
+    assert code == ErrorCode.corrupt_message
+    assert message and "CRC" in message
+    assert _log_end(shared_broker, topic) == 0
+
+
+def test_acks_5_is_invalid_required_acks(shared_broker: RunningBroker, topic: str) -> None:
+    batch = build_batch([(b"k", b"v")], timestamp=int(time.time() * 1000))
+    code, _ = _produce(shared_broker, topic, 0, batch, acks=5)
+    assert code == ErrorCode.invalid_required_acks
+    assert _log_end(shared_broker, topic) == 0
+
+
+def test_unknown_partition(shared_broker: RunningBroker, topic: str) -> None:
+    batch = build_batch([(b"k", b"v")], timestamp=int(time.time() * 1000))
+    assert _produce(shared_broker, topic, 7, batch)[0] == ErrorCode.unknown_topic_or_partition
+    assert _produce(shared_broker, "no-such-topic-x", 0, batch)[0] == (
+        ErrorCode.unknown_topic_or_partition
+    )
+
+
+def test_message_too_large(shared_broker: RunningBroker, topic: str) -> None:
+    batch = build_batch([(b"k", b"v" * 2_000_000)], timestamp=int(time.time() * 1000))
+    assert _produce(shared_broker, topic, 0, batch)[0] == ErrorCode.message_too_large
+    assert _log_end(shared_broker, topic) == 0
+
+
+def test_timestamp_too_far_in_future(shared_broker: RunningBroker, topic: str) -> None:
+    batch = build_batch([(b"k", b"v")], timestamp=int(time.time() * 1000) + 86_400_000)
+    assert _produce(shared_broker, topic, 0, batch)[0] == ErrorCode.invalid_timestamp
+
+
+@pytest.mark.parametrize("name", ["bad name", "a" * 250, "..", "é", ""])
+def test_illegal_topic_name(shared_broker: RunningBroker, name: str) -> None:
+    async def go() -> None:
+        conn = await BrokerConnection.open(shared_broker.bootstrap)
+        try:
+            cls = request_class("create_topics", 5, "CreateTopicsRequest")
+            topic_cls = request_class("create_topics", 5, "CreatableTopic")
+            response = await conn.send(cls(
+                topics=(topic_cls(name=name, num_partitions=1, replication_factor=1,
+                                  assignments=(), configs=()),),
+                timeout=datetime.timedelta(seconds=5), validate_only=False))
+            assert response.topics[0].error_code == ErrorCode.invalid_topic_exception
+            (meta,) = await Admin(conn).metadata([name], auto_create=True)
+            assert meta.error in ("invalid_topic_exception", "unknown_topic_or_partition")
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
+def test_topic_collision_on_dot_and_underscore(shared_broker: RunningBroker) -> None:
+    base = uuid.uuid4().hex[:6]
+    metadata = shared_broker.broker.metadata
+    shared_broker.call(metadata.create_topic, f"a.{base}", 1, 1, {})
+    with pytest.raises(Exception, match="collides"):
+        shared_broker.call(metadata.create_topic, f"a_{base}", 1, 1, {})
