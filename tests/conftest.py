@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from odradek.testing import RunningBroker, running_broker
+from odradek.testing import RunningBroker, odradek_broker, running_broker
 
-pytest_plugins = ["odradek.testing"]
+__all__ = ["odradek_broker", "shared_broker"]
 
 
 @pytest.fixture(scope="session")
