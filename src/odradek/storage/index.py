@@ -134,6 +134,7 @@ class _Index(abc.ABC):
         fd = os.open(self.path, os.O_RDWR)
         try:
             os.ftruncate(fd, size)
+            self.misaligned = size % self.entry_size != 0
             if size > 0:
                 self._mmap = mmap.mmap(fd, size)
         finally:

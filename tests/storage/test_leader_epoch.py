@@ -1,0 +1,87 @@
+"""Leader epoch cache: assign, end_offset_for, truncation and its checkpoint file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from odradek.storage import files
+from odradek.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
+
+from ._util import config, make_batch, open_log
+
+
+def test_assign_and_file_format(tmp_path: Path) -> None:
+    path = tmp_path / files.LEADER_EPOCH_CHECKPOINT
+    cache = LeaderEpochCache(path)
+    assert cache.latest_epoch == UNDEFINED_EPOCH
+    cache.assign(1, 0)
+    cache.assign(1, 10)  # same epoch: no-op
+    cache.assign(0, 20)  # older epoch: no-op
+    cache.assign(3, 40)
+    cache.assign(4, 39)  # start offset going back: no-op
+    cache.assign(-1, 50)  # no epoch
+    assert cache.entries == [(1, 0), (3, 40)]
+    assert path.read_text() == "0\n2\n1 0\n3 40\n"
+    assert LeaderEpochCache(path).entries == [(1, 0), (3, 40)]
+
+
+def test_end_offset_for(tmp_path: Path) -> None:
+    cache = LeaderEpochCache(tmp_path / "c")
+    assert cache.end_offset_for(0, 100) == (UNDEFINED_EPOCH, UNDEFINED_OFFSET)
+    for epoch, start in ((2, 0), (4, 30), (7, 80)):
+        cache.assign(epoch, start)
+    assert cache.end_offset_for(1, 100) == (UNDEFINED_EPOCH, UNDEFINED_OFFSET)
+    assert cache.end_offset_for(2, 100) == (2, 30)
+    assert cache.end_offset_for(3, 100) == (2, 30)  # unknown epoch: the one before it
+    assert cache.end_offset_for(4, 100) == (4, 80)
+    assert cache.end_offset_for(6, 100) == (4, 80)
+    assert cache.end_offset_for(7, 100) == (7, 100)
+    assert cache.end_offset_for(9, 100) == (7, 100)
+
+
+def test_truncation(tmp_path: Path) -> None:
+    path = tmp_path / "c"
+    cache = LeaderEpochCache(path)
+    for epoch, start in ((1, 0), (2, 10), (3, 20), (4, 30)):
+        cache.assign(epoch, start)
+    cache.truncate_from_end(20)
+    assert cache.entries == [(1, 0), (2, 10)]
+    cache.truncate_from_start(15)
+    assert cache.entries == [(2, 15)]
+    cache.truncate_from_start(5)  # never backwards
+    assert cache.entries == [(2, 15)]
+    assert path.read_text() == "0\n1\n2 15\n"
+    cache.clear()
+    assert cache.entries == [] and path.read_text() == "0\n0\n"
+
+
+def test_cache_follows_the_log(tmp_path: Path) -> None:
+    cfg = config(segment_bytes=300)
+    plog = open_log(tmp_path, cfg)
+    for i in range(12):
+        plog.append_as_leader(make_batch(2, seed=i), leader_epoch=i // 4)
+    assert plog.leader_epoch_cache.entries == [(0, 0), (1, 8), (2, 16)]
+    plog.truncate_to(12)
+    assert plog.leader_epoch_cache.entries == [(0, 0), (1, 8)]
+    plog.maybe_increment_log_start_offset(10)
+    assert plog.leader_epoch_cache.entries == [(1, 10)]
+    plog.close()
+    text = (plog.dir / files.LEADER_EPOCH_CHECKPOINT).read_text()
+    assert text == "0\n1\n1 10\n"
+    again = open_log(tmp_path, cfg, log_start_offset=10)
+    assert again.leader_epoch_cache.entries == [(1, 10)]
+    assert again.leader_epoch_cache.end_offset_for(1, again.log_end_offset) == (1, 12)
+    again.close()
+
+
+def test_follower_append_assigns_epochs_from_batches(tmp_path: Path) -> None:
+    leader = open_log(tmp_path, name="l-0")
+    follower = open_log(tmp_path, name="f-0")
+    for i in range(6):
+        leader.append_as_leader(make_batch(1, seed=i), leader_epoch=5 + i // 3)
+    for i in range(6):
+        follower.append_as_follower(leader.read(i, 1).read())
+    assert follower.leader_epoch_cache.entries == [(5, 0), (6, 3)]
+    assert follower.log_end_offset == 6
+    leader.close()
+    follower.close()
