@@ -1,0 +1,475 @@
+"""Helpers for the real-client interop tests: a broker subprocess, kcat and the Java client.
+
+Not a conftest: import what you need, e.g.::
+
+    from tests.interop._broker import java_client, kcat, start_broker
+
+    def test_something(tmp_path):
+        with start_broker(tmp_path) as broker:
+            kcat("-b", broker.bootstrap, "-L")
+
+The broker is started as ``.venv/bin/odradek serve --override listeners=PLAINTEXT://127.0.0.1:<port>
+--override log.dirs=<dir> [--override key=value ...]`` in its own process group.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+JAVA_SOURCE = JAVA_DIR / "OdradekInterop.java"
+JAVA_MAIN = "OdradekInterop"
+#: jars shipped by the PyPI package shigawire-apache-flink-libraries (scripts/install-java-client)
+JAVA_JARS = (
+    "kafka-clients.jar",
+    "slf4j-api.jar",
+    "lz4-java.jar",
+    "snappy-java.jar",
+    "zstd-jni.jar",
+)
+#: jars needed at compile time (the others are runtime-only codec implementations)
+JAVA_COMPILE_JARS = ("kafka-clients.jar", "slf4j-api.jar")
+
+STARTUP_TIMEOUT = 30.0
+
+
+def odradek_executable() -> Path:
+    exe = VENV_BIN / "odradek"
+    if exe.exists():
+        return exe
+    found = shutil.which("odradek")
+    return Path(found) if found else exe
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (bind to port 0, read it back, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- broker process
+
+_LIVE: set[BrokerProcess] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for broker in list(_LIVE):
+        broker.kill9()
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class BrokerProcess:
+    """One ``odradek serve`` subprocess. Use as a context manager, or call stop()/kill9()."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        host: str,
+        port: int,
+        data_dir: Path,
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.argv = argv
+        self.host = host
+        self.port = port
+        self.data_dir = data_dir
+        self.log_dir = log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        stamp = f"{int(time.time() * 1000)}-{port}"
+        self.stdout_path = log_dir / f"broker-{stamp}.stdout"
+        self.stderr_path = log_dir / f"broker-{stamp}.stderr"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=str(log_dir),
+                env=dict(env) if env is not None else None,
+                start_new_session=True,  # own process group, so kill9() gets every child too
+            )
+        _LIVE.add(self)
+
+    # ---- info
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def describe(self, tail: int = 4000) -> str:
+        err = self.stderr()[-tail:]
+        out = self.stdout()[-tail:]
+        return (
+            f"broker {' '.join(self.argv)}\n  pid={self.pid} returncode={self.proc.poll()}\n"
+            f"--- stderr (tail) ---\n{err}\n--- stdout (tail) ---\n{out}"
+        )
+
+    # ---- lifecycle
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                _LIVE.discard(self)
+                raise BrokerStartError("broker exited during startup\n" + self.describe())
+            if port_open(self.host, self.port):
+                return
+            if time.monotonic() > deadline:
+                self.kill9()
+                raise BrokerStartError(
+                    f"broker did not accept connections on {self.bootstrap} "
+                    f"within {timeout:.0f} s\n" + self.describe()
+                )
+            time.sleep(0.05)
+
+    def _signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def kill9(self) -> int | None:
+        """SIGKILL the whole process group (a crash); returns the exit status."""
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGKILL)
+        else:
+            # the leader is gone, but children might not be
+            self._signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        _LIVE.discard(self)
+        return self.proc.poll()
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, wait up to `timeout` seconds for a clean exit, then SIGKILL."""
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        # reap any straggler children of the group
+        self._signal_group(signal.SIGKILL)
+        _LIVE.discard(self)
+        return self.proc.poll()
+
+    def __enter__(self) -> BrokerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<BrokerProcess {self.bootstrap} pid={self.pid} rc={self.proc.poll()}>"
+
+
+def _override_args(overrides: Mapping[str, Any]) -> list[str]:
+    args: list[str] = []
+    for key, value in overrides.items():
+        if value is True or value is False:
+            value = "true" if value else "false"
+        args += ["--override", f"{key}={value}"]
+    return args
+
+
+def start_broker(
+    tmp_path: Path,
+    *,
+    port: int | None = None,
+    data_dir: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    extra_args: Sequence[str] = (),
+    timeout: float = STARTUP_TIMEOUT,
+    env: Mapping[str, str] | None = None,
+    **kw_overrides: Any,
+) -> BrokerProcess:
+    """Start ``odradek serve`` on a free loopback port and wait until it accepts connections.
+
+    - ``port``: reuse a fixed port (e.g. to restart a broker at the same address); default: free.
+    - ``data_dir``: default ``tmp_path/"data"``; pass the previous broker's ``data_dir`` to restart
+      on the same log after ``kill9()``.
+    - ``overrides``: exact broker config keys, e.g. ``{"num.partitions": 3}``.
+    - keyword overrides: underscores become dots, e.g. ``log_segment_bytes=1024`` ->
+      ``--override log.segment.bytes=1024``. ``listeners``/``log.dirs`` may be overridden too.
+    - Booleans become ``true``/``false``.
+
+    Raises BrokerStartError (with the broker's stderr) if it exits or is not listening within
+    ``timeout`` seconds.
+    """
+    host = "127.0.0.1"
+    data = Path(data_dir) if data_dir is not None else Path(tmp_path) / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    merged: dict[str, Any] = {}
+    merged.update({k.replace("_", "."): v for k, v in kw_overrides.items()})
+    if overrides:
+        merged.update(overrides)
+    attempts = 1 if port is not None else 3
+    last_error: BrokerStartError | None = None
+    for _ in range(attempts):
+        chosen = port if port is not None else free_port(host)
+        conf: dict[str, Any] = {
+            "listeners": f"PLAINTEXT://{host}:{chosen}",
+            "log.dirs": str(data),
+        }
+        conf.update(merged)
+        argv = [str(odradek_executable()), "serve", *_override_args(conf), *extra_args]
+        broker = BrokerProcess(
+            argv, host=host, port=chosen, data_dir=data, log_dir=Path(tmp_path) / "logs", env=env
+        )
+        try:
+            broker.wait_ready(timeout)
+            return broker
+        except BrokerStartError as e:
+            last_error = e
+            # the free port may have been taken between probing and binding: try another one
+            if "address already in use" not in broker.stderr().lower():
+                raise
+    assert last_error is not None
+    raise last_error
+
+
+# --------------------------------------------------------------------------- kcat
+
+
+def kcat_path() -> str | None:
+    return shutil.which("kcat") or shutil.which("kafkacat")
+
+
+def kcat(
+    *args: str,
+    timeout: float = 60.0,
+    input: str | bytes | None = None,
+    check: bool = True,
+    text: bool = True,
+) -> subprocess.CompletedProcess[Any]:
+    """Run kcat with `args`; return the CompletedProcess (stdout/stderr are str unless text=False).
+
+    Raises AssertionError (with kcat's output) on a non-zero exit when ``check`` and on timeout.
+    Skips the test if kcat is not installed (scripts/install-java-client installs it).
+    """
+    exe = kcat_path()
+    if exe is None:
+        pytest.skip("kcat is not installed (run scripts/install-java-client)")
+    argv = [exe, *args]
+    if text and isinstance(input, bytes):
+        input = input.decode()
+    if not text and isinstance(input, str):
+        input = input.encode()
+    try:
+        kw: dict[str, Any] = {"encoding": "utf-8", "errors": "replace"} if text else {}
+        res = subprocess.run(
+            argv, input=input, capture_output=True, timeout=timeout, check=False, **kw
+        )
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(
+            f"kcat timed out after {timeout} s: {argv}\nstdout: {e.stdout!r}\nstderr: {e.stderr!r}"
+        ) from None
+    if check and res.returncode != 0:
+        raise AssertionError(
+            f"kcat exited {res.returncode}: {argv}\nstdout: {res.stdout}\nstderr: {res.stderr}"
+        )
+    return res
+
+
+# --------------------------------------------------------------------------- Java client
+
+
+def java_lib_dir() -> Path:
+    """Where shigawire-apache-flink-libraries puts its jars in the venv."""
+    venv_purelib = REPO / ".venv" / "lib"
+    candidates = sorted(venv_purelib.glob("python3*/site-packages/pyflink/lib"))
+    if candidates:
+        return candidates[-1]
+    return Path(sysconfig.get_paths()["purelib"]) / "pyflink" / "lib"
+
+
+@dataclass
+class JavaResult:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and bool(self.summary.get("ok"))
+
+    def describe(self, tail: int = 6000) -> str:
+        return (
+            f"{' '.join(self.argv)}\nexit={self.returncode}\nsummary={json.dumps(self.summary)}\n"
+            f"--- stderr (tail) ---\n{self.stderr[-tail:]}\n"
+            f"--- stdout (tail) ---\n{self.stdout[-tail:]}"
+        )
+
+
+def _parse_summary(stdout: str) -> dict[str, Any]:
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                parsed = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(parsed, dict):
+                return parsed
+    return {}
+
+
+class JavaClientUnavailable(RuntimeError):
+    pass
+
+
+def compile_java_client(build_root: Path | None = None) -> tuple[Path, list[Path]]:
+    """Compile OdradekInterop.java (if the source or jars changed); return (classes_dir, jars).
+
+    Output goes to tests/interop/java/build/<hash>/ (gitignored). Safe to call from several
+    processes at once (file lock). Raises JavaClientUnavailable if jars or javac are missing.
+    """
+    lib = java_lib_dir()
+    jars = [lib / j for j in JAVA_JARS]
+    missing = [str(j) for j in jars if not j.is_file()]
+    if missing:
+        raise JavaClientUnavailable(
+            f"kafka-clients jars missing ({', '.join(missing)}): run scripts/install-java-client"
+        )
+    javac = shutil.which("javac")
+    if javac is None or shutil.which("java") is None:
+        raise JavaClientUnavailable("java/javac not found on PATH (need a JDK 11+)")
+    root = build_root or (JAVA_DIR / "build")
+    root.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256(JAVA_SOURCE.read_bytes())
+    for j in jars:
+        st = j.stat()
+        h.update(f"{j}:{st.st_size}:{st.st_mtime_ns}".encode())
+    out = root / h.hexdigest()[:16]
+    stamp = out / ".ok"
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not stamp.exists():
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir(parents=True)
+                cp = os.pathsep.join(str(lib / j) for j in JAVA_COMPILE_JARS)
+                res = subprocess.run(
+                    [javac, "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-cp", cp,
+                     str(JAVA_SOURCE)],
+                    capture_output=True, text=True, timeout=180, check=False,
+                )
+                if res.returncode != 0:
+                    raise RuntimeError(f"javac failed:\n{res.stdout}\n{res.stderr}")
+                stamp.write_text("ok\n")
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return out, jars
+
+
+JavaRunner = Callable[..., JavaResult]
+
+
+@cache
+def _java_runner() -> JavaRunner:
+    classes, jars = compile_java_client()
+    java = shutil.which("java") or "java"
+    classpath = os.pathsep.join([str(classes), *(str(j) for j in jars)])
+
+    def run(
+        bootstrap: str,
+        mode: str,
+        topic: str,
+        *args: str | int,
+        props: Mapping[str, Any] | None = None,
+        timeout: float = 180.0,
+        jvm_args: Iterable[str] = (),
+    ) -> JavaResult:
+        """Run ``OdradekInterop <bootstrap> <mode> <topic> [args] [-Xkey=value ...]``."""
+        argv = [
+            java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m", *jvm_args,
+            "-cp", classpath, JAVA_MAIN, bootstrap, mode, topic, *(str(a) for a in args),
+            *(f"-X{k}={v}" for k, v in (props or {}).items()),
+        ]
+        try:
+            res = subprocess.run(
+                argv, capture_output=True, text=True, errors="replace", timeout=timeout,
+                stdin=subprocess.DEVNULL, check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
+            raise AssertionError(
+                f"Java client timed out after {timeout} s: {' '.join(argv)}\n"
+                f"--- stderr ---\n{(err or '')[-6000:]}\n--- stdout ---\n{(out or '')[-6000:]}"
+            ) from None
+        return JavaResult(argv, res.returncode, res.stdout, res.stderr, _parse_summary(res.stdout))
+
+    return run
+
+
+def java_client() -> JavaRunner:
+    """Compile the Java client once per session and return ``run(bootstrap, mode, topic, *args,
+    props=None, timeout=180.0, jvm_args=()) -> JavaResult``.
+
+    Skips the calling test when the jars or the JDK are missing.
+    """
+    try:
+        return _java_runner()
+    except JavaClientUnavailable as e:
+        pytest.skip(str(e))
+
+
+if __name__ == "__main__":  # pragma: no cover - manual smoke test: compile and print the classpath
+    classes_dir, jar_paths = compile_java_client()
+    print(classes_dir)
+    for jar in jar_paths:
+        print(jar)
+    sys.exit(0)

@@ -1,0 +1,698 @@
+// Odradek interop driver built on the official Apache Kafka Java client (kafka-clients 3.9.1).
+//
+// Usage: OdradekInterop <bootstrap> <mode> <topic> [positional args] [-Xkey=value ...]
+//
+// Modes:
+//   roundtrip [N]            create topic (3 partitions, RF 1), produce N keyed records with
+//                            headers per compression type (none, gzip, snappy, lz4, zstd) with
+//                            default (idempotent) producer settings, read everything back with
+//                            assign + seekToBeginning, verify, listOffsets (earliest, latest,
+//                            by timestamp, max timestamp), describeConfigs, deleteTopics.
+//   produce N [codec]        produce N records (key-i / value-i, header idx=i) to the topic.
+//   consume-count [expected] read the topic from the beginning up to its current end offsets
+//                            (assign, no group) and report the count; non-zero exit if it
+//                            differs from expected.
+//   group-consume <group> <expected>
+//                            subscribe with group.id, poll until `expected` records arrived,
+//                            commitSync, report committed offsets.
+//   create [partitions] [rf] create the topic.
+//   delete                   delete the topic.
+//
+// -Xkey=value arguments are passed to every client (admin, producer, consumer) the mode uses.
+// One JSON object is printed on stdout as the last line. Exit codes: 0 ok, 1 verification
+// mismatch, 2 usage error, 3 unexpected exception.
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.UnsupportedVersionException;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public final class OdradekInterop {
+    static final List<String> CODECS = List.of("none", "gzip", "snappy", "lz4", "zstd");
+    static final long FUTURE_TIMEOUT_S = 60;
+    static final long CONSUME_TIMEOUT_MS = 60_000;
+
+    final String bootstrap;
+    final String topic;
+    final Map<String, String> extra;
+    final Map<String, Object> summary = new LinkedHashMap<>();
+    final List<String> errors = new ArrayList<>();
+
+    OdradekInterop(String bootstrap, String topic, Map<String, String> extra) {
+        this.bootstrap = bootstrap;
+        this.topic = topic;
+        this.extra = extra;
+    }
+
+    public static void main(String[] argv) {
+        List<String> positional = new ArrayList<>();
+        Map<String, String> extra = new LinkedHashMap<>();
+        for (String a : argv) {
+            if (a.startsWith("-X")) {
+                int eq = a.indexOf('=');
+                if (eq < 3) {
+                    usage("bad client property " + a);
+                }
+                extra.put(a.substring(2, eq), a.substring(eq + 1));
+            } else {
+                positional.add(a);
+            }
+        }
+        if (positional.size() < 3) {
+            usage("need <bootstrap> <mode> <topic>");
+        }
+        String mode = positional.get(1);
+        OdradekInterop app = new OdradekInterop(positional.get(0), positional.get(2), extra);
+        List<String> args = positional.subList(3, positional.size());
+        app.summary.put("mode", mode);
+        app.summary.put("topic", app.topic);
+        int rc;
+        try {
+            switch (mode) {
+                case "roundtrip":
+                    app.roundtrip(intArg(args, 0, 20));
+                    break;
+                case "produce":
+                    app.produce(intArg(args, 0, 10), args.size() > 1 ? args.get(1) : "none");
+                    break;
+                case "consume-count":
+                    app.consumeCount(args.isEmpty() ? -1 : Integer.parseInt(args.get(0)));
+                    break;
+                case "group-consume":
+                    if (args.size() < 2) {
+                        usage("group-consume needs <group> <expected>");
+                    }
+                    app.groupConsume(args.get(0), Integer.parseInt(args.get(1)));
+                    break;
+                case "create":
+                    app.create(intArg(args, 0, 3), (short) intArg(args, 1, 1));
+                    break;
+                case "delete":
+                    app.delete();
+                    break;
+                default:
+                    usage("unknown mode " + mode);
+            }
+            rc = app.errors.isEmpty() ? 0 : 1;
+        } catch (Throwable t) {
+            Throwable root = t instanceof ExecutionException && t.getCause() != null ? t.getCause() : t;
+            app.errors.add("exception: " + root);
+            app.summary.put("exception", root.getClass().getName());
+            System.err.println("OdradekInterop: unexpected exception");
+            t.printStackTrace();
+            rc = 3;
+        }
+        app.summary.put("ok", app.errors.isEmpty());
+        app.summary.put("errors", app.errors);
+        System.out.println(Json.write(app.summary));
+        System.out.flush();
+        System.exit(rc);
+    }
+
+    static int intArg(List<String> args, int i, int dflt) {
+        return args.size() > i ? Integer.parseInt(args.get(i)) : dflt;
+    }
+
+    static void usage(String why) {
+        System.err.println("OdradekInterop: " + why);
+        System.err.println("usage: OdradekInterop <bootstrap> <mode> <topic> [args] [-Xkey=value ...]");
+        System.err.println("modes: roundtrip [N] | produce N [codec] | consume-count [expected] |"
+                + " group-consume <group> <expected> | create [partitions] [rf] | delete");
+        System.exit(2);
+    }
+
+    void check(boolean cond, String what) {
+        if (!cond) {
+            errors.add(what);
+        }
+    }
+
+    // ---------------------------------------------------------------- clients
+
+    Properties base() {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("client.id", "odradek-interop");
+        return p;
+    }
+
+    Admin admin() {
+        Properties p = base();
+        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "30000");
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "60000");
+        p.putAll(extra);
+        return Admin.create(p);
+    }
+
+    KafkaProducer<byte[], byte[]> producer(String codec) {
+        Properties p = base();
+        // Everything else stays at the 3.9 defaults: acks=all, enable.idempotence=true.
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.putAll(extra);
+        return new KafkaProducer<>(p);
+    }
+
+    KafkaConsumer<byte[], byte[]> consumer(String groupId) {
+        Properties p = base();
+        if (groupId != null) {
+            p.put(ConsumerConfig.GROUP_ID_CONFIG, groupId);
+            p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        }
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.putAll(extra);
+        return new KafkaConsumer<>(p);
+    }
+
+    static byte[] utf8(String s) {
+        return s == null ? null : s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    static String str(byte[] b) {
+        return b == null ? null : new String(b, StandardCharsets.UTF_8);
+    }
+
+    static <T> T get(Future<T> f) throws Exception {
+        return f.get(FUTURE_TIMEOUT_S, TimeUnit.SECONDS);
+    }
+
+    // ---------------------------------------------------------------- roundtrip
+
+    static final class Expected {
+        final String codec;
+        final int index;
+        final byte[] key;
+        final byte[] value;
+        final List<Header> headers;
+        final long timestamp;
+        RecordMetadata meta;
+
+        Expected(String codec, int index, byte[] key, byte[] value, List<Header> headers, long ts) {
+            this.codec = codec;
+            this.index = index;
+            this.key = key;
+            this.value = value;
+            this.headers = headers;
+            this.timestamp = ts;
+        }
+    }
+
+    void roundtrip(int n) throws Exception {
+        final int partitions = 3;
+        summary.put("records_per_codec", n);
+        try (Admin admin = admin()) {
+            get(admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all());
+            summary.put("created", true);
+
+            TopicDescription desc = describeTopicWithRetry(admin);
+            check(desc.partitions().size() == partitions,
+                    "describeTopics: expected " + partitions + " partitions, got " + desc.partitions().size());
+            boolean leaders = true;
+            for (TopicPartitionInfo tpi : desc.partitions()) {
+                leaders &= tpi.leader() != null && !tpi.leader().isEmpty();
+            }
+            check(leaders, "describeTopics: some partition has no leader");
+            summary.put("described_partitions", desc.partitions().size());
+
+            // ---- produce, one idempotent producer per codec
+            long base = System.currentTimeMillis() - 600_000L;
+            List<Expected> expected = new ArrayList<>();
+            Map<String, Object> produced = new LinkedHashMap<>();
+            int g = 0;
+            for (String codec : CODECS) {
+                List<Expected> batch = new ArrayList<>();
+                List<Future<RecordMetadata>> futures = new ArrayList<>();
+                try (KafkaProducer<byte[], byte[]> producer = producer(codec)) {
+                    for (int i = 0; i < n; i++, g++) {
+                        byte[] key = utf8("key-" + codec + "-" + i + "-\u00e9");
+                        // every 7th record (i % 7 == 3) is a tombstone; the others vary in size so
+                        // that compression has something to chew on
+                        byte[] value = i % 7 == 3 ? null
+                                : utf8(("value-" + codec + "-" + i + "|").repeat(1 + i % 5));
+                        List<Header> headers = new ArrayList<>();
+                        headers.add(new RecordHeader("codec", utf8(codec)));
+                        headers.add(new RecordHeader("idx", utf8(Integer.toString(i))));
+                        headers.add(new RecordHeader("empty", new byte[0]));
+                        headers.add(new RecordHeader("null", (byte[]) null));
+                        long ts = base + g * 10L;
+                        Expected e = new Expected(codec, i, key, value, headers, ts);
+                        batch.add(e);
+                        futures.add(producer.send(
+                                new ProducerRecord<>(topic, null, ts, key, value, headers)));
+                    }
+                    producer.flush();
+                    for (int i = 0; i < futures.size(); i++) {
+                        batch.get(i).meta = get(futures.get(i));
+                    }
+                }
+                produced.put(codec, batch.size());
+                expected.addAll(batch);
+            }
+            summary.put("produced", produced);
+            summary.put("produced_total", expected.size());
+
+            // ---- consume everything back
+            List<TopicPartition> tps = new ArrayList<>();
+            for (int p = 0; p < partitions; p++) {
+                tps.add(new TopicPartition(topic, p));
+            }
+            List<ConsumerRecord<byte[], byte[]>> got = new ArrayList<>();
+            try (KafkaConsumer<byte[], byte[]> consumer = consumer(null)) {
+                consumer.assign(tps);
+                consumer.seekToBeginning(tps);
+                long deadline = System.currentTimeMillis() + CONSUME_TIMEOUT_MS;
+                while (got.size() < expected.size() && System.currentTimeMillis() < deadline) {
+                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
+                        got.add(r);
+                    }
+                }
+                // one more short poll to catch duplicates beyond the expected count
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
+                    got.add(r);
+                }
+            }
+            summary.put("consumed_total", got.size());
+            check(got.size() == expected.size(),
+                    "consumed " + got.size() + " records, expected " + expected.size());
+            verifyRecords(expected, got);
+
+            // ---- listOffsets
+            Map<Integer, List<ConsumerRecord<byte[], byte[]>>> byPartition = new TreeMap<>();
+            for (int p = 0; p < partitions; p++) {
+                byPartition.put(p, new ArrayList<>());
+            }
+            for (ConsumerRecord<byte[], byte[]> r : got) {
+                byPartition.computeIfAbsent(r.partition(), k -> new ArrayList<>()).add(r);
+            }
+            Map<String, Object> offsets = new LinkedHashMap<>();
+            Map<TopicPartition, Long> earliest = listOffsets(admin, tps, OffsetSpec.earliest());
+            Map<TopicPartition, Long> latest = listOffsets(admin, tps, OffsetSpec.latest());
+            Map<String, Object> earliestJ = new LinkedHashMap<>();
+            Map<String, Object> latestJ = new LinkedHashMap<>();
+            for (TopicPartition tp : tps) {
+                List<ConsumerRecord<byte[], byte[]>> rs = byPartition.get(tp.partition());
+                long expEnd = rs.isEmpty() ? 0 : rs.get(rs.size() - 1).offset() + 1;
+                earliestJ.put(Integer.toString(tp.partition()), earliest.get(tp));
+                latestJ.put(Integer.toString(tp.partition()), latest.get(tp));
+                check(earliest.get(tp) == 0L, "listOffsets earliest " + tp + " = " + earliest.get(tp) + ", expected 0");
+                check(latest.get(tp) == expEnd, "listOffsets latest " + tp + " = " + latest.get(tp) + ", expected " + expEnd);
+            }
+            offsets.put("earliest", earliestJ);
+            offsets.put("latest", latestJ);
+
+            long total = expected.size();
+            long[] probes = {base - 1, base + (total / 2) * 10L + 5, base + (total - 1) * 10L, base + total * 10L + 10_000};
+            List<Object> byTs = new ArrayList<>();
+            for (long t : probes) {
+                Map<TopicPartition, Long> res = listOffsets(admin, tps, OffsetSpec.forTimestamp(t));
+                Map<String, Object> row = new LinkedHashMap<>();
+                row.put("timestamp_minus_base", t - base);
+                Map<String, Object> parts = new LinkedHashMap<>();
+                for (TopicPartition tp : tps) {
+                    long exp = -1;
+                    for (ConsumerRecord<byte[], byte[]> r : byPartition.get(tp.partition())) {
+                        if (r.timestamp() >= t) {
+                            exp = r.offset();
+                            break;
+                        }
+                    }
+                    parts.put(Integer.toString(tp.partition()), res.get(tp));
+                    check(res.get(tp) == exp, "listOffsets forTimestamp(base+" + (t - base) + ") " + tp
+                            + " = " + res.get(tp) + ", expected " + exp);
+                }
+                row.put("offsets", parts);
+                byTs.add(row);
+            }
+            offsets.put("by_timestamp", byTs);
+
+            try {
+                Map<TopicPartition, Long> maxTs = listOffsets(admin, tps, OffsetSpec.maxTimestamp());
+                Map<String, Object> mj = new LinkedHashMap<>();
+                for (TopicPartition tp : tps) {
+                    List<ConsumerRecord<byte[], byte[]>> rs = byPartition.get(tp.partition());
+                    long exp = rs.isEmpty() ? -1 : rs.get(rs.size() - 1).offset();
+                    mj.put(Integer.toString(tp.partition()), maxTs.get(tp));
+                    check(maxTs.get(tp) == exp, "listOffsets maxTimestamp " + tp + " = " + maxTs.get(tp) + ", expected " + exp);
+                }
+                offsets.put("max_timestamp", mj);
+            } catch (ExecutionException e) {
+                if (!(e.getCause() instanceof UnsupportedVersionException)) {
+                    throw e;
+                }
+                offsets.put("max_timestamp", "unsupported");
+            }
+            summary.put("list_offsets", offsets);
+
+            // ---- describeConfigs
+            ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            Config cfg = get(admin.describeConfigs(List.of(res)).all()).get(res);
+            Map<String, Object> cfgJ = new TreeMap<>();
+            for (ConfigEntry e : cfg.entries()) {
+                cfgJ.put(e.name(), e.value());
+            }
+            check(!cfgJ.isEmpty(), "describeConfigs returned no entries for the topic");
+            summary.put("config_count", cfgJ.size());
+            summary.put("configs", cfgJ);
+
+            // ---- deleteTopics
+            get(admin.deleteTopics(List.of(topic)).all());
+            boolean gone = false;
+            long deadline = System.currentTimeMillis() + 15_000;
+            while (System.currentTimeMillis() < deadline) {
+                Set<String> names = get(admin.listTopics().names());
+                if (!names.contains(topic)) {
+                    gone = true;
+                    break;
+                }
+                Thread.sleep(200);
+            }
+            check(gone, "topic still listed 15 s after deleteTopics");
+            summary.put("deleted", gone);
+        }
+    }
+
+    TopicDescription describeTopicWithRetry(Admin admin) throws Exception {
+        long deadline = System.currentTimeMillis() + 15_000;
+        while (true) {
+            try {
+                return get(admin.describeTopics(List.of(topic)).allTopicNames()).get(topic);
+            } catch (ExecutionException e) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(200);
+            }
+        }
+    }
+
+    Map<TopicPartition, Long> listOffsets(Admin admin, Collection<TopicPartition> tps, OffsetSpec spec)
+            throws Exception {
+        Map<TopicPartition, OffsetSpec> req = new HashMap<>();
+        for (TopicPartition tp : tps) {
+            req.put(tp, spec);
+        }
+        Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> res = get(admin.listOffsets(req).all());
+        Map<TopicPartition, Long> out = new HashMap<>();
+        for (TopicPartition tp : tps) {
+            out.put(tp, res.get(tp).offset());
+        }
+        return out;
+    }
+
+    void verifyRecords(List<Expected> expected, List<ConsumerRecord<byte[], byte[]>> got) {
+        Map<String, Expected> byKey = new HashMap<>();
+        for (Expected e : expected) {
+            byKey.put(str(e.key), e);
+        }
+        Map<String, Integer> seen = new HashMap<>();
+        Map<Integer, Long> lastOffset = new HashMap<>();
+        Map<Integer, Long> firstOffset = new HashMap<>();
+        int bad = 0;
+        for (ConsumerRecord<byte[], byte[]> r : got) {
+            String k = str(r.key());
+            Expected e = byKey.get(k);
+            List<String> probs = new ArrayList<>();
+            if (e == null) {
+                probs.add("unexpected key");
+            } else {
+                seen.merge(k, 1, Integer::sum);
+                if (!Arrays.equals(e.value, r.value())) {
+                    probs.add("value " + str(r.value()) + " != " + str(e.value));
+                }
+                if (e.timestamp != r.timestamp()) {
+                    probs.add("timestamp " + r.timestamp() + " != " + e.timestamp);
+                }
+                if (r.partition() != e.meta.partition() || r.offset() != e.meta.offset()) {
+                    probs.add("at " + r.partition() + "/" + r.offset() + " but producer acked "
+                            + e.meta.partition() + "/" + e.meta.offset());
+                }
+                Header[] hs = r.headers().toArray();
+                if (hs.length != e.headers.size()) {
+                    probs.add(hs.length + " headers, expected " + e.headers.size());
+                } else {
+                    for (int i = 0; i < hs.length; i++) {
+                        Header want = e.headers.get(i);
+                        if (!Objects.equals(hs[i].key(), want.key()) || !Arrays.equals(hs[i].value(), want.value())) {
+                            probs.add("header " + i + " " + hs[i].key() + "=" + str(hs[i].value())
+                                    + " != " + want.key() + "=" + str(want.value()));
+                        }
+                    }
+                }
+            }
+            Long prev = lastOffset.get(r.partition());
+            if (prev != null && r.offset() != prev + 1) {
+                probs.add("offset gap/reorder in partition " + r.partition() + ": " + prev + " -> " + r.offset());
+            }
+            lastOffset.put(r.partition(), r.offset());
+            firstOffset.putIfAbsent(r.partition(), r.offset());
+            if (!probs.isEmpty()) {
+                bad++;
+                if (bad <= 20) {
+                    errors.add("record " + r.partition() + "/" + r.offset() + " key=" + k + ": " + String.join("; ", probs));
+                }
+            }
+        }
+        for (Map.Entry<Integer, Long> fo : firstOffset.entrySet()) {
+            check(fo.getValue() == 0L, "partition " + fo.getKey() + " starts at offset " + fo.getValue());
+        }
+        int missing = 0;
+        int dup = 0;
+        for (Expected e : expected) {
+            int c = seen.getOrDefault(str(e.key), 0);
+            if (c == 0) {
+                missing++;
+            } else if (c > 1) {
+                dup++;
+            }
+        }
+        check(missing == 0, missing + " produced records never consumed");
+        check(dup == 0, dup + " records consumed more than once");
+        check(bad == 0, bad + " consumed records did not match what was produced");
+        summary.put("mismatched_records", bad);
+        summary.put("missing_records", missing);
+        summary.put("duplicate_records", dup);
+        Map<String, Object> perPartition = new TreeMap<>();
+        for (Map.Entry<Integer, Long> lo : lastOffset.entrySet()) {
+            perPartition.put(Integer.toString(lo.getKey()), lo.getValue() + 1);
+        }
+        summary.put("partition_end_offsets", perPartition);
+    }
+
+    // ---------------------------------------------------------------- other modes
+
+    void produce(int n, String codec) throws Exception {
+        Map<String, Object> last = new TreeMap<>();
+        try (KafkaProducer<byte[], byte[]> producer = producer(codec)) {
+            List<Future<RecordMetadata>> futures = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                List<Header> headers = List.of(new RecordHeader("idx", utf8(Integer.toString(i))));
+                futures.add(producer.send(new ProducerRecord<>(topic, null, utf8("key-" + i),
+                        utf8("value-" + i), headers)));
+            }
+            producer.flush();
+            for (Future<RecordMetadata> f : futures) {
+                RecordMetadata m = get(f);
+                last.merge(Integer.toString(m.partition()), m.offset(), (a, b) -> Math.max((Long) a, (Long) b));
+            }
+        }
+        summary.put("codec", codec);
+        summary.put("produced", n);
+        summary.put("last_offsets", last);
+    }
+
+    List<TopicPartition> partitionsOf(KafkaConsumer<byte[], byte[]> consumer) {
+        List<PartitionInfo> infos = consumer.partitionsFor(topic, Duration.ofSeconds(FUTURE_TIMEOUT_S));
+        List<TopicPartition> tps = new ArrayList<>();
+        if (infos != null) {
+            for (PartitionInfo pi : infos) {
+                tps.add(new TopicPartition(topic, pi.partition()));
+            }
+        }
+        return tps;
+    }
+
+    void consumeCount(int expectedCount) {
+        Map<String, Object> counts = new TreeMap<>();
+        int total = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(null)) {
+            List<TopicPartition> tps = partitionsOf(consumer);
+            check(!tps.isEmpty(), "topic has no partitions (does it exist?)");
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = consumer.endOffsets(tps, Duration.ofSeconds(FUTURE_TIMEOUT_S));
+            long deadline = System.currentTimeMillis() + CONSUME_TIMEOUT_MS;
+            while (System.currentTimeMillis() < deadline) {
+                boolean done = true;
+                for (TopicPartition tp : tps) {
+                    done &= consumer.position(tp) >= end.get(tp);
+                }
+                if (done) {
+                    break;
+                }
+                ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(500));
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    counts.merge(Integer.toString(r.partition()), 1, (a, b) -> (Integer) a + (Integer) b);
+                    total++;
+                }
+            }
+            Map<String, Object> endJ = new TreeMap<>();
+            for (TopicPartition tp : tps) {
+                endJ.put(Integer.toString(tp.partition()), end.get(tp));
+            }
+            summary.put("end_offsets", endJ);
+        }
+        summary.put("count", total);
+        summary.put("per_partition", counts);
+        if (expectedCount >= 0) {
+            check(total == expectedCount, "consumed " + total + " records, expected " + expectedCount);
+        }
+    }
+
+    void groupConsume(String group, int expectedCount) {
+        int total = 0;
+        Map<String, Object> committed = new TreeMap<>();
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(group)) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + CONSUME_TIMEOUT_MS;
+            while (total < expectedCount && System.currentTimeMillis() < deadline) {
+                total += consumer.poll(Duration.ofMillis(500)).count();
+            }
+            consumer.commitSync(Duration.ofSeconds(FUTURE_TIMEOUT_S));
+            Set<TopicPartition> assigned = consumer.assignment();
+            Map<TopicPartition, OffsetAndMetadata> c =
+                    consumer.committed(assigned, Duration.ofSeconds(FUTURE_TIMEOUT_S));
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : c.entrySet()) {
+                committed.put(Integer.toString(e.getKey().partition()),
+                        e.getValue() == null ? null : e.getValue().offset());
+            }
+        }
+        summary.put("group", group);
+        summary.put("count", total);
+        summary.put("committed", committed);
+        check(total == expectedCount, "consumed " + total + " records, expected " + expectedCount);
+    }
+
+    void create(int partitions, short rf) throws Exception {
+        try (Admin admin = admin()) {
+            get(admin.createTopics(List.of(new NewTopic(topic, partitions, rf))).all());
+        }
+        summary.put("created", true);
+        summary.put("partitions", partitions);
+    }
+
+    void delete() throws Exception {
+        try (Admin admin = admin()) {
+            get(admin.deleteTopics(List.of(topic)).all());
+        }
+        summary.put("deleted", true);
+    }
+
+    // ---------------------------------------------------------------- tiny JSON writer
+
+    static final class Json {
+        static String write(Object o) {
+            StringBuilder sb = new StringBuilder();
+            write(sb, o);
+            return sb.toString();
+        }
+
+        static void write(StringBuilder sb, Object o) {
+            if (o == null) {
+                sb.append("null");
+            } else if (o instanceof String) {
+                string(sb, (String) o);
+            } else if (o instanceof Number || o instanceof Boolean) {
+                sb.append(o);
+            } else if (o instanceof Map) {
+                sb.append('{');
+                boolean first = true;
+                for (Map.Entry<?, ?> e : ((Map<?, ?>) o).entrySet()) {
+                    if (!first) {
+                        sb.append(',');
+                    }
+                    first = false;
+                    string(sb, String.valueOf(e.getKey()));
+                    sb.append(':');
+                    write(sb, e.getValue());
+                }
+                sb.append('}');
+            } else if (o instanceof Collection) {
+                sb.append('[');
+                boolean first = true;
+                for (Object x : (Collection<?>) o) {
+                    if (!first) {
+                        sb.append(',');
+                    }
+                    first = false;
+                    write(sb, x);
+                }
+                sb.append(']');
+            } else {
+                string(sb, o.toString());
+            }
+        }
+
+        static void string(StringBuilder sb, String s) {
+            sb.append('"');
+            for (int i = 0; i < s.length(); i++) {
+                char c = s.charAt(i);
+                switch (c) {
+                    case '"': sb.append("\\\""); break;
+                    case '\\': sb.append("\\\\"); break;
+                    case '\n': sb.append("\\n"); break;
+                    case '\r': sb.append("\\r"); break;
+                    case '\t': sb.append("\\t"); break;
+                    default:
+                        if (c < 0x20) {
+                            sb.append(String.format("\\u%04x", (int) c));
+                        } else {
+                            sb.append(c);
+                        }
+                }
+            }
+            sb.append('"');
+        }
+    }
+}
