@@ -113,8 +113,8 @@ def test_kafka_python(shared_broker: RunningBroker) -> None:
     assert found is not None and found.offset == 42
     consumer.close()
     result = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-    entries = {e[0]: e[1] for e in result[0].resources[0][4]}
-    assert entries["segment.bytes"] == "1048576"
+    # kafka-python 3.x answers {"topic": {name: {config: {"value": ...}}}}
+    assert result["topic"][topic]["segment.bytes"]["value"] == "1048576"
     admin.delete_topics([topic])
     assert topic not in admin.list_topics()
     admin.close()
@@ -122,7 +122,8 @@ def test_kafka_python(shared_broker: RunningBroker) -> None:
 
 def test_aiokafka(shared_broker: RunningBroker) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient, ConfigResource, ConfigResourceType, NewTopic
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
     topic = f"ak-{uuid.uuid4().hex[:8]}"
     base_ts = int(time.time() * 1000) - 10_000
