@@ -89,6 +89,8 @@ class ClusterMetadata:
     TOPICS = "/brokers/topics"
     CONFIGS = "/config/topics"
     CLUSTER_ID = "/cluster/id"
+    BROKER_CONFIGS = "/config/brokers"  # dynamic broker configs: <id> or <default>
+    DEFAULT_BROKER_ENTITY = "<default>"
 
     def __init__(
         self, store: MetadataStore, broker_ids: Callable[[], list[int]],
@@ -243,7 +245,12 @@ class ClusterMetadata:
         self._notify(name, None)
         return info
 
-    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> TopicInfo:
+    def create_partitions(
+        self, name: str, count: int, validate_only: bool = False,
+        assignment: Mapping[int, list[int]] | None = None,
+    ) -> TopicInfo:
+        """Grow ``name`` to ``count`` partitions; ``assignment`` (new partition → replicas,
+        already validated by the caller) replaces the computed assignment."""
         info = self.topics.get(name)
         if info is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
@@ -256,7 +263,9 @@ class ClusterMetadata:
         if count > MAX_PARTITIONS:
             raise MetadataError("INVALID_PARTITIONS", f"at most {MAX_PARTITIONS} partitions")
         rf = len(next(iter(info.partitions.values())))
-        more = assign_replicas(sorted(self.broker_ids()), count - current, rf, current)
+        more = dict(assignment) if assignment else assign_replicas(
+            sorted(self.broker_ids()), count - current, rf, current
+        )
         if validate_only:
             return info
         updated = TopicInfo(info.name, info.topic_id, {**info.partitions, **more}, info.configs)
@@ -280,3 +289,18 @@ class ClusterMetadata:
         self._write_configs(name, configs)
         info.configs = dict(configs)
         self._notify(name, info)
+
+    # -- dynamic broker configs (Kafka's /config/brokers/<id> and /config/brokers/<default>)
+    def broker_configs(self, entity: str) -> dict[str, str]:
+        """Dynamic configs stored for broker ``entity`` (an id or ``<default>``)."""
+        found = self.store.get_json(f"{self.BROKER_CONFIGS}/{entity}")
+        return dict(found[0]["config"]) if found else {}  # type: ignore[index]
+
+    def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Replace the dynamic configs of ``entity``; validation is the caller's."""
+        path = f"{self.BROKER_CONFIGS}/{entity}"
+        doc = {"version": 1, "config": dict(configs)}
+        if self.store.get(path) is None:
+            self.store.create_json(path, doc)
+        else:
+            self.store.set_json(path, doc)

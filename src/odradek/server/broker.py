@@ -57,6 +57,11 @@ class Broker:
         self.metadata = ClusterMetadata(
             store, lambda: [self.broker_id], self.config.values | self.config.log_defaults()
         )
+        from odradek.server.handlers.configs import apply_dynamic_broker_configs
+
+        # Dynamic broker configs (/config/brokers/…) layer over the static ones before
+        # any log is loaded, so logs start with the topic defaults in effect.
+        apply_dynamic_broker_configs(self, reconfigure_logs=False)
         self.log_manager.startup(self.metadata.log_config)
         self._write_meta_properties()
         self._reconcile_logs()

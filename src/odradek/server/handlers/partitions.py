@@ -1,0 +1,104 @@
+"""CreatePartitions (key 37, v0-3): grow topics to a new partition count.
+
+Each topic is answered on its own, as Kafka's ``handleCreatePartitionsRequest`` does: a
+topic named twice in one request is INVALID_REQUEST (every occurrence); an unknown topic is
+UNKNOWN_TOPIC_OR_PARTITION; a count not larger than the current one is INVALID_PARTITIONS.
+Explicit ``assignments`` must give exactly one replica list per new partition, each with the
+topic's replication factor, no broker twice, and only live brokers, else
+INVALID_REPLICA_ASSIGNMENT. ``validate_only`` checks everything and changes nothing. The new
+partitions' logs are created by the broker's metadata listener before the answer is sent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from odradek.cluster.metadata import MetadataError
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._errors import code_of
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+VERSIONS = (0, 3)
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _assignment(broker: Broker, topic: Any, current: int, rf: int) -> dict[int, list[int]] | None:
+    if topic.assignments is None or not topic.assignments:
+        return None
+    added = topic.count - current
+    if len(topic.assignments) != added:
+        raise _Refused(
+            ErrorCode.invalid_replica_assignment,
+            f"increasing the number of partitions by {added} but "
+            f"{len(topic.assignments)} assignments provided",
+        )
+    live = set(broker.metadata.broker_ids())
+    out: dict[int, list[int]] = {}
+    for i, a in enumerate(topic.assignments):
+        replicas = [int(b) for b in a.broker_ids]
+        if len(replicas) != rf:
+            raise _Refused(ErrorCode.invalid_replica_assignment,
+                           f"inconsistent replication factor between partitions: partition "
+                           f"{current + i} has {len(replicas)} replicas, the topic has {rf}")
+        if len(set(replicas)) != len(replicas):
+            raise _Refused(ErrorCode.invalid_replica_assignment,
+                           f"duplicate brokers not allowed in replica assignment: {replicas}")
+        unknown = sorted(set(replicas) - live)
+        if unknown:
+            raise _Refused(ErrorCode.invalid_replica_assignment,
+                           f"unknown broker(s) in replica assignment: {unknown}")
+        out[current + i] = replicas
+    return out
+
+
+def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
+    info = broker.metadata.get(topic.name)
+    if info is None:
+        raise _Refused(ErrorCode.unknown_topic_or_partition,
+                       f"topic {topic.name!r} does not exist")
+    current = len(info.partitions)
+    if topic.count == current:
+        raise _Refused(ErrorCode.invalid_partitions,
+                       f"topic already has {current} partitions")
+    if topic.count < current:
+        raise _Refused(ErrorCode.invalid_partitions,
+                       f"topic currently has {current} partitions, which is higher than the "
+                       f"requested {topic.count}")
+    rf = len(next(iter(info.partitions.values())))
+    assignment = _assignment(broker, topic, current, rf)
+    try:
+        broker.metadata.create_partitions(topic.name, topic.count, validate_only, assignment)
+    except MetadataError as exc:
+        raise _Refused(code_of(exc.kafka_error), str(exc)) from None
+
+
+def register_partitions(registry: HandlerRegistry, broker: Broker) -> None:
+    async def create_partitions(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("create_partitions", ctx.api_version)
+        counts = Counter(t.name for t in request.topics)
+        results = []
+        for topic in request.topics:
+            code, message = ErrorCode.none, None
+            try:
+                if counts[topic.name] > 1:
+                    raise _Refused(ErrorCode.invalid_request, "duplicate topic in request")
+                _create(broker, topic, request.validate_only)
+            except _Refused as exc:
+                code, message = exc.code, str(exc)
+            results.append(make(m.CreatePartitionsTopicResult, name=topic.name,
+                                error_code=code, error_message=message))
+        return make(m.CreatePartitionsResponse, throttle_time=ZERO_THROTTLE,
+                    results=tuple(results))
+
+    registry.register(ApiKey.CREATE_PARTITIONS, VERSIONS[0], VERSIONS[1], create_partitions)
