@@ -54,6 +54,7 @@ from odradek.storage.errors import (
 )
 from odradek.storage.index import IndexCorruptError, TimestampOffset
 from odradek.storage.leader_epoch import LeaderEpochCache
+from odradek.storage.producer_state import BatchMetadata, ProducerStateManager
 from odradek.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class PartitionLog:
         with self._io("loading log"):
             dir.mkdir(parents=True, exist_ok=True)
             self.leader_epoch_cache = LeaderEpochCache(dir / files.LEADER_EPOCH_CHECKPOINT)
+            self.producer_state = ProducerStateManager(dir)
             self._load(had_clean_shutdown)
         self.high_watermark = self.log_end_offset
 
@@ -198,14 +200,17 @@ class PartitionLog:
             if name.endswith((files.TMP_SUFFIX, files.CLEANED_SUFFIX, files.DELETED_SUFFIX)):
                 path.unlink(missing_ok=True)
         self._complete_swaps()
+        for path in list(self.dir.glob("*" + files.SWAP_SUFFIX)):
+            path.unlink()  # an index renamed .swap before its log was: not committed
         for path in sorted(self.dir.glob("*" + files.LOG_SUFFIX)):
             base = files.offset_from_filename(path.name)
+            # Checked before opening the segment, which creates missing index files.
+            index_missing = not files.index_file(self.dir, base).exists() or (
+                not files.time_index_file(self.dir, base).exists()
+            )
             segment = LogSegment(
                 self.dir, base, self.config.index_interval_bytes,
                 self.config.segment_index_bytes, new=False,
-            )
-            index_missing = not segment.offset_index.path.exists() or (
-                not segment.time_index.path.exists()
             )
             try:
                 if index_missing:
@@ -235,6 +240,7 @@ class PartitionLog:
             self.recovery_point = leo
         self.leader_epoch_cache.truncate_from_end(leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state.load(self.segments, self.log_start_offset, leo)
 
     def _complete_swaps(self) -> None:
         """Finish a cleaner swap interrupted by a crash: a ``.swap`` log replaces the
@@ -332,6 +338,9 @@ class PartitionLog:
         buf = bytearray(records)
         with self._lock:
             next_offset = self.log_end_offset
+            producers = self.producer_state.analyze(info.batches, next_offset)
+            if producers.duplicate is not None:
+                return self._duplicate_append_info(producers.duplicate)
             first = next_offset
             headers: list[BatchHeader] = []
             for header in info.batches:
@@ -343,6 +352,7 @@ class PartitionLog:
                 headers.append(BatchHeader.parse(buf, header.position))
                 next_offset += header.last_offset_delta + 1
             self._append(buf, headers, first, next_offset - 1)
+            self.producer_state.commit(producers)
             if leader_epoch >= 0:
                 self.leader_epoch_cache.assign(leader_epoch, first)
         return LogAppendInfo(
@@ -350,6 +360,13 @@ class PartitionLog:
             now if log_append else info.max_timestamp,
             now if log_append else -1,
             self.log_start_offset, info.record_count, info.size, tuple(headers),
+        )
+
+    def _duplicate_append_info(self, duplicate: BatchMetadata) -> LogAppendInfo:
+        """A retried idempotent batch: nothing written, the original offsets answered."""
+        return LogAppendInfo(
+            duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, -1,
+            self.log_start_offset, 0, 0,
         )
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
@@ -369,6 +386,7 @@ class PartitionLog:
             if first < expected:
                 raise InvalidRecordBatchError(f"first offset {first} is below log end {expected}")
             self._append(records, list(info.batches), first, last)
+            self.producer_state.apply(info.batches)
             for header in info.batches:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
         return LogAppendInfo(
@@ -426,6 +444,7 @@ class PartitionLog:
         self.recovery_point = max(self.recovery_point, old.next_offset)
         segment = self._new_segment(base_offset)
         self._add_segment(segment)
+        self.producer_state.take_snapshot(base_offset)
         log.debug("%s: rolled new segment at %d", self.name, base_offset)
         return segment
 
@@ -536,6 +555,43 @@ class PartitionLog:
         log.info("%s: deleting segment %d (retention)", self.name, segment.base_offset)
         return segment
 
+    # -- compaction ----------------------------------------------------------------------
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
+        """The cleaner's swap: ``cleaned`` (complete, fsynced, files ``*.cleaned``) takes
+        the place of the consecutive segments ``old``. Renames ``.cleaned`` -> ``.swap``
+        (indexes first, the ``.log`` last: the commit point), the old segments ->
+        ``.deleted`` (the caller schedules their removal), then ``.swap`` -> final names,
+        so that :meth:`_complete_swaps` can finish or drop it after a crash at any point.
+        False (nothing renamed) when the log changed since the cleaner read it."""
+        with self._lock, self._io("swapping in a cleaned segment"):
+            try:
+                i = next(n for n, s in enumerate(self.segments) if s is old[0])
+            except StopIteration:
+                return False
+            current = self.segments[i : i + len(old)]
+            if (
+                len(current) != len(old)
+                or any(a is not b for a, b in zip(current, old, strict=True))
+                or i + len(old) >= len(self.segments)  # never the active segment
+                or cleaned.base_offset != old[0].base_offset
+            ):
+                return False
+            base = cleaned.base_offset
+            for fn in (files.index_file, files.time_index_file):
+                src = fn(self.dir, base, files.CLEANED_SUFFIX)
+                if src.exists():
+                    src.rename(fn(self.dir, base, files.SWAP_SUFFIX))
+            cleaned.change_suffix(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
+            files.fsync_dir(self.dir)
+            for segment in old:
+                segment.change_suffix("", files.DELETED_SUFFIX)
+            cleaned.change_suffix(files.SWAP_SUFFIX, "")
+            files.fsync_dir(self.dir)
+            segments = [*self.segments[:i], cleaned, *self.segments[i + len(old) :]]
+            self.segments = segments
+            self._bases = [s.base_offset for s in segments]
+        return True
+
     # -- truncation ----------------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
         """Remove every record at ``offset`` and after (a follower truncating)."""
@@ -555,6 +611,7 @@ class PartitionLog:
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+            self.producer_state.load(self.segments, self.log_start_offset, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         with self._lock, self._io("truncating fully"):
@@ -570,6 +627,7 @@ class PartitionLog:
         self.recovery_point = offset
         self.high_watermark = offset
         self.leader_epoch_cache.clear()
+        self.producer_state.reset()
 
     # -- flush, close --------------------------------------------------------------------
     def _flush_segments(self, segments: list[LogSegment]) -> None:
@@ -593,6 +651,7 @@ class PartitionLog:
     def close(self) -> None:
         with self._lock, self._io("closing"):
             self.flush()
+            self.producer_state.take_snapshot(self.log_end_offset)
             for segment in self.segments:
                 segment.close()
 

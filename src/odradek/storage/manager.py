@@ -87,6 +87,8 @@ class LogManager:
             try:
                 self._load_dir(log_dir, configs)
             except KafkaStorageError as exc:
+                if not self.failure_channel.is_offline(log_dir):
+                    raise  # not a disk error: the dir is locked by another broker
                 log.error("log dir %s failed to load: %s", log_dir, exc)
 
     def _load_dir(self, log_dir: Path, configs: Callable[[str], LogConfig]) -> None:
@@ -236,6 +238,16 @@ class LogManager:
                 )
         return total
 
+    def schedule_delete(self, partition_log: PartitionLog, segments: list[LogSegment]) -> None:
+        """Remove segments already renamed ``.deleted`` after ``file.delete.delay.ms`` (the
+        cleaner's replaced segments; readers may still hold their file descriptors)."""
+        if segments:
+            with self._lock:
+                self._pending.append(
+                    _PendingDelete(self.time_ms() + partition_log.config.file_delete_delay_ms,
+                                   segments=list(segments))
+                )
+
     def delete_pending(self, force: bool = False) -> None:
         """Remove ``.deleted`` segments and ``-delete`` dirs whose delay has passed."""
         now = self.time_ms()
@@ -281,6 +293,15 @@ class LogManager:
             {tuple(tp): lg.log_start_offset for tp, lg in logs.items()},  # type: ignore[misc]
         )
 
+    def remove_expired_producers(self) -> int:
+        """Forget idle producers (``producer.id.expiration.ms``) in every log."""
+        expiration_ms = int(self.broker_config.get("producer.id.expiration.ms", 86400000))
+        now = self.time_ms()
+        return sum(
+            partition_log.producer_state.remove_expired(now, expiration_ms)
+            for partition_log in list(self.logs.values())
+        )
+
     def periodic_tasks(self) -> list[tuple[str, int, Callable[[], object]]]:
         """(name, interval ms, function) for the broker's scheduler; Kafka's names."""
         cfg = self.broker_config
@@ -294,4 +315,7 @@ class LogManager:
             ("recovery-point-checkpoint", ms("log.flush.offset.checkpoint.interval.ms", 60000),
              self.checkpoint),
             ("delete-pending", 1000, self.delete_pending),
+            ("producer-id-expiration",
+             ms("producer.id.expiration.check.interval.ms", 600000),
+             self.remove_expired_producers),
         ]
