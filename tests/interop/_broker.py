@@ -299,7 +299,7 @@ def kcat(
     """
     exe = kcat_path()
     if exe is None:
-        pytest.skip("kcat is not installed (run scripts/install-java-client)")
+        pytest.fail("kcat is not installed: run `make test` (scripts/install-java-client)")
     argv = [exe, *args]
     if text and isinstance(input, bytes):
         input = input.decode()
@@ -464,7 +464,7 @@ def java_client() -> JavaRunner:
     try:
         return _java_runner()
     except JavaClientUnavailable as e:
-        pytest.skip(str(e))
+        pytest.fail(f"Java client unavailable ({e}): run `make test`")
 
 
 if __name__ == "__main__":  # pragma: no cover - manual smoke test: compile and print the classpath

@@ -23,7 +23,7 @@ PARTITIONS = 3
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     if kcat_path() is None:
-        pytest.skip("kcat is not installed (run scripts/install-java-client)")
+        pytest.fail("kcat is not installed: run `make test` (scripts/install-java-client)")
     with start_broker(tmp_path_factory.mktemp("kcat-broker")) as b:
         yield b
 

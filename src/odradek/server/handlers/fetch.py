@@ -1,151 +1,268 @@
-"""Fetch (key 1), versions 4-17: read record batches, waiting for ``min_bytes``.
+"""Fetch (key 1), versions 4-17: read record batches, waiting for ``min_bytes``; zero copy.
 
 Follows Kafka's ``KafkaApis.handleFetchRequest`` / ``ReplicaManager.fetchMessages`` /
 ``DelayedFetch``:
+- Fetch sessions (KIP-227) first: :mod:`odradek.server.fetch_session` turns the request's
+  ``session_id`` / ``session_epoch`` / ``forgotten_topics_data`` into the list of
+  partitions to read (all of a session's partitions for an incremental fetch) or a
+  top-level session error.
 - Each partition is read from its fetch offset up to ``partition_max_bytes`` and what is
   left of the response's ``max_bytes`` (capped by the broker's ``fetch.max.bytes``). The
   first partition that returns data returns at least one whole batch even if it is larger
   (KIP-74), so a consumer can never be stuck behind a big batch.
+- Past the first partition with data, a partition whose first batch does not fit in
+  what is left is sent empty rather than as a partial batch (Kafka's
+  ``firstEntryIncomplete`` rule for v3+: clients cannot make progress on a partial first
+  batch; kafka-python raises). Partial batches *after* complete ones are sent, as by
+  Kafka, and clients drop them.
 - Reads stop at the high watermark. A fetch offset outside [log start, log end] is
   OFFSET_OUT_OF_RANGE; an unknown partition UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID
   for v13+ requests by topic id).
 - When fewer than ``min_bytes`` are available and ``max_wait_ms`` > 0 the request waits in
   the fetch purgatory; appends to its partitions complete it (events, not polling), or the
   timeout does, and the partitions are read again.
-- Fetch sessions (KIP-227): see :mod:`odradek.server.fetch_session`.
+- The response is encoded by :mod:`odradek.protocol.fetch_writer` into a ``Send``: record
+  data stays in the segment files and the network layer ``sendfile`` s it (zero copy;
+  read+write on TLS).
+
+File descriptor lifetime: a ``FileRegion`` is written after the handler returns, maybe
+much later (a slow client). Segments removed by retention are closed only after
+``file.delete.delay.ms`` (60 s by default), but a deleted *topic* closes its segments at
+once, and a closed fd number can be reused by the next ``open`` — the response would
+then silently carry another file's bytes. So each region gets its own ``os.dup`` of the
+segment fd, owned by the response (:class:`_OwningSend`) and closed when the response
+is dropped after being written. A dup costs one syscall per partition with data, and
+also keeps ``sendfile`` (which moves the file offset) away from the segment's own fd.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
+import os
+import time
 import uuid
+import weakref
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.fetch_writer import FetchPartition, FetchTopic, write_fetch_response
 from odradek.protocol.registry import HandlerRegistry, RequestContext
-from odradek.server.handlers._entities import ZERO_THROTTLE, make, nested, response_module
+from odradek.protocol.send import Chunk, FileRegion, Send
+from odradek.server.fetch_session import (
+    CachedPartition,
+    ContextKind,
+    FetchSessionCache,
+    PartitionKey,
+)
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage import TopicPartition
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker
+    from odradek.storage.log import FetchDataInfo
+
+log = logging.getLogger(__name__)
 
 VERSIONS = (4, 17)
-ZERO_UUID = uuid.UUID(int=0)
+_SESSIONS: weakref.WeakKeyDictionary[Broker, FetchSessionCache] = weakref.WeakKeyDictionary()
 
 
-class _Wanted:
-    __slots__ = ("fetch_offset", "leader_epoch", "max_bytes", "name", "partition", "topic_id")
+def session_cache(broker: Broker) -> FetchSessionCache:
+    """The broker's fetch session cache (created with the Fetch handler)."""
+    return _SESSIONS[broker]
 
-    def __init__(self, name: str | None, topic_id: uuid.UUID | None, p: Any) -> None:
-        self.name = name
-        self.topic_id = topic_id
-        self.partition: int = p.partition
-        self.fetch_offset: int = p.fetch_offset
-        self.max_bytes: int = p.partition_max_bytes
-        self.leader_epoch: int = getattr(p, "current_leader_epoch", -1)
+
+class _OwningSend(Send):
+    """A :class:`Send` that closes the (dup'ed) fds of its file regions when dropped."""
+
+    __slots__ = ("_owned",)
+    _owned: list[int]
+
+    def __init__(self, parts: Iterable[Chunk], owned: list[int]) -> None:
+        super().__init__(parts)
+        object.__setattr__(self, "_owned", owned)
+
+    def __del__(self) -> None:
+        for fd in self._owned:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._owned.clear()
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 def register_fetch(registry: HandlerRegistry, broker: Broker) -> None:
-    async def fetch(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("fetch", ctx.api_version)
-        by_id = ctx.api_version >= 13
-        session_id = getattr(request, "session_id", 0)
-        session_epoch = getattr(request, "session_epoch", -1)
-        if session_epoch > 0 or (session_id != 0 and session_epoch != -1):
-            # We never hand out sessions (see module docstring), so none can be found.
-            return make(m.FetchResponse, throttle_time=ZERO_THROTTLE,
-                        error_code=ErrorCode.fetch_session_id_not_found, session_id=0,
-                        responses=(), node_endpoints=())
-        wanted: list[_Wanted] = []
+    cache = FetchSessionCache(
+        int(broker.config["max.incremental.fetch.session.cache.slots"]),
+        int(broker.config.get("min.incremental.fetch.session.eviction.ms", 120_000)),
+    )
+    _SESSIONS[broker] = cache
+
+    async def fetch(ctx: RequestContext, request: Any) -> Send:
+        version = ctx.api_version
+        by_id = version >= 13
+        names: dict[uuid.UUID, str | None] = {}
+
+        def name_of(topic_id: uuid.UUID) -> str | None:
+            if topic_id not in names:
+                info = broker.metadata.by_id(topic_id)
+                names[topic_id] = info.name if info else None
+            return names[topic_id]
+
+        wanted: list[CachedPartition] = []
         for topic in request.topics:
-            if by_id:
-                info = broker.metadata.by_id(topic.topic_id)
-                name = info.name if info else None
-                for p in topic.partitions:
-                    wanted.append(_Wanted(name, topic.topic_id, p))
-            else:
-                for p in topic.partitions:
-                    wanted.append(_Wanted(topic.topic, None, p))
+            name = name_of(topic.topic_id) if by_id else topic.topic
+            tid = topic.topic_id if by_id else None
+            for p in topic.partitions:
+                wanted.append(CachedPartition(
+                    name, tid, p.partition, p.fetch_offset, p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1),
+                ))
+        forgotten: list[PartitionKey] = []
+        for topic in getattr(request, "forgotten_topics_data", ()):
+            key: str | uuid.UUID = topic.topic_id if by_id else topic.topic
+            forgotten.extend((key, p) for p in topic.partitions)
+
+        context = cache.new_context(
+            getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
+            wanted, forgotten, by_id, _now_ms(),
+        )
+        if context.kind is ContextKind.ERROR:
+            return write_fetch_response(version, [], error_code=context.error)
+        parts = context.partitions
+        if by_id and context.kind is ContextKind.INCREMENTAL:
+            for cp in parts:  # a session outlives requests: names may have changed
+                assert cp.topic_id is not None
+                cp.topic = name_of(cp.topic_id)
+
         max_bytes = min(request.max_bytes, int(broker.config["fetch.max.bytes"]))
-        results, total, errors = _read_all(m, broker, wanted, max_bytes, by_id)
+        infos, total, errors = _read_all(broker, parts, max_bytes, by_id)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         if total < request.min_bytes and max_wait_ms > 0 and not errors:
-            keys = [TopicPartition(w.name, w.partition) for w in wanted if w.name]
+            keys = [TopicPartition(cp.topic, cp.partition) for cp in parts if cp.topic]
             await broker.fetch_purgatory.wait(keys, request.min_bytes, total, max_wait_ms / 1000)
-            results, total, errors = _read_all(m, broker, wanted, max_bytes, by_id)
-        topics: dict[Any, list[Any]] = {}
-        for w, data in zip(wanted, results, strict=True):
-            topics.setdefault(w.topic_id if by_id else w.name, []).append(data)
-        responses = tuple(
-            make(m.FetchableTopicResponse, topic=key, topic_id=key, partitions=tuple(parts))
-            for key, parts in topics.items()
-        )
-        return make(m.FetchResponse, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.none,
-                    session_id=0, responses=responses, node_endpoints=())
+            infos, total, errors = _read_all(broker, parts, max_bytes, by_id)
+
+        session_id = 0
+        incremental = context.kind is ContextKind.INCREMENTAL
+        if context.kind is ContextKind.FULL and parts:
+            session = cache.maybe_create(_privileged(request), by_id, parts, _now_ms())
+            if session is not None:
+                session_id = session.id
+        elif incremental:
+            assert context.session is not None
+            session_id = context.session.id
+
+        topics: dict[str | uuid.UUID | None, FetchTopic] = {}
+        owned: list[int] = []
+        rotate: list[CachedPartition] = []
+        try:
+            for cp, info in zip(parts, infos, strict=True):
+                data = info if isinstance(info, FetchPartition) else _region(cp, info, owned)
+                must = cp.maybe_update(data.records_size, data.high_watermark,
+                                       data.log_start_offset, data.error_code)
+                if incremental:
+                    if not must:
+                        continue
+                    if data.records_size:
+                        rotate.append(cp)
+                group = cp.topic_id if by_id else cp.topic
+                entry = topics.get(group)
+                if entry is None:
+                    entry = topics[group] = FetchTopic(cp.topic, cp.topic_id, [])
+                entry.partitions.append(data)
+            if context.session is not None:
+                for cp in rotate:
+                    context.session.move_to_end(cp)
+            return _OwningSend(
+                write_fetch_response(version, list(topics.values()), session_id=session_id).parts,
+                owned,
+            )
+        except BaseException:
+            for fd in owned:
+                os.close(fd)
+            raise
 
     registry.register(ApiKey.FETCH, VERSIONS[0], VERSIONS[1], fetch)
 
 
+def _privileged(request: Any) -> bool:
+    """A follower's fetch (replica id >= 0) has a privileged session."""
+    state = getattr(request, "replica_state", None)
+    replica_id = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+    return int(replica_id) >= 0
+
+
+def _region(cp: CachedPartition, info: FetchDataInfo, owned: list[int]) -> FetchPartition:
+    """The answer for a successful read: a FileRegion on a dup of the segment's fd."""
+    records: FileRegion | bytes = b""
+    if info.size:
+        try:
+            fd = os.dup(info.fd)
+        except OSError as exc:  # out of fds: copy instead of failing the fetch
+            log.warning("cannot dup a segment fd (%s); copying %d bytes", exc, info.size)
+            records = info.read()
+        else:
+            owned.append(fd)
+            records = FileRegion(fd, info.position, info.size)
+    hw = info.high_watermark
+    return FetchPartition(cp.partition, ErrorCode.none, hw, hw, info.log_start_offset, records)
+
+
 def _read_all(
-    m: Any, broker: Broker, wanted: list[_Wanted], max_bytes: int, by_id: bool
-) -> tuple[list[Any], int, int]:
-    results = []
+    broker: Broker, parts: list[CachedPartition], max_bytes: int, by_id: bool
+) -> tuple[list[FetchPartition | FetchDataInfo], int, int]:
+    results: list[FetchPartition | FetchDataInfo] = []
     remaining = max_bytes
     total = 0
     errors = 0
     min_one = True
-    for w in wanted:
-        data, size, failed = _read_one(m, broker, w, remaining, min_one, by_id)
-        if size:
+    for cp in parts:
+        result = _read_one(broker, cp, remaining, min_one, by_id)
+        if isinstance(result, FetchPartition):
+            errors += 1
+        elif result.size:
             min_one = False
-        remaining = max(0, remaining - size)
-        total += size
-        errors += failed
-        results.append(data)
+            remaining = max(0, remaining - result.size)
+            total += result.size
+        results.append(result)
     return results, total, errors
 
 
-def _partition(m: Any, index: int, code: ErrorCode, hw: int = -1, lso: int = -1,
-               start: int = -1, records: bytes = b"") -> Any:
-    return make(
-        m.PartitionData,
-        partition_index=index,
-        error_code=code,
-        high_watermark=hw,
-        last_stable_offset=lso,
-        log_start_offset=start,
-        diverging_epoch=nested(m, "EpochEndOffset", epoch=-1, end_offset=-1),
-        current_leader=nested(m, "LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1),
-        snapshot_id=nested(m, "SnapshotId", end_offset=-1, epoch=-1),
-        aborted_transactions=None,
-        preferred_read_replica=-1,
-        records=records,
-    )
-
-
 def _read_one(
-    m: Any, broker: Broker, w: _Wanted, remaining: int, min_one: bool, by_id: bool
-) -> tuple[Any, int, int]:
-    if w.name is None:
-        return _partition(m, w.partition, ErrorCode.unknown_topic_id), 0, 1
-    partition_log = broker.get_log(w.name, w.partition)
+    broker: Broker, cp: CachedPartition, remaining: int, min_one: bool, by_id: bool
+) -> FetchPartition | FetchDataInfo:
+    """The log region to send, or a FetchPartition carrying an error."""
+    if cp.topic is None:
+        return FetchPartition(cp.partition, ErrorCode.unknown_topic_id)
+    partition_log = broker.get_log(cp.topic, cp.partition)
     if partition_log is None:
         code = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
-        return _partition(m, w.partition, code), 0, 1
-    if w.leader_epoch > 0:
-        return _partition(m, w.partition, ErrorCode.unknown_leader_epoch), 0, 1
-    limit = min(w.max_bytes, remaining)
+        return FetchPartition(cp.partition, code)
+    if cp.leader_epoch > 0:
+        return FetchPartition(cp.partition, ErrorCode.unknown_leader_epoch)
+    limit = min(cp.max_bytes, remaining)
     try:
-        info = partition_log.read(w.fetch_offset, limit, partition_log.high_watermark,
+        info = partition_log.read(cp.fetch_offset, limit, partition_log.high_watermark,
                                   min_one_message=min_one)
-        records = info.read()
+        if info.size and not min_one and info.size >= limit and _first_incomplete(info):
+            # Kafka (v3+): a partition whose first batch does not fit is sent empty, not
+            # as a partial batch the client could not make progress with.
+            return dataclasses.replace(info, size=0)
+        return info
     except Exception as exc:
-        code, _ = error_code_for(exc, f"fetching {w.name}-{w.partition}")
-        return _partition(
-            m, w.partition, code, partition_log.high_watermark, partition_log.high_watermark,
-            partition_log.log_start_offset,
-        ), 0, 1
-    data = _partition(m, w.partition, ErrorCode.none, info.high_watermark, info.high_watermark,
-                      info.log_start_offset, records)
-    return data, len(records), 0
+        code, _ = error_code_for(exc, f"fetching {cp.topic}-{cp.partition}")
+        hw = partition_log.high_watermark
+        return FetchPartition(cp.partition, code, hw, hw, partition_log.log_start_offset)
+
+
+def _first_incomplete(info: FetchDataInfo) -> bool:
+    """Is the region cut inside its first batch? (baseOffset int64, batchLength int32)"""
+    header = os.pread(info.fd, 12, info.position)
+    return len(header) < 12 or 12 + int.from_bytes(header[8:12], "big", signed=True) > info.size

@@ -1,0 +1,299 @@
+"""Fetch over real sockets: incremental fetch sessions (KIP-227) with raw v12 (by name) and
+v13+ (by topic id) requests, byte limits, zero copy without fd leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import importlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.client.connection import BrokerConnection
+from odradek.records.builder import build_batch
+from odradek.server.handlers._entities import make
+from odradek.server.handlers.fetch import session_cache
+from odradek.testing import RunningBroker, running_broker
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[RunningBroker]:
+    with running_broker() as b:
+        yield b
+
+
+def _topic(broker: RunningBroker, partitions: int = 3) -> tuple[str, uuid.UUID]:
+    name = f"fetch-{uuid.uuid4().hex[:8]}"
+    info = broker.call(broker.broker.metadata.create_topic, name, partitions, 1, {})
+    return name, info.topic_id
+
+
+def _append(broker: RunningBroker, name: str, partition: int, n: int = 3,
+            value: bytes = b"v") -> None:
+    log = broker.broker.get_log(name, partition)
+    assert log is not None
+    broker.call(log.append_as_leader,
+                build_batch([(b"k", value)] * n, timestamp=int(time.time() * 1000)))
+
+
+class Fetcher:
+    """Builds Fetch requests of one version for one topic."""
+
+    def __init__(self, version: int, name: str, topic_id: uuid.UUID) -> None:
+        self.version = version
+        self.m = importlib.import_module(f"kio.schema.fetch.v{version}.request")
+        self.name = name
+        self.topic_id = topic_id
+
+    def request(self, offsets: dict[int, int], session_id: int = 0, epoch: int = -1,
+                forgotten: tuple[int, ...] = (), max_wait_ms: int = 20, min_bytes: int = 1,
+                max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20) -> Any:
+        m = self.m
+        topics: tuple[Any, ...] = ()
+        if offsets:
+            topics = (make(m.FetchTopic, topic=self.name, topic_id=self.topic_id, partitions=tuple(
+                make(m.FetchPartition, partition=p, fetch_offset=o,
+                     partition_max_bytes=partition_max_bytes, current_leader_epoch=-1,
+                     last_fetched_epoch=-1, log_start_offset=-1, replica_directory_id=None)
+                for p, o in offsets.items())),)
+        forgotten_data: tuple[Any, ...] = ()
+        if forgotten:
+            forgotten_data = (make(m.ForgottenTopic, topic=self.name, topic_id=self.topic_id,
+                                   partitions=forgotten),)
+        return make(
+            m.FetchRequest, replica_id=-1,
+            replica_state=make(m.ReplicaState, replica_id=-1, replica_epoch=-1)
+            if hasattr(m, "ReplicaState") else None,
+            max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=min_bytes,
+            max_bytes=max_bytes, isolation_level=0, session_id=session_id,
+            session_epoch=epoch, cluster_id=None, rack_id="",
+            forgotten_topics_data=forgotten_data, topics=topics,
+        )
+
+
+def _parts(response: Any) -> dict[int, Any]:
+    return {p.partition_index: p for t in response.responses for p in t.partitions}
+
+
+async def _session_scenario(broker: RunningBroker, version: int) -> None:
+    name, tid = _topic(broker)
+    _append(broker, name, 0)
+    _append(broker, name, 1, 5)
+    f = Fetcher(version, name, tid)
+    conn = await BrokerConnection.open(broker.bootstrap)
+    try:
+        # full fetch, epoch 0: creates a session, answers every partition
+        r = await conn.send(f.request({0: 0, 1: 0, 2: 0}, 0, 0))
+        assert r.error_code == ErrorCode.none
+        sid = r.session_id
+        assert sid != 0
+        ps = _parts(r)
+        assert sorted(ps) == [0, 1, 2]
+        assert ps[0].high_watermark == 3 and ps[1].high_watermark == 5
+        assert ps[0].records and ps[1].records and not ps[2].records
+        if version >= 13:
+            assert r.responses[0].topic_id == tid
+        else:
+            assert r.responses[0].topic == name
+
+        # incremental, epoch 1: new offsets for 0 and 1; nothing changed -> empty
+        t0 = time.monotonic()
+        r = await conn.send(f.request({0: 3, 1: 5}, sid, 1, max_wait_ms=200))
+        assert r.error_code == ErrorCode.none and r.session_id == sid
+        assert _parts(r) == {}
+        assert time.monotonic() - t0 >= 0.15  # waited in the purgatory
+
+        # data on partition 2 only: only partition 2 is in the response
+        _append(broker, name, 2, 2)
+        r = await conn.send(f.request({}, sid, 2))
+        ps = _parts(r)
+        assert list(ps) == [2] and ps[2].records and ps[2].high_watermark == 2
+
+        # the client did not move 2's offset: same data again (the session keeps offsets)
+        r = await conn.send(f.request({}, sid, 3))
+        assert list(_parts(r)) == [2]
+        r = await conn.send(f.request({2: 2}, sid, 4, max_wait_ms=0))
+        assert _parts(r) == {}
+
+        # an append completes a waiting incremental fetch early (event, not timeout)
+        timer = threading.Timer(0.2, _append, (broker, name, 1, 1))
+        timer.start()
+        t0 = time.monotonic()
+        r = await conn.send(f.request({}, sid, 5, max_wait_ms=5000))
+        assert time.monotonic() - t0 < 3
+        timer.join()
+        ps = _parts(r)
+        assert list(ps) == [1] and ps[1].high_watermark == 6
+
+        # wrong epochs, unknown sessions
+        r = await conn.send(f.request({}, sid, 5))
+        assert r.error_code == ErrorCode.invalid_fetch_session_epoch
+        assert r.responses == () and r.session_id == 0
+        r = await conn.send(f.request({}, sid ^ 0x5A5A, 1))
+        assert r.error_code == ErrorCode.fetch_session_id_not_found
+        # the failed requests did not advance the epoch
+        r = await conn.send(f.request({1: 6}, sid, 6, max_wait_ms=0))
+        assert r.error_code == ErrorCode.none
+
+        # forgotten partitions are no longer reported, even with new data
+        r = await conn.send(f.request({}, sid, 7, forgotten=(2,), max_wait_ms=0))
+        assert r.error_code == ErrorCode.none
+        _append(broker, name, 2, 1)
+        r = await conn.send(f.request({}, sid, 8, max_wait_ms=0))
+        assert _parts(r) == {}
+        # ... until added back
+        r = await conn.send(f.request({2: 0}, sid, 9, max_wait_ms=0))
+        ps = _parts(r)
+        assert list(ps) == [2] and ps[2].high_watermark == 3
+
+        # an out-of-range offset is reported as a partition error, every time
+        r = await conn.send(f.request({0: 999, 2: 3}, sid, 10, max_wait_ms=0))
+        ps = _parts(r)
+        assert ps[0].error_code == ErrorCode.offset_out_of_range
+        r = await conn.send(f.request({0: 3}, sid, 11, max_wait_ms=0))
+        assert list(_parts(r)) == [0]  # recovered: hw reported again
+        assert _parts(r)[0].error_code == ErrorCode.none
+
+        # epoch -1 closes the session and fetches without one
+        r = await conn.send(f.request({0: 0}, sid, -1))
+        assert r.session_id == 0 and list(_parts(r)) == [0]
+        r = await conn.send(f.request({}, sid, 12))
+        assert r.error_code == ErrorCode.fetch_session_id_not_found
+
+        # session id 0, epoch -1: sessionless
+        r = await conn.send(f.request({0: 0, 1: 0}, 0, -1))
+        assert r.session_id == 0 and sorted(_parts(r)) == [0, 1]
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("version", [7, 11, 12, 13, 15, 17])
+def test_incremental_fetch_session(broker: RunningBroker, version: int) -> None:
+    asyncio.run(_session_scenario(broker, version))
+
+
+def test_session_by_id_reports_deleted_topic(broker: RunningBroker) -> None:
+    async def scenario() -> None:
+        name, tid = _topic(broker, 1)
+        _append(broker, name, 0)
+        f = Fetcher(13, name, tid)
+        conn = await BrokerConnection.open(broker.bootstrap)
+        try:
+            r = await conn.send(f.request({0: 3}, 0, 0, max_wait_ms=0))
+            sid = r.session_id
+            assert sid and _parts(r)[0].high_watermark == 3
+            broker.call(broker.broker.metadata.delete_topic, name)
+            await asyncio.sleep(0.1)
+            r = await conn.send(f.request({}, sid, 1, max_wait_ms=0))
+            assert _parts(r)[0].error_code == ErrorCode.unknown_topic_id
+            # a v12 request cannot use a session created by topic id
+            r = await conn.send(Fetcher(12, name, tid).request({}, sid, 2, max_wait_ms=0))
+            assert r.error_code == ErrorCode.fetch_session_topic_id_error
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
+
+
+def test_sessions_bounded_by_config(tmp_path: Any) -> None:
+    overrides = {"max.incremental.fetch.session.cache.slots": "2"}
+    with running_broker(overrides=overrides, data_dir=tmp_path) as b:
+        name, tid = _topic(b, 1)
+        f = Fetcher(12, name, tid)
+
+        async def scenario() -> list[int]:
+            conn = await BrokerConnection.open(b.bootstrap)
+            try:
+                return [(await conn.send(f.request({0: 0}, 0, 0, max_wait_ms=0))).session_id
+                        for _ in range(3)]
+            finally:
+                await conn.close()
+
+        ids = asyncio.run(scenario())
+        assert ids[0] and ids[1] and ids[2] == 0
+        assert len(session_cache(b.broker)) == 2
+
+
+def test_max_bytes_and_first_batch_rule(broker: RunningBroker) -> None:
+    async def scenario() -> None:
+        name, tid = _topic(broker, 3)
+        for p in range(3):
+            _append(broker, name, p, 20, b"x" * 1000)  # one ~20 kB batch per partition
+        f = Fetcher(12, name, tid)
+        conn = await BrokerConnection.open(broker.bootstrap)
+        try:
+            # max_bytes below one batch: the first batch still comes back whole (KIP-74)
+            r = await conn.send(f.request({0: 0, 1: 0, 2: 0}, max_bytes=100))
+            ps = _parts(r)
+            size = len(ps[0].records)
+            assert size > 20_000 and not ps[1].records and not ps[2].records
+            # room for two batches and a bit: two, and no partial first batch (Kafka's
+            # firstEntryIncomplete rule)
+            r = await conn.send(f.request({0: 0, 1: 0, 2: 0}, max_bytes=2 * size + 10))
+            assert [len(p.records or b"") for p in _parts(r).values()] == [size, size, 0]
+            # partition_max_bytes below one batch: a whole batch only for the response's
+            # first data; later partitions whose first batch does not fit are empty
+            r = await conn.send(f.request({0: 0, 1: 0}, partition_max_bytes=10))
+            assert [len(p.records or b"") for p in _parts(r).values()] == [size, 0]
+            # a partial batch after complete ones is sent (as Kafka), clients drop it
+            _append(broker, name, 0, 20, b"y" * 1000)
+            r = await conn.send(f.request({0: 0}, max_bytes=size + 100))
+            assert len(_parts(r)[0].records) == size + 100
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
+
+
+def test_zero_copy_does_not_leak_fds(broker: RunningBroker) -> None:
+    async def scenario() -> None:
+        name, tid = _topic(broker, 2)
+        _append(broker, name, 0)
+        _append(broker, name, 1)
+        f = Fetcher(13, name, tid)
+        conn = await BrokerConnection.open(broker.bootstrap)
+        try:
+            await conn.send(f.request({0: 0, 1: 0}))
+            before = len(os.listdir("/proc/self/fd"))
+            for _ in range(200):
+                r = await conn.send(f.request({0: 0, 1: 0}))
+                assert all(p.records for p in _parts(r).values())
+            await asyncio.sleep(0.1)
+            assert len(os.listdir("/proc/self/fd")) <= before + 2
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
+
+
+def test_incremental_fetch_rotates_partitions_with_data(broker: RunningBroker) -> None:
+    """Under a small max_bytes, partitions that returned data move to the end of the
+    session so the others get their turn (Kafka's IncrementalFetchContext)."""
+    async def scenario() -> None:
+        name, tid = _topic(broker, 2)
+        for p in range(2):
+            _append(broker, name, p, 20, b"x" * 1000)
+        f = Fetcher(13, name, tid)
+        conn = await BrokerConnection.open(broker.bootstrap)
+        try:
+            r = await conn.send(f.request({0: 0, 1: 0}, 0, 0, max_bytes=100))
+            sid = r.session_id
+            ps = _parts(r)
+            assert ps[0].records and not ps[1].records
+            r = await conn.send(f.request({}, sid, 1, max_bytes=100))
+            assert list(_parts(r)) == [0]  # p0 again (offsets unchanged), then rotated
+            r = await conn.send(f.request({}, sid, 2, max_bytes=100))
+            assert list(_parts(r)) == [1] and _parts(r)[1].records
+            r = await conn.send(f.request({}, sid, 3, max_bytes=100))
+            assert list(_parts(r)) == [0]
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
