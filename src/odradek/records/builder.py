@@ -55,6 +55,9 @@ class BatchBuilder:
     is_transactional: bool = False
     is_control: bool = False
     delete_horizon_ms: int | None = None
+    # The cleaner keeps a rebuilt batch's original offset span (and so its last sequence)
+    # even when its last records were removed.
+    last_offset_delta_override: int | None = None
     _records: list[bytes] = field(default_factory=list)
     _max_timestamp: int = -1
     _last_offset_delta: int = -1
@@ -105,6 +108,9 @@ class BatchBuilder:
         if self.delete_horizon_ms is not None:
             attributes |= _DELETE_HORIZON
         assert self.base_timestamp is not None
+        last_offset_delta = self._last_offset_delta
+        if self.last_offset_delta_override is not None:
+            last_offset_delta = max(last_offset_delta, self.last_offset_delta_override)
         header = HEADER_STRUCT.pack(
             self.base_offset,
             HEADER_STRUCT.size - LOG_OVERHEAD + len(payload),
@@ -112,7 +118,7 @@ class BatchBuilder:
             CURRENT_MAGIC,
             0,
             attributes,
-            self._last_offset_delta,
+            last_offset_delta,
             self.base_timestamp,
             self._max_timestamp,
             self.producer_id,

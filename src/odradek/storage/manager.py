@@ -251,8 +251,9 @@ class LogManager:
     def delete_pending(self, force: bool = False) -> None:
         """Remove ``.deleted`` segments and ``-delete`` dirs whose delay has passed."""
         now = self.time_ms()
-        due = [p for p in self._pending if force or p.due_ms <= now]
-        self._pending = [p for p in self._pending if p not in due]
+        with self._lock:  # the cleaner threads add to it (schedule_delete)
+            due = [p for p in self._pending if force or p.due_ms <= now]
+            self._pending = [p for p in self._pending if p not in due]
         for pending in due:
             for segment in pending.segments:
                 try:

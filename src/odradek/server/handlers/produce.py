@@ -29,6 +29,7 @@ from odradek.server.handlers._entities import (
     response_module,
 )
 from odradek.server.handlers._errors import error_code_for
+from odradek.storage.cleaner import require_keys
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker
@@ -101,6 +102,8 @@ def _append(m: Any, broker: Broker, acks: int, topic: str, pdata: Any, request: 
                 message=f"ISR of 1 is below min.insync.replicas={min_isr}",
             )
     try:
+        if partition_log.config.compact:  # Kafka's rule; the only per-record look here
+            require_keys(records, f"{topic}-{index}")
         info = broker.append_records(partition_log, records)
     except Exception as exc:
         code, message = error_code_for(exc, f"appending to {topic}-{index}")

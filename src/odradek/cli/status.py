@@ -1,0 +1,72 @@
+"""``odradek status --data-dir DIR``: the broker's health as it last wrote it to disk.
+
+The broker's log cleaner rewrites ``cleaner-status.json`` in its first log dir after every
+pass or failure and every few seconds (see :mod:`odradek.storage.cleaner_manager`). This
+command reads it without talking to the broker, prints threads, uncleanable partitions
+and Kafka's cleaner metrics, and exits 0 when healthy, 1 when not (a dead cleaner thread
+or an uncleanable partition), 2 when there is no status file. A file older than
+``--stale-seconds`` is flagged: the broker may not be running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from odradek.storage.cleaner_manager import STATUS_FILE
+
+
+def find_status(data_dir: Path) -> Path | None:
+    direct = data_dir / STATUS_FILE
+    if direct.exists():
+        return direct
+    found = sorted(data_dir.glob(f"*/{STATUS_FILE}"))
+    return found[0] if found else None
+
+
+def render(status: dict[str, Any], out: TextIO, stale_seconds: float) -> None:
+    age = time.time() - status.get("updated_ms", 0) / 1000
+    state = "healthy" if status.get("healthy") else "UNHEALTHY"
+    stale = " (STALE: is the broker running?)" if age > stale_seconds else ""
+    out.write(f"log cleaner: {state}, enabled={status.get('enabled')}, "
+              f"updated {age:.1f} s ago{stale}\n")
+    for thread in status.get("threads", []):
+        alive = "alive" if thread["alive"] else "DEAD"
+        if status.get("stopped"):
+            alive = "stopped (broker shut down)"
+        out.write(f"  thread {thread['name']}: {alive}\n")
+    out.write(f"  passes={status.get('passes')} failures={status.get('failures')} "
+              f"thread_crashes={status.get('thread_crashes')}\n")
+    for name, value in sorted(status.get("metrics", {}).items()):
+        out.write(f"  {name}: {value}\n")
+    for tp, info in sorted(status.get("uncleanable", {}).items()):
+        out.write(f"  UNCLEANABLE {tp}: {info['failures']} failure(s): {info['reason']}\n")
+    for tp, info in sorted(status.get("last_cleaned", {}).items()):
+        out.write(f"  cleaned {tp}: up to offset {info['end_offset']}, "
+                  f"{info['bytes_read']} -> {info['bytes_written']} bytes\n")
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    path = find_status(Path(args.data_dir))
+    if path is None:
+        print(f"odradek: no {STATUS_FILE} under {args.data_dir}", file=sys.stderr)
+        return 2
+    status = json.loads(path.read_text())
+    if args.json:
+        out.write(json.dumps(status, indent=2, sort_keys=True) + "\n")
+    else:
+        render(status, out, args.stale_seconds)
+    return 0 if status.get("healthy") else 1
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("status", help="broker health from its data dir (log cleaner)")
+    parser.add_argument("--data-dir", required=True, help="a log dir (or its parent)")
+    parser.add_argument("--json", action="store_true", help="print the raw status JSON")
+    parser.add_argument("--stale-seconds", type=float, default=60.0)
+    parser.set_defaults(func=run)
