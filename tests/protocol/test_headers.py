@@ -16,7 +16,6 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_writer
 from kio.static.primitive import i32
-from tests.protocol.wire import decode_response, raw_header, request_payload
 
 from odradek.protocol import codec
 from odradek.protocol.api_keys import ApiKey
@@ -27,6 +26,7 @@ from odradek.protocol.headers import (
     parse_request_header,
     peek_request,
 )
+from tests.protocol.wire import decode_response, raw_header, request_payload
 
 
 def test_header_v1() -> None:

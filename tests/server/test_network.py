@@ -25,7 +25,6 @@ from kio.schema.heartbeat.v0.response import HeartbeatResponse as HeartbeatRespo
 from kio.schema.heartbeat.v4.request import HeartbeatRequest as HeartbeatRequestV4
 from kio.schema.heartbeat.v4.response import HeartbeatResponse as HeartbeatResponseV4
 from kio.static.primitive import i32
-from tests.protocol.wire import decode_response, raw_header, request_frame
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode, KafkaError
@@ -33,6 +32,7 @@ from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.protocol.send import FileRegion, Send
 from odradek.server.handlers.api_versions import register_api_versions
 from odradek.server.network import KafkaServer, NetworkConfig
+from tests.protocol.wire import decode_response, raw_header, request_frame
 
 TIMEOUT = 10.0
 
