@@ -84,7 +84,9 @@ def running_broker(
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True,
                               name="odradek-broker")
     thread.start()
-    ready.wait(60)
+    if not ready.wait(120):
+        loop.call_soon_threadsafe(stop.set)
+        raise RuntimeError("broker did not start within 120 s")
     if failure:
         thread.join(10)
         raise RuntimeError(f"broker failed to start: {failure[0]}") from failure[0]
@@ -92,8 +94,10 @@ def running_broker(
         yield RunningBroker(broker, loop, directory)
     finally:
         loop.call_soon_threadsafe(stop.set)
-        thread.join(60)
-        loop.close()
+        thread.join(120)
+        if not thread.is_alive():
+            loop.run_until_complete(loop.shutdown_default_executor())
+            loop.close()
         if own_dir:
             shutil.rmtree(directory, ignore_errors=True)
 

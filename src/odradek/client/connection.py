@@ -117,7 +117,7 @@ class BrokerConnection:
                 response_type = load_response_schema(api_key, version)
                 offset = 4
                 if response_type.__flexible__ and api_key != API_VERSIONS_KEY:
-                    offset = 5  # response header v1: empty tagged fields
+                    offset = _skip_tagged_fields(payload, offset)  # response header v1
                 try:
                     entity, _ = entity_reader(response_type)(payload, offset)
                 except Exception as exc:
@@ -135,6 +135,10 @@ class BrokerConnection:
             self._pending.clear()
 
     async def close(self) -> None:
+        for future, _, _ in self._pending.values():
+            if not future.done():
+                future.set_exception(ClientError("connection closed"))
+        self._pending.clear()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -150,6 +154,28 @@ class BrokerConnection:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise ClientError("malformed unsigned varint in a response header")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _skip_tagged_fields(buf: bytes, pos: int) -> int:
+    count, pos = _read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        pos += size
+    return pos
 
 
 def request_class(api: str, version: int, name: str) -> Any:

@@ -44,6 +44,7 @@ from odradek.records.compression import (
     DEFAULT_MAX_DECOMPRESSED,
     CompressionError,
     CompressionType,
+    compress,
     decompress,
 )
 from odradek.records.varint import VarintError, read_varint, read_varlong
@@ -390,6 +391,28 @@ def records_payload(
         return decompress(header.compression, raw, max_size)
     except CompressionError as exc:
         raise InvalidRecordError("compression", str(exc)) from exc
+
+
+def recompress(
+    batch: bytes | bytearray | memoryview, codec: CompressionType,
+    max_size: int = DEFAULT_MAX_DECOMPRESSED,
+) -> bytes:
+    """The same batch with its records compressed by ``codec`` (a topic's
+    ``compression.type``). The records section is one blob, so this is decompress +
+    compress in C and a new header (attributes, length, CRC); no record is parsed."""
+    header = BatchHeader.parse(batch)
+    payload = records_payload(batch, max_size)
+    body = compress(codec, payload)
+    attributes = (header.attributes & ~_COMPRESSION_MASK) | int(codec)
+    out = bytearray(HEADER_STRUCT.pack(
+        header.base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body),
+        header.partition_leader_epoch, header.magic, 0, attributes, header.last_offset_delta,
+        header.base_timestamp, header.max_timestamp, header.producer_id,
+        header.producer_epoch, header.base_sequence, header.record_count,
+    ))
+    out += body
+    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out))
+    return bytes(out)
 
 
 def iter_records(

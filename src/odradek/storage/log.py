@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -37,11 +38,13 @@ from odradek.records.batch import (
     BatchesInfo,
     BatchHeader,
     InvalidRecordError,
+    recompress,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
     validate_batches,
 )
+from odradek.records.compression import CompressionType
 from odradek.storage import files
 from odradek.storage.config import LogConfig
 from odradek.storage.dir_failure import LogDirFailureChannel
@@ -70,6 +73,10 @@ _CORRUPT_REASONS = frozenset(
     {"short_header", "short_length", "truncated", "magic", "crc", "codec", "empty"}
 )
 _INT32_MAX = (1 << 31) - 1
+_TOPIC_CODECS = {
+    "uncompressed": CompressionType.NONE, "gzip": CompressionType.GZIP,
+    "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD,
+}
 
 
 def now_ms() -> int:
@@ -130,8 +137,15 @@ class PartitionLog:
         self.log_dir = dir.parent
         self.time_ms = time_ms
         self._lock = threading.RLock()
-        self.segments: list[LogSegment] = []
-        self._bases: list[int] = []
+        # The segment list is copy-on-write: every change publishes new lists in one
+        # assignment, so readers on the event loop (read, ListOffsets) take a consistent
+        # snapshot without the lock while cleaner and retention threads change it.
+        self._view: tuple[list[int], list[LogSegment]] = ([], [])
+        # How slow disk work (fsync of a rolled segment, snapshots) is run off the
+        # appending thread; the LogManager installs a worker pool, the default is inline.
+        self.schedule_io: Callable[[Callable[[], None]], None] = lambda fn: fn()
+        # Set (under the lock) when the log is deleted: background work becomes a no-op.
+        self.closed = False
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self.unflushed_messages = 0
@@ -159,6 +173,17 @@ class PartitionLog:
         return self.dir.name
 
     @property
+    def segments(self) -> list[LogSegment]:
+        return self._view[1]
+
+    @property
+    def _bases(self) -> list[int]:
+        return self._view[0]
+
+    def _publish(self, segments: list[LogSegment]) -> None:
+        self._view = ([s.base_offset for s in segments], segments)
+
+    @property
     def active_segment(self) -> LogSegment:
         return self.segments[-1]
 
@@ -176,18 +201,26 @@ class PartitionLog:
         self._append_listeners.append(listener)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment(
+        segment = LogSegment(
             self.dir, base_offset, self.config.index_interval_bytes,
             self.config.segment_index_bytes, new=True,
         )
+        self._assign_jitter(segment)
+        return segment
+
+    def _assign_jitter(self, segment: LogSegment) -> None:
+        """Kafka's per-segment random ``segment.jitter.ms``, so that logs created together
+        do not all roll at the same moment."""
+        jitter = self.config.segment_jitter_ms
+        segment.roll_jitter_ms = random.randint(0, jitter) if jitter > 0 else 0
 
     def _add_segment(self, segment: LogSegment) -> None:
-        i = bisect.bisect_left(self._bases, segment.base_offset)
-        if i < len(self._bases) and self._bases[i] == segment.base_offset:
-            self.segments[i] = segment
+        bases, segments = self._view
+        i = bisect.bisect_left(bases, segment.base_offset)
+        if i < len(bases) and bases[i] == segment.base_offset:
+            self._publish([*segments[:i], segment, *segments[i + 1 :]])
         else:
-            self._bases.insert(i, segment.base_offset)
-            self.segments.insert(i, segment)
+            self._publish([*segments[:i], segment, *segments[i:]])
 
     def _segment_for(self, offset: int) -> int:
         """Index of the segment whose base offset is the largest ≤ offset (floor)."""
@@ -232,6 +265,7 @@ class PartitionLog:
         elif not had_clean_shutdown:
             self._recover_from(self.recovery_point)
         self.active_segment.make_active()
+        self._assign_jitter(self.active_segment)
         leo = self.log_end_offset
         self.log_start_offset = min(max(self.log_start_offset, self.segments[0].base_offset), leo)
         self.recovery_point = min(self.recovery_point, leo)
@@ -286,15 +320,14 @@ class PartitionLog:
                     log.warning("%s: deleting segment %d after a corrupt one",
                                 self.name, later.base_offset)
                     later.delete_files()
-                del self.segments[i + 1 :]
-                del self._bases[i + 1 :]
+                self._publish(self.segments[: i + 1])
                 break
         # A segment emptied by recovery (other than the first) is dropped.
         while len(self.segments) > 1 and self.segments[-1].size == 0 and (
             self.segments[-1].base_offset > self.segments[-2].next_offset
         ):
-            self.segments.pop().delete_files()
-            self._bases.pop()
+            self.segments[-1].delete_files()
+            self._publish(self.segments[:-1])
 
     # -- append --------------------------------------------------------------------------
     def validate(
@@ -326,11 +359,30 @@ class PartitionLog:
                     f"message.timestamp.after.max.ms] of now={now}"
                 )
 
+    def _apply_topic_compression(
+        self, records: bytes | bytearray | memoryview, info: BatchesInfo
+    ) -> tuple[bytes | bytearray | memoryview, BatchesInfo]:
+        """Recompress batches whose codec differs from the topic's ``compression.type``
+        (``producer`` keeps what the producer sent), as Kafka's LogValidator does."""
+        target = _TOPIC_CODECS.get(str(self.config["compression.type"]))
+        if target is None or all(h.compression == target for h in info.batches):
+            return records, info
+        view = memoryview(records)
+        try:
+            converted = b"".join(
+                recompress(view[h.position : h.position + h.size], target)
+                for h in info.batches
+            )
+        except InvalidRecordError as exc:
+            raise CorruptRecordError(str(exc)) from exc
+        return converted, self.validate(converted, strict=True)
+
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int = -1
     ) -> LogAppendInfo:
         """Validate and append a producer's batches, assigning offsets."""
         info = self.validate(records, strict=True)
+        records, info = self._apply_topic_compression(records, info)
         now = self.time_ms()
         log_append = self.config.log_append_time
         if not log_append:
@@ -425,7 +477,7 @@ class PartitionLog:
         if (
             segment.size > self.config.segment_bytes - size
             or segment.is_full()
-            or waited > self.config.segment_ms - self.config.segment_jitter_ms
+            or waited > self.config.segment_ms - segment.roll_jitter_ms
             or last_offset - segment.base_offset > _INT32_MAX
         ):
             return self._roll(first_offset)
@@ -440,11 +492,23 @@ class PartitionLog:
         if old.size == 0:
             return old
         old.on_become_inactive()
-        old.flush()
-        self.recovery_point = max(self.recovery_point, old.next_offset)
         segment = self._new_segment(base_offset)
         self._add_segment(segment)
-        self.producer_state.take_snapshot(base_offset)
+        write_snapshot = self.producer_state.snapshot_writer(base_offset)
+
+        def flush_rolled() -> None:
+            # Off the appending thread, like Kafka's scheduled flush of a rolled segment:
+            # an fsync of up to segment.bytes must not stall every client.
+            if self.closed:
+                return
+            with self._io("flushing a rolled segment"):
+                old.flush()
+                files.fsync_dir(self.dir)
+                write_snapshot()
+            with self._lock:
+                self.recovery_point = max(self.recovery_point, old.next_offset)
+
+        self.schedule_io(flush_rolled)
         log.debug("%s: rolled new segment at %d", self.name, base_offset)
         return segment
 
@@ -463,8 +527,8 @@ class PartitionLog:
                 f"offset {offset} is out of range [{start}, {leo}] of {self.name}"
             )
         limit = leo if max_offset is None else min(max_offset, leo)
-        segments = self.segments
-        i = self._segment_for(offset)
+        bases, segments = self._view
+        i = max(0, bisect.bisect_right(bases, offset) - 1)
         active_fd = segments[-1].fd
         if offset >= limit:
             return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw)
@@ -499,7 +563,14 @@ class PartitionLog:
                 )
             for segment in self.segments:
                 if segment.max_timestamp_so_far >= timestamp:
-                    found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                    try:
+                        found = segment.find_offset_by_timestamp(
+                            timestamp, self.log_start_offset
+                        )
+                    except InvalidRecordError as exc:
+                        raise CorruptRecordError(
+                            f"{self.name}: a stored batch does not decode: {exc}"
+                        ) from exc
                     if found is not None:
                         return found
         return None
@@ -524,6 +595,8 @@ class PartitionLog:
         retention_ms = self.config.retention_ms
         retention_bytes = self.config.retention_bytes
         with self._lock, self._io("deleting old segments"):
+            if self.closed:
+                return []
             removed: list[LogSegment] = []
             excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else -1
             while len(self.segments) > 1:
@@ -549,8 +622,8 @@ class PartitionLog:
             return removed
 
     def _remove_first_segment(self) -> LogSegment:
-        segment = self.segments.pop(0)
-        self._bases.pop(0)
+        segment = self.segments[0]
+        self._publish(self.segments[1:])
         segment.change_suffix("", files.DELETED_SUFFIX)
         log.info("%s: deleting segment %d (retention)", self.name, segment.base_offset)
         return segment
@@ -587,9 +660,7 @@ class PartitionLog:
                 segment.change_suffix("", files.DELETED_SUFFIX)
             cleaned.change_suffix(files.SWAP_SUFFIX, "")
             files.fsync_dir(self.dir)
-            segments = [*self.segments[:i], cleaned, *self.segments[i + len(old) :]]
-            self.segments = segments
-            self._bases = [s.base_offset for s in segments]
+            self._publish([*self.segments[:i], cleaned, *self.segments[i + len(old) :]])
         return True
 
     # -- truncation ----------------------------------------------------------------------
@@ -604,8 +675,7 @@ class PartitionLog:
             i = self._segment_for(offset)
             for segment in self.segments[i + 1 :]:
                 segment.delete_files()
-            del self.segments[i + 1 :]
-            del self._bases[i + 1 :]
+            self._publish(self.segments[: i + 1])
             self.segments[i].truncate_to(offset)
             self.active_segment.make_active()
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
@@ -620,8 +690,7 @@ class PartitionLog:
     def _truncate_fully(self, offset: int) -> None:
         for segment in self.segments:
             segment.delete_files()
-        self.segments.clear()
-        self._bases.clear()
+        self._publish([])
         self._add_segment(self._new_segment(offset))
         self.log_start_offset = offset
         self.recovery_point = offset
@@ -637,12 +706,19 @@ class PartitionLog:
 
     def flush(self) -> None:
         """fsync everything up to the log end offset; moves the recovery point."""
-        with self._lock, self._io("flushing"):
+        # The fsyncs run outside the log's lock, so appends are not held up behind them.
+        with self._lock:
+            if self.closed:
+                return
             leo = self.log_end_offset
-            if leo > self.recovery_point or self.unflushed_messages:
-                self._flush_segments(self.segments[self._segment_for(self.recovery_point) :])
-            self.recovery_point = leo
+            pending = leo > self.recovery_point or self.unflushed_messages
+            segments = self.segments[self._segment_for(self.recovery_point) :]
             self.unflushed_messages = 0
+        if pending:
+            with self._io("flushing"):
+                self._flush_segments(segments)
+        with self._lock:
+            self.recovery_point = max(self.recovery_point, leo)
             self.last_flush_ms = self.time_ms()
 
     def update_config(self, config: LogConfig) -> None:

@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -75,6 +76,9 @@ class LogManager:
         self._lock = threading.RLock()
         self._pending: list[_PendingDelete] = []
         self.had_clean_shutdown: dict[Path, bool] = {}
+        # One worker for slow disk work the append path hands off (fsync of rolled
+        # segments, producer snapshots), in order, like Kafka's scheduler thread.
+        self._io_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-io")
 
     # -- start, stop ---------------------------------------------------------------------
     def default_config(self) -> LogConfig:
@@ -115,11 +119,11 @@ class LogManager:
                 tp = TopicPartition(topic, partition)
                 if tp in self.logs:
                     raise KafkaStorageError(f"duplicate log directories for {tp}")
-                self.logs[tp] = PartitionLog(
+                self.logs[tp] = self._adopt(PartitionLog(
                     child, configs(topic), self.failure_channel,
                     recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp, 0),
                     had_clean_shutdown=clean, time_ms=self.time_ms,
-                )
+                ))
                 count += 1
             if clean:
                 marker.unlink()
@@ -140,8 +144,31 @@ class LogManager:
             ) from exc
         self._locks[log_dir] = fd
 
+    def _adopt(self, partition_log: PartitionLog) -> PartitionLog:
+        partition_log.schedule_io = self._submit_io
+        return partition_log
+
+    def _submit_io(self, fn: Callable[[], None]) -> None:
+        def run() -> None:
+            try:
+                fn()
+            except KafkaStorageError as exc:
+                log.error("%s", exc)
+            except Exception:
+                log.exception("background log I/O failed")
+
+        try:
+            self._io_pool.submit(run)
+        except RuntimeError:  # pool shut down: run inline
+            run()
+
+    def _snapshot(self) -> list[PartitionLog]:
+        with self._lock:
+            return list(self.logs.values())
+
     def shutdown(self) -> None:
         """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+        self._io_pool.shutdown(wait=True)
         with self._lock:
             for tp, partition_log in list(self.logs.items()):
                 try:
@@ -177,10 +204,10 @@ class LogManager:
             if existing is not None:
                 return existing
             log_dir = self._next_log_dir()
-            partition_log = PartitionLog(
+            partition_log = self._adopt(PartitionLog(
                 log_dir / str(tp), config or self.default_config(), self.failure_channel,
                 had_clean_shutdown=True, time_ms=self.time_ms,
-            )
+            ))
             self.logs[tp] = partition_log
             log.info("created log for %s in %s", tp, log_dir)
             return partition_log
@@ -201,7 +228,9 @@ class LogManager:
             partition_log = self.logs.pop(tp, None)
             if partition_log is None:
                 return
-            with self.failure_channel.guard(partition_log.log_dir, f"deleting {tp}"):
+            with self.failure_channel.guard(partition_log.log_dir, f"deleting {tp}"), \
+                    partition_log._lock:
+                partition_log.closed = True  # background work on it becomes a no-op
                 for segment in partition_log.segments:
                     segment.close()
                 target = partition_log.dir.with_name(
@@ -224,7 +253,7 @@ class LogManager:
     def cleanup_logs(self) -> int:
         """Retention over every log; returns the number of segments scheduled for deletion."""
         total = 0
-        for partition_log in list(self.logs.values()):
+        for partition_log in self._snapshot():
             try:
                 removed = partition_log.delete_old_segments()
             except KafkaStorageError as exc:
@@ -267,7 +296,7 @@ class LogManager:
     def flush_dirty_logs(self) -> None:
         """Time-based flush: logs whose ``flush.ms`` has passed since their last flush."""
         now = self.time_ms()
-        for partition_log in list(self.logs.values()):
+        for partition_log in self._snapshot():
             if now - partition_log.last_flush_ms >= partition_log.config.flush_ms:
                 try:
                     partition_log.flush()
@@ -284,7 +313,8 @@ class LogManager:
                 log.error("%s", exc)
 
     def _checkpoint_dir(self, log_dir: Path) -> None:
-        logs = {tp: lg for tp, lg in self.logs.items() if lg.log_dir == log_dir}
+        with self._lock:
+            logs = {tp: lg for tp, lg in self.logs.items() if lg.log_dir == log_dir}
         checkpoint.write_offsets(
             log_dir / files.RECOVERY_POINT_CHECKPOINT,
             {tuple(tp): lg.recovery_point for tp, lg in logs.items()},  # type: ignore[misc]
@@ -300,7 +330,7 @@ class LogManager:
         now = self.time_ms()
         return sum(
             partition_log.producer_state.remove_expired(now, expiration_ms)
-            for partition_log in list(self.logs.values())
+            for partition_log in self._snapshot()
         )
 
     def periodic_tasks(self) -> list[tuple[str, int, Callable[[], object]]]:

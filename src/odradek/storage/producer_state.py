@@ -66,7 +66,7 @@ import logging
 import struct
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -326,12 +326,20 @@ class ProducerStateManager:
 
     def take_snapshot(self, offset: int) -> None:
         """Write the state of every batch below ``offset``; keep the newest two."""
+        self.snapshot_writer(offset)()
+
+    def snapshot_writer(self, offset: int) -> Callable[[], None]:
+        """Capture the state now; the returned function writes it (fsyncs) later, e.g.
+        off the event loop after a roll."""
         with self._lock:
             data = encode_snapshot(self.producers.values())
-        path = self.snapshot_file(offset)
-        files.atomic_write(path, data)
-        for old in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
-            self.snapshot_file(old).unlink(missing_ok=True)
+
+        def write() -> None:
+            files.atomic_write(self.snapshot_file(offset), data)
+            for old in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
+                self.snapshot_file(old).unlink(missing_ok=True)
+
+        return write
 
     def delete_snapshots(self, above: int = -1) -> None:
         for offset in self.snapshot_offsets():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,9 +73,13 @@ class LogSegment:
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = base_offset
         self.rolling_based_timestamp: int | None = None
+        self.roll_jitter_ms = 0  # set by the log from segment.jitter.ms
         self.created_ms = int(time.time() * 1000)
         self._next_offset: int | None = None if self.size else base_offset
         self._flushed_size = self.size
+        # Serialises fsync with close/delete: a rolled segment is flushed by a worker
+        # thread and may be deleted (truncation, retention) meanwhile.
+        self._fd_lock = threading.Lock()
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -336,6 +341,12 @@ class LogSegment:
         self.time_index.trim()
 
     def flush(self) -> None:
+        with self._fd_lock:
+            if self._fd < 0:
+                return  # closed or deleted since the flush was scheduled
+            self._flush()
+
+    def _flush(self) -> None:
         if self._flushed_size != self.size:
             os.fsync(self._fd)
             self._flushed_size = self.size
@@ -343,14 +354,17 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
+        if self._fd < 0:
+            return
         if self.max_timestamp_so_far >= 0 and not self.time_index.is_full():
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
             )
-        self.offset_index.close()
-        self.time_index.close()
-        os.close(self._fd)
-        self._fd = -1
+        with self._fd_lock:
+            self.offset_index.close()
+            self.time_index.close()
+            os.close(self._fd)
+            self._fd = -1
 
     def change_suffix(self, old: str, new: str) -> None:
         """Rename the segment's three files (``.deleted``, ``.swap`` …)."""
@@ -363,11 +377,12 @@ class LogSegment:
         self.time_index.path = files.time_index_file(self.dir, self.base_offset, new)
 
     def delete_files(self) -> None:
-        if self._fd >= 0:
-            self.offset_index.close(trim=False)
-            self.time_index.close(trim=False)
-            os.close(self._fd)
-            self._fd = -1
+        with self._fd_lock:
+            if self._fd >= 0:
+                self.offset_index.close(trim=False)
+                self.time_index.close(trim=False)
+                os.close(self._fd)
+                self._fd = -1
         self.log_path.unlink(missing_ok=True)
         self.offset_index.path.unlink(missing_ok=True)
         self.time_index.path.unlink(missing_ok=True)

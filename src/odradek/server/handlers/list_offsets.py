@@ -1,7 +1,8 @@
 """ListOffsets (key 2), versions 1-9: earliest, latest, max timestamp, or by timestamp.
 
 Follows Kafka's ``KafkaApis.handleListOffsetRequest`` / ``UnifiedLog.fetchOffsetByTimestamp``:
--2 is the log start offset, -1 the log end offset (the high watermark for consumers, i.e.
+-2 (and -4, earliest local, v8+) is the log start offset, -5 (latest tiered, v9+) is -1
+as nothing is tiered, -1 is the log end offset (the high watermark for consumers, i.e.
 read_committed/uncommitted alike on one broker without transactions), -3 (v7+, KIP-734)
 the offset of the largest timestamp; any other timestamp goes through the time index to
 the first record whose timestamp is ≥ it, or -1 when there is none.
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
     from odradek.server.broker import Broker
 
 VERSIONS = (1, 9)
+# KIP-405/KIP-1005 special timestamps (v8, v9). Without tiered storage every offset is
+# local: -4 is the log start offset and -5 finds nothing (-1).
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 
 
 def register_list_offsets(registry: HandlerRegistry, broker: Broker) -> None:
@@ -53,14 +58,22 @@ def _one(m: Any, broker: Broker, topic: str, p: Any, version: int) -> Any:
     if leader_epoch > 0:
         return answer(ErrorCode.unknown_leader_epoch)
     ts = p.timestamp
-    if (ts == MAX_TIMESTAMP and version < 7) or ts < MAX_TIMESTAMP:
-        return answer(ErrorCode.unsupported_version if ts == MAX_TIMESTAMP
-                      else ErrorCode.invalid_request)
+    if (
+        (ts == MAX_TIMESTAMP and version < 7)
+        or (ts == EARLIEST_LOCAL_TIMESTAMP and version < 8)
+        or (ts == LATEST_TIERED_TIMESTAMP and version < 9)
+    ):
+        return answer(ErrorCode.unsupported_version)
+    if ts < LATEST_TIERED_TIMESTAMP:
+        return answer(ErrorCode.invalid_request)
     try:
         if ts == LATEST_TIMESTAMP:
             return answer(ErrorCode.none, -1, partition_log.high_watermark)
-        if ts == EARLIEST_TIMESTAMP:
+        if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            # No tiered storage: the earliest local offset is the log start offset.
             return answer(ErrorCode.none, -1, partition_log.log_start_offset)
+        if ts == LATEST_TIERED_TIMESTAMP:
+            return answer(ErrorCode.none, -1, -1)  # nothing is tiered (KIP-1005)
         found = partition_log.fetch_offset_by_timestamp(ts)
     except Exception as exc:
         code, _ = error_code_for(exc, f"listing offsets of {topic}-{p.partition_index}")
