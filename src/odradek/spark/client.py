@@ -1,0 +1,306 @@
+"""The Kafka client side of the Spark connector (librdkafka through confluent-kafka).
+
+Driver side: partition discovery and offset resolution (watermarks, offsets for
+timestamps). Worker side: reading one planned offset range into Arrow record batches, and
+producing rows. Reading a planned range ``[from, until)`` of one partition always yields the
+same records (a replayed micro-batch reads exactly what the first attempt read), because the
+range is fixed before any task runs and the reader stops at ``until`` whatever arrives later.
+
+confluent-kafka needs a ``group.id`` to build a consumer; the reader sets one but only ever
+uses ``assign`` and never commits, so no consumer group is joined.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import confluent_kafka as ck
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from odradek.spark.options import EARLIEST, LATEST, OdradekOptionError, OffsetSpec, ReadOptions
+
+__all__ = [
+    "HEADERS_TYPE",
+    "OdradekSparkError",
+    "Offsets",
+    "admin_client",
+    "arrow_schema",
+    "consumer",
+    "discover",
+    "read_range",
+    "resolve",
+    "watermarks",
+]
+
+Offsets = dict[tuple[str, int], int]
+
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+_TS_TYPE = pa.timestamp("us", tz="UTC")
+_M: Any = ck.Message
+
+
+class OdradekSparkError(RuntimeError):
+    """A failure talking to the brokers (unreachable, missing topic, data loss, timeout)."""
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    fields = [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", _TS_TYPE),
+        ("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(("headers", HEADERS_TYPE))
+    return pa.schema(fields)
+
+
+def consumer(client: dict[str, str], extra: dict[str, Any] | None = None) -> ck.Consumer:
+    config: dict[str, Any] = {
+        "group.id": "odradek-spark-reader",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": False,
+        "log_level": 2,
+        **(extra or {}),
+        **client,
+    }
+    try:
+        return ck.Consumer(config)
+    except (ck.KafkaException, ValueError, TypeError) as exc:
+        raise OdradekOptionError(f"bad kafka.* client option: {exc}") from None
+
+
+def admin_client(client: dict[str, str]) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        return AdminClient({"log_level": 2, **client})
+    except (ck.KafkaException, ValueError, TypeError) as exc:
+        raise OdradekOptionError(f"bad kafka.* client option: {exc}") from None
+
+
+def discover(c: ck.Consumer, opts: ReadOptions, *, require_topics: bool) -> list[tuple[str, int]]:
+    """Topic-partitions matching subscribe / subscribePattern / assign, sorted."""
+    timeout = opts.api_timeout_ms / 1000
+    try:
+        md = c.list_topics(timeout=timeout)
+    except ck.KafkaException as exc:
+        raise OdradekSparkError(
+            f"cannot reach the brokers at kafka.bootstrap.servers={opts.bootstrap!r} within "
+            f"{opts.api_timeout_ms} ms (kafka.default.api.timeout.ms): {exc}"
+        ) from None
+    topics = {
+        name: sorted(tm.partitions)
+        for name, tm in md.topics.items()
+        if tm.error is None or tm.error.code() == ck.KafkaError.NO_ERROR
+    }
+    if opts.assign:
+        out = []
+        for t, p in opts.assign:
+            if t not in topics or p not in topics[t]:
+                if require_topics:
+                    raise OdradekSparkError(
+                        f"assigned partition {t}-{p} does not exist (option 'assign')"
+                    )
+                continue
+            out.append((t, p))
+        return out
+    if opts.subscribe:
+        missing = [t for t in opts.subscribe if t not in topics]
+        if missing and require_topics:
+            raise OdradekSparkError(
+                f"subscribed topic(s) {', '.join(missing)} do not exist (option 'subscribe')"
+            )
+        return sorted((t, p) for t in opts.subscribe if t in topics for p in topics[t])
+    return sorted((t, p) for t, ps in topics.items() if opts.topic_filter(t) for p in ps)
+
+
+def watermarks(
+    c: ck.Consumer, tps: list[tuple[str, int]], timeout_ms: int
+) -> dict[tuple[str, int], tuple[int, int]]:
+    out = {}
+    for t, p in tps:
+        try:
+            out[(t, p)] = c.get_watermark_offsets(
+                ck.TopicPartition(t, p), timeout=timeout_ms / 1000
+            )
+        except ck.KafkaException as exc:
+            raise OdradekSparkError(f"cannot list offsets of {t}-{p}: {exc}") from None
+    return out
+
+
+def _for_times(c: ck.Consumer, wanted: dict[tuple[str, int], int], timeout_ms: int) -> Offsets:
+    if not wanted:
+        return {}
+    query = [ck.TopicPartition(t, p, ts) for (t, p), ts in wanted.items()]
+    try:
+        found = c.offsets_for_times(query, timeout=timeout_ms / 1000)
+    except ck.KafkaException as exc:
+        raise OdradekSparkError(f"cannot list offsets by timestamp: {exc}") from None
+    out: Offsets = {}
+    for tp in found:
+        if tp.error is not None:
+            raise OdradekSparkError(
+                f"cannot list offsets by timestamp for {tp.topic}-{tp.partition}: {tp.error}"
+            )
+        out[(tp.topic, tp.partition)] = tp.offset  # -1 when no record has a timestamp >= ts
+    return out
+
+
+def resolve(
+    c: ck.Consumer,
+    spec: OffsetSpec,
+    tps: list[tuple[str, int]],
+    marks: dict[tuple[str, int], tuple[int, int]],
+    opts: ReadOptions,
+    *,
+    starting: bool,
+) -> Offsets:
+    """Turn a starting/ending spec into concrete offsets for ``tps``."""
+    name = "starting" if starting else "ending"
+    if spec.kind in ("offsets", "timestamps"):
+        unknown = sorted(set(spec.per_partition) - set(tps))
+        if unknown:
+            opt = f"{name}Offsets" + ("ByTimestamp" if spec.kind == "timestamps" else "")
+            raise OdradekOptionError(
+                f"option '{opt}' names partitions that are not subscribed or do not exist: "
+                + ", ".join(f"{t}-{p}" for t, p in unknown)
+            )
+    out: Offsets = {}
+    if spec.kind in ("timestamp", "timestamps"):
+        wanted = (
+            {tp: spec.timestamp for tp in tps}
+            if spec.kind == "timestamp"
+            else {tp: ts for tp, ts in spec.per_partition.items()}
+        )
+        found = _for_times(c, wanted, opts.api_timeout_ms)
+        for tp in tps:
+            low, high = marks[tp]
+            if tp not in found:  # partition not named in ...ByTimestamp
+                out[tp] = low if starting else high
+                continue
+            off = found[tp]
+            if off < 0:
+                if starting and opts.timestamp_strategy == "error":
+                    raise OdradekSparkError(
+                        f"no record at or after the starting timestamp in {tp[0]}-{tp[1]} "
+                        "(set startingOffsetsByTimestampStrategy=latest to start at the end)"
+                    )
+                off = high
+            out[tp] = off
+        return out
+    for tp in tps:
+        low, high = marks[tp]
+        if spec.kind == "earliest":
+            out[tp] = low
+        elif spec.kind == "latest":
+            out[tp] = high
+        else:
+            off = spec.per_partition.get(tp, EARLIEST if starting else LATEST)
+            out[tp] = low if off == EARLIEST else high if off == LATEST else off
+    return out
+
+
+def _batch(
+    msgs: list[Any], topic: str, partition: int, include_headers: bool, schema: pa.Schema
+) -> pa.RecordBatch:
+    # map() over the unbound C methods: no Python frame per record (3x faster than
+    # comprehensions calling m.key() etc.).
+    n = len(msgs)
+    types, stamps = zip(*map(_M.timestamp, msgs), strict=True)
+    ts_ms = pa.array(stamps, pa.int64())
+    columns = [
+        pa.array(list(map(_M.key, msgs)), pa.binary()),
+        pa.array(list(map(_M.value, msgs)), pa.binary()),
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array(list(map(_M.offset, msgs)), pa.int64()),
+        pc.multiply(ts_ms, 1000).cast(_TS_TYPE),
+        pc.subtract(pa.array(types, pa.int32()), 1),  # librdkafka 1/2 -> Kafka ids 0/1
+    ]
+    if include_headers:
+        columns.append(
+            pa.array(
+                [[{"key": k, "value": v} for k, v in (m.headers() or ())] for m in msgs],
+                HEADERS_TYPE,
+            )
+        )
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def read_range(
+    opts: ReadOptions, topic: str, partition: int, start: int, until: int, batch_size: int = 20_000
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``topic-partition`` with ``start <= offset < until``."""
+    if until <= start:
+        return
+    schema = arrow_schema(opts.include_headers)
+    c = consumer(
+        opts.client,
+        {
+            # librdkafka >= 2.1 stops fetching for fetch.queue.backoff.ms (1 s) whenever its
+            # local queue is over a threshold; a task drains its queue continuously, so the
+            # backoff only idles the connection (reads of a backlog ~5x slower with it).
+            "fetch.queue.backoff.ms": 0,
+            "fetch.wait.max.ms": 10,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 4 * 1024 * 1024,
+            "queued.max.messages.kbytes": 256 * 1024,
+        },
+    )
+    try:
+        low, high = watermarks(c, [(topic, partition)], opts.api_timeout_ms)[(topic, partition)]
+        if start < low:
+            if opts.fail_on_data_loss:
+                raise OdradekSparkError(
+                    f"data loss: offsets {start}..{low - 1} of {topic}-{partition} are no longer "
+                    "available (deleted by retention?); set failOnDataLoss=false to skip them"
+                )
+            start = low
+        if until > high:
+            if opts.fail_on_data_loss:
+                raise OdradekSparkError(
+                    f"data loss: {topic}-{partition} ends at offset {high} but offsets up to "
+                    f"{until - 1} were planned (topic recreated or truncated?); "
+                    "set failOnDataLoss=false to skip them"
+                )
+            until = high
+        if until <= start:
+            return
+        c.assign([ck.TopicPartition(topic, partition, start)])
+        position = start
+        idle_since = time.monotonic()
+        timeout_s = opts.poll_timeout_ms / 1000
+        while position < until:
+            msgs: list[Any] = c.consume(num_messages=batch_size, timeout=0.5)
+            if not msgs:
+                pos: int = c.position([ck.TopicPartition(topic, partition)])[0].offset
+                if pos >= until:  # the rest of the range is control records or compacted away
+                    return
+                if time.monotonic() - idle_since > timeout_s:
+                    raise OdradekSparkError(
+                        f"timed out after {opts.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs) "
+                        f"reading {topic}-{partition} at offset {position} (planned up to {until})"
+                    )
+                continue
+            idle_since = time.monotonic()
+            errors = list(map(_M.error, msgs))
+            if errors.count(None) != len(errors):
+                bad = next(e for e in errors if e is not None)
+                raise OdradekSparkError(f"error reading {topic}-{partition}: {bad}")
+            if msgs[-1].offset() >= until:
+                msgs = [m for m in msgs if m.offset() < until]
+                if msgs:
+                    yield _batch(msgs, topic, partition, opts.include_headers, schema)
+                return
+            position = msgs[-1].offset() + 1
+            yield _batch(msgs, topic, partition, opts.include_headers, schema)
+    finally:
+        c.close()

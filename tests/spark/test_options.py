@@ -1,0 +1,86 @@
+"""Option parsing and planning helpers (no Spark, no broker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from odradek.spark.options import OdradekOptionError, parse_read_options, parse_write_options
+from odradek.spark.source import OffsetRange, rate_limit, split_ranges
+
+BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_exactly_one_subscription() -> None:
+    with pytest.raises(OdradekOptionError, match=r"exactly one of.*subscribe.*none"):
+        parse_read_options(BOOT, streaming=False)
+    with pytest.raises(OdradekOptionError, match=r"got subscribe, subscribePattern"):
+        parse_read_options({**BOOT, "subscribe": "a", "subscribePattern": "a.*"}, streaming=False)
+
+
+def test_bootstrap_required_and_unknown_options_named() -> None:
+    with pytest.raises(OdradekOptionError, match=r"kafka.bootstrap.servers"):
+        parse_read_options({"subscribe": "a"}, streaming=False)
+    with pytest.raises(OdradekOptionError, match=r"unknown option 'startoffsets'"):
+        parse_read_options({**BOOT, "subscribe": "a", "startOffsets": "earliest"}, streaming=False)
+    with pytest.raises(OdradekOptionError, match=r"kafka.group.id"):
+        parse_read_options({**BOOT, "subscribe": "a", "kafka.group.id": "g"}, streaming=True)
+    with pytest.raises(OdradekOptionError, match=r"kafka.auto.offset.reset"):
+        parse_read_options(
+            {**BOOT, "subscribe": "a", "kafka.auto.offset.reset": "x"}, streaming=True
+        )
+
+
+def test_contradictions() -> None:
+    with pytest.raises(OdradekOptionError, match=r"startingOffsets, startingTimestamp"):
+        parse_read_options(
+            {**BOOT, "subscribe": "a", "startingOffsets": "earliest", "startingTimestamp": "5"},
+            streaming=False,
+        )
+    with pytest.raises(OdradekOptionError, match=r"minOffsetsPerTrigger"):
+        parse_read_options(
+            {**BOOT, "subscribe": "a", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+            streaming=True,
+        )
+    with pytest.raises(OdradekOptionError, match=r"endingOffsets.*batch queries only"):
+        parse_read_options({**BOOT, "subscribe": "a", "endingOffsets": "latest"}, streaming=True)
+    with pytest.raises(OdradekOptionError, match=r"cannot be 'latest' for batch"):
+        parse_read_options({**BOOT, "subscribe": "a", "startingOffsets": "latest"}, streaming=False)
+    with pytest.raises(OdradekOptionError, match=r"maxoffsetspertrigger.*streaming"):
+        parse_read_options({**BOOT, "subscribe": "a", "maxOffsetsPerTrigger": "5"}, streaming=False)
+
+
+def test_parsed_values() -> None:
+    o = parse_read_options(
+        {
+            **BOOT,
+            "assign": '{"t":[1,0]}',
+            "startingOffsets": '{"t":{"0":-2,"1":5}}',
+            "maxTriggerDelay": "30s",
+            "includeHeaders": "TRUE",
+            "kafka.fetch.wait.max.ms": "50",
+        },
+        streaming=True,
+    )
+    assert o.assign == (("t", 0), ("t", 1))
+    assert o.starting.per_partition == {("t", 0): -2, ("t", 1): 5}
+    assert o.max_trigger_delay_ms == 30_000 and o.include_headers
+    assert o.client == {"bootstrap.servers": "127.0.0.1:9092", "fetch.wait.max.ms": "50"}
+    assert parse_read_options({**BOOT, "subscribe": "a"}, streaming=True).starting.kind == "latest"
+    assert (
+        parse_read_options({**BOOT, "subscribe": "a"}, streaming=False).starting.kind == "earliest"
+    )
+    with pytest.raises(OdradekOptionError, match=r"for reading"):
+        parse_write_options({**BOOT, "subscribe": "a"})
+
+
+def test_rate_limit_and_split() -> None:
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 90}
+    latest = {("t", 0): 100, ("t", 1): 10, ("t", 2): 100}
+    capped = rate_limit(start, latest, 60)
+    assert sum(capped[tp] - start[tp] for tp in start) == 60
+    assert all(start[tp] <= capped[tp] <= latest[tp] for tp in start)
+    assert rate_limit(start, latest, 1000) == latest
+    parts = split_ranges([OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 0, 10)], 6)
+    assert len(parts) >= 6
+    assert sum(r.until - r.start for r in parts) == 110
+    assert [(r.start, r.until) for r in parts if r.partition == 1] == [(0, 10)]
