@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=["debug", "info", "warning", "error"])
     serve.add_argument("--ready-file", type=Path, help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
-    for module in ("dump_log", "topics", "console"):
+    for module in ("dump_log", "topics", "console", "groups", "status"):
         try:
             mod = __import__(f"odradek.cli.{module}", fromlist=["add_parser"])
         except ModuleNotFoundError:

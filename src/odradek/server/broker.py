@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.cluster.metadata import ClusterMetadata, TopicInfo
 from odradek.cluster.store import EmbeddedStore, MetadataStore
@@ -29,11 +29,17 @@ from odradek.server.config import BrokerConfig
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
 from odradek.storage import LogAppendInfo, LogManager, PartitionLog, TopicPartition
+from odradek.storage.cleaner_manager import LogCleaner
 from odradek.storage.files import META_PROPERTIES, atomic_write
+
+if TYPE_CHECKING:
+    from odradek.coordinator.group_coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
 METADATA_FILE = "odradek-metadata.json"
+# How often dead cleaner threads are looked for and cleaner-status.json rewritten.
+CLEANER_HEALTH_INTERVAL_MS = 5000
 
 
 class Broker:
@@ -46,8 +52,10 @@ class Broker:
         self.registry = HandlerRegistry()
         self.servers: list[KafkaServer] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self.log_cleaner: LogCleaner | None = None
         self.started = asyncio.Event()
         self.metadata: ClusterMetadata
+        self.group_coordinator: GroupCoordinator | None = None
 
     # -- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -67,7 +75,12 @@ class Broker:
         self._reconcile_logs()
         self.metadata.add_listener(self._on_topic_change)
         from odradek.server.handlers import register_all
+        from odradek.server.handlers.groups import make_group_coordinator
 
+        # Groups of the __consumer_offsets partitions this broker leads are loaded
+        # before the listeners open.
+        self.group_coordinator = make_group_coordinator(self)
+        self.group_coordinator.startup()
         register_all(self.registry, self)
         net = NetworkConfig(
             socket_request_max_bytes=self.config["socket.request.max.bytes"],
@@ -85,13 +98,26 @@ class Broker:
         for name, interval_ms, fn in self.log_manager.periodic_tasks():
             if interval_ms < (1 << 40):
                 self._tasks.append(asyncio.create_task(self._every(name, interval_ms, fn)))
+        # Compaction runs in its own threads; the loop only checks their health.
+        self.log_cleaner = LogCleaner(self.log_manager, self.config.values)
+        self.log_cleaner.startup()
+        self._tasks.append(asyncio.create_task(
+            self._every("log-cleaner-health", CLEANER_HEALTH_INTERVAL_MS,
+                        self.log_cleaner.check_threads)
+        ))
         self.started.set()
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self.group_coordinator is not None:
+            # answer parked JoinGroup/SyncGroup requests (NOT_COORDINATOR) so that
+            # in-flight requests can finish
+            self.group_coordinator.shutdown()
         for server in self.servers:
             await server.stop()
+        if self.log_cleaner is not None:
+            await asyncio.to_thread(self.log_cleaner.shutdown)
         self.log_manager.shutdown()
         if self._store is not None:
             self._store.close()

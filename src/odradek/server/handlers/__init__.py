@@ -38,3 +38,8 @@ def register_all(registry: HandlerRegistry, broker: Broker) -> None:
     register_configs(registry, broker)
     register_delete_records(registry, broker)
     register_describe_cluster(registry, broker)
+    from odradek.server.handlers.groups import register_groups
+    from odradek.server.handlers.offsets import register_offsets
+
+    register_groups(registry, broker)
+    register_offsets(registry, broker)

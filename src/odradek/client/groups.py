@@ -1,0 +1,161 @@
+"""Consumer group operations for the tools: list, describe, delete, read and set offsets.
+
+Each call sends one request at a version both sides serve and turns error codes into
+:class:`ClientError`. Offsets are committed the way Kafka's admin tools do it: generation
+-1 and an empty member id, which the coordinator accepts only while the group is Empty.
+On one broker the coordinator is the broker itself; :meth:`GroupsClient.find_coordinator`
+still asks, so the tools fail clearly when the coordinator is not available.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from odradek.client.admin import check
+from odradek.client.connection import BrokerConnection, request_class
+from odradek.coordinator.group_protocol import decode_assignment
+
+__all__ = ["CommittedOffset", "GroupDescription", "GroupListing", "GroupMember",
+           "GroupsClient"]
+
+FIND_COORDINATOR = 10
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[GroupMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+
+
+class GroupsClient:
+    def __init__(self, conn: BrokerConnection) -> None:
+        self.conn = conn
+
+    async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
+        version = self.conn.version(FIND_COORDINATOR, (1, 3))
+        cls = request_class("find_coordinator", version, "FindCoordinatorRequest")
+        response = await self.conn.send(cls(key=group_id, key_type=0))
+        check(response.error_code, f"finding the coordinator of {group_id}",
+              response.error_message)
+        return int(response.node_id), str(response.host), int(response.port)
+
+    async def list_groups(self, states: list[str] | None = None) -> list[GroupListing]:
+        version = self.conn.version(LIST_GROUPS, (0, 4))
+        cls = request_class("list_groups", version, "ListGroupsRequest")
+        request = cls(states_filter=tuple(states or ())) if version >= 4 else cls()
+        response = await self.conn.send(request)
+        check(response.error_code, "listing groups")
+        return sorted(
+            (GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+             for g in response.groups),
+            key=lambda g: g.group_id,
+        )
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        version = self.conn.version(DESCRIBE_GROUPS, (0, 5))
+        cls = request_class("describe_groups", version, "DescribeGroupsRequest")
+        kwargs: dict[str, Any] = {"groups": (group_id,)}
+        if version >= 3:
+            kwargs["include_authorized_operations"] = False
+        response = await self.conn.send(cls(**kwargs))
+        g = response.groups[0]
+        check(g.error_code, f"describing group {group_id}")
+        members = []
+        for m in g.members:
+            try:
+                assignment = dict(decode_assignment(bytes(m.member_assignment)).partitions)
+            except ValueError:
+                assignment = {}
+            members.append(GroupMember(m.member_id, getattr(m, "group_instance_id", None),
+                                       m.client_id, m.client_host, assignment))
+        return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data,
+                                tuple(members))
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, str]:
+        """{group: error name} ("none" when deleted)."""
+        version = self.conn.version(DELETE_GROUPS, (0, 2))
+        cls = request_class("delete_groups", version, "DeleteGroupsRequest")
+        response = await self.conn.send(cls(groups_names=tuple(group_ids)))
+        return {r.group_id: ErrorCode(r.error_code).name for r in response.results}
+
+    async def fetch_offsets(self, group_id: str) -> list[CommittedOffset]:
+        """Every committed offset of the group."""
+        version = self.conn.version(OFFSET_FETCH, (2, 7))
+        cls = request_class("offset_fetch", version, "OffsetFetchRequest")
+        kwargs: dict[str, Any] = {"group_id": group_id, "topics": None}
+        if version >= 7:
+            kwargs["require_stable"] = False
+        response = await self.conn.send(cls(**kwargs))
+        check(response.error_code, f"fetching offsets of {group_id}")
+        out = []
+        for t in response.topics:
+            for p in t.partitions:
+                check(p.error_code, f"fetching the offset of {t.name}-{p.partition_index}")
+                if p.committed_offset >= 0:
+                    out.append(CommittedOffset(t.name, p.partition_index,
+                                               int(p.committed_offset), p.metadata or ""))
+        return sorted(out, key=lambda c: (c.topic, c.partition))
+
+    async def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Commit as an admin tool does (generation -1, no member id)."""
+        version = self.conn.version(OFFSET_COMMIT, (2, 8))
+        cls = request_class("offset_commit", version, "OffsetCommitRequest")
+        topic_cls = request_class("offset_commit", version, "OffsetCommitRequestTopic")
+        part_cls = request_class("offset_commit", version, "OffsetCommitRequestPartition")
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            kwargs: dict[str, Any] = {"partition_index": partition, "committed_offset": offset,
+                                      "committed_metadata": ""}
+            if version >= 6:
+                kwargs["committed_leader_epoch"] = -1
+            by_topic.setdefault(topic, []).append(part_cls(**kwargs))
+        request_kwargs: dict[str, Any] = {
+            "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+            "topics": tuple(topic_cls(name=t, partitions=tuple(ps))
+                            for t, ps in by_topic.items()),
+        }
+        if version <= 4:
+            request_kwargs["retention_time"] = datetime.timedelta(milliseconds=-1)
+        if version >= 7:
+            request_kwargs["group_instance_id"] = None
+        response = await self.conn.send(cls(**request_kwargs))
+        for t in response.topics:
+            for p in t.partitions:
+                check(p.error_code, f"committing the offset of {t.name}-{p.partition_index} "
+                                    f"for group {group_id}")

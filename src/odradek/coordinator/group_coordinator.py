@@ -1,0 +1,1181 @@
+"""The classic group coordinator (Kafka's ``GroupCoordinator`` + ``GroupMetadataManager``).
+
+How it works:
+
+- **Ownership.** A group belongs to partition ``partition_for(group)`` of
+  ``__consumer_offsets``; this broker coordinates it while it leads that partition
+  (:class:`~odradek.coordinator.offsets_topic.OffsetsTopic` says which). Groups of a
+  partition are loaded by replaying it (:meth:`GroupCoordinator.on_elected`) and dropped
+  when leadership moves (:meth:`on_resigned`: waiting requests get NOT_COORDINATOR).
+  Requests for a partition this broker does not lead get NOT_COORDINATOR, while it loads
+  COORDINATOR_LOAD_IN_PROGRESS, and when the topic cannot be created
+  COORDINATOR_NOT_AVAILABLE.
+- **Rebalances** follow :mod:`odradek.coordinator.group_state`. A JoinGroup parks on an
+  asyncio future until the join phase completes (Kafka's ``DelayedJoin``): when every
+  member has rejoined, or when the rebalance timeout (the largest of the members') fires
+  and the members that did not rejoin are removed. A group's first rebalance waits
+  ``group.initial.rebalance.delay.ms`` more, extended by each new member up to the
+  rebalance timeout (``InitialDelayedJoin``). SyncGroup from followers parks until the
+  leader's SyncGroup brings the assignment; members that do not sync within the rebalance
+  timeout are removed (``DelayedSync``).
+- **Liveness.** Each member has one timer on the event loop, pushed back by every
+  heartbeat, join, sync and commit; when it fires after ``session.timeout.ms`` the member
+  is removed (members waiting in JoinGroup or SyncGroup are kept alive). Nothing polls.
+- **Membership ids** (KIP-394): a JoinGroup without a member id (v4+) gets
+  MEMBER_ID_REQUIRED and a new id ``<client.id>-<uuid>``; the member is pending until it
+  joins with that id or its session timeout passes. Static members (KIP-345,
+  ``group.instance.id``) rejoining with a new member id replace the old id; in a Stable
+  group whose selected protocol would not change this needs no rebalance: the member
+  gets the current generation back and its old assignment from SyncGroup.
+- **Offsets** are appended to ``__consumer_offsets`` before they are acknowledged, then
+  cached. ``offsets.retention.minutes`` after a group became Empty (or, for groups
+  without group management, after each commit) its offsets expire: tombstones are
+  written and an Empty group without offsets becomes Dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from odradek.coordinator.group_metadata import (
+    CommittedOffset,
+    GroupMetadata,
+    MemberMetadata,
+    new_member_id,
+)
+from odradek.coordinator.group_records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    RecordFormatError,
+    decode_key,
+    decode_value,
+    partition_for,
+)
+from odradek.coordinator.group_state import GroupState
+from odradek.coordinator.offsets_topic import OffsetsTopic, OffsetsTopicUnavailableError
+from odradek.protocol.errors import ErrorCode
+
+__all__ = [
+    "CoordinatorConfig",
+    "GroupCoordinator",
+    "GroupSummary",
+    "JoinResult",
+    "MemberSummary",
+    "SyncResult",
+]
+
+log = logging.getLogger(__name__)
+
+# Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a new member waiting in its first
+# JoinGroup is kept alive at most this long.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+UNKNOWN_MEMBER_ID = ""
+NO_GENERATION = -1
+
+_Partition = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    """The broker configs the coordinator reads (Kafka's names in the comments)."""
+
+    initial_rebalance_delay_ms: int = 0  # group.initial.rebalance.delay.ms
+    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms
+    max_group_size: int = 2147483647  # group.max.size
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
+    max_metadata_size: int = 4096  # offset.metadata.max.bytes
+
+    @classmethod
+    def from_broker(cls, values: Mapping[str, Any]) -> CoordinatorConfig:
+        return cls(
+            initial_rebalance_delay_ms=int(values["group.initial.rebalance.delay.ms"]),
+            min_session_timeout_ms=int(values["group.min.session.timeout.ms"]),
+            max_session_timeout_ms=int(values["group.max.session.timeout.ms"]),
+            max_group_size=int(values["group.max.size"]),
+            offsets_retention_ms=int(values["offsets.retention.minutes"]) * 60_000,
+            offsets_retention_check_interval_ms=int(
+                values["offsets.retention.check.interval.ms"]
+            ),
+            max_metadata_size=int(values["offset.metadata.max.bytes"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: ErrorCode
+    member_id: str = UNKNOWN_MEMBER_ID
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSummary:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    error: ErrorCode
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberSummary, ...] = field(default=())
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        offsets_topic: OffsetsTopic,
+        config: CoordinatorConfig | None = None,
+        time_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.topic = offsets_topic
+        self.config = config or CoordinatorConfig()
+        self.time_ms = time_ms
+        self.groups: dict[str, GroupMetadata] = {}
+        self._owned: set[int] = set()
+        self._loading: set[int] = set()
+        self._active = False
+        self._joins: dict[str, dict[str, asyncio.Future[JoinResult]]] = {}
+        self._syncs: dict[str, dict[str, asyncio.Future[SyncResult]]] = {}
+        self._heartbeats: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._join_timers: dict[str, asyncio.TimerHandle] = {}
+        self._initial_join: dict[str, int] = {}  # group -> remaining ms of the initial delay
+        self._sync_timers: dict[str, asyncio.TimerHandle] = {}
+        self._expiry_timer: asyncio.TimerHandle | None = None
+
+    # ================================================================ life cycle
+    def startup(self) -> None:
+        """Load the partitions this broker leads (if the topic exists) and start the
+        offset expiry timer. Call on the broker's event loop."""
+        self._active = True
+        self._elect_led_partitions()
+        self._schedule_expiry()
+
+    def shutdown(self) -> None:
+        self._active = False
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        for partition in list(self._owned):
+            self.on_resigned(partition)
+
+    def _elect_led_partitions(self) -> None:
+        for partition in self.topic.led_partitions():
+            if partition not in self._owned:
+                self.on_elected(partition)
+
+    def on_elected(self, partition: int) -> None:
+        """This broker became the leader of ``partition``: replay it into memory."""
+        self._loading.add(partition)
+        started = time.monotonic()
+        try:
+            groups = self._replay(partition)
+        finally:
+            self._loading.discard(partition)
+        for group in groups.values():
+            self.groups[group.group_id] = group
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member)
+        self._owned.add(partition)
+        if groups:
+            log.info("loaded %d groups from __consumer_offsets-%d in %.0f ms", len(groups),
+                     partition, (time.monotonic() - started) * 1000)
+
+    def on_resigned(self, partition: int) -> None:
+        """Leadership of ``partition`` moved away: forget its groups, answer waiting
+        requests NOT_COORDINATOR."""
+        self._owned.discard(partition)
+        count = self.topic.partition_count
+        for group_id in [g for g in self.groups if partition_for(g, count) == partition]:
+            group = self.groups.pop(group_id)
+            for member_id in list(group.members):
+                self._cancel_heartbeat(group_id, member_id)
+            for member_id in list(group.pending_members):
+                self._cancel_heartbeat(group_id, member_id)
+            self._cancel_timer(self._join_timers, group_id)
+            self._cancel_timer(self._sync_timers, group_id)
+            self._initial_join.pop(group_id, None)
+            for join in self._joins.pop(group_id, {}).values():
+                if not join.done():
+                    join.set_result(JoinResult(ErrorCode.not_coordinator))
+            for sync in self._syncs.pop(group_id, {}).values():
+                if not sync.done():
+                    sync.set_result(SyncResult(ErrorCode.not_coordinator))
+
+    def _replay(self, partition: int) -> dict[str, GroupMetadata]:
+        offsets: dict[str, dict[_Partition, CommittedOffset]] = {}
+        metadata: dict[str, GroupMetadataValue | None] = {}
+        for raw_key, raw_value in self.topic.replay(partition):
+            try:
+                key = decode_key(raw_key)
+                if key is None:
+                    continue
+                if isinstance(key, OffsetCommitKey):
+                    tp = (key.topic, key.partition)
+                    if raw_value is None:
+                        offsets.get(key.group, {}).pop(tp, None)
+                        continue
+                    committed = decode_value(key, raw_value)
+                    assert isinstance(committed, OffsetCommitValue)
+                    offsets.setdefault(key.group, {})[tp] = CommittedOffset(
+                        committed.offset, committed.leader_epoch, committed.metadata,
+                        committed.commit_timestamp, committed.expire_timestamp,
+                    )
+                else:
+                    if raw_value is None:
+                        metadata[key.group] = None
+                        continue
+                    group_value = decode_value(key, raw_value)
+                    assert isinstance(group_value, GroupMetadataValue)
+                    metadata[key.group] = group_value
+            except RecordFormatError as exc:
+                log.warning("skipping an unreadable record of __consumer_offsets-%d: %s",
+                            partition, exc)
+        groups: dict[str, GroupMetadata] = {}
+        for group_id in set(offsets) | set(metadata):
+            value = metadata.get(group_id)
+            group_offsets = offsets.get(group_id, {})
+            if value is None and not group_offsets:
+                continue
+            group = GroupMetadata(group_id, state_timestamp_ms=self.time_ms())
+            if value is not None:
+                group.generation_id = value.generation
+                group.protocol_type = value.protocol_type or None
+                group.protocol_name = value.protocol
+                if value.current_state_timestamp >= 0:
+                    group.state_timestamp_ms = value.current_state_timestamp
+                for m in value.members:
+                    member = MemberMetadata(
+                        m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                        m.rebalance_timeout, m.session_timeout, value.protocol_type,
+                        [(value.protocol or "", m.subscription)], m.assignment,
+                    )
+                    group.add(member)
+                leader = value.leader
+                group.leader_id = leader if leader is not None and leader in group.members else (
+                    next(iter(group.members), None)
+                )
+                if group.members:
+                    group.state = GroupState.STABLE
+            group.offsets = dict(group_offsets)
+            groups[group_id] = group
+        return groups
+
+    # ================================================================ ownership checks
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.topic.partition_count)
+
+    def ensure_offsets_topic(self) -> ErrorCode:
+        """Create ``__consumer_offsets`` if needed and take the partitions this broker
+        leads; NONE, or COORDINATOR_NOT_AVAILABLE."""
+        if not self._active:
+            return ErrorCode.coordinator_not_available
+        try:
+            self.topic.ensure()
+        except OffsetsTopicUnavailableError as exc:
+            log.warning("%s", exc)
+            return ErrorCode.coordinator_not_available
+        self._elect_led_partitions()
+        return ErrorCode.none
+
+    def coordinator_for(self, group_id: str) -> tuple[ErrorCode, int]:
+        """(error, node id) for FindCoordinator."""
+        error = self.ensure_offsets_topic()
+        if error != ErrorCode.none:
+            return error, -1
+        leader = self.topic.leader_of(self.partition_of(group_id))
+        if leader is None:
+            return ErrorCode.coordinator_not_available, -1
+        return ErrorCode.none, leader
+
+    def _check(self, group_id: str | None, *, allow_empty_id: bool = False) -> ErrorCode:
+        if group_id is None or (not group_id and not allow_empty_id):
+            return ErrorCode.invalid_group_id
+        if not self._active:
+            return ErrorCode.coordinator_not_available
+        if not self.topic.exists():
+            error = self.ensure_offsets_topic()
+            if error != ErrorCode.none:
+                return error
+        partition = self.partition_of(group_id)
+        if partition in self._loading:
+            return ErrorCode.coordinator_load_in_progress
+        if partition not in self._owned:
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
+
+    # ================================================================ JoinGroup
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        require_known_member_id: bool,
+        client_id: str,
+        client_host: str,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+    ) -> JoinResult:
+        error = self._check(group_id)
+        if error != ErrorCode.none:
+            return JoinResult(error, member_id)
+        if not (self.config.min_session_timeout_ms <= session_timeout_ms
+                <= self.config.max_session_timeout_ms):
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id)
+        protocol_list = list(protocols)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id != UNKNOWN_MEMBER_ID:
+                return JoinResult(ErrorCode.unknown_member_id, member_id)
+            group = self.groups[group_id] = GroupMetadata(
+                group_id, state_timestamp_ms=self.time_ms()
+            )
+        if group.is_in(GroupState.DEAD):
+            return JoinResult(ErrorCode.coordinator_not_available, member_id)
+        if not group.supports_protocols(protocol_type, protocol_list):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
+        spec = _JoinSpec(group_instance_id, client_id, client_host, rebalance_timeout_ms,
+                         session_timeout_ms, protocol_type, protocol_list)
+        if member_id == UNKNOWN_MEMBER_ID:
+            return await self._new_member_join(group, spec, require_known_member_id)
+        return await self._current_member_join(group, member_id, spec)
+
+    def _group_full(self, group: GroupMetadata) -> bool:
+        return len(group.members) + len(group.pending_members) >= self.config.max_group_size
+
+    async def _new_member_join(
+        self, group: GroupMetadata, spec: _JoinSpec, require_known_member_id: bool
+    ) -> JoinResult:
+        new_id = new_member_id(spec.client_id)
+        if spec.instance_id is not None:
+            old_id = group.static_member_id(spec.instance_id)
+            if old_id is not None:
+                return await self._replace_static_member(group, old_id, new_id, spec)
+            if self._group_full(group):
+                return JoinResult(ErrorCode.group_max_size_reached)
+            return await self._add_member_and_rebalance(group, new_id, spec)
+        if self._group_full(group):
+            return JoinResult(ErrorCode.group_max_size_reached)
+        if require_known_member_id:
+            group.pending_members.add(new_id)
+            self._schedule_timer_for(group.group_id, new_id, spec.session_timeout_ms)
+            return JoinResult(ErrorCode.member_id_required, new_id)
+        return await self._add_member_and_rebalance(group, new_id, spec)
+
+    async def _current_member_join(
+        self, group: GroupMetadata, member_id: str, spec: _JoinSpec
+    ) -> JoinResult:
+        if member_id in group.pending_members:
+            return await self._add_member_and_rebalance(group, member_id, spec)
+        error = self._validate_member(group, member_id, spec.instance_id)
+        if error != ErrorCode.none:
+            return JoinResult(error, member_id)
+        member = group.members[member_id]
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return await self._update_member_and_rebalance(group, member, spec)
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            if member.matches(spec.protocols):
+                return self._current_join_state(group, member_id)
+            return await self._update_member_and_rebalance(group, member, spec)
+        if group.is_in(GroupState.STABLE):
+            if group.is_leader(member_id) or not member.matches(spec.protocols):
+                return await self._update_member_and_rebalance(group, member, spec)
+            self._schedule_heartbeat(group, member)
+            return self._current_join_state(group, member_id, include_members=False)
+        return JoinResult(ErrorCode.unknown_member_id, member_id)
+
+    def _current_join_state(
+        self, group: GroupMetadata, member_id: str, include_members: bool = True
+    ) -> JoinResult:
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
+        if include_members and group.is_leader(member_id) and group.protocol_name is not None:
+            members = self._member_list(group)
+        return JoinResult(
+            ErrorCode.none, member_id, group.generation_id, group.protocol_type,
+            group.protocol_name, group.leader_id or "", members,
+        )
+
+    @staticmethod
+    def _member_list(group: GroupMetadata) -> tuple[tuple[str, str | None, bytes], ...]:
+        protocol = group.protocol_name or ""
+        return tuple(
+            (m.member_id, m.group_instance_id, m.metadata_for(protocol))
+            for m in group.members.values()
+        )
+
+    def _validate_member(
+        self, group: GroupMetadata, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka's ``validateCurrentMember``: fenced static member, or unknown member."""
+        if instance_id is not None:
+            known = group.static_member_id(instance_id)
+            if known is not None and known != member_id:
+                return ErrorCode.fenced_instance_id
+        if not group.has_member(member_id):
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none
+
+    def _join_future(self, group_id: str, member_id: str) -> asyncio.Future[JoinResult]:
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        previous = self._joins.setdefault(group_id, {}).get(member_id)
+        if previous is not None and not previous.done():
+            # a retried JoinGroup replaces the older one, which Kafka answers the same way
+            previous.set_result(JoinResult(ErrorCode.unknown_member_id, member_id))
+        self._joins[group_id][member_id] = future
+        return future
+
+    async def _add_member_and_rebalance(
+        self, group: GroupMetadata, member_id: str, spec: _JoinSpec
+    ) -> JoinResult:
+        member = MemberMetadata(
+            member_id, spec.instance_id, spec.client_id, spec.client_host,
+            spec.rebalance_timeout_ms, spec.session_timeout_ms, spec.protocol_type,
+            spec.protocols, awaiting_join=True, is_new=True,
+            last_heartbeat_ms=self.time_ms(),
+        )
+        group.add(member)
+        group.new_member_added = True
+        future = self._join_future(group.group_id, member_id)
+        self._schedule_heartbeat(group, member)
+        self._maybe_prepare_rebalance(group, f"member {member_id} joined")
+        self._try_complete_join(group)
+        return await future
+
+    async def _update_member_and_rebalance(
+        self, group: GroupMetadata, member: MemberMetadata, spec: _JoinSpec
+    ) -> JoinResult:
+        member.protocols = spec.protocols
+        member.rebalance_timeout_ms = spec.rebalance_timeout_ms
+        member.session_timeout_ms = spec.session_timeout_ms
+        member.client_id, member.client_host = spec.client_id, spec.client_host
+        member.awaiting_join = True
+        future = self._join_future(group.group_id, member.member_id)
+        self._schedule_heartbeat(group, member)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
+        self._try_complete_join(group)
+        return await future
+
+    async def _replace_static_member(
+        self, group: GroupMetadata, old_id: str, new_id: str, spec: _JoinSpec
+    ) -> JoinResult:
+        """A static member came back with a new member id (KIP-345)."""
+        assert spec.instance_id is not None
+        current_leader = group.leader_id or ""
+        self._cancel_heartbeat(group.group_id, old_id)
+        old_join = self._joins.get(group.group_id, {}).pop(old_id, None)
+        if old_join is not None and not old_join.done():
+            old_join.set_result(JoinResult(ErrorCode.fenced_instance_id, old_id))
+        old_sync = self._syncs.get(group.group_id, {}).pop(old_id, None)
+        if old_sync is not None and not old_sync.done():
+            old_sync.set_result(SyncResult(ErrorCode.fenced_instance_id))
+        member = group.replace_static_member(spec.instance_id, old_id, new_id)
+        old_protocols = member.protocols
+        member.protocols = spec.protocols
+        member.rebalance_timeout_ms = spec.rebalance_timeout_ms
+        member.session_timeout_ms = spec.session_timeout_ms
+        member.client_id, member.client_host = spec.client_id, spec.client_host
+        member.awaiting_sync = False
+        if group.is_in(GroupState.STABLE) and group.select_protocol() == group.protocol_name:
+            error = self._store_group(group)
+            if error != ErrorCode.none:
+                # put the old member back as it was
+                member.protocols = old_protocols
+                group.replace_static_member(spec.instance_id, new_id, old_id)
+                self._schedule_heartbeat(group, group.members[old_id])
+                return JoinResult(error, UNKNOWN_MEMBER_ID)
+            self._schedule_heartbeat(group, member)
+            log.info("static member %s of group %s rejoined as %s without a rebalance",
+                     spec.instance_id, group.group_id, new_id)
+            # The old leader id is returned on purpose: the member then syncs as a
+            # follower and gets its previous assignment back, without a new assignment
+            # that a Stable group would not distribute.
+            return JoinResult(
+                ErrorCode.none, new_id, group.generation_id, group.protocol_type,
+                group.protocol_name, current_leader,
+            )
+        member.awaiting_join = True
+        future = self._join_future(group.group_id, new_id)
+        self._schedule_heartbeat(group, member)
+        self._maybe_prepare_rebalance(group, f"static member {spec.instance_id} rejoined")
+        self._try_complete_join(group)
+        return await future
+
+    # ---------------------------------------------------------------- rebalance phases
+    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE,
+                           GroupState.EMPTY):
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            self._reset_and_propagate_assignment_error(group, ErrorCode.rebalance_in_progress)
+        self._cancel_timer(self._sync_timers, group.group_id)
+        loop = asyncio.get_running_loop()
+        rebalance_timeout = group.max_rebalance_timeout_ms()
+        if group.is_in(GroupState.EMPTY):
+            delay = self.config.initial_rebalance_delay_ms
+            self._initial_join[group.group_id] = max(rebalance_timeout - delay, 0)
+            group.new_member_added = False
+        else:
+            delay = rebalance_timeout
+            self._initial_join.pop(group.group_id, None)
+        group.transition_to(GroupState.PREPARING_REBALANCE, self.time_ms())
+        log.info("preparing to rebalance group %s (generation %d): %s", group.group_id,
+                 group.generation_id, reason)
+        self._cancel_timer(self._join_timers, group.group_id)
+        self._join_timers[group.group_id] = loop.call_later(
+            delay / 1000, self._on_join_timer, group.group_id, group.generation_id
+        )
+
+    def _on_join_timer(self, group_id: str, generation: int) -> None:
+        self._join_timers.pop(group_id, None)
+        group = self.groups.get(group_id)
+        if (group is None or not group.is_in(GroupState.PREPARING_REBALANCE)
+                or group.generation_id != generation):
+            return
+        remaining = self._initial_join.get(group_id)
+        if remaining is not None and group.new_member_added and remaining > 0:
+            # InitialDelayedJoin: a new member arrived during the delay; wait once more
+            delay = min(self.config.initial_rebalance_delay_ms, remaining)
+            self._initial_join[group_id] = max(remaining - delay, 0)
+            group.new_member_added = False
+            self._join_timers[group_id] = asyncio.get_running_loop().call_later(
+                delay / 1000, self._on_join_timer, group_id, generation
+            )
+            return
+        self._complete_join(group)
+
+    def _try_complete_join(self, group: GroupMetadata) -> None:
+        """DelayedJoin.tryComplete: finish as soon as every member has rejoined (the
+        initial delayed join only finishes on its timer)."""
+        if (group.is_in(GroupState.PREPARING_REBALANCE)
+                and group.group_id not in self._initial_join and group.all_members_joined()):
+            self._cancel_timer(self._join_timers, group.group_id)
+            self._complete_join(group)
+
+    def _complete_join(self, group: GroupMetadata) -> None:
+        self._initial_join.pop(group.group_id, None)
+        self._cancel_timer(self._join_timers, group.group_id)
+        if group.is_in(GroupState.DEAD):
+            return
+        for member in group.not_yet_rejoined():
+            log.info("removing member %s of group %s: it did not rejoin in time",
+                     member.member_id, group.group_id)
+            self._remove_member(group, member.member_id)
+        for pending in list(group.pending_members):
+            self._cancel_heartbeat(group.group_id, pending)
+        group.pending_members.clear()
+        now = self.time_ms()
+        group.init_next_generation(now)
+        if group.is_in(GroupState.EMPTY):
+            log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
+            self._store_group(group)
+            return
+        log.info("group %s: generation %d with %d members, protocol %s, leader %s",
+                 group.group_id, group.generation_id, len(group.members), group.protocol_name,
+                 group.leader_id)
+        joins = self._joins.get(group.group_id, {})
+        members = self._member_list(group)
+        for member in group.members.values():
+            member.awaiting_join = False
+            member.is_new = False
+            member.assignment = b""
+            result = JoinResult(
+                ErrorCode.none, member.member_id, group.generation_id, group.protocol_type,
+                group.protocol_name, group.leader_id or "",
+                members if group.is_leader(member.member_id) else (),
+            )
+            future = joins.pop(member.member_id, None)
+            if future is not None and not future.done():
+                future.set_result(result)
+            self._schedule_heartbeat(group, member)
+        self._sync_timers[group.group_id] = asyncio.get_running_loop().call_later(
+            group.max_rebalance_timeout_ms() / 1000, self._on_sync_timer, group.group_id,
+            group.generation_id,
+        )
+
+    def _on_sync_timer(self, group_id: str, generation: int) -> None:
+        """DelayedSync expired: members that never sent SyncGroup are removed."""
+        self._sync_timers.pop(group_id, None)
+        group = self.groups.get(group_id)
+        if group is None or group.generation_id != generation:
+            return
+        if not group.is_in(GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return
+        laggards = list(group.pending_sync_members)
+        if not laggards:
+            return
+        for member_id in laggards:
+            log.info("removing member %s of group %s: no SyncGroup within the rebalance "
+                     "timeout", member_id, group_id)
+            self._remove_member(group, member_id)
+        self._maybe_prepare_rebalance(group, "members failed to sync")
+
+    def _reset_and_propagate_assignment_error(self, group: GroupMetadata,
+                                              error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+            member.awaiting_sync = False
+        for future in self._syncs.pop(group.group_id, {}).values():
+            if not future.done():
+                future.set_result(SyncResult(error))
+
+    # ================================================================ SyncGroup
+    async def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: Mapping[str, bytes],
+    ) -> SyncResult:
+        error = self._check(group_id)
+        if error != ErrorCode.none:
+            return SyncResult(error)
+        group = self.groups.get(group_id)
+        if group is None:
+            return SyncResult(ErrorCode.unknown_member_id)
+        if group.is_in(GroupState.DEAD):
+            return SyncResult(ErrorCode.coordinator_not_available)
+        error = self._validate_member(group, member_id, group_instance_id)
+        if error != ErrorCode.none:
+            return SyncResult(error)
+        if generation_id != group.generation_id:
+            return SyncResult(ErrorCode.illegal_generation)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            return SyncResult(ErrorCode.inconsistent_group_protocol)
+        member = group.members[member_id]
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return SyncResult(ErrorCode.rebalance_in_progress)
+        if group.is_in(GroupState.STABLE):
+            group.pending_sync_members.discard(member_id)
+            self._schedule_heartbeat(group, member)
+            return SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name,
+                              member.assignment)
+        if not group.is_in(GroupState.COMPLETING_REBALANCE):
+            return SyncResult(ErrorCode.unknown_member_id)
+        future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        previous = self._syncs.setdefault(group_id, {}).get(member_id)
+        if previous is not None and not previous.done():
+            previous.set_result(SyncResult(ErrorCode.rebalance_in_progress))
+        self._syncs[group_id][member_id] = future
+        member.awaiting_sync = True
+        group.pending_sync_members.discard(member_id)
+        self._schedule_heartbeat(group, member)
+        if group.is_leader(member_id):
+            self._complete_sync(group, assignments)
+        return await future
+
+    def _complete_sync(self, group: GroupMetadata, assignments: Mapping[str, bytes]) -> None:
+        full = {m: assignments.get(m, b"") for m in group.members}
+        for member_id, assignment in full.items():
+            group.members[member_id].assignment = assignment
+        error = self._store_group(group)
+        if error != ErrorCode.none:
+            self._reset_and_propagate_assignment_error(group, error)
+            self._maybe_prepare_rebalance(group, f"storing the assignment failed: {error.name}")
+            return
+        group.transition_to(GroupState.STABLE, self.time_ms())
+        for member_id, future in self._syncs.pop(group.group_id, {}).items():
+            member = group.members.get(member_id)
+            if member is not None:
+                member.awaiting_sync = False
+            if not future.done():
+                future.set_result(SyncResult(
+                    ErrorCode.none, group.protocol_type, group.protocol_name,
+                    member.assignment if member is not None else b"",
+                ))
+        log.info("group %s is stable at generation %d", group.group_id, group.generation_id)
+
+    # ================================================================ Heartbeat
+    def heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        error = self._check(group_id)
+        if error != ErrorCode.none:
+            return error
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.is_in(GroupState.EMPTY):
+            return ErrorCode.unknown_member_id
+        error = self._validate_member(group, member_id, group_instance_id)
+        if error != ErrorCode.none:
+            return error
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        self._schedule_heartbeat(group, group.members[member_id])
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    # ================================================================ LeaveGroup
+    def leave_group(
+        self, group_id: str, members: Sequence[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """(group error, one error per (member id, instance id) asked to leave)."""
+        error = self._check(group_id)
+        if error != ErrorCode.none:
+            return error, [error] * len(members)
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available, [
+                ErrorCode.coordinator_not_available] * len(members)
+        results = []
+        for member_id, instance_id in members:
+            if instance_id is not None:
+                known = group.static_member_id(instance_id)
+                if known is None:
+                    results.append(ErrorCode.unknown_member_id)
+                    continue
+                if member_id != UNKNOWN_MEMBER_ID and member_id != known:
+                    results.append(ErrorCode.fenced_instance_id)
+                    continue
+                member_id = known
+            elif member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                self._cancel_heartbeat(group_id, member_id)
+                self._try_complete_join(group)
+                results.append(ErrorCode.none)
+                continue
+            if not group.has_member(member_id):
+                results.append(ErrorCode.unknown_member_id)
+                continue
+            log.info("member %s leaves group %s", member_id, group_id)
+            self._remove_member_and_update_group(group, member_id, "member left the group")
+            results.append(ErrorCode.none)
+        return ErrorCode.none, results
+
+    def _remove_member(self, group: GroupMetadata, member_id: str) -> None:
+        join = self._joins.get(group.group_id, {}).pop(member_id, None)
+        if join is not None and not join.done():
+            join.set_result(JoinResult(ErrorCode.unknown_member_id, member_id))
+        sync = self._syncs.get(group.group_id, {}).pop(member_id, None)
+        if sync is not None and not sync.done():
+            sync.set_result(SyncResult(ErrorCode.unknown_member_id))
+        self._cancel_heartbeat(group.group_id, member_id)
+        group.remove(member_id)
+
+    def _remove_member_and_update_group(
+        self, group: GroupMetadata, member_id: str, reason: str
+    ) -> None:
+        self._remove_member(group, member_id)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            self._try_complete_join(group)
+        elif group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"{reason} ({member_id})")
+
+    # ---------------------------------------------------------------- session timers
+    def _schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        member.last_heartbeat_ms = self.time_ms()
+        self._schedule_timer_for(group.group_id, member.member_id, member.session_timeout_ms)
+
+    def _schedule_timer_for(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        key = (group_id, member_id)
+        old = self._heartbeats.pop(key, None)
+        if old is not None:
+            old.cancel()
+        self._heartbeats[key] = asyncio.get_running_loop().call_later(
+            timeout_ms / 1000, self._on_session_timeout, group_id, member_id
+        )
+
+    def _cancel_heartbeat(self, group_id: str, member_id: str) -> None:
+        old = self._heartbeats.pop((group_id, member_id), None)
+        if old is not None:
+            old.cancel()
+
+    def _on_session_timeout(self, group_id: str, member_id: str) -> None:
+        self._heartbeats.pop((group_id, member_id), None)
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        if member_id in group.pending_members:
+            log.info("pending member %s of group %s never joined", member_id, group_id)
+            group.pending_members.discard(member_id)
+            self._try_complete_join(group)
+            return
+        member = group.members.get(member_id)
+        if member is None:
+            return
+        now = self.time_ms()
+        keep_alive = (
+            (not member.is_new or member.last_heartbeat_ms + NEW_MEMBER_JOIN_TIMEOUT_MS > now)
+            if member.awaiting_join else member.awaiting_sync
+        )
+        if keep_alive:
+            self._schedule_timer_for(group_id, member_id, member.session_timeout_ms)
+            return
+        log.info("member %s of group %s missed its session timeout (%d ms)", member_id,
+                 group_id, member.session_timeout_ms)
+        self._remove_member_and_update_group(group, member_id, "session timeout")
+
+    @staticmethod
+    def _cancel_timer(timers: dict[str, asyncio.TimerHandle], group_id: str) -> None:
+        handle = timers.pop(group_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    # ================================================================ offsets
+    def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[_Partition, tuple[int, int, str | None]],
+        retention_ms: int = -1,
+    ) -> dict[_Partition, ErrorCode]:
+        """Commit (offset, leader epoch, metadata) per partition; the caller has already
+        dropped partitions of unknown topics. ``retention_ms`` (OffsetCommit v2-4, -1 for
+        the broker's retention) gives these offsets their own expire timestamp."""
+        error = self._check(group_id, allow_empty_id=True)
+        if error != ErrorCode.none:
+            return dict.fromkeys(offsets, error)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return dict.fromkeys(offsets, ErrorCode.illegal_generation)
+            group = self.groups[group_id] = GroupMetadata(
+                group_id, state_timestamp_ms=self.time_ms()
+            )
+        error = self._validate_commit(group, member_id, group_instance_id, generation_id)
+        if error != ErrorCode.none:
+            return dict.fromkeys(offsets, error)
+        member = group.members.get(member_id)
+        if member is not None:
+            self._schedule_heartbeat(group, member)
+        now = self.time_ms()
+        results: dict[_Partition, ErrorCode] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: dict[_Partition, CommittedOffset] = {}
+        for tp, (offset, epoch, metadata) in offsets.items():
+            text = metadata or ""
+            if len(text.encode("utf-8")) > self.config.max_metadata_size:
+                results[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            expire = now + retention_ms if retention_ms >= 0 else -1
+            accepted[tp] = CommittedOffset(offset, epoch, text, now, expire)
+            records.append((
+                OffsetCommitKey(group_id, tp[0], tp[1]).encode(),
+                OffsetCommitValue(offset, epoch, text, now, expire).encode(),
+            ))
+        if records:
+            error = self._append(group_id, records, now)
+            for tp, value in accepted.items():
+                results[tp] = error
+                if error == ErrorCode.none:
+                    group.offsets[tp] = value
+        return results
+
+    def _validate_commit(
+        self, group: GroupMetadata, member_id: str, instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if generation_id < 0 and member_id == UNKNOWN_MEMBER_ID and instance_id is None:
+            # a consumer without group management (or an admin tool): only while Empty
+            return ErrorCode.none if group.is_in(GroupState.EMPTY) else (
+                ErrorCode.unknown_member_id
+            )
+        error = self._validate_member(group, member_id, instance_id)
+        if error != ErrorCode.none:
+            return error
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[_Partition] | None, require_stable: bool
+    ) -> tuple[ErrorCode, dict[_Partition, CommittedOffset | None]]:
+        """(group error, committed offset or None per partition); ``partitions`` None asks
+        for every partition with a committed offset. No transactional commits exist yet,
+        so ``require_stable`` never finds an unstable offset."""
+        del require_stable
+        error = self._check(group_id, allow_empty_id=True)
+        if error != ErrorCode.none:
+            return error, {}
+        group = self.groups.get(group_id)
+        offsets = {} if group is None or group.is_in(GroupState.DEAD) else group.offsets
+        if partitions is None:
+            return ErrorCode.none, dict(sorted(offsets.items()))
+        return ErrorCode.none, {tp: offsets.get(tp) for tp in partitions}
+
+    def delete_offsets(
+        self, group_id: str, partitions: Sequence[_Partition]
+    ) -> tuple[ErrorCode, dict[_Partition, ErrorCode]]:
+        """OffsetDelete: (group error, error per partition)."""
+        error = self._check(group_id)
+        if error != ErrorCode.none:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return ErrorCode.group_id_not_found, {}
+        results: dict[_Partition, ErrorCode] = {}
+        deletable: list[_Partition] = []
+        if group.is_in(GroupState.EMPTY):
+            deletable = list(partitions)
+        else:
+            subscribed = group.subscribed_topics()
+            if subscribed is None:
+                return ErrorCode.non_empty_group, {}
+            for tp in partitions:
+                if tp[0] in subscribed:
+                    results[tp] = ErrorCode.group_subscribed_to_topic
+                else:
+                    deletable.append(tp)
+        present = [tp for tp in deletable if tp in group.offsets]
+        error = self._write_tombstones(group, present)
+        for tp in deletable:
+            results[tp] = error
+        return ErrorCode.none, results
+
+    def _write_tombstones(self, group: GroupMetadata, partitions: Sequence[_Partition],
+                          with_group: bool = False) -> ErrorCode:
+        records: list[tuple[bytes, bytes | None]] = [
+            (OffsetCommitKey(group.group_id, t, p).encode(), None) for t, p in partitions
+        ]
+        if with_group:
+            records.append((GroupMetadataKey(group.group_id).encode(), None))
+        if not records:
+            return ErrorCode.none
+        error = self._append(group.group_id, records, self.time_ms())
+        if error == ErrorCode.none:
+            for tp in partitions:
+                group.offsets.pop(tp, None)
+        return error
+
+    # ================================================================ admin
+    def describe_group(self, group_id: str) -> GroupSummary:
+        error = self._check(group_id, allow_empty_id=True)
+        if error != ErrorCode.none:
+            return GroupSummary(error, group_id, "", "", "")
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupSummary(ErrorCode.group_id_not_found, group_id,
+                                GroupState.DEAD.value, "", "")
+        stable = group.is_in(GroupState.STABLE)
+        members = tuple(
+            MemberSummary(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                m.metadata_for(group.protocol_name or "") if stable else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return GroupSummary(
+            ErrorCode.none, group_id, group.state.value, group.protocol_type or "",
+            (group.protocol_name or "") if stable else "", members,
+        )
+
+    def list_groups(self, states: Iterable[str] = ()) -> tuple[ErrorCode, list[GroupSummary]]:
+        if not self._active:
+            return ErrorCode.coordinator_not_available, []
+        if self._loading:
+            return ErrorCode.coordinator_load_in_progress, []
+        wanted = {s.lower() for s in states}
+        out = []
+        for group in sorted(self.groups.values(), key=lambda g: g.group_id):
+            if group.is_in(GroupState.DEAD):
+                continue
+            if wanted and group.state.value.lower() not in wanted:
+                continue
+            out.append(GroupSummary(ErrorCode.none, group.group_id, group.state.value,
+                                    group.protocol_type or "", group.protocol_name or ""))
+        return ErrorCode.none, out
+
+    def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        results: dict[str, ErrorCode] = {}
+        for group_id in group_ids:
+            error = self._check(group_id, allow_empty_id=True)
+            if error != ErrorCode.none:
+                results[group_id] = error
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.is_in(GroupState.DEAD):
+                results[group_id] = ErrorCode.group_id_not_found
+                continue
+            if not group.is_in(GroupState.EMPTY):
+                results[group_id] = ErrorCode.non_empty_group
+                continue
+            error = self._write_tombstones(group, list(group.offsets), with_group=True)
+            if error == ErrorCode.none:
+                group.transition_to(GroupState.DEAD, self.time_ms())
+                del self.groups[group_id]
+                log.info("deleted group %s", group_id)
+            results[group_id] = error
+        return results
+
+    # ================================================================ expiry
+    def _schedule_expiry(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._expiry_timer = loop.call_later(
+            self.config.offsets_retention_check_interval_ms / 1000, self._on_expiry_timer
+        )
+
+    def _on_expiry_timer(self) -> None:
+        try:
+            self.expire_offsets()
+        except Exception:
+            log.exception("offset expiry failed")
+        if self._active:
+            self._schedule_expiry()
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Write tombstones for expired offsets (Kafka's ``cleanupGroupMetadata``); an
+        Empty group left without offsets becomes Dead. Returns offsets removed."""
+        now = self.time_ms() if now_ms is None else now_ms
+        retention = self.config.offsets_retention_ms
+        removed = 0
+        for group in list(self.groups.values()):
+            if group.is_in(GroupState.DEAD):
+                continue
+            partition = self.partition_of(group.group_id)
+            if partition not in self._owned:
+                continue
+            expired: list[_Partition] = []
+            if group.protocol_type is None or group.is_in(GroupState.EMPTY):
+                for tp, committed in group.offsets.items():
+                    if committed.expire_timestamp >= 0:
+                        deadline = committed.expire_timestamp
+                    elif group.protocol_type is not None and group.state_timestamp_ms >= 0:
+                        deadline = group.state_timestamp_ms + retention
+                    else:
+                        deadline = committed.commit_timestamp + retention
+                    if now >= deadline:
+                        expired.append(tp)
+            elif group.is_in(GroupState.STABLE):
+                subscribed = group.subscribed_topics()
+                if subscribed is not None:
+                    expired = [
+                        tp for tp, c in group.offsets.items()
+                        if tp[0] not in subscribed and now >= c.commit_timestamp + retention
+                    ]
+            dead = (group.is_in(GroupState.EMPTY) and not group.members
+                    and len(expired) == len(group.offsets))
+            if not expired and not dead:
+                continue
+            if self._write_tombstones(group, expired, with_group=dead) != ErrorCode.none:
+                continue
+            removed += len(expired)
+            if dead:
+                group.transition_to(GroupState.DEAD, now)
+                del self.groups[group.group_id]
+                log.info("group %s expired: no members and no offsets left", group.group_id)
+        return removed
+
+    # ================================================================ persistence
+    def _store_group(self, group: GroupMetadata) -> ErrorCode:
+        """Write the group's metadata record (members with their assignments)."""
+        value = GroupMetadataValue(
+            protocol_type=group.protocol_type or "",
+            generation=group.generation_id,
+            protocol=group.protocol_name,
+            leader=group.leader_id,
+            current_state_timestamp=group.state_timestamp_ms,
+            members=tuple(
+                MemberMetadataValue(
+                    m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                    m.rebalance_timeout_ms, m.session_timeout_ms,
+                    m.metadata_for(group.protocol_name) if group.protocol_name else b"",
+                    m.assignment,
+                )
+                for m in group.members.values()
+            ),
+        )
+        return self._append(
+            group.group_id, [(GroupMetadataKey(group.group_id).encode(), value.encode())],
+            self.time_ms(),
+        )
+
+    def _append(
+        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], now: int
+    ) -> ErrorCode:
+        partition = self.partition_of(group_id)
+        if partition not in self._owned:
+            return ErrorCode.not_coordinator
+        try:
+            self.topic.append(partition, records, now)
+        except Exception as exc:
+            return _append_error(exc, group_id)
+        return ErrorCode.none
+
+
+@dataclass(frozen=True, slots=True)
+class _JoinSpec:
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+
+
+# Kafka's GroupMetadataManager maps append errors to what a group client understands.
+_APPEND_ERRORS = {
+    "UNKNOWN_TOPIC_OR_PARTITION": ErrorCode.coordinator_not_available,
+    "NOT_ENOUGH_REPLICAS": ErrorCode.coordinator_not_available,
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": ErrorCode.coordinator_not_available,
+    "REQUEST_TIMED_OUT": ErrorCode.coordinator_not_available,
+    "COORDINATOR_NOT_AVAILABLE": ErrorCode.coordinator_not_available,
+    "NOT_LEADER_OR_FOLLOWER": ErrorCode.not_coordinator,
+    "KAFKA_STORAGE_ERROR": ErrorCode.not_coordinator,
+    "MESSAGE_TOO_LARGE": ErrorCode.invalid_commit_offset_size,
+    "RECORD_LIST_TOO_LARGE": ErrorCode.invalid_commit_offset_size,
+    "INVALID_FETCH_SIZE": ErrorCode.invalid_commit_offset_size,
+}
+
+
+def _append_error(exc: BaseException, group_id: str) -> ErrorCode:
+    name = getattr(exc, "kafka_error", None)
+    if isinstance(name, str) and name.upper() in _APPEND_ERRORS:
+        log.warning("writing to __consumer_offsets for group %s failed: %s", group_id, exc)
+        return _APPEND_ERRORS[name.upper()]
+    log.error("writing to __consumer_offsets for group %s failed", group_id, exc_info=exc)
+    return ErrorCode.unknown_server_error

@@ -1,0 +1,140 @@
+"""``__consumer_offsets`` as the group coordinator sees it: create, lead, append, replay.
+
+The coordinator of a group is the leader of the group's partition of this topic (Kafka's
+``GroupMetadataManager``). This class is the coordinator's only window on storage and
+cluster metadata, so the cluster work can change *who leads* without touching the
+coordinator: :meth:`led_partitions` says which partitions this broker leads now (on one
+broker, all of them, since the first replica is the leader).
+
+- **Creation** happens on the first FindCoordinator (or any group request) as in Kafka:
+  ``offsets.topic.num.partitions`` partitions, ``offsets.topic.replication.factor``
+  replicas, ``cleanup.policy=compact``, ``segment.bytes=offsets.topic.segment.bytes`` and
+  ``compression.type=producer``.
+- **Append** writes one RecordBatch v2 of (key, value) records through the leader append
+  path, the same as Produce: when :meth:`append` returns, the bytes are in the log (the
+  page cache; fsync follows the topic's flush settings, as for any produce), so commits are
+  acknowledged only after they are durable under the rules produce follows.
+- **Replay** reads a partition from its log start to its end, batch by batch, and yields
+  each record's key and value (None for a tombstone).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+
+from odradek.cluster.metadata import ClusterMetadata, MetadataError
+from odradek.records.batch import iter_batches, iter_records
+from odradek.records.builder import BatchBuilder
+from odradek.storage.log import LogAppendInfo, PartitionLog
+
+__all__ = ["OFFSETS_TOPIC", "OffsetsTopic", "OffsetsTopicUnavailableError"]
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# Bytes read per step when replaying a partition (whole batches; the first may be larger).
+REPLAY_READ_BYTES = 4 * 1024 * 1024
+
+
+class OffsetsTopicUnavailableError(Exception):
+    """The topic cannot be created or a partition has no log here (COORDINATOR_NOT_AVAILABLE)."""
+
+    kafka_error = "COORDINATOR_NOT_AVAILABLE"
+
+
+class OffsetsTopic:
+    def __init__(
+        self,
+        metadata: ClusterMetadata,
+        broker_id: int,
+        get_log: Callable[[str, int], PartitionLog | None],
+        append: Callable[[PartitionLog, bytes], LogAppendInfo],
+        num_partitions: int = 50,
+        replication_factor: int = 1,
+        segment_bytes: int = 104857600,
+    ) -> None:
+        self.metadata = metadata
+        self.broker_id = broker_id
+        self._get_log = get_log
+        self._append = append
+        self.configured_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.segment_bytes = segment_bytes
+
+    def exists(self) -> bool:
+        return self.metadata.get(OFFSETS_TOPIC) is not None
+
+    @property
+    def partition_count(self) -> int:
+        info = self.metadata.get(OFFSETS_TOPIC)
+        return len(info.partitions) if info is not None else self.configured_partitions
+
+    def ensure(self) -> bool:
+        """Create the topic if it is missing; True when this call created it."""
+        if self.exists():
+            return False
+        try:
+            self.metadata.create_topic(
+                OFFSETS_TOPIC, self.configured_partitions, self.replication_factor,
+                {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
+                 "compression.type": "producer"},
+            )
+        except MetadataError as exc:
+            if exc.kafka_error == "TOPIC_ALREADY_EXISTS":
+                return False
+            raise OffsetsTopicUnavailableError(f"cannot create {OFFSETS_TOPIC}: {exc}") from exc
+        log.info("created %s with %d partitions", OFFSETS_TOPIC, self.configured_partitions)
+        return True
+
+    def leader_of(self, partition: int) -> int | None:
+        info = self.metadata.get(OFFSETS_TOPIC)
+        if info is None:
+            return None
+        replicas = info.partitions.get(partition)
+        return replicas[0] if replicas else None
+
+    def led_partitions(self) -> list[int]:
+        info = self.metadata.get(OFFSETS_TOPIC)
+        if info is None:
+            return []
+        return sorted(
+            p for p, replicas in info.partitions.items()
+            if replicas and replicas[0] == self.broker_id
+            and self._get_log(OFFSETS_TOPIC, p) is not None
+        )
+
+    def _log(self, partition: int) -> PartitionLog:
+        found = self._get_log(OFFSETS_TOPIC, partition)
+        if found is None:
+            raise OffsetsTopicUnavailableError(f"no log for {OFFSETS_TOPIC}-{partition}")
+        return found
+
+    def append(
+        self, partition: int, records: Sequence[tuple[bytes, bytes | None]], timestamp: int
+    ) -> LogAppendInfo:
+        """Append the records as one batch (all or nothing)."""
+        builder = BatchBuilder()
+        for key, value in records:
+            builder.append(key, value, timestamp)
+        return self._append(self._log(partition), builder.build())
+
+    def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        partition_log = self._log(partition)
+        offset = partition_log.log_start_offset
+        end = partition_log.log_end_offset
+        while offset < end:
+            data = partition_log.read(offset, REPLAY_READ_BYTES).read()
+            if not data:
+                break
+            progressed = offset
+            for header in iter_batches(data):
+                batch = memoryview(data)[header.position : header.position + header.size]
+                if not header.is_control:
+                    for record in iter_records(batch):
+                        if record.offset >= offset and record.key is not None:
+                            yield record.key, record.value
+                progressed = header.next_offset
+            if progressed <= offset:
+                break
+            offset = progressed

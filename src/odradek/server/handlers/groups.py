@@ -1,0 +1,253 @@
+"""Group membership APIs of the classic protocol, on :class:`GroupCoordinator`.
+
+FindCoordinator (key 10) v0-6, JoinGroup (11) v0-9, Heartbeat (12) v0-4, LeaveGroup (13)
+v0-5, SyncGroup (14) v0-5, DescribeGroups (15) v0-6, ListGroups (16) v0-5, DeleteGroups
+(42) v0-2 — kio's ranges, which are Kafka 4's. Offsets APIs are in :mod:`.offsets`.
+
+Follows Kafka's ``KafkaApis`` for the request-to-coordinator translation:
+
+- FindCoordinator: key type 0 (group) creates ``__consumer_offsets`` on first use and
+  answers the leader of the group's partition; v4+ answers every key of the batch. Key
+  type 1 (transaction) is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as InitProducerId
+  answers transactional ids: clients report it as fatal instead of retrying forever;
+  share groups (2) and unknown types are INVALID_REQUEST.
+- JoinGroup v4+ requires a known member id (KIP-394); the response waits until the join
+  phase of the rebalance completes. A v0 request has no rebalance timeout: the session
+  timeout stands in, as in Kafka.
+- LeaveGroup v0-2 carries one member id; v3+ a batch of members (with
+  ``group.instance.id``) answered one by one.
+- DescribeGroups answers an unknown group with state Dead: NONE up to v5, and
+  GROUP_ID_NOT_FOUND from v6 (KIP-1043).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
+from odradek.coordinator.offsets_topic import OffsetsTopic
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+FIND_COORDINATOR_VERSIONS = (0, 6)
+JOIN_GROUP_VERSIONS = (0, 9)
+HEARTBEAT_VERSIONS = (0, 4)
+LEAVE_GROUP_VERSIONS = (0, 5)
+SYNC_GROUP_VERSIONS = (0, 5)
+DESCRIBE_GROUPS_VERSIONS = (0, 6)
+LIST_GROUPS_VERSIONS = (0, 5)
+DELETE_GROUPS_VERSIONS = (0, 2)
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+# DescribeGroups v3+: authorized operations are not computed without an authorizer.
+NO_AUTHORIZED_OPERATIONS = -(1 << 31)
+CLASSIC_GROUP_TYPE = "classic"
+
+
+def make_group_coordinator(broker: Broker) -> GroupCoordinator:
+    """The broker's group coordinator, over its ``__consumer_offsets`` logs."""
+    config = broker.config
+    topic = OffsetsTopic(
+        broker.metadata, broker.broker_id, broker.get_log, broker.append_records,
+        num_partitions=int(config["offsets.topic.num.partitions"]),
+        replication_factor=int(config["offsets.topic.replication.factor"]),
+        segment_bytes=int(config["offsets.topic.segment.bytes"]),
+    )
+    return GroupCoordinator(topic, CoordinatorConfig.from_broker(config.values))
+
+
+def _ms(value: Any, default: int = -1) -> int:
+    if value is None:
+        return default
+    ms: float = value.total_seconds() * 1000
+    return round(ms)
+
+
+def _host(ctx: RequestContext) -> str:
+    return f"/{ctx.peer[0]}"
+
+
+def register_groups(registry: HandlerRegistry, broker: Broker) -> None:
+    def coordinator() -> GroupCoordinator:
+        found = broker.group_coordinator
+        assert found is not None, "the group coordinator starts before handlers run"
+        return found
+
+    def endpoint() -> tuple[str, int]:
+        listener = broker.config.advertised_listeners[0]
+        return listener.host, broker.port if listener.port == 0 else listener.port
+
+    # -- FindCoordinator ---------------------------------------------------------------
+    async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("find_coordinator", ctx.api_version)
+        key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+
+        def one(key: str) -> tuple[ErrorCode, str | None, int, str, int]:
+            if key_type == KEY_TYPE_TRANSACTION:
+                return (ErrorCode.transactional_id_authorization_failed,
+                        "transactions are not supported yet", -1, "", -1)
+            if key_type != KEY_TYPE_GROUP:
+                return ErrorCode.invalid_request, f"unsupported key type {key_type}", -1, "", -1
+            error, node = coordinator().coordinator_for(key)
+            if error != ErrorCode.none:
+                return error, None, -1, "", -1
+            host, port = endpoint()
+            return ErrorCode.none, None, node, host, port
+
+        if ctx.api_version >= 4:
+            coordinators = []
+            for key in request.coordinator_keys:
+                error, message, node, host, port = one(key)
+                coordinators.append(make(
+                    m.Coordinator, key=key, node_id=node, host=host, port=port,
+                    error_code=error, error_message=message,
+                ))
+            return make(m.FindCoordinatorResponse, throttle_time=ZERO_THROTTLE,
+                        coordinators=tuple(coordinators))
+        error, message, node, host, port = one(request.key)
+        return make(m.FindCoordinatorResponse, throttle_time=ZERO_THROTTLE, error_code=error,
+                    error_message=message, node_id=node, host=host, port=port)
+
+    # -- JoinGroup -----------------------------------------------------------------------
+    async def join_group(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("join_group", ctx.api_version)
+        session_timeout = _ms(request.session_timeout)
+        result = await coordinator().join_group(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            require_known_member_id=ctx.api_version >= 4,
+            client_id=ctx.client_id or "",
+            client_host=_host(ctx),
+            rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", None),
+                                     session_timeout),
+            session_timeout_ms=session_timeout,
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        )
+        members = tuple(
+            make(m.JoinGroupResponseMember, member_id=mid, group_instance_id=iid, metadata=md)
+            for mid, iid, md in result.members
+        )
+        generation = result.generation_id
+        return make(
+            m.JoinGroupResponse, throttle_time=ZERO_THROTTLE, error_code=result.error,
+            generation_id=generation, protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name or ("" if ctx.api_version < 7 else None),
+            leader=result.leader_id, skip_assignment=False, member_id=result.member_id,
+            members=members,
+        )
+
+    # -- SyncGroup -----------------------------------------------------------------------
+    async def sync_group(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("sync_group", ctx.api_version)
+        result = await coordinator().sync_group(
+            group_id=request.group_id,
+            generation_id=request.generation_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            protocol_type=getattr(request, "protocol_type", None),
+            protocol_name=getattr(request, "protocol_name", None),
+            assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+        )
+        return make(
+            m.SyncGroupResponse, throttle_time=ZERO_THROTTLE, error_code=result.error,
+            protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+            assignment=result.assignment,
+        )
+
+    # -- Heartbeat -----------------------------------------------------------------------
+    async def heartbeat(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("heartbeat", ctx.api_version)
+        error = coordinator().heartbeat(
+            request.group_id, request.generation_id, request.member_id,
+            getattr(request, "group_instance_id", None),
+        )
+        return make(m.HeartbeatResponse, throttle_time=ZERO_THROTTLE, error_code=error)
+
+    # -- LeaveGroup ----------------------------------------------------------------------
+    async def leave_group(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("leave_group", ctx.api_version)
+        if ctx.api_version < 3:
+            error, errors = coordinator().leave_group(
+                request.group_id, [(request.member_id, None)]
+            )
+            return make(m.LeaveGroupResponse, throttle_time=ZERO_THROTTLE,
+                        error_code=error if error != ErrorCode.none else errors[0])
+        identities = [(mi.member_id, mi.group_instance_id) for mi in request.members]
+        error, errors = coordinator().leave_group(request.group_id, identities)
+        members = tuple(
+            make(m.MemberResponse, member_id=mid, group_instance_id=iid, error_code=code)
+            for (mid, iid), code in zip(identities, errors, strict=True)
+        )
+        return make(m.LeaveGroupResponse, throttle_time=ZERO_THROTTLE, error_code=error,
+                    members=members if error == ErrorCode.none else ())
+
+    # -- DescribeGroups ------------------------------------------------------------------
+    async def describe_groups(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("describe_groups", ctx.api_version)
+        groups = []
+        for group_id in request.groups:
+            summary = coordinator().describe_group(group_id)
+            error = summary.error
+            message = None
+            if error == ErrorCode.group_id_not_found:
+                if ctx.api_version < 6:
+                    error = ErrorCode.none
+                else:
+                    message = f"Group {group_id} not found."
+            members = tuple(
+                make(m.DescribedGroupMember, member_id=s.member_id,
+                     group_instance_id=s.group_instance_id, client_id=s.client_id,
+                     client_host=s.client_host, member_metadata=s.metadata,
+                     member_assignment=s.assignment)
+                for s in summary.members
+            )
+            groups.append(make(
+                m.DescribedGroup, error_code=error, error_message=message, group_id=group_id,
+                group_state=summary.state, protocol_type=summary.protocol_type,
+                protocol_data=summary.protocol, members=members,
+                authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            ))
+        return make(m.DescribeGroupsResponse, throttle_time=ZERO_THROTTLE,
+                    groups=tuple(groups))
+
+    # -- ListGroups ----------------------------------------------------------------------
+    async def list_groups(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("list_groups", ctx.api_version)
+        types = {t.lower() for t in getattr(request, "types_filter", ())}
+        error, summaries = coordinator().list_groups(getattr(request, "states_filter", ()))
+        if types and CLASSIC_GROUP_TYPE not in types:
+            summaries = []
+        groups = tuple(
+            make(m.ListedGroup, group_id=s.group_id, protocol_type=s.protocol_type,
+                 group_state=s.state, group_type=CLASSIC_GROUP_TYPE)
+            for s in summaries
+        )
+        return make(m.ListGroupsResponse, throttle_time=ZERO_THROTTLE, error_code=error,
+                    groups=groups)
+
+    # -- DeleteGroups --------------------------------------------------------------------
+    async def delete_groups(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("delete_groups", ctx.api_version)
+        results = coordinator().delete_groups(list(request.groups_names))
+        return make(
+            m.DeleteGroupsResponse, throttle_time=ZERO_THROTTLE,
+            results=tuple(make(m.DeletableGroupResult, group_id=g, error_code=code)
+                          for g, code in results.items()),
+        )
+
+    registry.register(ApiKey.FIND_COORDINATOR, *FIND_COORDINATOR_VERSIONS, find_coordinator)
+    registry.register(ApiKey.JOIN_GROUP, *JOIN_GROUP_VERSIONS, join_group)
+    registry.register(ApiKey.HEARTBEAT, *HEARTBEAT_VERSIONS, heartbeat)
+    registry.register(ApiKey.LEAVE_GROUP, *LEAVE_GROUP_VERSIONS, leave_group)
+    registry.register(ApiKey.SYNC_GROUP, *SYNC_GROUP_VERSIONS, sync_group)
+    registry.register(ApiKey.DESCRIBE_GROUPS, *DESCRIBE_GROUPS_VERSIONS, describe_groups)
+    registry.register(ApiKey.LIST_GROUPS, *LIST_GROUPS_VERSIONS, list_groups)
+    registry.register(ApiKey.DELETE_GROUPS, *DELETE_GROUPS_VERSIONS, delete_groups)

@@ -1,0 +1,201 @@
+"""Committed offsets: OffsetCommit (key 8) v2-10, OffsetFetch (9) v1-10, OffsetDelete (47) v0.
+
+Follows Kafka's ``KafkaApis.handleOffsetCommitRequest`` / ``handleOffsetFetchRequest`` /
+``handleOffsetDeleteRequest``: partitions of topics that do not exist get
+UNKNOWN_TOPIC_OR_PARTITION (v10 names topics by id: an unknown id is UNKNOWN_TOPIC_ID);
+the rest go to the group coordinator, which appends them to ``__consumer_offsets``
+before the response is sent. Generation -1 with an empty member id is a commit from a
+consumer without group management (or an admin tool), accepted while the group is Empty.
+
+OffsetFetch: v1 has no group-level error field, so a group error is repeated on every
+partition; v2-7 carry it at the top; v8+ ask for several groups in one request, each
+answered with its own error. A partition without a committed offset is offset -1 with
+no error. A null topic list (v2+) asks for every committed offset of the group.
+``require_stable`` (v7+) can never find a pending transactional commit yet. The
+retention time of v2-4 sets an expire timestamp on the committed offsets (value v1).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from odradek.coordinator.group_coordinator import GroupCoordinator
+from odradek.coordinator.group_metadata import CommittedOffset
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+
+if TYPE_CHECKING:
+    import uuid
+
+    from odradek.server.broker import Broker
+
+OFFSET_COMMIT_VERSIONS = (2, 10)
+OFFSET_FETCH_VERSIONS = (1, 10)
+OFFSET_DELETE_VERSIONS = (0, 0)
+TOPIC_IDS_FROM = 10  # OffsetCommit and OffsetFetch name topics by id from v10
+
+
+def _retention_ms(value: Any) -> int:
+    """OffsetCommit v2-4 ``retention_time``: -1 means the broker's retention."""
+    if value is None:
+        return -1
+    ms: float = value.total_seconds() * 1000
+    return max(round(ms), -1)
+
+
+def register_offsets(registry: HandlerRegistry, broker: Broker) -> None:
+    def coordinator() -> GroupCoordinator:
+        found = broker.group_coordinator
+        assert found is not None, "the group coordinator starts before handlers run"
+        return found
+
+    def resolve(topic: Any, by_id: bool) -> tuple[str | None, ErrorCode]:
+        if by_id:
+            info = broker.metadata.by_id(topic.topic_id)
+            return (None, ErrorCode.unknown_topic_id) if info is None else (info.name,
+                                                                            ErrorCode.none)
+        return topic.name, ErrorCode.none
+
+    def partition_exists(name: str, partition: int) -> bool:
+        info = broker.metadata.get(name)
+        return info is not None and partition in info.partitions
+
+    def topic_id_of(name: str) -> uuid.UUID | None:
+        info = broker.metadata.get(name)
+        return None if info is None else info.topic_id
+
+    # -- OffsetCommit ------------------------------------------------------------------
+    async def offset_commit(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("offset_commit", ctx.api_version)
+        by_id = ctx.api_version >= TOPIC_IDS_FROM
+        wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+        early: dict[tuple[int, int], ErrorCode] = {}  # (topic index, partition) -> error
+        names: list[str | None] = []
+        for ti, topic in enumerate(request.topics):
+            name, error = resolve(topic, by_id)
+            names.append(name)
+            for p in topic.partitions:
+                if error != ErrorCode.none:
+                    early[(ti, p.partition_index)] = error
+                elif name is None or not partition_exists(name, p.partition_index):
+                    early[(ti, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+                else:
+                    wanted[(name, p.partition_index)] = (
+                        p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                        p.committed_metadata,
+                    )
+        results = coordinator().commit_offsets(
+            request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+            request.generation_id_or_member_epoch, wanted,
+            _retention_ms(getattr(request, "retention_time", None)),
+        ) if wanted else {}
+        topics = []
+        for ti, topic in enumerate(request.topics):
+            partitions = []
+            for p in topic.partitions:
+                name = names[ti]
+                code = early.get((ti, p.partition_index))
+                if code is None:
+                    assert name is not None
+                    code = results.get((name, p.partition_index), ErrorCode.none)
+                partitions.append(make(m.OffsetCommitResponsePartition,
+                                       partition_index=p.partition_index, error_code=code))
+            topics.append(make(m.OffsetCommitResponseTopic, name=getattr(topic, "name", None),
+                               topic_id=getattr(topic, "topic_id", None),
+                               partitions=tuple(partitions)))
+        return make(m.OffsetCommitResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
+
+    # -- OffsetFetch -------------------------------------------------------------------
+    def fetch_group(m: Any, version: int, group_id: str, topics: Any,
+                    require_stable: bool) -> tuple[ErrorCode, tuple[Any, ...]]:
+        by_id = version >= TOPIC_IDS_FROM
+        topic_cls = m.OffsetFetchResponseTopics if version >= 8 else m.OffsetFetchResponseTopic
+        part_cls = (m.OffsetFetchResponsePartitions if version >= 8
+                    else m.OffsetFetchResponsePartition)
+
+        def part(index: int, committed: CommittedOffset | None, code: ErrorCode) -> Any:
+            return make(
+                part_cls, partition_index=index,
+                committed_offset=committed.offset if committed else -1,
+                committed_leader_epoch=committed.leader_epoch if committed else -1,
+                metadata=committed.metadata if committed else "", error_code=code,
+            )
+
+        requested: list[tuple[Any, str | None, ErrorCode]] = []
+        wanted: list[tuple[str, int]] | None = None
+        if topics is not None:
+            wanted = []
+            for topic in topics:
+                name, error = resolve(topic, by_id)
+                requested.append((topic, name, error))
+                if name is not None:
+                    wanted.extend((name, p) for p in topic.partition_indexes)
+        error, offsets = coordinator().fetch_offsets(group_id, wanted, require_stable)
+        if error != ErrorCode.none and version >= 2:
+            return error, ()
+        out = []
+        if topics is None:
+            by_topic: dict[str, list[Any]] = {}
+            for (name, index), committed in offsets.items():
+                by_topic.setdefault(name, []).append(part(index, committed, ErrorCode.none))
+            for name, parts in by_topic.items():
+                topic_id = topic_id_of(name) if by_id else None
+                if by_id and topic_id is None:
+                    continue
+                out.append(make(topic_cls, name=name, topic_id=topic_id,
+                                partitions=tuple(parts)))
+            return ErrorCode.none, tuple(out)
+        for topic, name, topic_error in requested:
+            parts = []
+            for index in topic.partition_indexes:
+                code = topic_error if topic_error != ErrorCode.none else error
+                committed = offsets.get((name, index)) if name is not None else None
+                parts.append(part(index, committed, code))
+            out.append(make(topic_cls, name=getattr(topic, "name", None),
+                            topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
+        return error, tuple(out)
+
+    async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("offset_fetch", ctx.api_version)
+        version = ctx.api_version
+        require_stable = bool(getattr(request, "require_stable", False))
+        if version >= 8:
+            groups = []
+            for g in request.groups:
+                error, topics = fetch_group(m, version, g.group_id, g.topics, require_stable)
+                groups.append(make(m.OffsetFetchResponseGroup, group_id=g.group_id,
+                                   topics=topics, error_code=error))
+            return make(m.OffsetFetchResponse, throttle_time=ZERO_THROTTLE,
+                        groups=tuple(groups))
+        error, topics = fetch_group(m, version, request.group_id, request.topics,
+                                    require_stable)
+        return make(m.OffsetFetchResponse, throttle_time=ZERO_THROTTLE, topics=topics,
+                    error_code=error)
+
+    # -- OffsetDelete ------------------------------------------------------------------
+    async def offset_delete(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("offset_delete", ctx.api_version)
+        wanted = [
+            (t.name, p.partition_index) for t in request.topics for p in t.partitions
+            if partition_exists(t.name, p.partition_index)
+        ]
+        error, results = coordinator().delete_offsets(request.group_id, wanted)
+        topics = []
+        if error == ErrorCode.none:
+            for t in request.topics:
+                partitions = tuple(
+                    make(m.OffsetDeleteResponsePartition, partition_index=p.partition_index,
+                         error_code=results.get((t.name, p.partition_index),
+                                                ErrorCode.unknown_topic_or_partition))
+                    for p in t.partitions
+                )
+                topics.append(make(m.OffsetDeleteResponseTopic, name=t.name,
+                                   partitions=partitions))
+        return make(m.OffsetDeleteResponse, error_code=error, throttle_time=ZERO_THROTTLE,
+                    topics=tuple(topics))
+
+    registry.register(ApiKey.OFFSET_COMMIT, *OFFSET_COMMIT_VERSIONS, offset_commit)
+    registry.register(ApiKey.OFFSET_FETCH, *OFFSET_FETCH_VERSIONS, offset_fetch)
+    registry.register(ApiKey.OFFSET_DELETE, *OFFSET_DELETE_VERSIONS, offset_delete)

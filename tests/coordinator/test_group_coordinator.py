@@ -1,0 +1,474 @@
+"""The group coordinator driven directly (no network): rebalances, timers, offsets, reload.
+
+``__consumer_offsets`` is replaced by an in-memory list of (key, value) records per
+partition, so every test can also check what would be written and replay it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, cast
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from odradek.coordinator.group_coordinator import (
+    CoordinatorConfig,
+    GroupCoordinator,
+    JoinResult,
+)
+from odradek.coordinator.group_records import GroupMetadataKey, OffsetCommitKey, decode_key
+from odradek.coordinator.group_state import GroupState
+from odradek.coordinator.offsets_topic import OffsetsTopic
+from odradek.protocol.errors import ErrorCode
+
+PARTITIONS = 4
+
+
+class FakeOffsetsTopic:
+    def __init__(self) -> None:
+        self.records: dict[int, list[tuple[bytes, bytes | None]]] = {
+            p: [] for p in range(PARTITIONS)}
+        self.fail_appends = False
+
+    partition_count = PARTITIONS
+
+    def exists(self) -> bool:
+        return True
+
+    def ensure(self) -> bool:
+        return False
+
+    def leader_of(self, partition: int) -> int:
+        return 0
+
+    def led_partitions(self) -> list[int]:
+        return list(range(PARTITIONS))
+
+    def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]],
+               timestamp: int) -> None:
+        if self.fail_appends:
+            error = RuntimeError("disk full")
+            error.kafka_error = "KAFKA_STORAGE_ERROR"  # type: ignore[attr-defined]
+            raise error
+        self.records[partition].extend(records)
+
+    def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        yield from self.records[partition]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def run(body: Callable[[GroupCoordinator, FakeOffsetsTopic, Clock], Awaitable[None]],
+        **config: Any) -> None:
+    async def main() -> None:
+        topic = FakeOffsetsTopic()
+        clock = Clock()
+        settings = {"min_session_timeout_ms": 1, **config}
+        coordinator = GroupCoordinator(cast(OffsetsTopic, topic), CoordinatorConfig(**settings),
+                                       time_ms=clock)
+        coordinator.startup()
+        try:
+            await body(coordinator, topic, clock)
+        finally:
+            coordinator.shutdown()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+PROTOCOLS = [("range", b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff")]
+
+
+async def join(c: GroupCoordinator, group: str = "g", member: str = "", *,
+               session: int = 10000, rebalance: int = 10000, instance: str | None = None,
+               protocols: list[tuple[str, bytes]] | None = None,
+               require_known: bool = True) -> JoinResult:
+    return await c.join_group(group, member, instance, require_known, "client", "/127.0.0.1",
+                              rebalance, session, "consumer", protocols or PROTOCOLS)
+
+
+async def join_new(c: GroupCoordinator, group: str = "g", **kw: Any) -> JoinResult:
+    first = await join(c, group, **kw)
+    if first.error != ErrorCode.member_id_required:
+        return first
+    return await join(c, group, first.member_id, **kw)
+
+
+def test_first_join_requires_a_member_id_then_one_member_group_is_formed() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        first = await join(c)
+        assert first.error == ErrorCode.member_id_required
+        assert first.member_id.startswith("client-")
+        result = await join(c, "g", first.member_id)
+        assert result.error == ErrorCode.none
+        assert (result.generation_id, result.leader_id, result.protocol_name) == (
+            1, first.member_id, "range")
+        assert [m[0] for m in result.members] == [first.member_id]
+        sync = await c.sync_group("g", 1, first.member_id, None, "consumer", "range",
+                                  {first.member_id: b"A"})
+        assert (sync.error, sync.assignment) == (ErrorCode.none, b"A")
+        assert c.groups["g"].state is GroupState.STABLE
+        assert c.heartbeat("g", 1, first.member_id, None) == ErrorCode.none
+        assert c.heartbeat("g", 0, first.member_id, None) == ErrorCode.illegal_generation
+        assert c.heartbeat("g", 1, "stranger", None) == ErrorCode.unknown_member_id
+        assert c.heartbeat("nope", 1, first.member_id, None) == ErrorCode.unknown_member_id
+        keys = [decode_key(k) for k, _ in topic.records[c.partition_of("g")]]
+        assert GroupMetadataKey("g") in keys
+
+    run(body)
+
+
+def test_old_join_versions_get_an_id_without_member_id_required() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        result = await join(c, require_known=False)
+        assert result.error == ErrorCode.none and result.member_id
+
+    run(body)
+
+
+def test_second_member_triggers_a_rebalance_and_both_get_the_new_generation() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        a = await join_new(c)
+        await c.sync_group("g", 1, a.member_id, None, None, None, {a.member_id: b"all"})
+        b_task = asyncio.create_task(join_new(c))
+        await asyncio.sleep(0.01)
+        assert c.groups["g"].state is GroupState.PREPARING_REBALANCE
+        assert c.heartbeat("g", 1, a.member_id, None) == ErrorCode.rebalance_in_progress
+        a2 = await join(c, "g", a.member_id)
+        b = await b_task
+        assert a2.generation_id == b.generation_id == 2
+        assert a2.leader_id == a.member_id and len(a2.members) == 2 and not b.members
+        follower = asyncio.create_task(
+            c.sync_group("g", 2, b.member_id, None, None, None, {}))
+        await asyncio.sleep(0.01)
+        assert not follower.done()  # waits for the leader's assignment
+        leader = await c.sync_group("g", 2, a.member_id, None, None, None,
+                                    {a.member_id: b"A", b.member_id: b"B"})
+        assert leader.assignment == b"A" and (await follower).assignment == b"B"
+        # a leave sends the group back to rebalancing; the other member rejoins alone
+        assert c.leave_group("g", [(b.member_id, None)]) == (ErrorCode.none, [ErrorCode.none])
+        assert c.groups["g"].state is GroupState.PREPARING_REBALANCE
+        a3 = await join(c, "g", a.member_id)
+        assert a3.generation_id == 3 and len(a3.members) == 1
+        assert c.leave_group("g", [("ghost", None)])[1] == [ErrorCode.unknown_member_id]
+
+    run(body)
+
+
+def test_sync_errors() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        a = await join_new(c)
+        m = a.member_id
+        assert (await c.sync_group("g", 5, m, None, None, None, {})).error == (
+            ErrorCode.illegal_generation)
+        assert (await c.sync_group("g", 1, "x", None, None, None, {})).error == (
+            ErrorCode.unknown_member_id)
+        assert (await c.sync_group("g", 1, m, None, "connect", None, {})).error == (
+            ErrorCode.inconsistent_group_protocol)
+        assert (await c.sync_group("g", 1, m, None, None, "roundrobin", {})).error == (
+            ErrorCode.inconsistent_group_protocol)
+        assert (await c.sync_group("nope", 1, m, None, None, None, {})).error == (
+            ErrorCode.unknown_member_id)
+        other = await join(c, protocols=[("sticky", b"")])
+        assert other.error == ErrorCode.inconsistent_group_protocol
+
+    run(body)
+
+
+def test_session_timeout_removes_a_silent_member() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        a = await join_new(c, session=100)
+        await c.sync_group("g", 1, a.member_id, None, None, None, {a.member_id: b"A"})
+        await asyncio.sleep(0.3)
+        group = c.groups["g"]
+        assert not group.members
+        assert group.state is GroupState.EMPTY and group.generation_id == 2
+
+    run(body)
+
+
+def test_heartbeats_keep_a_member_alive() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        a = await join_new(c, session=150)
+        await c.sync_group("g", 1, a.member_id, None, None, None, {})
+        for _ in range(6):
+            await asyncio.sleep(0.05)
+            assert c.heartbeat("g", 1, a.member_id, None) == ErrorCode.none
+        assert a.member_id in c.groups["g"].members
+
+    run(body)
+
+
+def test_member_that_does_not_rejoin_is_dropped_after_the_rebalance_timeout() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        a = await join_new(c, session=5000, rebalance=200)
+        await c.sync_group("g", 1, a.member_id, None, None, None, {})
+        started = asyncio.get_running_loop().time()
+        b = await join_new(c, session=5000, rebalance=200)  # a never rejoins
+        waited = asyncio.get_running_loop().time() - started
+        assert b.error == ErrorCode.none and b.generation_id == 2
+        assert b.leader_id == b.member_id and len(b.members) == 1
+        assert 0.15 < waited < 2
+
+    run(body)
+
+
+def test_pending_member_that_never_joins_expires() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        first = await join(c, session=100)
+        assert first.member_id in c.groups["g"].pending_members
+        await asyncio.sleep(0.25)
+        assert first.member_id not in c.groups["g"].pending_members
+
+    run(body)
+
+
+def test_initial_rebalance_delay_gathers_members_into_one_generation() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        results = await asyncio.gather(*(join_new(c) for _ in range(3)))
+        assert {r.generation_id for r in results} == {1}
+        assert sum(1 for r in results if r.members) == 1
+
+    run(body, initial_rebalance_delay_ms=100)
+
+
+def test_static_member_rejoin_gets_its_assignment_back_without_rebalance() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        a = await join_new(c, instance="i-a")
+        assert a.error == ErrorCode.none  # static members need no MEMBER_ID_REQUIRED round
+        b_task = asyncio.create_task(join_new(c, instance="i-b"))
+        await asyncio.sleep(0.01)
+        a = await join(c, "g", a.member_id, instance="i-a")
+        b = await b_task
+        follower = asyncio.create_task(c.sync_group("g", 2, b.member_id, "i-b", None, None, {}))
+        await c.sync_group("g", 2, a.member_id, "i-a", None, None,
+                           {a.member_id: b"A", b.member_id: b"B"})
+        await follower
+        # b restarts: a new JoinGroup with no member id but the same instance id
+        b2 = await join(c, instance="i-b")
+        assert b2.error == ErrorCode.none and b2.member_id != b.member_id
+        assert b2.generation_id == 2 and b2.leader_id == a.member_id
+        assert c.groups["g"].state is GroupState.STABLE
+        sync = await c.sync_group("g", 2, b2.member_id, "i-b", None, None, {})
+        assert sync.assignment == b"B"
+        # the old incarnation is fenced
+        assert c.heartbeat("g", 2, b.member_id, "i-b") == ErrorCode.fenced_instance_id
+        assert c.leave_group("g", [(b.member_id, "i-b")])[1] == [ErrorCode.fenced_instance_id]
+        # a batched leave by instance id
+        assert c.leave_group("g", [("", "i-b")])[1] == [ErrorCode.none]
+        assert c.groups["g"].state is GroupState.PREPARING_REBALANCE
+
+    run(body)
+
+
+def test_offset_commits_of_simple_and_group_consumers() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        # a consumer without group management on an unknown group
+        assert c.commit_offsets("simple", "", None, -1, {("t", 0): (5, -1, "m")}) == {
+            ("t", 0): ErrorCode.none}
+        assert c.groups["simple"].state is GroupState.EMPTY
+        assert c.commit_offsets("unknown", "m", None, 3, {("t", 0): (5, -1, None)}) == {
+            ("t", 0): ErrorCode.illegal_generation}
+        error, offsets = c.fetch_offsets("simple", [("t", 0), ("t", 1)], False)
+        assert error == ErrorCode.none
+        committed = offsets[("t", 0)]
+        assert committed is not None and (committed.offset, committed.metadata) == (5, "m")
+        assert offsets[("t", 1)] is None
+        a = await join_new(c)
+        await c.sync_group("g", 1, a.member_id, None, None, None, {})
+        ok = c.commit_offsets("g", a.member_id, None, 1, {("t", 0): (10, 0, "")})
+        assert ok == {("t", 0): ErrorCode.none}
+        assert c.commit_offsets("g", a.member_id, None, 0, {("t", 0): (1, 0, "")}) == {
+            ("t", 0): ErrorCode.illegal_generation}
+        assert c.commit_offsets("g", "", None, -1, {("t", 0): (1, 0, "")}) == {
+            ("t", 0): ErrorCode.unknown_member_id}
+        assert c.commit_offsets("g", a.member_id, None, 1, {("t", 0): (1, 0, "x" * 5000)}) == {
+            ("t", 0): ErrorCode.offset_metadata_too_large}
+        topic.fail_appends = True
+        assert c.commit_offsets("g", a.member_id, None, 1, {("t", 1): (1, 0, "")}) == {
+            ("t", 1): ErrorCode.not_coordinator}
+        topic.fail_appends = False
+        assert c.fetch_offsets("g", [("t", 1)], False)[1][("t", 1)] is None
+
+    run(body)
+
+
+def test_groups_and_offsets_survive_a_reload() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        a = await join_new(c, instance="i-a")
+        await c.sync_group("g", 1, a.member_id, "i-a", None, None, {a.member_id: b"A"})
+        c.commit_offsets("g", a.member_id, "i-a", 1, {("t", 0): (7, 1, "x"), ("t", 1): (8, 1, "")})
+        c.commit_offsets("g", a.member_id, "i-a", 1, {("t", 0): (9, 1, "y")})
+        c.commit_offsets("s", "", None, -1, {("t", 0): (3, -1, "")})
+        assert c.delete_offsets("s", [("t", 0)]) == (ErrorCode.none, {("t", 0): ErrorCode.none})
+        c.commit_offsets("s2", "", None, -1, {("t", 0): (3, -1, "")})
+        assert c.delete_groups(["s2"]) == {"s2": ErrorCode.none}
+        fresh = GroupCoordinator(cast(OffsetsTopic, topic),
+                                 CoordinatorConfig(min_session_timeout_ms=1), time_ms=clock)
+        fresh.startup()
+        try:
+            group = fresh.groups["g"]
+            assert group.state is GroupState.STABLE and group.generation_id == 1
+            assert group.static_member_id("i-a") == a.member_id
+            assert group.members[a.member_id].assignment == b"A"
+            offsets = fresh.fetch_offsets("g", None, False)[1]
+            assert {tp: o.offset for tp, o in offsets.items() if o} == {("t", 0): 9, ("t", 1): 8}
+            assert "s" not in fresh.groups and "s2" not in fresh.groups
+            assert fresh.heartbeat("g", 1, a.member_id, "i-a") == ErrorCode.none
+        finally:
+            fresh.shutdown()
+
+    run(body)
+
+
+def test_expired_offsets_of_empty_groups_are_tombstoned() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        c.commit_offsets("s", "", None, -1, {("t", 0): (3, -1, "")})
+        clock.now += 30_000
+        c.commit_offsets("s", "", None, -1, {("t", 1): (4, -1, "")})
+        assert c.expire_offsets(clock.now + 40_000) == 1  # (t,0) is 70 s old, retention 60 s
+        assert set(c.groups["s"].offsets) == {("t", 1)}
+        assert c.expire_offsets(clock.now + 70_000) == 1
+        assert "s" not in c.groups
+        written = [(decode_key(k), v) for k, v in topic.records[c.partition_of("s")]]
+        assert (OffsetCommitKey("s", "t", 0), None) in written
+        assert (GroupMetadataKey("s"), None) in written
+
+    run(body, offsets_retention_ms=60_000)
+
+
+def test_commit_retention_time_sets_an_expire_timestamp() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        c.commit_offsets("s", "", None, -1, {("t", 0): (3, -1, "")}, retention_ms=1000)
+        c.commit_offsets("s", "", None, -1, {("t", 1): (4, -1, "")})
+        assert c.expire_offsets(clock.now + 1000) == 1
+        assert set(c.groups["s"].offsets) == {("t", 1)}
+
+    run(body, offsets_retention_ms=60_000)
+
+
+def test_describe_list_delete() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        a = await join_new(c)
+        await c.sync_group("g", 1, a.member_id, None, None, None, {a.member_id: b"A"})
+        c.commit_offsets("s", "", None, -1, {("t", 0): (3, -1, "")})
+        summary = c.describe_group("g")
+        assert (summary.state, summary.protocol_type, summary.protocol) == (
+            "Stable", "consumer", "range")
+        assert summary.members[0].assignment == b"A"
+        assert c.describe_group("missing").error == ErrorCode.group_id_not_found
+        assert [g.group_id for g in c.list_groups()[1]] == ["g", "s"]
+        assert [g.group_id for g in c.list_groups(["empty"])[1]] == ["s"]
+        assert c.delete_groups(["g", "s", "missing"]) == {
+            "g": ErrorCode.non_empty_group, "s": ErrorCode.none,
+            "missing": ErrorCode.group_id_not_found}
+        error, results = c.delete_offsets("g", [("t", 0), ("other", 0)])
+        assert error == ErrorCode.none
+        assert results == {("t", 0): ErrorCode.group_subscribed_to_topic,
+                           ("other", 0): ErrorCode.none}
+
+    run(body)
+
+
+def test_invalid_requests() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        assert (await join(c, "")).error == ErrorCode.invalid_group_id
+        assert (await join(c, session=999_999_999)).error == ErrorCode.invalid_session_timeout
+        assert (await join(c, "g", "made-up")).error == ErrorCode.unknown_member_id
+
+    run(body)
+
+
+@pytest.mark.parametrize("state", ["join", "sync"])
+def test_shutdown_answers_parked_requests(state: str) -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        a = await join_new(c)
+        if state == "join":
+            await c.sync_group("g", 1, a.member_id, None, None, None, {})
+            b = await join(c)
+            parked: Any = asyncio.create_task(join(c, "g", b.member_id))
+        else:
+            b_task = asyncio.create_task(join_new(c))
+            await asyncio.sleep(0.01)
+            await join(c, "g", a.member_id)
+            b = await b_task
+            parked = asyncio.create_task(c.sync_group("g", 2, b.member_id, None, None, None, {}))
+        await asyncio.sleep(0.01)
+        c.shutdown()
+        assert (await parked).error == ErrorCode.not_coordinator
+        assert c.heartbeat("g", 1, a.member_id, None) == ErrorCode.coordinator_not_available
+
+    run(body)
+
+
+# -- property: random member behaviour never breaks the group's invariants -------------------
+OPS = st.lists(st.tuples(st.sampled_from(["join", "leave", "sync", "heartbeat", "tick"]),
+                         st.integers(0, 3)), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS, delay=st.sampled_from([0, 5]))
+def test_random_member_behaviour_keeps_invariants(ops: list[tuple[str, int]],
+                                                  delay: int) -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        ids: dict[int, str] = {}
+        generation: dict[int, int] = {}
+        tasks: list[asyncio.Task[Any]] = []
+
+        async def do_join(slot: int) -> None:
+            result = await join(c, "g", ids.get(slot, ""))
+            if result.error == ErrorCode.member_id_required:
+                ids[slot] = result.member_id
+                result = await join(c, "g", result.member_id)
+            if result.error == ErrorCode.none:
+                ids[slot] = result.member_id
+                generation[slot] = result.generation_id
+            elif result.error == ErrorCode.unknown_member_id:
+                ids.pop(slot, None)
+
+        async def do_sync(slot: int) -> None:
+            member = ids.get(slot)
+            if member is None:
+                return
+            members = list(c.groups["g"].members) if "g" in c.groups else []
+            await c.sync_group("g", generation.get(slot, -1), member, None, None, None,
+                               {m: m.encode() for m in members})
+
+        last_generation = 0
+        for op, slot in ops:
+            if op == "join":
+                tasks.append(asyncio.create_task(do_join(slot)))
+            elif op == "sync":
+                tasks.append(asyncio.create_task(do_sync(slot)))
+            elif op == "leave" and slot in ids:
+                c.leave_group("g", [(ids.pop(slot), None)])
+            elif op == "heartbeat" and slot in ids:
+                c.heartbeat("g", generation.get(slot, -1), ids[slot], None)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            group = c.groups.get("g")
+            if group is None:
+                continue
+            assert group.generation_id >= last_generation
+            last_generation = group.generation_id
+            if group.members:
+                assert group.leader_id in group.members
+            else:
+                assert group.leader_id is None
+            if group.state is GroupState.EMPTY:
+                assert not group.members
+            if group.state is GroupState.STABLE:
+                assert all(m.assignment == m.member_id.encode() for m in group.members.values())
+                assert not any(m.awaiting_join for m in group.members.values())
+        c.shutdown()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+
+    run(body, initial_rebalance_delay_ms=delay)
