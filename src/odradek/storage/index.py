@@ -1,8 +1,9 @@
 """Sparse, memory-mapped segment indexes (Kafka's AbstractIndex, OffsetIndex, TimeIndex).
 
 How it works: an index file holds fixed-size entries sorted by key. While its segment is
-active the file is preallocated to ``segment.index.bytes`` (rounded down to whole entries)
-and memory-mapped; entries are appended in place and ``entries`` counts the valid ones.
+active the file is sized ahead of its entries (from 4 KiB, doubling as it fills, never
+above ``segment.index.bytes``) and memory-mapped; entries are appended in place and
+``entries`` counts the valid ones; the index is full at ``segment.index.bytes``.
 When the segment rolls or the log closes, the file is trimmed to exactly its entries, so a
 closed index's length tells its entry count — the format Kafka's own tools read.
 
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 WARM_BYTES = 8192  # Kafka's warm section: the tail that stays in the page cache
+GROW_START_BYTES = 4096  # first allocation of an index file; doubled as it fills
 
 
 class IndexCorruptError(Exception):
@@ -71,8 +73,8 @@ class _Index(abc.ABC):
             else:
                 self.entries = length // self.entry_size
             if preallocate:
-                os.ftruncate(fd, self.max_entries * self.entry_size)
                 self.entries = min(self.entries, self.max_entries)
+                os.ftruncate(fd, self._capacity_for(self.entries))
             size = os.fstat(fd).st_size
             if size > 0:
                 self._mmap = mmap.mmap(fd, size)
@@ -105,9 +107,21 @@ class _Index(abc.ABC):
                 hi = mid - 1
         return lo
 
+    def _capacity_for(self, entries: int) -> int:
+        """File size for ``entries`` plus room to grow: at least GROW_START_BYTES, doubled
+        as needed, never above ``segment.index.bytes``. Growing lazily keeps the cost of
+        a new segment (and of thousands of partitions) small; Kafka preallocates the
+        whole file, which costs a page-fault storm on the first writes here."""
+        cap = max(GROW_START_BYTES, self.entry_size)
+        while cap < (entries + 1) * self.entry_size:
+            cap *= 2
+        return min(cap - cap % self.entry_size, self.max_entries * self.entry_size)
+
     def _append_entry(self, *fields: int) -> None:
         if self.is_full():
             raise IndexCorruptError(f"index {self.path} is full ({self.entries} entries)")
+        if self._mmap is None or (self.entries + 1) * self.entry_size > len(self._mmap):
+            self.resize(self._capacity_for(self.entries))
         assert self._mmap is not None
         self.ENTRY.pack_into(self._mmap, self.entries * self.entry_size, *fields)
         self.entries += 1
@@ -127,8 +141,9 @@ class _Index(abc.ABC):
         self.resize(self.entries * self.entry_size)
 
     def resize(self, size: int) -> None:
+        # Closing the map loses nothing: its dirty pages stay in the page cache. Durability
+        # comes from flush() (msync) with the segment's fsync.
         if self._mmap is not None:
-            self._mmap.flush()
             self._mmap.close()
             self._mmap = None
         fd = os.open(self.path, os.O_RDWR)
@@ -141,7 +156,7 @@ class _Index(abc.ABC):
             os.close(fd)
 
     def reopen_writable(self) -> None:
-        self.resize(self.max_entries * self.entry_size)
+        self.resize(self._capacity_for(self.entries))
 
     def close(self, trim: bool = True) -> None:
         if trim:

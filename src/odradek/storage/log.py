@@ -98,7 +98,8 @@ class LogAppendInfo:
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:
     """A fetch answer: a region of a segment file (``size`` may be 0) plus the offsets the
-    response reports. ``fd`` stays open while the segment lives (deletion is delayed)."""
+    response reports. ``fd`` stays open as long as this object holds its segment: a
+    deleted segment closes its descriptor only when the last reference goes."""
 
     fetch_offset: int
     fd: int
@@ -107,6 +108,8 @@ class FetchDataInfo:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int
+    # Keeps the segment (and so ``fd``) alive while this answer is in use.
+    segment: object = None
 
     def read(self) -> bytes:
         return os.pread(self.fd, self.size, self.position) if self.size else b""
@@ -154,6 +157,7 @@ class PartitionLog:
         with self._io("loading log"):
             dir.mkdir(parents=True, exist_ok=True)
             self.leader_epoch_cache = LeaderEpochCache(dir / files.LEADER_EPOCH_CHECKPOINT)
+            self.leader_epoch_cache.schedule = lambda fn: self.schedule_io(fn)
             self.producer_state = ProducerStateManager(dir)
             self._load(had_clean_shutdown)
         self.high_watermark = self.log_end_offset
@@ -542,7 +546,9 @@ class PartitionLog:
                 result = segment.read(offset, max_bytes, max_position, min_one_message)
                 if result is not None:
                     first, size = result
-                    return FetchDataInfo(offset, segment.fd, first.position, size, start, leo, hw)
+                    return FetchDataInfo(
+                        offset, segment.fd, first.position, size, start, leo, hw, segment
+                    )
                 i += 1
         return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw)
 

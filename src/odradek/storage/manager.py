@@ -230,9 +230,9 @@ class LogManager:
                 return
             with self.failure_channel.guard(partition_log.log_dir, f"deleting {tp}"), \
                     partition_log._lock:
-                partition_log.closed = True  # background work on it becomes a no-op
-                for segment in partition_log.segments:
-                    segment.close()
+                # Background work on it becomes a no-op; segment descriptors close when
+                # the last fetch holding one lets go (LogSegment.__del__).
+                partition_log.closed = True
                 target = partition_log.dir.with_name(
                     f"{tp}.{uuid.uuid4().hex}{files.DELETE_DIR_SUFFIX}"
                 )

@@ -15,6 +15,7 @@ the file at the first torn or corrupt batch.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
@@ -377,15 +378,23 @@ class LogSegment:
         self.time_index.path = files.time_index_file(self.dir, self.base_offset, new)
 
     def delete_files(self) -> None:
+        """Unlink the segment's files. The ``.log`` descriptor stays open until the last
+        reference to this segment goes (``__del__``): a fetch response still holding a
+        region of it keeps reading the right bytes, and the descriptor number can never
+        be reused by another file under it."""
         with self._fd_lock:
-            if self._fd >= 0:
-                self.offset_index.close(trim=False)
-                self.time_index.close(trim=False)
-                os.close(self._fd)
-                self._fd = -1
+            self.offset_index.close(trim=False)
+            self.time_index.close(trim=False)
         self.log_path.unlink(missing_ok=True)
         self.offset_index.path.unlink(missing_ok=True)
         self.time_index.path.unlink(missing_ok=True)
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", -1)
+        if fd >= 0:
+            self._fd = -1
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
