@@ -88,4 +88,6 @@ def test_atomic_write_goes_through_a_temporary_file(tmp_path: Path, monkeypatch)
 
     monkeypatch.setattr(files.os, "replace", spy)
     files.atomic_write(tmp_path / "x", b"0\n0\n")
-    assert seen == [("x" + files.TMP_SUFFIX, "x")]
+    ((src, dst),) = seen
+    assert dst == "x"
+    assert src.startswith("x.") and src.endswith(files.TMP_SUFFIX)  # a tmp of its own

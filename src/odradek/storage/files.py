@@ -12,6 +12,7 @@ it, rename it over the old one, fsync the directory.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 LOG_SUFFIX = ".log"
@@ -65,7 +66,8 @@ def fsync_dir(dir: Path) -> None:
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a crash leaves either the old or the new file."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
+    # A name of its own per write: two writers of one file (threads) never share a tmp.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)

@@ -40,8 +40,7 @@ class LeaderEpochCache:
         if self.entries and (epoch <= self.entries[-1][0] or start_offset < self.entries[-1][1]):
             return
         self.entries.append((epoch, start_offset))
-        snapshot = list(self.entries)
-        self.schedule(lambda: checkpoint.write_epochs(self.path, snapshot))
+        self.flush()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch: the start offset of the first epoch
@@ -74,4 +73,7 @@ class LeaderEpochCache:
         self.flush()
 
     def flush(self) -> None:
-        checkpoint.write_epochs(self.path, self.entries)
+        """Write the checkpoint through ``schedule``: every write of this file goes the same
+        way, in order, so two writes never race on it."""
+        snapshot = list(self.entries)
+        self.schedule(lambda: checkpoint.write_epochs(self.path, snapshot))

@@ -157,7 +157,7 @@ class PartitionLog:
         with self._io("loading log"):
             dir.mkdir(parents=True, exist_ok=True)
             self.leader_epoch_cache = LeaderEpochCache(dir / files.LEADER_EPOCH_CHECKPOINT)
-            self.leader_epoch_cache.schedule = lambda fn: self.schedule_io(fn)
+            self.leader_epoch_cache.schedule = self._schedule_checkpoint
             self.producer_state = ProducerStateManager(dir)
             self._load(had_clean_shutdown)
         self.high_watermark = self.log_end_offset
@@ -165,6 +165,16 @@ class PartitionLog:
     # -- helpers -------------------------------------------------------------------------
     def _io(self, operation: str) -> AbstractContextManager[None]:
         return self.failure_channel.guard(self.log_dir, f"{operation} for {self.dir.name}")
+
+    def _schedule_checkpoint(self, write: Callable[[], None]) -> None:
+        """A checkpoint write off the appending thread, still through the disk-error choke
+        point; skipped once the log is deleted."""
+        def run() -> None:
+            if not self.closed:
+                with self._io("writing the leader-epoch checkpoint"):
+                    write()
+
+        self.schedule_io(run)
 
     def __repr__(self) -> str:
         return (
