@@ -140,24 +140,7 @@ class LogSegment:
         while written < len(view):
             written += os.pwrite(self._fd, view[written:], position + written)
         for header in batches:
-            if header.max_timestamp > self.max_timestamp_so_far:
-                self.max_timestamp_so_far = header.max_timestamp
-                self.offset_of_max_timestamp_so_far = header.last_offset
-            # A full index takes no more entries (the next append rolls): never fail
-            # after the bytes are written.
-            if (
-                self.bytes_since_last_index_entry > self.index_interval_bytes
-                and not self.offset_index.is_full()
-            ):
-                self.offset_index.append(header.last_offset, position + header.position)
-                self.time_index.maybe_append(
-                    self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
-                    skip_full_check=True,
-                )
-                self.bytes_since_last_index_entry = 0
-            self.bytes_since_last_index_entry += header.size
-        if self.rolling_based_timestamp is None and batches:
-            self.rolling_based_timestamp = batches[0].max_timestamp
+            self._index_batch(header, position + header.position)
         self.size = position + len(view)
         if batches:
             self._next_offset = batches[-1].next_offset
@@ -259,7 +242,7 @@ class LogSegment:
                             BATCH_HEADER_SIZE
                         ):
                             break
-                        self._index_batch(header)
+                        self._index_batch(header, header.position)
                         next_offset = header.next_offset
                         valid += header.size
                 finally:
@@ -278,7 +261,10 @@ class LogSegment:
         self.time_index.trim()
         return truncated
 
-    def _index_batch(self, header: BatchHeader) -> None:
+    def _index_batch(self, header: BatchHeader, position: int) -> None:
+        """Account one batch now at ``position``: timestamps, and an index entry every
+        ``index.interval.bytes``. A full index takes no more entries (the next append
+        rolls), so an append never fails after its bytes are written."""
         if header.max_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = header.max_timestamp
             self.offset_of_max_timestamp_so_far = header.last_offset
@@ -288,7 +274,7 @@ class LogSegment:
             self.bytes_since_last_index_entry > self.index_interval_bytes
             and not self.offset_index.is_full()
         ):
-            self.offset_index.append(header.last_offset, header.position)
+            self.offset_index.append(header.last_offset, position)
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
                 skip_full_check=True,
