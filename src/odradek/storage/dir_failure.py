@@ -49,12 +49,17 @@ class LogDirFailureChannel:
         if log_dir in self._offline:
             raise KafkaStorageError(f"log dir {log_dir} is offline: {self._offline[log_dir]}")
 
+    def failed(self, log_dir: Path, operation: str, exc: OSError) -> KafkaStorageError:
+        """Take ``log_dir`` offline for ``exc``; return the error to raise. For hot paths
+        that cannot afford a context manager per call (the append path)."""
+        reason = f"{operation} failed: {exc.strerror or exc} ({exc.filename or log_dir})"
+        self.mark_offline(log_dir, reason)
+        return KafkaStorageError(f"error while {operation} in {log_dir}: {exc}")
+
     @contextmanager
     def guard(self, log_dir: Path, operation: str) -> Iterator[None]:
         self.check(log_dir)
         try:
             yield
         except OSError as exc:
-            reason = f"{operation} failed: {exc.strerror or exc} ({exc.filename or log_dir})"
-            self.mark_offline(log_dir, reason)
-            raise KafkaStorageError(f"error while {operation} in {log_dir}: {exc}") from exc
+            raise self.failed(log_dir, operation, exc) from exc

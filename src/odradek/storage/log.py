@@ -464,7 +464,10 @@ class PartitionLog:
         self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader],
         first_offset: int, last_offset: int,
     ) -> None:
-        with self._io("appending"):
+        # The disk-error choke point without a context manager: this runs per batch.
+        channel = self.failure_channel
+        channel.check(self.log_dir)
+        try:
             segment = self._maybe_roll(len(buf), first_offset, last_offset, headers)
             segment.append(buf, headers)
             self.unflushed_messages += last_offset - first_offset + 1
@@ -473,6 +476,8 @@ class PartitionLog:
                 self.recovery_point = self.log_end_offset
                 self.unflushed_messages = 0
                 self.last_flush_ms = self.time_ms()
+        except OSError as exc:
+            raise channel.failed(self.log_dir, f"appending for {self.dir.name}", exc) from exc
         self.high_watermark = self.log_end_offset
         for listener in self._append_listeners:
             listener(self, len(buf))
@@ -483,17 +488,22 @@ class PartitionLog:
         segment = self.active_segment
         if segment.size == 0:
             return segment
-        max_ts = max(h.max_timestamp for h in headers) if headers else -1
-        if segment.rolling_based_timestamp is not None and segment.rolling_based_timestamp >= 0:
-            waited = max_ts - segment.rolling_based_timestamp
-        else:
-            waited = self.time_ms() - segment.created_ms
         if (
             segment.size > self.config.segment_bytes - size
             or segment.is_full()
-            or waited > self.config.segment_ms - segment.roll_jitter_ms
             or last_offset - segment.base_offset > _INT32_MAX
         ):
+            return self._roll(first_offset)
+        rolling = segment.rolling_based_timestamp
+        if rolling is not None and rolling >= 0:
+            if len(headers) == 1:
+                max_ts = headers[0].max_timestamp
+            else:
+                max_ts = max(h.max_timestamp for h in headers) if headers else -1
+            waited = max_ts - rolling
+        else:
+            waited = self.time_ms() - segment.created_ms
+        if waited > self.config.segment_ms - segment.roll_jitter_ms:
             return self._roll(first_offset)
         return segment
 
