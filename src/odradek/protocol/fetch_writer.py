@@ -61,6 +61,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from odradek.protocol.primitives import array_length, string, tagged, uvarint
 from odradek.protocol.send import Chunk, FileRegion, Send
 
 __all__ = [
@@ -138,54 +139,26 @@ class NodeEndpoint:
     rack: str | None = None
 
 
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _string(value: str, flexible: bool) -> bytes:
-    raw = value.encode()
-    if flexible:
-        return _uvarint(len(raw) + 1) + raw
-    return struct.pack(">h", len(raw)) + raw
-
-
-def _array_length(n: int | None, flexible: bool) -> bytes:
-    if flexible:
-        return _uvarint(0 if n is None else n + 1)
-    return _I32.pack(-1 if n is None else n)
-
-
-def _tagged(tag: int, payload: bytes) -> bytes:
-    return _uvarint(tag) + _uvarint(len(payload)) + payload
-
-
 def _partition_tags(p: FetchPartition) -> bytes:
     tags: list[bytes] = []
     if p.diverging_epoch != _DEFAULT_PAIR:
-        tags.append(_tagged(0, _EPOCH_END.pack(p.diverging_epoch[0], p.diverging_epoch[1], 0)))
+        tags.append(tagged(0, _EPOCH_END.pack(p.diverging_epoch[0], p.diverging_epoch[1], 0)))
     if p.current_leader != _DEFAULT_PAIR:
-        tags.append(_tagged(1, _LEADER.pack(p.current_leader[0], p.current_leader[1], 0)))
+        tags.append(tagged(1, _LEADER.pack(p.current_leader[0], p.current_leader[1], 0)))
     if p.snapshot_id != _DEFAULT_PAIR:
-        tags.append(_tagged(2, _SNAPSHOT.pack(p.snapshot_id[0], p.snapshot_id[1], 0)))
+        tags.append(tagged(2, _SNAPSHOT.pack(p.snapshot_id[0], p.snapshot_id[1], 0)))
     if not tags:
         return b"\x00"
-    return _uvarint(len(tags)) + b"".join(tags)
+    return uvarint(len(tags)) + b"".join(tags)
 
 
 def _node_endpoints(endpoints: Sequence[NodeEndpoint]) -> bytes:
-    out = bytearray(_array_length(len(endpoints), True))
+    out = bytearray(array_length(len(endpoints), True))
     for e in endpoints:
         out += _I32.pack(e.node_id)
-        out += _string(e.host, True)
+        out += string(e.host, True)
         out += _I32.pack(e.port)
-        out += b"\x00" if e.rack is None else _string(e.rack, True)
+        out += b"\x00" if e.rack is None else string(e.rack, True)
         out += b"\x00"
     return bytes(out)
 
@@ -211,15 +184,15 @@ def write_fetch_response(
     buf = bytearray(_I32.pack(throttle_time_ms))
     if version >= 7:
         buf += _I16_I32.pack(error_code, session_id)
-    buf += _array_length(len(topics), flexible)
+    buf += array_length(len(topics), flexible)
     for topic in topics:
         if by_id:
             buf += topic.topic_id.bytes if topic.topic_id is not None else _ZERO_UUID
         else:
             if topic.name is None:
                 raise ValueError("a topic name is required below Fetch v13")
-            buf += _string(topic.name, flexible)
-        buf += _array_length(len(topic.partitions), flexible)
+            buf += string(topic.name, flexible)
+        buf += array_length(len(topic.partitions), flexible)
         for p in topic.partitions:
             buf += _PART_HEAD.pack(
                 p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset
@@ -227,7 +200,7 @@ def write_fetch_response(
             if with_log_start:
                 buf += _I64.pack(p.log_start_offset)
             aborted = p.aborted_transactions
-            buf += _array_length(None if aborted is None else len(aborted), flexible)
+            buf += array_length(None if aborted is None else len(aborted), flexible)
             if aborted is not None:
                 for producer_id, first_offset in aborted:
                     buf += _I64_I64.pack(producer_id, first_offset)
@@ -240,7 +213,7 @@ def write_fetch_response(
                 buf += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
                 size = records.size if isinstance(records, FileRegion) else len(records)
-                buf += _uvarint(size + 1) if flexible else _I32.pack(size)
+                buf += uvarint(size + 1) if flexible else _I32.pack(size)
                 if isinstance(records, FileRegion):
                     if size:
                         parts.append(buf)
@@ -255,7 +228,7 @@ def write_fetch_response(
     if flexible:
         if version >= _NODE_ENDPOINTS and node_endpoints:
             buf += b"\x01"
-            buf += _tagged(0, _node_endpoints(node_endpoints))
+            buf += tagged(0, _node_endpoints(node_endpoints))
         else:
             buf += b"\x00"
     if buf:

@@ -20,14 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.produce_writer import PartitionResult, write_produce_response
 from odradek.protocol.registry import HandlerRegistry, RequestContext
-from odradek.server.handlers._entities import (
-    ZERO_THROTTLE,
-    make,
-    ms_to_datetime,
-    nested,
-    response_module,
-)
+from odradek.protocol.send import Send
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage.cleaner import require_keys
 
@@ -40,65 +35,56 @@ VALID_ACKS = (0, 1, -1)
 
 def register_produce(registry: HandlerRegistry, broker: Broker) -> None:
     async def produce(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("produce", ctx.api_version)
         acks = request.acks
-        topics = []
+        topics: list[tuple[str, list[PartitionResult]]] = []
         for topic in request.topic_data:
-            partitions = []
-            for pdata in topic.partition_data:
-                partitions.append(_append(m, broker, acks, topic.name, pdata, request))
-            topics.append(
-                make(m.TopicProduceResponse, name=topic.name, partition_responses=tuple(partitions))
-            )
+            partitions = [
+                _append(broker, acks, topic.name, pdata, request)
+                for pdata in topic.partition_data
+            ]
+            topics.append((topic.name, partitions))
         if acks == 0:
             return None
-        return make(
-            m.ProduceResponse, responses=tuple(topics), throttle_time=ZERO_THROTTLE,
-            node_endpoints=(),
-        )
+        # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
+        return Send((write_produce_response(ctx.api_version, topics),))
 
     registry.register(ApiKey.PRODUCE, VERSIONS[0], VERSIONS[1], produce, serial=True)
 
 
 def _partition_response(
-    m: Any, index: int, code: ErrorCode, base_offset: int = -1, log_append_time: int = -1,
+    index: int, code: ErrorCode, base_offset: int = -1, log_append_time: int = -1,
     log_start_offset: int = -1, message: str | None = None,
-) -> Any:
-    return make(
-        m.PartitionProduceResponse,
-        index=index,
-        error_code=code,
-        base_offset=base_offset,
-        log_append_time=ms_to_datetime(log_append_time),
-        log_start_offset=log_start_offset,
-        record_errors=(),
-        error_message=message if code != ErrorCode.none else None,
-        current_leader=nested(m, "LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1),
+) -> PartitionResult:
+    return PartitionResult(
+        index, int(code.value), base_offset, log_append_time, log_start_offset,
+        message if code != ErrorCode.none else None,
     )
 
 
-def _append(m: Any, broker: Broker, acks: int, topic: str, pdata: Any, request: Any) -> Any:
+def _append(
+    broker: Broker, acks: int, topic: str, pdata: Any, request: Any
+) -> PartitionResult:
     index = pdata.index
     if acks not in VALID_ACKS:
-        return _partition_response(m, index, ErrorCode.invalid_required_acks,
+        return _partition_response(index, ErrorCode.invalid_required_acks,
                                    message=f"acks must be 0, 1 or -1, not {acks}")
     partition_log = broker.get_log(topic, index)
     if partition_log is None:
-        return _partition_response(m, index, ErrorCode.unknown_topic_or_partition)
+        return _partition_response(index, ErrorCode.unknown_topic_or_partition)
     records = pdata.records
     if not records:
-        return _partition_response(m, index, ErrorCode.corrupt_message,
+        return _partition_response(index, ErrorCode.corrupt_message,
                                    message="no records in the partition data")
     if request.transactional_id is not None:
         return _partition_response(
-            m, index, ErrorCode.transactional_id_authorization_failed,
+            index, ErrorCode.transactional_id_authorization_failed,
             message="transactions are not supported yet",
         )
     if acks == -1:
         min_isr = int(partition_log.config["min.insync.replicas"])
         if min_isr > 1:  # one broker: the ISR is the leader alone
             return _partition_response(
-                m, index, ErrorCode.not_enough_replicas,
+                index, ErrorCode.not_enough_replicas,
                 message=f"ISR of 1 is below min.insync.replicas={min_isr}",
             )
     try:
@@ -107,7 +93,7 @@ def _append(m: Any, broker: Broker, acks: int, topic: str, pdata: Any, request: 
         info = broker.append_records(partition_log, records)
     except Exception as exc:
         code, message = error_code_for(exc, f"appending to {topic}-{index}")
-        return _partition_response(m, index, code, message=message)
+        return _partition_response(index, code, message=message)
     return _partition_response(
-        m, index, ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset
+        index, ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset
     )
