@@ -226,7 +226,10 @@ class ClusterMetadata:
         }
 
     def _write_configs(self, name: str, configs: Mapping[str, str]) -> None:
-        path = f"{self.CONFIGS}/{name}"
+        self._write_config_doc(f"{self.CONFIGS}/{name}", configs)
+
+    def _write_config_doc(self, path: str, configs: Mapping[str, str]) -> None:
+        """Kafka's ``{"version": 1, "config": {...}}`` document at ``path``."""
         doc = {"version": 1, "config": dict(configs)}
         if self.store.get(path) is None:
             self.store.create_json(path, doc)
@@ -298,9 +301,4 @@ class ClusterMetadata:
 
     def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
         """Replace the dynamic configs of ``entity``; validation is the caller's."""
-        path = f"{self.BROKER_CONFIGS}/{entity}"
-        doc = {"version": 1, "config": dict(configs)}
-        if self.store.get(path) is None:
-            self.store.create_json(path, doc)
-        else:
-            self.store.set_json(path, doc)
+        self._write_config_doc(f"{self.BROKER_CONFIGS}/{entity}", configs)

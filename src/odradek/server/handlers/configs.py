@@ -247,28 +247,40 @@ def _wanted(names: Iterable[str] | None, keys: Iterable[str]) -> list[str]:
     return [n for n in dict.fromkeys(names) if n in allowed]
 
 
+def _topic_synonyms(broker: Broker, key: str, overrides: Mapping[str, str]) -> list[Synonym]:
+    """Every level holding a value for topic config ``key``, highest precedence first."""
+    synonyms: list[Synonym] = []
+    if key in overrides:
+        synonyms.append((key, overrides[key], SOURCE_DYNAMIC_TOPIC))
+    broker_key = TOPIC_CONFIGS[key].broker_key
+    if broker_key:
+        synonyms.extend(_broker_synonyms(broker, broker_key))
+    return synonyms
+
+
+def topic_config_entries(
+    broker: Broker, overrides: Mapping[str, str]
+) -> list[tuple[str, str | None, int]]:
+    """(name, effective value, source) of every topic config for a topic with these
+    ``overrides`` — what CreateTopics v5+ answers, with the sources DescribeConfigs gives."""
+    effective = LogConfig.build(broker.metadata.broker_defaults, overrides)
+    out = []
+    for key in sorted(TOPIC_CONFIGS):
+        synonyms = _topic_synonyms(broker, key, overrides)
+        out.append((key, format_value(effective[key]),
+                    synonyms[0][2] if synonyms else SOURCE_DEFAULT))
+    return out
+
+
 def describe_topic(m: Any, broker: Broker, name: str, names: Iterable[str] | None,
                    include_synonyms: bool, include_docs: bool) -> list[Any]:
-    try:
-        topic_names.validate(name)
-    except topic_names.InvalidTopicNameError as exc:
-        raise ConfigRequestError(ErrorCode.invalid_topic_exception, str(exc)) from None
-    info = broker.metadata.get(name)
-    if info is None:
-        raise ConfigRequestError(ErrorCode.unknown_topic_or_partition,
-                                 f"topic {name!r} does not exist")
+    overrides = _check_topic(broker, name)
     effective = broker.metadata.log_config(name)
-    entries = []
-    for key in _wanted(names, TOPIC_CONFIGS):
-        d = TOPIC_CONFIGS[key]
-        synonyms: list[Synonym] = []
-        if key in info.configs:
-            synonyms.append((key, info.configs[key], SOURCE_DYNAMIC_TOPIC))
-        if d.broker_key:
-            synonyms.extend(_broker_synonyms(broker, d.broker_key))
-        entries.append(_entry(m, d, format_value(effective[key]), False, synonyms,
-                              include_synonyms, include_docs))
-    return entries
+    return [
+        _entry(m, TOPIC_CONFIGS[key], format_value(effective[key]), False,
+               _topic_synonyms(broker, key, overrides), include_synonyms, include_docs)
+        for key in _wanted(names, TOPIC_CONFIGS)
+    ]
 
 
 def describe_broker(m: Any, broker: Broker, name: str, names: Iterable[str] | None,

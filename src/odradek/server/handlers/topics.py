@@ -21,7 +21,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import code_of
-from odradek.storage.config import TOPIC_CONFIGS
+from odradek.server.handlers.configs import topic_config_entries
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker
@@ -29,36 +29,6 @@ if TYPE_CHECKING:
 CREATE_VERSIONS = (2, 7)
 DELETE_VERSIONS = (1, 6)
 ZERO_UUID = uuid.UUID(int=0)
-
-# DescribeConfigs config sources (Kafka's ConfigSource).
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-
-
-def topic_config_entries(broker: Broker, name: str) -> list[tuple[str, str, int]]:
-    """(name, value, source) for every topic config of ``name``."""
-    info = broker.metadata.get(name)
-    overrides = info.configs if info else {}
-    effective = broker.metadata.log_config(name)
-    out = []
-    for key, d in sorted(TOPIC_CONFIGS.items()):
-        if key in overrides:
-            source = SOURCE_DYNAMIC_TOPIC
-        elif d.broker_key and d.broker_key in broker.config.raw:
-            source = SOURCE_STATIC_BROKER
-        else:
-            source = SOURCE_DEFAULT
-        value = effective[key]
-        if isinstance(value, tuple):
-            text = ",".join(value)
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        else:
-            text = str(value)
-        out.append((key, text, source))
-    return out
-
 
 def register_topics(registry: HandlerRegistry, broker: Broker) -> None:
     async def create_topics(ctx: RequestContext, request: Any) -> Any:
@@ -138,14 +108,14 @@ def _create_one(m: Any, broker: Broker, topic: Any, duplicate: bool, validate_on
         return result(code_of(exc.kafka_error), str(exc))
     rf = len(next(iter(info.partitions.values())))
     return result(ErrorCode.none, None, (info.partitions, rf,
-                                         topic_config_entries(broker, info.name), info.topic_id))
+                                         topic_config_entries(broker, info.configs), info.topic_id))
 
 
-def _preview_configs(broker: Broker, configs: dict[str, str | None]) -> list[tuple[str, str, int]]:
-    entries = topic_config_entries(broker, "")
-    return [(k, str(configs[k]) if configs.get(k) is not None else v,
-             SOURCE_DYNAMIC_TOPIC if configs.get(k) is not None else s)
-            for k, v, s in entries]
+def _preview_configs(
+    broker: Broker, configs: dict[str, str | None]
+) -> list[tuple[str, str | None, int]]:
+    """The configs a validate_only creation would give the topic."""
+    return topic_config_entries(broker, {k: v for k, v in configs.items() if v is not None})
 
 
 def _delete_one(m: Any, broker: Broker, name: str | None, topic_id: uuid.UUID | None) -> Any:
