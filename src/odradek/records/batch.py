@@ -58,6 +58,7 @@ __all__ = [
     "InvalidRecordError",
     "Record",
     "TimestampType",
+    "decode_records",
     "iter_batches",
     "iter_records",
     "validate_batches",
@@ -420,12 +421,24 @@ def iter_records(
 ) -> Iterator[Record]:
     """Lazily decode the records of one batch (decompressing it first if needed)."""
     header = BatchHeader.parse(batch)
-    payload = records_payload(batch, max_size)
-    log_append = header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    yield from decode_records(
+        records_payload(batch, max_size), header.record_count, header.base_offset,
+        header.base_timestamp, header.max_timestamp,
+        header.timestamp_type == TimestampType.LOG_APPEND_TIME,
+    )
+
+
+def decode_records(
+    payload: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
+    max_timestamp: int, log_append_time: bool,
+) -> Iterator[Record]:
+    """Decode ``count`` records from a batch's (decompressed) records section, with the
+    rules of Kafka's ``DefaultRecord.readFrom``; LogAppendTime batches give every record
+    the batch's max_timestamp."""
     pos = 0
     end = len(payload)
     try:
-        for _ in range(header.record_count):
+        for _ in range(count):
             length, pos = read_varint(payload, pos)
             record_end = pos + length
             if length < MIN_RECORD_SIZE - 1 or record_end > end:
@@ -436,11 +449,11 @@ def iter_records(
             offset_delta, pos = read_varint(payload, pos)
             key, pos = _read_bytes(payload, pos, record_end)
             value, pos = _read_bytes(payload, pos, record_end)
-            count, pos = read_varint(payload, pos)
-            if count < 0 or count > record_end - pos:
-                raise InvalidRecordError("headers", f"invalid header count {count}")
+            header_count, pos = read_varint(payload, pos)
+            if header_count < 0 or header_count > record_end - pos:
+                raise InvalidRecordError("headers", f"invalid header count {header_count}")
             headers = []
-            for _h in range(count):
+            for _h in range(header_count):
                 hkey, pos = _read_bytes(payload, pos, record_end)
                 if hkey is None:
                     raise InvalidRecordError("headers", "null header key")
@@ -448,10 +461,9 @@ def iter_records(
                 headers.append(Header(hkey.decode("utf-8", "replace"), hvalue))
             if pos != record_end:
                 raise InvalidRecordError("record_length", "record length does not match its fields")
-            timestamp = header.max_timestamp if log_append else header.base_timestamp + ts_delta
-            yield Record(
-                header.base_offset + offset_delta, timestamp, key, value, tuple(headers), attributes
-            )
+            timestamp = max_timestamp if log_append_time else base_timestamp + ts_delta
+            yield Record(base_offset + offset_delta, timestamp, key, value, tuple(headers),
+                         attributes)
     except VarintError as exc:
         raise InvalidRecordError("varint", str(exc)) from exc
     if pos != end:
