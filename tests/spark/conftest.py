@@ -7,10 +7,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow  # noqa: F401  (a missing Spark dependency fails the run, never skips it)
+import pyspark  # noqa: F401
 import pytest
-
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
 
 
 @pytest.fixture(scope="session")

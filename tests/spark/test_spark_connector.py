@@ -350,12 +350,7 @@ def test_fail_on_data_loss(spark: Any, shared_broker: RunningBroker) -> None:
         p.produce(topic, b"x%d" % i, None, 0)
     assert p.flush(30) == 0
     admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
-    try:
-        admin.delete_records([TopicPartition(topic, 0, 10)])[TopicPartition(topic, 0, 10)].result(
-            30
-        )
-    except Exception as exc:  # DeleteRecords not served by this broker build
-        pytest.skip(f"DeleteRecords unavailable: {exc}")
+    admin.delete_records([TopicPartition(topic, 0, 10)])[TopicPartition(topic, 0, 10)].result(30)
     start = f'{{"{topic}":{{"0":0}}}}'
     with pytest.raises(Exception, match=r"data loss.*failOnDataLoss=false"):
         _reader(spark, shared_broker, subscribe=topic, startingOffsets=start).collect()

@@ -19,7 +19,9 @@ from odradek.client.connection import BrokerConnection, ClientError, request_cla
 def check(code: Any, what: str, message: str | None = None) -> None:
     if code != ErrorCode.none:
         detail = f": {message}" if message else ""
-        raise ClientError(f"{what} failed with {ErrorCode(code).name.upper()}{detail}")
+        raise ClientError(
+            f"{what} failed with {ErrorCode(code).name.upper()}{detail}", int(ErrorCode(code).value)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,29 @@ class Admin:
                 ErrorCode(t.error_code).name,
             ))
         return out
+
+    async def leader(self, topic: str, partition: int) -> tuple[str, int]:
+        """(host, port) of the leader of ``topic-partition``."""
+        cls = request_class("metadata", 12, "MetadataRequest")
+        topic_cls = request_class("metadata", 12, "MetadataRequestTopic")
+        response = await self.conn.send(cls(
+            topics=(topic_cls(topic_id=None, name=topic),), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        ))
+        brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
+        what = f"finding the leader of {topic}-{partition}"
+        for t in response.topics:
+            if t.name != topic:
+                continue
+            check(t.error_code, what)
+            for p in t.partitions:
+                if p.partition_index == partition:
+                    check(p.error_code, what)
+                    if int(p.leader_id) not in brokers:
+                        check(ErrorCode.leader_not_available, what)
+                    return brokers[int(p.leader_id)]
+        check(ErrorCode.unknown_topic_or_partition, what)
+        raise AssertionError("unreachable")
 
     async def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]

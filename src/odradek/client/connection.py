@@ -25,7 +25,11 @@ API_VERSIONS_KEY = 18
 
 
 class ClientError(Exception):
-    pass
+    """A failed exchange; ``error_code`` is the Kafka error code when the broker sent one."""
+
+    def __init__(self, message: str, error_code: int | None = None) -> None:
+        super().__init__(message)
+        self.error_code = error_code
 
 
 class BrokerConnection:

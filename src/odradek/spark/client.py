@@ -228,7 +228,9 @@ def _batch(
     if include_headers:
         columns.append(
             pa.array(
-                [[{"key": k, "value": v} for k, v in (m.headers() or ())] for m in msgs],
+                # null when a record has no headers, as Spark's Kafka source gives
+                [[{"key": k, "value": v} for k, v in hs] if (hs := m.headers()) else None
+                 for m in msgs],
                 HEADERS_TYPE,
             )
         )

@@ -34,6 +34,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from odradek.spark import client as kc
+from odradek.spark import fetcher
 from odradek.spark.options import OdradekOptionError, ReadOptions, parse_read_options
 
 __all__ = ["OdradekBatchReader", "OdradekDataSource", "OdradekStreamReader", "OffsetRange"]
@@ -72,6 +73,14 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
             b = r.start + size * (i + 1) // parts
             out.append(OffsetRange(r.topic, r.partition, a, b))
     return out
+
+
+def read_offset_range(opts: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """One task's read: raw batches decoded to Arrow in C (:mod:`odradek.spark.fetcher`)
+    when it can honour every ``kafka.*`` option, librdkafka otherwise."""
+    if fetcher.supports(opts.client):
+        return fetcher.read_range(opts, r.topic, r.partition, r.start, r.until)
+    return kc.read_range(opts, r.topic, r.partition, r.start, r.until)
 
 
 def to_json(offsets: kc.Offsets) -> dict[str, dict[str, int]]:
@@ -166,9 +175,7 @@ class OdradekBatchReader(DataSourceReader):
         assert isinstance(partition, OffsetRange)
         if partition.partition < 0:
             return iter(())
-        return kc.read_range(
-            self.opts, partition.topic, partition.partition, partition.start, partition.until
-        )
+        return read_offset_range(self.opts, partition)
 
 
 class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -282,9 +289,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
-        return kc.read_range(
-            self.opts, partition.topic, partition.partition, partition.start, partition.until
-        )
+        return read_offset_range(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: offsets live in Spark's checkpoint (idempotent by construction)."""
