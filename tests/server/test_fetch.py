@@ -54,13 +54,14 @@ class Fetcher:
 
     def request(self, offsets: dict[int, int], session_id: int = 0, epoch: int = -1,
                 forgotten: tuple[int, ...] = (), max_wait_ms: int = 20, min_bytes: int = 1,
-                max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20) -> Any:
+                max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20,
+                leader_epoch: int = -1) -> Any:
         m = self.m
         topics: tuple[Any, ...] = ()
         if offsets:
             topics = (make(m.FetchTopic, topic=self.name, topic_id=self.topic_id, partitions=tuple(
                 make(m.FetchPartition, partition=p, fetch_offset=o,
-                     partition_max_bytes=partition_max_bytes, current_leader_epoch=-1,
+                     partition_max_bytes=partition_max_bytes, current_leader_epoch=leader_epoch,
                      last_fetched_epoch=-1, log_start_offset=-1, replica_directory_id=None)
                 for p, o in offsets.items())),)
         forgotten_data: tuple[Any, ...] = ()
@@ -293,6 +294,36 @@ def test_incremental_fetch_rotates_partitions_with_data(broker: RunningBroker) -
             assert list(_parts(r)) == [1] and _parts(r)[1].records
             r = await conn.send(f.request({}, sid, 3, max_bytes=100))
             assert list(_parts(r)) == [0]
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("epoch", "code"), [
+    (-1, ErrorCode.none), (0, ErrorCode.none), (1, ErrorCode.unknown_leader_epoch),
+    (-2, ErrorCode.fenced_leader_epoch),
+])
+def test_current_leader_epoch_checked_by_fetch_and_list_offsets(
+    broker: RunningBroker, epoch: int, code: ErrorCode
+) -> None:
+    """Kafka's Partition.checkCurrentLeaderEpoch; the one broker's leader epoch is 0."""
+    name, tid = _topic(broker, 1)
+    _append(broker, name, 0)
+
+    async def scenario() -> None:
+        conn = await BrokerConnection.open(broker.bootstrap)
+        try:
+            r = await conn.send(Fetcher(12, name, tid).request({0: 0}, leader_epoch=epoch))
+            assert _parts(r)[0].error_code == code
+            m = importlib.import_module("kio.schema.list_offsets.v7.request")
+            r = await conn.send(make(
+                m.ListOffsetsRequest, replica_id=-1, isolation_level=0,
+                topics=(make(m.ListOffsetsTopic, name=name, partitions=(make(
+                    m.ListOffsetsPartition, partition_index=0, current_leader_epoch=epoch,
+                    timestamp=-1),)),),
+            ))
+            assert r.topics[0].partitions[0].error_code == code
         finally:
             await conn.close()
 

@@ -58,7 +58,7 @@ from odradek.server.fetch_session import (
     FetchSessionCache,
     PartitionKey,
 )
-from odradek.server.handlers._errors import error_code_for
+from odradek.server.handlers._errors import error_code_for, leader_epoch_error
 from odradek.storage import TopicPartition
 
 if TYPE_CHECKING:
@@ -245,8 +245,9 @@ def _read_one(
     if partition_log is None:
         code = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
         return FetchPartition(cp.partition, code)
-    if cp.leader_epoch > 0:
-        return FetchPartition(cp.partition, ErrorCode.unknown_leader_epoch)
+    epoch_error = leader_epoch_error(cp.leader_epoch)
+    if epoch_error != ErrorCode.none:
+        return FetchPartition(cp.partition, epoch_error)
     limit = min(cp.max_bytes, remaining)
     try:
         info = partition_log.read(cp.fetch_offset, limit, partition_log.high_watermark,

@@ -16,7 +16,7 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
-from odradek.server.handlers._errors import error_code_for
+from odradek.server.handlers._errors import error_code_for, leader_epoch_error
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 if TYPE_CHECKING:
@@ -54,9 +54,9 @@ def _one(m: Any, broker: Broker, topic: str, p: Any, version: int) -> Any:
     partition_log = broker.get_log(topic, p.partition_index)
     if partition_log is None:
         return answer(ErrorCode.unknown_topic_or_partition)
-    leader_epoch = getattr(p, "current_leader_epoch", -1)
-    if leader_epoch > 0:
-        return answer(ErrorCode.unknown_leader_epoch)
+    epoch_error = leader_epoch_error(getattr(p, "current_leader_epoch", -1))
+    if epoch_error != ErrorCode.none:
+        return answer(epoch_error)
     ts = p.timestamp
     if (
         (ts == MAX_TIMESTAMP and version < 7)
