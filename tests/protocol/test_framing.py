@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from odradek.protocol.errors import FrameTooLargeError, InvalidFrameSizeError
 from odradek.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, frame
@@ -87,3 +90,34 @@ def test_http_hint() -> None:
 def test_invalid_limit() -> None:
     with pytest.raises(ValueError):
         FrameDecoder(max_frame_size=-1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=12),
+    cuts=st.lists(st.integers(0, 4000), max_size=20),
+    tail=st.binary(max_size=3),
+)
+def test_any_chunking_gives_the_frames_back(
+    payloads: list[bytes], cuts: list[int], tail: bytes
+) -> None:
+    """Frames come back whole and in order however the stream is cut into chunks (the
+    decoder keeps the chunks and joins a frame only once it is complete)."""
+    stream = b"".join(frame(p) for p in payloads) + tail
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    decoder = FrameDecoder()
+    out: list[bytes] = []
+    for start, end in itertools.pairwise(bounds):
+        out += decoder.feed(stream[start:end])
+        assert decoder.buffered == end - len(b"".join(frame(p) for p in out))
+    assert out == payloads
+    assert decoder.buffered == len(tail)
+
+
+def test_a_reused_receive_buffer_does_not_change_buffered_bytes() -> None:
+    decoder = FrameDecoder()
+    chunk = bytearray(frame(b"abcdef")[:7])
+    decoder.receive_data(chunk)
+    chunk[:] = b"\xff" * len(chunk)  # the caller reuses its buffer
+    decoder.receive_data(memoryview(frame(b"abcdef")[7:]))
+    assert decoder.next_frame() == b"abcdef"
