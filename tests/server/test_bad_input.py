@@ -147,6 +147,27 @@ def test_acks_5_is_invalid_required_acks(shared_broker: RunningBroker, topic: st
     assert _log_end(shared_broker, topic) == 0
 
 
+def test_acks_all_below_min_insync_replicas(shared_broker: RunningBroker) -> None:
+    name = f"isr-{uuid.uuid4().hex[:8]}"
+    shared_broker.call(shared_broker.broker.metadata.create_topic, name, 1, 1,
+                       {"min.insync.replicas": "2"})
+    batch = build_batch([(b"k", b"v")], timestamp=int(time.time() * 1000))
+    code, message = _produce(shared_broker, name, 0, batch, acks=-1)
+    assert code == ErrorCode.not_enough_replicas
+    assert message == "ISR of 1 is below min.insync.replicas=2"
+    assert _log_end(shared_broker, name) == 0
+    assert _produce(shared_broker, name, 0, batch, acks=1) == (ErrorCode.none, None)
+    assert _log_end(shared_broker, name) == 1
+
+
+def test_acks_all_with_the_default_min_insync_replicas(
+    shared_broker: RunningBroker, topic: str
+) -> None:
+    batch = build_batch([(b"k", b"v")], timestamp=int(time.time() * 1000))
+    assert _produce(shared_broker, topic, 0, batch, acks=-1) == (ErrorCode.none, None)
+    assert _log_end(shared_broker, topic) == 1
+
+
 def test_unknown_partition(shared_broker: RunningBroker, topic: str) -> None:
     batch = build_batch([(b"k", b"v")], timestamp=int(time.time() * 1000))
     assert _produce(shared_broker, topic, 7, batch)[0] == ErrorCode.unknown_topic_or_partition

@@ -15,6 +15,7 @@ from odradek.records.batch import (
     CRC_OFFSET,
     BatchHeader,
     compute_crc,
+    iter_batches,
     iter_records,
     validate_batch,
 )
@@ -28,6 +29,7 @@ from odradek.storage.errors import (
     RecordTooLargeError,
 )
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from odradek.storage.segment import LogSegment
 
 from ._util import NOW, Clock, config, make_batch, open_log, read_all, segment_batches
 
@@ -458,4 +460,57 @@ def test_log_append_time(tmp_path: Path) -> None:
     assert stored[61:] == original[61:]  # the records themselves are untouched
     found = plog.fetch_offset_by_timestamp(NOW)
     assert found is not None and tuple(found) == (NOW + 5, 0)
+    plog.close()
+
+
+def _segment_state(segment: LogSegment) -> tuple[object, ...]:
+    return (
+        segment.size, segment.next_offset, segment.max_timestamp_so_far,
+        segment.offset_of_max_timestamp_so_far, segment.rolling_based_timestamp,
+        segment.bytes_since_last_index_entry,
+        [segment.offset_index.entry(i) for i in range(segment.offset_index.entries)],
+        [segment.time_index.entry(i) for i in range(segment.time_index.entries)],
+    )
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    appends=st.lists(
+        st.lists(st.tuples(st.integers(1, 4), st.integers(-500, 500)), min_size=1, max_size=4),
+        min_size=1, max_size=12,
+    ),
+    interval=st.integers(0, 400),
+    log_append_time=st.booleans(),
+)
+def test_leader_append_indexes_like_the_written_headers(
+    tmp_path_factory: pytest.TempPathFactory, appends: list[list[tuple[int, int]]],
+    interval: int, log_append_time: bool,
+) -> None:
+    """The leader describes the batches it writes without re-parsing them (AppendedBatch);
+    the segment must end up exactly as if fed the headers parsed from the written bytes."""
+    root = tmp_path_factory.mktemp("leader")
+    timestamp_type = "LogAppendTime" if log_append_time else "CreateTime"
+    clock = Clock(NOW + 1000)
+    plog = open_log(root, config(index_interval_bytes=interval,
+                                 message_timestamp_type=timestamp_type), clock)
+    reference = LogSegment(root, 0, interval, 1 << 20)
+    seed = 0
+    for batches in appends:
+        buf = b""
+        for count, skew in batches:
+            buf += make_batch(count, NOW + skew, ts_step=7, seed=seed)
+            seed += 1
+        clock.now += 3
+        before = plog.active_segment.size
+        info = plog.append_as_leader(buf, leader_epoch=0)
+        written = plog.active_segment.read_bytes(before, plog.active_segment.size - before)
+        headers = [validate_batch(written, h.position) for h in iter_batches(written)]
+        reference.append(written, headers)
+        assert info.first_offset == headers[0].base_offset
+        assert info.last_offset == headers[-1].last_offset
+    assert len(plog.segments) == 1
+    assert _segment_state(plog.active_segment) == _segment_state(reference)
+    reference.close()
     plog.close()

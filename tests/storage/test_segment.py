@@ -6,7 +6,7 @@ from pathlib import Path
 
 from odradek.records.batch import BatchHeader, set_base_offset
 from odradek.storage import files
-from odradek.storage.segment import LogSegment
+from odradek.storage.segment import AppendedBatch, LogSegment
 
 from ._util import NOW, make_batch
 
@@ -98,3 +98,36 @@ def test_truncate_to(tmp_path: Path) -> None:
     seg.sanity_check()
     assert seg.truncate_to(100) == 0
     seg.close()
+
+
+def test_append_with_appended_batch_descriptions(tmp_path: Path) -> None:
+    """A leader describes what it writes with AppendedBatch instead of parsed headers; the
+    segment accounts both the same way."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    by_header = LogSegment(tmp_path / "a", 0, index_interval_bytes=100, max_index_size=4096)
+    by_extent = LogSegment(tmp_path / "b", 0, index_interval_bytes=100, max_index_size=4096)
+    offset = 0
+    for i in range(20):
+        batch = bytearray(make_batch(2, NOW + 5 * (i % 4), value_size=30, ts_step=1, seed=i))
+        set_base_offset(batch, 0, offset)
+        header = BatchHeader.parse(batch)
+        by_header.append(batch, [header])
+        by_extent.append(batch, [AppendedBatch(0, header.size, header.last_offset,
+                                               header.max_timestamp)])
+        offset = header.next_offset
+    for seg in (by_header, by_extent):
+        assert seg.next_offset == offset
+    assert by_extent.size == by_header.size
+    assert (by_extent.max_timestamp_so_far, by_extent.offset_of_max_timestamp_so_far) == (
+        by_header.max_timestamp_so_far, by_header.offset_of_max_timestamp_so_far
+    )
+    assert by_extent.offset_index.entries == by_header.offset_index.entries > 2
+    assert [by_extent.offset_index.entry(n) for n in range(by_extent.offset_index.entries)] == [
+        by_header.offset_index.entry(n) for n in range(by_header.offset_index.entries)
+    ]
+    assert [by_extent.time_index.entry(n) for n in range(by_extent.time_index.entries)] == [
+        by_header.time_index.entry(n) for n in range(by_header.time_index.entries)
+    ]
+    by_header.close()
+    by_extent.close()

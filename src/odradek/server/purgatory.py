@@ -67,8 +67,10 @@ class Purgatory:
                         del self._watchers[key]
 
     def notify(self, key: Hashable, nbytes: int) -> None:
-        for op in list(self._watchers.get(key, ())):
-            op.add(nbytes)
+        watchers = self._watchers.get(key)
+        if watchers:  # called on every append: nothing to copy when nobody waits
+            for op in list(watchers):
+                op.add(nbytes)
 
     def wake_all(self, key: Hashable) -> None:
         """Complete every operation on ``key`` (e.g. its partition was deleted)."""

@@ -9,7 +9,7 @@ with a message naming the key, never half-applied.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 LONG_MAX = (1 << 63) - 1
@@ -147,10 +147,64 @@ def parse_value(d: ConfigDef, raw: Any) -> Any:
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """Effective configuration of one partition log. ``overrides`` are topic-level values
-    explicitly set; everything else comes from broker defaults or Kafka's defaults."""
+    explicitly set; everything else comes from broker defaults or Kafka's defaults.
+
+    The config is immutable, so the values the append path reads (sizes, times, flags) are
+    parsed once here into plain attributes: reading one is a slot load, not a dict lookup
+    plus a conversion per partition per request."""
 
     values: Mapping[str, Any]
     overrides: Mapping[str, Any]
+    # Derived from ``values`` by __post_init__ (typed accessors for the hot keys).
+    segment_bytes: int = field(init=False, repr=False, compare=False)
+    segment_ms: int = field(init=False, repr=False, compare=False)
+    segment_jitter_ms: int = field(init=False, repr=False, compare=False)
+    segment_index_bytes: int = field(init=False, repr=False, compare=False)
+    index_interval_bytes: int = field(init=False, repr=False, compare=False)
+    max_message_bytes: int = field(init=False, repr=False, compare=False)
+    retention_ms: int = field(init=False, repr=False, compare=False)
+    retention_bytes: int = field(init=False, repr=False, compare=False)
+    flush_messages: int = field(init=False, repr=False, compare=False)
+    flush_ms: int = field(init=False, repr=False, compare=False)
+    file_delete_delay_ms: int = field(init=False, repr=False, compare=False)
+    min_insync_replicas: int = field(init=False, repr=False, compare=False)
+    timestamp_before_max_ms: int = field(init=False, repr=False, compare=False)
+    timestamp_after_max_ms: int = field(init=False, repr=False, compare=False)
+    compression_type: str = field(init=False, repr=False, compare=False)
+    cleanup_policy: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    compact: bool = field(init=False, repr=False, compare=False)
+    delete: bool = field(init=False, repr=False, compare=False)
+    log_append_time: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        values = self.values
+
+        def get(name: str) -> Any:
+            return values[name] if name in values else TOPIC_CONFIGS[name].default
+
+        derived: dict[str, Any] = {
+            "segment_bytes": int(get("segment.bytes")),
+            "segment_ms": int(get("segment.ms")),
+            "segment_jitter_ms": int(get("segment.jitter.ms")),
+            "segment_index_bytes": int(get("segment.index.bytes")),
+            "index_interval_bytes": int(get("index.interval.bytes")),
+            "max_message_bytes": int(get("max.message.bytes")),
+            "retention_ms": int(get("retention.ms")),
+            "retention_bytes": int(get("retention.bytes")),
+            "flush_messages": int(get("flush.messages")),
+            "flush_ms": int(get("flush.ms")),
+            "file_delete_delay_ms": int(get("file.delete.delay.ms")),
+            "min_insync_replicas": int(get("min.insync.replicas")),
+            "timestamp_before_max_ms": int(get("message.timestamp.before.max.ms")),
+            "timestamp_after_max_ms": int(get("message.timestamp.after.max.ms")),
+            "compression_type": str(get("compression.type")),
+            "cleanup_policy": tuple(get("cleanup.policy")),
+            "compact": "compact" in get("cleanup.policy"),
+            "delete": "delete" in get("cleanup.policy"),
+            "log_append_time": get("message.timestamp.type") == "LogAppendTime",
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     @classmethod
     def default(cls) -> LogConfig:
@@ -181,64 +235,3 @@ class LogConfig:
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
-
-    # Typed accessors for the hot keys.
-    @property
-    def segment_bytes(self) -> int:
-        return int(self.values["segment.bytes"])
-
-    @property
-    def segment_ms(self) -> int:
-        return int(self.values["segment.ms"])
-
-    @property
-    def segment_jitter_ms(self) -> int:
-        return int(self.values["segment.jitter.ms"])
-
-    @property
-    def segment_index_bytes(self) -> int:
-        return int(self.values["segment.index.bytes"])
-
-    @property
-    def index_interval_bytes(self) -> int:
-        return int(self.values["index.interval.bytes"])
-
-    @property
-    def max_message_bytes(self) -> int:
-        return int(self.values["max.message.bytes"])
-
-    @property
-    def retention_ms(self) -> int:
-        return int(self.values["retention.ms"])
-
-    @property
-    def retention_bytes(self) -> int:
-        return int(self.values["retention.bytes"])
-
-    @property
-    def flush_messages(self) -> int:
-        return int(self.values["flush.messages"])
-
-    @property
-    def flush_ms(self) -> int:
-        return int(self.values["flush.ms"])
-
-    @property
-    def file_delete_delay_ms(self) -> int:
-        return int(self.values["file.delete.delay.ms"])
-
-    @property
-    def cleanup_policy(self) -> tuple[str, ...]:
-        return tuple(self.values["cleanup.policy"])
-
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.values["cleanup.policy"]
-
-    @property
-    def delete(self) -> bool:
-        return "delete" in self.values["cleanup.policy"]
-
-    @property
-    def log_append_time(self) -> bool:
-        return bool(self.values["message.timestamp.type"] == "LogAppendTime")

@@ -29,10 +29,11 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from odradek.records.batch import (
     BatchesInfo,
@@ -58,7 +59,7 @@ from odradek.storage.errors import (
 from odradek.storage.index import IndexCorruptError, TimestampOffset
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.producer_state import BatchMetadata, ProducerStateManager
-from odradek.storage.segment import LogSegment
+from odradek.storage.segment import AppendedBatch, BatchExtent, LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,9 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
+class LogAppendInfo(NamedTuple):
+    """What an append did (a named tuple: built once per partition per produce)."""
+
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -92,7 +94,6 @@ class LogAppendInfo:
     log_start_offset: int
     record_count: int
     valid_bytes: int
-    batches: tuple[BatchHeader, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,8 +364,9 @@ class PartitionLog:
     def _check_timestamps(self, headers: tuple[BatchHeader, ...], now: int) -> None:
         """Per batch (Kafka checks per record; a batch's first record has the base
         timestamp and none is later than the max timestamp)."""
-        before = int(self.config["message.timestamp.before.max.ms"])
-        after = int(self.config["message.timestamp.after.max.ms"])
+        config = self.config
+        before = config.timestamp_before_max_ms
+        after = config.timestamp_after_max_ms
         for header in headers:
             if header.max_timestamp > now + after or header.base_timestamp < now - before:
                 raise InvalidTimestampError(
@@ -378,7 +380,7 @@ class PartitionLog:
     ) -> tuple[bytes | bytearray | memoryview, BatchesInfo]:
         """Recompress batches whose codec differs from the topic's ``compression.type``
         (``producer`` keeps what the producer sent), as Kafka's LogValidator does."""
-        target = _TOPIC_CODECS.get(str(self.config["compression.type"]))
+        target = _TOPIC_CODECS.get(self.config.compression_type)
         if target is None or all(h.compression == target for h in info.batches):
             return records, info
         view = memoryview(records)
@@ -394,30 +396,41 @@ class PartitionLog:
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int = -1
     ) -> LogAppendInfo:
-        """Validate and append a producer's batches, assigning offsets."""
+        """Validate and append a producer's batches, assigning offsets.
+
+        Runs once per partition of every produce request, so it stays lean: config values
+        are attributes, and the batches written are described by :class:`AppendedBatch`
+        (computed while rewriting) rather than by re-parsed headers."""
         info = self.validate(records, strict=True)
-        records, info = self._apply_topic_compression(records, info)
+        config = self.config
+        if config.compression_type != "producer":
+            records, info = self._apply_topic_compression(records, info)
         now = self.time_ms()
-        log_append = self.config.log_append_time
+        log_append = config.log_append_time
+        batches = info.batches
         if not log_append:
-            self._check_timestamps(info.batches, now)
+            self._check_timestamps(batches, now)
         buf = bytearray(records)
         with self._lock:
-            next_offset = self.log_end_offset
-            producers = self.producer_state.analyze(info.batches, next_offset)
+            next_offset = self._view[1][-1].next_offset
+            producers = self.producer_state.analyze(batches, next_offset)
             if producers.duplicate is not None:
                 return self._duplicate_append_info(producers.duplicate)
             first = next_offset
-            headers: list[BatchHeader] = []
-            for header in info.batches:
-                set_base_offset(buf, header.position, next_offset)
+            appended: list[AppendedBatch] = []
+            for header in batches:
+                position = header.position
+                set_base_offset(buf, position, next_offset)
                 if leader_epoch >= 0:
-                    set_partition_leader_epoch(buf, header.position, leader_epoch)
+                    set_partition_leader_epoch(buf, position, leader_epoch)
                 if log_append:
-                    set_log_append_time(buf, header.position, now)
-                headers.append(BatchHeader.parse(buf, header.position))
+                    set_log_append_time(buf, position, now)
                 next_offset += header.last_offset_delta + 1
-            self._append(buf, headers, first, next_offset - 1)
+                appended.append(AppendedBatch(
+                    position, header.size, next_offset - 1,
+                    now if log_append else header.max_timestamp,
+                ))
+            self._append(buf, appended, first, next_offset - 1)
             self.producer_state.commit(producers)
             if leader_epoch >= 0:
                 self.leader_epoch_cache.assign(leader_epoch, first)
@@ -425,7 +438,7 @@ class PartitionLog:
             first, next_offset - 1,
             now if log_append else info.max_timestamp,
             now if log_append else -1,
-            self.log_start_offset, info.record_count, info.size, tuple(headers),
+            self.log_start_offset, info.record_count, info.size,
         )
 
     def _duplicate_append_info(self, duplicate: BatchMetadata) -> LogAppendInfo:
@@ -451,25 +464,26 @@ class PartitionLog:
                 previous = header.last_offset
             if first < expected:
                 raise InvalidRecordBatchError(f"first offset {first} is below log end {expected}")
-            self._append(records, list(info.batches), first, last)
+            self._append(records, info.batches, first, last)
             self.producer_state.apply(info.batches)
             for header in info.batches:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
         return LogAppendInfo(
             first, last, info.max_timestamp, -1, self.log_start_offset,
-            info.record_count, info.size, info.batches,
+            info.record_count, info.size,
         )
 
     def _append(
-        self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader],
+        self, buf: bytes | bytearray | memoryview, batches: Sequence[BatchExtent],
         first_offset: int, last_offset: int,
     ) -> None:
         # The disk-error choke point without a context manager: this runs per batch.
         channel = self.failure_channel
         channel.check(self.log_dir)
+        size = len(buf)
         try:
-            segment = self._maybe_roll(len(buf), first_offset, last_offset, headers)
-            segment.append(buf, headers)
+            segment = self._maybe_roll(size, first_offset, last_offset, batches)
+            segment.append(buf, batches)
             self.unflushed_messages += last_offset - first_offset + 1
             if self.unflushed_messages >= self.config.flush_messages:
                 self._flush_segments(self.segments[self._segment_for(self.recovery_point) :])
@@ -478,32 +492,34 @@ class PartitionLog:
                 self.last_flush_ms = self.time_ms()
         except OSError as exc:
             raise channel.failed(self.log_dir, f"appending for {self.dir.name}", exc) from exc
-        self.high_watermark = self.log_end_offset
+        self.high_watermark = segment.next_offset
         for listener in self._append_listeners:
-            listener(self, len(buf))
+            listener(self, size)
 
     def _maybe_roll(
-        self, size: int, first_offset: int, last_offset: int, headers: list[BatchHeader]
+        self, size: int, first_offset: int, last_offset: int, batches: Sequence[BatchExtent]
     ) -> LogSegment:
-        segment = self.active_segment
-        if segment.size == 0:
+        segment = self._view[1][-1]
+        segment_size = segment.size
+        if segment_size == 0:
             return segment
+        config = self.config
         if (
-            segment.size > self.config.segment_bytes - size
+            segment_size > config.segment_bytes - size
             or segment.is_full()
             or last_offset - segment.base_offset > _INT32_MAX
         ):
             return self._roll(first_offset)
         rolling = segment.rolling_based_timestamp
         if rolling is not None and rolling >= 0:
-            if len(headers) == 1:
-                max_ts = headers[0].max_timestamp
+            if len(batches) == 1:
+                max_ts = batches[0].max_timestamp
             else:
-                max_ts = max(h.max_timestamp for h in headers) if headers else -1
+                max_ts = max(b.max_timestamp for b in batches) if batches else -1
             waited = max_ts - rolling
         else:
             waited = self.time_ms() - segment.created_ms
-        if waited > self.config.segment_ms - segment.roll_jitter_ms:
+        if waited > config.segment_ms - segment.roll_jitter_ms:
             return self._roll(first_offset)
         return segment
 

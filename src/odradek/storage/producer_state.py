@@ -223,7 +223,10 @@ class ProducerStateManager:
     def analyze(self, headers: Sequence[BatchHeader], first_offset: int) -> AppendAnalysis:
         """Check a client's batches (to be written from ``first_offset`` on) against the
         state; raises on a refused batch, writes nothing."""
-        if all(h.producer_id < 0 for h in headers):
+        for h in headers:
+            if h.producer_id >= 0:
+                break
+        else:  # no idempotent batch (a loop, not all(): this runs per partition append)
             return _NOTHING
         updates: dict[int, ProducerStateEntry] = {}
         offset = first_offset

@@ -20,9 +20,10 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, Protocol
 
 from odradek.records.batch import (
     BATCH_HEADER_SIZE,
@@ -35,6 +36,29 @@ from odradek.records.batch import (
 )
 from odradek.storage import files
 from odradek.storage.index import IndexCorruptError, OffsetIndex, TimeIndex, TimestampOffset
+
+
+class BatchExtent(Protocol):
+    """What appending needs to know of a batch: a :class:`BatchHeader` is one."""
+
+    @property
+    def position(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+
+
+class AppendedBatch(NamedTuple):
+    """A batch as written by a leader append (offsets assigned): cheaper to build than
+    re-parsing the rewritten 61-byte header."""
+
+    position: int
+    size: int
+    last_offset: int
+    max_timestamp: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,19 +155,26 @@ class LogSegment:
         return self.offset_index.is_full() or self.time_index.is_full()
 
     # -- append --------------------------------------------------------------------------
-    def append(self, buf: bytes | bytearray | memoryview, batches: list[BatchHeader]) -> None:
-        """Append ``buf`` (whole batches with offsets assigned); ``batches`` are its headers
-        with positions relative to ``buf``."""
+    def append(
+        self, buf: bytes | bytearray | memoryview, batches: Sequence[BatchExtent]
+    ) -> None:
+        """Append ``buf`` (whole batches with offsets assigned); ``batches`` describe its
+        batches (headers or :class:`AppendedBatch`) with positions relative to ``buf``."""
         position = self.size
-        view = memoryview(buf)
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self._fd, view[written:], position + written)
-        for header in batches:
-            self._index_batch(header, position + header.position)
-        self.size = position + len(view)
+        size = len(buf)
+        fd = self._fd
+        written = os.pwrite(fd, buf, position)
+        if written < size:  # a short write: retry the rest
+            view = memoryview(buf)
+            while written < size:
+                written += os.pwrite(fd, view[written:], position + written)
+        index_batch = self._index_batch
+        for batch in batches:
+            index_batch(batch.last_offset, batch.max_timestamp, batch.size,
+                        position + batch.position)
+        self.size = position + size
         if batches:
-            self._next_offset = batches[-1].next_offset
+            self._next_offset = batches[-1].last_offset + 1
 
     # -- read ----------------------------------------------------------------------------
     def _read_header(self, position: int) -> BatchHeader | None:
@@ -242,7 +273,8 @@ class LogSegment:
                             BATCH_HEADER_SIZE
                         ):
                             break
-                        self._index_batch(header, header.position)
+                        self._index_batch(header.last_offset, header.max_timestamp,
+                                          header.size, header.position)
                         next_offset = header.next_offset
                         valid += header.size
                 finally:
@@ -261,26 +293,26 @@ class LogSegment:
         self.time_index.trim()
         return truncated
 
-    def _index_batch(self, header: BatchHeader, position: int) -> None:
+    def _index_batch(self, last_offset: int, max_timestamp: int, size: int, position: int) -> None:
         """Account one batch now at ``position``: timestamps, and an index entry every
         ``index.interval.bytes``. A full index takes no more entries (the next append
         rolls), so an append never fails after its bytes are written."""
-        if header.max_timestamp > self.max_timestamp_so_far:
-            self.max_timestamp_so_far = header.max_timestamp
-            self.offset_of_max_timestamp_so_far = header.last_offset
+        if max_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = max_timestamp
+            self.offset_of_max_timestamp_so_far = last_offset
         if self.rolling_based_timestamp is None:
-            self.rolling_based_timestamp = header.max_timestamp
+            self.rolling_based_timestamp = max_timestamp
         if (
             self.bytes_since_last_index_entry > self.index_interval_bytes
             and not self.offset_index.is_full()
         ):
-            self.offset_index.append(header.last_offset, position)
+            self.offset_index.append(last_offset, position)
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
                 skip_full_check=True,
             )
             self.bytes_since_last_index_entry = 0
-        self.bytes_since_last_index_entry += header.size
+        self.bytes_since_last_index_entry += size
 
     def sanity_check(self) -> None:
         """Cheap-enough checks of both indexes against the log; raises IndexCorruptError."""

@@ -32,17 +32,34 @@ if TYPE_CHECKING:
 VERSIONS = (3, 11)
 VALID_ACKS = (0, 1, -1)
 
+# Error codes as the ints the response writer packs (looked up once, not per partition).
+_NONE = int(ErrorCode.none.value)
+_INVALID_REQUIRED_ACKS = int(ErrorCode.invalid_required_acks.value)
+_UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition.value)
+_CORRUPT_MESSAGE = int(ErrorCode.corrupt_message.value)
+_TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(
+    ErrorCode.transactional_id_authorization_failed.value
+)
+_NOT_ENOUGH_REPLICAS = int(ErrorCode.not_enough_replicas.value)
+
 
 def register_produce(registry: HandlerRegistry, broker: Broker) -> None:
     async def produce(ctx: RequestContext, request: Any) -> Any:
         acks = request.acks
+        # What fails every partition alike is decided once per request; the per-partition
+        # order of checks stays Kafka's (see _append).
+        refusal: tuple[int, str] | None = None
+        if acks not in VALID_ACKS:
+            refusal = (_INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}")
+        transactional = request.transactional_id is not None
         topics: list[tuple[str, list[PartitionResult]]] = []
         for topic in request.topic_data:
+            name = topic.name
             partitions = [
-                _append(broker, acks, topic.name, pdata, request)
+                _append(broker, acks, name, pdata.index, pdata.records, refusal, transactional)
                 for pdata in topic.partition_data
             ]
-            topics.append((topic.name, partitions))
+            topics.append((name, partitions))
         if acks == 0:
             return None
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
@@ -51,49 +68,38 @@ def register_produce(registry: HandlerRegistry, broker: Broker) -> None:
     registry.register(ApiKey.PRODUCE, VERSIONS[0], VERSIONS[1], produce, serial=True)
 
 
-def _partition_response(
-    index: int, code: ErrorCode, base_offset: int = -1, log_append_time: int = -1,
-    log_start_offset: int = -1, message: str | None = None,
-) -> PartitionResult:
-    return PartitionResult(
-        index, int(code.value), base_offset, log_append_time, log_start_offset,
-        message if code != ErrorCode.none else None,
-    )
-
-
 def _append(
-    broker: Broker, acks: int, topic: str, pdata: Any, request: Any
+    broker: Broker, acks: int, topic: str, index: int, records: bytes | None,
+    refusal: tuple[int, str] | None, transactional: bool,
 ) -> PartitionResult:
-    index = pdata.index
-    if acks not in VALID_ACKS:
-        return _partition_response(index, ErrorCode.invalid_required_acks,
-                                   message=f"acks must be 0, 1 or -1, not {acks}")
+    if refusal is not None:
+        return PartitionResult(index, refusal[0], error_message=refusal[1])
     partition_log = broker.get_log(topic, index)
     if partition_log is None:
-        return _partition_response(index, ErrorCode.unknown_topic_or_partition)
-    records = pdata.records
+        return PartitionResult(index, _UNKNOWN_TOPIC_OR_PARTITION)
     if not records:
-        return _partition_response(index, ErrorCode.corrupt_message,
-                                   message="no records in the partition data")
-    if request.transactional_id is not None:
-        return _partition_response(
-            index, ErrorCode.transactional_id_authorization_failed,
-            message="transactions are not supported yet",
-        )
+        return PartitionResult(index, _CORRUPT_MESSAGE,
+                               error_message="no records in the partition data")
+    if transactional:
+        return PartitionResult(index, _TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                               error_message="transactions are not supported yet")
+    config = partition_log.config
     if acks == -1:
-        min_isr = int(partition_log.config["min.insync.replicas"])
+        min_isr = config.min_insync_replicas
         if min_isr > 1:  # one broker: the ISR is the leader alone
-            return _partition_response(
-                index, ErrorCode.not_enough_replicas,
-                message=f"ISR of 1 is below min.insync.replicas={min_isr}",
+            return PartitionResult(
+                index, _NOT_ENOUGH_REPLICAS,
+                error_message=f"ISR of 1 is below min.insync.replicas={min_isr}",
             )
     try:
-        if partition_log.config.compact:  # Kafka's rule; the only per-record look here
+        if config.compact:  # Kafka's rule; the only per-record look here
             require_keys(records, f"{topic}-{index}")
         info = broker.append_records(partition_log, records)
     except Exception as exc:
         code, message = error_code_for(exc, f"appending to {topic}-{index}")
-        return _partition_response(index, code, message=message)
-    return _partition_response(
-        index, ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset
+        return PartitionResult(
+            index, int(code.value), error_message=message if code != ErrorCode.none else None
+        )
+    return PartitionResult(
+        index, _NONE, info.first_offset, info.log_append_time, info.log_start_offset
     )

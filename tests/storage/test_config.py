@@ -1,0 +1,70 @@
+"""LogConfig: Kafka's precedence (topic override > broker default > built-in default) and
+the typed attributes derived once from the values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from odradek.storage.config import LONG_MAX, ConfigError, LogConfig
+
+
+def test_defaults() -> None:
+    cfg = LogConfig.default()
+    assert cfg.segment_bytes == 1073741824
+    assert cfg.segment_ms == 604800000
+    assert cfg.segment_jitter_ms == 0
+    assert cfg.segment_index_bytes == 10485760
+    assert cfg.index_interval_bytes == 4096
+    assert cfg.max_message_bytes == 1048588
+    assert cfg.retention_ms == 604800000
+    assert cfg.retention_bytes == -1
+    assert cfg.flush_messages == LONG_MAX
+    assert cfg.flush_ms == LONG_MAX
+    assert cfg.file_delete_delay_ms == 60000
+    assert cfg.min_insync_replicas == 1
+    assert cfg.timestamp_before_max_ms == LONG_MAX
+    assert cfg.timestamp_after_max_ms == 3600000
+    assert cfg.compression_type == "producer"
+    assert cfg.cleanup_policy == ("delete",)
+    assert (cfg.compact, cfg.delete, cfg.log_append_time) == (False, True, False)
+
+
+def test_override_beats_broker_default() -> None:
+    cfg = LogConfig.build(
+        {"log.segment.bytes": "5000", "min.insync.replicas": "2", "log.roll.ms": "99"},
+        {"segment.bytes": "7000", "cleanup.policy": "compact,delete",
+         "message.timestamp.type": "LogAppendTime", "compression.type": "lz4",
+         "message.timestamp.after.max.ms": "10"},
+    )
+    assert cfg.segment_bytes == 7000 == cfg["segment.bytes"]
+    assert cfg.segment_ms == 99
+    assert cfg.min_insync_replicas == 2
+    assert cfg.cleanup_policy == ("compact", "delete")
+    assert cfg.compact and cfg.delete and cfg.log_append_time
+    assert cfg.compression_type == "lz4"
+    assert cfg.timestamp_after_max_ms == 10
+
+
+def test_derived_attributes_follow_the_values() -> None:
+    """Every derived attribute agrees with its key in ``values``, also after replace()."""
+    cfg = LogConfig.build({}, {"retention.bytes": "123", "index.interval.bytes": "10"})
+    again = dataclasses.replace(cfg, values={**cfg.values, "retention.bytes": 456})
+    assert (cfg.retention_bytes, again.retention_bytes) == (123, 456)
+    assert again.index_interval_bytes == 10
+    for name in ("segment.bytes", "segment.ms", "max.message.bytes", "flush.messages"):
+        assert getattr(cfg, name.replace(".", "_")) == cfg[name]
+
+
+def test_equality_and_repr_leave_out_derived_fields() -> None:
+    assert LogConfig.default() == LogConfig.build({}, {})
+    assert LogConfig.default() != LogConfig.build({}, {"segment.bytes": "5000"})
+    assert "segment_bytes" not in repr(LogConfig.default())
+
+
+def test_unknown_key_and_bad_value_are_refused() -> None:
+    with pytest.raises(ConfigError, match="unknown topic config"):
+        LogConfig.build({}, {"no.such.key": "1"})
+    with pytest.raises(ConfigError, match=r"segment\.bytes"):
+        LogConfig.build({}, {"segment.bytes": "lots"})
