@@ -175,23 +175,27 @@ def read_range(
     if until <= start:
         return
     reader = _PartitionReader(opts, topic, partition)
-    with asyncio.Runner() as runner:
-        try:
-            yield from _read(runner, reader, new_builder(opts.include_headers), start, until,
-                             flush_rows)
-        except InvalidRecordError as exc:
-            raise OdradekSparkError(f"corrupt record batch in {reader.name}: {exc}") from None
-        finally:
-            with contextlib.suppress(Exception):
-                runner.run(reader.disconnect())
+    # A bare loop, not asyncio.Runner: in the main thread the Runner swaps the SIGINT
+    # handler on every run() and the signal module's enum conversion of the previous
+    # handler repr()s the previous task, result included: 13 ms per 16 MiB fetch response.
+    loop = asyncio.new_event_loop()
+    try:
+        yield from _read(loop, reader, new_builder(opts.include_headers), start, until,
+                         flush_rows)
+    except InvalidRecordError as exc:
+        raise OdradekSparkError(f"corrupt record batch in {reader.name}: {exc}") from None
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(reader.disconnect())
+        loop.close()
 
 
 _CONNECTION = -1  # no error code: the connection failed or timed out
 
 
 def _read(
-    runner: asyncio.Runner, reader: _PartitionReader, builder: ColumnBuilder, start: int,
-    until: int, flush_rows: int,
+    loop: asyncio.AbstractEventLoop, reader: _PartitionReader, builder: ColumnBuilder,
+    start: int, until: int, flush_rows: int,
 ) -> Iterator[pa.RecordBatch]:
     opts = reader.opts
     name = reader.name
@@ -204,11 +208,11 @@ def _read(
         try:
             if not checked:
                 position, until = _check_range(opts, name, position, until,
-                                               *runner.run(reader.watermarks()))
+                                               *loop.run_until_complete(reader.watermarks()))
                 checked = True
                 if position >= until:
                     break
-            code, high_watermark, records = runner.run(reader.fetch(position))
+            code, high_watermark, records = loop.run_until_complete(reader.fetch(position))
         except ClientError as exc:
             code, high_watermark, records = (
                 _CONNECTION if exc.error_code is None else exc.error_code), -1, b""
@@ -230,7 +234,8 @@ def _read(
                     f"reading {name} at offset {position} (planned up to {until}); last error: "
                     f"{last_error or ErrorCode(code).name.upper()}"
                 )
-            runner.run(reader.disconnect())  # the leader may have moved: look it up again
+            # the leader may have moved: look it up again
+            loop.run_until_complete(reader.disconnect())
             time.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
             checked = False
