@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 
 import pytest
@@ -134,7 +133,7 @@ def test_parse_at_position() -> None:
     one = sample_batch()
     header = BatchHeader.parse(b"\x00" * 7 + one, 7)
     assert header.position == 7
-    assert dataclasses.replace(header, position=0) == BatchHeader.parse(one)
+    assert header._replace(position=0) == BatchHeader.parse(one)
 
 
 def test_header_properties() -> None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import crc32c
@@ -112,6 +111,8 @@ NO_PARTITION_LEADER_EPOCH = -1
 NO_TIMESTAMP = -1
 
 _COMPRESSION_MASK = 0x07
+_NO_CODEC = int(CompressionType.NONE)
+_MAX_CODEC = int(CompressionType.ZSTD)
 _TIMESTAMP_TYPE_MASK = 0x08
 _TRANSACTIONAL_MASK = 0x10
 _CONTROL_MASK = 0x20
@@ -143,9 +144,11 @@ class InvalidRecordError(ValueError):
         self.position = position
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """A decoded copy of the 61-byte header; ``position`` is where the batch starts."""
+class BatchHeader(NamedTuple):
+    """A decoded copy of the 61-byte header; ``position`` is where the batch starts.
+
+    A NamedTuple rather than a frozen dataclass: the produce path builds one per batch, and
+    a tuple is built in C (a frozen 14-field dataclass took ~2.4 µs)."""
 
     base_offset: int
     batch_length: int
@@ -169,7 +172,7 @@ class BatchHeader:
         """Decode the header at ``position`` of ``buf``; ``at`` overrides the recorded
         position (a header read alone from a file at ``at``)."""
         fields: tuple[int, ...] = HEADER_STRUCT.unpack_from(buf, position)
-        return cls(*fields, position if at is None else at)  # type: ignore[arg-type,call-arg]
+        return cls._make((*fields, position if at is None else at))
 
     @property
     def size(self) -> int:
@@ -227,8 +230,7 @@ class Record(NamedTuple):
     attributes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class BatchesInfo:
+class BatchesInfo(NamedTuple):
     """What validation learnt about a buffer of batches (Kafka's LogAppendInfo, in part)."""
 
     batches: tuple[BatchHeader, ...]
@@ -301,10 +303,9 @@ def validate_batch(
         raise InvalidRecordError(
             "crc", f"CRC32C mismatch: header says {header.crc}, data gives {actual}", position
         )
-    if header.attributes & _COMPRESSION_MASK > CompressionType.ZSTD:
-        raise InvalidRecordError(
-            "codec", f"unknown compression codec {header.attributes & _COMPRESSION_MASK}", position
-        )
+    codec = header.attributes & _COMPRESSION_MASK
+    if codec > _MAX_CODEC:
+        raise InvalidRecordError("codec", f"unknown compression codec {codec}", position)
     count = header.record_count
     if count < 0 or header.last_offset_delta < 0:
         raise InvalidRecordError(
@@ -327,7 +328,7 @@ def validate_batch(
             position,
         )
     payload = header.batch_length - (BATCH_HEADER_SIZE - LOG_OVERHEAD)
-    if header.compression == CompressionType.NONE and count * MIN_RECORD_SIZE > payload:
+    if codec == _NO_CODEC and count * MIN_RECORD_SIZE > payload:
         raise InvalidRecordError(
             "record_count",
             f"record count {count} cannot fit in {payload} bytes of records",
