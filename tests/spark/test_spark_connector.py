@@ -301,10 +301,8 @@ def test_streaming_write_replayed_batch_not_duplicated(
     _create(shared_broker, dst)
     _produce(shared_broker, src, 200)
     ckp = tmp_path / "ck"
-    # The marker topic is normally created compacted by the sink; this test pre-creates its
-    # own (1 partition) so that it does not depend on the log cleaner.
+    # The sink creates its marker topic itself, compacted, as it does for users.
     markers = _topic("markers")
-    _create(shared_broker, markers, 1)
 
     def run() -> None:
         (
@@ -337,6 +335,7 @@ def test_streaming_write_replayed_batch_not_duplicated(
     run()
     values = sorted(r.value for r in _reader(spark, shared_broker, subscribe=dst).collect())
     assert len(values) == 230 and len(set(values)) == 230
+    assert shared_broker.broker.metadata.log_config(markers).compact
 
 
 def test_fail_on_data_loss(spark: Any, shared_broker: RunningBroker) -> None:
