@@ -229,11 +229,8 @@ def _read(
                     f"error reading {name}: {last_error or ErrorCode(code).name.upper()}"
                 )
             if time.monotonic() - last_progress > opts.poll_timeout_ms / 1000:
-                raise OdradekSparkError(
-                    f"timed out after {opts.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs) "
-                    f"reading {name} at offset {position} (planned up to {until}); last error: "
-                    f"{last_error or ErrorCode(code).name.upper()}"
-                )
+                raise _timed_out(opts, name, position, until,
+                                 f"last error: {last_error or ErrorCode(code).name.upper()}")
             # the leader may have moved: look it up again
             loop.run_until_complete(reader.disconnect())
             time.sleep(backoff)
@@ -252,16 +249,21 @@ def _read(
                 f"kafka.fetch.max.bytes={reader.max_bytes}); raise them"
             )
         elif time.monotonic() - last_progress > opts.poll_timeout_ms / 1000:
-            raise OdradekSparkError(
-                f"timed out after {opts.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs) "
-                f"reading {name} at offset {position} (planned up to {until}, high "
-                f"watermark {high_watermark})"
-            )
+            raise _timed_out(opts, name, position, until, f"high watermark {high_watermark}")
         if builder.rows >= flush_rows or builder.nbytes >= FLUSH_BYTES:
             yield to_arrow(builder.finish(), reader.topic, reader.partition,
                            opts.include_headers)
     if builder.rows:
         yield to_arrow(builder.finish(), reader.topic, reader.partition, opts.include_headers)
+
+
+def _timed_out(
+    opts: ReadOptions, name: str, position: int, until: int, detail: str
+) -> OdradekSparkError:
+    return OdradekSparkError(
+        f"timed out after {opts.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs) reading "
+        f"{name} at offset {position} (planned up to {until}); {detail}"
+    )
 
 
 def _check_range(
