@@ -2,7 +2,7 @@
 
 Beside, in the same run and the same SparkSession (local[2]): a ``spark.range`` job of the
 same row count feeding the same sink, which is what Spark itself costs without any I/O.
-Each job ends in the ``noop`` sink so every row is materialised; each runs three times
+Each job ends in the ``noop`` sink so every row is materialised; each runs five times
 and the median run is reported. The broker runs as
 ``odradek serve`` in its own process, with its data under .bench-tmp/.
 
@@ -41,7 +41,7 @@ def _broker_cpu() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-REPEAT = 3
+REPEAT = 5
 
 
 def _timed(label: str, fn: Any, rows: int, results: list[tuple[str, float, float, float]]) -> None:

@@ -47,7 +47,7 @@ def _binary(buffers: BinaryBuffers) -> list[bytes | None]:
     offsets = array("i")
     offsets.frombytes(offsets_raw)
     return [
-        data[offsets[i]:offsets[i + 1]] if validity[i >> 3] >> (i & 7) & 1 else None
+        bytes(data[offsets[i]:offsets[i + 1]]) if validity[i >> 3] >> (i & 7) & 1 else None
         for i in range(len(offsets) - 1)
     ]
 

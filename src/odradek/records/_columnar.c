@@ -5,7 +5,8 @@
  * int64 offsets and timestamps, int32 timestamp types, and for headers a list of
  * struct<key: string, value: binary>). ``add`` walks the records section of one
  * (decompressed) batch and appends every record whose offset lies in [lo, hi); ``finish``
- * hands the buffers over as ``bytes`` (wrapped zero-copy by pyarrow) and starts afresh.
+ * hands the buffers over as read-only memoryviews of the builder's own memory (wrapped
+ * zero-copy by pyarrow) and starts afresh.
  *
  * The rules are those of Kafka's DefaultRecord.readFrom and of odradek.records.batch
  * .iter_records, which the Python fallback in odradek.records.columnar uses and against
@@ -347,8 +348,52 @@ static PyObject *builder_add(ColumnBuilder *self, PyObject *args, PyObject *kwds
     return PyLong_FromSsize_t(self->rows - before);
 }
 
+/* A finished column buffer: owns its memory, exposes it read-only through the buffer
+ * protocol. ``finish`` hands each one over wrapped in a memoryview, so pyarrow wraps the
+ * builder's memory without the copy (and fresh pages) a ``bytes`` would cost. */
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+} Owned;
+
+static void owned_dealloc(Owned *self) {
+    PyMem_RawFree(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int owned_getbuffer(Owned *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p ? self->p : (char *)"",
+                             self->len, 1, flags);
+}
+
+static PyBufferProcs owned_as_buffer = {(getbufferproc)owned_getbuffer, NULL};
+
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "odradek.records._columnar.Owned",
+    .tp_basicsize = sizeof(Owned),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory of one finished column buffer.",
+    .tp_dealloc = (destructor)owned_dealloc,
+    .tp_as_buffer = &owned_as_buffer,
+};
+
+/* The buffer's memory as a memoryview; the builder's Buf is left empty. */
 static PyObject *take(Buf *b) {
-    return PyBytes_FromStringAndSize(b->p ? b->p : "", b->len);
+    Owned *owned = PyObject_New(Owned, &OwnedType);
+    if (owned == NULL) return NULL;
+    if (b->p != NULL && b->cap > b->len + b->len / 4 + 4096) {  /* give back the slack */
+        char *p = (char *)PyMem_RawRealloc(b->p, (size_t)(b->len ? b->len : 1));
+        if (p != NULL) b->p = p;
+    }
+    owned->p = b->p;
+    owned->len = b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    PyObject *view = PyMemoryView_FromObject((PyObject *)owned);
+    Py_DECREF(owned);
+    return view;
 }
 
 static PyObject *bincol_tuple(BinCol *c) {
@@ -419,7 +464,7 @@ static struct PyModuleDef columnar_module = {
 };
 
 PyMODINIT_FUNC PyInit__columnar(void) {
-    if (PyType_Ready(&ColumnBuilderType) < 0) return NULL;
+    if (PyType_Ready(&ColumnBuilderType) < 0 || PyType_Ready(&OwnedType) < 0) return NULL;
     PyObject *m = PyModule_Create(&columnar_module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "ColumnBuilder", (PyObject *)&ColumnBuilderType) < 0) {

@@ -7,12 +7,12 @@ says so, and hands the records section to a column builder, which appends each r
 with ``lo <= offset < hi`` to growable buffers: int64 offsets and timestamps, int32
 timestamp types, and for key, value and headers the validity bitmap / int32 offsets / data
 triple of Arrow's binary layout (headers as list<struct<key: string, value: binary>>).
-:meth:`finish` returns the buffers as ``bytes``, which ``pyarrow.Array.from_buffers``
-wraps without copying.
+:meth:`finish` returns the buffers (memoryviews of the C builder's own memory, or
+``bytes``), which ``pyarrow.Array.from_buffers`` wraps without copying.
 
-The builder is native (``_columnar.c``, compiled at install; about 20 ns a record) when
-the extension was built, and pure Python otherwise (``PyColumnBuilder``, built on
-:func:`odradek.records.batch.decode_records`, about 3 µs a record). Both give identical
+The builder is native (``_columnar.c``, compiled at install) when the extension was
+built, and pure Python otherwise (``PyColumnBuilder``, built on
+:func:`odradek.records.batch.decode_records`, over 100x slower). Both give identical
 buffers and follow the rules of Kafka's ``DefaultRecord.readFrom``; the tests hold them to
 each other. Nothing here does I/O.
 """
@@ -35,6 +35,7 @@ from odradek.records.compression import DEFAULT_MAX_DECOMPRESSED
 
 __all__ = [
     "BinaryBuffers",
+    "Blob",
     "ColumnBuilder",
     "Columns",
     "HeaderBuffers",
@@ -44,12 +45,14 @@ __all__ = [
     "new_builder",
 ]
 
-BinaryBuffers = tuple[bytes, bytes, bytes, int]  # validity, int32 offsets, data, null count
+# The C builder hands over its own memory as read-only memoryviews; the Python one, bytes.
+Blob = bytes | memoryview
+BinaryBuffers = tuple[Blob, Blob, Blob, int]  # validity, int32 offsets, data, null count
 # The list (validity: null when a record has no headers, as Spark's Kafka source gives;
 # int32 offsets into the headers; null count), the header count, keys, values.
 HeaderBuffers = tuple[BinaryBuffers, int, BinaryBuffers, BinaryBuffers]
 # rows, int64 offsets, int64 timestamps (ms), int32 timestamp types, key, value, headers
-Columns = tuple[int, bytes, bytes, bytes, BinaryBuffers, BinaryBuffers, HeaderBuffers | None]
+Columns = tuple[int, Blob, Blob, Blob, BinaryBuffers, BinaryBuffers, HeaderBuffers | None]
 
 _NativeBuilder: type[_native.ColumnBuilder] | None
 try:
