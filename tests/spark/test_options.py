@@ -84,3 +84,27 @@ def test_rate_limit_and_split() -> None:
     assert len(parts) >= 6
     assert sum(r.until - r.start for r in parts) == 110
     assert [(r.start, r.until) for r in parts if r.partition == 1] == [(0, 10)]
+
+
+def test_max_records_per_partition_then_min_partitions() -> None:
+    ranges = [OffsetRange("t", 0, 5, 105), OffsetRange("t", 1, 0, 10), OffsetRange("t", 2, 7, 7)]
+    parts = split_ranges(ranges, None, 30)
+    assert [(r.partition, r.start, r.until) for r in parts] == [
+        (0, 5, 30), (0, 30, 55), (0, 55, 80), (0, 80, 105), (1, 0, 10),
+    ]
+    assert all(r.until - r.start <= 30 for r in parts)
+    # minPartitions still splits further when the max-records split left too few
+    parts = split_ranges(ranges, 10, 50)
+    assert len(parts) >= 10 and all(r.until - r.start <= 50 for r in parts)
+    assert sum(r.until - r.start for r in parts) == 110
+    # and is parsed, validated, named in errors
+    opts = parse_read_options(
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "maxRecordsPerPartition": "30"},
+        streaming=False,
+    )
+    assert opts.max_records_per_partition == 30
+    with pytest.raises(OdradekOptionError, match="maxRecordsPerPartition"):
+        parse_read_options(
+            {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "maxRecordsPerPartition": "0"},
+            streaming=False,
+        )

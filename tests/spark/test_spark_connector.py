@@ -98,6 +98,11 @@ def test_batch_read_equals_produced(spark: Any, shared_broker: RunningBroker) ->
         [(0, o) for o in range(5, 10)] + [(1, o) for o in range(3)] + [(2, o) for o in range(30)]
     )
 
+    # maxRecordsPerPartition: 30 offsets per partition in pieces of at most 7
+    df = _reader(spark, shared_broker, subscribe=topic, maxRecordsPerPartition="7")
+    assert df.rdd.getNumPartitions() == 3 * 5
+    assert sorted((r.partition, r.offset, r.value) for r in df.collect()) == sorted(acks)
+
     # assign one partition
     got = (
         _reader(spark, shared_broker, assign=f'{{"{topic}":[1]}}')

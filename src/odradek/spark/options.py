@@ -55,6 +55,7 @@ _READ_KEYS = {
     "minoffsetspertrigger",
     "maxtriggerdelay",
     "minpartitions",
+    "maxrecordsperpartition",
     "failondataloss",
     "includeheaders",
     "kafkaconsumer.polltimeoutms",
@@ -68,7 +69,6 @@ _WRITE_KEYS = {"topic", "includeheaders", "path", "checkpointlocation", "odradek
 _UNSUPPORTED = {
     "kafka.group.id": _REJECTED_KAFKA["group.id"],
     "groupidprefix": "the source never joins a consumer group",
-    "maxrecordsperpartition": "not supported yet; use minPartitions to split big ranges",
 }
 
 EARLIEST = -2
@@ -107,6 +107,7 @@ class ReadOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
@@ -380,6 +381,11 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         else 15 * 60 * 1000
     )
     min_parts = _int("minPartitions", opts["minpartitions"], 1) if "minpartitions" in opts else None
+    max_records = (
+        _int("maxRecordsPerPartition", opts["maxrecordsperpartition"], 1)
+        if "maxrecordsperpartition" in opts
+        else None
+    )
     return ReadOptions(
         bootstrap=client["bootstrap.servers"],
         subscribe=subscribe,
@@ -392,6 +398,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         min_offsets_per_trigger=min_opt,
         max_trigger_delay_ms=delay,
         min_partitions=min_parts,
+        max_records_per_partition=max_records,
         fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
         include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
         poll_timeout_ms=_int(

@@ -58,21 +58,36 @@ class OffsetRange(InputPartition):
         self.topic, self.partition, self.start, self.until = topic, partition, start, until
 
 
-def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """Split big ranges so there are at least ``min_partitions`` (as Spark's Kafka source)."""
+def split_ranges(
+    ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None = None
+) -> list[OffsetRange]:
+    """Split ranges as Spark's Kafka source does: first so that none holds more than
+    ``max_records`` offsets (``maxRecordsPerPartition``), then, if there are still fewer
+    than ``min_partitions``, the big ones in proportion to their size (``minPartitions``)."""
     ranges = [r for r in ranges if r.until > r.start]
+    if max_records:
+        ranges = [
+            piece for r in ranges
+            for piece in _pieces(r, -(-(r.until - r.start) // max_records))  # ceil
+        ]
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.until - r.start for r in ranges)
     out: list[OffsetRange] = []
     for r in ranges:
         size = r.until - r.start
-        parts = max(1, min(size, round(size * min_partitions / total)))
-        for i in range(parts):
-            a = r.start + size * i // parts
-            b = r.start + size * (i + 1) // parts
-            out.append(OffsetRange(r.topic, r.partition, a, b))
+        out.extend(_pieces(r, max(1, min(size, round(size * min_partitions / total)))))
     return out
+
+
+def _pieces(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    """``r`` cut into ``parts`` consecutive ranges of (nearly) equal size."""
+    size = r.until - r.start
+    return [
+        OffsetRange(r.topic, r.partition, r.start + size * i // parts,
+                    r.start + size * (i + 1) // parts)
+        for i in range(parts)
+    ]
 
 
 def read_offset_range(opts: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -169,7 +184,9 @@ class OdradekBatchReader(DataSourceReader):
                     f"the starting offset {r.start} of {r.topic}-{r.partition} is after its "
                     f"ending offset {r.until} (startingOffsets / endingOffsets)"
                 )
-        return split_ranges(ranges, opts.min_partitions) or [OffsetRange("", -1, 0, 0)]
+        return split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition) or [
+            OffsetRange("", -1, 0, 0)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
@@ -285,7 +302,9 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             frm = begin.get(tp, lows.get(tp, until))
             if until > frm:
                 ranges.append(OffsetRange(tp[0], tp[1], frm, until))
-        return split_ranges(ranges, self.opts.min_partitions)
+        return split_ranges(
+            ranges, self.opts.min_partitions, self.opts.max_records_per_partition
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
