@@ -514,3 +514,34 @@ def test_leader_append_indexes_like_the_written_headers(
     assert _segment_state(plog.active_segment) == _segment_state(reference)
     reference.close()
     plog.close()
+
+
+def test_read_passes_segments_left_with_only_an_empty_batch(tmp_path: Path) -> None:
+    """The cleaner keeps one empty batch (header only) where it emptied a group of segments.
+    A fetch landing there reads on into the next segment, as Kafka reads past an empty
+    segment: a response holding nothing but empty batches made librdkafka double its fetch
+    size on every fetch until it failed with MSG_SIZE_TOO_LARGE."""
+    from odradek.records.batch import BATCH_HEADER_SIZE, BatchHeader
+    from odradek.storage.cleaner import empty_batch
+
+    log = open_log(tmp_path, config(segment_bytes=100))  # every append rolls a segment
+
+    def batch(base: int, n: int = 10) -> bytes:
+        b = BatchBuilder(base_offset=base)
+        for _ in range(n):
+            b.append(b"k", b"v" * 20, NOW)
+        return b.build()
+
+    log.append_as_follower(batch(0))
+    for base in (10, 20):  # two consecutive segments emptied by compaction
+        log.append_as_follower(empty_batch(BatchHeader.parse(batch(base))))
+    log.append_as_follower(batch(30))
+    assert len(log.segments) >= 4
+    for offset in (10, 15, 20, 29):
+        data = log.read(offset, 1 << 20).read()
+        header = BatchHeader.parse(data)
+        assert (header.base_offset, header.record_count, len(data)) == (30, 10, header.size)
+    # with nothing after it below the high watermark, the empty batch itself is served
+    log.high_watermark = 20
+    data = log.read(10, 1 << 20, max_offset=20).read()
+    assert (len(data), BatchHeader.parse(data).base_offset) == (BATCH_HEADER_SIZE, 10)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from odradek.records.batch import (
+    BATCH_HEADER_SIZE,
     BatchesInfo,
     BatchHeader,
     InvalidRecordError,
@@ -582,6 +583,18 @@ class PartitionLog:
                 result = segment.read(offset, max_bytes, max_position, min_one_message)
                 if result is not None:
                     first, size = result
+                    if (
+                        size == first.size == BATCH_HEADER_SIZE
+                        and i + 1 < len(segments)
+                        and segments[i + 1].base_offset < limit
+                    ):
+                        # Nothing left here but the empty batch the cleaner keeps at the end
+                        # of a group it emptied: read on into the next segment, as Kafka
+                        # does past an empty segment. (A response of empty batches alone
+                        # makes librdkafka double its fetch size each time until it gives
+                        # up with MSG_SIZE_TOO_LARGE.)
+                        i += 1
+                        continue
                     return FetchDataInfo(
                         offset, segment.fd, first.position, size, start, leo, hw, segment
                     )
