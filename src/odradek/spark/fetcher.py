@@ -73,7 +73,8 @@ _RETRIABLE = {
         ErrorCode.request_timed_out,
         ErrorCode.offset_not_available,
         ErrorCode.not_enough_replicas,
-        ErrorCode.unknown_topic_or_partition,  # a topic being created, or gone (see below)
+        # a topic still being created; a deleted one fails at kafkaConsumer.pollTimeoutMs
+        ErrorCode.unknown_topic_or_partition,
     )
 }
 _OUT_OF_RANGE = int(ErrorCode.offset_out_of_range.value)
