@@ -103,27 +103,25 @@ class _Binary:
         self.data = bytearray()
         self.nulls = 0
 
-    def append_list(self, end: int) -> None:
-        """One list entry ending at child index ``end`` (null when empty)."""
+    def _entry(self, valid: bool, end: int) -> None:
+        """One more entry: its validity bit, and ``end`` as its closing offset."""
         i = len(self.offsets) - 1
         if not i & 7:
             self.validity.append(0)
-        if end == self.offsets[-1]:
-            self.nulls += 1
-        else:
+        if valid:
             self.validity[i >> 3] |= 1 << (i & 7)
+        else:
+            self.nulls += 1
         self.offsets.append(end)
 
+    def append_list(self, end: int) -> None:
+        """One list entry ending at child index ``end`` (null when empty)."""
+        self._entry(end != self.offsets[-1], end)
+
     def append(self, value: bytes | None) -> None:
-        i = len(self.offsets) - 1
-        if not i & 7:
-            self.validity.append(0)
-        if value is None:
-            self.nulls += 1
-        else:
-            self.validity[i >> 3] |= 1 << (i & 7)
+        if value is not None:
             self.data += value
-        self.offsets.append(len(self.data))
+        self._entry(value is not None, len(self.data))
 
     def buffers(self) -> BinaryBuffers:
         return bytes(self.validity), _native_bytes(self.offsets), bytes(self.data), self.nulls
