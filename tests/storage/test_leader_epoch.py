@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from odradek.storage import files
+import pytest
+
+from odradek.storage import checkpoint, files
 from odradek.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
 
 from ._util import config, make_batch, open_log
@@ -21,8 +23,26 @@ def test_assign_and_file_format(tmp_path: Path) -> None:
     cache.assign(4, 39)  # start offset going back: no-op
     cache.assign(-1, 50)  # no epoch
     assert cache.entries == [(1, 0), (3, 40)]
-    assert path.read_text() == "0\n2\n1 0\n3 40\n"
+    assert not path.exists() and cache.unwritten  # a new epoch is not written at once
+    cache.write()
+    assert path.read_text() == "0\n2\n1 0\n3 40\n" and not cache.unwritten
     assert LeaderEpochCache(path).entries == [(1, 0), (3, 40)]
+
+
+def test_write_only_when_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[list[tuple[int, int]]] = []
+    monkeypatch.setattr(checkpoint, "write_epochs", lambda _p, entries: writes.append(entries))
+    cache = LeaderEpochCache(tmp_path / "c")
+    cache.write()
+    assert writes == []
+    cache.assign(1, 0)
+    cache.write()
+    cache.write()
+    assert writes == [[(1, 0)]]
+    cache.truncate_from_start(5)  # a truncation writes (through schedule) at once
+    assert writes == [[(1, 0)], [(1, 5)]]
+    cache.write()
+    assert len(writes) == 2
 
 
 def test_end_offset_for(tmp_path: Path) -> None:
@@ -85,3 +105,41 @@ def test_follower_append_assigns_epochs_from_batches(tmp_path: Path) -> None:
     assert follower.log_end_offset == 6
     leader.close()
     follower.close()
+
+
+@pytest.mark.parametrize("rolled", [False, True])
+def test_epochs_unwritten_at_a_crash_are_rebuilt_by_recovery(
+    tmp_path: Path, rolled: bool
+) -> None:
+    """kill -9 before any flush: the checkpoint file lacks the epochs (or holds only those
+    below the recovery point), and recovery assigns them again from the batches."""
+    cfg = config(segment_bytes=300 if rolled else 1 << 20)
+    plog = open_log(tmp_path, cfg)
+    for i in range(12):
+        plog.append_as_leader(make_batch(2, seed=i), leader_epoch=i // 4)
+    assert plog.leader_epoch_cache.entries == [(0, 0), (1, 8), (2, 16)]
+    path = plog.dir / files.LEADER_EPOCH_CHECKPOINT
+    written = checkpoint.read_epochs(path) if path.exists() else []
+    # What is on disk never runs ahead of the recovery point's coverage.
+    assert all(offset < plog.recovery_point for _, offset in written)
+    if not rolled:
+        assert written == []
+    # No close(): the process dies here.
+    again = open_log(tmp_path, cfg, recovery_point=plog.recovery_point,
+                     had_clean_shutdown=False)
+    assert again.leader_epoch_cache.entries == [(0, 0), (1, 8), (2, 16)]
+    assert again.leader_epoch_cache.end_offset_for(1, again.log_end_offset) == (1, 16)
+    assert checkpoint.read_epochs(path) == [(0, 0), (1, 8), (2, 16)]  # written at recovery
+    again.close()
+    plog.close()
+
+
+def test_flush_writes_epochs_before_moving_the_recovery_point(tmp_path: Path) -> None:
+    plog = open_log(tmp_path)
+    plog.append_as_leader(make_batch(3), leader_epoch=4)
+    assert plog.leader_epoch_cache.unwritten
+    plog.flush()
+    assert plog.recovery_point == 3
+    assert checkpoint.read_epochs(plog.dir / files.LEADER_EPOCH_CHECKPOINT) == [(4, 0)]
+    assert not plog.leader_epoch_cache.unwritten
+    plog.close()

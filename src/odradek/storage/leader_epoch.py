@@ -6,11 +6,22 @@ is added. A follower asks the leader ``end_offset_for(epoch)`` (OffsetForLeaderE
 truncates to it, so replicas never diverge. Truncating the log truncates the cache
 (``truncate_from_end``); advancing the log start offset trims it (``truncate_from_start``).
 The cache is persisted in the partition directory's ``leader-epoch-checkpoint``.
+
+When the file is written. Kafka writes it, with an fsync, on every new epoch. Here a new
+epoch stays in memory until the log's recovery point is about to pass it: the log calls
+:meth:`LeaderEpochCache.write` before it moves the recovery point (the flush of a rolled
+segment, ``flush()``, close) and truncations schedule a write. After an unclean shutdown,
+recovery re-reads every batch past the recovery point and assigns its epoch again (as
+Kafka's ``LogSegment.recover`` does), so an entry the file lacks is rebuilt from the log;
+entries below the recovery point were written before it moved. This takes a write, two
+fsyncs and a rename off the first append of every partition: 1.3 CPU ms each, 1.3 CPU s
+for the first produce to 1,000 new partitions.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,10 +35,14 @@ class LeaderEpochCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: list[tuple[int, int]] = checkpoint.read_epochs(path)
-        # How the checkpoint write (two fsyncs) of a new epoch is run: the log hands it to
-        # its background I/O worker so the first append of an epoch does not wait on the
-        # disk (as Kafka does since KAFKA-15046). Inline by default.
+        # How a truncation's checkpoint write (two fsyncs) is run: the log hands it to its
+        # background I/O worker, so that it does not wait on the disk under the log's lock
+        # (KAFKA-15046, KAFKA-16541). Inline by default.
         self.schedule: Callable[[Callable[[], None]], None] = lambda fn: fn()
+        # Changes made to ``entries``, and how many of them the file holds.
+        self._changes = 0
+        self._written = 0
+        self._write_lock = threading.Lock()
 
     @property
     def latest_epoch(self) -> int:
@@ -40,7 +55,12 @@ class LeaderEpochCache:
         if self.entries and (epoch <= self.entries[-1][0] or start_offset < self.entries[-1][1]):
             return
         self.entries.append((epoch, start_offset))
-        self.flush()
+        self._changes += 1  # written before the recovery point passes it (module doc)
+
+    @property
+    def unwritten(self) -> bool:
+        """Whether the checkpoint file is behind the entries."""
+        return self._changes != self._written
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch: the start offset of the first epoch
@@ -57,6 +77,7 @@ class LeaderEpochCache:
         kept = [(e, o) for e, o in self.entries if o < end_offset]
         if kept != self.entries:
             self.entries = kept
+            self._changes += 1
             self.flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
@@ -66,14 +87,26 @@ class LeaderEpochCache:
         kept = [(e, o) for e, o in self.entries if o > start_offset]
         covering = [(e, o) for e, o in self.entries if o <= start_offset][-1]
         self.entries = [(covering[0], start_offset), *kept]
+        self._changes += 1
         self.flush()
 
     def clear(self) -> None:
         self.entries = []
+        self._changes += 1
         self.flush()
 
     def flush(self) -> None:
-        """Write the checkpoint through ``schedule``: every write of this file goes the same
-        way, in order, so two writes never race on it."""
-        snapshot = list(self.entries)
-        self.schedule(lambda: checkpoint.write_epochs(self.path, snapshot))
+        """Write the checkpoint through ``schedule`` (a truncation: the log's lock is held)."""
+        self.schedule(self.write)
+
+    def write(self) -> None:
+        """Write the checkpoint (write, fsync, rename) if it is behind the entries.
+
+        Any thread may call it: writes are serialised, and each takes its snapshot under
+        the lock, so a later write never puts older entries back."""
+        with self._write_lock:
+            changes = self._changes  # read before the entries: never claims too much
+            if changes == self._written:
+                return
+            checkpoint.write_epochs(self.path, list(self.entries))
+            self._written = changes

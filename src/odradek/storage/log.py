@@ -287,6 +287,7 @@ class PartitionLog:
         self.recovery_point = min(self.recovery_point, leo)
         if not had_clean_shutdown:
             self._flush_segments(self.segments)
+            self.leader_epoch_cache.write()  # the epochs recovery rebuilt
             self.recovery_point = leo
         self.leader_epoch_cache.truncate_from_end(leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
@@ -317,7 +318,9 @@ class PartitionLog:
             files.fsync_dir(self.dir)
 
     def _recover_segment(self, segment: LogSegment) -> int:
-        truncated = segment.recover(self.config.max_message_bytes)
+        truncated = segment.recover(
+            self.config.max_message_bytes, self.leader_epoch_cache.assign
+        )
         if truncated:
             log.warning(
                 "%s: truncated %d invalid bytes at the end of segment %d",
@@ -418,6 +421,8 @@ class PartitionLog:
             if producers.duplicate is not None:
                 return self._duplicate_append_info(producers.duplicate)
             first = next_offset
+            if leader_epoch >= 0:  # before the append, as Kafka's UnifiedLog.append
+                self.leader_epoch_cache.assign(leader_epoch, first)
             appended: list[AppendedBatch] = []
             for header in batches:
                 position = header.position
@@ -433,8 +438,6 @@ class PartitionLog:
                 ))
             self._append(buf, appended, first, next_offset - 1)
             self.producer_state.commit(producers)
-            if leader_epoch >= 0:
-                self.leader_epoch_cache.assign(leader_epoch, first)
         return LogAppendInfo(
             first, next_offset - 1,
             now if log_append else info.max_timestamp,
@@ -465,10 +468,10 @@ class PartitionLog:
                 previous = header.last_offset
             if first < expected:
                 raise InvalidRecordBatchError(f"first offset {first} is below log end {expected}")
-            self._append(records, info.batches, first, last)
-            self.producer_state.apply(info.batches)
             for header in info.batches:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            self._append(records, info.batches, first, last)
+            self.producer_state.apply(info.batches)
         return LogAppendInfo(
             first, last, info.max_timestamp, -1, self.log_start_offset,
             info.record_count, info.size,
@@ -488,6 +491,7 @@ class PartitionLog:
             self.unflushed_messages += last_offset - first_offset + 1
             if self.unflushed_messages >= self.config.flush_messages:
                 self._flush_segments(self.segments[self._segment_for(self.recovery_point) :])
+                self.leader_epoch_cache.write()
                 self.recovery_point = self.log_end_offset
                 self.unflushed_messages = 0
                 self.last_flush_ms = self.time_ms()
@@ -546,6 +550,7 @@ class PartitionLog:
                 old.flush()
                 files.fsync_dir(self.dir)
                 write_snapshot()
+                self.leader_epoch_cache.write()
             with self._lock:
                 self.recovery_point = max(self.recovery_point, old.next_offset)
 
@@ -769,9 +774,10 @@ class PartitionLog:
             pending = leo > self.recovery_point or self.unflushed_messages
             segments = self.segments[self._segment_for(self.recovery_point) :]
             self.unflushed_messages = 0
-        if pending:
-            with self._io("flushing"):
+        with self._io("flushing"):
+            if pending:
                 self._flush_segments(segments)
+            self.leader_epoch_cache.write()  # before the recovery point moves past them
         with self._lock:
             self.recovery_point = max(self.recovery_point, leo)
             self.last_flush_ms = self.time_ms()

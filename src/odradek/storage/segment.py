@@ -20,7 +20,7 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -245,9 +245,14 @@ class LogSegment:
         return None
 
     # -- recovery ------------------------------------------------------------------------
-    def recover(self, max_message_size: int) -> int:
+    def recover(
+        self, max_message_size: int,
+        assign_epoch: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Revalidate the whole log, rebuild both indexes, truncate a torn or corrupt tail.
-        Returns the number of bytes truncated."""
+        ``assign_epoch(partition_leader_epoch, base_offset)`` is told of every valid batch
+        (the leader epoch cache is rebuilt from the log, as in Kafka's
+        ``LogSegment.recover``). Returns the number of bytes truncated."""
         self.offset_index.reset()
         self.time_index.reset()
         # A missing or misaligned index was mapped at its on-disk length (maybe 0 bytes):
@@ -275,6 +280,8 @@ class LogSegment:
                             break
                         self._index_batch(header.last_offset, header.max_timestamp,
                                           header.size, header.position)
+                        if assign_epoch is not None:
+                            assign_epoch(header.partition_leader_epoch, header.base_offset)
                         next_offset = header.next_offset
                         valid += header.size
                 finally:
