@@ -30,6 +30,7 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.protocol.send import FileRegion, Send
+from odradek.server import network
 from odradek.server.handlers.api_versions import register_api_versions
 from odradek.server.network import KafkaServer, NetworkConfig
 from tests.protocol.wire import decode_response, raw_header, request_frame
@@ -201,6 +202,45 @@ def test_pipelined_responses_keep_request_order() -> None:
             # Handlers ran concurrently: the fast ones finished before the slow ones.
             assert api.completed.index("fast-a") < api.completed.index("sleep:0.3")
             assert api.completed.index("sleep:0.1") < api.completed.index("sleep:0.3")
+            await client.close()
+
+    run(test)
+
+
+
+def test_finished_responses_go_out_together_but_never_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pipelined requests whose handlers finish together are written in one send; those
+    before a slow handler are written before the writer waits for it."""
+    writes: list[int] = []
+    real = network._write_all
+
+    def counting(transport: Any, ready: list[Any]) -> None:
+        writes.append(len(ready))
+        real(transport, ready)
+
+    monkeypatch.setattr(network, "_write_all", counting)
+
+    async def test() -> None:
+        async with running() as (server, _):
+            client = await Client.connect(server.port)
+            requests = [(_heartbeat(f"fast-{i}"), i) for i in range(10)]
+            requests.append((_heartbeat("sleep:1.0"), 10))
+            requests += [(_heartbeat(f"fast-{i}"), i) for i in range(11, 15)]
+            await client.send(b"".join(request_frame(r, c) for r, c in requests))
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            seen = []
+            for request, corr in requests:
+                payload = await client.read_frame()
+                assert payload is not None
+                got, _ = decode_response(payload, request.__api_key__, request.__version__)
+                seen.append(got)
+                if corr == 9:  # the ten fast answers came before the slow handler ended
+                    assert loop.time() - started < 0.8
+            assert seen == list(range(15))
+            assert sum(writes) == 15 and max(writes) > 1
             await client.close()
 
     run(test)

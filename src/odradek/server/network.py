@@ -48,7 +48,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request, encode_body, request_header_version, schema
@@ -78,6 +78,9 @@ _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
 # File regions up to this size are copied with pread instead of sent with sendfile: below
 # it the copy costs less than sendfile's pause-reading / wait-for-empty-buffer / resume.
 COPY_REGION_BYTES: Final = 64 * 1024
+# Finished responses gathered into one write stop growing here (see _write_loop).
+COALESCE_BYTES: Final = 256 * 1024
+_Buffers = tuple[bytes | bytearray | memoryview, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,12 +399,20 @@ class KafkaConnection(asyncio.Protocol):
     # -- writing -----------------------------------------------------------------------
 
     async def _write_loop(self) -> None:
+        """Write responses in request order. Responses already finished are gathered and
+        written together (one send for a run of small responses), but never held while
+        the loop waits for a handler, for a drain, or past ``COALESCE_BYTES``."""
         transport = self._transport
         flow = self._flow
         assert transport is not None and flow is not None
         in_flight = self._in_flight
+        ready: list[bytes | bytearray | memoryview] = []
+        ready_bytes = 0
         while True:
             if not in_flight:
+                if ready:
+                    _write_all(transport, ready)
+                    ready_bytes = 0
                 if self._draining or self._eof:
                     reason = "shutting down" if self._draining else "client closed its side"
                     self.close(reason, logging.DEBUG)
@@ -411,6 +422,9 @@ class KafkaConnection(asyncio.Protocol):
                 continue
             task = in_flight[0].task
             if not task.done():
+                if ready:
+                    _write_all(transport, ready)
+                    ready_bytes = 0
                 # shield: closing the connection cancels this writer, never the handler.
                 try:
                     await asyncio.shield(task)
@@ -422,20 +436,35 @@ class KafkaConnection(asyncio.Protocol):
                 return
             in_flight.popleft()
             if task.cancelled():
+                _write_all(transport, ready)
                 self.close("request handler was cancelled", logging.WARNING)
                 return
             outcome = task.result()
             if isinstance(outcome, _Close):
+                _write_all(transport, ready)
                 self.close(outcome.reason, logging.WARNING)
                 return
             if outcome is not None:
                 self._last_activity = self._loop.time()
                 if isinstance(outcome, bytes):
-                    transport.write(outcome)
+                    ready.append(outcome)
+                    ready_bytes += len(outcome)
+                elif not outcome[1].has_file_regions:  # a Send of buffers (Produce)
+                    prefix, send = outcome
+                    ready.append(prefix)
+                    ready.extend(cast(_Buffers, send.parts))
+                    ready_bytes += len(prefix) + send.size
                 else:
                     prefix, send = outcome
-                    if not await self._write_send(prefix, send):
+                    ready.append(prefix)
+                    ok = await self._write_send(ready, send)
+                    ready = []
+                    ready_bytes = 0
+                    if not ok:
                         return
+                if ready_bytes >= COALESCE_BYTES:
+                    _write_all(transport, ready)
+                    ready_bytes = 0
             if not self._draining and not self._closing:
                 # Hysteresis: resume reading at half the bound, so a client that keeps
                 # the pipe full does not cost a pause/resume pair per response. Frames
@@ -445,6 +474,9 @@ class KafkaConnection(asyncio.Protocol):
                 if self._decoder.buffered >= 4:
                     self._pump()
             if not flow.writable:
+                if ready:
+                    _write_all(transport, ready)
+                    ready_bytes = 0
                 await flow.drain()
 
     def _copy_region(
@@ -462,10 +494,12 @@ class KafkaConnection(asyncio.Protocol):
         buffered.append(data)
         return True
 
-    async def _write_send(self, prefix: bytes, send: Send) -> bool:
+    async def _write_send(
+        self, buffered: list[bytes | bytearray | memoryview], send: Send
+    ) -> bool:
+        """Write ``buffered`` (earlier responses and this one's prefix), then ``send``."""
         transport = self._transport
         assert transport is not None and self._flow is not None
-        buffered: list[bytes | bytearray | memoryview] = [prefix]
         for part in send.parts:
             if not isinstance(part, FileRegion):
                 buffered.append(part)
@@ -526,6 +560,17 @@ class KafkaConnection(asyncio.Protocol):
             self.close(f"idle for more than connections.max.idle.ms={limit}")
         else:
             self._schedule_idle_check(remaining)
+
+
+def _write_all(
+    transport: asyncio.WriteTransport, ready: list[bytes | bytearray | memoryview]
+) -> None:
+    """Hand the gathered responses to the transport in one write, and empty the list."""
+    if len(ready) == 1:
+        transport.write(ready[0])
+    elif ready:
+        transport.writelines(ready)
+    ready.clear()
 
 
 def _tune_socket(sock: socket.socket, config: NetworkConfig) -> None:
