@@ -315,6 +315,19 @@ def test_kafka_python_range_assignor_and_leave(rb: RunningBroker) -> None:
                                   partition_assignment_strategy=[RangePartitionAssignor],
                                   session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300)
                 c.subscribe([topic])
+                # Have the topic's metadata before the first poll (which joins the group).
+                # kafka-python does not wait for it: a leader that joins first assigns
+                # nothing ("No partition metadata for topic") and rejoins when the metadata
+                # arrives, and kafka-python (3.0.12) can lose that rejoin: its assignment
+                # resets the snapshot that need_rejoin() checks, so when poll(timeout_ms=50)
+                # returns while that JoinGroup/SyncGroup is in flight, no later poll resumes
+                # it; the member stays REBALANCING without heartbeats, the broker expires it
+                # and the other member takes all partitions. Must follow subscribe(): the
+                # snapshot is taken of the subscribed topics when the metadata arrives.
+                deadline = time.monotonic() + 30
+                while c.partitions_for_topic(topic) != set(range(5)):
+                    assert time.monotonic() < deadline, f"no metadata for {topic}"
+                    time.sleep(0.05)
                 while not self.stop.is_set():
                     batch = c.poll(timeout_ms=50)
                     with lock:
