@@ -509,3 +509,66 @@ def test_confluent_kafka_admin_handshake() -> None:
             assert list(metadata.brokers) == [0]
 
     run(test)
+
+
+def test_start_eagerly_runs_a_handler_up_to_its_first_wait() -> None:
+    """Handlers that never wait finish inside dispatch, without a task; one that waits
+    goes on in a task from where it stopped (futures, bare yields, errors, cancel)."""
+
+    async def test() -> None:
+        loop = asyncio.get_running_loop()
+        steps: list[str] = []
+
+        async def immediate() -> bytes:
+            steps.append("immediate")
+            return b"now"
+
+        tasks_before = len(asyncio.all_tasks())
+        done = network._start_eagerly(loop, immediate())
+        assert done.done() and done.result() == b"now" and steps == ["immediate"]
+        assert len(asyncio.all_tasks()) == tasks_before  # no task was made
+
+        gate: asyncio.Future[bytes] = loop.create_future()
+
+        async def waits() -> bytes:
+            steps.append("before")
+            await asyncio.sleep(0)  # a bare yield first
+            got = await gate
+            steps.append("after")
+            return got + b"!"
+
+        pending = network._start_eagerly(loop, waits())
+        assert steps[-1] == "before" and not pending.done()
+        gate.set_result(b"later")
+        assert await pending == b"later!" and steps[-1] == "after"
+
+        async def fails_later() -> bytes:
+            await asyncio.sleep(0)
+            raise ValueError("boom")
+
+        with pytest.raises(ValueError, match="boom"):
+            await network._start_eagerly(loop, fails_later())
+
+        async def fails_now() -> bytes:
+            raise ValueError("at once")
+
+        failed = network._start_eagerly(loop, fails_now())
+        assert failed.done() and isinstance(failed.exception(), ValueError)
+
+        cleaned: list[bool] = []
+
+        async def blocks() -> bytes:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                cleaned.append(True)
+            return b""
+
+        stuck = network._start_eagerly(loop, blocks())
+        await asyncio.sleep(0)
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        assert cleaned == [True]
+
+    run(test)

@@ -12,14 +12,17 @@ asyncio event loop instead of threads:
    unsupported version close the connection with a logged reason (Kafka's behaviour),
    except ApiVersions at an unsupported version, which gets the v0 UNSUPPORTED_VERSION
    answer (KIP-511). ``RequestContext`` carries the header fields, peer and connection id.
-4. *Handle, concurrently.* Each request runs as its own task, so a slow Fetch does not
-   hold up a Metadata behind it. Registrations marked ``serial`` first wait for every
-   earlier request of the connection (Kafka's channel muting), for APIs whose execution
-   order matters.
+4. *Handle, concurrently.* A handler starts at once, inside dispatch, and runs up to its
+   first wait, as Python 3.12's eager tasks do: most (Produce, Metadata, ListOffsets…)
+   never wait and finish there, with no task or loop turn of their own. One that waits
+   goes on as a task, so a slow Fetch does not hold up a Metadata behind it.
+   Registrations marked ``serial`` first wait for every earlier request of the
+   connection (Kafka's channel muting), for APIs whose execution order matters.
 5. *Respond, in order.* A per-connection writer takes requests in arrival order and
    writes each response once its handler is done, so responses leave in the order the
    requests came in, whatever order the handlers finish (Kafka's in-order guarantee,
-   which its Processor gets by muting the channel). ``None`` means no response
+   which its Processor gets by muting the channel). Responses already done when the
+   writer reaches them go out in one write. ``None`` means no response
    (Produce acks=0). A :class:`~odradek.protocol.send.Send` is written part by part, file
    regions with ``loop.sendfile`` (``os.sendfile`` on plain TCP, read+write on TLS).
 6. *Backpressure.* Reading pauses when ``queued.max.requests`` requests of the
@@ -42,11 +45,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import collections.abc
 import itertools
 import logging
 import os
 import socket
 import time
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -302,16 +307,18 @@ class KafkaConnection(asyncio.Protocol):
             if self._serial_barrier is not None and not self._serial_barrier.done():
                 prior.append(self._serial_barrier)
             prior.extend(self._since_barrier)
-        task = self._loop.create_task(self._handle(registration, ctx, request, prior))
+        coro = self._handle(registration, ctx, request, prior)
+        task = self._loop.create_task(coro) if prior else _start_eagerly(self._loop, coro)
         if registration.serial:
             self._serial_barrier = task
             self._since_barrier = set()
-        else:
+        elif not task.done():
             # Done tasks leave at once: a finished response (and the descriptors its
             # file regions own) must not be kept alive by this bookkeeping.
             self._since_barrier.add(task)
             task.add_done_callback(self._since_barrier.discard)
-        self._server._track(task)
+        if not task.done():
+            self._server._track(task)
         self._push(_InFlight(ctx, task))
 
     def _answer_unsupported_api_versions(
@@ -560,6 +567,56 @@ class KafkaConnection(asyncio.Protocol):
             self.close(f"idle for more than connections.max.idle.ms={limit}")
         else:
             self._schedule_idle_check(remaining)
+
+
+def _start_eagerly(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, _Outcome]
+) -> asyncio.Future[_Outcome]:
+    """Run ``coro`` now, up to its first suspension, as Python 3.12's eager tasks do.
+
+    Most handlers (Produce, Metadata, ListOffsets, …) never wait: they finish in this
+    first step and come back as a done future, without a task, a loop callback or a
+    loop turn. A handler that does wait (a Fetch for min_bytes, a JoinGroup) is handed
+    to a task, which continues it from the future it is waiting on."""
+    try:
+        waiting_on = coro.send(None)
+    except StopIteration as stop:
+        done: asyncio.Future[_Outcome] = loop.create_future()
+        done.set_result(stop.value)
+        return done
+    except Exception as exc:
+        failed: asyncio.Future[_Outcome] = loop.create_future()
+        failed.set_exception(exc)
+        return failed
+    return loop.create_task(_Started(coro, waiting_on))
+
+
+class _Started(collections.abc.Coroutine[Any, Any, _Outcome]):
+    """A coroutine that already ran its first step, for a task to drive on: the task's
+    first ``send`` gets what the coroutine yielded then (the future it waits on)."""
+
+    __slots__ = ("_coro", "_first", "_first_pending")
+
+    def __init__(self, coro: Coroutine[Any, Any, _Outcome], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+        self._first_pending = True
+
+    def send(self, value: Any) -> Any:
+        if self._first_pending:
+            self._first_pending = False
+            return self._first
+        return self._coro.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        self._first_pending = False
+        return self._coro.throw(*args)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, _Outcome]:
+        raise TypeError("a started handler is driven by its task, not awaited")
 
 
 def _write_all(
