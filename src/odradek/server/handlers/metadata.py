@@ -17,8 +17,14 @@ from typing import TYPE_CHECKING, Any
 from odradek.cluster.metadata import MetadataError, TopicInfo
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.metadata_writer import (
+    MetadataBroker,
+    MetadataPartition,
+    MetadataTopic,
+    write_metadata_response,
+)
 from odradek.protocol.registry import HandlerRegistry, RequestContext
-from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.protocol.send import Send
 from odradek.server.handlers._errors import code_of
 
 if TYPE_CHECKING:
@@ -31,13 +37,13 @@ ZERO_UUID = uuid.UUID(int=0)
 
 def register_metadata(registry: HandlerRegistry, broker: Broker) -> None:
     async def metadata(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("metadata", ctx.api_version)
-        topics: list[Any] = []
+        version = ctx.api_version
+        topics: list[MetadataTopic] = []
         info: TopicInfo | None
         requested = request.topics
-        if requested is None or (ctx.api_version == 0 and not requested):
+        if requested is None or (version == 0 and not requested):
             for info in sorted(broker.metadata.topics.values(), key=lambda i: i.name):
-                topics.append(_topic(m, broker, info))
+                topics.append(_topic(broker, info))
         else:
             allow = getattr(request, "allow_auto_topic_creation", True) and bool(
                 broker.config["auto.create.topics.enable"]
@@ -48,9 +54,9 @@ def register_metadata(registry: HandlerRegistry, broker: Broker) -> None:
                     topic_id = getattr(wanted, "topic_id", None)
                     info = broker.metadata.by_id(topic_id) if topic_id else None
                     if info is None:
-                        topics.append(_error_topic(m, None, ErrorCode.unknown_topic_id, topic_id))
+                        topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id))
                     else:
-                        topics.append(_topic(m, broker, info))
+                        topics.append(_topic(broker, info))
                     continue
                 info = broker.metadata.get(name)
                 if info is None and allow:
@@ -58,66 +64,48 @@ def register_metadata(registry: HandlerRegistry, broker: Broker) -> None:
                         info = broker.metadata.create_topic(name)
                     except MetadataError as exc:
                         if exc.kafka_error != "TOPIC_ALREADY_EXISTS":
-                            topics.append(_error_topic(m, name, code_of(exc.kafka_error)))
+                            topics.append(_error_topic(name, code_of(exc.kafka_error)))
                             continue
                         info = broker.metadata.get(name)
                 if info is None:
-                    topics.append(_error_topic(m, name, ErrorCode.unknown_topic_or_partition))
+                    topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
                 else:
-                    topics.append(_topic(m, broker, info))
+                    topics.append(_topic(broker, info))
         listener = broker.config.advertised_listeners[0]
-        brokers = (
-            make(m.MetadataResponseBroker, node_id=broker.broker_id, host=listener.host,
-                 port=broker.port if listener.port == 0 else listener.port, rack=None),
-        )
-        return make(
-            m.MetadataResponse,
-            throttle_time=ZERO_THROTTLE,
-            brokers=brokers,
-            cluster_id=broker.metadata.cluster_id,
-            controller_id=broker.broker_id,
-            topics=tuple(topics),
-            cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
-            error_code=ErrorCode.none,
-        )
+        brokers = [MetadataBroker(
+            broker.broker_id, listener.host,
+            broker.port if listener.port == 0 else listener.port,
+        )]
+        # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
+        return Send((write_metadata_response(
+            version, brokers, broker.metadata.cluster_id, broker.broker_id, topics,
+            NO_AUTHORIZED_OPERATIONS,
+        ),))
 
     registry.register(ApiKey.METADATA, VERSIONS[0], VERSIONS[1], metadata)
 
 
-def _topic(m: Any, broker: Broker, info: TopicInfo) -> Any:
+_NONE = int(ErrorCode.none.value)
+_LEADER_NOT_AVAILABLE = int(ErrorCode.leader_not_available.value)
+
+
+def _topic(broker: Broker, info: TopicInfo) -> MetadataTopic:
     partitions = []
+    get_log = broker.get_log
     for index, replicas in sorted(info.partitions.items()):
-        online = broker.get_log(info.name, index) is not None
-        partitions.append(
-            make(
-                m.MetadataResponsePartition,
-                error_code=ErrorCode.none if online else ErrorCode.leader_not_available,
-                partition_index=index,
-                leader_id=replicas[0] if online else -1,
-                leader_epoch=0,
-                replica_nodes=tuple(replicas),
-                isr_nodes=tuple(replicas) if online else (),
-                offline_replicas=() if online else tuple(replicas),
+        nodes = tuple(replicas)
+        if get_log(info.name, index) is not None:
+            partitions.append(MetadataPartition(_NONE, index, nodes[0], 0, nodes, nodes, ()))
+        else:
+            partitions.append(
+                MetadataPartition(_LEADER_NOT_AVAILABLE, index, -1, 0, nodes, (), nodes)
             )
-        )
-    return make(
-        m.MetadataResponseTopic,
-        error_code=ErrorCode.none,
-        name=info.name,
-        topic_id=info.topic_id,
-        is_internal=info.is_internal,
-        partitions=tuple(partitions),
-        topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    return MetadataTopic(
+        _NONE, info.name, info.topic_id, info.is_internal, partitions, NO_AUTHORIZED_OPERATIONS
     )
 
 
-def _error_topic(m: Any, name: str | None, code: ErrorCode, topic_id: Any = None) -> Any:
-    return make(
-        m.MetadataResponseTopic,
-        error_code=code,
-        name=name,
-        topic_id=topic_id or ZERO_UUID,
-        is_internal=False,
-        partitions=(),
-        topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+def _error_topic(name: str | None, code: ErrorCode, topic_id: Any = None) -> MetadataTopic:
+    return MetadataTopic(
+        int(code.value), name, topic_id or ZERO_UUID, False, (), NO_AUTHORIZED_OPERATIONS
     )
