@@ -70,6 +70,10 @@ class FakeApi:
         elif action == "send":
             # error_code int16 = 0x0010, half from memory, half from the file.
             return Send([b"\x00", FileRegion(self.fd, 3, 1)])
+        elif action.startswith("regions:"):  # the error code, then N copies of the file
+            count = int(action.split(":", 1)[1])
+            size = os.fstat(self.fd).st_size
+            return Send([b"\x00\x10", *(FileRegion(self.fd, 0, size) for _ in range(count))])
         self.completed.append(action)
         return _heartbeat_response(ctx.api_version, ErrorCode.none)
 
@@ -338,6 +342,44 @@ def test_send_with_file_region() -> None:
             await client.close()
 
     run(test)
+
+
+
+def test_a_response_of_many_small_regions_holds_bounded_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Copied file regions go to the transport in slices, with a drain wait when it is
+    full, instead of the whole response being read into memory first (a fetch of a
+    thousand partitions)."""
+    high_water = 256 * 1024
+    buffered: list[int] = []
+    real = network._write_all
+
+    def watching(transport: Any, ready: list[Any]) -> None:
+        real(transport, ready)
+        buffered.append(transport.get_write_buffer_size())
+
+    monkeypatch.setattr(network, "_write_all", watching)
+
+    async def test() -> None:
+        config = NetworkConfig(write_buffer_high_water_bytes=high_water)
+        async with running(config) as (server, api):
+            chunk = bytes(range(256)) * 240  # 60 KiB: copied, not sent with sendfile
+            os.ftruncate(api.fd, 0)
+            os.pwrite(api.fd, chunk, 0)
+            count = 200  # 12 MiB in all
+            client = await Client.connect(server.port)
+            await client.send(request_frame(_heartbeat(f"regions:{count}", version=0), 7))
+            await asyncio.sleep(0.3)  # the client does not read yet: the transport fills
+            payload = await client.read_frame()
+            assert payload is not None
+            assert payload[:4] == struct.pack(">i", 7) and payload[4:6] == b"\x00\x10"
+            assert payload[6:] == chunk * count
+            await client.close()
+
+    run(test)
+    assert len(buffered) > 10
+    assert max(buffered) <= high_water + network.COALESCE_BYTES + 64 * 1024
 
 
 def test_read_backpressure_bounds_in_flight_requests() -> None:

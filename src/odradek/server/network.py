@@ -504,9 +504,15 @@ class KafkaConnection(asyncio.Protocol):
     async def _write_send(
         self, buffered: list[bytes | bytearray | memoryview], send: Send
     ) -> bool:
-        """Write ``buffered`` (earlier responses and this one's prefix), then ``send``."""
+        """Write ``buffered`` (earlier responses and this one's prefix), then ``send``.
+
+        Copied regions are handed to the transport every ``COALESCE_BYTES`` and the
+        writer waits for the drain when the transport is full, so a response of a
+        thousand small regions holds a bounded amount of memory, not the whole response."""
         transport = self._transport
-        assert transport is not None and self._flow is not None
+        flow = self._flow
+        assert transport is not None and flow is not None
+        copied = 0
         for part in send.parts:
             if not isinstance(part, FileRegion):
                 buffered.append(part)
@@ -518,6 +524,14 @@ class KafkaConnection(asyncio.Protocol):
                 # around sendfile, and keeps latency low under many small fetches.
                 if not self._copy_region(part, buffered):
                     return False
+                copied += part.size
+                if copied >= COALESCE_BYTES:
+                    _write_all(transport, buffered)
+                    copied = 0
+                    if not flow.writable:
+                        await flow.drain()
+                        if self._closing:
+                            return False
                 continue
             transport.writelines(buffered)
             buffered = []
@@ -537,7 +551,7 @@ class KafkaConnection(asyncio.Protocol):
                 self.close(f"sendfile failed: {e!r}", logging.WARNING)
                 return False
             finally:
-                self._flow.reapply()
+                flow.reapply()
             if sent != part.size:
                 # The size prefix promised more bytes than the file had: the stream is
                 # now unframed and the connection cannot continue.
