@@ -62,7 +62,7 @@ class ApiSchema:
     response_type: type[Any]
     request_header_version: HeaderVersion
     response_header_version: HeaderVersion
-    read_request: Callable[[bytes | memoryview, int], tuple[Any, int]]
+    read_request: Callable[[bytes | bytearray | memoryview, int], tuple[Any, int]]
     write_response: Callable[[Any, Any], None]
 
 
@@ -121,7 +121,7 @@ def response_header_version(api_key: int, api_version: int) -> HeaderVersion:
 
 
 def decode_request(
-    api_key: int, api_version: int, data: bytes | memoryview, offset: int = 0
+    api_key: int, api_version: int, data: bytes | bytearray | memoryview, offset: int = 0
 ) -> Any:
     """Decode the request body that starts at ``offset`` in ``data``.
 
@@ -129,6 +129,8 @@ def decode_request(
     :class:`InvalidRequestError`. Trailing bytes after the body are tolerated, as Kafka does.
     """
     reader = schema(api_key, api_version).read_request
+    if not isinstance(data, bytes):
+        data = memoryview(data).toreadonly()  # kio's native readers refuse writable ones
     try:
         entity, _size = reader(data, offset)
     except Exception as e:  # kio raises DecodeError subclasses, ValueError, ...

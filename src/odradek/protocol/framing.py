@@ -57,10 +57,12 @@ class FrameDecoder:
     """Turns a byte stream into complete frames (payloads without their size prefix).
 
     Received chunks are kept as they arrive (read-only views, no copy) until a frame is
-    complete; the frame is then joined into one ``bytes`` object: one copy per byte.
-    Accumulating into a ``bytearray`` and slicing the frame out of it cost three copies
-    and two fresh large allocations per frame — page faults included, about 1 s of CPU
-    per GB of produce requests."""
+    complete; the frame is then joined into one new ``bytearray``: one copy per byte.
+    It is mutable so that the log can rewrite a produced batch's offsets in the frame
+    itself (see :mod:`odradek.protocol.produce_reader`). Accumulating everything into
+    one long-lived ``bytearray`` and slicing frames out of it cost three copies and two
+    fresh large allocations per frame — page faults included, about 1 s of CPU per GB
+    of produce requests."""
 
     __slots__ = ("_buffered", "_chunks", "_max_frame_size", "_next_size")
 
@@ -92,7 +94,7 @@ class FrameDecoder:
         if self._next_size < 0 and self._buffered >= 4:
             self._read_next_size()
 
-    def next_frame(self) -> bytes | None:
+    def next_frame(self) -> bytearray | None:
         """The next complete frame, or ``None`` when more data is needed.
 
         Raises :class:`InvalidFrameSizeError` / :class:`FrameTooLargeError`; after that the
@@ -115,14 +117,14 @@ class FrameDecoder:
                 chunks.popleft()
             else:
                 chunks[0] = first[end:]
-            return bytes(first[4:end])
+            return bytearray(first[4:end])
         self._drop(4)
         return self._take(size)
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
         """Buffer ``data`` and return every frame it completes."""
         self.receive_data(data)
-        frames: list[bytes] = []
+        frames: list[bytearray] = []
         while (payload := self.next_frame()) is not None:
             frames.append(payload)
         return frames
@@ -158,7 +160,7 @@ class FrameDecoder:
             chunks.popleft()
             n -= len(first)
 
-    def _take(self, n: int) -> bytes:
+    def _take(self, n: int) -> bytearray:
         """Remove the first ``n`` bytes (already deducted from ``_buffered``), joined."""
         chunks = self._chunks
         pieces: list[memoryview] = []
@@ -170,4 +172,4 @@ class FrameDecoder:
                 break
             pieces.append(chunks.popleft())
             n -= len(chunk)
-        return b"".join(pieces)
+        return bytearray().join(pieces)

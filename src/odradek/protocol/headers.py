@@ -61,7 +61,7 @@ class RequestHeader:
     size: int
 
 
-def peek_request(frame: bytes | memoryview) -> tuple[int, int, int]:
+def peek_request(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from the fixed start of any request header."""
     if len(frame) < _PEEK.size:
         raise InvalidRequestError(f"request of {len(frame)} bytes is shorter than a header")
@@ -70,7 +70,7 @@ def peek_request(frame: bytes | memoryview) -> tuple[int, int, int]:
 
 
 def parse_request_header(
-    frame: bytes | memoryview, header_version: int | None = None
+    frame: bytes | bytearray | memoryview, header_version: int | None = None
 ) -> RequestHeader:
     """Parse the request header at the start of ``frame`` (a frame without size prefix).
 
@@ -80,6 +80,8 @@ def parse_request_header(
     derived because kio does not know the key.
     """
     key, version, _ = peek_request(frame)
+    if not isinstance(frame, bytes):
+        frame = memoryview(frame).toreadonly()  # kio's native readers refuse writable ones
     if header_version is None:
         header_version = request_header_version(key, version)
     reader: Callable[[bytes | memoryview, int], tuple[Any, int]]

@@ -48,6 +48,7 @@ __all__ = [
     "HandlerRegistry",
     "Registration",
     "RequestContext",
+    "RequestDecoder",
     "Response",
 ]
 
@@ -76,6 +77,8 @@ Response: TypeAlias = Any
 
 Handler: TypeAlias = Callable[[RequestContext, Any], Awaitable[Any]]
 ErrorResponseBuilder: TypeAlias = Callable[[RequestContext, Any, ErrorCode], Any]
+RequestDecoder: TypeAlias = Callable[[bytes | bytearray | memoryview, int, int], Any]
+"""(frame, offset of the body, version) -> request; raises InvalidRequestError."""
 H = TypeVar("H", bound=Handler)
 
 
@@ -100,6 +103,7 @@ class Registration:
     handler: Handler
     error_response: ErrorResponseBuilder | None = None
     serial: bool = False
+    decode: RequestDecoder | None = None  # None: kio's decoding
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -123,8 +127,11 @@ class HandlerRegistry:
         *,
         error_response: ErrorResponseBuilder | None = None,
         serial: bool = False,
+        decode: RequestDecoder | None = None,
     ) -> Registration:
         """Serve ``api_key`` versions ``min_version..max_version`` with ``handler``.
+
+        ``decode`` replaces kio's decoding of the request body (a hot-path reader).
 
         Raises :class:`DuplicateHandlerError` if the key is already registered and
         :class:`LocalProtocolError` if the range is empty or kio lacks a schema in it.
@@ -144,7 +151,9 @@ class HandlerRegistry:
             )
         for version in range(min_version, max_version + 1):
             schema(key, version)  # fails loudly now rather than on the first request
-        registration = Registration(key, min_version, max_version, handler, error_response, serial)
+        registration = Registration(
+            key, min_version, max_version, handler, error_response, serial, decode
+        )
         self._by_key[key] = registration
         self._table = None
         return registration

@@ -195,8 +195,11 @@ class Broker:
     def get_log(self, topic: str, partition: int) -> PartitionLog | None:
         return self.log_manager.get_log(TopicPartition(topic, partition))
 
-    def append_records(self, partition_log: PartitionLog, records: bytes) -> LogAppendInfo:
-        """Leader append of a producer's batches (leader epoch 0 on a single broker)."""
+    def append_records(
+        self, partition_log: PartitionLog, records: bytes | bytearray | memoryview
+    ) -> LogAppendInfo:
+        """Leader append of a producer's batches (leader epoch 0 on a single broker); a
+        writable memoryview (of the request frame) is rewritten in place."""
         return partition_log.append_as_leader(records, leader_epoch=0)
 
 

@@ -267,7 +267,7 @@ class KafkaConnection(asyncio.Protocol):
         if len(self._in_flight) >= limit:
             self._flow.pause_reading()
 
-    def _dispatch(self, frame: bytes) -> None:
+    def _dispatch(self, frame: bytes | bytearray) -> None:
         received_ns = time.monotonic_ns()
         try:
             api_key, api_version, correlation_id = peek_request(frame)
@@ -288,7 +288,10 @@ class KafkaConnection(asyncio.Protocol):
         api_schema = schema(api_key, api_version)
         try:
             header = parse_request_header(frame, api_schema.request_header_version)
-            request = decode_request(api_key, api_version, frame, header.size)
+            if registration.decode is not None:  # gets the mutable frame itself
+                request = registration.decode(frame, header.size, api_version)
+            else:
+                request = decode_request(api_key, api_version, frame, header.size)
         except RemoteProtocolError as e:
             self.close(f"{e} (correlation id {correlation_id})")
             return
@@ -322,7 +325,7 @@ class KafkaConnection(asyncio.Protocol):
         self._push(_InFlight(ctx, task))
 
     def _answer_unsupported_api_versions(
-        self, frame: bytes, api_version: int, correlation_id: int
+        self, frame: bytes | bytearray, api_version: int, correlation_id: int
     ) -> None:
         # The body cannot be parsed, but the header can: its version follows the request
         # version's flexibility (clamped to the versions kio knows).

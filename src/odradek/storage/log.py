@@ -404,7 +404,9 @@ class PartitionLog:
 
         Runs once per partition of every produce request, so it stays lean: config values
         are attributes, and the batches written are described by :class:`AppendedBatch`
-        (computed while rewriting) rather than by re-parsed headers."""
+        (computed while rewriting) rather than by re-parsed headers. A writable
+        ``memoryview`` (the produce request's own frame) is rewritten in place and written
+        from there; anything else is copied once."""
         info = self.validate(records, strict=True)
         config = self.config
         if config.compression_type != "producer":
@@ -414,7 +416,11 @@ class PartitionLog:
         batches = info.batches
         if not log_append:
             self._check_timestamps(batches, now)
-        buf = bytearray(records)
+        buf: bytearray | memoryview
+        if isinstance(records, memoryview) and not records.readonly:
+            buf = records
+        else:
+            buf = bytearray(records)
         with self._lock:
             next_offset = self._view[1][-1].next_offset
             producers = self.producer_state.analyze(batches, next_offset)

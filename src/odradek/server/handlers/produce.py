@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.produce_reader import read_produce_request
 from odradek.protocol.produce_writer import PartitionResult, write_produce_response
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.protocol.send import Send
@@ -56,8 +57,8 @@ def register_produce(registry: HandlerRegistry, broker: Broker) -> None:
         for topic in request.topic_data:
             name = topic.name
             partitions = [
-                _append(broker, acks, name, pdata.index, pdata.records, refusal, transactional)
-                for pdata in topic.partition_data
+                _append(broker, acks, name, index, records, refusal, transactional)
+                for index, records in topic.partition_data
             ]
             topics.append((name, partitions))
         if acks == 0:
@@ -65,11 +66,13 @@ def register_produce(registry: HandlerRegistry, broker: Broker) -> None:
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
         return Send((write_produce_response(ctx.api_version, topics),))
 
-    registry.register(ApiKey.PRODUCE, VERSIONS[0], VERSIONS[1], produce, serial=True)
+    # Decoded by the hot-path reader: records stay views of the request frame.
+    registry.register(ApiKey.PRODUCE, VERSIONS[0], VERSIONS[1], produce, serial=True,
+                      decode=read_produce_request)
 
 
 def _append(
-    broker: Broker, acks: int, topic: str, index: int, records: bytes | None,
+    broker: Broker, acks: int, topic: str, index: int, records: memoryview | bytes | None,
     refusal: tuple[int, str] | None, transactional: bool,
 ) -> PartitionResult:
     if refusal is not None:
