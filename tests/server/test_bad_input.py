@@ -88,6 +88,25 @@ def test_unsupported_version_is_closed_but_api_versions_answers(
     _still_serving(shared_broker)
 
 
+
+@pytest.mark.parametrize("count", [2**32 - 1, 2**31, 10**6])
+def test_an_array_declaring_more_elements_than_bytes_is_closed(
+    shared_broker: RunningBroker, count: int
+) -> None:
+    """A 35-byte Metadata v12 request whose topic array claims 2^32 elements made kio's
+    native reader reserve 34 GB and Rust abort the broker (SIGABRT). Now the connection
+    is closed and the broker goes on serving."""
+    uvarint = bytearray()
+    n = count + 1  # compact arrays store length + 1
+    while n >= 0x80:
+        uvarint.append((n & 0x7F) | 0x80)
+        n >>= 7
+    uvarint.append(n)
+    payload = _header(3, 12) + b"\x00" + bytes(uvarint) + bytes(20)
+    assert _raw(shared_broker, struct.pack(">i", len(payload)) + payload) == b""
+    _still_serving(shared_broker)
+
+
 def test_disconnect_mid_request(shared_broker: RunningBroker) -> None:
     batch = build_batch([(b"k", b"v" * 1000)], timestamp=int(time.time() * 1000))
     _raw(shared_broker, struct.pack(">i", 5000) + _header(0, 9) + batch[:100], read=False)

@@ -20,6 +20,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from odradek.protocol.wire_guard import check_body
+
 _SIZE = struct.Struct(">i")
 API_VERSIONS_KEY = 18
 
@@ -123,6 +125,7 @@ class BrokerConnection:
                 if response_type.__flexible__ and api_key != API_VERSIONS_KEY:
                     offset = _skip_tagged_fields(payload, offset)  # response header v1
                 try:
+                    check_body(response_type, payload, offset)  # kio aborts on huge arrays
                     entity, _ = entity_reader(response_type)(payload, offset)
                 except Exception as exc:
                     future.set_exception(ClientError(f"cannot decode response: {exc}"))

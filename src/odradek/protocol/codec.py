@@ -36,6 +36,7 @@ from odradek.protocol.errors import (
     LocalProtocolError,
     UnknownApiKeyError,
 )
+from odradek.protocol.wire_guard import check_body
 
 __all__ = [
     "ApiSchema",
@@ -128,9 +129,13 @@ def decode_request(
     Any decoding failure (truncated body, bad string length, bad UTF-8 ...) becomes
     :class:`InvalidRequestError`. Trailing bytes after the body are tolerated, as Kafka does.
     """
-    reader = schema(api_key, api_version).read_request
+    api_schema = schema(api_key, api_version)
+    reader = api_schema.read_request
     if not isinstance(data, bytes):
         data = memoryview(data).toreadonly()  # kio's native readers refuse writable ones
+    # Lengths first: kio aborts the process on an array that declares more elements
+    # than memory can hold (see wire_guard).
+    check_body(api_schema.request_type, data, offset)
     try:
         entity, _size = reader(data, offset)
     except Exception as e:  # kio raises DecodeError subclasses, ValueError, ...
