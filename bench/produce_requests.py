@@ -1,0 +1,161 @@
+"""Broker CPU per Produce request, without a client in the way.
+
+Starts ``odradek serve`` from one or more source trees (this checkout by default; other
+checkouts or ``git worktree``s with ``--tree``), creates a topic, and pipelines
+pre-encoded one-partition Produce requests (v9, acks=1) over one connection, round robin
+over the partitions, as librdkafka does when each partition's batch goes in a request of
+its own. The client only sends bytes it encoded beforehand and reads the answers, so the
+broker's CPU time (utime + stime from /proc) per request is what is measured. Each case
+is repeated ``--rounds`` times and the median reported; trees run side by side in one
+invocation so their ratio compares like with like.
+
+    .venv/bin/python bench/produce_requests.py
+    .venv/bin/python bench/produce_requests.py --tree /tmp/old-checkout --rounds 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import os
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32
+
+from odradek.client.connection import request_class
+from odradek.records.builder import build_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (partitions, records of 100 B per batch): 1,000 partitions with ~19 KB batches is what
+# librdkafka sends in bench/peers.py's 1,000-partition cell.
+CASES = ((1000, 170), (8, 600), (1, 9000))
+
+
+def request_frame(request: Any, correlation_id: int) -> bytes:
+    """Size prefix, request header v2 (both requests here are flexible), body."""
+    client = b"bench"
+    header = struct.pack(">hhih", request.__api_key__, request.__version__, correlation_id,
+                         len(client)) + client + b"\x00"
+    body = io.BytesIO()
+    entity_writer(type(request))(body, request)
+    payload = header + body.getvalue()
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    head = b""
+    while len(head) < 4:
+        head += sock.recv(4 - len(head))
+    (size,) = struct.unpack(">i", head)
+    body = bytearray()
+    while len(body) < size:
+        chunk = sock.recv(size - len(body))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        body += chunk
+    return bytes(body)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(tree: Path, partitions: int, records: int, requests: int, rounds: int) -> float:
+    """Median broker CPU seconds per request."""
+    port = _free_port()
+    data = Path(tempfile.mkdtemp(dir=ROOT / ".bench-tmp"))
+    env = dict(os.environ, PYTHONPATH=str(tree / "src"))
+    proc = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "python"), "-c",
+         "from odradek.cli.main import main; main()", "serve", "--log-level", "warning",
+         "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+         "--override", f"log.dirs={data}"], env=env,
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        sock = socket.create_connection(("127.0.0.1", port))
+        create = request_class("create_topics", 5, "CreateTopicsRequest")
+        creatable = request_class("create_topics", 5, "CreatableTopic")
+        sock.sendall(request_frame(create(
+            topics=(creatable(name="t", num_partitions=i32(partitions),
+                              replication_factor=i16(1), assignments=(), configs=()),),
+            timeout=datetime.timedelta(seconds=60), validate_only=False), 1))
+        _read_frame(sock)
+        batch = build_batch([(None, b"x" * 100)] * records, timestamp=int(time.time() * 1000))
+        produce = request_class("produce", 9, "ProduceRequest")
+        topic = request_class("produce", 9, "TopicProduceData")
+        partition = request_class("produce", 9, "PartitionProduceData")
+        blob = b"".join(request_frame(produce(
+            transactional_id=None, acks=i16(1), timeout=datetime.timedelta(seconds=30),
+            topic_data=(topic(name="t", partition_data=(
+                partition(index=i32(i % partitions), records=batch),)),)), 100 + i)
+            for i in range(requests))
+        per_request = []
+        for _ in range(rounds + 1):  # the first round warms up (new segments, indexes)
+            before = _cpu_seconds(proc.pid)
+            sender = threading.Thread(target=sock.sendall, args=(blob,))
+            sender.start()
+            for _ in range(requests):
+                _read_frame(sock)
+            sender.join()
+            per_request.append((_cpu_seconds(proc.pid) - before) / requests)
+        sock.close()
+        return statistics.median(per_request[1:])
+    finally:
+        proc.terminate()
+        proc.wait(120)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--tree", action="append", type=Path, default=[],
+                        help="another source tree to measure beside this one")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    (ROOT / ".bench-tmp").mkdir(exist_ok=True)
+    trees = [ROOT, *args.tree]
+    command = " ".join([".venv/bin/python bench/produce_requests.py", *sys.argv[1:]])
+    print(f"Command: `{command}`")
+    print()
+    print("| partitions | batch | " + " | ".join(f"{t.name} us/request (CPU s/GB)"
+                                                  for t in trees) + " |")
+    print("|---:|---:|" + "---:|" * len(trees))
+    for partitions, records in CASES:
+        size = len(build_batch([(None, b"x" * 100)] * records, timestamp=0))
+        requests = max(200, min(3000, 60_000_000 // size))
+        cells = []
+        for tree in trees:
+            seconds = measure(tree, partitions, records, requests, args.rounds)
+            cells.append(f"{seconds * 1e6:,.0f} ({seconds / size * 1e9:.1f})")
+        print(f"| {partitions} | {size:,} B | " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
