@@ -6,9 +6,9 @@ kio decodes each partition's records into a fresh ``bytes`` object: a copy of ev
 produced byte, before the log copies it again to rewrite offsets. This reader walks the
 same layout with ``struct`` and hands each partition's records out as a ``memoryview`` of
 the request frame. When the frame is a ``bytearray`` (as :class:`FrameDecoder` gives),
-the view is writable and the log rewrites base offsets and leader epochs in it, so the
-produced bytes are copied once from the socket and once into the page cache, nothing
-more. Layout (Kafka's ``ProduceRequest.json``; "flexible" = v9+: compact strings and
+the view is writable and the log rewrites base offsets and leader epochs in it. A
+produced byte is then copied three times: from the socket into a received chunk, from the
+chunks into the frame, from the frame into the page cache (it was five). Layout (Kafka's ``ProduceRequest.json``; "flexible" = v9+: compact strings and
 arrays, tagged fields after every struct)::
 
     ProduceRequest
