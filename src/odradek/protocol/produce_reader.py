@@ -8,8 +8,10 @@ same layout with ``struct`` and hands each partition's records out as a ``memory
 the request frame. When the frame is a ``bytearray`` (as :class:`FrameDecoder` gives),
 the view is writable and the log rewrites base offsets and leader epochs in it. A
 produced byte is then copied three times: from the socket into a received chunk, from the
-chunks into the frame, from the frame into the page cache (it was five). Layout (Kafka's ``ProduceRequest.json``; "flexible" = v9+: compact strings and
-arrays, tagged fields after every struct)::
+chunks into the frame, from the frame into the page cache (it was five).
+
+Layout (Kafka's ``ProduceRequest.json``; "flexible" = v9+: compact strings and arrays,
+tagged fields after every struct)::
 
     ProduceRequest
       transactional_id     nullable string
