@@ -26,6 +26,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -216,11 +217,12 @@ class LogManager:
         online = self.online_dirs
         if not online:
             raise LogDirNotFoundError("no online log dir is left")
-        counts = {d: 0 for d in online}
-        for partition_log in self.logs.values():
-            if partition_log.log_dir in counts:
-                counts[partition_log.log_dir] += 1
-        return min(online, key=lambda d: (counts[d], online.index(d)))
+        if len(online) == 1:
+            return online[0]
+        # Counted by the paths' strings (cached by pathlib): comparing Path objects cost
+        # ~1 ms per call with 1,000 logs, a second to create a 1,000-partition topic.
+        counts = Counter(str(partition_log.log_dir) for partition_log in self.logs.values())
+        return min(online, key=lambda d: (counts[str(d)], online.index(d)))
 
     def delete_log(self, tp: TopicPartition) -> None:
         """Rename the partition dir ``<tp>.<uuid>-delete`` now, remove it later."""
