@@ -231,6 +231,33 @@ def test_pending_member_that_never_joins_expires() -> None:
     run(body)
 
 
+
+def test_pending_member_keeps_its_id_across_a_completed_join() -> None:
+    """KIP-394, as Kafka: a member id handed out with MEMBER_ID_REQUIRED stays pending when
+    a join round completes without it, until it joins or its session timeout passes (it
+    used to be dropped, and the member's join came back UNKNOWN_MEMBER_ID)."""
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        kw: dict[str, Any] = {"session": 5000, "rebalance": 200}
+        a = await join_new(c, **kw)
+        await c.sync_group("g", 1, a.member_id, None, None, None, {})
+        pending = await join(c, **kw)
+        assert pending.error == ErrorCode.member_id_required
+        newcomer = asyncio.create_task(join_new(c, **kw))  # a rebalance without `pending`
+        await asyncio.sleep(0.01)
+        a2, b = await asyncio.gather(join(c, "g", a.member_id, **kw), newcomer)
+        assert a2.generation_id == b.generation_id == 2
+        assert pending.member_id in c.groups["g"].pending_members
+        late = asyncio.create_task(join(c, "g", pending.member_id, **kw))
+        await asyncio.sleep(0.01)
+        a3, b3, late_result = await asyncio.gather(
+            join(c, "g", a.member_id, **kw), join(c, "g", b.member_id, **kw), late)
+        assert late_result.error == ErrorCode.none
+        assert a3.generation_id == b3.generation_id == late_result.generation_id == 3
+        assert pending.member_id in c.groups["g"].members
+
+    run(body)
+
+
 def test_initial_rebalance_delay_gathers_members_into_one_generation() -> None:
     async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
         results = await asyncio.gather(*(join_new(c) for _ in range(3)))

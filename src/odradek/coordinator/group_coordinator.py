@@ -595,9 +595,8 @@ class GroupCoordinator:
             log.info("removing member %s of group %s: it did not rejoin in time",
                      member.member_id, group.group_id)
             self._remove_member(group, member.member_id)
-        for pending in list(group.pending_members):
-            self._cancel_heartbeat(group.group_id, pending)
-        group.pending_members.clear()
+        # Pending members (KIP-394) stay pending, as in Kafka: each joins with its id or
+        # its session timeout removes it (_on_session_timeout).
         now = self.time_ms()
         group.init_next_generation(now)
         if group.is_in(GroupState.EMPTY):
