@@ -231,7 +231,6 @@ def test_pending_member_that_never_joins_expires() -> None:
     run(body)
 
 
-
 def test_pending_member_keeps_its_id_across_a_completed_join() -> None:
     """KIP-394, as Kafka: a member id handed out with MEMBER_ID_REQUIRED stays pending when
     a join round completes without it, until it joins or its session timeout passes (it
@@ -254,6 +253,59 @@ def test_pending_member_keeps_its_id_across_a_completed_join() -> None:
         assert late_result.error == ErrorCode.none
         assert a3.generation_id == b3.generation_id == late_result.generation_id == 3
         assert pending.member_id in c.groups["g"].members
+
+    run(body)
+
+
+def test_pending_member_that_outlives_a_join_round_expires_with_its_session_timeout() -> None:
+    """A pending member kept across a completed round is still dropped after its session
+    timeout if it never joins; its late join is then UNKNOWN_MEMBER_ID, and the group
+    is left alone (no rebalance)."""
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        kw: dict[str, Any] = {"session": 5000, "rebalance": 100}
+        a = await join_new(c, **kw)
+        await c.sync_group("g", 1, a.member_id, None, None, None, {})
+        pending = await join(c, session=400, rebalance=100)
+        assert pending.error == ErrorCode.member_id_required
+        newcomer = asyncio.create_task(join_new(c, **kw))
+        await asyncio.sleep(0.01)
+        a2, b = await asyncio.gather(join(c, "g", a.member_id, **kw), newcomer)
+        assert a2.generation_id == b.generation_id == 2
+        follower = asyncio.create_task(c.sync_group("g", 2, b.member_id, None, None, None, {}))
+        await c.sync_group("g", 2, a.member_id, None, None, None, {})
+        await follower
+        group = c.groups["g"]
+        assert group.state is GroupState.STABLE
+        assert pending.member_id in group.pending_members  # the round did not drop it
+        await asyncio.sleep(0.45)  # past the pending member's 400 ms session timeout
+        assert pending.member_id not in group.pending_members
+        assert (group.state, group.generation_id) == (GroupState.STABLE, 2)
+        late = await join(c, "g", pending.member_id, session=400, rebalance=100)
+        assert late.error == ErrorCode.unknown_member_id
+        assert (group.state, group.generation_id) == (GroupState.STABLE, 2)
+
+    run(body)
+
+
+def test_pending_member_joining_a_stable_group_triggers_a_rebalance() -> None:
+    """As Kafka's addMemberAndRebalance: a pending member that joins with its id after the
+    group went Stable without it is a new member, so the group rebalances to include it."""
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        kw: dict[str, Any] = {"session": 5000, "rebalance": 200}
+        pending = await join(c, **kw)
+        assert pending.error == ErrorCode.member_id_required
+        a = await join_new(c, **kw)  # the first round completes without `pending`
+        assert a.generation_id == 1 and len(a.members) == 1
+        await c.sync_group("g", 1, a.member_id, None, None, None, {})
+        assert c.groups["g"].state is GroupState.STABLE
+        late = asyncio.create_task(join(c, "g", pending.member_id, **kw))
+        await asyncio.sleep(0.01)
+        assert c.groups["g"].state is GroupState.PREPARING_REBALANCE
+        assert c.heartbeat("g", 1, a.member_id, None) == ErrorCode.rebalance_in_progress
+        a2, late_result = await asyncio.gather(join(c, "g", a.member_id, **kw), late)
+        assert late_result.error == ErrorCode.none
+        assert a2.generation_id == late_result.generation_id == 2
+        assert {m[0] for m in a2.members} == {a.member_id, pending.member_id}
 
     run(body)
 

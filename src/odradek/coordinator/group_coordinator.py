@@ -22,11 +22,12 @@ How it works:
   heartbeat, join, sync and commit; when it fires after ``session.timeout.ms`` the member
   is removed (members waiting in JoinGroup or SyncGroup are kept alive). Nothing polls.
 - **Membership ids** (KIP-394): a JoinGroup without a member id (v4+) gets
-  MEMBER_ID_REQUIRED and a new id ``<client.id>-<uuid>``; the member is pending until it
-  joins with that id or its session timeout passes. Static members (KIP-345,
-  ``group.instance.id``) rejoining with a new member id replace the old id; in a Stable
-  group whose selected protocol would not change this needs no rebalance: the member
-  gets the current generation back and its old assignment from SyncGroup.
+  MEMBER_ID_REQUIRED and a new id ``<client.id>-<uuid>``; the member is pending (across
+  join rounds) until it joins with that id, as a new member, or its session timeout
+  passes. Static members (KIP-345, ``group.instance.id``) rejoining with a new member id
+  replace the old id; in a Stable group whose selected protocol would not change this
+  needs no rebalance: the member gets the current generation back and its old
+  assignment from SyncGroup.
 - **Offsets** are appended to ``__consumer_offsets`` before they are acknowledged, then
   cached. ``offsets.retention.minutes`` after a group became Empty (or, for groups
   without group management, after each commit) its offsets expire: tombstones are
