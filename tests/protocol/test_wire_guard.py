@@ -18,16 +18,8 @@ from kio.static.primitive import i8, i32, i64
 
 from odradek.protocol.codec import decode_request, schema
 from odradek.protocol.errors import InvalidRequestError
+from odradek.protocol.primitives import uvarint
 from odradek.protocol.wire_guard import check_body
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _encode(entity: Any) -> bytes:
@@ -94,7 +86,7 @@ def test_well_formed_bodies_pass_and_decode(case: int) -> None:
 
 
 def test_a_huge_compact_array_is_refused_before_kio() -> None:
-    body = _uvarint(2**32) + bytes(20)  # Metadata v12: topics declares 2^32 - 1 entries
+    body = uvarint(2**32) + bytes(20)  # Metadata v12: topics declares 2^32 - 1 entries
     with pytest.raises(InvalidRequestError, match="array topics declares 4294967295"):
         decode_request(3, 12, body)
 
@@ -107,13 +99,13 @@ def test_a_huge_legacy_array_and_nested_arrays_are_refused() -> None:
     # The partition count of the first topic: after the fixed header fields and the name.
     at = fetch.index(b"\x02t") + 2
     assert fetch[at] == 6  # five partitions, compact
-    bad = fetch[:at] + _uvarint(2**33) + fetch[at + 1 :]
+    bad = fetch[:at] + uvarint(2**33) + fetch[at + 1 :]
     with pytest.raises(InvalidRequestError, match="array partitions"):
         decode_request(1, 12, bad)
 
 
 def test_a_tagged_field_larger_than_the_body_is_refused() -> None:
-    body = _uvarint(1) + b"\x00\x00" + _uvarint(1) + _uvarint(9) + _uvarint(2**30)
+    body = uvarint(1) + b"\x00\x00" + uvarint(1) + uvarint(9) + uvarint(2**30)
     with pytest.raises(InvalidRequestError, match="tagged field 9 size"):
         decode_request(3, 12, body)
 

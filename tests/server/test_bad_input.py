@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.client.admin import Admin
 from odradek.client.connection import BrokerConnection, request_class
+from odradek.protocol.primitives import uvarint
 from odradek.records.batch import CRC_OFFSET
 from odradek.records.builder import build_batch
 from odradek.testing import RunningBroker
@@ -96,13 +97,8 @@ def test_an_array_declaring_more_elements_than_bytes_is_closed(
     """A 35-byte Metadata v12 request whose topic array claims 2^32 elements made kio's
     native reader reserve 34 GB and Rust abort the broker (SIGABRT). Now the connection
     is closed and the broker goes on serving."""
-    uvarint = bytearray()
-    n = count + 1  # compact arrays store length + 1
-    while n >= 0x80:
-        uvarint.append((n & 0x7F) | 0x80)
-        n >>= 7
-    uvarint.append(n)
-    payload = _header(3, 12) + b"\x00" + bytes(uvarint) + bytes(20)
+    length = uvarint(count + 1)  # compact arrays store length + 1
+    payload = _header(3, 12) + b"\x00" + length + bytes(20)
     assert _raw(shared_broker, struct.pack(">i", len(payload)) + payload) == b""
     _still_serving(shared_broker)
 

@@ -20,6 +20,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from odradek.protocol.errors import InvalidRequestError
+from odradek.protocol.primitives import read_uvarint
 from odradek.protocol.wire_guard import check_body
 
 _SIZE = struct.Struct(">i")
@@ -163,25 +165,15 @@ class BrokerConnection:
         await self.close()
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise ClientError("malformed unsigned varint in a response header")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
 def _skip_tagged_fields(buf: bytes, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        pos += size
+    try:
+        count, pos = read_uvarint(buf, pos)
+        for _ in range(count):
+            _tag, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
+            pos += size
+    except (IndexError, InvalidRequestError) as exc:
+        raise ClientError("malformed tagged fields in a response header") from exc
     return pos
 
 

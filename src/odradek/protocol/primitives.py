@@ -1,4 +1,4 @@
-"""Kafka wire primitives shared by the hot-path response writers (fetch, produce).
+"""Kafka wire primitives shared by the hot-path readers and writers (fetch, produce, …).
 
 Non-flexible versions use int16-length strings and int32-length arrays; flexible versions
 (KIP-482) use "compact" forms: an unsigned varint of length + 1, with 0 meaning null, and
@@ -8,6 +8,8 @@ end every struct with tagged fields (an unsigned varint count, then tag, size, b
 from __future__ import annotations
 
 import struct
+
+from odradek.protocol.errors import InvalidRequestError
 
 I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
@@ -22,6 +24,22 @@ def uvarint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """The unsigned varint at ``pos`` and the position after it. A varint is at most five
+    bytes (32 bits, KIP-482): a longer one is :class:`InvalidRequestError`; running off
+    the end of ``buf`` is ``IndexError``, for the caller to report as truncation."""
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise InvalidRequestError("varint longer than 5 bytes")
 
 
 def string(value: str, flexible: bool) -> bytes:

@@ -38,6 +38,7 @@ import struct
 from typing import NamedTuple
 
 from odradek.protocol.errors import InvalidRequestError
+from odradek.protocol.primitives import read_uvarint
 
 __all__ = [
     "PartitionProduceData",
@@ -138,7 +139,7 @@ def _read_legacy(view: memoryview, pos: int) -> ProduceRequestView:
 
 def _read_flexible(view: memoryview, pos: int) -> ProduceRequestView:
     end = len(view)
-    n, pos = _uvarint(view, pos)
+    n, pos = read_uvarint(view, pos)
     transactional_id = None
     if n:
         n -= 1
@@ -146,18 +147,18 @@ def _read_flexible(view: memoryview, pos: int) -> ProduceRequestView:
         pos += n
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(view, pos)
     pos += _ACKS_TIMEOUT.size
-    topic_count, pos = _uvarint(view, pos)
+    topic_count, pos = read_uvarint(view, pos)
     if not topic_count:
         raise InvalidRequestError("null array in a Produce request")
     topics = []
     for _ in range(topic_count - 1):
-        n, pos = _uvarint(view, pos)
+        n, pos = read_uvarint(view, pos)
         if not n:
             raise InvalidRequestError("null topic name in a Produce request")
         n -= 1
         name = _text(view, pos, n, end)
         pos += n
-        count, pos = _uvarint(view, pos)
+        count, pos = read_uvarint(view, pos)
         if not count:
             raise InvalidRequestError("null array in a Produce request")
         partitions = []
@@ -171,7 +172,7 @@ def _read_flexible(view: memoryview, pos: int) -> ProduceRequestView:
                 n = (n & 0x7F) | (second << 7)
                 pos += 6
             else:
-                n, pos = _uvarint(view, pos + 4)
+                n, pos = read_uvarint(view, pos + 4)
             records = None
             if n:
                 n -= 1
@@ -198,24 +199,11 @@ def _check_count(count: int) -> None:
         raise InvalidRequestError(f"array length {count} in a Produce request")
 
 
-def _uvarint(view: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = view[pos]  # IndexError past the end: a truncated request
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise InvalidRequestError("varint longer than 5 bytes in a Produce request")
-
-
 def _skip_tagged_fields(view: memoryview, pos: int, end: int) -> int:
-    count, pos = _uvarint(view, pos)
+    count, pos = read_uvarint(view, pos)
     for _ in range(count):
-        _tag, pos = _uvarint(view, pos)
-        size, pos = _uvarint(view, pos)
+        _tag, pos = read_uvarint(view, pos)
+        size, pos = read_uvarint(view, pos)
         if size > end - pos:
             raise InvalidRequestError("tagged field runs past the request")
         pos += size

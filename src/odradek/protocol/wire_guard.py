@@ -28,6 +28,7 @@ from types import EllipsisType, NoneType, UnionType
 from typing import Any, Union, get_args, get_origin
 
 from odradek.protocol.errors import InvalidRequestError
+from odradek.protocol.primitives import read_uvarint
 
 Buffer = bytes | bytearray | memoryview
 
@@ -57,19 +58,6 @@ def check_body(entity_type: Any, data: bytes | bytearray | memoryview, offset: i
         walker(data, offset, len(data))
     except (IndexError, struct.error):
         return  # ran off the end: a truncated body, which kio reports as an error of its own
-
-
-def _uvarint(view: Buffer, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = view[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise InvalidRequestError("varint longer than 5 bytes")
 
 
 def _refuse(what: str, n: int, remaining: int) -> InvalidRequestError:
@@ -185,7 +173,7 @@ def _variable(kafka_type: str, flexible: bool, name: str) -> Walker:
         raise TypeError(f"unknown kafka_type {kafka_type!r} of {name}")
     if flexible:
         def compact(view: Buffer, pos: int, end: int) -> int:
-            n, pos = _uvarint(view, pos)
+            n, pos = read_uvarint(view, pos)
             n -= 1
             if n > end - pos:
                 raise _refuse(f"{name} length", n, end - pos)
@@ -208,7 +196,7 @@ def _array(element: Walker, size: int | None, flexible: bool, name: str) -> Walk
     """An array: its element count must fit in what remains (at least one byte each)."""
     def walk(view: Buffer, pos: int, end: int) -> int:
         if flexible:
-            count, pos = _uvarint(view, pos)
+            count, pos = read_uvarint(view, pos)
             count -= 1
         else:
             (count,) = _I32.unpack_from(view, pos)
@@ -240,12 +228,12 @@ def _nullable_struct(walker: Walker) -> Walker:
 
 def _tagged_fields(known: dict[int, Walker]) -> Walker:
     def walk(view: Buffer, pos: int, end: int) -> int:
-        count, pos = _uvarint(view, pos)
+        count, pos = read_uvarint(view, pos)
         if count > end - pos:
             raise _refuse("tagged field count", count, end - pos)
         for _ in range(count):
-            tag, pos = _uvarint(view, pos)
-            size, pos = _uvarint(view, pos)
+            tag, pos = read_uvarint(view, pos)
+            size, pos = read_uvarint(view, pos)
             if size > end - pos:
                 raise _refuse(f"tagged field {tag} size", size, end - pos)
             walker = known.get(tag)
