@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import collections.abc
 import itertools
 import logging
 import os
@@ -459,19 +458,18 @@ class KafkaConnection(asyncio.Protocol):
                 if isinstance(outcome, bytes):
                     ready.append(outcome)
                     ready_bytes += len(outcome)
-                elif not outcome[1].has_file_regions:  # a Send of buffers (Produce)
-                    prefix, send = outcome
-                    ready.append(prefix)
-                    ready.extend(cast(_Buffers, send.parts))
-                    ready_bytes += len(prefix) + send.size
                 else:
                     prefix, send = outcome
                     ready.append(prefix)
-                    ok = await self._write_send(ready, send)
-                    ready = []
-                    ready_bytes = 0
-                    if not ok:
-                        return
+                    if not send.has_file_regions:  # buffers only (Produce): gathered too
+                        ready.extend(cast(_Buffers, send.parts))
+                        ready_bytes += len(prefix) + send.size
+                    else:
+                        ok = await self._write_send(ready, send)
+                        ready = []
+                        ready_bytes = 0
+                        if not ok:
+                            return
                 if ready_bytes >= COALESCE_BYTES:
                     _write_all(transport, ready)
                     ready_bytes = 0
@@ -536,8 +534,7 @@ class KafkaConnection(asyncio.Protocol):
                         if self._closing:
                             return False
                 continue
-            transport.writelines(buffered)
-            buffered = []
+            _write_all(transport, buffered)
             try:
                 with open(part.fd, "rb", buffering=0, closefd=False) as file:
                     # Native sendfile only: its offsets are explicit. asyncio's fallback
@@ -562,8 +559,7 @@ class KafkaConnection(asyncio.Protocol):
                     f"file region {part} short by {part.size - sent} bytes", logging.ERROR
                 )
                 return False
-        if buffered:
-            transport.writelines(buffered)
+        _write_all(transport, buffered)
         return True
 
     # -- idle expiry ---------------------------------------------------------------------
@@ -608,7 +604,7 @@ def _start_eagerly(
     return loop.create_task(_Started(coro, waiting_on))
 
 
-class _Started(collections.abc.Coroutine[Any, Any, _Outcome]):
+class _Started(Coroutine[Any, Any, _Outcome]):
     """A coroutine that already ran its first step, for a task to drive on: the task's
     first ``send`` gets what the coroutine yielded then (the future it waits on)."""
 
