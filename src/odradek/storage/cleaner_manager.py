@@ -102,7 +102,8 @@ class LogCleanerManager:
 
     def _write_checkpoint(self, log_dir: Path) -> None:
         offsets = self.checkpoints(log_dir)
-        live = {tp for tp, lg in self.log_manager.logs.items() if lg.log_dir == log_dir}
+        # list() copies in one step: the loop thread may add a log meanwhile.
+        live = {tp for tp, lg in list(self.log_manager.logs.items()) if lg.log_dir == log_dir}
         for tp in [tp for tp in offsets if tp not in live]:
             del offsets[tp]
         with self.log_manager.failure_channel.guard(log_dir, "writing the cleaner checkpoint"):

@@ -198,8 +198,11 @@ class LogManager:
         return self.logs.get(tp)
 
     def get_or_create_log(
-        self, tp: TopicPartition, config: LogConfig | None = None
+        self, tp: TopicPartition, config: LogConfig | None = None,
+        prepare: Callable[[PartitionLog], None] | None = None,
     ) -> PartitionLog:
+        """The log of ``tp``, created if missing. Safe from any thread; ``prepare`` sees a
+        new log before anyone else can (the broker hooks its listeners there)."""
         with self._lock:
             existing = self.logs.get(tp)
             if existing is not None:
@@ -209,6 +212,8 @@ class LogManager:
                 log_dir / str(tp), config or self.default_config(), self.failure_channel,
                 had_clean_shutdown=True, time_ms=self.time_ms,
             ))
+            if prepare is not None:
+                prepare(partition_log)
             self.logs[tp] = partition_log
             log.info("created log for %s in %s", tp, log_dir)
             return partition_log

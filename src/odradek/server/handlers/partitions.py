@@ -6,11 +6,15 @@ UNKNOWN_TOPIC_OR_PARTITION; a count not larger than the current one is INVALID_P
 Explicit ``assignments`` must give exactly one replica list per new partition, each with the
 topic's replication factor, no broker twice, and only live brokers, else
 INVALID_REPLICA_ASSIGNMENT. ``validate_only`` checks everything and changes nothing. The new
-partitions' logs are created by the broker's metadata listener before the answer is sent.
+partitions' logs are created in a worker thread (see ``Broker.change_topics``); the answer
+waits for them up to the request's ``timeout_ms`` (0: not at all), after which a topic whose
+logs are incomplete is REQUEST_TIMED_OUT, as in Kafka, while creation goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +24,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import code_of
+from odradek.storage import TopicPartition
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker
@@ -83,22 +88,54 @@ def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
         raise _Refused(code_of(exc.kafka_error), str(exc)) from None
 
 
+def _timed_out(
+    broker: Broker, name: str, code: ErrorCode, message: str | None,
+    timeout: datetime.timedelta,
+) -> tuple[ErrorCode, str | None]:
+    """REQUEST_TIMED_OUT for a grown topic whose new logs are not all in place yet."""
+    info = broker.metadata.get(name)
+    if code != ErrorCode.none or info is None or not any(
+        broker.log_pending(TopicPartition(name, p)) for p in info.partitions
+    ):
+        return code, message
+    return ErrorCode.request_timed_out, (
+        f"the new partitions' logs were not all created within "
+        f"{timeout.total_seconds() * 1000:.0f} ms; creation continues"
+    )
+
+
 def register_partitions(registry: HandlerRegistry, broker: Broker) -> None:
     async def create_partitions(ctx: RequestContext, request: Any) -> Any:
         m = response_module("create_partitions", ctx.api_version)
         counts = Counter(t.name for t in request.topics)
-        results = []
-        for topic in request.topics:
-            code, message = ErrorCode.none, None
-            try:
-                if counts[topic.name] > 1:
-                    raise _Refused(ErrorCode.invalid_request, "duplicate topic in request")
-                _create(broker, topic, request.validate_only)
-            except _Refused as exc:
-                code, message = exc.code, str(exc)
-            results.append(make(m.CreatePartitionsTopicResult, name=topic.name,
-                                error_code=code, error_message=message))
-        return make(m.CreatePartitionsResponse, throttle_time=ZERO_THROTTLE,
-                    results=tuple(results))
+
+        def change() -> list[tuple[ErrorCode, str | None]]:
+            outcomes: list[tuple[ErrorCode, str | None]] = []
+            for topic in request.topics:
+                try:
+                    if counts[topic.name] > 1:
+                        raise _Refused(ErrorCode.invalid_request, "duplicate topic in request")
+                    _create(broker, topic, request.validate_only)
+                except _Refused as exc:
+                    outcomes.append((exc.code, str(exc)))
+                else:
+                    outcomes.append((ErrorCode.none, None))
+            return outcomes
+
+        outcomes, creation = await broker.change_topics(change)
+        timeout = request.timeout.total_seconds()
+        if creation is not None and timeout > 0:
+            await asyncio.wait((creation,), timeout=timeout)
+            if not creation.done():
+                outcomes = [
+                    _timed_out(broker, topic.name, code, message, request.timeout)
+                    for topic, (code, message) in zip(request.topics, outcomes, strict=True)
+                ]
+        results = tuple(
+            make(m.CreatePartitionsTopicResult, name=topic.name, error_code=code,
+                 error_message=message)
+            for topic, (code, message) in zip(request.topics, outcomes, strict=True)
+        )
+        return make(m.CreatePartitionsResponse, throttle_time=ZERO_THROTTLE, results=results)
 
     registry.register(ApiKey.CREATE_PARTITIONS, VERSIONS[0], VERSIONS[1], create_partitions)

@@ -5,14 +5,20 @@ each topic is validated on its own (name, partition count, replication factor, c
 duplicates within the request → INVALID_REQUEST), errors are per topic with a message, and
 ``validate_only`` checks everything without creating. From v5 the answer carries the new
 topic's partition count, replication factor and effective configs with their sources.
+The new partitions' logs are created in a worker thread (see ``Broker.change_topics``);
+the answer waits for them up to the request's ``timeout_ms`` (0: not at all), and a topic
+still incomplete then is REQUEST_TIMED_OUT, as in Kafka, while its creation goes on.
 DeleteTopics (v6 may name topics by id) removes the topic from metadata; logs are renamed
 ``-delete`` and removed asynchronously. Internal topics cannot be deleted.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import uuid
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from odradek.cluster.metadata import MetadataError
@@ -22,6 +28,7 @@ from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import code_of
 from odradek.server.handlers.configs import topic_config_entries
+from odradek.storage import TopicPartition
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker
@@ -34,21 +41,26 @@ def register_topics(registry: HandlerRegistry, broker: Broker) -> None:
     async def create_topics(ctx: RequestContext, request: Any) -> Any:
         m = response_module("create_topics", ctx.api_version)
         counts = Counter(t.name for t in request.topics)
-        results = []
-        for topic in request.topics:
-            results.append(_create_one(m, broker, topic, counts[topic.name] > 1,
-                                       request.validate_only))
+        results, creation = await broker.change_topics(lambda: [
+            _create_one(m, broker, topic, counts[topic.name] > 1, request.validate_only)
+            for topic in request.topics
+        ])
+        timeout = request.timeout.total_seconds()
+        if creation is not None and timeout > 0:
+            await asyncio.wait((creation,), timeout=timeout)
+            if not creation.done():
+                results = [_timed_out(broker, result, request.timeout) for result in results]
         return make(m.CreateTopicsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(results))
 
     async def delete_topics(ctx: RequestContext, request: Any) -> Any:
         m = response_module("delete_topics", ctx.api_version)
-        results = []
         if ctx.api_version >= 6:
             wanted = [(t.name, t.topic_id) for t in request.topics]
         else:
             wanted = [(n, None) for n in request.topic_names]
-        for name, topic_id in wanted:
-            results.append(_delete_one(m, broker, name, topic_id))
+        results, _ = await broker.change_topics(lambda: [
+            _delete_one(m, broker, name, topic_id) for name, topic_id in wanted
+        ])
         return make(m.DeleteTopicsResponse, throttle_time=ZERO_THROTTLE, responses=tuple(results))
 
     registry.register(ApiKey.CREATE_TOPICS, CREATE_VERSIONS[0], CREATE_VERSIONS[1], create_topics)
@@ -109,6 +121,22 @@ def _create_one(m: Any, broker: Broker, topic: Any, duplicate: bool, validate_on
     rf = len(next(iter(info.partitions.values())))
     return result(ErrorCode.none, None, (info.partitions, rf,
                                          topic_config_entries(broker, info.configs), info.topic_id))
+
+
+def _timed_out(broker: Broker, result: Any, timeout: datetime.timedelta) -> Any:
+    """A created topic whose logs are not all in place when the request's timeout ends is
+    REQUEST_TIMED_OUT (as Kafka's DelayedCreatePartitions answers); creation goes on."""
+    if result.error_code != ErrorCode.none:
+        return result
+    info = broker.metadata.get(result.name)
+    if info is None or not any(
+        broker.log_pending(TopicPartition(info.name, p)) for p in info.partitions
+    ):
+        return result
+    return replace(result, error_code=ErrorCode.request_timed_out,
+                   error_message=f"the topic's logs were not all created within "
+                                 f"{timeout.total_seconds() * 1000:.0f} ms; creation "
+                                 "continues")
 
 
 def _preview_configs(
