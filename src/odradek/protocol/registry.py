@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, NamedTuple, TypeAlias, TypeVar
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import kio_versions, schema
@@ -53,13 +53,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestContext:
+class RequestContext(NamedTuple):
     """Per-request state handed to handlers (Kafka's ``RequestContext`` + ``RequestHeader``).
 
     ``peer`` is (host, port); ``connection_id`` is Kafka-style
     ``"localHost:localPort-peerHost:peerPort-index"``; ``received_ns`` is
-    ``time.monotonic_ns()`` when the frame was complete.
+    ``time.monotonic_ns()`` when the frame was complete. A NamedTuple, built in C: one
+    is made per request (a frozen dataclass took ~1.3 µs).
     """
 
     correlation_id: int
