@@ -7,7 +7,9 @@ over the partitions, as librdkafka does when each partition's batch goes in a re
 its own. The client only sends bytes it encoded beforehand and reads the answers, so the
 broker's CPU time (utime + stime from /proc) per request is what is measured. Each case
 is repeated ``--rounds`` times and the median reported; trees run side by side in one
-invocation so their ratio compares like with like.
+invocation so their ratio compares like with like. A second table keeps the batch size
+(~19 KB) and grows the partition count from 1 to 1,000: what the partition count alone
+costs the broker, apart from the smaller batches clients make when load is spread thin.
 
     .venv/bin/python bench/produce_requests.py
     .venv/bin/python bench/produce_requests.py --tree /tmp/old-checkout --rounds 9
@@ -42,6 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # (partitions, records of 100 B per batch): 1,000 partitions with ~19 KB batches is what
 # librdkafka sends in bench/peers.py's 1,000-partition cell.
 CASES = ((1000, 170), (8, 600), (1, 9000))
+# The same ~19 KB batches over more and more partitions: what the partition count alone
+# costs, apart from the smaller batches a client makes when its load is spread thin.
+SWEEP = (1, 10, 100, 1000)
+SWEEP_RECORDS = 170
 
 
 def request_frame(request: Any, correlation_id: int) -> bytes:
@@ -147,14 +153,27 @@ def main() -> int:
                                                   for t in trees) + " |")
     print("|---:|---:|" + "---:|" * len(trees))
     for partitions, records in CASES:
-        size = len(build_batch([(None, b"x" * 100)] * records, timestamp=0))
-        requests = max(200, min(3000, 60_000_000 // size))
-        cells = []
-        for tree in trees:
-            seconds = measure(tree, partitions, records, requests, args.rounds)
-            cells.append(f"{seconds * 1e6:,.0f} ({seconds / size * 1e9:.1f})")
-        print(f"| {partitions} | {size:,} B | " + " | ".join(cells) + " |", flush=True)
+        print(_row(trees, partitions, records, args.rounds), flush=True)
+    size = len(build_batch([(None, b"x" * 100)] * SWEEP_RECORDS, timestamp=0))
+    print()
+    print(f"Partition count alone ({size:,} B batches, one partition per request):")
+    print()
+    print("| partitions | batch | " + " | ".join(f"{t.name} us/request (CPU s/GB)"
+                                                  for t in trees) + " |")
+    print("|---:|---:|" + "---:|" * len(trees))
+    for partitions in SWEEP:
+        print(_row(trees, partitions, SWEEP_RECORDS, args.rounds), flush=True)
     return 0
+
+
+def _row(trees: list[Path], partitions: int, records: int, rounds: int) -> str:
+    size = len(build_batch([(None, b"x" * 100)] * records, timestamp=0))
+    requests = max(200, min(3000, 60_000_000 // size))
+    cells = []
+    for tree in trees:
+        seconds = measure(tree, partitions, records, requests, rounds)
+        cells.append(f"{seconds * 1e6:,.0f} ({seconds / size * 1e9:.1f})")
+    return f"| {partitions} | {size:,} B | " + " | ".join(cells) + " |"
 
 
 if __name__ == "__main__":
