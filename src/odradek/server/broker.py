@@ -219,6 +219,10 @@ class Broker:
         """True while the log of ``tp`` is being created off the loop."""
         return tp in self._pending_logs
 
+    def topic_logs_pending(self, topic: str) -> bool:
+        """True while any log of ``topic`` is being created off the loop."""
+        return any(tp.topic == topic for tp in self._pending_logs)
+
     async def _create_logs(self, wanted: list[tuple[TopicPartition, LogConfig]]) -> None:
         try:
             await asyncio.to_thread(self._create_logs_now, wanted)

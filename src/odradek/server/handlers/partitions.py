@@ -24,7 +24,6 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import code_of
-from odradek.storage import TopicPartition
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker
@@ -93,10 +92,7 @@ def _timed_out(
     timeout: datetime.timedelta,
 ) -> tuple[ErrorCode, str | None]:
     """REQUEST_TIMED_OUT for a grown topic whose new logs are not all in place yet."""
-    info = broker.metadata.get(name)
-    if code != ErrorCode.none or info is None or not any(
-        broker.log_pending(TopicPartition(name, p)) for p in info.partitions
-    ):
+    if code != ErrorCode.none or not broker.topic_logs_pending(name):
         return code, message
     return ErrorCode.request_timed_out, (
         f"the new partitions' logs were not all created within "

@@ -28,7 +28,6 @@ from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import code_of
 from odradek.server.handlers.configs import topic_config_entries
-from odradek.storage import TopicPartition
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker
@@ -126,12 +125,7 @@ def _create_one(m: Any, broker: Broker, topic: Any, duplicate: bool, validate_on
 def _timed_out(broker: Broker, result: Any, timeout: datetime.timedelta) -> Any:
     """A created topic whose logs are not all in place when the request's timeout ends is
     REQUEST_TIMED_OUT (as Kafka's DelayedCreatePartitions answers); creation goes on."""
-    if result.error_code != ErrorCode.none:
-        return result
-    info = broker.metadata.get(result.name)
-    if info is None or not any(
-        broker.log_pending(TopicPartition(info.name, p)) for p in info.partitions
-    ):
+    if result.error_code != ErrorCode.none or not broker.topic_logs_pending(result.name):
         return result
     return replace(result, error_code=ErrorCode.request_timed_out,
                    error_message=f"the topic's logs were not all created within "
