@@ -21,7 +21,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 from odradek.protocol.errors import InvalidRequestError
-from odradek.protocol.primitives import read_uvarint
+from odradek.protocol.primitives import skip_tagged_fields
 from odradek.protocol.wire_guard import check_body
 
 _SIZE = struct.Struct(">i")
@@ -125,7 +125,7 @@ class BrokerConnection:
                 response_type = load_response_schema(api_key, version)
                 offset = 4
                 if response_type.__flexible__ and api_key != API_VERSIONS_KEY:
-                    offset = _skip_tagged_fields(payload, offset)  # response header v1
+                    offset = _after_header_tags(payload, offset)  # response header v1
                 try:
                     check_body(response_type, payload, offset)  # kio aborts on huge arrays
                     entity, _ = entity_reader(response_type)(payload, offset)
@@ -165,16 +165,11 @@ class BrokerConnection:
         await self.close()
 
 
-def _skip_tagged_fields(buf: bytes, pos: int) -> int:
+def _after_header_tags(payload: bytes, pos: int) -> int:
     try:
-        count, pos = read_uvarint(buf, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(buf, pos)
-            size, pos = read_uvarint(buf, pos)
-            pos += size
+        return skip_tagged_fields(payload, pos, len(payload))
     except (IndexError, InvalidRequestError) as exc:
         raise ClientError("malformed tagged fields in a response header") from exc
-    return pos
 
 
 def request_class(api: str, version: int, name: str) -> Any:

@@ -27,7 +27,7 @@ from typing import Any, Final, NamedTuple
 
 from odradek.protocol.codec import encode_body, request_header_version, response_header_version
 from odradek.protocol.errors import InvalidRequestError, LocalProtocolError
-from odradek.protocol.primitives import read_uvarint
+from odradek.protocol.primitives import skip_tagged_fields
 
 __all__ = [
     "RequestHeader",
@@ -102,26 +102,14 @@ def parse_request_header(
             f"malformed request header v{header_version}: client_id length {length}"
         )
     if header_version == 2:
-        pos = _skip_tagged_fields(frame, pos, header_version)
+        try:
+            pos = skip_tagged_fields(frame, pos, len(frame))
+        except (IndexError, InvalidRequestError):
+            raise InvalidRequestError(
+                f"malformed request header v{header_version}: tagged fields run past the "
+                "end of the frame"
+            ) from None
     return RequestHeader(key, version, correlation_id, client_id, header_version, pos)
-
-
-def _skip_tagged_fields(frame: bytes | bytearray | memoryview, pos: int, version: int) -> int:
-    """The position after the tagged-field section at ``pos`` (no header tag is known)."""
-    try:
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(frame, pos)
-            size, pos = read_uvarint(frame, pos)
-            pos += size
-            if pos > len(frame):
-                raise IndexError
-    except IndexError:
-        raise InvalidRequestError(
-            f"malformed request header v{version}: tagged fields run past the end of the "
-            "frame"
-        ) from None
-    return pos
 
 
 def encode_response_prefix(correlation_id: int, header_version: int, body_size: int) -> bytes:

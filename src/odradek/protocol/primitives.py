@@ -42,6 +42,21 @@ def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, in
             raise InvalidRequestError("varint longer than 5 bytes")
 
 
+def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
+    """The position after the tagged-field section at ``pos``, none of whose tags the
+    reader knows (Kafka keeps such fields unread). A field running past ``end`` is
+    :class:`InvalidRequestError`; running off ``buf`` in a varint is ``IndexError``, as
+    for :func:`read_uvarint`."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        if size > end - pos:
+            raise InvalidRequestError("tagged field runs past the end of the buffer")
+        pos += size
+    return pos
+
+
 def string(value: str, flexible: bool) -> bytes:
     raw = value.encode()
     if flexible:

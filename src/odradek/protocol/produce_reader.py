@@ -38,7 +38,7 @@ import struct
 from typing import NamedTuple
 
 from odradek.protocol.errors import InvalidRequestError
-from odradek.protocol.primitives import read_uvarint
+from odradek.protocol.primitives import read_uvarint, skip_tagged_fields
 
 __all__ = [
     "PartitionProduceData",
@@ -181,10 +181,10 @@ def _read_flexible(view: memoryview, pos: int) -> ProduceRequestView:
                 records = view[pos : pos + n]
                 pos += n
             partitions.append((index, records))
-            pos = _skip_tagged_fields(view, pos, end) if view[pos] else pos + 1
+            pos = skip_tagged_fields(view, pos, end) if view[pos] else pos + 1
         topics.append(TopicProduceData(name, tuple(partitions)))
-        pos = _skip_tagged_fields(view, pos, end) if view[pos] else pos + 1
-    pos = _skip_tagged_fields(view, pos, end) if view[pos] else pos + 1
+        pos = skip_tagged_fields(view, pos, end) if view[pos] else pos + 1
+    pos = skip_tagged_fields(view, pos, end) if view[pos] else pos + 1
     return ProduceRequestView(transactional_id, acks, timeout_ms, tuple(topics))
 
 
@@ -198,13 +198,3 @@ def _check_count(count: int) -> None:
     if count < 0:
         raise InvalidRequestError(f"array length {count} in a Produce request")
 
-
-def _skip_tagged_fields(view: memoryview, pos: int, end: int) -> int:
-    count, pos = read_uvarint(view, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(view, pos)
-        size, pos = read_uvarint(view, pos)
-        if size > end - pos:
-            raise InvalidRequestError("tagged field runs past the request")
-        pos += size
-    return pos
