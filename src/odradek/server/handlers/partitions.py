@@ -13,7 +13,6 @@ logs are incomplete is REQUEST_TIMED_OUT, as in Kafka, while creation goes on.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -118,15 +117,12 @@ def register_partitions(registry: HandlerRegistry, broker: Broker) -> None:
                     outcomes.append((ErrorCode.none, None))
             return outcomes
 
-        outcomes, creation = await broker.change_topics(change)
-        timeout = request.timeout.total_seconds()
-        if creation is not None and timeout > 0:
-            await asyncio.wait((creation,), timeout=timeout)
-            if not creation.done():
-                outcomes = [
-                    _timed_out(broker, topic.name, code, message, request.timeout)
-                    for topic, (code, message) in zip(request.topics, outcomes, strict=True)
-                ]
+        outcomes, timed_out = await broker.change_topics(change, wait=request.timeout)
+        if timed_out:
+            outcomes = [
+                _timed_out(broker, topic.name, code, message, request.timeout)
+                for topic, (code, message) in zip(request.topics, outcomes, strict=True)
+            ]
         results = tuple(
             make(m.CreatePartitionsTopicResult, name=topic.name, error_code=code,
                  error_message=message)

@@ -14,7 +14,6 @@ DeleteTopics (v6 may name topics by id) removes the topic from metadata; logs ar
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import uuid
 from collections import Counter
@@ -40,15 +39,12 @@ def register_topics(registry: HandlerRegistry, broker: Broker) -> None:
     async def create_topics(ctx: RequestContext, request: Any) -> Any:
         m = response_module("create_topics", ctx.api_version)
         counts = Counter(t.name for t in request.topics)
-        results, creation = await broker.change_topics(lambda: [
+        results, timed_out = await broker.change_topics(lambda: [
             _create_one(m, broker, topic, counts[topic.name] > 1, request.validate_only)
             for topic in request.topics
-        ])
-        timeout = request.timeout.total_seconds()
-        if creation is not None and timeout > 0:
-            await asyncio.wait((creation,), timeout=timeout)
-            if not creation.done():
-                results = [_timed_out(broker, result, request.timeout) for result in results]
+        ], wait=request.timeout)
+        if timed_out:
+            results = [_timed_out(broker, result, request.timeout) for result in results]
         return make(m.CreateTopicsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(results))
 
     async def delete_topics(ctx: RequestContext, request: Any) -> Any:
