@@ -144,6 +144,38 @@ def _log_end(broker: RunningBroker, topic: str) -> int:
     return log.log_end_offset
 
 
+def test_a_produce_pipelined_before_a_bad_frame_is_answered(
+    shared_broker: RunningBroker, topic: str
+) -> None:
+    """A Produce (acks=1) and a frame with an unknown API key in one write: the Produce
+    is answered before the connection closes. It used to be appended and left
+    unanswered, so the client's retry wrote it twice."""
+    from tests.protocol.wire import decode_response, request_frame
+
+    cls = request_class("produce", 9, "ProduceRequest")
+    topic_cls = request_class("produce", 9, "TopicProduceData")
+    part_cls = request_class("produce", 9, "PartitionProduceData")
+    batch = build_batch([(b"k", b"v")], timestamp=int(time.time() * 1000))
+    produce = cls(
+        transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=5),
+        topic_data=(topic_cls(name=topic, partition_data=(
+            part_cls(index=0, records=batch),)),),
+    )
+    unknown = _header(9999, 0, correlation_id=43)
+    answer = _raw(
+        shared_broker,
+        request_frame(produce, 42) + struct.pack(">i", len(unknown)) + unknown,
+    )
+    (size,) = struct.unpack_from(">i", answer)
+    assert size == len(answer) - 4, "exactly one answer, then the close"
+    correlation_id, response = decode_response(answer[4:], 0, 9)
+    assert correlation_id == 42
+    partition = response.responses[0].partition_responses[0]
+    assert partition.error_code == ErrorCode.none and partition.base_offset == 0
+    assert _log_end(shared_broker, topic) == 1
+    _still_serving(shared_broker)
+
+
 def test_bad_crc_is_corrupt_message_and_nothing_written(
     shared_broker: RunningBroker, topic: str
 ) -> None:

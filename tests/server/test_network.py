@@ -306,6 +306,37 @@ def test_bad_input_closes_only_that_connection(case: str) -> None:
     run(test)
 
 
+@pytest.mark.parametrize("case", sorted(_bad_inputs()))
+def test_requests_before_a_bad_frame_are_answered_before_the_close(case: str) -> None:
+    """Requests pipelined in one write ahead of a frame that cannot be served are each
+    answered (a slow one too), and nothing after the bad frame runs: Kafka reads one
+    request at a time, so it answers the earlier ones before it meets the bad one."""
+
+    async def test() -> None:
+        config = NetworkConfig(socket_request_max_bytes=1024 * 1024)
+        async with running(config) as (server, api):
+            client = await Client.connect(server.port)
+            before = [(_heartbeat("sleep:0.2"), 1), (_heartbeat("first"), 2),
+                      (_heartbeat("second", version=0), 3)]
+            after = request_frame(_heartbeat("after-the-bad-frame"), 4)
+            await client.send(
+                b"".join(request_frame(r, c) for r, c in before) + _bad_inputs()[case] + after
+            )
+            for request, corr in before:
+                payload = await client.read_frame()
+                assert payload is not None, f"no answer to correlation id {corr}"
+                got, response = decode_response(
+                    payload, request.__api_key__, request.__version__
+                )
+                assert got == corr and response.error_code == ErrorCode.none
+            assert await client.closed_by_server()
+            assert "after-the-bad-frame" not in api.completed
+            assert api.completed[-1] in ("first", "second", "sleep:0.2")
+            await client.close()
+
+    run(test)
+
+
 def test_truncated_frame_then_eof_closes() -> None:
     async def test() -> None:
         async with running() as (server, _):

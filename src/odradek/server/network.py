@@ -11,7 +11,11 @@ asyncio event loop instead of threads:
    registry says who serves it. An unknown key, a malformed header or body, or an
    unsupported version close the connection with a logged reason (Kafka's behaviour),
    except ApiVersions at an unsupported version, which gets the v0 UNSUPPORTED_VERSION
-   answer (KIP-511). ``RequestContext`` carries the header fields, peer and connection id.
+   answer (KIP-511). The close waits its turn: nothing after the bad frame is read, and
+   every request received before it is answered first, as Kafka, which reads one
+   request at a time, would have answered it (an earlier Produce is never applied and
+   left unanswered, which made clients retry it into a duplicate). ``RequestContext``
+   carries the header fields, peer and connection id.
 4. *Handle, concurrently.* A handler starts at once, inside dispatch, and runs up to its
    first wait, as Python 3.12's eager tasks do: most (Produce, Metadata, ListOffsets…)
    never wait and finish there, with no task or loop turn of their own. One that waits
@@ -112,10 +116,11 @@ class NetworkConfig:
 class _Close:
     """Outcome of a request whose only correct answer is closing the connection."""
 
-    __slots__ = ("reason",)
+    __slots__ = ("level", "reason")
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, level: int = logging.WARNING) -> None:
         self.reason = reason
+        self.level = level
 
 
 # What a handler task produces for the writer: nothing, a complete frame, a prefix plus a
@@ -155,6 +160,9 @@ class KafkaConnection(asyncio.Protocol):
         self._draining = False  # shutdown: no new requests, finish the in-flight ones
         self._eof = False  # the client half-closed: answer what it sent, then close
         self._closing = False
+        # A frame could not be served: nothing more is read, and the connection closes
+        # once the requests before that frame are answered (see _refuse).
+        self._refused = False
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self.peer: tuple[str, int] = ("", 0)
         self.connection_id = ""
@@ -179,13 +187,13 @@ class KafkaConnection(asyncio.Protocol):
         log.debug("connection %s accepted", self.connection_id)
 
     def data_received(self, data: bytes) -> None:
-        if self._closing or self._draining:
+        if self._closing or self._draining or self._refused:
             return
         self._last_activity = self._loop.time()
         try:
             self._decoder.receive_data(data)
         except RemoteProtocolError as e:
-            self.close(f"invalid frame: {e}")
+            self._refuse(f"invalid frame: {e}")
             return
         self._pump()
 
@@ -254,11 +262,14 @@ class KafkaConnection(asyncio.Protocol):
         """Dispatch buffered frames while the in-flight bound allows."""
         assert self._flow is not None
         limit = self._config.queued_max_requests
-        while not self._closing and not self._draining and len(self._in_flight) < limit:
+        while (
+            not self._closing and not self._draining and not self._refused
+            and len(self._in_flight) < limit
+        ):
             try:
                 frame = self._decoder.next_frame()
             except RemoteProtocolError as e:
-                self.close(f"invalid frame: {e}")
+                self._refuse(f"invalid frame: {e}")
                 return
             if frame is None:
                 break
@@ -271,7 +282,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             api_key, api_version, correlation_id = peek_request(frame)
         except RemoteProtocolError as e:
-            self.close(str(e))
+            self._refuse(str(e))
             return
         try:
             registration = self._registry.lookup(api_key, api_version)
@@ -279,10 +290,10 @@ class KafkaConnection(asyncio.Protocol):
             if api_key == _API_VERSIONS:
                 self._answer_unsupported_api_versions(frame, api_version, correlation_id)
             else:
-                self.close(f"{e} (correlation id {correlation_id})")
+                self._refuse(f"{e} (correlation id {correlation_id})")
             return
         except RemoteProtocolError as e:  # unknown API key
-            self.close(f"{e} (correlation id {correlation_id})")
+            self._refuse(f"{e} (correlation id {correlation_id})")
             return
         api_schema = schema(api_key, api_version)
         try:
@@ -292,7 +303,7 @@ class KafkaConnection(asyncio.Protocol):
             else:
                 request = decode_request(api_key, api_version, frame, header.size)
         except RemoteProtocolError as e:
-            self.close(f"{e} (correlation id {correlation_id})")
+            self._refuse(f"{e} (correlation id {correlation_id})")
             return
         ctx = RequestContext(
             correlation_id=correlation_id,
@@ -331,11 +342,24 @@ class KafkaConnection(asyncio.Protocol):
         try:
             parse_request_header(frame, request_header_version(_API_VERSIONS, api_version))
         except RemoteProtocolError as e:
-            self.close(f"malformed ApiVersions request at an unsupported version: {e}")
+            self._refuse(f"malformed ApiVersions request at an unsupported version: {e}")
             return
         response = unsupported_version_response(self._registry)
         done: asyncio.Future[_Outcome] = self._loop.create_future()
         done.set_result(encode_response(correlation_id, response, header_version=0))
+        self._push(_InFlight(None, done))
+
+    def _refuse(self, reason: str) -> None:
+        """A frame that cannot be served: stop reading, answer every request received
+        before it, then close (Kafka answers each request before it reads the next, so
+        a client never sees an earlier request applied and left unanswered)."""
+        if self._refused:
+            return
+        self._refused = True
+        if self._flow is not None:
+            self._flow.pause_reading()
+        done: asyncio.Future[_Outcome] = self._loop.create_future()
+        done.set_result(_Close(reason, logging.INFO))
         self._push(_InFlight(None, done))
 
     def _push(self, entry: _InFlight) -> None:
@@ -451,7 +475,7 @@ class KafkaConnection(asyncio.Protocol):
             outcome = task.result()
             if isinstance(outcome, _Close):
                 _write_all(transport, ready)
-                self.close(outcome.reason, logging.WARNING)
+                self.close(outcome.reason, outcome.level)
                 return
             if outcome is not None:
                 self._last_activity = self._loop.time()
@@ -473,7 +497,7 @@ class KafkaConnection(asyncio.Protocol):
                 if ready_bytes >= COALESCE_BYTES:
                     _write_all(transport, ready)
                     ready_bytes = 0
-            if not self._draining and not self._closing:
+            if not self._draining and not self._closing and not self._refused:
                 # Hysteresis: resume reading at half the bound, so a client that keeps
                 # the pipe full does not cost a pause/resume pair per response. Frames
                 # already buffered are dispatched as soon as a slot frees.
