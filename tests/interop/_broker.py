@@ -231,6 +231,7 @@ def start_broker(
     extra_args: Sequence[str] = (),
     timeout: float = STARTUP_TIMEOUT,
     env: Mapping[str, str] | None = None,
+    open_files_limit: int | None = None,
     **kw_overrides: Any,
 ) -> BrokerProcess:
     """Start ``odradek serve`` on a free loopback port and wait until it accepts connections.
@@ -242,6 +243,8 @@ def start_broker(
     - keyword overrides: underscores become dots, e.g. ``log_segment_bytes=1024`` ->
       ``--override log.segment.bytes=1024``. ``listeners``/``log.dirs`` may be overridden too.
     - Booleans become ``true``/``false``.
+    - ``open_files_limit``: run the broker under this RLIMIT_NOFILE (soft and hard, with
+      util-linux's ``prlimit``).
 
     Raises BrokerStartError (with the broker's stderr) if it exits or is not listening within
     ``timeout`` seconds.
@@ -263,6 +266,9 @@ def start_broker(
         }
         conf.update(merged)
         argv = [str(odradek_executable()), "serve", *_override_args(conf), *extra_args]
+        if open_files_limit is not None:
+            limit = f"--nofile={open_files_limit}:{open_files_limit}"
+            argv = ["prlimit", limit, "--", *argv]
         broker = BrokerProcess(
             argv, host=host, port=chosen, data_dir=data, log_dir=Path(tmp_path) / "logs", env=env
         )

@@ -16,6 +16,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.client.connection import BrokerConnection
+from odradek.cluster.metadata import MetadataError
 from odradek.records.builder import build_batch
 from odradek.server.handlers._entities import make
 from odradek.testing import RunningBroker, running_broker
@@ -96,6 +97,18 @@ def test_create_partitions_errors(rb: RunningBroker) -> None:
     (r,) = create_partitions(rb, 3, [(name, 1, None)])
     assert r.error_code == ErrorCode.invalid_partitions
     assert len(rb.broker.metadata.topics[dup].partitions) == 1
+
+
+def test_more_than_10000_new_partitions_in_one_operation_is_refused(rb: RunningBroker) -> None:
+    """Kafka's controller bound on one user operation (MAX_RECORDS_PER_USER_OP)."""
+    name = new_topic(rb, 1)
+    (r,) = create_partitions(rb, 3, [(name, 10_002, None)])
+    assert r.error_code == ErrorCode.policy_violation
+    assert "10000" in (r.error_message or "")
+    assert len(rb.broker.metadata.topics[name].partitions) == 1
+    assert rb.broker.get_log(name, 1) is None
+    with pytest.raises(MetadataError, match="in one operation"):
+        rb.call(rb.broker.metadata.create_topic, name + "-big", 10_001, 1, {})
 
 
 def test_create_partitions_assignments(rb: RunningBroker) -> None:

@@ -25,7 +25,10 @@ from odradek.storage.config import ConfigError, LogConfig
 
 log = logging.getLogger(__name__)
 
-MAX_PARTITIONS = 100_000  # bound on one request's partition count
+MAX_PARTITIONS = 100_000  # bound on one topic's partition count
+# Kafka's controller refuses a single user operation of more records than this
+# (QuorumController.MAX_RECORDS_PER_USER_OP): one partition is one record.
+MAX_PARTITIONS_PER_OPERATION = 10_000
 
 
 class MetadataError(Exception):
@@ -100,6 +103,9 @@ class ClusterMetadata:
         self.broker_ids = broker_ids
         self.broker_defaults = broker_defaults
         self.topics: dict[str, TopicInfo] = {}
+        # Partition replicas a broker may hold (max.broker.partitions, lowered to what
+        # its open-files limit allows); None: unbounded.
+        self.max_broker_partitions: int | None = None
         self._listeners: list[Listener] = []
         self.cluster_id = self._ensure_cluster_id()
         self.reload()
@@ -193,7 +199,33 @@ class ClusterMetadata:
                 f"replication factor {replication_factor} is larger than the {len(brokers)} "
                 "available brokers",
             )
+        self.check_partition_limits(num_partitions, replication_factor, len(brokers))
         return num_partitions, replication_factor, clean
+
+    def check_partition_limits(self, new: int, replication_factor: int, brokers: int) -> None:
+        """Refuse ``new`` partitions in one operation beyond Kafka's per-operation bound,
+        and beyond what the brokers may hold: a log costs open files, and a broker out of
+        them can neither append nor restart (POLICY_VIOLATION, as Kafka's controller
+        answers an operation it will not carry out)."""
+        if new > MAX_PARTITIONS_PER_OPERATION:
+            raise MetadataError(
+                "POLICY_VIOLATION",
+                f"{new} new partitions in one operation is more than the "
+                f"{MAX_PARTITIONS_PER_OPERATION} allowed; create them in steps",
+            )
+        limit = self.max_broker_partitions
+        if limit is None:
+            return
+        held = sum(len(info.partitions) * len(next(iter(info.partitions.values()), ()))
+                   for info in self.topics.values())
+        wanted = held + new * replication_factor
+        if wanted > limit * max(brokers, 1):
+            raise MetadataError(
+                "POLICY_VIOLATION",
+                f"{new} more partitions would make {wanted} partition replicas on "
+                f"{brokers} broker(s), above the limit of {limit} per broker "
+                "(max.broker.partitions, lowered to what the open-files limit allows)",
+            )
 
     def create_topic(
         self, name: str, num_partitions: int = -1, replication_factor: int = -1,
@@ -266,6 +298,7 @@ class ClusterMetadata:
         if count > MAX_PARTITIONS:
             raise MetadataError("INVALID_PARTITIONS", f"at most {MAX_PARTITIONS} partitions")
         rf = len(next(iter(info.partitions.values())))
+        self.check_partition_limits(count - current, rf, len(self.broker_ids()))
         more = dict(assignment) if assignment else assign_replicas(
             sorted(self.broker_ids()), count - current, rf, current
         )

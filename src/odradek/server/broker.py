@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 METADATA_FILE = "odradek-metadata.json"
+# Open files a partition's log holds (its active segment's .log, .index and .timeindex),
+# and the share of the open-files limit kept for connections, rolled segments and the rest.
+DESCRIPTORS_PER_LOG = 3
+RESERVED_DESCRIPTORS_SHARE = 0.25
 # How often dead cleaner threads are looked for and cleaner-status.json rewritten.
 CLEANER_HEALTH_INTERVAL_MS = 5000
 
@@ -72,6 +76,9 @@ class Broker:
         self._store = store
         self.metadata = ClusterMetadata(
             store, lambda: [self.broker_id], self.config.values | self.config.log_defaults()
+        )
+        self.metadata.max_broker_partitions = partition_limit(
+            self.config["max.broker.partitions"]
         )
         from odradek.server.handlers.configs import apply_dynamic_broker_configs
 
@@ -279,6 +286,23 @@ class Broker:
         """Leader append of a producer's batches (leader epoch 0 on a single broker); a
         writable memoryview (of the request frame) is rewritten in place."""
         return partition_log.append_as_leader(records, leader_epoch=0)
+
+
+def partition_limit(configured: int) -> int:
+    """``max.broker.partitions``, lowered to the partitions whose logs fit in the process's
+    open-files limit once a share is kept for everything else: past it, creating one more
+    log fails every append and the restart alike, so refusing the creation is kinder."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    reserved = max(256, int(soft * RESERVED_DESCRIPTORS_SHARE))
+    fits = max(1, (soft - reserved) // DESCRIPTORS_PER_LOG)
+    if fits < configured:
+        log.info("at most %d partitions on this broker: %d open files allowed, %d per log",
+                 fits, soft, DESCRIPTORS_PER_LOG)
+    return min(configured, fits)
 
 
 async def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> None:

@@ -42,6 +42,9 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("log.dirs", "list", ("./data",), None, "data directories"),
     ConfigDef("log.dir", "string", "", None, "single data directory (log.dirs wins)"),
     ConfigDef("num.partitions", "int", 1, None, "partitions of auto-created topics", _ge(1)),
+    ConfigDef("max.broker.partitions", "int", 2**31 - 1, None,
+              "partition replicas this broker will hold (KIP-578); the open-files limit "
+              "lowers it further", _ge(1)),
     ConfigDef("default.replication.factor", "int", 1, None, "replication of auto-created topics",
               _ge(1)),
     ConfigDef("auto.create.topics.enable", "boolean", True, None, "create topics on first use"),
