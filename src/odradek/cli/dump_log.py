@@ -49,6 +49,7 @@ from odradek.records.batch import (
 )
 from odradek.records.compression import CompressionError
 from odradek.storage import files
+from odradek.storage.index import OffsetIndex, TimeIndex
 
 EXIT_OK = 0
 EXIT_CORRUPT = 1
@@ -64,8 +65,6 @@ EPILOG = (
 # Batches larger than this are CRC-checked in chunks and not decoded record by record.
 _MAX_WHOLE_BATCH = 256 * 1024 * 1024
 _CRC_CHUNK = 8 * 1024 * 1024
-_INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
-_TIME_INDEX_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 _INDEX_READ_CHUNK = 64 * 1024
 _LENGTH = struct.Struct(">i")
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
@@ -393,14 +392,14 @@ def _log_for_index(path: Path, suffix: str, out: TextIO) -> tuple[_LogHeaders | 
 def dump_offset_index(path: Path, options: Options, out: TextIO) -> Problems:
     problems = Problems()
     quiet = options.index_sanity_check or options.verify_index_only
-    if os.path.getsize(path) % _INDEX_ENTRY.size:
+    if os.path.getsize(path) % OffsetIndex.ENTRY.size:
         problems.add(
-            f"Index length {os.path.getsize(path)} is not a multiple of {_INDEX_ENTRY.size}"
+            f"Index length {os.path.getsize(path)} is not a multiple of {OffsetIndex.ENTRY.size}"
         )
     log, base = _log_for_index(path, files.INDEX_SUFFIX, out)
     try:
         last_offset, last_position = -1, -1
-        for n, (rel, position) in _iter_entries(path, _INDEX_ENTRY):
+        for n, (rel, position) in _iter_entries(path, OffsetIndex.ENTRY):
             offset = base + rel
             if n == 0 and rel == 0 and position == 0:
                 # An empty preallocated index, or a real first entry: only the log can tell.
@@ -437,15 +436,15 @@ def dump_offset_index(path: Path, options: Options, out: TextIO) -> Problems:
 def dump_time_index(path: Path, options: Options, out: TextIO) -> Problems:
     problems = Problems()
     quiet = options.index_sanity_check or options.verify_index_only
-    if os.path.getsize(path) % _TIME_INDEX_ENTRY.size:
+    if os.path.getsize(path) % TimeIndex.ENTRY.size:
         problems.add(
             f"Time index length {os.path.getsize(path)} is not a multiple of "
-            f"{_TIME_INDEX_ENTRY.size}"
+            f"{TimeIndex.ENTRY.size}"
         )
     log, base = _log_for_index(path, files.TIME_INDEX_SUFFIX, out)
     try:
         last_ts, last_offset = -1, -1
-        for n, (timestamp, rel) in _iter_entries(path, _TIME_INDEX_ENTRY):
+        for n, (timestamp, rel) in _iter_entries(path, TimeIndex.ENTRY):
             offset = base + rel
             if n == 0 and timestamp == 0 and rel == 0:
                 first = log.header_at(0) if log is not None else None

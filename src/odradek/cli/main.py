@@ -1,15 +1,49 @@
-"""``odradek``: the command line entry point; each sub-command lives in its own module."""
+"""``odradek``: the command line entry point; each sub-command lives in its own module.
+
+``serve`` is defined here; every other sub-command is a module of this package, listed in
+:data:`SUBCOMMAND_MODULES`, with an ``add_parser(subparsers)`` function. A listed module
+that fails to import is an error of the whole command line, naming the module and the
+error (exit status 1): a broken install must not quietly lose a sub-command. A sub-command
+that needs an optional extra (none does today) imports it where it runs, not at module
+level, and says which extra to install when it is missing.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from odradek import __version__
+
+#: Modules of ``odradek.cli`` that register sub-commands, in the order ``--help`` lists them.
+SUBCOMMAND_MODULES = ("dump_log", "topics", "console", "groups", "status")
+
+
+class SubcommandImportError(Exception):
+    """A sub-command's module failed to import; the original error is ``__cause__``."""
+
+    def __init__(self, module: str, error: BaseException) -> None:
+        self.module = module
+        self.error = error
+        super().__init__(
+            f"the sub-command module {module} failed to import: "
+            f"{type(error).__name__}: {error}{_where(error)}"
+        )
+
+
+def _where(error: BaseException) -> str:
+    """`` (at file:line)``: the last frame of the error outside importlib, if any."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith("<frozen ")]
+    if not frames or isinstance(error, SyntaxError):  # a SyntaxError names its own line
+        return ""
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})"
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -47,17 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=["debug", "info", "warning", "error"])
     serve.add_argument("--ready-file", type=Path, help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
-    for module in ("dump_log", "topics", "console", "groups", "status"):
+    for name in SUBCOMMAND_MODULES:
+        module = f"odradek.cli.{name}"
         try:
-            mod = __import__(f"odradek.cli.{module}", fromlist=["add_parser"])
-        except ModuleNotFoundError:
-            continue
+            mod = importlib.import_module(module)
+        except Exception as exc:
+            raise SubcommandImportError(module, exc) from exc
         mod.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except SubcommandImportError as exc:
+        print(f"odradek: {exc}", file=sys.stderr)
+        return 1
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

@@ -10,8 +10,9 @@ whole batch received, so offsets removed by compaction and control batches are s
 over. Buffers become an Arrow ``RecordBatch`` (zero-copy) whenever enough rows gather.
 
 Why not librdkafka here: through confluent-kafka every record becomes a Python ``Message``
-with Python ``bytes`` for its key and value, about 2 µs a record before Arrow sees it, which
-capped reads at ~240k rows/s on two cores; decoding batches in C costs ~50 ns a record.
+with Python ``bytes`` for its key and value before Arrow sees it; decoding whole batches in
+C builds no per-record object and reads several times faster (bench/README.md, "Spark",
+has the figures and how to measure them).
 
 Errors: a leader move or a broker restart (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE,
 connection loss, ...) re-resolves the leader and retries with backoff until
@@ -184,7 +185,8 @@ def read_range(
     reader = _PartitionReader(opts, topic, partition)
     # A bare loop, not asyncio.Runner: in the main thread the Runner swaps the SIGINT
     # handler on every run() and the signal module's enum conversion of the previous
-    # handler repr()s the previous task, result included: 13 ms per 16 MiB fetch response.
+    # handler repr()s the previous task, result included: a 16 MiB fetch response each time
+    # (its cost is in bench/README.md, "Spark").
     loop = asyncio.new_event_loop()
     try:
         yield from _read(loop, reader, new_builder(opts.include_headers), start, until,

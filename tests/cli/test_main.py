@@ -1,0 +1,69 @@
+"""``odradek`` (cli/main.py): every sub-command is there, and a broken one is an error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.interop._broker import REPO, odradek_executable
+
+from odradek.cli import main
+
+SRC = REPO / "src"
+#: every sub-command ``odradek --help`` must list
+SUBCOMMANDS = ("serve", "dump-log", "topics", "produce", "consume", "groups", "status")
+CLI_TIMEOUT_S = 60.0
+
+
+def _odradek(*args: str, src: Path = SRC) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``odradek`` script with ``src`` first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.run(
+        [str(odradek_executable()), *args], capture_output=True, text=True, env=env,
+        timeout=CLI_TIMEOUT_S, check=False,
+    )
+
+
+def test_every_cli_module_is_registered() -> None:
+    package = Path(main.__file__).parent
+    modules = {p.stem for p in package.glob("*.py") if not p.stem.startswith("_")} - {"main"}
+    assert modules == set(main.SUBCOMMAND_MODULES)
+
+
+def test_help_lists_every_subcommand() -> None:
+    result = _odradek("--help")
+    assert result.returncode == 0, result.stderr
+    listed = result.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
+    assert listed == list(SUBCOMMANDS)
+
+
+@pytest.mark.parametrize(
+    ("broken_line", "error"),
+    [
+        ("import odradek_no_such_module", "ModuleNotFoundError: No module named "
+                                          "'odradek_no_such_module'"),
+        ("raise RuntimeError('broken at import')", "RuntimeError: broken at import"),
+        ("def broken(:", "SyntaxError: "),
+    ],
+)
+def test_a_subcommand_that_fails_to_import_is_an_error(
+    tmp_path: Path, broken_line: str, error: str
+) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(SRC / "odradek", src / "odradek",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    groups = src / "odradek" / "cli" / "groups.py"
+    groups.write_text(groups.read_text() + f"\n{broken_line}\n")
+    for args in (["--help"], ["serve", "--help"], ["topics", "list"]):
+        result = _odradek(*args, src=src)
+        assert result.returncode == 1, (args, result.stdout, result.stderr)
+        assert result.stderr.startswith(
+            "odradek: the sub-command module odradek.cli.groups failed to import: "
+        ), result.stderr
+        assert error in result.stderr
+        assert "groups.py" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert result.stdout == ""
