@@ -1,6 +1,7 @@
 """The group metadata manager driven directly: storing and fetching offsets, tombstones,
-loading a partition back, expiry, append errors. No event loop and no coordinator: the
-groups are built by hand through the state table, as the coordinator would leave them.
+loading a partition back (through the state table), expiry, append errors. No event loop
+and no coordinator: groups are built by hand through the state table, as the coordinator
+would leave them.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import cast
 
 import pytest
 
+from odradek.coordinator import group_metadata
 from odradek.coordinator.group_metadata import GroupMetadata, MemberMetadata
 from odradek.coordinator.group_metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.group_protocol import CONSUMER_PROTOCOL_TYPE
@@ -17,7 +19,12 @@ from odradek.coordinator.group_records import (
     OffsetCommitKey,
     decode_key,
 )
-from odradek.coordinator.group_state import GroupState
+from odradek.coordinator.group_state import (
+    VALID_PREVIOUS_STATES,
+    GroupState,
+    IllegalStateTransitionError,
+    check_transition,
+)
 from odradek.coordinator.offsets_topic import OffsetsTopic
 from odradek.protocol.errors import ErrorCode
 from tests.coordinator._offsets_topic import PARTITIONS, Clock, FakeOffsetsTopic
@@ -235,3 +242,53 @@ def test_a_stable_group_keeps_subscribed_offsets_and_expires_the_others() -> Non
     assert manager.expire_offsets(clock.now + 59_999) == 0
     assert manager.expire_offsets(clock.now + 60_000) == 1
     assert set(group.offsets) == {("t", 0)} and group.state is GroupState.STABLE
+
+
+# -- loading goes through the state table ----------------------------------------------------
+def test_a_loaded_group_replays_its_rebalance_through_the_state_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic, clock = FakeOffsetsTopic(), Clock()
+    manager = make_manager(topic, clock)
+    written_at = clock.now - 5000
+    stable = stable_group(manager, "g", written_at, "m-1")
+    manager.store_group(stable)
+    empty = manager.add_group(GroupMetadata("e", state_timestamp_ms=written_at))
+    empty.transition_to(GroupState.PREPARING_REBALANCE, written_at)
+    empty.init_next_generation(written_at)  # a group whose last member left: Empty, gen 1
+    manager.store_group(empty)
+    moves: list[tuple[str, GroupState, GroupState]] = []
+
+    def spy(group_id: str, current: GroupState, target: GroupState) -> None:
+        moves.append((group_id, current, target))
+        check_transition(group_id, current, target)
+
+    monkeypatch.setattr(group_metadata, "check_transition", spy)
+    fresh = make_manager(topic, clock)
+    assert moves == [
+        ("g", GroupState.EMPTY, GroupState.PREPARING_REBALANCE),
+        ("g", GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE),
+        ("g", GroupState.COMPLETING_REBALANCE, GroupState.STABLE),
+    ]
+    loaded = fresh.get_group("g")
+    assert loaded is not None and loaded.state is GroupState.STABLE
+    assert loaded.state_timestamp_ms == written_at  # the record's, not the load time
+    loaded_empty = fresh.get_group("e")
+    assert loaded_empty is not None
+    assert (loaded_empty.state, loaded_empty.generation_id) == (GroupState.EMPTY, 1)
+
+
+def test_a_load_the_state_table_forbids_is_loud(monkeypatch: pytest.MonkeyPatch) -> None:
+    topic, clock = FakeOffsetsTopic(), Clock()
+    manager = make_manager(topic, clock)
+    manager.store_group(stable_group(manager, "g", clock.now, "m-1"))
+    partition = manager.partition_for("g")
+    monkeypatch.setitem(VALID_PREVIOUS_STATES, GroupState.STABLE, frozenset())
+    fresh = make_manager(topic, clock, load=False)
+    with pytest.raises(IllegalStateTransitionError) as raised:
+        fresh.load_partition(partition, lambda group: None)
+    assert "CompletingRebalance to Stable" in str(raised.value)
+    assert f"__consumer_offsets-{partition}" in "".join(raised.value.__notes__)
+    assert fresh.get_group("g") is None
+    assert not fresh.is_partition_loading(partition)
+    assert not fresh.is_partition_owned(partition)

@@ -8,9 +8,13 @@ How it works:
   membership. A group belongs to partition ``partition_for(group)`` of the topic.
 - **Loading.** :meth:`GroupMetadataManager.load_partition` replays a partition from its
   log start: the last value of each key wins and a tombstone deletes it (what compaction
-  would keep). A group is rebuilt from its last metadata record and its offsets: Stable
-  when the record has members, else Empty. While a partition loads it is *loading*, then
-  *owned*; :meth:`unload_partition` drops its groups.
+  would keep). A group is rebuilt from its last metadata record and its offsets, and is
+  brought to the state the record was written in (Stable when it has members, else
+  Empty) by the moves :data:`~odradek.coordinator.group_state.LOAD_PATHS` lists, each
+  checked by the transition table, never by setting the state: a move the table forbids
+  raises :class:`~odradek.coordinator.group_state.IllegalStateTransitionError` and the
+  partition is not loaded. While a partition loads it is *loading*, then *owned*;
+  :meth:`unload_partition` drops its groups.
 - **Writes** (:meth:`store_group`, :meth:`store_offsets`, tombstones) append one batch to
   the group's partition and update the cache only when the append succeeded, so nothing is
   acknowledged before it is in the log. Append failures map to errors group clients
@@ -45,7 +49,7 @@ from odradek.coordinator.group_records import (
     decode_value,
     partition_for,
 )
-from odradek.coordinator.group_state import GroupState
+from odradek.coordinator.group_state import LOAD_PATHS, GroupState, IllegalStateTransitionError
 from odradek.coordinator.offsets_topic import OffsetsTopic
 from odradek.protocol.errors import ErrorCode
 
@@ -121,6 +125,9 @@ class GroupMetadataManager:
         started = time.monotonic()
         try:
             groups = self._replay(partition)
+        except IllegalStateTransitionError as exc:
+            exc.add_note(f"while loading __consumer_offsets-{partition}")
+            raise
         finally:
             self._loading.discard(partition)
         for group in groups.values():
@@ -193,8 +200,9 @@ class GroupMetadataManager:
                 group.leader_id = leader if leader is not None and leader in group.members else (
                     next(iter(group.members), None)
                 )
-                if group.members:
-                    group.state = GroupState.STABLE
+                written_in = GroupState.STABLE if group.members else GroupState.EMPTY
+                for state in LOAD_PATHS[written_in]:
+                    group.transition_to(state, group.state_timestamp_ms)
             group.offsets = dict(group_offsets)
             groups[group_id] = group
         return groups
