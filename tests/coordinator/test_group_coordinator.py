@@ -1,13 +1,16 @@
-"""The group coordinator driven directly (no network): rebalances, timers, offsets, reload.
+"""The group coordinator driven directly (no network): rebalances, timers, commit checks,
+reload.
 
 ``__consumer_offsets`` is replaced by an in-memory list of (key, value) records per
-partition, so every test can also check what would be written and replay it.
+partition, so every test can also check what would be written and replay it. What the
+manager does on its own (storing, loading, expiring) is tested in
+``test_group_metadata_manager.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import pytest
@@ -19,52 +22,11 @@ from odradek.coordinator.group_coordinator import (
     GroupCoordinator,
     JoinResult,
 )
-from odradek.coordinator.group_records import GroupMetadataKey, OffsetCommitKey, decode_key
+from odradek.coordinator.group_records import GroupMetadataKey, decode_key
 from odradek.coordinator.group_state import GroupState
 from odradek.coordinator.offsets_topic import OffsetsTopic
 from odradek.protocol.errors import ErrorCode
-
-PARTITIONS = 4
-
-
-class FakeOffsetsTopic:
-    def __init__(self) -> None:
-        self.records: dict[int, list[tuple[bytes, bytes | None]]] = {
-            p: [] for p in range(PARTITIONS)}
-        self.fail_appends = False
-
-    partition_count = PARTITIONS
-
-    def exists(self) -> bool:
-        return True
-
-    def ensure(self) -> bool:
-        return False
-
-    def leader_of(self, partition: int) -> int:
-        return 0
-
-    def led_partitions(self) -> list[int]:
-        return list(range(PARTITIONS))
-
-    def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]],
-               timestamp: int) -> None:
-        if self.fail_appends:
-            error = RuntimeError("disk full")
-            error.kafka_error = "KAFKA_STORAGE_ERROR"  # type: ignore[attr-defined]
-            raise error
-        self.records[partition].extend(records)
-
-    def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
-        yield from self.records[partition]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
+from tests.coordinator._offsets_topic import Clock, FakeOffsetsTopic
 
 
 def run(body: Callable[[GroupCoordinator, FakeOffsetsTopic, Clock], Awaitable[None]],
@@ -406,32 +368,6 @@ def test_groups_and_offsets_survive_a_reload() -> None:
             fresh.shutdown()
 
     run(body)
-
-
-def test_expired_offsets_of_empty_groups_are_tombstoned() -> None:
-    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
-        c.commit_offsets("s", "", None, -1, {("t", 0): (3, -1, "")})
-        clock.now += 30_000
-        c.commit_offsets("s", "", None, -1, {("t", 1): (4, -1, "")})
-        assert c.expire_offsets(clock.now + 40_000) == 1  # (t,0) is 70 s old, retention 60 s
-        assert set(c.groups["s"].offsets) == {("t", 1)}
-        assert c.expire_offsets(clock.now + 70_000) == 1
-        assert "s" not in c.groups
-        written = [(decode_key(k), v) for k, v in topic.records[c.partition_of("s")]]
-        assert (OffsetCommitKey("s", "t", 0), None) in written
-        assert (GroupMetadataKey("s"), None) in written
-
-    run(body, offsets_retention_ms=60_000)
-
-
-def test_commit_retention_time_sets_an_expire_timestamp() -> None:
-    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
-        c.commit_offsets("s", "", None, -1, {("t", 0): (3, -1, "")}, retention_ms=1000)
-        c.commit_offsets("s", "", None, -1, {("t", 1): (4, -1, "")})
-        assert c.expire_offsets(clock.now + 1000) == 1
-        assert set(c.groups["s"].offsets) == {("t", 1)}
-
-    run(body, offsets_retention_ms=60_000)
 
 
 def test_describe_list_delete() -> None:

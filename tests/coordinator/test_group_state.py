@@ -8,6 +8,7 @@ import pytest
 
 from odradek.coordinator.group_metadata import GroupMetadata, MemberMetadata
 from odradek.coordinator.group_state import (
+    LOAD_PATHS,
     VALID_PREVIOUS_STATES,
     GroupState,
     IllegalStateTransitionError,
@@ -108,3 +109,14 @@ def test_static_member_replacement_keeps_leadership_and_assignment() -> None:
     group.remove("new")
     assert group.static_member_id("i1") is None
     assert group.leader_id == "other"
+
+
+@pytest.mark.parametrize("written_in", list(LOAD_PATHS))
+def test_every_load_path_is_legal_from_empty_and_ends_in_its_state(
+    written_in: GroupState,
+) -> None:
+    state = E
+    for target in LOAD_PATHS[written_in]:
+        assert can_transition(state, target), (state, target)
+        state = target
+    assert state is written_in

@@ -1,1 +1,17 @@
-"""Coordinators: producer ids now; the group coordinator and transactions later."""
+"""Coordinators: the classic consumer group coordinator and producer ids (transactions later).
+
+Consumer groups, from the requests down to the bytes in ``__consumer_offsets``:
+
+- ``group_coordinator`` — JoinGroup, SyncGroup, Heartbeat, LeaveGroup, who may commit or
+  delete offsets, and the group admin APIs (Kafka's ``GroupCoordinator``).
+- ``group_state`` and ``group_metadata`` — the sans-I/O group: the state transition
+  table, and one group's members, generation, protocol and offsets in memory.
+- ``group_metadata_manager`` — the groups of the partitions this broker leads: loading
+  them, writing group and offset records, fetching and expiring offsets (Kafka's
+  ``GroupMetadataManager``).
+- ``offsets_topic`` — the topic itself (create, lead, append, replay); ``group_records`` —
+  its key and value formats; ``group_protocol`` — the consumer protocol's subscription
+  and assignment bytes.
+
+Producers: ``producer_ids`` hands out id blocks for InitProducerId.
+"""

@@ -1,12 +1,14 @@
-"""The classic group coordinator (Kafka's ``GroupCoordinator`` + ``GroupMetadataManager``).
+"""The classic group coordinator: join, sync, heartbeat, leave (Kafka's ``GroupCoordinator``).
 
 How it works:
 
 - **Ownership.** A group belongs to partition ``partition_for(group)`` of
   ``__consumer_offsets``; this broker coordinates it while it leads that partition
   (:class:`~odradek.coordinator.offsets_topic.OffsetsTopic` says which). Groups of a
-  partition are loaded by replaying it (:meth:`GroupCoordinator.on_elected`) and dropped
-  when leadership moves (:meth:`on_resigned`: waiting requests get NOT_COORDINATOR).
+  partition are loaded by the
+  :class:`~odradek.coordinator.group_metadata_manager.GroupMetadataManager`, which holds
+  them and their offsets (:meth:`GroupCoordinator.on_elected`), and dropped when
+  leadership moves (:meth:`on_resigned`: waiting requests get NOT_COORDINATOR).
   Requests for a partition this broker does not lead get NOT_COORDINATOR, while it loads
   COORDINATOR_LOAD_IN_PROGRESS, and when the topic cannot be created
   COORDINATOR_NOT_AVAILABLE.
@@ -28,10 +30,9 @@ How it works:
   replace the old id; in a Stable group whose selected protocol would not change this
   needs no rebalance: the member gets the current generation back and its old
   assignment from SyncGroup.
-- **Offsets** are appended to ``__consumer_offsets`` before they are acknowledged, then
-  cached. ``offsets.retention.minutes`` after a group became Empty (or, for groups
-  without group management, after each commit) its offsets expire: tombstones are
-  written and an Empty group without offsets becomes Dead.
+- **Offsets.** The coordinator checks who may commit (a member of the current
+  generation, or anyone while the group is Empty and without group management) and which
+  partitions OffsetDelete may touch; the manager writes, caches and expires them.
 """
 
 from __future__ import annotations
@@ -49,17 +50,7 @@ from odradek.coordinator.group_metadata import (
     MemberMetadata,
     new_member_id,
 )
-from odradek.coordinator.group_records import (
-    GroupMetadataKey,
-    GroupMetadataValue,
-    MemberMetadataValue,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    RecordFormatError,
-    decode_key,
-    decode_value,
-    partition_for,
-)
+from odradek.coordinator.group_metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.group_state import GroupState
 from odradek.coordinator.offsets_topic import OffsetsTopic, OffsetsTopicUnavailableError
 from odradek.protocol.errors import ErrorCode
@@ -114,6 +105,15 @@ class CoordinatorConfig:
             max_metadata_size=int(values["offset.metadata.max.bytes"]),
         )
 
+    @property
+    def offset_config(self) -> OffsetConfig:
+        """The part the :class:`GroupMetadataManager` reads."""
+        return OffsetConfig(
+            retention_ms=self.offsets_retention_ms,
+            retention_check_interval_ms=self.offsets_retention_check_interval_ms,
+            max_metadata_size=self.max_metadata_size,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class JoinResult:
@@ -164,9 +164,7 @@ class GroupCoordinator:
         self.topic = offsets_topic
         self.config = config or CoordinatorConfig()
         self.time_ms = time_ms
-        self.groups: dict[str, GroupMetadata] = {}
-        self._owned: set[int] = set()
-        self._loading: set[int] = set()
+        self.manager = GroupMetadataManager(offsets_topic, self.config.offset_config, time_ms)
         self._active = False
         self._joins: dict[str, dict[str, asyncio.Future[JoinResult]]] = {}
         self._syncs: dict[str, dict[str, asyncio.Future[SyncResult]]] = {}
@@ -174,7 +172,11 @@ class GroupCoordinator:
         self._join_timers: dict[str, asyncio.TimerHandle] = {}
         self._initial_join: dict[str, int] = {}  # group -> remaining ms of the initial delay
         self._sync_timers: dict[str, asyncio.TimerHandle] = {}
-        self._expiry_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def groups(self) -> Mapping[str, GroupMetadata]:
+        """The groups this broker coordinates now (the manager's cache)."""
+        return self.manager.groups
 
     # ================================================================ life cycle
     def startup(self) -> None:
@@ -182,120 +184,52 @@ class GroupCoordinator:
         offset expiry timer. Call on the broker's event loop."""
         self._active = True
         self._elect_led_partitions()
-        self._schedule_expiry()
+        self.manager.startup()
 
     def shutdown(self) -> None:
         self._active = False
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-        for partition in list(self._owned):
+        self.manager.shutdown()
+        for partition in self.manager.owned_partitions():
             self.on_resigned(partition)
 
     def _elect_led_partitions(self) -> None:
         for partition in self.topic.led_partitions():
-            if partition not in self._owned:
+            if not self.manager.is_partition_owned(partition):
                 self.on_elected(partition)
 
     def on_elected(self, partition: int) -> None:
-        """This broker became the leader of ``partition``: replay it into memory."""
-        self._loading.add(partition)
-        started = time.monotonic()
-        try:
-            groups = self._replay(partition)
-        finally:
-            self._loading.discard(partition)
-        for group in groups.values():
-            self.groups[group.group_id] = group
-            for member in group.members.values():
-                self._schedule_heartbeat(group, member)
-        self._owned.add(partition)
-        if groups:
-            log.info("loaded %d groups from __consumer_offsets-%d in %.0f ms", len(groups),
-                     partition, (time.monotonic() - started) * 1000)
+        """This broker became the leader of ``partition``: load its groups and start
+        their members' session timers."""
+        self.manager.load_partition(partition, self._on_group_loaded)
+
+    def _on_group_loaded(self, group: GroupMetadata) -> None:
+        for member in group.members.values():
+            self._schedule_heartbeat(group, member)
 
     def on_resigned(self, partition: int) -> None:
         """Leadership of ``partition`` moved away: forget its groups, answer waiting
         requests NOT_COORDINATOR."""
-        self._owned.discard(partition)
-        count = self.topic.partition_count
-        for group_id in [g for g in self.groups if partition_for(g, count) == partition]:
-            group = self.groups.pop(group_id)
-            for member_id in list(group.members):
-                self._cancel_heartbeat(group_id, member_id)
-            for member_id in list(group.pending_members):
-                self._cancel_heartbeat(group_id, member_id)
-            self._cancel_timer(self._join_timers, group_id)
-            self._cancel_timer(self._sync_timers, group_id)
-            self._initial_join.pop(group_id, None)
-            for join in self._joins.pop(group_id, {}).values():
-                if not join.done():
-                    join.set_result(JoinResult(ErrorCode.not_coordinator))
-            for sync in self._syncs.pop(group_id, {}).values():
-                if not sync.done():
-                    sync.set_result(SyncResult(ErrorCode.not_coordinator))
+        self.manager.unload_partition(partition, self._on_group_unloaded)
 
-    def _replay(self, partition: int) -> dict[str, GroupMetadata]:
-        offsets: dict[str, dict[_Partition, CommittedOffset]] = {}
-        metadata: dict[str, GroupMetadataValue | None] = {}
-        for raw_key, raw_value in self.topic.replay(partition):
-            try:
-                key = decode_key(raw_key)
-                if key is None:
-                    continue
-                if isinstance(key, OffsetCommitKey):
-                    tp = (key.topic, key.partition)
-                    if raw_value is None:
-                        offsets.get(key.group, {}).pop(tp, None)
-                        continue
-                    committed = decode_value(key, raw_value)
-                    assert isinstance(committed, OffsetCommitValue)
-                    offsets.setdefault(key.group, {})[tp] = CommittedOffset(
-                        committed.offset, committed.leader_epoch, committed.metadata,
-                        committed.commit_timestamp, committed.expire_timestamp,
-                    )
-                else:
-                    if raw_value is None:
-                        metadata[key.group] = None
-                        continue
-                    group_value = decode_value(key, raw_value)
-                    assert isinstance(group_value, GroupMetadataValue)
-                    metadata[key.group] = group_value
-            except RecordFormatError as exc:
-                log.warning("skipping an unreadable record of __consumer_offsets-%d: %s",
-                            partition, exc)
-        groups: dict[str, GroupMetadata] = {}
-        for group_id in set(offsets) | set(metadata):
-            value = metadata.get(group_id)
-            group_offsets = offsets.get(group_id, {})
-            if value is None and not group_offsets:
-                continue
-            group = GroupMetadata(group_id, state_timestamp_ms=self.time_ms())
-            if value is not None:
-                group.generation_id = value.generation
-                group.protocol_type = value.protocol_type or None
-                group.protocol_name = value.protocol
-                if value.current_state_timestamp >= 0:
-                    group.state_timestamp_ms = value.current_state_timestamp
-                for m in value.members:
-                    member = MemberMetadata(
-                        m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                        m.rebalance_timeout, m.session_timeout, value.protocol_type,
-                        [(value.protocol or "", m.subscription)], m.assignment,
-                    )
-                    group.add(member)
-                leader = value.leader
-                group.leader_id = leader if leader is not None and leader in group.members else (
-                    next(iter(group.members), None)
-                )
-                if group.members:
-                    group.state = GroupState.STABLE
-            group.offsets = dict(group_offsets)
-            groups[group_id] = group
-        return groups
+    def _on_group_unloaded(self, group: GroupMetadata) -> None:
+        group_id = group.group_id
+        for member_id in list(group.members):
+            self._cancel_heartbeat(group_id, member_id)
+        for member_id in list(group.pending_members):
+            self._cancel_heartbeat(group_id, member_id)
+        self._cancel_timer(self._join_timers, group_id)
+        self._cancel_timer(self._sync_timers, group_id)
+        self._initial_join.pop(group_id, None)
+        for join in self._joins.pop(group_id, {}).values():
+            if not join.done():
+                join.set_result(JoinResult(ErrorCode.not_coordinator))
+        for sync in self._syncs.pop(group_id, {}).values():
+            if not sync.done():
+                sync.set_result(SyncResult(ErrorCode.not_coordinator))
 
     # ================================================================ ownership checks
     def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.topic.partition_count)
+        return self.manager.partition_for(group_id)
 
     def ensure_offsets_topic(self) -> ErrorCode:
         """Create ``__consumer_offsets`` if needed and take the partitions this broker
@@ -330,9 +264,9 @@ class GroupCoordinator:
             if error != ErrorCode.none:
                 return error
         partition = self.partition_of(group_id)
-        if partition in self._loading:
+        if self.manager.is_partition_loading(partition):
             return ErrorCode.coordinator_load_in_progress
-        if partition not in self._owned:
+        if not self.manager.is_partition_owned(partition):
             return ErrorCode.not_coordinator
         return ErrorCode.none
 
@@ -357,12 +291,12 @@ class GroupCoordinator:
                 <= self.config.max_session_timeout_ms):
             return JoinResult(ErrorCode.invalid_session_timeout, member_id)
         protocol_list = list(protocols)
-        group = self.groups.get(group_id)
+        group = self.manager.get_group(group_id)
         if group is None:
             if member_id != UNKNOWN_MEMBER_ID:
                 return JoinResult(ErrorCode.unknown_member_id, member_id)
-            group = self.groups[group_id] = GroupMetadata(
-                group_id, state_timestamp_ms=self.time_ms()
+            group = self.manager.add_group(
+                GroupMetadata(group_id, state_timestamp_ms=self.time_ms())
             )
         if group.is_in(GroupState.DEAD):
             return JoinResult(ErrorCode.coordinator_not_available, member_id)
@@ -510,7 +444,7 @@ class GroupCoordinator:
         member.client_id, member.client_host = spec.client_id, spec.client_host
         member.awaiting_sync = False
         if group.is_in(GroupState.STABLE) and group.select_protocol() == group.protocol_name:
-            error = self._store_group(group)
+            error = self.manager.store_group(group)
             if error != ErrorCode.none:
                 # put the old member back as it was
                 member.protocols = old_protocols
@@ -563,7 +497,7 @@ class GroupCoordinator:
 
     def _on_join_timer(self, group_id: str, generation: int) -> None:
         self._join_timers.pop(group_id, None)
-        group = self.groups.get(group_id)
+        group = self.manager.get_group(group_id)
         if (group is None or not group.is_in(GroupState.PREPARING_REBALANCE)
                 or group.generation_id != generation):
             return
@@ -602,7 +536,7 @@ class GroupCoordinator:
         group.init_next_generation(now)
         if group.is_in(GroupState.EMPTY):
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
-            self._store_group(group)
+            self.manager.store_group(group)
             return
         log.info("group %s: generation %d with %d members, protocol %s, leader %s",
                  group.group_id, group.generation_id, len(group.members), group.protocol_name,
@@ -630,7 +564,7 @@ class GroupCoordinator:
     def _on_sync_timer(self, group_id: str, generation: int) -> None:
         """DelayedSync expired: members that never sent SyncGroup are removed."""
         self._sync_timers.pop(group_id, None)
-        group = self.groups.get(group_id)
+        group = self.manager.get_group(group_id)
         if group is None or group.generation_id != generation:
             return
         if not group.is_in(GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
@@ -667,7 +601,7 @@ class GroupCoordinator:
         error = self._check(group_id)
         if error != ErrorCode.none:
             return SyncResult(error)
-        group = self.groups.get(group_id)
+        group = self.manager.get_group(group_id)
         if group is None:
             return SyncResult(ErrorCode.unknown_member_id)
         if group.is_in(GroupState.DEAD):
@@ -707,7 +641,7 @@ class GroupCoordinator:
         full = {m: assignments.get(m, b"") for m in group.members}
         for member_id, assignment in full.items():
             group.members[member_id].assignment = assignment
-        error = self._store_group(group)
+        error = self.manager.store_group(group)
         if error != ErrorCode.none:
             self._reset_and_propagate_assignment_error(group, error)
             self._maybe_prepare_rebalance(group, f"storing the assignment failed: {error.name}")
@@ -731,7 +665,7 @@ class GroupCoordinator:
         error = self._check(group_id)
         if error != ErrorCode.none:
             return error
-        group = self.groups.get(group_id)
+        group = self.manager.get_group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
         if group.is_in(GroupState.DEAD):
@@ -756,7 +690,7 @@ class GroupCoordinator:
         error = self._check(group_id)
         if error != ErrorCode.none:
             return error, [error] * len(members)
-        group = self.groups.get(group_id)
+        group = self.manager.get_group(group_id)
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
         if group.is_in(GroupState.DEAD):
@@ -827,7 +761,7 @@ class GroupCoordinator:
 
     def _on_session_timeout(self, group_id: str, member_id: str) -> None:
         self._heartbeats.pop((group_id, member_id), None)
-        group = self.groups.get(group_id)
+        group = self.manager.get_group(group_id)
         if group is None:
             return
         if member_id in group.pending_members:
@@ -872,12 +806,12 @@ class GroupCoordinator:
         error = self._check(group_id, allow_empty_id=True)
         if error != ErrorCode.none:
             return dict.fromkeys(offsets, error)
-        group = self.groups.get(group_id)
+        group = self.manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:
                 return dict.fromkeys(offsets, ErrorCode.illegal_generation)
-            group = self.groups[group_id] = GroupMetadata(
-                group_id, state_timestamp_ms=self.time_ms()
+            group = self.manager.add_group(
+                GroupMetadata(group_id, state_timestamp_ms=self.time_ms())
             )
         error = self._validate_commit(group, member_id, group_instance_id, generation_id)
         if error != ErrorCode.none:
@@ -885,28 +819,7 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is not None:
             self._schedule_heartbeat(group, member)
-        now = self.time_ms()
-        results: dict[_Partition, ErrorCode] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: dict[_Partition, CommittedOffset] = {}
-        for tp, (offset, epoch, metadata) in offsets.items():
-            text = metadata or ""
-            if len(text.encode("utf-8")) > self.config.max_metadata_size:
-                results[tp] = ErrorCode.offset_metadata_too_large
-                continue
-            expire = now + retention_ms if retention_ms >= 0 else -1
-            accepted[tp] = CommittedOffset(offset, epoch, text, now, expire)
-            records.append((
-                OffsetCommitKey(group_id, tp[0], tp[1]).encode(),
-                OffsetCommitValue(offset, epoch, text, now, expire).encode(),
-            ))
-        if records:
-            error = self._append(group_id, records, now)
-            for tp, value in accepted.items():
-                results[tp] = error
-                if error == ErrorCode.none:
-                    group.offsets[tp] = value
-        return results
+        return self.manager.store_offsets(group, offsets, retention_ms)
 
     def _validate_commit(
         self, group: GroupMetadata, member_id: str, instance_id: str | None, generation_id: int
@@ -937,11 +850,7 @@ class GroupCoordinator:
         error = self._check(group_id, allow_empty_id=True)
         if error != ErrorCode.none:
             return error, {}
-        group = self.groups.get(group_id)
-        offsets = {} if group is None or group.is_in(GroupState.DEAD) else group.offsets
-        if partitions is None:
-            return ErrorCode.none, dict(sorted(offsets.items()))
-        return ErrorCode.none, {tp: offsets.get(tp) for tp in partitions}
+        return ErrorCode.none, self.manager.get_offsets(group_id, partitions)
 
     def delete_offsets(
         self, group_id: str, partitions: Sequence[_Partition]
@@ -950,7 +859,7 @@ class GroupCoordinator:
         error = self._check(group_id)
         if error != ErrorCode.none:
             return error, {}
-        group = self.groups.get(group_id)
+        group = self.manager.get_group(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return ErrorCode.group_id_not_found, {}
         results: dict[_Partition, ErrorCode] = {}
@@ -967,32 +876,17 @@ class GroupCoordinator:
                 else:
                     deletable.append(tp)
         present = [tp for tp in deletable if tp in group.offsets]
-        error = self._write_tombstones(group, present)
+        error = self.manager.delete_offsets(group, present)
         for tp in deletable:
             results[tp] = error
         return ErrorCode.none, results
-
-    def _write_tombstones(self, group: GroupMetadata, partitions: Sequence[_Partition],
-                          with_group: bool = False) -> ErrorCode:
-        records: list[tuple[bytes, bytes | None]] = [
-            (OffsetCommitKey(group.group_id, t, p).encode(), None) for t, p in partitions
-        ]
-        if with_group:
-            records.append((GroupMetadataKey(group.group_id).encode(), None))
-        if not records:
-            return ErrorCode.none
-        error = self._append(group.group_id, records, self.time_ms())
-        if error == ErrorCode.none:
-            for tp in partitions:
-                group.offsets.pop(tp, None)
-        return error
 
     # ================================================================ admin
     def describe_group(self, group_id: str) -> GroupSummary:
         error = self._check(group_id, allow_empty_id=True)
         if error != ErrorCode.none:
             return GroupSummary(error, group_id, "", "", "")
-        group = self.groups.get(group_id)
+        group = self.manager.get_group(group_id)
         if group is None:
             return GroupSummary(ErrorCode.group_id_not_found, group_id,
                                 GroupState.DEAD.value, "", "")
@@ -1013,11 +907,11 @@ class GroupCoordinator:
     def list_groups(self, states: Iterable[str] = ()) -> tuple[ErrorCode, list[GroupSummary]]:
         if not self._active:
             return ErrorCode.coordinator_not_available, []
-        if self._loading:
+        if self.manager.is_loading():
             return ErrorCode.coordinator_load_in_progress, []
         wanted = {s.lower() for s in states}
         out = []
-        for group in sorted(self.groups.values(), key=lambda g: g.group_id):
+        for group in sorted(self.manager.groups.values(), key=lambda g: g.group_id):
             if group.is_in(GroupState.DEAD):
                 continue
             if wanted and group.state.value.lower() not in wanted:
@@ -1033,117 +927,15 @@ class GroupCoordinator:
             if error != ErrorCode.none:
                 results[group_id] = error
                 continue
-            group = self.groups.get(group_id)
+            group = self.manager.get_group(group_id)
             if group is None or group.is_in(GroupState.DEAD):
                 results[group_id] = ErrorCode.group_id_not_found
                 continue
             if not group.is_in(GroupState.EMPTY):
                 results[group_id] = ErrorCode.non_empty_group
                 continue
-            error = self._write_tombstones(group, list(group.offsets), with_group=True)
-            if error == ErrorCode.none:
-                group.transition_to(GroupState.DEAD, self.time_ms())
-                del self.groups[group_id]
-                log.info("deleted group %s", group_id)
-            results[group_id] = error
+            results[group_id] = self.manager.delete_group(group)
         return results
-
-    # ================================================================ expiry
-    def _schedule_expiry(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._expiry_timer = loop.call_later(
-            self.config.offsets_retention_check_interval_ms / 1000, self._on_expiry_timer
-        )
-
-    def _on_expiry_timer(self) -> None:
-        try:
-            self.expire_offsets()
-        except Exception:
-            log.exception("offset expiry failed")
-        if self._active:
-            self._schedule_expiry()
-
-    def expire_offsets(self, now_ms: int | None = None) -> int:
-        """Write tombstones for expired offsets (Kafka's ``cleanupGroupMetadata``); an
-        Empty group left without offsets becomes Dead. Returns offsets removed."""
-        now = self.time_ms() if now_ms is None else now_ms
-        retention = self.config.offsets_retention_ms
-        removed = 0
-        for group in list(self.groups.values()):
-            if group.is_in(GroupState.DEAD):
-                continue
-            partition = self.partition_of(group.group_id)
-            if partition not in self._owned:
-                continue
-            expired: list[_Partition] = []
-            if group.protocol_type is None or group.is_in(GroupState.EMPTY):
-                for tp, committed in group.offsets.items():
-                    if committed.expire_timestamp >= 0:
-                        deadline = committed.expire_timestamp
-                    elif group.protocol_type is not None and group.state_timestamp_ms >= 0:
-                        deadline = group.state_timestamp_ms + retention
-                    else:
-                        deadline = committed.commit_timestamp + retention
-                    if now >= deadline:
-                        expired.append(tp)
-            elif group.is_in(GroupState.STABLE):
-                subscribed = group.subscribed_topics()
-                if subscribed is not None:
-                    expired = [
-                        tp for tp, c in group.offsets.items()
-                        if tp[0] not in subscribed and now >= c.commit_timestamp + retention
-                    ]
-            dead = (group.is_in(GroupState.EMPTY) and not group.members
-                    and len(expired) == len(group.offsets))
-            if not expired and not dead:
-                continue
-            if self._write_tombstones(group, expired, with_group=dead) != ErrorCode.none:
-                continue
-            removed += len(expired)
-            if dead:
-                group.transition_to(GroupState.DEAD, now)
-                del self.groups[group.group_id]
-                log.info("group %s expired: no members and no offsets left", group.group_id)
-        return removed
-
-    # ================================================================ persistence
-    def _store_group(self, group: GroupMetadata) -> ErrorCode:
-        """Write the group's metadata record (members with their assignments)."""
-        value = GroupMetadataValue(
-            protocol_type=group.protocol_type or "",
-            generation=group.generation_id,
-            protocol=group.protocol_name,
-            leader=group.leader_id,
-            current_state_timestamp=group.state_timestamp_ms,
-            members=tuple(
-                MemberMetadataValue(
-                    m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                    m.rebalance_timeout_ms, m.session_timeout_ms,
-                    m.metadata_for(group.protocol_name) if group.protocol_name else b"",
-                    m.assignment,
-                )
-                for m in group.members.values()
-            ),
-        )
-        return self._append(
-            group.group_id, [(GroupMetadataKey(group.group_id).encode(), value.encode())],
-            self.time_ms(),
-        )
-
-    def _append(
-        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], now: int
-    ) -> ErrorCode:
-        partition = self.partition_of(group_id)
-        if partition not in self._owned:
-            return ErrorCode.not_coordinator
-        try:
-            self.topic.append(partition, records, now)
-        except Exception as exc:
-            return _append_error(exc, group_id)
-        return ErrorCode.none
 
 
 @dataclass(frozen=True, slots=True)
@@ -1155,27 +947,3 @@ class _JoinSpec:
     session_timeout_ms: int
     protocol_type: str
     protocols: list[tuple[str, bytes]]
-
-
-# Kafka's GroupMetadataManager maps append errors to what a group client understands.
-_APPEND_ERRORS = {
-    "UNKNOWN_TOPIC_OR_PARTITION": ErrorCode.coordinator_not_available,
-    "NOT_ENOUGH_REPLICAS": ErrorCode.coordinator_not_available,
-    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": ErrorCode.coordinator_not_available,
-    "REQUEST_TIMED_OUT": ErrorCode.coordinator_not_available,
-    "COORDINATOR_NOT_AVAILABLE": ErrorCode.coordinator_not_available,
-    "NOT_LEADER_OR_FOLLOWER": ErrorCode.not_coordinator,
-    "KAFKA_STORAGE_ERROR": ErrorCode.not_coordinator,
-    "MESSAGE_TOO_LARGE": ErrorCode.invalid_commit_offset_size,
-    "RECORD_LIST_TOO_LARGE": ErrorCode.invalid_commit_offset_size,
-    "INVALID_FETCH_SIZE": ErrorCode.invalid_commit_offset_size,
-}
-
-
-def _append_error(exc: BaseException, group_id: str) -> ErrorCode:
-    name = getattr(exc, "kafka_error", None)
-    if isinstance(name, str) and name.upper() in _APPEND_ERRORS:
-        log.warning("writing to __consumer_offsets for group %s failed: %s", group_id, exc)
-        return _APPEND_ERRORS[name.upper()]
-    log.error("writing to __consumer_offsets for group %s failed", group_id, exc_info=exc)
-    return ErrorCode.unknown_server_error

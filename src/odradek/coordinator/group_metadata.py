@@ -1,7 +1,8 @@
 """One classic group in memory: members, generation, protocol, offsets (Kafka's ``GroupMetadata``).
 
 Sans-I/O: no asyncio, no disk. The coordinator (:mod:`odradek.coordinator.group_coordinator`)
-owns the timers and the futures of waiting requests and drives these objects; state moves
+owns the timers and the futures of waiting requests and drives these objects, and the
+manager (:mod:`odradek.coordinator.group_metadata_manager`) loads and stores them; state moves
 only through :meth:`GroupMetadata.transition_to`, which checks the table of
 :mod:`odradek.coordinator.group_state`.
 

@@ -27,6 +27,13 @@ KIP-394):
 
 The table gives, for each target state, the states it may be entered from (Kafka's
 ``validPreviousStates``); Dead can be entered from anywhere.
+
+A group loaded from ``__consumer_offsets`` is not put in its state directly either (as
+Kafka's ``GroupMetadata.loadGroup`` does): it starts Empty like any new group and walks
+the path :data:`LOAD_PATHS` gives for the state its last metadata record was written in,
+every step checked against the table. Records with members are written by Stable groups
+(the leader's SyncGroup, a static member rejoining), so such a group replays the
+rebalance that made it Stable; records without members come from Empty groups.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "LOAD_PATHS",
     "VALID_PREVIOUS_STATES",
     "GroupState",
     "IllegalStateTransitionError",
@@ -77,6 +85,13 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
     _CR: frozenset({_PR}),
     _S: frozenset({_CR}),
     _D: frozenset({_S, _PR, _CR, _E, _D}),
+}
+
+
+#: state a loaded group was written in -> the moves that bring a new (Empty) group there
+LOAD_PATHS: dict[GroupState, tuple[GroupState, ...]] = {
+    _E: (),
+    _S: (_PR, _CR, _S),
 }
 
 

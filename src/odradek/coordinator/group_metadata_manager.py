@@ -1,0 +1,411 @@
+"""Groups and offsets kept in ``__consumer_offsets`` (Kafka's ``GroupMetadataManager``).
+
+How it works:
+
+- **Cache.** The manager holds every group of the partitions this broker coordinates,
+  keyed by group id, with its committed offsets; the coordinator
+  (:mod:`odradek.coordinator.group_coordinator`) looks groups up here and drives their
+  membership. A group belongs to partition ``partition_for(group)`` of the topic.
+- **Loading.** :meth:`GroupMetadataManager.load_partition` replays a partition from its
+  log start: the last value of each key wins and a tombstone deletes it (what compaction
+  would keep). A group is rebuilt from its last metadata record and its offsets, and is
+  brought to the state the record was written in (Stable when it has members, else
+  Empty) by the moves :data:`~odradek.coordinator.group_state.LOAD_PATHS` lists, each
+  checked by the transition table, never by setting the state: a move the table forbids
+  raises :class:`~odradek.coordinator.group_state.IllegalStateTransitionError` and the
+  partition is not loaded. While a partition loads it is *loading*, then *owned*;
+  :meth:`unload_partition` drops its groups.
+- **Writes** (:meth:`store_group`, :meth:`store_offsets`, tombstones) append one batch to
+  the group's partition and update the cache only when the append succeeded, so nothing is
+  acknowledged before it is in the log. Append failures map to errors group clients
+  understand (Kafka's ``appendForGroup`` callbacks).
+- **Retention** (Kafka's ``cleanupGroupMetadata``, KIP-211): every
+  ``offsets.retention.check.interval.ms`` offsets past their deadline are tombstoned.
+  An offset committed with its own retention time (OffsetCommit v2-4) expires then;
+  otherwise the offsets of an Empty group expire ``offsets.retention.minutes`` after it
+  became Empty, those of a group without group management that long after each commit,
+  and those of a Stable consumer group that long after their commit once no member
+  subscribes to their topic. An Empty group left without offsets becomes Dead and is
+  forgotten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from odradek.coordinator.group_metadata import CommittedOffset, GroupMetadata, MemberMetadata
+from odradek.coordinator.group_records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    RecordFormatError,
+    decode_key,
+    decode_value,
+    partition_for,
+)
+from odradek.coordinator.group_state import LOAD_PATHS, GroupState, IllegalStateTransitionError
+from odradek.coordinator.offsets_topic import OffsetsTopic
+from odradek.protocol.errors import ErrorCode
+
+__all__ = ["GroupMetadataManager", "OffsetConfig"]
+
+log = logging.getLogger(__name__)
+
+_Partition = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetConfig:
+    """The broker configs the manager reads (Kafka's ``OffsetConfig``; names in comments)."""
+
+    retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
+    max_metadata_size: int = 4096  # offset.metadata.max.bytes
+
+
+class GroupMetadataManager:
+    def __init__(
+        self,
+        offsets_topic: OffsetsTopic,
+        config: OffsetConfig | None = None,
+        time_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.topic = offsets_topic
+        self.config = config or OffsetConfig()
+        self.time_ms = time_ms
+        self.groups: dict[str, GroupMetadata] = {}
+        self._owned: set[int] = set()
+        self._loading: set[int] = set()
+        self._active = False
+        self._expiry_timer: asyncio.TimerHandle | None = None
+
+    # ================================================================ life cycle
+    def startup(self) -> None:
+        """Start the offset expiry timer (on the running event loop, if any)."""
+        self._active = True
+        self._schedule_expiry()
+
+    def shutdown(self) -> None:
+        self._active = False
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+
+    # ================================================================ partitions
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.topic.partition_count)
+
+    def is_partition_owned(self, partition: int) -> bool:
+        return partition in self._owned
+
+    def is_partition_loading(self, partition: int) -> bool:
+        return partition in self._loading
+
+    def is_loading(self) -> bool:
+        return bool(self._loading)
+
+    def owned_partitions(self) -> list[int]:
+        return sorted(self._owned)
+
+    def load_partition(
+        self, partition: int, on_group_loaded: Callable[[GroupMetadata], None]
+    ) -> None:
+        """Replay ``partition`` into the cache and own it; ``on_group_loaded`` is called
+        for each group found (the coordinator starts its members' session timers)."""
+        self._loading.add(partition)
+        started = time.monotonic()
+        try:
+            groups = self._replay(partition)
+        except IllegalStateTransitionError as exc:
+            exc.add_note(f"while loading __consumer_offsets-{partition}")
+            raise
+        finally:
+            self._loading.discard(partition)
+        for group in groups.values():
+            self.groups[group.group_id] = group
+            on_group_loaded(group)
+        self._owned.add(partition)
+        if groups:
+            log.info("loaded %d groups from __consumer_offsets-%d in %.0f ms", len(groups),
+                     partition, (time.monotonic() - started) * 1000)
+
+    def unload_partition(
+        self, partition: int, on_group_unloaded: Callable[[GroupMetadata], None]
+    ) -> None:
+        """Stop owning ``partition`` and drop its groups, calling ``on_group_unloaded``
+        for each after it left the cache."""
+        self._owned.discard(partition)
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            on_group_unloaded(self.groups.pop(group_id))
+
+    def _replay(self, partition: int) -> dict[str, GroupMetadata]:
+        offsets: dict[str, dict[_Partition, CommittedOffset]] = {}
+        metadata: dict[str, GroupMetadataValue | None] = {}
+        for raw_key, raw_value in self.topic.replay(partition):
+            try:
+                key = decode_key(raw_key)
+                if key is None:
+                    continue
+                if isinstance(key, OffsetCommitKey):
+                    tp = (key.topic, key.partition)
+                    if raw_value is None:
+                        offsets.get(key.group, {}).pop(tp, None)
+                        continue
+                    committed = decode_value(key, raw_value)
+                    assert isinstance(committed, OffsetCommitValue)
+                    offsets.setdefault(key.group, {})[tp] = CommittedOffset(
+                        committed.offset, committed.leader_epoch, committed.metadata,
+                        committed.commit_timestamp, committed.expire_timestamp,
+                    )
+                else:
+                    if raw_value is None:
+                        metadata[key.group] = None
+                        continue
+                    group_value = decode_value(key, raw_value)
+                    assert isinstance(group_value, GroupMetadataValue)
+                    metadata[key.group] = group_value
+            except RecordFormatError as exc:
+                log.warning("skipping an unreadable record of __consumer_offsets-%d: %s",
+                            partition, exc)
+        groups: dict[str, GroupMetadata] = {}
+        for group_id in set(offsets) | set(metadata):
+            value = metadata.get(group_id)
+            group_offsets = offsets.get(group_id, {})
+            if value is None and not group_offsets:
+                continue
+            group = GroupMetadata(group_id, state_timestamp_ms=self.time_ms())
+            if value is not None:
+                group.generation_id = value.generation
+                group.protocol_type = value.protocol_type or None
+                group.protocol_name = value.protocol
+                if value.current_state_timestamp >= 0:
+                    group.state_timestamp_ms = value.current_state_timestamp
+                for m in value.members:
+                    member = MemberMetadata(
+                        m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                        m.rebalance_timeout, m.session_timeout, value.protocol_type,
+                        [(value.protocol or "", m.subscription)], m.assignment,
+                    )
+                    group.add(member)
+                leader = value.leader
+                group.leader_id = leader if leader is not None and leader in group.members else (
+                    next(iter(group.members), None)
+                )
+                written_in = GroupState.STABLE if group.members else GroupState.EMPTY
+                for state in LOAD_PATHS[written_in]:
+                    group.transition_to(state, group.state_timestamp_ms)
+            group.offsets = dict(group_offsets)
+            groups[group_id] = group
+        return groups
+
+    # ================================================================ groups
+    def get_group(self, group_id: str) -> GroupMetadata | None:
+        return self.groups.get(group_id)
+
+    def add_group(self, group: GroupMetadata) -> GroupMetadata:
+        """Cache ``group`` (a new group); returns it."""
+        self.groups[group.group_id] = group
+        return group
+
+    def store_group(self, group: GroupMetadata) -> ErrorCode:
+        """Write the group's metadata record (members with their assignments)."""
+        value = GroupMetadataValue(
+            protocol_type=group.protocol_type or "",
+            generation=group.generation_id,
+            protocol=group.protocol_name,
+            leader=group.leader_id,
+            current_state_timestamp=group.state_timestamp_ms,
+            members=tuple(
+                MemberMetadataValue(
+                    m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                    m.rebalance_timeout_ms, m.session_timeout_ms,
+                    m.metadata_for(group.protocol_name) if group.protocol_name else b"",
+                    m.assignment,
+                )
+                for m in group.members.values()
+            ),
+        )
+        return self._append(
+            group.group_id, [(GroupMetadataKey(group.group_id).encode(), value.encode())],
+            self.time_ms(),
+        )
+
+    def delete_group(self, group: GroupMetadata) -> ErrorCode:
+        """Tombstone the group's offsets and metadata; once written the group is Dead and
+        leaves the cache (DeleteGroups)."""
+        error = self._write_tombstones(group, list(group.offsets), with_group=True)
+        if error == ErrorCode.none:
+            group.transition_to(GroupState.DEAD, self.time_ms())
+            del self.groups[group.group_id]
+            log.info("deleted group %s", group.group_id)
+        return error
+
+    # ================================================================ offsets
+    def store_offsets(
+        self,
+        group: GroupMetadata,
+        offsets: Mapping[_Partition, tuple[int, int, str | None]],
+        retention_ms: int = -1,
+    ) -> dict[_Partition, ErrorCode]:
+        """Write (offset, leader epoch, metadata) per partition for a commit the
+        coordinator accepted, and cache what was written. ``retention_ms`` (-1 for the
+        broker's retention) gives these offsets their own expire timestamp."""
+        now = self.time_ms()
+        results: dict[_Partition, ErrorCode] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: dict[_Partition, CommittedOffset] = {}
+        for tp, (offset, epoch, metadata) in offsets.items():
+            text = metadata or ""
+            if len(text.encode("utf-8")) > self.config.max_metadata_size:
+                results[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            expire = now + retention_ms if retention_ms >= 0 else -1
+            accepted[tp] = CommittedOffset(offset, epoch, text, now, expire)
+            records.append((
+                OffsetCommitKey(group.group_id, tp[0], tp[1]).encode(),
+                OffsetCommitValue(offset, epoch, text, now, expire).encode(),
+            ))
+        if records:
+            error = self._append(group.group_id, records, now)
+            for tp, value in accepted.items():
+                results[tp] = error
+                if error == ErrorCode.none:
+                    group.offsets[tp] = value
+        return results
+
+    def get_offsets(
+        self, group_id: str, partitions: Iterable[_Partition] | None
+    ) -> dict[_Partition, CommittedOffset | None]:
+        """The committed offset (or None) per partition; ``partitions`` None asks for every
+        partition with a committed offset, sorted. A Dead or unknown group has none."""
+        group = self.groups.get(group_id)
+        offsets = {} if group is None or group.is_in(GroupState.DEAD) else group.offsets
+        if partitions is None:
+            return dict(sorted(offsets.items()))
+        return {tp: offsets.get(tp) for tp in partitions}
+
+    def delete_offsets(self, group: GroupMetadata, partitions: Sequence[_Partition]) -> ErrorCode:
+        """Tombstone the group's offsets of ``partitions`` (OffsetDelete)."""
+        return self._write_tombstones(group, partitions)
+
+    def _write_tombstones(self, group: GroupMetadata, partitions: Sequence[_Partition],
+                          with_group: bool = False) -> ErrorCode:
+        records: list[tuple[bytes, bytes | None]] = [
+            (OffsetCommitKey(group.group_id, t, p).encode(), None) for t, p in partitions
+        ]
+        if with_group:
+            records.append((GroupMetadataKey(group.group_id).encode(), None))
+        if not records:
+            return ErrorCode.none
+        error = self._append(group.group_id, records, self.time_ms())
+        if error == ErrorCode.none:
+            for tp in partitions:
+                group.offsets.pop(tp, None)
+        return error
+
+    # ================================================================ expiry
+    def _schedule_expiry(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._expiry_timer = loop.call_later(
+            self.config.retention_check_interval_ms / 1000, self._on_expiry_timer
+        )
+
+    def _on_expiry_timer(self) -> None:
+        try:
+            self.expire_offsets()
+        except Exception:
+            log.exception("offset expiry failed")
+        if self._active:
+            self._schedule_expiry()
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Write tombstones for expired offsets (Kafka's ``cleanupGroupMetadata``); an
+        Empty group left without offsets becomes Dead. Returns offsets removed."""
+        now = self.time_ms() if now_ms is None else now_ms
+        retention = self.config.retention_ms
+        removed = 0
+        for group in list(self.groups.values()):
+            if group.is_in(GroupState.DEAD):
+                continue
+            partition = self.partition_for(group.group_id)
+            if partition not in self._owned:
+                continue
+            expired: list[_Partition] = []
+            if group.protocol_type is None or group.is_in(GroupState.EMPTY):
+                for tp, committed in group.offsets.items():
+                    if committed.expire_timestamp >= 0:
+                        deadline = committed.expire_timestamp
+                    elif group.protocol_type is not None and group.state_timestamp_ms >= 0:
+                        deadline = group.state_timestamp_ms + retention
+                    else:
+                        deadline = committed.commit_timestamp + retention
+                    if now >= deadline:
+                        expired.append(tp)
+            elif group.is_in(GroupState.STABLE):
+                subscribed = group.subscribed_topics()
+                if subscribed is not None:
+                    expired = [
+                        tp for tp, c in group.offsets.items()
+                        if tp[0] not in subscribed and now >= c.commit_timestamp + retention
+                    ]
+            dead = (group.is_in(GroupState.EMPTY) and not group.members
+                    and len(expired) == len(group.offsets))
+            if not expired and not dead:
+                continue
+            if self._write_tombstones(group, expired, with_group=dead) != ErrorCode.none:
+                continue
+            removed += len(expired)
+            if dead:
+                group.transition_to(GroupState.DEAD, now)
+                del self.groups[group.group_id]
+                log.info("group %s expired: no members and no offsets left", group.group_id)
+        return removed
+
+    # ================================================================ appends
+    def _append(
+        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], now: int
+    ) -> ErrorCode:
+        partition = self.partition_for(group_id)
+        if partition not in self._owned:
+            return ErrorCode.not_coordinator
+        try:
+            self.topic.append(partition, records, now)
+        except Exception as exc:
+            return _append_error(exc, group_id)
+        return ErrorCode.none
+
+
+# Kafka's GroupMetadataManager maps append errors to what a group client understands.
+_APPEND_ERRORS = {
+    "UNKNOWN_TOPIC_OR_PARTITION": ErrorCode.coordinator_not_available,
+    "NOT_ENOUGH_REPLICAS": ErrorCode.coordinator_not_available,
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": ErrorCode.coordinator_not_available,
+    "REQUEST_TIMED_OUT": ErrorCode.coordinator_not_available,
+    "COORDINATOR_NOT_AVAILABLE": ErrorCode.coordinator_not_available,
+    "NOT_LEADER_OR_FOLLOWER": ErrorCode.not_coordinator,
+    "KAFKA_STORAGE_ERROR": ErrorCode.not_coordinator,
+    "MESSAGE_TOO_LARGE": ErrorCode.invalid_commit_offset_size,
+    "RECORD_LIST_TOO_LARGE": ErrorCode.invalid_commit_offset_size,
+    "INVALID_FETCH_SIZE": ErrorCode.invalid_commit_offset_size,
+}
+
+
+def _append_error(exc: BaseException, group_id: str) -> ErrorCode:
+    name = getattr(exc, "kafka_error", None)
+    if isinstance(name, str) and name.upper() in _APPEND_ERRORS:
+        log.warning("writing to __consumer_offsets for group %s failed: %s", group_id, exc)
+        return _APPEND_ERRORS[name.upper()]
+    log.error("writing to __consumer_offsets for group %s failed", group_id, exc_info=exc)
+    return ErrorCode.unknown_server_error
