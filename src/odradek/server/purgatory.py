@@ -1,38 +1,83 @@
 """Delayed operations completed by events, never by polling (Kafka's DelayedOperationPurgatory).
 
-How it works: an operation that cannot finish yet (a Fetch waiting for ``min_bytes``, later
-an acks=all Produce waiting for the ISR) is parked under the keys it watches (topic
-partitions) with a timeout. Whoever changes a key (an append moves a log end offset) calls
-:meth:`Purgatory.notify` with the key and the bytes added; each watching operation adds
-them up and completes as soon as its condition holds. The timeout completes it otherwise.
-The number of parked operations is bounded; past the bound new operations complete at once.
+How it works: an operation that cannot finish yet is parked under the keys it watches
+(topic partitions) with a timeout. Whoever changes a key calls :meth:`Purgatory.notify`
+with the key and what happened; each operation watching that key checks its own condition
+(:meth:`DelayedOperation.try_complete`) and completes as soon as it holds. The timeout
+completes it otherwise. Two kinds are parked today, as in Kafka's ``DelayedFetch`` and
+``DelayedProduce``:
+
+- :class:`DelayedBytes`: a Fetch waiting for ``min_bytes``; each event adds the bytes
+  appended (counting costs one addition: the fetch re-reads the log once it completes);
+- :class:`DelayedCondition`: an operation waiting for any condition the caller can
+  evaluate, such as an acks=all Produce waiting for the high watermark to pass its last
+  offset; each event re-evaluates it.
+
+The number of parked operations is bounded; past the bound new operations complete at
+once (a Fetch then answers with what it has; a Produce checks its condition one last time).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterable
 
 DEFAULT_MAX_PARKED = 100_000
 
 
-@dataclass(eq=False, slots=True)
 class DelayedOperation:
-    """Completes when ``accumulated`` reaches ``threshold`` or on timeout."""
+    """A parked operation; :meth:`try_complete` runs on each event of its keys."""
 
-    keys: tuple[Hashable, ...]
-    threshold: int
-    accumulated: int = 0
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    __slots__ = ("done", "keys")
 
-    def add(self, nbytes: int) -> None:
+    def __init__(self, keys: Iterable[Hashable]) -> None:
+        self.keys = tuple(keys)
+        self.done = asyncio.Event()
+
+    def try_complete(self, nbytes: int) -> None:
+        raise NotImplementedError
+
+    def satisfied(self) -> bool:
+        raise NotImplementedError
+
+    def force(self) -> None:
+        self.done.set()
+
+
+class DelayedBytes(DelayedOperation):
+    """Completes when ``accumulated`` reaches ``threshold`` (Kafka's DelayedFetch)."""
+
+    __slots__ = ("accumulated", "threshold")
+
+    def __init__(self, keys: Iterable[Hashable], threshold: int, accumulated: int = 0) -> None:
+        super().__init__(keys)
+        self.threshold = threshold
+        self.accumulated = accumulated
+
+    def try_complete(self, nbytes: int) -> None:
         self.accumulated += nbytes
         if self.accumulated >= self.threshold:
             self.done.set()
 
-    def force(self) -> None:
-        self.done.set()
+    def satisfied(self) -> bool:
+        return self.accumulated >= self.threshold
+
+
+class DelayedCondition(DelayedOperation):
+    """Completes when ``condition()`` holds (Kafka's DelayedProduce checks the ISR)."""
+
+    __slots__ = ("condition",)
+
+    def __init__(self, keys: Iterable[Hashable], condition: Callable[[], bool]) -> None:
+        super().__init__(keys)
+        self.condition = condition
+
+    def try_complete(self, nbytes: int) -> None:
+        if self.condition():
+            self.done.set()
+
+    def satisfied(self) -> bool:
+        return self.condition()
 
 
 class Purgatory:
@@ -46,17 +91,26 @@ class Purgatory:
     ) -> bool:
         """Park until ``threshold`` bytes arrived on ``keys`` or ``timeout_s`` passed.
         Returns True when completed by data, False on timeout."""
-        op = DelayedOperation(tuple(keys), threshold, accumulated)
-        if op.accumulated >= threshold or timeout_s <= 0 or self.parked >= self.max_parked:
-            return op.accumulated >= threshold
+        return await self.park(DelayedBytes(keys, threshold, accumulated), timeout_s)
+
+    async def wait_until(
+        self, keys: Iterable[Hashable], condition: Callable[[], bool], timeout_s: float
+    ) -> bool:
+        """Park until ``condition()`` holds after an event on ``keys``, or ``timeout_s``
+        passed. Returns whether the condition holds."""
+        return await self.park(DelayedCondition(keys, condition), timeout_s)
+
+    async def park(self, op: DelayedOperation, timeout_s: float) -> bool:
+        """Park ``op`` until it completes or ``timeout_s`` passes; whether it is satisfied."""
+        if op.satisfied() or timeout_s <= 0 or self.parked >= self.max_parked:
+            return op.satisfied()
         for key in op.keys:
             self._watchers.setdefault(key, set()).add(op)
         self.parked += 1
         try:
             await asyncio.wait_for(op.done.wait(), timeout_s)
-            return True
         except TimeoutError:
-            return False
+            pass
         finally:
             self.parked -= 1
             for key in op.keys:
@@ -65,14 +119,20 @@ class Purgatory:
                     watchers.discard(op)
                     if not watchers:
                         del self._watchers[key]
+        return op.satisfied()
 
-    def notify(self, key: Hashable, nbytes: int) -> None:
+    def notify(self, key: Hashable, nbytes: int = 0) -> None:
+        """Something changed on ``key``: ``nbytes`` appended, or a condition may hold."""
         watchers = self._watchers.get(key)
         if watchers:  # called on every append: nothing to copy when nobody waits
             for op in list(watchers):
-                op.add(nbytes)
+                op.try_complete(nbytes)
 
     def wake_all(self, key: Hashable) -> None:
         """Complete every operation on ``key`` (e.g. its partition was deleted)."""
         for op in list(self._watchers.get(key, ())):
             op.force()
+
+    def watching(self, key: Hashable) -> int:
+        """How many parked operations watch ``key``."""
+        return len(self._watchers.get(key, ()))
