@@ -166,12 +166,11 @@ def test_java_consumer_uses_incremental_sessions(broker: RunningBroker,
     """The Java consumer (kafka-clients 3.9) opens a fetch session and then sends
     incremental fetches; it must read everything through them."""
     from odradek.server.fetch_session import ContextKind
-    from odradek.server.handlers.fetch import session_cache
 
     from ._broker import java_client
 
     java = java_client()  # skips without a JDK / the jars
-    cache = session_cache(broker.broker)
+    cache = broker.broker.services.fetch_sessions
     kinds: list[ContextKind] = []
     original = cache.new_context
 

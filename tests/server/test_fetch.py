@@ -19,7 +19,6 @@ from kio.schema.errors import ErrorCode
 from odradek.client.connection import BrokerConnection
 from odradek.records.builder import build_batch
 from odradek.server.handlers._entities import make
-from odradek.server.handlers.fetch import session_cache
 from odradek.testing import RunningBroker, running_broker
 
 
@@ -219,7 +218,7 @@ def test_sessions_bounded_by_config(tmp_path: Any) -> None:
 
         ids = asyncio.run(scenario())
         assert ids[0] and ids[1] and ids[2] == 0
-        assert len(session_cache(b.broker)) == 2
+        assert len(b.broker.services.fetch_sessions) == 2
 
 
 def test_max_bytes_and_first_batch_rule(broker: RunningBroker) -> None:

@@ -21,7 +21,6 @@ from kio.schema.errors import ErrorCode
 
 from odradek.client.connection import BrokerConnection
 from odradek.server.handlers._entities import make
-from odradek.storage import TopicPartition
 from odradek.testing import RunningBroker, running_broker
 from tests.server.test_admin_protocol import req
 
@@ -119,7 +118,7 @@ def test_other_connections_are_served_while_a_topic_s_logs_are_created(
     asyncio.run(go())
     for partition in range(3):
         assert rb.broker.get_log(name, partition) is not None
-        assert not rb.broker.log_pending(TopicPartition(name, partition))
+        assert not rb.broker.replica_manager.is_pending(name, partition)
 
 
 def test_create_topics_times_out_but_creation_goes_on(rb: RunningBroker, gate: Gate) -> None:
@@ -155,7 +154,7 @@ def test_a_zero_timeout_answers_without_waiting(rb: RunningBroker, gate: Gate) -
                 conn.send(create_request(name, 1, SECONDS(0))), 5
             )
             assert response.topics[0].error_code == ErrorCode.none
-            assert rb.broker.log_pending(TopicPartition(name, 0))
+            assert rb.broker.replica_manager.is_pending(name, 0)
         finally:
             await conn.close()
 

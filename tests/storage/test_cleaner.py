@@ -18,10 +18,8 @@ from odradek.records.batch import CRC_OFFSET, BatchHeader, iter_records
 from odradek.records.builder import BatchBuilder
 from odradek.records.compression import CompressionType
 from odradek.storage import files
-from odradek.storage.cleaner import require_keys
 from odradek.storage.cleaner_manager import STATUS_FILE, LogCleaner
 from odradek.storage.config import LogConfig
-from odradek.storage.errors import InvalidRecordBatchError
 from odradek.storage.log import PartitionLog
 from odradek.storage.manager import LogManager, TopicPartition
 from odradek.storage.offset_map import ENTRY_SIZE
@@ -227,17 +225,6 @@ def test_cleaner_checkpoint_written(tmp_path: Path) -> None:
     s.cleaner.clean_until_done()
     text = (s.manager.log_dirs[0] / files.CLEANER_OFFSET_CHECKPOINT).read_text()
     assert text == "0\n1\nt 0 2\n"
-
-
-def test_keyless_records_refused() -> None:
-    good = BatchBuilder()
-    good.append(b"k", b"v", NOW)
-    require_keys(good.build(), "t-0")
-    bad = BatchBuilder(compression=CompressionType.GZIP)
-    bad.append(b"k", b"v", NOW)
-    bad.append(None, b"v", NOW)
-    with pytest.raises(InvalidRecordBatchError, match="without key"):
-        require_keys(good.build() + bad.build(), "t-0")
 
 
 # -- 3. crash at every step of the swap ----------------------------------------------------

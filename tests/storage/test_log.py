@@ -257,6 +257,23 @@ def test_bad_input_refused_and_nothing_written(
     plog.close()
 
 
+def test_compacted_log_refuses_a_keyless_record(tmp_path: Path) -> None:
+    """Kafka's LogValidator rule, in the log's validation: a producer's batch holding a
+    record without a key is refused whole on a compacted topic; replicated batches (the
+    follower path) are not checked again."""
+    plog = open_log(tmp_path, config(cleanup_policy="compact"))
+    good = BatchBuilder()
+    good.append(b"k", b"v", NOW)
+    plog.append_as_leader(good.build())
+    bad = BatchBuilder(compression=CompressionType.GZIP)
+    bad.append(b"k", b"v", NOW)
+    bad.append(None, b"v", NOW)
+    with pytest.raises(InvalidRecordBatchError, match="without key"):
+        plog.append_as_leader(good.build() + bad.build())
+    assert plog.log_end_offset == 1
+    plog.close()
+
+
 def test_past_timestamp_bound(tmp_path: Path) -> None:
     plog = open_log(tmp_path, config(message_timestamp_before_max_ms=1000))
     with pytest.raises(InvalidTimestampError):

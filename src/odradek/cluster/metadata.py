@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.cluster import topic_names
+from odradek.cluster.partition import PartitionState
 from odradek.cluster.store import MetadataStore, NodeExistsError
 from odradek.storage.config import ConfigError, LogConfig
 
@@ -153,6 +154,19 @@ class ClusterMetadata:
             if info.topic_id == topic_id:
                 return info
         return None
+
+    def partition_state(self, name: str, partition: int) -> PartitionState:
+        """Leader, leader epoch and ISR of a partition: the one place they are decided.
+
+        Without a controller (the embedded single node) the first replica leads, every
+        replica is in sync and the epoch stays 0: nothing ever moves leadership. Cluster
+        mode replaces this with ``/brokers/topics/<t>/partitions/<p>/state``, written by
+        the controller."""
+        info = self.topics.get(name)
+        replicas = tuple(info.partitions.get(partition, ())) if info is not None else ()
+        if not replicas:
+            return PartitionState(-1, -1, (), ())
+        return PartitionState(replicas[0], 0, replicas, replicas)
 
     def log_config(self, name: str) -> LogConfig:
         info = self.topics.get(name)

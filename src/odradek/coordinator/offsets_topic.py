@@ -1,10 +1,10 @@
 """``__consumer_offsets`` as the group coordinator sees it: create, lead, append, replay.
 
-The coordinator of a group is the leader of the group's partition of this topic (Kafka's
-``GroupMetadataManager``). This class is the coordinator's only window on storage and
-cluster metadata, so the cluster work can change *who leads* without touching the
-coordinator: :meth:`led_partitions` says which partitions this broker leads now (on one
-broker, all of them, since the first replica is the leader).
+The coordinator of a group is the leader of the group's partition of this topic. This
+class is the only window the group metadata manager (``group_metadata_manager.py``) has on
+storage and cluster metadata, so the cluster work can change *who leads* without touching
+the coordinator: :meth:`led_partitions` says which partitions this broker leads now, from the
+partition states of the metadata (on one broker, all of them).
 
 - **Creation** happens on the first FindCoordinator (or any group request) as in Kafka:
   ``offsets.topic.num.partitions`` partitions, ``offsets.topic.replication.factor``
@@ -88,19 +88,22 @@ class OffsetsTopic:
         return True
 
     def leader_of(self, partition: int) -> int | None:
+        """The broker leading ``partition`` (the partition state's leader), if any."""
         info = self.metadata.get(OFFSETS_TOPIC)
-        if info is None:
+        if info is None or partition not in info.partitions:
             return None
-        replicas = info.partitions.get(partition)
-        return replicas[0] if replicas else None
+        leader = self.metadata.partition_state(OFFSETS_TOPIC, partition).leader
+        return leader if leader >= 0 else None
 
     def led_partitions(self) -> list[int]:
+        """The partitions this broker leads and has a log of (``get_log`` answers only
+        for partitions led here)."""
         info = self.metadata.get(OFFSETS_TOPIC)
         if info is None:
             return []
         return sorted(
-            p for p, replicas in info.partitions.items()
-            if replicas and replicas[0] == self.broker_id
+            p for p in info.partitions
+            if self.leader_of(p) == self.broker_id
             and self._get_log(OFFSETS_TOPIC, p) is not None
         )
 

@@ -42,6 +42,8 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("log.dirs", "list", ("./data",), None, "data directories"),
     ConfigDef("log.dir", "string", "", None, "single data directory (log.dirs wins)"),
     ConfigDef("num.partitions", "int", 1, None, "partitions of auto-created topics", _ge(1)),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000, None,
+              "how often high watermarks are saved to replication-offset-checkpoint", _ge(1)),
     ConfigDef("max.broker.partitions", "int", 2**31 - 1, None,
               "partition replicas this broker will hold (KIP-578); the open-files limit "
               "lowers it further", _ge(1)),

@@ -66,7 +66,7 @@ from odradek.records.batch import (
 )
 from odradek.records.builder import BatchBuilder
 from odradek.storage import files
-from odradek.storage.errors import InvalidRecordBatchError, StorageError
+from odradek.storage.errors import StorageError
 from odradek.storage.log import PartitionLog
 from odradek.storage.offset_map import SkimpyOffsetMap
 from odradek.storage.segment import LogSegment
@@ -76,7 +76,6 @@ _INT32_MAX = (1 << 31) - 1
 _COMPRESSION_MASK = 0x07
 _DELETE_HORIZON_MASK = 0x40
 
-COMPACTED_KEYLESS_MESSAGE = "Compacted topic cannot accept message without key"
 
 
 class CleanerError(StorageError):
@@ -88,30 +87,6 @@ class CleanerAbortedError(Exception):
 
 
 # -- produce-side rule -------------------------------------------------------------------
-def require_keys(records: bytes | bytearray | memoryview, partition: str) -> None:
-    """Refuse batches holding a record without a key (Kafka's LogValidator rule for
-    compacted topics). Iterates records, so only called for compacted topics."""
-    view = memoryview(records)
-    pos = 0
-    while pos + BATCH_HEADER_SIZE <= len(view):
-        (length,) = _INT32.unpack_from(view, pos + LENGTH_OFFSET)
-        size = length + LOG_OVERHEAD
-        if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + size > len(view):
-            return  # malformed: the log's own validation answers CORRUPT_MESSAGE
-        batch = view[pos : pos + size]
-        header = BatchHeader.parse(batch)
-        if not header.is_control:
-            try:
-                for record in iter_records(batch):
-                    if record.key is None:
-                        raise InvalidRecordBatchError(
-                            f"{COMPACTED_KEYLESS_MESSAGE} in topic partition {partition}."
-                        )
-            except InvalidRecordError:
-                return  # left to the log's validation
-        pos += size
-
-
 # -- I/O helpers -------------------------------------------------------------------------
 class Throttler:
     """Bounds the cleaner's I/O to ``log.cleaner.io.max.bytes.per.second`` (Kafka's

@@ -40,6 +40,7 @@ from odradek.records.batch import (
     BatchesInfo,
     BatchHeader,
     InvalidRecordError,
+    iter_records,
     recompress,
     set_base_offset,
     set_log_append_time,
@@ -124,6 +125,28 @@ def parse_topic_partition(dir_name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
+COMPACTED_KEYLESS_MESSAGE = "Compacted topic cannot accept message without key"
+
+
+def _require_keys(
+    records: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], name: str
+) -> None:
+    """Refuse a producer's batch holding a record without a key on a compacted topic
+    (Kafka's LogValidator rule). Iterates records: compacted topics only."""
+    view = memoryview(records)
+    for header in headers:
+        if header.is_control:
+            continue
+        try:
+            for record in iter_records(view[header.position : header.position + header.size]):
+                if record.key is None:
+                    raise InvalidRecordBatchError(
+                        f"{COMPACTED_KEYLESS_MESSAGE} in topic partition {name}."
+                    )
+        except InvalidRecordError as exc:
+            raise CorruptRecordError(f"a record of {name} does not decode: {exc}") from exc
+
+
 class PartitionLog:
     def __init__(
         self,
@@ -162,6 +185,10 @@ class PartitionLog:
             self.leader_epoch_cache.schedule = self._schedule_checkpoint
             self.producer_state = ProducerStateManager(dir)
             self._load(had_clean_shutdown)
+        # A log alone is its only replica: its high watermark follows its log end. In a
+        # broker, the partition that takes the log over (cluster.Partition) sets
+        # ``high_watermark_managed`` and moves it: the smallest log end offset over the ISR.
+        self.high_watermark_managed = False
         self.high_watermark = self.log_end_offset
 
     # -- helpers -------------------------------------------------------------------------
@@ -363,6 +390,8 @@ class PartitionLog:
                 raise RecordTooLargeError(
                     f"batch of {header.size} bytes exceeds max.message.bytes {max_size}"
                 )
+        if strict and self.config.compact:  # a producer's batches, not replicated ones
+            _require_keys(records, info.batches, self.name)
         return info
 
     def _check_timestamps(self, headers: tuple[BatchHeader, ...], now: int) -> None:
@@ -503,7 +532,8 @@ class PartitionLog:
                 self.last_flush_ms = self.time_ms()
         except OSError as exc:
             raise channel.failed(self.log_dir, f"appending for {self.dir.name}", exc) from exc
-        self.high_watermark = segment.next_offset
+        if not self.high_watermark_managed:
+            self.high_watermark = segment.next_offset
         for listener in self._append_listeners:
             listener(self, size)
 

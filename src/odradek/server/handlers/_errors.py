@@ -30,18 +30,3 @@ def error_code_for(exc: BaseException, context: str = "") -> tuple[ErrorCode, st
             pass
     log.error("unexpected error %s", context, exc_info=exc)
     return ErrorCode.unknown_server_error, f"internal error: {type(exc).__name__}"
-
-
-# One broker, no replication yet: every partition's leader epoch is 0.
-CURRENT_LEADER_EPOCH = 0
-
-
-def leader_epoch_error(requested: int, current: int = CURRENT_LEADER_EPOCH) -> ErrorCode:
-    """A request's ``current_leader_epoch`` against the partition's (Kafka's
-    ``Partition.checkCurrentLeaderEpoch``): -1 skips the check, an older epoch is
-    FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH."""
-    if requested == -1 or requested == current:
-        return ErrorCode.none
-    if requested < current:
-        return ErrorCode.fenced_leader_epoch
-    return ErrorCode.unknown_leader_epoch

@@ -41,12 +41,13 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.config import BROKER_CONFIGS, NOT_APPLICABLE
+from odradek.server.dynamic_config import DYNAMIC_BROKER_KEYS, parse_dynamic
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import code_of
 from odradek.storage.config import TOPIC_CONFIGS, ConfigDef, ConfigError, LogConfig, parse_value
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +75,6 @@ CONFIG_TYPES = {
 
 # Kafka's AlterConfigOp.OpType
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-
-# The broker configs that can change without a restart: every topic config's broker-level
-# default (Kafka's DynamicLogConfig).
-DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
-    d.broker_key for d in TOPIC_CONFIGS.values() if d.broker_key
-)
 
 # Broker-level names of one setting, highest precedence first.
 BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -110,7 +105,7 @@ class ConfigRequestError(Exception):
 
 
 # -- dynamic broker configs ----------------------------------------------------------------
-def broker_entity(broker: Broker, name: str) -> str:
+def broker_entity(services: BrokerServices, name: str) -> str:
     """The store entity of a BROKER resource name: ``<default>`` for "", the id for ours."""
     if name == "":
         return ClusterMetadata.DEFAULT_BROKER_ENTITY
@@ -120,54 +115,18 @@ def broker_entity(broker: Broker, name: str) -> str:
         raise ConfigRequestError(
             ErrorCode.invalid_request, f"broker id must be an integer, but it is: {name!r}"
         ) from None
-    if broker_id != broker.broker_id:
+    if broker_id != services.broker_id:
         raise ConfigRequestError(
             ErrorCode.invalid_request,
-            f"unexpected broker id, expected {broker.broker_id} or empty string, "
+            f"unexpected broker id, expected {services.broker_id} or empty string, "
             f"but received {name}",
         )
     return str(broker_id)
 
 
-def _parse_dynamic(entity: Mapping[str, str], where: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, text in entity.items():
-        d = BROKER_CONFIGS.get(key)
-        if d is None or key not in DYNAMIC_BROKER_KEYS:
-            log.warning("ignoring dynamic broker config %s in %s: not dynamically updatable",
-                        key, where)
-            continue
-        try:
-            out[key] = parse_value(d, text)
-        except ConfigError as exc:
-            log.warning("ignoring dynamic broker config in %s: %s", where, exc)
-    return out
-
-
-def dynamic_broker_values(broker: Broker) -> dict[str, Any]:
-    """Parsed dynamic broker configs in effect: the cluster default, then our own."""
-    md = broker.metadata
-    values = _parse_dynamic(md.broker_configs(md.DEFAULT_BROKER_ENTITY), "<default>")
-    values.update(_parse_dynamic(md.broker_configs(str(broker.broker_id)), "this broker"))
-    return values
-
-
-def static_broker_values(broker: Broker) -> dict[str, Any]:
-    return dict(broker.config.values) | broker.config.log_defaults()
-
-
-def apply_dynamic_broker_configs(broker: Broker, reconfigure_logs: bool = True) -> None:
-    """Layer the stored dynamic broker configs over the static ones: topic defaults (and so
-    every log without an override) follow at once."""
-    effective = static_broker_values(broker) | dynamic_broker_values(broker)
-    broker.metadata.broker_defaults = effective
-    broker.log_manager.broker_config = dict(effective)
-    if reconfigure_logs:
-        for tp, partition_log in list(broker.log_manager.logs.items()):
-            partition_log.update_config(broker.metadata.log_config(tp.topic))
-
-
-def _validate_broker_configs(broker: Broker, entity: str, configs: Mapping[str, str]) -> None:
+def _validate_broker_configs(
+    services: BrokerServices, entity: str, configs: Mapping[str, str]
+) -> None:
     not_dynamic = []
     for key, text in configs.items():
         d = BROKER_CONFIGS.get(key)
@@ -190,15 +149,15 @@ def _validate_broker_configs(broker: Broker, entity: str, configs: Mapping[str, 
             f"{', '.join(sorted(not_dynamic))}",
         )
     # The resulting topic defaults must make a valid log config.
-    md = broker.metadata
+    md = services.metadata
     layers = {
         md.DEFAULT_BROKER_ENTITY: md.broker_configs(md.DEFAULT_BROKER_ENTITY),
-        str(broker.broker_id): md.broker_configs(str(broker.broker_id)),
+        str(services.broker_id): md.broker_configs(str(services.broker_id)),
     }
     layers[entity] = dict(configs)
-    candidate = static_broker_values(broker)
-    for name in (md.DEFAULT_BROKER_ENTITY, str(broker.broker_id)):
-        candidate.update(_parse_dynamic(layers[name], name))
+    candidate = services.dynamic_config.static_values()
+    for name in (md.DEFAULT_BROKER_ENTITY, str(services.broker_id)):
+        candidate.update(parse_dynamic(layers[name], name))
     try:
         LogConfig.build(candidate, {})
     except ConfigError as exc:
@@ -206,14 +165,14 @@ def _validate_broker_configs(broker: Broker, entity: str, configs: Mapping[str, 
 
 
 # -- describe ------------------------------------------------------------------------------
-def _broker_synonyms(broker: Broker, key: str) -> list[Synonym]:
+def _broker_synonyms(services: BrokerServices, key: str) -> list[Synonym]:
     """Every level holding a value for broker config ``key`` (and its synonyms), highest
     precedence first."""
     names = BROKER_SYNONYMS.get(key, (key,))
-    md = broker.metadata
-    own = md.broker_configs(str(broker.broker_id))
+    md = services.metadata
+    own = md.broker_configs(str(services.broker_id))
     default = md.broker_configs(md.DEFAULT_BROKER_ENTITY)
-    raw = broker.config.raw
+    raw = services.config.raw
     out: list[Synonym] = []
     for layer, source in ((own, SOURCE_DYNAMIC_BROKER), (default, SOURCE_DYNAMIC_DEFAULT_BROKER)):
         out.extend((n, layer[n], source) for n in names if n in layer)
@@ -247,83 +206,85 @@ def _wanted(names: Iterable[str] | None, keys: Iterable[str]) -> list[str]:
     return [n for n in dict.fromkeys(names) if n in allowed]
 
 
-def _topic_synonyms(broker: Broker, key: str, overrides: Mapping[str, str]) -> list[Synonym]:
+def _topic_synonyms(
+    services: BrokerServices, key: str, overrides: Mapping[str, str]
+) -> list[Synonym]:
     """Every level holding a value for topic config ``key``, highest precedence first."""
     synonyms: list[Synonym] = []
     if key in overrides:
         synonyms.append((key, overrides[key], SOURCE_DYNAMIC_TOPIC))
     broker_key = TOPIC_CONFIGS[key].broker_key
     if broker_key:
-        synonyms.extend(_broker_synonyms(broker, broker_key))
+        synonyms.extend(_broker_synonyms(services, broker_key))
     return synonyms
 
 
 def topic_config_entries(
-    broker: Broker, overrides: Mapping[str, str]
+    services: BrokerServices, overrides: Mapping[str, str]
 ) -> list[tuple[str, str | None, int]]:
     """(name, effective value, source) of every topic config for a topic with these
     ``overrides`` — what CreateTopics v5+ answers, with the sources DescribeConfigs gives."""
-    effective = LogConfig.build(broker.metadata.broker_defaults, overrides)
+    effective = LogConfig.build(services.metadata.broker_defaults, overrides)
     out = []
     for key in sorted(TOPIC_CONFIGS):
-        synonyms = _topic_synonyms(broker, key, overrides)
+        synonyms = _topic_synonyms(services, key, overrides)
         out.append((key, format_value(effective[key]),
                     synonyms[0][2] if synonyms else SOURCE_DEFAULT))
     return out
 
 
-def describe_topic(m: Any, broker: Broker, name: str, names: Iterable[str] | None,
+def describe_topic(m: Any, services: BrokerServices, name: str, names: Iterable[str] | None,
                    include_synonyms: bool, include_docs: bool) -> list[Any]:
-    overrides = _check_topic(broker, name)
-    effective = broker.metadata.log_config(name)
+    overrides = _check_topic(services, name)
+    effective = services.metadata.log_config(name)
     return [
         _entry(m, TOPIC_CONFIGS[key], format_value(effective[key]), False,
-               _topic_synonyms(broker, key, overrides), include_synonyms, include_docs)
+               _topic_synonyms(services, key, overrides), include_synonyms, include_docs)
         for key in _wanted(names, TOPIC_CONFIGS)
     ]
 
 
-def describe_broker(m: Any, broker: Broker, name: str, names: Iterable[str] | None,
+def describe_broker(m: Any, services: BrokerServices, name: str, names: Iterable[str] | None,
                     include_synonyms: bool, include_docs: bool) -> list[Any]:
-    entity = broker_entity(broker, name)
+    entity = broker_entity(services, name)
     entries = []
     if entity == ClusterMetadata.DEFAULT_BROKER_ENTITY:
-        stored = broker.metadata.broker_configs(entity)
+        stored = services.metadata.broker_configs(entity)
         for key in _wanted(names, stored):
             d = BROKER_CONFIGS.get(key) or ConfigDef(key, "string", None, None, "")
             entries.append(_entry(m, d, stored[key], key not in DYNAMIC_BROKER_KEYS,
                                   [(key, stored[key], SOURCE_DYNAMIC_DEFAULT_BROKER)],
                                   include_synonyms, include_docs))
         return entries
-    effective = broker.metadata.broker_defaults
+    effective = services.metadata.broker_defaults
     for key in _wanted(names, BROKER_CONFIGS):
         d = BROKER_CONFIGS[key]
-        value = effective.get(key, broker.config.get(key))
+        value = effective.get(key, services.config.get(key))
         entries.append(_entry(m, d, format_value(value), key not in DYNAMIC_BROKER_KEYS,
-                              _broker_synonyms(broker, key), include_synonyms, include_docs))
+                              _broker_synonyms(services, key), include_synonyms, include_docs))
     return entries
 
 
 # -- alter -----------------------------------------------------------------------------------
-def _check_topic(broker: Broker, name: str) -> dict[str, str]:
+def _check_topic(services: BrokerServices, name: str) -> dict[str, str]:
     try:
         topic_names.validate(name)
     except topic_names.InvalidTopicNameError as exc:
         raise ConfigRequestError(ErrorCode.invalid_topic_exception, str(exc)) from None
-    info = broker.metadata.get(name)
+    info = services.metadata.get(name)
     if info is None:
         raise ConfigRequestError(ErrorCode.unknown_topic_or_partition,
                                  f"topic {name!r} does not exist")
     return dict(info.configs)
 
 
-def _current(broker: Broker, resource_type: int, name: str) -> tuple[str, dict[str, str]]:
+def _current(services: BrokerServices, resource_type: int, name: str) -> tuple[str, dict[str, str]]:
     """(store entity or topic, current overrides) of an alterable resource."""
     if resource_type == RESOURCE_TOPIC:
-        return name, _check_topic(broker, name)
+        return name, _check_topic(services, name)
     if resource_type == RESOURCE_BROKER:
-        entity = broker_entity(broker, name)
-        return entity, broker.metadata.broker_configs(entity)
+        entity = broker_entity(services, name)
+        return entity, services.metadata.broker_configs(entity)
     raise ConfigRequestError(ErrorCode.invalid_request, _unsupported_type(resource_type))
 
 
@@ -333,19 +294,19 @@ def _unsupported_type(resource_type: int) -> str:
     return f"unsupported config resource type {resource_type}"
 
 
-def _commit(broker: Broker, resource_type: int, target: str, configs: dict[str, str],
+def _commit(services: BrokerServices, resource_type: int, target: str, configs: dict[str, str],
             validate_only: bool) -> None:
     if resource_type == RESOURCE_TOPIC:
         try:
-            broker.metadata.set_topic_configs(target, configs, validate_only)
+            services.metadata.set_topic_configs(target, configs, validate_only)
         except MetadataError as exc:
             raise ConfigRequestError(code_of(exc.kafka_error), str(exc)) from None
         return
-    _validate_broker_configs(broker, target, configs)
+    _validate_broker_configs(services, target, configs)
     if validate_only:
         return
-    broker.metadata.set_broker_configs(target, configs)
-    apply_dynamic_broker_configs(broker)
+    services.metadata.set_broker_configs(target, configs)
+    services.dynamic_config.apply()
     log.info("dynamic broker configs of %s are now %s", target, configs)
 
 
@@ -393,7 +354,7 @@ def _duplicates(resources: Iterable[Any]) -> set[tuple[int, str]]:
     return {k for k, n in counts.items() if n > 1}
 
 
-def register_configs(registry: HandlerRegistry, broker: Broker) -> None:
+def register_configs(registry: HandlerRegistry, services: BrokerServices) -> None:
     async def describe_configs(ctx: RequestContext, request: Any) -> Any:
         m = response_module("describe_configs", ctx.api_version)
         synonyms = bool(getattr(request, "include_synonyms", False))
@@ -403,10 +364,10 @@ def register_configs(registry: HandlerRegistry, broker: Broker) -> None:
             code, message, entries = ErrorCode.none, None, []
             try:
                 if resource.resource_type == RESOURCE_TOPIC:
-                    entries = describe_topic(m, broker, resource.resource_name,
+                    entries = describe_topic(m, services, resource.resource_name,
                                              resource.configuration_keys, synonyms, docs)
                 elif resource.resource_type == RESOURCE_BROKER:
-                    entries = describe_broker(m, broker, resource.resource_name,
+                    entries = describe_broker(m, services, resource.resource_name,
                                               resource.configuration_keys, synonyms, docs)
                 else:
                     raise ConfigRequestError(ErrorCode.invalid_request,
@@ -433,7 +394,7 @@ def register_configs(registry: HandlerRegistry, broker: Broker) -> None:
                 if repeated:
                     raise ConfigRequestError(ErrorCode.invalid_request,
                                              f"error due to duplicate config keys: {repeated}")
-                target, current = _current(broker, resource.resource_type,
+                target, current = _current(services, resource.resource_type,
                                            resource.resource_name)
                 if incremental:
                     configs = dict(current)
@@ -442,7 +403,7 @@ def register_configs(registry: HandlerRegistry, broker: Broker) -> None:
                                   c.value)
                 else:
                     configs = {c.name: c.value for c in resource.configs if c.value is not None}
-                _commit(broker, resource.resource_type, target, configs, request.validate_only)
+                _commit(services, resource.resource_type, target, configs, request.validate_only)
             except ConfigRequestError as exc:
                 code, message = exc.code, str(exc)
             responses.append(make(m.AlterConfigsResourceResponse, error_code=code,

@@ -22,19 +22,20 @@ from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_modu
 from odradek.server.handlers._errors import error_code_for
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 VERSIONS = (0, 2)
 HIGH_WATERMARK = -1
 
 
-def _delete(broker: Broker, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int]:
-    info = broker.metadata.get(topic)
-    if info is None or partition not in info.partitions:
-        return ErrorCode.unknown_topic_or_partition, -1
-    partition_log = broker.get_log(topic, partition)
-    if partition_log is None:
-        return ErrorCode.not_leader_or_follower, -1
+def _delete(
+    services: BrokerServices, topic: str, partition: int, offset: int
+) -> tuple[ErrorCode, int]:
+    try:
+        partition_log = services.replica_manager.leader_partition(topic, partition).log
+    except Exception as exc:
+        code, _ = error_code_for(exc, f"deleting records of {topic}-{partition}")
+        return code, -1
     if not partition_log.config.delete:
         return ErrorCode.policy_violation, -1
     target = partition_log.high_watermark if offset == HIGH_WATERMARK else offset
@@ -48,14 +49,14 @@ def _delete(broker: Broker, topic: str, partition: int, offset: int) -> tuple[Er
     return ErrorCode.none, partition_log.log_start_offset
 
 
-def register_delete_records(registry: HandlerRegistry, broker: Broker) -> None:
+def register_delete_records(registry: HandlerRegistry, services: BrokerServices) -> None:
     async def delete_records(ctx: RequestContext, request: Any) -> Any:
         m = response_module("delete_records", ctx.api_version)
         topics = []
         for topic in request.topics:
             partitions = []
             for p in topic.partitions:
-                code, low = _delete(broker, topic.name, p.partition_index, p.offset)
+                code, low = _delete(services, topic.name, p.partition_index, p.offset)
                 partitions.append(make(m.DeleteRecordsPartitionResult,
                                        partition_index=p.partition_index, low_watermark=low,
                                        error_code=code))

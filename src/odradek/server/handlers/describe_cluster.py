@@ -18,7 +18,7 @@ from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 VERSIONS = (0, 2)
 ENDPOINT_BROKERS = 1
@@ -28,7 +28,7 @@ NOT_REQUESTED = -(1 << 31)
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
-def register_describe_cluster(registry: HandlerRegistry, broker: Broker) -> None:
+def register_describe_cluster(registry: HandlerRegistry, services: BrokerServices) -> None:
     async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
         m = response_module("describe_cluster", ctx.api_version)
         endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
@@ -39,17 +39,16 @@ def register_describe_cluster(registry: HandlerRegistry, broker: Broker) -> None
                         error_code=ErrorCode.mismatched_endpoint_type,
                         error_message="the request was sent to an endpoint of type BROKER, "
                         f"but it asked for endpoint type {endpoint_type}",
-                        endpoint_type=endpoint_type, cluster_id=broker.metadata.cluster_id,
+                        endpoint_type=endpoint_type, cluster_id=services.metadata.cluster_id,
                         controller_id=-1, brokers=(),
                         cluster_authorized_operations=NOT_REQUESTED)
-        listener = broker.config.advertised_listeners[0]
-        port = broker.port if listener.port == 0 else listener.port
-        brokers = (make(m.DescribeClusterBroker, broker_id=broker.broker_id,
-                        host=listener.host, port=port, rack=None, is_fenced=False),)
+        host, port = services.advertised_endpoint()
+        brokers = (make(m.DescribeClusterBroker, broker_id=services.broker_id,
+                        host=host, port=port, rack=None, is_fenced=False),)
         return make(m.DescribeClusterResponse, throttle_time=ZERO_THROTTLE,
                     error_code=ErrorCode.none, error_message=None,
-                    endpoint_type=ENDPOINT_BROKERS, cluster_id=broker.metadata.cluster_id,
-                    controller_id=broker.broker_id, brokers=brokers,
+                    endpoint_type=ENDPOINT_BROKERS, cluster_id=services.metadata.cluster_id,
+                    controller_id=services.broker_id, brokers=brokers,
                     cluster_authorized_operations=operations)
 
     registry.register(ApiKey.DESCRIBE_CLUSTER, VERSIONS[0], VERSIONS[1], describe_cluster)

@@ -15,9 +15,12 @@ Follows Kafka's ``KafkaApis.handleFetchRequest`` / ``ReplicaManager.fetchMessage
   ``firstEntryIncomplete`` rule for v3+: clients cannot make progress on a partial first
   batch; kafka-python raises). Partial batches *after* complete ones are sent, as by
   Kafka, and clients drop them.
-- Reads stop at the high watermark. A fetch offset outside [log start, log end] is
-  OFFSET_OUT_OF_RANGE; an unknown partition UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID
-  for v13+ requests by topic id).
+- Partitions are reached through the replica manager, which answers for leadership and
+  the request's ``current_leader_epoch`` (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
+  UNKNOWN_LEADER_EPOCH, LEADER_NOT_AVAILABLE while a log is being created). Consumers'
+  reads stop at the high watermark, a follower's (replica id >= 0) at the log end. A
+  fetch offset outside [log start, log end] is OFFSET_OUT_OF_RANGE; an unknown partition
+  UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for v13+ requests by topic id).
 - When fewer than ``min_bytes`` are available and ``max_wait_ms`` > 0 the request waits in
   the fetch purgatory; appends to its partitions complete it (events, not polling), or the
   timeout does, and the partitions are read again.
@@ -43,37 +46,27 @@ import logging
 import os
 import time
 import uuid
-import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from odradek.cluster.replica_manager import UnknownTopicOrPartitionError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch_writer import FetchPartition, FetchTopic, write_fetch_response
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.protocol.send import Chunk, FileRegion, Send
-from odradek.server.fetch_session import (
-    CachedPartition,
-    ContextKind,
-    FetchSessionCache,
-    PartitionKey,
-)
-from odradek.server.handlers._errors import error_code_for, leader_epoch_error
+from odradek.server.fetch_session import CachedPartition, ContextKind, PartitionKey
+from odradek.server.handlers._errors import error_code_for
 from odradek.storage import TopicPartition
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.cluster.replica_manager import ReplicaManager
+    from odradek.server.services import BrokerServices
     from odradek.storage.log import FetchDataInfo
 
 log = logging.getLogger(__name__)
 
 VERSIONS = (4, 17)
-_SESSIONS: weakref.WeakKeyDictionary[Broker, FetchSessionCache] = weakref.WeakKeyDictionary()
-
-
-def session_cache(broker: Broker) -> FetchSessionCache:
-    """The broker's fetch session cache (created with the Fetch handler)."""
-    return _SESSIONS[broker]
 
 
 class _OwningSend(Send):
@@ -97,12 +90,9 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def register_fetch(registry: HandlerRegistry, broker: Broker) -> None:
-    cache = FetchSessionCache(
-        int(broker.config["max.incremental.fetch.session.cache.slots"]),
-        int(broker.config.get("min.incremental.fetch.session.eviction.ms", 120_000)),
-    )
-    _SESSIONS[broker] = cache
+def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
+    cache = services.fetch_sessions
+    replica_manager = services.replica_manager
 
     async def fetch(ctx: RequestContext, request: Any) -> Send:
         version = ctx.api_version
@@ -111,7 +101,7 @@ def register_fetch(registry: HandlerRegistry, broker: Broker) -> None:
 
         def name_of(topic_id: uuid.UUID) -> str | None:
             if topic_id not in names:
-                info = broker.metadata.by_id(topic_id)
+                info = services.metadata.by_id(topic_id)
                 names[topic_id] = info.name if info else None
             return names[topic_id]
 
@@ -141,18 +131,22 @@ def register_fetch(registry: HandlerRegistry, broker: Broker) -> None:
                 assert cp.topic_id is not None
                 cp.topic = name_of(cp.topic_id)
 
-        max_bytes = min(request.max_bytes, int(broker.config["fetch.max.bytes"]))
-        infos, total, errors = _read_all(broker, parts, max_bytes, by_id)
+        max_bytes = min(request.max_bytes, int(services.config["fetch.max.bytes"]))
+        follower = _privileged(request)
+        infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, follower)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         if total < request.min_bytes and max_wait_ms > 0 and not errors:
             keys = [TopicPartition(cp.topic, cp.partition) for cp in parts if cp.topic]
-            await broker.fetch_purgatory.wait(keys, request.min_bytes, total, max_wait_ms / 1000)
-            infos, total, errors = _read_all(broker, parts, max_bytes, by_id)
+            await services.fetch_purgatory.wait(
+                keys, request.min_bytes, total, max_wait_ms / 1000
+            )
+            follower = _privileged(request)
+        infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, follower)
 
         session_id = 0
         incremental = context.kind is ContextKind.INCREMENTAL
         if context.kind is ContextKind.FULL and parts:
-            session = cache.maybe_create(_privileged(request), by_id, parts, _now_ms())
+            session = cache.maybe_create(follower, by_id, parts, _now_ms())
             if session is not None:
                 session_id = session.id
         elif incremental:
@@ -216,7 +210,8 @@ def _region(cp: CachedPartition, info: FetchDataInfo, owned: list[int]) -> Fetch
 
 
 def _read_all(
-    broker: Broker, parts: list[CachedPartition], max_bytes: int, by_id: bool
+    replica_manager: ReplicaManager, parts: list[CachedPartition], max_bytes: int, by_id: bool,
+    follower: bool,
 ) -> tuple[list[FetchPartition | FetchDataInfo], int, int]:
     results: list[FetchPartition | FetchDataInfo] = []
     remaining = max_bytes
@@ -224,7 +219,7 @@ def _read_all(
     errors = 0
     min_one = True
     for cp in parts:
-        result = _read_one(broker, cp, remaining, min_one, by_id)
+        result = _read_one(replica_manager, cp, remaining, min_one, by_id, follower)
         if isinstance(result, FetchPartition):
             errors += 1
         elif result.size:
@@ -236,22 +231,23 @@ def _read_all(
 
 
 def _read_one(
-    broker: Broker, cp: CachedPartition, remaining: int, min_one: bool, by_id: bool
+    replica_manager: ReplicaManager, cp: CachedPartition, remaining: int, min_one: bool,
+    by_id: bool, follower: bool,
 ) -> FetchPartition | FetchDataInfo:
     """The log region to send, or a FetchPartition carrying an error."""
     if cp.topic is None:
         return FetchPartition(cp.partition, ErrorCode.unknown_topic_id)
-    partition_log = broker.get_log(cp.topic, cp.partition)
-    if partition_log is None:
+    try:
+        partition = replica_manager.leader_partition(cp.topic, cp.partition, cp.leader_epoch)
+    except UnknownTopicOrPartitionError:
         code = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
         return FetchPartition(cp.partition, code)
-    epoch_error = leader_epoch_error(cp.leader_epoch)
-    if epoch_error != ErrorCode.none:
-        return FetchPartition(cp.partition, epoch_error)
+    except Exception as exc:
+        code, _ = error_code_for(exc, f"fetching {cp.topic}-{cp.partition}")
+        return FetchPartition(cp.partition, code)
     limit = min(cp.max_bytes, remaining)
     try:
-        info = partition_log.read(cp.fetch_offset, limit, partition_log.high_watermark,
-                                  min_one_message=min_one)
+        info = partition.read(cp.fetch_offset, limit, min_one, follower)
         if info.size and not min_one and info.size >= limit and _first_incomplete(info):
             # Kafka (v3+): a partition whose first batch does not fit is sent empty, not
             # as a partial batch the client could not make progress with.
@@ -259,8 +255,8 @@ def _read_one(
         return info
     except Exception as exc:
         code, _ = error_code_for(exc, f"fetching {cp.topic}-{cp.partition}")
-        hw = partition_log.high_watermark
-        return FetchPartition(cp.partition, code, hw, hw, partition_log.log_start_offset)
+        hw = partition.high_watermark
+        return FetchPartition(cp.partition, code, hw, hw, partition.log.log_start_offset)
 
 
 def _first_incomplete(info: FetchDataInfo) -> bool:

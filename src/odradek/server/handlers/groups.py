@@ -24,15 +24,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
-from odradek.coordinator.offsets_topic import OffsetsTopic
+from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 FIND_COORDINATOR_VERSIONS = (0, 6)
 JOIN_GROUP_VERSIONS = (0, 9)
@@ -50,18 +49,6 @@ NO_AUTHORIZED_OPERATIONS = -(1 << 31)
 CLASSIC_GROUP_TYPE = "classic"
 
 
-def make_group_coordinator(broker: Broker) -> GroupCoordinator:
-    """The broker's group coordinator, over its ``__consumer_offsets`` logs."""
-    config = broker.config
-    topic = OffsetsTopic(
-        broker.metadata, broker.broker_id, broker.get_log, broker.append_records,
-        num_partitions=int(config["offsets.topic.num.partitions"]),
-        replication_factor=int(config["offsets.topic.replication.factor"]),
-        segment_bytes=int(config["offsets.topic.segment.bytes"]),
-    )
-    return GroupCoordinator(topic, CoordinatorConfig.from_broker(config.values))
-
-
 def _ms(value: Any, default: int = -1) -> int:
     if value is None:
         return default
@@ -73,15 +60,9 @@ def _host(ctx: RequestContext) -> str:
     return f"/{ctx.peer[0]}"
 
 
-def register_groups(registry: HandlerRegistry, broker: Broker) -> None:
+def register_groups(registry: HandlerRegistry, services: BrokerServices) -> None:
     def coordinator() -> GroupCoordinator:
-        found = broker.group_coordinator
-        assert found is not None, "the group coordinator starts before handlers run"
-        return found
-
-    def endpoint() -> tuple[str, int]:
-        listener = broker.config.advertised_listeners[0]
-        return listener.host, broker.port if listener.port == 0 else listener.port
+        return services.group_coordinator
 
     # -- FindCoordinator ---------------------------------------------------------------
     async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
@@ -97,7 +78,12 @@ def register_groups(registry: HandlerRegistry, broker: Broker) -> None:
             error, node = coordinator().coordinator_for(key)
             if error != ErrorCode.none:
                 return error, None, -1, "", -1
-            host, port = endpoint()
+            if node != services.broker_id:
+                # The endpoints of other brokers come with cluster membership: until
+                # then, only this broker's own can be given.
+                return (ErrorCode.coordinator_not_available,
+                        f"no endpoint known for broker {node}", -1, "", -1)
+            host, port = services.advertised_endpoint()
             return ErrorCode.none, None, node, host, port
 
         if ctx.api_version >= 4:

@@ -26,22 +26,22 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from odradek.cluster.store import StoreError
-from odradek.coordinator.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
+from odradek.coordinator.producer_ids import ProducerIdsExhaustedError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
 
 VERSIONS = (0, 5)
 
 
-def register_init_producer_id(registry: HandlerRegistry, broker: Broker) -> None:
-    manager = ProducerIdManager(broker.metadata.store, broker.broker_id)
+def register_init_producer_id(registry: HandlerRegistry, services: BrokerServices) -> None:
+    manager = services.producer_ids
 
     async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
         m = response_module("init_producer_id", ctx.api_version)

@@ -2,10 +2,12 @@
 
 Follows Kafka's ``KafkaApis.handleListOffsetRequest`` / ``UnifiedLog.fetchOffsetByTimestamp``:
 -2 (and -4, earliest local, v8+) is the log start offset, -5 (latest tiered, v9+) is -1
-as nothing is tiered, -1 is the log end offset (the high watermark for consumers, i.e.
-read_committed/uncommitted alike on one broker without transactions), -3 (v7+, KIP-734)
+as nothing is tiered, -1 is the high watermark (read_committed and read_uncommitted alike
+without transactions), -3 (v7+, KIP-734)
 the offset of the largest timestamp; any other timestamp goes through the time index to
-the first record whose timestamp is ≥ it, or -1 when there is none.
+the first record whose timestamp is ≥ it, or -1 when there is none. Only the leader
+answers, at the request's ``current_leader_epoch`` (the replica manager's errors), and
+the answer carries the partition's leader epoch.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
-from odradek.server.handlers._errors import error_code_for, leader_epoch_error
+from odradek.server.handlers._errors import error_code_for
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 VERSIONS = (1, 9)
 # KIP-405/KIP-1005 special timestamps (v8, v9). Without tiered storage every offset is
@@ -29,14 +31,14 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 
 
-def register_list_offsets(registry: HandlerRegistry, broker: Broker) -> None:
+def register_list_offsets(registry: HandlerRegistry, services: BrokerServices) -> None:
     async def list_offsets(ctx: RequestContext, request: Any) -> Any:
         m = response_module("list_offsets", ctx.api_version)
         topics = []
         for topic in request.topics:
             partitions = []
             for p in topic.partitions:
-                partitions.append(_one(m, broker, topic.name, p, ctx.api_version))
+                partitions.append(_one(m, services, topic.name, p, ctx.api_version))
             topics.append(make(m.ListOffsetsTopicResponse, name=topic.name,
                                partitions=tuple(partitions)))
         return make(m.ListOffsetsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
@@ -44,19 +46,23 @@ def register_list_offsets(registry: HandlerRegistry, broker: Broker) -> None:
     registry.register(ApiKey.LIST_OFFSETS, VERSIONS[0], VERSIONS[1], list_offsets)
 
 
-def _one(m: Any, broker: Broker, topic: str, p: Any, version: int) -> Any:
+def _one(m: Any, services: BrokerServices, topic: str, p: Any, version: int) -> Any:
     def answer(code: ErrorCode, timestamp: int = -1, offset: int = -1) -> Any:
         return make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
                     error_code=code, timestamp=timestamp, offset=offset,
-                    leader_epoch=0 if code == ErrorCode.none else -1,
+                    leader_epoch=leader_epoch if code == ErrorCode.none else -1,
                     old_style_offsets=())
 
-    partition_log = broker.get_log(topic, p.partition_index)
-    if partition_log is None:
-        return answer(ErrorCode.unknown_topic_or_partition)
-    epoch_error = leader_epoch_error(getattr(p, "current_leader_epoch", -1))
-    if epoch_error != ErrorCode.none:
-        return answer(epoch_error)
+    leader_epoch = -1
+    try:
+        partition = services.replica_manager.leader_partition(
+            topic, p.partition_index, getattr(p, "current_leader_epoch", -1)
+        )
+    except Exception as exc:
+        code, _ = error_code_for(exc, f"listing offsets of {topic}-{p.partition_index}")
+        return answer(code)
+    leader_epoch = partition.leader_epoch
+    partition_log = partition.log
     ts = p.timestamp
     if (
         (ts == MAX_TIMESTAMP and version < 7)
@@ -68,7 +74,7 @@ def _one(m: Any, broker: Broker, topic: str, p: Any, version: int) -> Any:
         return answer(ErrorCode.invalid_request)
     try:
         if ts == LATEST_TIMESTAMP:
-            return answer(ErrorCode.none, -1, partition_log.high_watermark)
+            return answer(ErrorCode.none, -1, partition.high_watermark)
         if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             # No tiered storage: the earliest local offset is the log start offset.
             return answer(ErrorCode.none, -1, partition_log.log_start_offset)

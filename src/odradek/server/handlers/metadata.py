@@ -28,57 +28,54 @@ from odradek.protocol.send import Send
 from odradek.server.handlers._errors import code_of
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 VERSIONS = (0, 12)
 NO_AUTHORIZED_OPERATIONS = -(1 << 31)
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def register_metadata(registry: HandlerRegistry, broker: Broker) -> None:
+def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> None:
     async def metadata(ctx: RequestContext, request: Any) -> Any:
         version = ctx.api_version
         topics: list[MetadataTopic] = []
         info: TopicInfo | None
         requested = request.topics
         if requested is None or (version == 0 and not requested):
-            for info in sorted(broker.metadata.topics.values(), key=lambda i: i.name):
-                topics.append(_topic(broker, info))
+            for info in sorted(services.metadata.topics.values(), key=lambda i: i.name):
+                topics.append(_topic(services, info))
         else:
             allow = getattr(request, "allow_auto_topic_creation", True) and bool(
-                broker.config["auto.create.topics.enable"]
+                services.config["auto.create.topics.enable"]
             )
             for wanted in requested:
                 name = wanted.name
                 if name is None:
                     topic_id = getattr(wanted, "topic_id", None)
-                    info = broker.metadata.by_id(topic_id) if topic_id else None
+                    info = services.metadata.by_id(topic_id) if topic_id else None
                     if info is None:
                         topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id))
                     else:
-                        topics.append(_topic(broker, info))
+                        topics.append(_topic(services, info))
                     continue
-                info = broker.metadata.get(name)
+                info = services.metadata.get(name)
                 if info is None and allow:
                     try:
-                        info = broker.metadata.create_topic(name)
+                        info = services.metadata.create_topic(name)
                     except MetadataError as exc:
                         if exc.kafka_error != "TOPIC_ALREADY_EXISTS":
                             topics.append(_error_topic(name, code_of(exc.kafka_error)))
                             continue
-                        info = broker.metadata.get(name)
+                        info = services.metadata.get(name)
                 if info is None:
                     topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
                 else:
-                    topics.append(_topic(broker, info))
-        listener = broker.config.advertised_listeners[0]
-        brokers = [MetadataBroker(
-            broker.broker_id, listener.host,
-            broker.port if listener.port == 0 else listener.port,
-        )]
+                    topics.append(_topic(services, info))
+        host, port = services.advertised_endpoint()
+        brokers = [MetadataBroker(services.broker_id, host, port)]
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
         return Send((write_metadata_response(
-            version, brokers, broker.metadata.cluster_id, broker.broker_id, topics,
+            version, brokers, services.metadata.cluster_id, services.broker_id, topics,
             NO_AUTHORIZED_OPERATIONS,
         ),))
 
@@ -89,17 +86,26 @@ _NONE = int(ErrorCode.none.value)
 _LEADER_NOT_AVAILABLE = int(ErrorCode.leader_not_available.value)
 
 
-def _topic(broker: Broker, info: TopicInfo) -> MetadataTopic:
+def _topic(services: BrokerServices, info: TopicInfo) -> MetadataTopic:
+    """Each partition's leader, leader epoch and ISR as decided (the metadata's partition
+    state); a partition led here whose log is not in place yet is LEADER_NOT_AVAILABLE."""
     partitions = []
-    get_log = broker.get_log
+    me = services.broker_id
+    hosted = services.replica_manager.get_partition
+    state_of = services.metadata.partition_state
+    name = info.name
     for index, replicas in sorted(info.partitions.items()):
         nodes = tuple(replicas)
-        if get_log(info.name, index) is not None:
-            partitions.append(MetadataPartition(_NONE, index, nodes[0], 0, nodes, nodes, ()))
-        else:
+        state = state_of(name, index)
+        if state.leader < 0 or (state.leader == me and hosted(name, index) is None):
             partitions.append(
-                MetadataPartition(_LEADER_NOT_AVAILABLE, index, -1, 0, nodes, (), nodes)
+                MetadataPartition(_LEADER_NOT_AVAILABLE, index, -1, state.leader_epoch,
+                                  nodes, (), nodes)
             )
+        else:
+            partitions.append(MetadataPartition(
+                _NONE, index, state.leader, state.leader_epoch, nodes, state.isr, ()
+            ))
     return MetadataTopic(
         _NONE, info.name, info.topic_id, info.is_internal, partitions, NO_AUTHORIZED_OPERATIONS
     )

@@ -29,7 +29,7 @@ from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_modu
 if TYPE_CHECKING:
     import uuid
 
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 OFFSET_COMMIT_VERSIONS = (2, 10)
 OFFSET_FETCH_VERSIONS = (1, 10)
@@ -45,25 +45,23 @@ def _retention_ms(value: Any) -> int:
     return max(round(ms), -1)
 
 
-def register_offsets(registry: HandlerRegistry, broker: Broker) -> None:
+def register_offsets(registry: HandlerRegistry, services: BrokerServices) -> None:
     def coordinator() -> GroupCoordinator:
-        found = broker.group_coordinator
-        assert found is not None, "the group coordinator starts before handlers run"
-        return found
+        return services.group_coordinator
 
     def resolve(topic: Any, by_id: bool) -> tuple[str | None, ErrorCode]:
         if by_id:
-            info = broker.metadata.by_id(topic.topic_id)
+            info = services.metadata.by_id(topic.topic_id)
             return (None, ErrorCode.unknown_topic_id) if info is None else (info.name,
                                                                             ErrorCode.none)
         return topic.name, ErrorCode.none
 
     def partition_exists(name: str, partition: int) -> bool:
-        info = broker.metadata.get(name)
+        info = services.metadata.get(name)
         return info is not None and partition in info.partitions
 
     def topic_id_of(name: str) -> uuid.UUID | None:
-        info = broker.metadata.get(name)
+        info = services.metadata.get(name)
         return None if info is None else info.topic_id
 
     # -- OffsetCommit ------------------------------------------------------------------

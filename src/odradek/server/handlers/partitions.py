@@ -6,7 +6,7 @@ UNKNOWN_TOPIC_OR_PARTITION; a count not larger than the current one is INVALID_P
 Explicit ``assignments`` must give exactly one replica list per new partition, each with the
 topic's replication factor, no broker twice, and only live brokers, else
 INVALID_REPLICA_ASSIGNMENT. ``validate_only`` checks everything and changes nothing. The new
-partitions' logs are created in a worker thread (see ``Broker.change_topics``); the answer
+partitions' logs are created in a worker thread (see ``ReplicaManager.change_topics``); the answer
 waits for them up to the request's ``timeout_ms`` (0: not at all), after which a topic whose
 logs are incomplete is REQUEST_TIMED_OUT, as in Kafka, while creation goes on.
 """
@@ -25,7 +25,7 @@ from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_modu
 from odradek.server.handlers._errors import code_of
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 VERSIONS = (0, 3)
 
@@ -36,7 +36,9 @@ class _Refused(Exception):
         self.code = code
 
 
-def _assignment(broker: Broker, topic: Any, current: int, rf: int) -> dict[int, list[int]] | None:
+def _assignment(
+    services: BrokerServices, topic: Any, current: int, rf: int
+) -> dict[int, list[int]] | None:
     if topic.assignments is None or not topic.assignments:
         return None
     added = topic.count - current
@@ -46,7 +48,7 @@ def _assignment(broker: Broker, topic: Any, current: int, rf: int) -> dict[int, 
             f"increasing the number of partitions by {added} but "
             f"{len(topic.assignments)} assignments provided",
         )
-    live = set(broker.metadata.broker_ids())
+    live = set(services.metadata.broker_ids())
     out: dict[int, list[int]] = {}
     for i, a in enumerate(topic.assignments):
         replicas = [int(b) for b in a.broker_ids]
@@ -65,8 +67,8 @@ def _assignment(broker: Broker, topic: Any, current: int, rf: int) -> dict[int, 
     return out
 
 
-def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
-    info = broker.metadata.get(topic.name)
+def _create(services: BrokerServices, topic: Any, validate_only: bool) -> None:
+    info = services.metadata.get(topic.name)
     if info is None:
         raise _Refused(ErrorCode.unknown_topic_or_partition,
                        f"topic {topic.name!r} does not exist")
@@ -79,19 +81,19 @@ def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
                        f"topic currently has {current} partitions, which is higher than the "
                        f"requested {topic.count}")
     rf = len(next(iter(info.partitions.values())))
-    assignment = _assignment(broker, topic, current, rf)
+    assignment = _assignment(services, topic, current, rf)
     try:
-        broker.metadata.create_partitions(topic.name, topic.count, validate_only, assignment)
+        services.metadata.create_partitions(topic.name, topic.count, validate_only, assignment)
     except MetadataError as exc:
         raise _Refused(code_of(exc.kafka_error), str(exc)) from None
 
 
 def _timed_out(
-    broker: Broker, name: str, code: ErrorCode, message: str | None,
+    services: BrokerServices, name: str, code: ErrorCode, message: str | None,
     timeout: datetime.timedelta,
 ) -> tuple[ErrorCode, str | None]:
     """REQUEST_TIMED_OUT for a grown topic whose new logs are not all in place yet."""
-    if code != ErrorCode.none or not broker.topic_logs_pending(name):
+    if code != ErrorCode.none or not services.replica_manager.topic_pending(name):
         return code, message
     return ErrorCode.request_timed_out, (
         f"the new partitions' logs were not all created within "
@@ -99,7 +101,7 @@ def _timed_out(
     )
 
 
-def register_partitions(registry: HandlerRegistry, broker: Broker) -> None:
+def register_partitions(registry: HandlerRegistry, services: BrokerServices) -> None:
     async def create_partitions(ctx: RequestContext, request: Any) -> Any:
         m = response_module("create_partitions", ctx.api_version)
         counts = Counter(t.name for t in request.topics)
@@ -110,17 +112,19 @@ def register_partitions(registry: HandlerRegistry, broker: Broker) -> None:
                 try:
                     if counts[topic.name] > 1:
                         raise _Refused(ErrorCode.invalid_request, "duplicate topic in request")
-                    _create(broker, topic, request.validate_only)
+                    _create(services, topic, request.validate_only)
                 except _Refused as exc:
                     outcomes.append((exc.code, str(exc)))
                 else:
                     outcomes.append((ErrorCode.none, None))
             return outcomes
 
-        outcomes, timed_out = await broker.change_topics(change, wait=request.timeout)
+        outcomes, timed_out = await services.replica_manager.change_topics(
+            change, wait=request.timeout
+        )
         if timed_out:
             outcomes = [
-                _timed_out(broker, topic.name, code, message, request.timeout)
+                _timed_out(services, topic.name, code, message, request.timeout)
                 for topic, (code, message) in zip(request.topics, outcomes, strict=True)
             ]
         results = tuple(

@@ -5,10 +5,14 @@ Follows Kafka's ``KafkaApis.handleProduceRequest`` and ``ReplicaManager.appendRe
 topic or partition is UNKNOWN_TOPIC_OR_PARTITION; the log validates each batch (CRC,
 magic, sizes, offsets, timestamps) and the precise error comes back per partition
 (CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, …), with nothing of
-a refused partition written. acks=0 sends no response at all. acks=-1 waits for the ISR
-(on one broker: the leader alone) and is refused with NOT_ENOUGH_REPLICAS when the ISR is
-smaller than ``min.insync.replicas``. Idempotent batches go through the partition's
-producer state (sequence checks, duplicate detection) before the append.
+a refused partition written. Partitions are reached through the replica manager: a
+partition this broker does not lead is NOT_LEADER_OR_FOLLOWER, one whose log is still
+being created LEADER_NOT_AVAILABLE. acks=0 sends no response at all. acks=-1 is refused
+with NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replicas``, and its
+answer waits until the high watermark passes the appended records (the ISR has them) or
+the request's timeout runs out (REQUEST_TIMED_OUT); with the leader alone in the ISR it
+passes them at once. Idempotent batches go through the partition's producer state
+(sequence checks, duplicate detection) before the append.
 
 The handler is registered ``serial``: requests of one connection are applied in order, as
 idempotent producers with several requests in flight require.
@@ -16,6 +20,8 @@ idempotent producers with several requests in flight require.
 
 from __future__ import annotations
 
+import datetime
+import time
 from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
@@ -25,10 +31,11 @@ from odradek.protocol.produce_writer import PartitionResult, write_produce_respo
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.protocol.send import Send
 from odradek.server.handlers._errors import error_code_for
-from odradek.storage.cleaner import require_keys
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.cluster.partition import Partition
+    from odradek.cluster.replica_manager import ReplicaManager
+    from odradek.server.services import BrokerServices
 
 VERSIONS = (3, 11)
 VALID_ACKS = (0, 1, -1)
@@ -36,15 +43,16 @@ VALID_ACKS = (0, 1, -1)
 # Error codes as the ints the response writer packs (looked up once, not per partition).
 _NONE = int(ErrorCode.none.value)
 _INVALID_REQUIRED_ACKS = int(ErrorCode.invalid_required_acks.value)
-_UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition.value)
 _CORRUPT_MESSAGE = int(ErrorCode.corrupt_message.value)
 _TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(
     ErrorCode.transactional_id_authorization_failed.value
 )
-_NOT_ENOUGH_REPLICAS = int(ErrorCode.not_enough_replicas.value)
+_REQUEST_TIMED_OUT = int(ErrorCode.request_timed_out.value)
 
 
-def register_produce(registry: HandlerRegistry, broker: Broker) -> None:
+def register_produce(registry: HandlerRegistry, services: BrokerServices) -> None:
+    replica_manager = services.replica_manager
+
     async def produce(ctx: RequestContext, request: Any) -> Any:
         acks = request.acks
         # What fails every partition alike is decided once per request; the per-partition
@@ -54,15 +62,22 @@ def register_produce(registry: HandlerRegistry, broker: Broker) -> None:
             refusal = (_INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}")
         transactional = request.transactional_id is not None
         topics: list[tuple[str, list[PartitionResult]]] = []
+        # acks=all: (answer, partition, last offset) of appends the ISR may not have yet
+        waiting: list[tuple[PartitionResult, Partition, int]] | None = (
+            [] if acks == -1 else None
+        )
         for topic in request.topic_data:
             name = topic.name
             partitions = [
-                _append(broker, acks, name, index, records, refusal, transactional)
+                _append(replica_manager, acks, name, index, records, refusal, transactional,
+                        waiting)
                 for index, records in topic.partition_data
             ]
             topics.append((name, partitions))
         if acks == 0:
             return None
+        if waiting:
+            await _wait_for_replication(replica_manager, waiting, request.timeout)
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
         return Send((write_produce_response(ctx.api_version, topics),))
 
@@ -72,37 +87,47 @@ def register_produce(registry: HandlerRegistry, broker: Broker) -> None:
 
 
 def _append(
-    broker: Broker, acks: int, topic: str, index: int, records: memoryview | bytes | None,
-    refusal: tuple[int, str] | None, transactional: bool,
+    replica_manager: ReplicaManager, acks: int, topic: str, index: int,
+    records: memoryview | bytes | None, refusal: tuple[int, str] | None, transactional: bool,
+    waiting: list[tuple[PartitionResult, Partition, int]] | None,
 ) -> PartitionResult:
     if refusal is not None:
         return PartitionResult(index, refusal[0], error_message=refusal[1])
-    partition_log = broker.get_log(topic, index)
-    if partition_log is None:
-        return PartitionResult(index, _UNKNOWN_TOPIC_OR_PARTITION)
-    if not records:
-        return PartitionResult(index, _CORRUPT_MESSAGE,
-                               error_message="no records in the partition data")
-    if transactional:
-        return PartitionResult(index, _TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                               error_message="transactions are not supported yet")
-    config = partition_log.config
-    if acks == -1:
-        min_isr = config.min_insync_replicas
-        if min_isr > 1:  # one broker: the ISR is the leader alone
-            return PartitionResult(
-                index, _NOT_ENOUGH_REPLICAS,
-                error_message=f"ISR of 1 is below min.insync.replicas={min_isr}",
-            )
     try:
-        if config.compact:  # Kafka's rule; the only per-record look here
-            require_keys(records, f"{topic}-{index}")
-        info = broker.append_records(partition_log, records)
+        partition = replica_manager.leader_partition(topic, index)
+        if not records:
+            return PartitionResult(index, _CORRUPT_MESSAGE,
+                                   error_message="no records in the partition data")
+        if transactional:
+            return PartitionResult(index, _TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                   error_message="transactions are not supported yet")
+        info = partition.append_records_as_leader(records, acks)
     except Exception as exc:
         code, message = error_code_for(exc, f"appending to {topic}-{index}")
         return PartitionResult(
             index, int(code.value), error_message=message if code != ErrorCode.none else None
         )
-    return PartitionResult(
+    result = PartitionResult(
         index, _NONE, info.first_offset, info.log_append_time, info.log_start_offset
     )
+    if waiting is not None and partition.high_watermark <= info.last_offset:
+        waiting.append((result, partition, info.last_offset))
+    return result
+
+
+async def _wait_for_replication(
+    replica_manager: ReplicaManager,
+    waiting: list[tuple[PartitionResult, Partition, int]],
+    timeout: datetime.timedelta,
+) -> None:
+    """acks=all: every partition's answer waits until its ISR has the records (Kafka's
+    DelayedProduce); one still short when the request's timeout runs out is
+    REQUEST_TIMED_OUT (the records stay in the leader's log, as with Kafka)."""
+    deadline = time.monotonic() + max(timeout.total_seconds(), 0.0)
+    for result, partition, last_offset in waiting:
+        remaining = deadline - time.monotonic()
+        if not await replica_manager.wait_for_replication(partition, last_offset, remaining):
+            result.error_code = _REQUEST_TIMED_OUT
+            result.error_message = (
+                f"the in-sync replicas did not confirm offset {last_offset} in time"
+            )

@@ -5,7 +5,7 @@ each topic is validated on its own (name, partition count, replication factor, c
 duplicates within the request → INVALID_REQUEST), errors are per topic with a message, and
 ``validate_only`` checks everything without creating. From v5 the answer carries the new
 topic's partition count, replication factor and effective configs with their sources.
-The new partitions' logs are created in a worker thread (see ``Broker.change_topics``);
+The new partitions' logs are created in a worker thread (see ``ReplicaManager.change_topics``);
 the answer waits for them up to the request's ``timeout_ms`` (0: not at all), and a topic
 still incomplete then is REQUEST_TIMED_OUT, as in Kafka, while its creation goes on.
 DeleteTopics (v6 may name topics by id) removes the topic from metadata; logs are renamed
@@ -29,22 +29,22 @@ from odradek.server.handlers._errors import code_of
 from odradek.server.handlers.configs import topic_config_entries
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 CREATE_VERSIONS = (2, 7)
 DELETE_VERSIONS = (1, 6)
 ZERO_UUID = uuid.UUID(int=0)
 
-def register_topics(registry: HandlerRegistry, broker: Broker) -> None:
+def register_topics(registry: HandlerRegistry, services: BrokerServices) -> None:
     async def create_topics(ctx: RequestContext, request: Any) -> Any:
         m = response_module("create_topics", ctx.api_version)
         counts = Counter(t.name for t in request.topics)
-        results, timed_out = await broker.change_topics(lambda: [
-            _create_one(m, broker, topic, counts[topic.name] > 1, request.validate_only)
+        results, timed_out = await services.replica_manager.change_topics(lambda: [
+            _create_one(m, services, topic, counts[topic.name] > 1, request.validate_only)
             for topic in request.topics
         ], wait=request.timeout)
         if timed_out:
-            results = [_timed_out(broker, result, request.timeout) for result in results]
+            results = [_timed_out(services, result, request.timeout) for result in results]
         return make(m.CreateTopicsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(results))
 
     async def delete_topics(ctx: RequestContext, request: Any) -> Any:
@@ -53,8 +53,8 @@ def register_topics(registry: HandlerRegistry, broker: Broker) -> None:
             wanted = [(t.name, t.topic_id) for t in request.topics]
         else:
             wanted = [(n, None) for n in request.topic_names]
-        results, _ = await broker.change_topics(lambda: [
-            _delete_one(m, broker, name, topic_id) for name, topic_id in wanted
+        results, _ = await services.replica_manager.change_topics(lambda: [
+            _delete_one(m, services, name, topic_id) for name, topic_id in wanted
         ])
         return make(m.DeleteTopicsResponse, throttle_time=ZERO_THROTTLE, responses=tuple(results))
 
@@ -62,7 +62,9 @@ def register_topics(registry: HandlerRegistry, broker: Broker) -> None:
     registry.register(ApiKey.DELETE_TOPICS, DELETE_VERSIONS[0], DELETE_VERSIONS[1], delete_topics)
 
 
-def _create_one(m: Any, broker: Broker, topic: Any, duplicate: bool, validate_only: bool) -> Any:
+def _create_one(
+    m: Any, services: BrokerServices, topic: Any, duplicate: bool, validate_only: bool
+) -> Any:
     def result(code: ErrorCode, message: str | None = None, info: Any = None) -> Any:
         configs: tuple[Any, ...] = ()
         partitions, rf = -1, -1
@@ -92,21 +94,21 @@ def _create_one(m: Any, broker: Broker, topic: Any, duplicate: bool, validate_on
                           "give either assignments or partitions and replication factor")
         assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
         if sorted(assignment) != list(range(len(assignment))) or any(
-            b != broker.broker_id for ids in assignment.values() for b in ids
+            b != services.broker_id for ids in assignment.values() for b in ids
         ) or any(not ids for ids in assignment.values()):
             return result(ErrorCode.invalid_replica_assignment,
                           "assignments must cover partitions 0..n-1 with live brokers")
     try:
         if validate_only:
-            n, rf, _ = broker.metadata.validate_new_topic(
+            n, rf, _ = services.metadata.validate_new_topic(
                 topic.name,
                 len(assignment) if assignment else topic.num_partitions,
                 len(next(iter(assignment.values()))) if assignment else topic.replication_factor,
                 configs,
             )
             return result(ErrorCode.none, None, (range(n), rf,
-                                                 _preview_configs(broker, configs), ZERO_UUID))
-        info = broker.metadata.create_topic(
+                                                 _preview_configs(services, configs), ZERO_UUID))
+        info = services.metadata.create_topic(
             topic.name, topic.num_partitions if not assignment else len(assignment),
             topic.replication_factor if not assignment else len(assignment[0]),
             configs, assignment,
@@ -115,13 +117,15 @@ def _create_one(m: Any, broker: Broker, topic: Any, duplicate: bool, validate_on
         return result(code_of(exc.kafka_error), str(exc))
     rf = len(next(iter(info.partitions.values())))
     return result(ErrorCode.none, None, (info.partitions, rf,
-                                         topic_config_entries(broker, info.configs), info.topic_id))
+                                         topic_config_entries(services, info.configs),
+                                         info.topic_id))
 
 
-def _timed_out(broker: Broker, result: Any, timeout: datetime.timedelta) -> Any:
+def _timed_out(services: BrokerServices, result: Any, timeout: datetime.timedelta) -> Any:
     """A created topic whose logs are not all in place when the request's timeout ends is
     REQUEST_TIMED_OUT (as Kafka's DelayedCreatePartitions answers); creation goes on."""
-    if result.error_code != ErrorCode.none or not broker.topic_logs_pending(result.name):
+    pending = services.replica_manager.topic_pending(result.name)
+    if result.error_code != ErrorCode.none or not pending:
         return result
     return replace(result, error_code=ErrorCode.request_timed_out,
                    error_message=f"the topic's logs were not all created within "
@@ -130,23 +134,25 @@ def _timed_out(broker: Broker, result: Any, timeout: datetime.timedelta) -> Any:
 
 
 def _preview_configs(
-    broker: Broker, configs: dict[str, str | None]
+    services: BrokerServices, configs: dict[str, str | None]
 ) -> list[tuple[str, str | None, int]]:
     """The configs a validate_only creation would give the topic."""
-    return topic_config_entries(broker, {k: v for k, v in configs.items() if v is not None})
+    return topic_config_entries(services, {k: v for k, v in configs.items() if v is not None})
 
 
-def _delete_one(m: Any, broker: Broker, name: str | None, topic_id: uuid.UUID | None) -> Any:
+def _delete_one(
+    m: Any, services: BrokerServices, name: str | None, topic_id: uuid.UUID | None
+) -> Any:
     if name is None and topic_id is not None and topic_id != ZERO_UUID:
-        info = broker.metadata.by_id(topic_id)
+        info = services.metadata.by_id(topic_id)
         if info is None:
             return make(m.DeletableTopicResult, name=None, topic_id=topic_id,
                         error_code=ErrorCode.unknown_topic_id, error_message=None)
         name = info.name
     assert name is not None
-    info = broker.metadata.get(name)
+    info = services.metadata.get(name)
     tid = info.topic_id if info else ZERO_UUID
-    if not broker.config["delete.topic.enable"]:
+    if not services.config["delete.topic.enable"]:
         return make(m.DeletableTopicResult, name=name, topic_id=tid,
                     error_code=ErrorCode.topic_deletion_disabled, error_message=None)
     if info is not None and info.is_internal:
@@ -154,7 +160,7 @@ def _delete_one(m: Any, broker: Broker, name: str | None, topic_id: uuid.UUID | 
                     error_code=ErrorCode.invalid_request,
                     error_message=f"internal topic {name} cannot be deleted")
     try:
-        broker.metadata.delete_topic(name)
+        services.metadata.delete_topic(name)
     except MetadataError as exc:
         return make(m.DeletableTopicResult, name=name, topic_id=tid,
                     error_code=code_of(exc.kafka_error), error_message=str(exc))

@@ -1,0 +1,296 @@
+"""The partitions this broker hosts, and the one door handlers use to reach them
+(Kafka's ``ReplicaManager``).
+
+How it works:
+
+- *Hosting.* The replica manager listens to topic changes in the metadata. For every
+  partition that names this broker among its replicas it makes sure a log exists and wraps
+  it in a :class:`~odradek.cluster.partition.Partition` carrying the partition's state
+  (leader, leader epoch, ISR: :meth:`ClusterMetadata.partition_state`). Partitions of a
+  deleted topic lose their logs. Logs asked for by an admin request are created in a
+  worker thread (:meth:`change_topics`); until one lands, its partition answers
+  LEADER_NOT_AVAILABLE, as Kafka answers for a partition whose leader has not taken it yet.
+- *The door.* Handlers ask :meth:`leader_partition` for a partition they want to append
+  to or read from as leader; it raises Kafka's error otherwise (UNKNOWN_TOPIC_OR_PARTITION,
+  LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
+  UNKNOWN_LEADER_EPOCH). :meth:`wait_for_replication` parks an acks=all Produce until the
+  high watermark passes its last offset (Kafka's ``DelayedProduce``).
+- *Events.* Each append tells the fetch purgatory how many bytes arrived (a Fetch waiting
+  for ``min_bytes`` counts them), each high-watermark move tells the produce purgatory
+  (acks=all waiters re-check their offset): events, never polling.
+- *High watermarks* are checkpointed in each log dir's ``replication-offset-checkpoint``
+  (Kafka's ``ReplicaManager.checkpointHighWatermarks``), every
+  ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown, and restored when a
+  partition is created at start. Like every checkpoint it is a cache of the logs: a
+  missing or damaged file means starting from the log start offset, and a leader alone
+  in its ISR moves it to its log end at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from odradek.cluster.partition import Partition, PartitionState
+from odradek.storage import LogManager, PartitionLog, TopicPartition, checkpoint, files
+from odradek.storage.checkpoint import CheckpointError
+from odradek.storage.config import LogConfig
+
+if TYPE_CHECKING:
+    from odradek.cluster.metadata import ClusterMetadata, TopicInfo
+
+__all__ = [
+    "LeaderNotAvailableError",
+    "ReplicaManager",
+    "UnknownTopicOrPartitionError",
+    "Watchers",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class UnknownTopicOrPartitionError(Exception):
+    kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+class LeaderNotAvailableError(Exception):
+    kafka_error = "LEADER_NOT_AVAILABLE"
+
+
+class Watchers(Protocol):
+    """What the replica manager tells a purgatory (server.purgatory.Purgatory)."""
+
+    def notify(self, key: Hashable, nbytes: int = 0) -> None: ...
+
+    def wake_all(self, key: Hashable) -> None: ...
+
+    async def wait_until(
+        self, keys: list[Hashable], condition: Callable[[], bool], timeout_s: float
+    ) -> bool: ...
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        metadata: ClusterMetadata,
+        fetch_watchers: Watchers,
+        produce_watchers: Watchers,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.metadata = metadata
+        self.fetch_watchers = fetch_watchers
+        self.produce_watchers = produce_watchers
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self._checkpointed: dict[Path, dict[tuple[str, int], int]] = {}
+        # Logs created off the loop (see change_topics).
+        self._pending: set[TopicPartition] = set()
+        self._deferred: list[tuple[TopicPartition, LogConfig]] | None = None
+        self._log_creation: asyncio.Task[None] | None = None
+
+    # -- life cycle ----------------------------------------------------------------------
+    def startup(self) -> None:
+        """Host every partition of every known topic; drop logs of deleted topics."""
+        for log_dir in self.log_manager.online_dirs:
+            path = log_dir / files.REPLICATION_OFFSET_CHECKPOINT
+            try:
+                self._checkpointed[log_dir] = checkpoint.read_offsets(path)
+            except (CheckpointError, OSError) as exc:
+                log.warning("ignoring %s (%s): high watermarks start from the logs", path, exc)
+                self._checkpointed[log_dir] = {}
+        for info in self.metadata.topics.values():
+            self._host(info)
+        for tp in list(self.log_manager.logs):
+            found = self.metadata.get(tp.topic)
+            if found is None or tp.partition not in found.partitions:
+                log.info("removing log %s of a topic that no longer exists", tp)
+                self.log_manager.delete_log(tp)
+        self._checkpointed.clear()
+        self.metadata.add_listener(self._on_topic_change)
+
+    async def shutdown(self) -> None:
+        """Wait for logs being created; then write the high-watermark checkpoints."""
+        if self._log_creation is not None:
+            await asyncio.wait((self._log_creation,))
+        self.checkpoint_high_watermarks()
+
+    def checkpoint_high_watermarks(self) -> None:
+        """``replication-offset-checkpoint`` of every online log dir."""
+        by_dir: dict[Path, dict[tuple[str, int], int]] = {
+            d: {} for d in self.log_manager.online_dirs
+        }
+        for tp, partition in list(self.partitions.items()):
+            found = by_dir.get(partition.log.log_dir)
+            if found is not None:
+                found[(tp.topic, tp.partition)] = partition.high_watermark
+        for log_dir, offsets in by_dir.items():
+            with self.log_manager.failure_channel.guard(log_dir, "writing high watermarks"):
+                checkpoint.write_offsets(log_dir / files.REPLICATION_OFFSET_CHECKPOINT, offsets)
+
+    # -- the door for handlers -----------------------------------------------------------
+    def get_partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get(TopicPartition(topic, index))
+
+    def leader_partition(
+        self, topic: str, index: int, current_leader_epoch: int = -1
+    ) -> Partition:
+        """The partition, if this broker leads it at ``current_leader_epoch`` (-1: any);
+        else Kafka's error for the request."""
+        tp = TopicPartition(topic, index)
+        partition = self.partitions.get(tp)
+        if partition is None:
+            if tp in self._pending:
+                raise LeaderNotAvailableError(f"the log of {tp} is still being created")
+            info = self.metadata.get(topic)
+            if info is not None and index in info.partitions:
+                state = self.metadata.partition_state(topic, index)
+                if state.leader != self.broker_id:
+                    from odradek.cluster.partition import NotLeaderOrFollowerError
+
+                    raise NotLeaderOrFollowerError(
+                        f"broker {self.broker_id} does not lead {tp} (leader: {state.leader})"
+                    )
+                raise LeaderNotAvailableError(f"{tp} has no log on this broker")
+            raise UnknownTopicOrPartitionError(f"{tp} does not exist")
+        partition.check_leader(current_leader_epoch)
+        return partition
+
+    def is_pending(self, topic: str, index: int) -> bool:
+        """True while the log of ``topic``-``index`` is being created off the loop."""
+        return TopicPartition(topic, index) in self._pending
+
+    def topic_pending(self, topic: str) -> bool:
+        """True while any log of ``topic`` is being created off the loop."""
+        return any(tp.topic == topic for tp in self._pending)
+
+    async def wait_for_replication(
+        self, partition: Partition, offset: int, timeout_s: float
+    ) -> bool:
+        """acks=all: wait until the high watermark passes ``offset`` (every replica of the
+        ISR has it) or ``timeout_s`` passes; whether it did."""
+        if partition.high_watermark > offset:
+            return True
+        tp = TopicPartition(partition.topic, partition.partition)
+        return await self.produce_watchers.wait_until(
+            [tp], lambda: partition.high_watermark > offset, timeout_s
+        )
+
+    # -- topic changes -------------------------------------------------------------------
+    async def change_topics(
+        self, change: Callable[[], T], wait: datetime.timedelta = datetime.timedelta(0)
+    ) -> tuple[T, bool]:
+        """Apply ``change`` (synchronous calls on the metadata) and create the logs it
+        calls for in a worker thread, waiting for them up to ``wait``. Returns the result
+        of ``change`` and whether that wait ran out with logs still being created (never
+        with a zero ``wait``: the caller then answers without waiting, as Kafka does).
+
+        Creating a log is a directory and five files: a 1,000-partition topic held the
+        event loop for seconds, every connection waiting. The admin handler waits up to
+        the request's timeout, as Kafka's DelayedCreatePartitions does. Changes are
+        applied one at a time, each after the previous one's logs are in place, as
+        Kafka's controller handles its events in order: a topic deleted or grown while
+        its logs are being created cannot race with their creation."""
+        while (previous := self._log_creation) is not None and not previous.done():
+            await asyncio.wait((previous,))
+        self._deferred = []
+        try:
+            result = change()
+        finally:
+            deferred, self._deferred = self._deferred, None
+        if not deferred:
+            return result, False
+        task = asyncio.get_running_loop().create_task(self._create_logs(deferred))
+        self._log_creation = task
+        if wait <= datetime.timedelta(0):
+            return result, False
+        await asyncio.wait((task,), timeout=wait.total_seconds())
+        return result, not task.done()
+
+    def _on_topic_change(self, name: str, info: TopicInfo | None) -> None:
+        if info is not None:
+            self._host(info)
+            return
+        for tp in [tp for tp in list(self.log_manager.logs) if tp.topic == name]:
+            self.partitions.pop(tp, None)
+            self.log_manager.delete_log(tp)
+            self.fetch_watchers.wake_all(tp)
+            self.produce_watchers.wake_all(tp)
+
+    def _host(self, info: TopicInfo) -> None:
+        config = self.metadata.log_config(info.name)
+        for index, replicas in info.partitions.items():
+            if self.broker_id not in replicas:
+                continue
+            tp = TopicPartition(info.name, index)
+            existing = self.log_manager.get_log(tp)
+            if existing is not None:
+                existing.update_config(config)
+                self._adopt(existing)
+            elif tp in self._pending:
+                continue  # being created off the loop; configured when it lands
+            elif self._deferred is not None:
+                self._deferred.append((tp, config))
+                self._pending.add(tp)
+            else:
+                self._adopt(self.log_manager.get_or_create_log(tp, config))
+
+    def _adopt(self, partition_log: PartitionLog) -> Partition:
+        """The Partition of ``partition_log``, made on first sight; its state refreshed."""
+        tp = TopicPartition(partition_log.topic, partition_log.partition)
+        state = self.metadata.partition_state(tp.topic, tp.partition)
+        partition = self.partitions.get(tp)
+        if partition is not None and partition.log is partition_log:
+            if partition.state != state:
+                partition.update_state(state)
+            return partition
+        partition = self._new_partition(partition_log, state)
+        checkpointed = self._checkpointed.get(partition_log.log_dir, {}).get(tp)
+        if checkpointed is not None:
+            partition.restore_high_watermark(checkpointed)
+        self.partitions[tp] = partition
+        return partition
+
+    def _new_partition(self, partition_log: PartitionLog, state: PartitionState) -> Partition:
+        tp = TopicPartition(partition_log.topic, partition_log.partition)
+        fetch_notify = self.fetch_watchers.notify
+        produce_notify = self.produce_watchers.notify
+
+        def on_append(_log: PartitionLog, nbytes: int) -> None:
+            fetch_notify(tp, nbytes)
+
+        partition_log.add_append_listener(on_append)
+        return Partition(self.broker_id, partition_log, state,
+                         on_high_watermark=lambda _p: produce_notify(tp, 0))
+
+    async def _create_logs(self, wanted: list[tuple[TopicPartition, LogConfig]]) -> None:
+        try:
+            await asyncio.to_thread(self._create_logs_now, wanted)
+        finally:
+            configs: dict[str, LogConfig] = {}
+            for tp, used in wanted:
+                self._pending.discard(tp)
+                created = self.log_manager.get_log(tp)
+                if created is None:
+                    continue
+                if tp.topic not in configs:
+                    configs[tp.topic] = self.metadata.log_config(tp.topic)
+                if configs[tp.topic] != used:  # altered while the log was being created
+                    created.update_config(configs[tp.topic])
+                info = self.metadata.get(tp.topic)
+                if info is not None and tp.partition in info.partitions:
+                    self._adopt(created)
+
+    def _create_logs_now(self, wanted: list[tuple[TopicPartition, LogConfig]]) -> None:
+        """In a worker thread; each log is published to the loop by _create_logs."""
+        for tp, config in wanted:
+            try:
+                self.log_manager.get_or_create_log(tp, config)
+            except Exception:  # e.g. the log dir failed: the partition stays unavailable
+                log.exception("cannot create the log of %s", tp)

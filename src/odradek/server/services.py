@@ -1,0 +1,49 @@
+"""What request handlers may use of the broker: a narrow set of services, not the broker.
+
+How it works: the broker (``server/broker.py``) builds the parts — storage, metadata,
+replica manager, coordinators — wires them together, and hands each handler module one
+:class:`BrokerServices`. Handlers never import the broker module (an import-linter contract
+in ``pyproject.toml`` holds them to it), so the broker's wiring can change, a cluster
+broker can replace the single node, without touching a handler; and a handler's needs
+are listed here, in one place, as Kafka's ``KafkaApis`` takes its managers in its
+constructor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from odradek.cluster.metadata import ClusterMetadata
+from odradek.cluster.replica_manager import ReplicaManager
+from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.server.config import BrokerConfig
+from odradek.server.dynamic_config import DynamicBrokerConfig
+from odradek.server.fetch_session import FetchSessionCache
+from odradek.server.purgatory import Purgatory
+
+if TYPE_CHECKING:
+    from odradek.coordinator.group_coordinator import GroupCoordinator
+
+__all__ = ["BrokerServices"]
+
+
+@dataclass(slots=True)
+class BrokerServices:
+    broker_id: int
+    config: BrokerConfig
+    metadata: ClusterMetadata
+    """Topics, configs and partition states (the metadata cache)."""
+    replica_manager: ReplicaManager
+    """The partitions this broker hosts: the door to append, read and ask who leads."""
+    fetch_purgatory: Purgatory
+    """Fetches waiting for ``min_bytes``."""
+    fetch_sessions: FetchSessionCache
+    """Incremental fetch sessions (KIP-227)."""
+    group_coordinator: GroupCoordinator
+    producer_ids: ProducerIdManager
+    dynamic_config: DynamicBrokerConfig
+    """Dynamic broker configs layered over the static ones (Kafka's DynamicBrokerConfig)."""
+    advertised_endpoint: Callable[[], tuple[str, int]]
+    """This broker's advertised (host, port); the port is known once it listens."""
