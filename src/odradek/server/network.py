@@ -35,10 +35,14 @@ asyncio event loop instead of threads:
    connection, let in-flight requests finish and their responses flush for up to the
    shutdown timeout, then abort connections and cancel the handlers left.
 
-A handler that raises :class:`~odradek.protocol.errors.KafkaError` gets its registration's
-``error_response`` (Kafka's ``getErrorResponse``); any other exception maps to
-UNKNOWN_SERVER_ERROR the same way. Without an ``error_response`` builder the connection is
-closed, because there is no well-formed answer to send.
+A handler that fails is answered, not dropped (Kafka's ``sendErrorOrCloseConnection``): a
+:class:`~odradek.protocol.errors.KafkaError` with its code and message, any other exception
+with UNKNOWN_SERVER_ERROR after its traceback is logged. The answer comes from
+:func:`~odradek.protocol.error_response.build_error_response` (Kafka's
+``getErrorResponse``: the code in every place the response has one, for each of the
+request's topics, partitions, groups or resources), or from the registration's own
+``error_response`` (ApiVersions). The connection is closed only when there is no answer to
+send: Produce with acks=0, as in Kafka, or an answer that cannot be built or encoded.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from typing import Any, Final, cast
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request, encode_body, request_header_version, schema
+from odradek.protocol.error_response import build_error_response
 from odradek.protocol.errors import (
     ErrorCode,
     KafkaError,
@@ -376,13 +381,24 @@ class KafkaConnection(asyncio.Protocol):
         code: ErrorCode,
         error: BaseException,
     ) -> _Outcome:
-        if registration.error_response is None:
-            return _Close(f"handler for API {ctx.api_key} v{ctx.api_version} failed: {error!r}")
+        # Kafka's sendErrorOrCloseConnection: the request's error response, or closing the
+        # connection when there is none (Produce acks=0) or it cannot be built.
         try:
-            response = registration.error_response(ctx, request, code)
+            if registration.error_response is not None:
+                response = registration.error_response(ctx, request, code)
+            else:
+                message = error.message if isinstance(error, KafkaError) else None
+                response = build_error_response(
+                    ctx.api_key, ctx.api_version, request, code, message
+                )
         except Exception as e:
-            log.exception("error_response for API %s failed", ctx.api_key)
+            log.exception("error response to API %s failed", ctx.api_key)
             return _Close(f"cannot build error response: {e!r}")
+        if response is None:
+            return _Close(
+                f"handler for API {ctx.api_key} v{ctx.api_version} failed with no response "
+                f"to carry the error: {error!r}"
+            )
         return self._encode(registration, ctx, response)
 
     def _encode(self, registration: Registration, ctx: RequestContext, result: Any) -> _Outcome:
