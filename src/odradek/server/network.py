@@ -8,10 +8,11 @@ asyncio event loop instead of threads:
 2. *Frame.* Bytes go into a sans-I/O :class:`~odradek.protocol.framing.FrameDecoder`
    capped at ``socket.request.max.bytes``.
 3. *Route.* The first 8 bytes of a frame give key, version and correlation id. The
-   registry says who serves it. An unknown key, a malformed header or body, or an
-   unsupported version close the connection with a logged reason (Kafka's behaviour),
-   except ApiVersions at an unsupported version, which gets the v0 UNSUPPORTED_VERSION
-   answer (KIP-511). ``RequestContext`` carries the header fields, peer and connection id.
+   registry says who serves it. An unknown key, a malformed header or body (a null where
+   the schema forbids one included), or an unsupported version close the connection with
+   a logged reason (Kafka's behaviour), except ApiVersions at an unsupported version,
+   which gets the v0 UNSUPPORTED_VERSION answer (KIP-511). ``RequestContext`` carries
+   the header fields, peer and connection id.
 4. *Handle, concurrently.* A handler starts at once, inside dispatch, and runs up to its
    first wait, as Python 3.12's eager tasks do: most (Produce, Metadata, ListOffsets…)
    never wait and finish there, with no task or loop turn of their own. One that waits
