@@ -28,13 +28,13 @@ async def _noop(ctx: RequestContext, request: Any) -> Any:
     return None
 
 
-def test_decorator_and_lookup() -> None:
+def test_register_and_lookup() -> None:
     registry = HandlerRegistry()
 
-    @registry.handler(ApiKey.METADATA, versions=(0, 12))
     async def metadata(ctx: RequestContext, request: Any) -> Any:
         return None
 
+    registry.register(ApiKey.METADATA, 0, 12, metadata)
     registration = registry.lookup(3, 12)
     assert registration.handler is metadata
     assert (registration.min_version, registration.max_version) == (0, 12)

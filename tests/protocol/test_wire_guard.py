@@ -5,10 +5,12 @@ body. Each case here would abort the test process if the check let it through.""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import importlib
 import io
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, get_args, get_origin
 
 import pytest
 from hypothesis import given, settings
@@ -19,7 +21,10 @@ from kio.static.primitive import i8, i32, i64
 from odradek.protocol.codec import decode_request, schema
 from odradek.protocol.errors import InvalidRequestError
 from odradek.protocol.primitives import uvarint
+from odradek.protocol.produce_reader import MAX_VERSION as PRODUCE_READER_MAX
+from odradek.protocol.produce_reader import read_produce_request
 from odradek.protocol.wire_guard import check_body
+from tests.protocol.samples import is_entity, sample_request, unwrap_optional
 
 
 def _encode(entity: Any) -> bytes:
@@ -138,3 +143,110 @@ def test_every_request_schema_compiles() -> None:
             continue
         for version in range(versions[0], versions[1] + 1):
             check_body(schema(api_key, version).request_type, b"", 0)
+
+
+# -- nulls where the schema forbids them ---------------------------------------------------
+
+Path = tuple[str, ...]
+
+
+def _all_request_versions() -> list[tuple[int, int]]:
+    from odradek.protocol.codec import kio_versions
+
+    pairs = []
+    for api_key in range(100):
+        versions = kio_versions(api_key)
+        if versions is not None:
+            pairs.extend((api_key, v) for v in range(versions[0], versions[1] + 1))
+    return pairs
+
+
+def _non_nullable(entity: Any, path: Path = ()) -> Iterator[tuple[Path, Any, Any]]:
+    """(path, short value, long value) of every non-nullable array, string or byte field
+    on the wire: the short value encodes its length prefix as 0, the long one as 1.
+    A path step "*" is the one element of an array of strings."""
+    for field in dataclasses.fields(entity):
+        if "tag" in field.metadata:
+            continue
+        field_type, nullable = unwrap_optional(field.type)
+        value = getattr(entity, field.name)
+        here = (*path, field.name)
+        if get_origin(field_type) is tuple:
+            if not nullable:
+                yield here, (), value
+            inner, inner_nullable = unwrap_optional(get_args(field_type)[0])
+            if is_entity(inner):
+                yield from _non_nullable(value[0], here)
+            elif inner is str and not inner_nullable:
+                yield (*here, "*"), ("",), ("a",)
+            elif inner is bytes and not inner_nullable:
+                yield (*here, "*"), (b"",), (b"a",)
+        elif is_entity(field_type):
+            if value is not None:
+                yield from _non_nullable(value, here)
+        elif field.metadata["kafka_type"] in ("string", "bytes", "records") and not nullable:
+            empty = "" if field.metadata["kafka_type"] == "string" else b""
+            yield here, empty, "a" if empty == "" else b"a"
+
+
+def _replace(entity: Any, path: Path, value: Any) -> Any:
+    name, rest = path[0], path[1:]
+    if rest == ("*",) or not rest:
+        return dataclasses.replace(entity, **{name: value})
+    child = getattr(entity, name)
+    if isinstance(child, tuple):
+        return dataclasses.replace(entity, **{name: (_replace(child[0], rest, value),)})
+    return dataclasses.replace(entity, **{name: _replace(child, rest, value)})
+
+
+def _with_null(request: Any, path: Path, short: Any, long: Any) -> bytes:
+    """The encoded request with the length prefix of the field at ``path`` made null."""
+    low, high = _encode(_replace(request, path, short)), _encode(_replace(request, path, long))
+    first = next(i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b)
+    if type(request).__flexible__:
+        return low[:first] + b"\x00" + low[first + 1 :]  # compact: length + 1, 0 is null
+    width = 2 if isinstance(short, str) or short == ("",) else 4  # string: int16
+    start = first - (width - 1)
+    return low[:start] + b"\xff" * width + low[start + width :]
+
+
+def _parse(api_key: int, version: int, body: bytes) -> Any:
+    """What the broker does with a body: Produce goes through its hot-path reader."""
+    if api_key == 0 and version <= PRODUCE_READER_MAX:
+        return read_produce_request(bytearray(body), 0, version)
+    return decode_request(api_key, version, body)
+
+
+@pytest.mark.parametrize(("api_key", "version"), _all_request_versions())
+def test_a_null_is_refused_wherever_the_schema_forbids_one(api_key: int, version: int) -> None:
+    request = sample_request(api_key, version)
+    body = _encode(request)
+    assert decode_request(api_key, version, body) == request  # valid: parses identically
+    _parse(api_key, version, body)
+    targets = list(_non_nullable(request))
+    for path, short, long in targets:
+        bad = _with_null(request, path, short, long)
+        with pytest.raises(InvalidRequestError, match=f"non-nullable field {path[-1]}"
+                           if path[-1] != "*" else "non-nullable field"):
+            decode_request(api_key, version, bad)
+        if api_key == 0 and version <= PRODUCE_READER_MAX:  # and by Produce's own reader
+            with pytest.raises(InvalidRequestError):
+                _parse(api_key, version, bad)
+
+
+def test_nullable_fields_still_take_null() -> None:
+    md = importlib.import_module("kio.schema.metadata.v12.request")
+    request = md.MetadataRequest(topics=None, allow_auto_topic_creation=True,
+                                 include_topic_authorized_operations=False)
+    assert decode_request(3, 12, _encode(request)) == request
+    md4 = importlib.import_module("kio.schema.metadata.v4.request")
+    request4 = md4.MetadataRequest(topics=None, allow_auto_topic_creation=True)
+    assert decode_request(3, 4, _encode(request4)) == request4
+
+
+def test_offset_commit_v8_with_null_topics_is_refused() -> None:
+    """The fuzzing report's case: it reached the handler as ``topics=None``."""
+    request = sample_request(8, 8)
+    body = _with_null(request, ("topics",), (), request.topics)
+    with pytest.raises(InvalidRequestError, match="non-nullable field topics"):
+        decode_request(8, 8, body)

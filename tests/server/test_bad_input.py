@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import socket
 import struct
 import time
@@ -101,6 +102,28 @@ def test_an_array_declaring_more_elements_than_bytes_is_closed(
     payload = _header(3, 12) + b"\x00" + length + bytes(20)
     assert _raw(shared_broker, struct.pack(">i", len(payload)) + payload) == b""
     _still_serving(shared_broker)
+
+
+def test_a_null_the_schema_forbids_is_closed_with_a_reason(
+    shared_broker: RunningBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OffsetCommit v8 with ``topics`` null (compact length 0) reached the handler as None
+    (TypeError); Kafka fails the parse ("non-nullable field topics was serialized as
+    null") and closes the connection, and so do we."""
+    body = (
+        uvarint(2) + b"g" + struct.pack(">i", 1) + uvarint(2) + b"m"
+        + b"\x00"  # group_instance_id: null, which it may be
+        + b"\x00"  # topics: null, which it may not
+        + b"\x00"  # tagged fields
+    )
+    payload = _header(8, 8) + b"\x00" + body
+    with caplog.at_level(logging.INFO, logger="odradek.server.network"):
+        assert _raw(shared_broker, struct.pack(">i", len(payload)) + payload) == b""
+        _still_serving(shared_broker)
+    assert any(
+        "non-nullable field topics was serialized as null" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_disconnect_mid_request(shared_broker: RunningBroker) -> None:

@@ -202,6 +202,33 @@ def test_session_by_id_reports_deleted_topic(broker: RunningBroker) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("epoch", [0, -1])
+def test_an_all_zero_topic_id_is_unknown_topic_id(broker: RunningBroker, epoch: int) -> None:
+    """Fetch v15, session epoch 0 (or sessionless), topic id 0: kio reads the id as None,
+    which tripped an assertion in the session cache and closed the connection. Kafka
+    answers UNKNOWN_TOPIC_ID for the partition; the connection goes on serving."""
+    async def scenario() -> None:
+        name, tid = _topic(broker, 1)
+        _append(broker, name, 0)
+        zero = Fetcher(15, name, uuid.UUID(int=0))
+        conn = await BrokerConnection.open(broker.bootstrap)
+        try:
+            r = await conn.send(zero.request({0: 0}, 0, epoch, max_wait_ms=0))
+            assert r.error_code == ErrorCode.none
+            (topic,) = r.responses
+            assert topic.topic_id is None  # all zero, as kio reads it
+            (partition,) = topic.partitions
+            assert (partition.partition_index, partition.error_code) == (
+                0, ErrorCode.unknown_topic_id
+            )
+            r = await conn.send(Fetcher(15, name, tid).request({0: 0}, 0, -1, max_wait_ms=0))
+            assert _parts(r)[0].error_code == ErrorCode.none and _parts(r)[0].records
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
+
+
 def test_sessions_bounded_by_config(tmp_path: Any) -> None:
     overrides = {"max.incremental.fetch.session.cache.slots": "2"}
     with running_broker(overrides=overrides, data_dir=tmp_path) as b:

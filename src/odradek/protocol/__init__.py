@@ -1,4 +1,5 @@
-"""Sans-I/O Kafka wire protocol: framing, headers, handler registry, error codes, codecs.
+"""Sans-I/O Kafka wire protocol: framing, headers, handler registry, error codes, codecs,
+error responses.
 
 No module here imports ``socket`` or ``asyncio``; the network layer (``odradek.server``)
 drives it. Bodies are kio entities (generated from Kafka's JSON schemas); the hot Fetch
@@ -15,6 +16,7 @@ from odradek.protocol.codec import (
     response_header_version,
     schema,
 )
+from odradek.protocol.error_response import build_error_response
 from odradek.protocol.errors import (
     ErrorCode,
     FrameTooLargeError,
@@ -68,6 +70,7 @@ __all__ = [
     "Send",
     "UnknownApiKeyError",
     "UnsupportedVersionError",
+    "build_error_response",
     "decode_request",
     "encode_body",
     "encode_response",

@@ -8,28 +8,34 @@ must have a kio schema (request and response), checked at registration.
 
 A handler is ``async def handler(ctx: RequestContext, request) -> response``, where the
 response is a kio response entity, a pre-encoded :class:`~odradek.protocol.send.Send`, or
-``None`` for "no response" (Produce with acks=0). It may raise
-:class:`~odradek.protocol.errors.KafkaError`; if the registration has an ``error_response``
-builder, that turns the error into a response (Kafka's ``AbstractRequest.getErrorResponse``),
-otherwise the connection is closed with a logged reason.
+``None`` for "no response" (Produce with acks=0). When it fails — a
+:class:`~odradek.protocol.errors.KafkaError`, or any other exception, answered
+UNKNOWN_SERVER_ERROR — the network layer answers with the API's error response (Kafka's
+``AbstractRequest.getErrorResponse``), built for every API from its schema by
+:func:`~odradek.protocol.error_response.build_error_response`. A registration may bring its
+own ``error_response`` builder instead (ApiVersions does).
 
 ``serial=True`` asks the network layer not to start the request until every earlier
 request of the same connection has completed — Kafka's one-request-at-a-time channel
 muting, needed where execution order matters (Produce with idempotence).
 
+``decode`` replaces kio's decoding of the request body (the hot-path Produce reader); the
+generic error response reads what it returns by kio field names or positions.
+
 Usage::
 
     registry = HandlerRegistry()
 
-    @registry.handler(ApiKey.METADATA, versions=(0, 12))
     async def metadata(ctx: RequestContext, request: Any) -> Any: ...
+
+    registry.register(ApiKey.METADATA, 0, 12, metadata)
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeAlias, TypeVar
+from typing import Any, NamedTuple, TypeAlias
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import kio_versions, schema
@@ -79,7 +85,6 @@ Handler: TypeAlias = Callable[[RequestContext, Any], Awaitable[Any]]
 ErrorResponseBuilder: TypeAlias = Callable[[RequestContext, Any, ErrorCode], Any]
 RequestDecoder: TypeAlias = Callable[[bytes | bytearray | memoryview, int, int], Any]
 """(frame, offset of the body, version) -> request; raises InvalidRequestError."""
-H = TypeVar("H", bound=Handler)
 
 
 class DuplicateHandlerError(LocalProtocolError):
@@ -101,7 +106,7 @@ class Registration:
     min_version: int
     max_version: int
     handler: Handler
-    error_response: ErrorResponseBuilder | None = None
+    error_response: ErrorResponseBuilder | None = None  # None: build_error_response
     serial: bool = False
     decode: RequestDecoder | None = None  # None: kio's decoding
 
@@ -157,24 +162,6 @@ class HandlerRegistry:
         self._by_key[key] = registration
         self._table = None
         return registration
-
-    def handler(
-        self,
-        api_key: int,
-        versions: tuple[int, int],
-        *,
-        error_response: ErrorResponseBuilder | None = None,
-        serial: bool = False,
-    ) -> Callable[[H], H]:
-        """Decorator form of :meth:`register`; ``versions`` is (min, max) inclusive."""
-
-        def decorate(fn: H) -> H:
-            self.register(
-                api_key, versions[0], versions[1], fn, error_response=error_response, serial=serial
-            )
-            return fn
-
-        return decorate
 
     def lookup(self, api_key: int, api_version: int) -> Registration:
         """The registration serving this request.

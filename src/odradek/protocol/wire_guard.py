@@ -12,6 +12,12 @@ or when a string, a byte field or a tagged field runs past the end. Only then do
 decode it, so every allocation kio makes is bounded by the frame size
 (``socket.request.max.bytes``).
 
+The same walk refuses a null (length -1, or 0 in a compact encoding) in an array, a string
+or a byte field the schema does not declare nullable at that version: kio would decode it
+as ``None`` and hand it on, where Kafka's generated readers throw "non-nullable field X
+was serialized as null" and the request fails to parse. (A struct is null only through
+the KIP-893 marker of a nullable one; a non-nullable struct has no null on the wire.)
+
 A walker is compiled once per entity class: a run of fixed-size fields is one skip, an
 array of fixed-size values is one multiplication, and only strings, byte fields, nested
 structs and tagged fields are read. Everything else (values, UTF-8, truncation) is left
@@ -64,6 +70,11 @@ def _refuse(what: str, n: int, remaining: int) -> InvalidRequestError:
     return InvalidRequestError(
         f"{what} declares {n}, but only {max(remaining, 0)} bytes remain"
     )
+
+
+def _null(name: str) -> InvalidRequestError:
+    # The words of Kafka's generated readers (MessageDataGenerator).
+    return InvalidRequestError(f"non-nullable field {name} was serialized as null")
 
 
 # -- compiling walkers -------------------------------------------------------------------
@@ -135,14 +146,18 @@ def _field_walker(
         args = get_args(field_type)
         if len(args) != 2 or not isinstance(args[1], EllipsisType):
             raise TypeError(f"unsupported tuple type {field_type} of {field.name}")
-        inner: Any = args[0]
+        inner, inner_optional = _unwrap_optional(args[0])
         if _is_entity(inner):
             walker, size = _compile_entity(inner)
-            return _array(walker, size, flexible, field.name), None
+            return _array(walker, size, flexible, field.name, optional), None
         kafka_type = field.metadata["kafka_type"]
         size = _FIXED_SIZES.get(kafka_type)
-        element = _variable(kafka_type, flexible, field.name) if size is None else _skip(size)
-        return _array(element, size, flexible, field.name), None
+        element = (
+            _variable(kafka_type, flexible, field.name, inner_optional)
+            if size is None
+            else _skip(size)
+        )
+        return _array(element, size, flexible, field.name, optional), None
     if _is_entity(field_type):
         walker = _entity_walker(field_type)
         if optional and not is_tag:
@@ -152,7 +167,7 @@ def _field_walker(
     size = _FIXED_SIZES.get(kafka_type)
     if size is not None:
         return _skip(size), size
-    return _variable(kafka_type, flexible, field.name), None
+    return _variable(kafka_type, flexible, field.name, optional), None
 
 
 def _is_entity(field_type: Any) -> bool:
@@ -167,8 +182,9 @@ def _unwrap_optional(field_type: Any) -> tuple[Any, bool]:
     return field_type, False
 
 
-def _variable(kafka_type: str, flexible: bool, name: str) -> Walker:
-    """A string or bytes field: its length must fit in what remains."""
+def _variable(kafka_type: str, flexible: bool, name: str, nullable: bool) -> Walker:
+    """A string or bytes field: its length must fit in what remains, and be null only
+    where the schema allows it."""
     if kafka_type not in _VARIABLE:
         raise TypeError(f"unknown kafka_type {kafka_type!r} of {name}")
     if flexible:
@@ -177,6 +193,8 @@ def _variable(kafka_type: str, flexible: bool, name: str) -> Walker:
             n -= 1
             if n > end - pos:
                 raise _refuse(f"{name} length", n, end - pos)
+            if n < 0 and not nullable:
+                raise _null(name)
             return pos + n if n > 0 else pos
 
         return compact
@@ -187,13 +205,18 @@ def _variable(kafka_type: str, flexible: bool, name: str) -> Walker:
         pos += prefix.size
         if n > end - pos:
             raise _refuse(f"{name} length", n, end - pos)
+        if n < 0 and not nullable:
+            raise _null(name)
         return pos + n if n > 0 else pos
 
     return legacy
 
 
-def _array(element: Walker, size: int | None, flexible: bool, name: str) -> Walker:
-    """An array: its element count must fit in what remains (at least one byte each)."""
+def _array(
+    element: Walker, size: int | None, flexible: bool, name: str, nullable: bool
+) -> Walker:
+    """An array: its element count must fit in what remains (at least one byte each),
+    and be null only where the schema allows it."""
     def walk(view: Buffer, pos: int, end: int) -> int:
         if flexible:
             count, pos = read_uvarint(view, pos)
@@ -202,6 +225,8 @@ def _array(element: Walker, size: int | None, flexible: bool, name: str) -> Walk
             (count,) = _I32.unpack_from(view, pos)
             pos += 4
         if count <= 0:
+            if count < 0 and not nullable:
+                raise _null(name)
             return pos
         if count * (size or 1) > end - pos:
             raise _refuse(f"array {name}", count, end - pos)

@@ -8,14 +8,14 @@ asyncio event loop instead of threads:
 2. *Frame.* Bytes go into a sans-I/O :class:`~odradek.protocol.framing.FrameDecoder`
    capped at ``socket.request.max.bytes``.
 3. *Route.* The first 8 bytes of a frame give key, version and correlation id. The
-   registry says who serves it. An unknown key, a malformed header or body, or an
-   unsupported version close the connection with a logged reason (Kafka's behaviour),
-   except ApiVersions at an unsupported version, which gets the v0 UNSUPPORTED_VERSION
-   answer (KIP-511). The close waits its turn: nothing after the bad frame is read, and
-   every request received before it is answered first, as Kafka, which reads one
-   request at a time, would have answered it (an earlier Produce is never applied and
-   left unanswered, which made clients retry it into a duplicate). ``RequestContext``
-   carries the header fields, peer and connection id.
+   registry says who serves it. An unknown key, a malformed header or body (a null where
+   the schema forbids one included), or an unsupported version close the connection with
+   a logged reason (Kafka's behaviour), except ApiVersions at an unsupported version,
+   which gets the v0 UNSUPPORTED_VERSION answer (KIP-511). The close waits its turn:
+   nothing after the bad frame is read, and every request received before it is answered
+   first, as Kafka, which reads one request at a time, would have answered it (an earlier
+   Produce is never applied and left unanswered, which made clients retry it into a
+   duplicate). ``RequestContext`` carries the header fields, peer and connection id.
 4. *Handle, concurrently.* A handler starts at once, inside dispatch, and runs up to its
    first wait, as Python 3.12's eager tasks do: most (Produce, Metadata, ListOffsets…)
    never wait and finish there, with no task or loop turn of their own. One that waits
@@ -39,10 +39,14 @@ asyncio event loop instead of threads:
    connection, let in-flight requests finish and their responses flush for up to the
    shutdown timeout, then abort connections and cancel the handlers left.
 
-A handler that raises :class:`~odradek.protocol.errors.KafkaError` gets its registration's
-``error_response`` (Kafka's ``getErrorResponse``); any other exception maps to
-UNKNOWN_SERVER_ERROR the same way. Without an ``error_response`` builder the connection is
-closed, because there is no well-formed answer to send.
+A handler that fails is answered, not dropped (Kafka's ``sendErrorOrCloseConnection``): a
+:class:`~odradek.protocol.errors.KafkaError` with its code and message, any other exception
+with UNKNOWN_SERVER_ERROR after its traceback is logged. The answer comes from
+:func:`~odradek.protocol.error_response.build_error_response` (Kafka's
+``getErrorResponse``: the code in every place the response has one, for each of the
+request's topics, partitions, groups or resources), or from the registration's own
+``error_response`` (ApiVersions). The connection is closed only when there is no answer to
+send: Produce with acks=0, as in Kafka, or an answer that cannot be built or encoded.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from typing import Any, Final, cast
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request, encode_body, request_header_version, schema
+from odradek.protocol.error_response import build_error_response
 from odradek.protocol.errors import (
     ErrorCode,
     KafkaError,
@@ -400,13 +405,24 @@ class KafkaConnection(asyncio.Protocol):
         code: ErrorCode,
         error: BaseException,
     ) -> _Outcome:
-        if registration.error_response is None:
-            return _Close(f"handler for API {ctx.api_key} v{ctx.api_version} failed: {error!r}")
+        # Kafka's sendErrorOrCloseConnection: the request's error response, or closing the
+        # connection when there is none (Produce acks=0) or it cannot be built.
         try:
-            response = registration.error_response(ctx, request, code)
+            if registration.error_response is not None:
+                response = registration.error_response(ctx, request, code)
+            else:
+                message = error.message if isinstance(error, KafkaError) else None
+                response = build_error_response(
+                    ctx.api_key, ctx.api_version, request, code, message
+                )
         except Exception as e:
-            log.exception("error_response for API %s failed", ctx.api_key)
+            log.exception("error response to API %s failed", ctx.api_key)
             return _Close(f"cannot build error response: {e!r}")
+        if response is None:
+            return _Close(
+                f"handler for API {ctx.api_key} v{ctx.api_version} failed with no response "
+                f"to carry the error: {error!r}"
+            )
         return self._encode(registration, ctx, response)
 
     def _encode(self, registration: Registration, ctx: RequestContext, result: Any) -> _Outcome:

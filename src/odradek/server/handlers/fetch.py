@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VERSIONS = (4, 17)
+ZERO_UUID = uuid.UUID(int=0)
 
 
 class _OwningSend(Send):
@@ -107,8 +108,8 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
 
         wanted: list[CachedPartition] = []
         for topic in request.topics:
-            name = name_of(topic.topic_id) if by_id else topic.topic
-            tid = topic.topic_id if by_id else None
+            tid = _topic_id(topic.topic_id) if by_id else None
+            name = name_of(tid) if tid is not None else topic.topic
             for p in topic.partitions:
                 wanted.append(CachedPartition(
                     name, tid, p.partition, p.fetch_offset, p.partition_max_bytes,
@@ -116,7 +117,7 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
                 ))
         forgotten: list[PartitionKey] = []
         for topic in getattr(request, "forgotten_topics_data", ()):
-            key: str | uuid.UUID = topic.topic_id if by_id else topic.topic
+            key: str | uuid.UUID = _topic_id(topic.topic_id) if by_id else topic.topic
             forgotten.extend((key, p) for p in topic.partitions)
 
         context = cache.new_context(
@@ -184,6 +185,12 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
             raise
 
     registry.register(ApiKey.FETCH, VERSIONS[0], VERSIONS[1], fetch)
+
+
+def _topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:
+    """kio reads the all-zero topic id (Kafka's ``Uuid.ZERO_UUID``) as None; a topic id
+    names no topic then, and its partitions are answered UNKNOWN_TOPIC_ID as Kafka does."""
+    return ZERO_UUID if topic_id is None else topic_id
 
 
 def _privileged(request: Any) -> bool:
