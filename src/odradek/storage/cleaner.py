@@ -144,7 +144,8 @@ def read_batches(
     ``buffer_size`` bytes at a time (a larger batch is read whole). Raises CleanerError on a
     corrupt batch."""
     pos = start
-    fd = segment.fd
+    handle = segment.file_handle()  # held while reading: the segment may be released
+    fd = handle.fd
     while pos < end:
         check_abort()
         data = os.pread(fd, min(buffer_size, end - pos), pos)

@@ -100,8 +100,9 @@ class LogAppendInfo(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:
     """A fetch answer: a region of a segment file (``size`` may be 0) plus the offsets the
-    response reports. ``fd`` stays open as long as this object holds its segment: a
-    deleted segment closes its descriptor only when the last reference goes."""
+    response reports. ``fd`` stays open as long as this object holds its segment's file
+    handle: a released or deleted segment's descriptor closes only when the last
+    reference goes."""
 
     fetch_offset: int
     fd: int
@@ -110,7 +111,7 @@ class FetchDataInfo:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int
-    # Keeps the segment (and so ``fd``) alive while this answer is in use.
+    # The segment's FileHandle: keeps ``fd`` open while this answer is in use.
     segment: object = None
 
     def read(self) -> bytes:
@@ -606,8 +607,9 @@ class PartitionLog:
                         # up with MSG_SIZE_TOO_LARGE.)
                         i += 1
                         continue
+                    handle = segment.file_handle()  # keeps the fd open (segment.py doc)
                     return FetchDataInfo(
-                        offset, segment.fd, first.position, size, start, leo, hw, segment
+                        offset, handle.fd, first.position, size, start, leo, hw, handle
                     )
                 i += 1
         return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw)
