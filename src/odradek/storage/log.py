@@ -161,6 +161,9 @@ class PartitionLog:
             dir.mkdir(parents=True, exist_ok=True)
             self.leader_epoch_cache = LeaderEpochCache(dir / files.LEADER_EPOCH_CHECKPOINT)
             self.leader_epoch_cache.schedule = self._schedule_checkpoint
+            if self.leader_epoch_cache.damaged:  # rebuilt from every batch
+                had_clean_shutdown = False
+                self.recovery_point = 0
             self.producer_state = ProducerStateManager(dir)
             self._load(had_clean_shutdown)
         self.high_watermark = self.log_end_offset

@@ -100,11 +100,14 @@ class LogManager:
         with self.failure_channel.guard(log_dir, "loading log dir"):
             log_dir.mkdir(parents=True, exist_ok=True)
             self._lock_dir(log_dir)
+            checkpoint.read_meta_properties(log_dir / files.META_PROPERTIES)  # or refuse
             marker = log_dir / files.CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
+            recovery = self._read_checkpoint(log_dir / files.RECOVERY_POINT_CHECKPOINT)
+            if recovery is None:  # recovery points lost: recover every log from 0
+                recovery, clean = {}, False
+            starts = self._read_checkpoint(log_dir / files.LOG_START_OFFSET_CHECKPOINT) or {}
             self.had_clean_shutdown[log_dir] = clean
-            recovery = checkpoint.read_offsets(log_dir / files.RECOVERY_POINT_CHECKPOINT)
-            starts = checkpoint.read_offsets(log_dir / files.LOG_START_OFFSET_CHECKPOINT)
             started = time.monotonic()
             count = 0
             for child in sorted(log_dir.iterdir()):
@@ -133,6 +136,16 @@ class LogManager:
                 "loaded %d logs from %s in %.0f ms (%s shutdown)", count, log_dir,
                 (time.monotonic() - started) * 1000, "clean" if clean else "unclean",
             )
+
+    @staticmethod
+    def _read_checkpoint(path: Path) -> dict[tuple[str, int], int] | None:
+        """An offset checkpoint, or None when it is damaged: a cache of the logs, so
+        warn once and rebuild (checkpoint.py "Damage")."""
+        try:
+            return checkpoint.read_offsets(path)
+        except checkpoint.CheckpointError as exc:
+            log.warning("ignoring a damaged checkpoint, rebuilding it from the logs: %s", exc)
+            return None
 
     def _lock_dir(self, log_dir: Path) -> None:
         fd = os.open(log_dir / files.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
