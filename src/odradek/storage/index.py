@@ -178,7 +178,10 @@ class _Index(abc.ABC):
             m.flush()
             self._dirty = False
         elif self._dirty:  # written, then unmapped (trimmed at roll): fsync the file
-            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return  # renamed .deleted meanwhile (retention): nothing to keep
             try:
                 os.fsync(fd)
             finally:

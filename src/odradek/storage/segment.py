@@ -525,12 +525,16 @@ class LogSegment:
 
     def flush(self) -> None:
         handle = self._file  # the flush of a rolled segment holds it (if not released)
+        if handle is None and self._flushed_size != self.size:
+            try:
+                handle = self._open_file()
+            except (StorageError, FileNotFoundError):
+                return  # deleted or renamed .deleted since the flush was scheduled
         with self._fd_lock:
             if self._closed or self._deleted:
                 return  # closed or deleted since the flush was scheduled
             if self._flushed_size != self.size:
-                if handle is None:
-                    handle = FileHandle(os.open(self.log_path, os.O_RDONLY))
+                assert handle is not None
                 os.fsync(handle.fd)
                 self._flushed_size = self.size
             self.offset_index.flush()
