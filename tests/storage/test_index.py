@@ -115,8 +115,9 @@ def test_truncate_to(tmp_path: Path) -> None:
 def test_trim_on_close_and_reload(tmp_path: Path) -> None:
     path = tmp_path / "00000000000000000000.index"
     index = OffsetIndex(path, 0, 1024)
-    assert path.stat().st_size == 1024  # preallocated while active
+    assert path.stat().st_size == 0 and not index.is_mapped  # lazy: nothing mapped yet
     index.append(3, 100)
+    assert path.stat().st_size == 1024  # sized for appends when first mapped
     index.append(7, 200)
     index.close()
     assert path.stat().st_size == 16  # trimmed to its entries

@@ -250,6 +250,9 @@ async def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> No
     """Run until SIGTERM/SIGINT, then stop gracefully."""
     import signal
 
+    from odradek.server.limits import raise_open_files_limit
+
+    raise_open_files_limit()
     broker = Broker(config)
     started = time.monotonic()
     await broker.start()

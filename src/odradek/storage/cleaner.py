@@ -24,7 +24,7 @@ high watermark, whichever is lowest. A pass has two phases.
    that rename is the commit point), the old segments renamed ``.deleted``, then the swap
    renamed to ``.log`` — all under the log's lock (:meth:`PartitionLog.replace_segments`).
    A crash at any moment leaves either the old segments (``.cleaned`` files are removed on
-   load) or a ``.swap`` that :meth:`PartitionLog._complete_swaps` finishes: it replaces
+   load) or a ``.swap`` that :func:`log_loader.complete_swaps` finishes: it replaces
    every ``.log`` whose base offset lies in ``[swap base, swap next offset)``. So that this
    range always covers the whole group, a cleaned segment ends at the group's last offset:
    if the group's last batches were all removed, the last removed batch is kept as an
@@ -119,7 +119,8 @@ def read_batches(
     ``buffer_size`` bytes at a time (a larger batch is read whole). Raises CleanerError on a
     corrupt batch."""
     pos = start
-    fd = segment.fd
+    handle = segment.file_handle()  # held while reading: the segment may be released
+    fd = handle.fd
     while pos < end:
         check_abort()
         data = os.pread(fd, min(buffer_size, end - pos), pos)

@@ -48,7 +48,7 @@ from odradek.storage.cleaner import (
     CleanResult,
     LogToClean,
 )
-from odradek.storage.errors import KafkaStorageError
+from odradek.storage.errors import KafkaStorageError, StorageError
 from odradek.storage.log import PartitionLog
 from odradek.storage.manager import LogManager, TopicPartition
 from odradek.storage.offset_map import SkimpyOffsetMap
@@ -354,7 +354,7 @@ class LogCleaner:
         self.log_manager.schedule_delete(partition_log, list(result.old_segments))
         try:
             self.manager.done_cleaning(tp, partition_log, result)
-        except KafkaStorageError as exc:
+        except StorageError as exc:
             log.error("could not checkpoint the cleaning of %s: %s", tp, exc)
         self._record(tp, candidate, result, cleaner)
         return True

@@ -228,10 +228,5 @@ class LogConfig:
                 values[name] = d.default
         return cls(values, parsed_overrides)
 
-    def with_overrides(self, broker: Mapping[str, Any], **more: Any) -> LogConfig:
-        merged = dict(self.overrides)
-        merged.update({k.replace("_", "."): v for k, v in more.items()})
-        return LogConfig.build(broker, merged)
-
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

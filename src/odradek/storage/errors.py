@@ -17,6 +17,21 @@ class KafkaStorageError(StorageError):
     kafka_error = "KAFKA_STORAGE_ERROR"
 
 
+class ResourceLimitError(StorageError):
+    """The process ran out of a resource (descriptors, memory) during one operation: that
+    operation fails, the log dir stays online (see :mod:`odradek.storage.dir_failure`).
+
+    REQUEST_TIMED_OUT, not KAFKA_STORAGE_ERROR: the latter tells clients the replica's disk
+    is gone (producers and consumers refresh metadata and look for another leader; the
+    controller would move leadership away) and it is not. REQUEST_TIMED_OUT is retriable
+    for producers (they retry with backoff within ``delivery.timeout.ms``) and for admin
+    clients it surfaces as a TimeoutException callers already retry on; a descriptor shortage
+    is usually transient (a burst of topics, a pile of connections). UNKNOWN_SERVER_ERROR
+    would make a Java producer drop the batch as non-retriable."""
+
+    kafka_error = "REQUEST_TIMED_OUT"
+
+
 class OffsetOutOfRangeError(StorageError):
     kafka_error = "OFFSET_OUT_OF_RANGE"
 

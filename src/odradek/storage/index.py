@@ -21,6 +21,15 @@ pages touched stay in memory; only then the whole index.
 
 Indexes are caches of their log: a missing index, or one that fails :meth:`sanity_check`,
 is rebuilt from the log on load.
+
+Lazy mapping (Kafka's LazyIndex, KAFKA-7283). An index is not opened or mapped when it is
+constructed: the entry count comes from the file's length (a ``stat``), and the file is
+mapped on first use (a lookup, an append). In CPython every ``mmap`` holds a duplicate of
+its file's descriptor, so a mapped index costs one descriptor; :meth:`_Index.release`
+gives it back for a cold segment. Releasing only drops the index's reference to the map:
+a lookup running on another thread keeps its own reference, and the map (and its
+descriptor) goes when the last one does, so a release never pulls a map from under a
+reader.
 """
 
 from __future__ import annotations
@@ -56,30 +65,58 @@ class _Index(abc.ABC):
     def __init__(
         self, path: Path, base_offset: int, max_index_size: int, preallocate: bool = True
     ) -> None:
-        """``preallocate``: size the file for appends (a new or the active segment); an
-        existing closed index is mapped at its own length."""
+        """``preallocate``: the index takes appends (a new or the active segment) and is
+        sized for them when first mapped; an existing closed index is mapped at its own
+        length. Nothing is mapped here (module doc: lazy mapping)."""
         self.path = path
         self.base_offset = base_offset
         self.entry_size = self.ENTRY.size
         self.max_entries = max(1, max_index_size // self.entry_size)
         self._mmap: mmap.mmap | None = None
-        exists = path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.writable = preallocate
+        # Entries written or trimmed since the file was last flushed while unmapped.
+        self._dirty = False
         try:
-            length = os.fstat(fd).st_size
-            self.misaligned = length % self.entry_size != 0
-            if not exists or length == 0:
-                self.entries = 0
-            else:
-                self.entries = length // self.entry_size
-            if preallocate:
-                self.entries = min(self.entries, self.max_entries)
-                os.ftruncate(fd, self._capacity_for(self.entries))
+            length = path.stat().st_size
+        except FileNotFoundError:
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o644))
+            length = 0
+        self.misaligned = length % self.entry_size != 0
+        self.entries = length // self.entry_size
+        if preallocate:
+            self.entries = min(self.entries, self.max_entries)
+
+    @property
+    def is_mapped(self) -> bool:
+        return self._mmap is not None
+
+    def _map(self) -> mmap.mmap:
+        """The index's map, made now if it is not mapped (module doc: lazy mapping). A
+        writable index is sized for appends first."""
+        m = self._mmap
+        if m is not None:
+            return m
+        fd = os.open(self.path, os.O_RDWR)
+        try:
             size = os.fstat(fd).st_size
-            if size > 0:
-                self._mmap = mmap.mmap(fd, size)
+            if self.writable:
+                capacity = self._capacity_for(self.entries)
+                if size != capacity:
+                    os.ftruncate(fd, capacity)
+                    size = capacity
+                    self.misaligned = False
+            if size == 0:
+                raise IndexCorruptError(f"{self.path}: mapping an empty index")
+            m = self._mmap = mmap.mmap(fd, size)
         finally:
             os.close(fd)
+        return m
+
+    def release(self) -> None:
+        """Give back a cold index's map and its descriptor; the next use maps it again.
+        A writable (active) index keeps its map."""
+        if not self.writable:
+            self._mmap = None  # closed by the last reference (a lookup in flight may hold it)
 
     @abc.abstractmethod
     def _key(self, n: int) -> int:
@@ -120,10 +157,13 @@ class _Index(abc.ABC):
     def _append_entry(self, *fields: int) -> None:
         if self.is_full():
             raise IndexCorruptError(f"index {self.path} is full ({self.entries} entries)")
-        if self._mmap is None or (self.entries + 1) * self.entry_size > len(self._mmap):
+        m = self._mmap
+        if m is None or (self.entries + 1) * self.entry_size > len(m):
+            self.writable = True
             self.resize(self._capacity_for(self.entries))
-        assert self._mmap is not None
-        self.ENTRY.pack_into(self._mmap, self.entries * self.entry_size, *fields)
+            m = self._mmap
+            assert m is not None
+        self.ENTRY.pack_into(m, self.entries * self.entry_size, *fields)
         self.entries += 1
 
     def truncate_entries(self, entries: int) -> None:
@@ -133,19 +173,38 @@ class _Index(abc.ABC):
         self.entries = 0
 
     def flush(self) -> None:
-        if self._mmap is not None:
-            self._mmap.flush()
+        m = self._mmap
+        if m is not None:
+            m.flush()
+            self._dirty = False
+        elif self._dirty:  # written, then unmapped (trimmed at roll): fsync the file
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return  # renamed .deleted meanwhile (retention): nothing to keep
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._dirty = False
 
     def trim(self) -> None:
-        """Shrink the file to its entries (on roll and close)."""
-        self.resize(self.entries * self.entry_size)
+        """Shrink the file to its entries and unmap it (on roll and close): the index is
+        closed for appends; a later lookup maps it at its length."""
+        size = self.entries * self.entry_size
+        # Dropping the map loses nothing: its pages stay in the page cache (a shared map),
+        # and the segment's flush fsyncs the file (``_dirty``), off the appending thread.
+        self._mmap = None
+        # By path: no descriptor is needed to trim a file.
+        os.truncate(self.path, size)
+        self.misaligned = False
+        self.writable = False
+        self._dirty = True
 
     def resize(self, size: int) -> None:
-        # Closing the map loses nothing: its dirty pages stay in the page cache. Durability
+        # Dropping the map loses nothing: its dirty pages stay in the page cache. Durability
         # comes from flush() (msync) with the segment's fsync.
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
+        self._mmap = None
         fd = os.open(self.path, os.O_RDWR)
         try:
             os.ftruncate(fd, size)
@@ -154,20 +213,30 @@ class _Index(abc.ABC):
                 self._mmap = mmap.mmap(fd, size)
         finally:
             os.close(fd)
+        self._dirty = True
 
     def reopen_writable(self) -> None:
-        self.resize(self._capacity_for(self.entries))
+        """Take appends again (the segment became active); mapped at first use."""
+        self._mmap = None
+        self.writable = True
 
     def close(self, trim: bool = True) -> None:
         if trim:
             self.trim()
-        if self._mmap is not None:
-            self._mmap.flush()
-            self._mmap.close()
-            self._mmap = None
+        m, self._mmap = self._mmap, None
+        if m is not None:
+            m.flush()
+        self.writable = False
+
+    def release_for_delete(self) -> None:
+        """The files are about to go: drop the map, nothing to trim or flush."""
+        self._mmap = None
+        self.writable = False
+        self._dirty = False
 
     def delete(self) -> None:
-        self.close(trim=False)
+        self._mmap = None
+        self.writable = False
         self.path.unlink(missing_ok=True)
 
 
@@ -175,13 +244,11 @@ class OffsetIndex(_Index):
     ENTRY = struct.Struct(">ii")  # relative offset, position
 
     def _key(self, n: int) -> int:
-        assert self._mmap is not None
-        rel: int = self.ENTRY.unpack_from(self._mmap, n * 8)[0]
+        rel: int = self.ENTRY.unpack_from(self._mmap or self._map(), n * 8)[0]
         return rel
 
     def entry(self, n: int) -> OffsetPosition:
-        assert self._mmap is not None
-        rel, pos = self.ENTRY.unpack_from(self._mmap, n * 8)
+        rel, pos = self.ENTRY.unpack_from(self._mmap or self._map(), n * 8)
         return OffsetPosition(self.base_offset + rel, pos)
 
     @property
@@ -216,9 +283,9 @@ class OffsetIndex(_Index):
         if self.misaligned:
             raise IndexCorruptError(f"{self.path}: length is not a multiple of {self.entry_size}")
         last_rel, last_pos = -1, -1
-        assert self._mmap is not None or self.entries == 0
+        m = self._map() if self.entries else None
         for n in range(self.entries):
-            rel, pos = self.ENTRY.unpack_from(self._mmap, n * 8)  # type: ignore[arg-type]
+            rel, pos = self.ENTRY.unpack_from(m, n * 8)  # type: ignore[arg-type]
             if (rel <= last_rel and n > 0) or pos < last_pos or pos >= max(log_size, 1) or rel < 0:
                 raise IndexCorruptError(f"{self.path}: entry {n} ({rel}, {pos}) is out of order")
             last_rel, last_pos = rel, pos
@@ -228,13 +295,11 @@ class TimeIndex(_Index):
     ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 
     def _key(self, n: int) -> int:
-        assert self._mmap is not None
-        ts: int = self.ENTRY.unpack_from(self._mmap, n * 12)[0]
+        ts: int = self.ENTRY.unpack_from(self._mmap or self._map(), n * 12)[0]
         return ts
 
     def entry(self, n: int) -> TimestampOffset:
-        assert self._mmap is not None
-        ts, rel = self.ENTRY.unpack_from(self._mmap, n * 12)
+        ts, rel = self.ENTRY.unpack_from(self._mmap or self._map(), n * 12)
         return TimestampOffset(ts, self.base_offset + rel)
 
     @property

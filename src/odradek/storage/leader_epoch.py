@@ -21,11 +21,14 @@ for the first produce to 1,000 new partitions.
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from odradek.storage import checkpoint
+
+log = logging.getLogger(__name__)
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -34,7 +37,15 @@ UNDEFINED_OFFSET = -1
 class LeaderEpochCache:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.entries: list[tuple[int, int]] = checkpoint.read_epochs(path)
+        # A damaged checkpoint is a cache lost: the log rebuilds the epochs from its batches
+        # (a full recovery, PartitionLog.__init__).
+        self.damaged = False
+        try:
+            self.entries: list[tuple[int, int]] = checkpoint.read_epochs(path)
+        except checkpoint.CheckpointError as exc:
+            log.warning("ignoring a damaged leader epoch checkpoint, rebuilding it: %s", exc)
+            self.entries = []
+            self.damaged = True
         # How a truncation's checkpoint write (two fsyncs) is run: the log hands it to its
         # background I/O worker, so that it does not wait on the disk under the log's lock
         # (KAFKA-15046, KAFKA-16541). Inline by default.

@@ -1,4 +1,4 @@
-"""A partition's log: an ordered list of segments (Kafka's UnifiedLog + LocalLog + LogLoader).
+"""A partition's log: an ordered list of segments (Kafka's UnifiedLog + LocalLog).
 
 How it works:
 - **Append** (leader): validate every batch (size, magic, CRC32C, offsets, timestamps — per
@@ -11,11 +11,10 @@ How it works:
 - **Roll** on ``segment.bytes``, ``segment.ms`` (+ jitter), a full index, or offsets that
   would not fit an index's 4-byte relative offset. The old segment's indexes are trimmed and
   it is flushed, which moves the recovery point.
-- **Load**: leftover ``.tmp``/``.cleaned``/``.deleted`` files are removed, ``.swap`` files
-  completed; every segment whose index is missing or fails its sanity check is rebuilt from
-  its log; after an unclean shutdown every segment from the recovery point on is revalidated
-  and a torn or corrupt tail truncated (later segments, if any, are dropped: they cannot
-  follow a hole).
+- **Load** (:mod:`odradek.storage.log_loader`, Kafka's LogLoader): leftovers removed,
+  ``.swap`` files completed, indexes rebuilt where missing or failing their sanity check,
+  and after an unclean shutdown every segment from the recovery point on revalidated and a
+  torn or corrupt tail truncated.
 - **Retention** deletes closed segments only (never the active one): older than
   ``retention.ms``, beyond ``retention.bytes``, or wholly below the log start offset. Their
   files are renamed ``.deleted`` and removed later, asynchronously.
@@ -48,7 +47,7 @@ from odradek.records.batch import (
     validate_batches,
 )
 from odradek.records.compression import CompressionType
-from odradek.storage import files
+from odradek.storage import files, log_loader
 from odradek.storage.config import LogConfig
 from odradek.storage.dir_failure import LogDirFailureChannel
 from odradek.storage.errors import (
@@ -58,7 +57,7 @@ from odradek.storage.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from odradek.storage.index import IndexCorruptError, TimestampOffset
+from odradek.storage.index import TimestampOffset
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.producer_state import BatchMetadata, ProducerStateManager
 from odradek.storage.segment import AppendedBatch, BatchExtent, LogSegment
@@ -101,8 +100,9 @@ class LogAppendInfo(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:
     """A fetch answer: a region of a segment file (``size`` may be 0) plus the offsets the
-    response reports. ``fd`` stays open as long as this object holds its segment: a
-    deleted segment closes its descriptor only when the last reference goes."""
+    response reports. ``fd`` stays open as long as this object holds its segment's file
+    handle: a released or deleted segment's descriptor closes only when the last
+    reference goes."""
 
     fetch_offset: int
     fd: int
@@ -111,7 +111,7 @@ class FetchDataInfo:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int
-    # Keeps the segment (and so ``fd``) alive while this answer is in use.
+    # The segment's FileHandle: keeps ``fd`` open while this answer is in use.
     segment: object = None
 
     def read(self) -> bytes:
@@ -183,6 +183,9 @@ class PartitionLog:
             dir.mkdir(parents=True, exist_ok=True)
             self.leader_epoch_cache = LeaderEpochCache(dir / files.LEADER_EPOCH_CHECKPOINT)
             self.leader_epoch_cache.schedule = self._schedule_checkpoint
+            if self.leader_epoch_cache.damaged:  # rebuilt from every batch
+                had_clean_shutdown = False
+                self.recovery_point = 0
             self.producer_state = ProducerStateManager(dir)
             self._load(had_clean_shutdown)
         # A log alone is its only replica: its high watermark follows its log end. In a
@@ -271,109 +274,7 @@ class PartitionLog:
 
     # -- load ----------------------------------------------------------------------------
     def _load(self, had_clean_shutdown: bool) -> None:
-        for path in list(self.dir.iterdir()):
-            name = path.name
-            if name.endswith((files.TMP_SUFFIX, files.CLEANED_SUFFIX, files.DELETED_SUFFIX)):
-                path.unlink(missing_ok=True)
-        self._complete_swaps()
-        for path in list(self.dir.glob("*" + files.SWAP_SUFFIX)):
-            path.unlink()  # an index renamed .swap before its log was: not committed
-        for path in sorted(self.dir.glob("*" + files.LOG_SUFFIX)):
-            base = files.offset_from_filename(path.name)
-            # Checked before opening the segment, which creates missing index files.
-            index_missing = not files.index_file(self.dir, base).exists() or (
-                not files.time_index_file(self.dir, base).exists()
-            )
-            segment = LogSegment(
-                self.dir, base, self.config.index_interval_bytes,
-                self.config.segment_index_bytes, new=False,
-            )
-            try:
-                if index_missing:
-                    raise IndexCorruptError("missing index")
-                segment.sanity_check()
-                segment.load_timestamps()
-            except IndexCorruptError as exc:
-                log.warning("%s: rebuilding indexes of segment %d (%s)", self.name, base, exc)
-                self._recover_segment(segment)
-            self._add_segment(segment)
-        for path in self.dir.glob("*" + files.INDEX_SUFFIX):
-            if not files.log_file(self.dir, files.offset_from_filename(path.name)).exists():
-                path.unlink()  # an orphan index without its log
-        for path in self.dir.glob("*" + files.TIME_INDEX_SUFFIX):
-            if not files.log_file(self.dir, files.offset_from_filename(path.name)).exists():
-                path.unlink()
-        if not self.segments:
-            self._add_segment(self._new_segment(self.log_start_offset))
-        elif not had_clean_shutdown:
-            self._recover_from(self.recovery_point)
-        self.active_segment.make_active()
-        self._assign_jitter(self.active_segment)
-        leo = self.log_end_offset
-        self.log_start_offset = min(max(self.log_start_offset, self.segments[0].base_offset), leo)
-        self.recovery_point = min(self.recovery_point, leo)
-        if not had_clean_shutdown:
-            self._flush_segments(self.segments)
-            self.leader_epoch_cache.write()  # the epochs recovery rebuilt
-            self.recovery_point = leo
-        self.leader_epoch_cache.truncate_from_end(leo)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        self.producer_state.load(self.segments, self.log_start_offset, leo)
-
-    def _complete_swaps(self) -> None:
-        """Finish a cleaner swap interrupted by a crash: a ``.swap`` log replaces the
-        segments it covers (the cleaner writes the swap only once complete)."""
-        for swap in sorted(self.dir.glob("*" + files.LOG_SUFFIX + files.SWAP_SUFFIX)):
-            base = files.offset_from_filename(swap.name)
-            segment = LogSegment(
-                self.dir, base, self.config.index_interval_bytes,
-                self.config.segment_index_bytes, suffix=files.SWAP_SUFFIX, new=False,
-            )
-            segment.recover(self.config.max_message_bytes)
-            end = segment.next_offset
-            for path in self.dir.glob("*" + files.LOG_SUFFIX):
-                other = files.offset_from_filename(path.name)
-                if base <= other < end:
-                    files.log_file(self.dir, other).unlink(missing_ok=True)
-                    files.index_file(self.dir, other).unlink(missing_ok=True)
-                    files.time_index_file(self.dir, other).unlink(missing_ok=True)
-            segment.close()
-            for fn in (files.log_file, files.index_file, files.time_index_file):
-                src = fn(self.dir, base, files.SWAP_SUFFIX)
-                if src.exists():
-                    src.rename(fn(self.dir, base))
-            files.fsync_dir(self.dir)
-
-    def _recover_segment(self, segment: LogSegment) -> int:
-        truncated = segment.recover(
-            self.config.max_message_bytes, self.leader_epoch_cache.assign
-        )
-        if truncated:
-            log.warning(
-                "%s: truncated %d invalid bytes at the end of segment %d",
-                self.name, truncated, segment.base_offset,
-            )
-        return truncated
-
-    def _recover_from(self, recovery_point: int) -> None:
-        """Revalidate segments from the one holding ``recovery_point``; after a corrupt
-        tail, later segments are deleted (they cannot follow a hole)."""
-        start = self._segment_for(recovery_point)
-        for i in range(start, len(self.segments)):
-            segment = self.segments[i]
-            if self._recover_segment(segment) and i + 1 < len(self.segments):
-                for later in self.segments[i + 1 :]:
-                    log.warning("%s: deleting segment %d after a corrupt one",
-                                self.name, later.base_offset)
-                    later.delete_files()
-                self._publish(self.segments[: i + 1])
-                break
-        # A segment emptied by recovery (other than the first) is dropped.
-        while len(self.segments) > 1 and self.segments[-1].size == 0 and (
-            self.segments[-1].base_offset > self.segments[-2].next_offset
-        ):
-            self.segments[-1].delete_files()
-            self._publish(self.segments[:-1])
+        log_loader.load(self, had_clean_shutdown)
 
     # -- append --------------------------------------------------------------------------
     def validate(
@@ -636,8 +537,9 @@ class PartitionLog:
                         # up with MSG_SIZE_TOO_LARGE.)
                         i += 1
                         continue
+                    handle = segment.file_handle()  # keeps the fd open (segment.py doc)
                     return FetchDataInfo(
-                        offset, segment.fd, first.position, size, start, leo, hw, segment
+                        offset, handle.fd, first.position, size, start, leo, hw, handle
                     )
                 i += 1
         return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw)
@@ -730,7 +632,7 @@ class PartitionLog:
         the place of the consecutive segments ``old``. Renames ``.cleaned`` -> ``.swap``
         (indexes first, the ``.log`` last: the commit point), the old segments ->
         ``.deleted`` (the caller schedules their removal), then ``.swap`` -> final names,
-        so that :meth:`_complete_swaps` can finish or drop it after a crash at any point.
+        so that :func:`log_loader.complete_swaps` can finish or drop it after a crash at any point.
         False (nothing renamed) when the log changed since the cleaner read it."""
         with self._lock, self._io("swapping in a cleaned segment"):
             try:

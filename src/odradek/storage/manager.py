@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 from odradek.storage import checkpoint, files
 from odradek.storage.config import LogConfig
 from odradek.storage.dir_failure import LogDirFailureChannel
-from odradek.storage.errors import KafkaStorageError, LogDirNotFoundError
+from odradek.storage.errors import KafkaStorageError, LogDirNotFoundError, StorageError
 from odradek.storage.log import PartitionLog, now_ms, parse_topic_partition
 from odradek.storage.segment import LogSegment
 
@@ -100,11 +100,14 @@ class LogManager:
         with self.failure_channel.guard(log_dir, "loading log dir"):
             log_dir.mkdir(parents=True, exist_ok=True)
             self._lock_dir(log_dir)
+            checkpoint.read_meta_properties(log_dir / files.META_PROPERTIES)  # or refuse
             marker = log_dir / files.CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
+            recovery = self._read_checkpoint(log_dir / files.RECOVERY_POINT_CHECKPOINT)
+            if recovery is None:  # recovery points lost: recover every log from 0
+                recovery, clean = {}, False
+            starts = self._read_checkpoint(log_dir / files.LOG_START_OFFSET_CHECKPOINT) or {}
             self.had_clean_shutdown[log_dir] = clean
-            recovery = checkpoint.read_offsets(log_dir / files.RECOVERY_POINT_CHECKPOINT)
-            starts = checkpoint.read_offsets(log_dir / files.LOG_START_OFFSET_CHECKPOINT)
             started = time.monotonic()
             count = 0
             for child in sorted(log_dir.iterdir()):
@@ -134,6 +137,16 @@ class LogManager:
                 (time.monotonic() - started) * 1000, "clean" if clean else "unclean",
             )
 
+    @staticmethod
+    def _read_checkpoint(path: Path) -> dict[tuple[str, int], int] | None:
+        """An offset checkpoint, or None when it is damaged: a cache of the logs, so
+        warn once and rebuild (checkpoint.py "Damage")."""
+        try:
+            return checkpoint.read_offsets(path)
+        except checkpoint.CheckpointError as exc:
+            log.warning("ignoring a damaged checkpoint, rebuilding it from the logs: %s", exc)
+            return None
+
     def _lock_dir(self, log_dir: Path) -> None:
         fd = os.open(log_dir / files.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -153,7 +166,7 @@ class LogManager:
         def run() -> None:
             try:
                 fn()
-            except KafkaStorageError as exc:
+            except StorageError as exc:
                 log.error("%s", exc)
             except Exception:
                 log.exception("background log I/O failed")
@@ -174,7 +187,7 @@ class LogManager:
             for tp, partition_log in list(self.logs.items()):
                 try:
                     partition_log.close()
-                except KafkaStorageError as exc:
+                except StorageError as exc:
                     log.error("closing %s failed: %s", tp, exc)
             self.delete_pending(force=True)
             for log_dir in self.online_dirs:
@@ -182,7 +195,7 @@ class LogManager:
                     with self.failure_channel.guard(log_dir, "writing the clean-shutdown marker"):
                         self._checkpoint_dir(log_dir)
                         files.atomic_write(log_dir / files.CLEAN_SHUTDOWN_FILE, b"")
-                except KafkaStorageError as exc:
+                except StorageError as exc:
                     log.error("%s", exc)
             for fd in self._locks.values():
                 os.close(fd)
@@ -208,15 +221,34 @@ class LogManager:
             if existing is not None:
                 return existing
             log_dir = self._next_log_dir()
-            partition_log = self._adopt(PartitionLog(
-                log_dir / str(tp), config or self.default_config(), self.failure_channel,
-                had_clean_shutdown=True, time_ms=self.time_ms,
-            ))
+            dir = log_dir / str(tp)
+            fresh = not dir.exists()
+            try:
+                partition_log = self._adopt(PartitionLog(
+                    dir, config or self.default_config(), self.failure_channel,
+                    had_clean_shutdown=True, time_ms=self.time_ms,
+                ))
+            except StorageError:
+                if fresh:
+                    self._discard_half_made(dir)
+                raise
             if prepare is not None:
                 prepare(partition_log)
             self.logs[tp] = partition_log
             log.info("created log for %s in %s", tp, log_dir)
             return partition_log
+
+    def _discard_half_made(self, dir: Path) -> None:
+        """A log whose creation failed half-way (out of descriptors, say) leaves nothing
+        behind: its dir is renamed ``-delete`` (a rename needs no descriptor), which the
+        next start removes if removing it now fails too."""
+        target = dir.with_name(f"{dir.name}.{uuid.uuid4().hex}{files.DELETE_DIR_SUFFIX}")
+        try:
+            dir.rename(target)
+        except OSError as exc:
+            log.error("could not set aside the half-made log %s: %s", dir, exc)
+            return
+        shutil.rmtree(target, ignore_errors=True)
 
     def _next_log_dir(self) -> Path:
         online = self.online_dirs
@@ -237,9 +269,11 @@ class LogManager:
                 return
             with self.failure_channel.guard(partition_log.log_dir, f"deleting {tp}"), \
                     partition_log._lock:
-                # Background work on it becomes a no-op; segment descriptors close when
-                # the last fetch holding one lets go (LogSegment.__del__).
+                # Background work on it becomes a no-op; segment descriptors close now,
+                # or when the last fetch holding one lets go (LogSegment.abandon).
                 partition_log.closed = True
+                for segment in partition_log.segments:
+                    segment.abandon()
                 target = partition_log.dir.with_name(
                     f"{tp}.{uuid.uuid4().hex}{files.DELETE_DIR_SUFFIX}"
                 )
@@ -263,7 +297,7 @@ class LogManager:
         for partition_log in self._snapshot():
             try:
                 removed = partition_log.delete_old_segments()
-            except KafkaStorageError as exc:
+            except StorageError as exc:
                 log.error("retention of %s failed: %s", partition_log.name, exc)
                 continue
             if removed:
@@ -295,7 +329,7 @@ class LogManager:
                 try:
                     with self.failure_channel.guard(segment.dir.parent, "removing a segment"):
                         segment.delete_files()
-                except KafkaStorageError as exc:
+                except StorageError as exc:
                     log.error("%s", exc)
             for dir in pending.dirs:
                 shutil.rmtree(dir, ignore_errors=True)
@@ -307,7 +341,7 @@ class LogManager:
             if now - partition_log.last_flush_ms >= partition_log.config.flush_ms:
                 try:
                     partition_log.flush()
-                except KafkaStorageError as exc:
+                except StorageError as exc:
                     log.error("flush of %s failed: %s", partition_log.name, exc)
 
     def checkpoint(self) -> None:
@@ -316,7 +350,7 @@ class LogManager:
             try:
                 with self.failure_channel.guard(log_dir, "writing checkpoints"):
                     self._checkpoint_dir(log_dir)
-            except KafkaStorageError as exc:
+            except StorageError as exc:
                 log.error("%s", exc)
 
     def _checkpoint_dir(self, log_dir: Path) -> None:

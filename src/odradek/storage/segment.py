@@ -11,6 +11,21 @@ never records) to the batch that holds the offset; the answer is a *file region*
 Recovery (after an unclean shutdown) re-reads the log through a read-only mmap, validates
 every batch (length, magic, CRC32C, offsets increasing), rebuilds both indexes and truncates
 the file at the first torn or corrupt batch.
+
+Descriptors (Kafka's LazyIndex, KAFKA-7283; bounded further here). A segment costs up to
+three descriptors: its ``.log`` and one per mapped index (a CPython ``mmap`` holds a dup of
+its file's descriptor). The active segment is *pinned*: its ``.log`` stays open, so
+appends never reopen anything, and its indexes are mapped on first use. Every other
+segment is *cold*: its files are opened and mapped when first needed and it joins
+:data:`OPEN_COLD_SEGMENTS`, a process-wide LRU of :data:`MAX_OPEN_COLD_SEGMENTS`; the
+least recently used one is released (``.log`` descriptor and index maps dropped) when
+another one opens. So a broker's descriptors grow with the partitions in use (about one
+per idle partition), not with the segments on disk.
+
+A released descriptor is never one a reader still uses: the ``.log`` descriptor is owned
+by a :class:`FileHandle`, closed when its last reference goes (CPython's reference
+counting), and a reader holds the handle (a fetch answer keeps it until the network
+layer has its own ``dup``). Releasing only drops the segment's reference.
 """
 
 from __future__ import annotations
@@ -20,6 +35,7 @@ import mmap
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +51,78 @@ from odradek.records.batch import (
     validate_batch,
 )
 from odradek.storage import files
+from odradek.storage.errors import StorageError
 from odradek.storage.index import IndexCorruptError, OffsetIndex, TimeIndex, TimestampOffset
+
+# Cold segments kept open at once, process-wide: at most three descriptors each. Enough for
+# consumers catching up on a few hundred partitions without reopening per fetch, small
+# next to a default soft limit of 1,024 descriptors.
+MAX_OPEN_COLD_SEGMENTS = 128
+
+
+class FileHandle:
+    """An open descriptor closed when the last reference to it goes (or by :meth:`close`).
+
+    Hold it, not the bare ``fd``, for as long as the descriptor is used: a segment that
+    releases its handle never closes a descriptor a reader still has."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            self.close()
+
+
+class OpenSegments:
+    """An LRU of open cold segments (module doc); releases the least recently used one
+    beyond ``capacity``. Thread-safe: readers on the event loop, the cleaner's and the
+    log manager's threads all open cold segments."""
+
+    def __init__(self, capacity: int = MAX_OPEN_COLD_SEGMENTS) -> None:
+        self.capacity = capacity
+        self._open: OrderedDict[int, LogSegment] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def touch(self, segment: LogSegment) -> None:
+        """``segment`` was just used: most recent; release the oldest beyond capacity."""
+        key = id(segment)
+        evicted: list[LogSegment] = []
+        with self._lock:
+            if key in self._open:
+                self._open.move_to_end(key)
+            else:
+                self._open[key] = segment
+            while len(self._open) > self.capacity:
+                evicted.append(self._open.popitem(last=False)[1])
+        for old in evicted:
+            old.release()
+
+    def discard(self, segment: LogSegment) -> None:
+        with self._lock:
+            self._open.pop(id(segment), None)
+
+    def release_all(self) -> int:
+        """Release every cold segment (out of descriptors: give back what can be)."""
+        with self._lock:
+            evicted = list(self._open.values())
+            self._open.clear()
+        for old in evicted:
+            old.release()
+        return len(evicted)
+
+
+OPEN_COLD_SEGMENTS = OpenSegments()
 
 
 class BatchExtent(Protocol):
@@ -86,14 +173,25 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = files.log_file(dir, base_offset, suffix)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        self.open_segments = OPEN_COLD_SEGMENTS
+        # Active (pinned): the .log stays open. Cold: opened on use, in the LRU.
+        self.pinned = new
+        self._closed = False
+        self._deleted = False
+        self._file: FileHandle | None = None
+        if new:
+            handle = FileHandle(os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644))
+            self.size = os.fstat(handle.fd).st_size
+        else:
+            handle = None
+            self.size = self.log_path.stat().st_size
         self.offset_index = OffsetIndex(
             files.index_file(dir, base_offset, suffix), base_offset, max_index_size, new
         )
         self.time_index = TimeIndex(
             files.time_index_file(dir, base_offset, suffix), base_offset, max_index_size, new
         )
+        self._file = handle
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = base_offset
@@ -106,10 +204,52 @@ class LogSegment:
         # thread and may be deleted (truncation, retention) meanwhile.
         self._fd_lock = threading.Lock()
 
-    # -- state ---------------------------------------------------------------------------
+    # -- descriptors ---------------------------------------------------------------------
+    def file_handle(self) -> FileHandle:
+        """The ``.log``'s open handle, opened if released (module doc). Hold it for as
+        long as its descriptor is used."""
+        handle = self._file
+        if handle is None:
+            return self._open_file()
+        if not self.pinned:
+            self.open_segments.touch(self)
+        return handle
+
+    def _open_file(self) -> FileHandle:
+        with self._fd_lock:
+            handle = self._file
+            if handle is None:
+                if self._closed or self._deleted:
+                    raise StorageError(f"segment {self.log_path} is closed or deleted")
+                handle = self._file = FileHandle(os.open(self.log_path, os.O_RDWR))
+        if not self.pinned:
+            self.open_segments.touch(self)
+        return handle
+
     @property
     def fd(self) -> int:
-        return self._fd
+        """The ``.log``'s descriptor (-1 once closed). Valid while the segment holds its
+        handle: a caller that uses it past the current call holds :meth:`file_handle`."""
+        if self._closed or self._deleted:
+            handle = self._file
+            return handle.fd if handle is not None else -1
+        return self.file_handle().fd
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the ``.log`` descriptor is open (for tests and the descriptor count)."""
+        return self._file is not None
+
+    def release(self) -> None:
+        """A cold segment gives back its descriptor and index maps (module doc); the next
+        use opens them again. Readers holding the handle or a map keep theirs."""
+        if self.pinned:
+            return
+        self._file = None
+        self.offset_index.release()
+        self.time_index.release()
+
+    # -- state ---------------------------------------------------------------------------
 
     @property
     def next_offset(self) -> int:
@@ -130,7 +270,7 @@ class LogSegment:
         """Largest record timestamp, or the file's mtime when it has none (Kafka's rule)."""
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
-        return int(os.fstat(self._fd).st_mtime * 1000)
+        return int(self.log_path.stat().st_mtime * 1000)
 
     def load_timestamps(self) -> None:
         """Recover the largest timestamp from the time index and the batches after it."""
@@ -147,7 +287,11 @@ class LogSegment:
             self.rolling_based_timestamp = first.max_timestamp
 
     def make_active(self) -> None:
-        """Preallocate both indexes so the segment can take appends again."""
+        """Pin the segment (its ``.log`` stays open) and let both indexes take appends
+        again (sized for them when first mapped)."""
+        self.open_segments.discard(self)
+        self.pinned = True
+        self.file_handle()
         self.offset_index.reopen_writable()
         self.time_index.reopen_writable()
 
@@ -162,7 +306,8 @@ class LogSegment:
         batches (headers or :class:`AppendedBatch`) with positions relative to ``buf``."""
         position = self.size
         size = len(buf)
-        fd = self._fd
+        handle = self._file or self.file_handle()
+        fd = handle.fd
         written = os.pwrite(fd, buf, position)
         if written < size:  # a short write: retry the rest
             view = memoryview(buf)
@@ -180,7 +325,7 @@ class LogSegment:
     def _read_header(self, position: int) -> BatchHeader | None:
         if position + BATCH_HEADER_SIZE > self.size:
             return None
-        data = os.pread(self._fd, BATCH_HEADER_SIZE, position)
+        data = os.pread(self.file_handle().fd, BATCH_HEADER_SIZE, position)
         if len(data) < BATCH_HEADER_SIZE:
             return None
         header = BatchHeader.parse(data, 0, at=position)
@@ -189,10 +334,18 @@ class LogSegment:
         return header
 
     def _walk(self, start: int) -> Iterator[BatchHeader]:
+        handle = self.file_handle()  # held for the walk
+        fd = handle.fd
         position = start
-        while True:
-            header = self._read_header(position)
-            if header is None or position + header.size > self.size:
+        size = self.size
+        while position + BATCH_HEADER_SIZE <= size:
+            data = os.pread(fd, BATCH_HEADER_SIZE, position)
+            if len(data) < BATCH_HEADER_SIZE:
+                return
+            header = BatchHeader.parse(data, 0, at=position)
+            if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+                return
+            if position + header.size > size:
                 return
             yield header
             position += header.size
@@ -227,7 +380,7 @@ class LogSegment:
         return found, max(0, size)
 
     def read_bytes(self, position: int, size: int) -> bytes:
-        return os.pread(self._fd, size, position)
+        return os.pread(self.file_handle().fd, size, position)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> TimestampOffset | None:
         """The first record with timestamp ≥ ``timestamp`` and offset ≥ ``start_offset``."""
@@ -255,10 +408,10 @@ class LogSegment:
         ``LogSegment.recover``). Returns the number of bytes truncated."""
         self.offset_index.reset()
         self.time_index.reset()
-        # A missing or misaligned index was mapped at its on-disk length (maybe 0 bytes):
-        # size both for appends while rebuilding, trim them to their entries afterwards.
+        # Rebuilt by appends: writable while rebuilding, trimmed to their entries after.
         self.offset_index.reopen_writable()
         self.time_index.reopen_writable()
+        handle = self.file_handle()
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = self.base_offset
@@ -266,7 +419,7 @@ class LogSegment:
         valid = 0
         next_offset = self.base_offset
         if self.size:
-            with mmap.mmap(self._fd, self.size, prot=mmap.PROT_READ) as m:
+            with mmap.mmap(handle.fd, self.size, prot=mmap.PROT_READ) as m:
                 view = memoryview(m)
                 try:
                     while valid < self.size:
@@ -288,7 +441,7 @@ class LogSegment:
                     view.release()
         truncated = self.size - valid
         if truncated:
-            os.ftruncate(self._fd, valid)
+            os.ftruncate(handle.fd, valid)
             self.size = valid
         self._next_offset = next_offset
         if self.max_timestamp_so_far >= 0:
@@ -342,7 +495,7 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         removed = self.size - found.position
-        os.ftruncate(self._fd, found.position)
+        os.ftruncate(self.file_handle().fd, found.position)
         self.size = found.position
         self._flushed_size = min(self._flushed_size, self.size)
         self._next_offset = None
@@ -357,7 +510,8 @@ class LogSegment:
         self.rolling_based_timestamp = None
 
     def on_become_inactive(self) -> None:
-        """At roll: record the final max timestamp and trim both indexes (Kafka's rule)."""
+        """At roll: record the final max timestamp and trim both indexes (Kafka's rule);
+        the segment turns cold (module doc)."""
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
@@ -365,32 +519,41 @@ class LogSegment:
             )
         self.offset_index.trim()
         self.time_index.trim()
+        self.pinned = False
+        if self._file is not None:
+            self.open_segments.touch(self)
 
     def flush(self) -> None:
+        handle = self._file  # the flush of a rolled segment holds it (if not released)
+        if handle is None and self._flushed_size != self.size:
+            try:
+                handle = self._open_file()
+            except (StorageError, FileNotFoundError):
+                return  # deleted or renamed .deleted since the flush was scheduled
         with self._fd_lock:
-            if self._fd < 0:
+            if self._closed or self._deleted:
                 return  # closed or deleted since the flush was scheduled
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._flushed_size != self.size:
-            os.fsync(self._fd)
-            self._flushed_size = self.size
-        self.offset_index.flush()
-        self.time_index.flush()
+            if self._flushed_size != self.size:
+                assert handle is not None
+                os.fsync(handle.fd)
+                self._flushed_size = self.size
+            self.offset_index.flush()
+            self.time_index.flush()
 
     def close(self) -> None:
-        if self._fd < 0:
+        if self._closed:
             return
         if self.max_timestamp_so_far >= 0 and not self.time_index.is_full():
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
             )
+        self.open_segments.discard(self)
         with self._fd_lock:
             self.offset_index.close()
             self.time_index.close()
-            os.close(self._fd)
-            self._fd = -1
+            self._closed = True
+            # Closed now, or when the last reader lets go (a fetch answer may hold it).
+            self._file = None
 
     def change_suffix(self, old: str, new: str) -> None:
         """Rename the segment's three files (``.deleted``, ``.swap`` …)."""
@@ -402,24 +565,24 @@ class LogSegment:
         self.offset_index.path = files.index_file(self.dir, self.base_offset, new)
         self.time_index.path = files.time_index_file(self.dir, self.base_offset, new)
 
-    def delete_files(self) -> None:
-        """Unlink the segment's files. The ``.log`` descriptor stays open until the last
-        reference to this segment goes (``__del__``): a fetch response still holding a
-        region of it keeps reading the right bytes, and the descriptor number can never
-        be reused by another file under it."""
+    def abandon(self) -> None:
+        """The segment is going (its files are deleted, or its whole directory is): drop
+        its descriptor and index maps now. A fetch answer still holding the
+        :class:`FileHandle` keeps reading the right bytes, and the descriptor number is
+        not reused under it, until it lets go."""
+        self.open_segments.discard(self)
         with self._fd_lock:
-            self.offset_index.close(trim=False)
-            self.time_index.close(trim=False)
+            self._deleted = True
+            self._file = None
+            self.offset_index.release_for_delete()
+            self.time_index.release_for_delete()
+
+    def delete_files(self) -> None:
+        """Unlink the segment's files (after :meth:`abandon`)."""
+        self.abandon()
         self.log_path.unlink(missing_ok=True)
         self.offset_index.path.unlink(missing_ok=True)
         self.time_index.path.unlink(missing_ok=True)
-
-    def __del__(self) -> None:
-        fd = getattr(self, "_fd", -1)
-        if fd >= 0:
-            self._fd = -1
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"

@@ -1,0 +1,144 @@
+"""Loading and recovering a partition log from its directory (Kafka's LogLoader).
+
+How it works, run once when a :class:`~odradek.storage.log.PartitionLog` opens:
+
+1. **Leftovers**: ``.tmp``, ``.cleaned`` and ``.deleted`` files are removed (an
+   interrupted checkpoint write, cleaning, or deletion). A ``.swap`` log is a cleaner swap
+   interrupted after its commit point: it replaces the segments it covers
+   (:func:`complete_swaps`); a ``.swap`` index without its log was not committed and goes.
+2. **Segments**: each ``.log`` becomes a segment. Indexes are caches: one that is missing
+   or fails its sanity check is rebuilt from the log (:func:`recover_segment`). Orphan
+   indexes (no ``.log``) are removed.
+3. **Recovery** after an unclean shutdown (or a lost recovery-point or leader-epoch
+   checkpoint): every segment from the one holding the recovery point on is revalidated
+   batch by batch, its indexes and the leader epochs rebuilt, a torn or corrupt tail
+   truncated; later segments are dropped (they cannot follow a hole)
+   (:func:`recover_from`).
+4. **Offsets**: the log start offset is at least the first segment's base offset, the
+   recovery point at most the log end offset; the leader epoch cache and the producer
+   state are brought in line with them (producer state from its snapshots and the batches
+   after them).
+
+Kafka's LogLoader does the same in ``load``, ``completeSwapOperations``,
+``recoverSegment`` and ``recoverLog``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from odradek.storage import files
+from odradek.storage.index import IndexCorruptError
+from odradek.storage.segment import LogSegment
+
+if TYPE_CHECKING:
+    from odradek.storage.log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+
+def load(plog: PartitionLog, had_clean_shutdown: bool) -> None:
+    for path in list(plog.dir.iterdir()):
+        name = path.name
+        if name.endswith((files.TMP_SUFFIX, files.CLEANED_SUFFIX, files.DELETED_SUFFIX)):
+            path.unlink(missing_ok=True)
+    complete_swaps(plog)
+    for path in list(plog.dir.glob("*" + files.SWAP_SUFFIX)):
+        path.unlink()  # an index renamed .swap before its log was: not committed
+    for path in sorted(plog.dir.glob("*" + files.LOG_SUFFIX)):
+        base = files.offset_from_filename(path.name)
+        # Checked before opening the segment, which creates missing index files.
+        index_missing = not files.index_file(plog.dir, base).exists() or (
+            not files.time_index_file(plog.dir, base).exists()
+        )
+        segment = LogSegment(
+            plog.dir, base, plog.config.index_interval_bytes,
+            plog.config.segment_index_bytes, new=False,
+        )
+        try:
+            if index_missing:
+                raise IndexCorruptError("missing index")
+            segment.sanity_check()
+            segment.load_timestamps()
+        except IndexCorruptError as exc:
+            log.warning("%s: rebuilding indexes of segment %d (%s)", plog.name, base, exc)
+            recover_segment(plog, segment)
+        plog._add_segment(segment)
+    for path in plog.dir.glob("*" + files.INDEX_SUFFIX):
+        if not files.log_file(plog.dir, files.offset_from_filename(path.name)).exists():
+            path.unlink()  # an orphan index without its log
+    for path in plog.dir.glob("*" + files.TIME_INDEX_SUFFIX):
+        if not files.log_file(plog.dir, files.offset_from_filename(path.name)).exists():
+            path.unlink()
+    if not plog.segments:
+        plog._add_segment(plog._new_segment(plog.log_start_offset))
+    elif not had_clean_shutdown:
+        recover_from(plog, plog.recovery_point)
+    plog.active_segment.make_active()
+    plog._assign_jitter(plog.active_segment)
+    leo = plog.log_end_offset
+    plog.log_start_offset = min(max(plog.log_start_offset, plog.segments[0].base_offset), leo)
+    plog.recovery_point = min(plog.recovery_point, leo)
+    if not had_clean_shutdown:
+        plog._flush_segments(plog.segments)
+        plog.leader_epoch_cache.write()  # the epochs recovery rebuilt
+        plog.recovery_point = leo
+    plog.leader_epoch_cache.truncate_from_end(leo)
+    plog.leader_epoch_cache.truncate_from_start(plog.log_start_offset)
+    plog.producer_state.load(plog.segments, plog.log_start_offset, leo)
+
+def complete_swaps(plog: PartitionLog) -> None:
+    """Finish a cleaner swap interrupted by a crash: a ``.swap`` log replaces the
+    segments it covers (the cleaner writes the swap only once complete)."""
+    for swap in sorted(plog.dir.glob("*" + files.LOG_SUFFIX + files.SWAP_SUFFIX)):
+        base = files.offset_from_filename(swap.name)
+        segment = LogSegment(
+            plog.dir, base, plog.config.index_interval_bytes,
+            plog.config.segment_index_bytes, suffix=files.SWAP_SUFFIX, new=False,
+        )
+        segment.recover(plog.config.max_message_bytes)
+        end = segment.next_offset
+        for path in plog.dir.glob("*" + files.LOG_SUFFIX):
+            other = files.offset_from_filename(path.name)
+            if base <= other < end:
+                files.log_file(plog.dir, other).unlink(missing_ok=True)
+                files.index_file(plog.dir, other).unlink(missing_ok=True)
+                files.time_index_file(plog.dir, other).unlink(missing_ok=True)
+        segment.close()
+        for fn in (files.log_file, files.index_file, files.time_index_file):
+            src = fn(plog.dir, base, files.SWAP_SUFFIX)
+            if src.exists():
+                src.rename(fn(plog.dir, base))
+        files.fsync_dir(plog.dir)
+
+def recover_segment(plog: PartitionLog, segment: LogSegment) -> int:
+    truncated = segment.recover(
+        plog.config.max_message_bytes, plog.leader_epoch_cache.assign
+    )
+    if truncated:
+        log.warning(
+            "%s: truncated %d invalid bytes at the end of segment %d",
+            plog.name, truncated, segment.base_offset,
+        )
+    return truncated
+
+def recover_from(plog: PartitionLog, recovery_point: int) -> None:
+    """Revalidate segments from the one holding ``recovery_point``; after a corrupt
+    tail, later segments are deleted (they cannot follow a hole)."""
+    start = plog._segment_for(recovery_point)
+    for i in range(start, len(plog.segments)):
+        segment = plog.segments[i]
+        if recover_segment(plog, segment) and i + 1 < len(plog.segments):
+            for later in plog.segments[i + 1 :]:
+                log.warning("%s: deleting segment %d after a corrupt one",
+                            plog.name, later.base_offset)
+                later.delete_files()
+            plog._publish(plog.segments[: i + 1])
+            break
+    # A segment emptied by recovery (other than the first) is dropped.
+    while len(plog.segments) > 1 and plog.segments[-1].size == 0 and (
+        plog.segments[-1].base_offset > plog.segments[-2].next_offset
+    ):
+        plog.segments[-1].delete_files()
+        plog._publish(plog.segments[:-1])
