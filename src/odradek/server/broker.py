@@ -43,12 +43,15 @@ from odradek.server.services import BrokerServices
 from odradek.storage import LogAppendInfo, LogManager, PartitionLog
 from odradek.storage.cleaner_manager import LogCleaner
 from odradek.storage.files import META_PROPERTIES, atomic_write
+from odradek.storage.segment import MAX_OPEN_COLD_SEGMENTS
 
 log = logging.getLogger(__name__)
 
 METADATA_FILE = "odradek-metadata.json"
-# Open files a partition's log holds (its active segment's .log, .index and .timeindex),
-# and the share of the open-files limit kept for connections, rolled segments and the rest.
+# Open files a partition's log holds at most (its active segment's .log, .index and
+# .timeindex), and the share of the open-files limit kept for connections and the rest;
+# the older segments held open for reads (at most MAX_OPEN_COLD_SEGMENTS of them, three
+# files each) are kept aside too.
 DESCRIPTORS_PER_LOG = 3
 RESERVED_DESCRIPTORS_SHARE = 0.25
 # How often dead cleaner threads are looked for and cleaner-status.json rewritten.
@@ -238,7 +241,7 @@ def partition_limit(configured: int) -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return configured
-    reserved = max(256, int(soft * RESERVED_DESCRIPTORS_SHARE))
+    reserved = max(256, int(soft * RESERVED_DESCRIPTORS_SHARE)) + 3 * MAX_OPEN_COLD_SEGMENTS
     fits = max(1, (soft - reserved) // DESCRIPTORS_PER_LOG)
     if fits < configured:
         log.info("at most %d partitions on this broker: %d open files allowed, %d per log",

@@ -262,6 +262,11 @@ def _read_one(
         return info
     except Exception as exc:
         code, _ = error_code_for(exc, f"fetching {cp.topic}-{cp.partition}")
+        if code == ErrorCode.request_timed_out:
+            # Out of descriptors reopening an old segment (storage's ResourceLimitError):
+            # the Java consumer takes REQUEST_TIMED_OUT in a Fetch for a bug
+            # (IllegalStateException) but retries UNKNOWN_SERVER_ERROR.
+            code = ErrorCode.unknown_server_error
         hw = partition.high_watermark
         return FetchPartition(cp.partition, code, hw, hw, partition.log.log_start_offset)
 
