@@ -22,11 +22,13 @@ install-test:
 test: install-test
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench-storage: install
 	$(BIN)/python bench/storage.py
