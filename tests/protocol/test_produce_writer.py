@@ -16,7 +16,7 @@ from odradek.protocol.produce_writer import (
     PartitionResult,
     write_produce_response,
 )
-from odradek.server.handlers._entities import make, ms_to_datetime, nested, response_module
+from odradek.server.handlers._entities import make, nested, response_module
 
 _CODES = [ErrorCode.none, ErrorCode.corrupt_message, ErrorCode.unknown_topic_or_partition,
           ErrorCode.message_too_large, ErrorCode.invalid_timestamp]
@@ -33,6 +33,13 @@ partition = st.builds(
 topics = st.lists(
     st.tuples(st.text(min_size=1, max_size=30), st.lists(partition, max_size=5)), max_size=4
 )
+
+
+def ms_to_datetime(ms: int) -> datetime.datetime | None:
+    """kio's view of an int64 milliseconds field: None for -1."""
+    if ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
 def _kio(version: int, data: list[tuple[str, list[PartitionResult]]], throttle: int) -> bytes:

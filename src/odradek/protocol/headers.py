@@ -71,8 +71,9 @@ def parse_request_header(
     :class:`~odradek.protocol.errors.UnknownApiKeyError` when the version cannot be
     derived because kio does not know the key.
 
-    Read by hand, straight through (it runs for every request; kio's reader plus the
-    conversion took ~4 µs); a hypothesis test holds it to kio's reader.
+    Read by hand, straight through (it runs for every request, and kio's reader plus the
+    conversion cost about twice as much: bench/README.md); a hypothesis test holds it to
+    kio's reader.
     """
     if len(frame) < _FIXED.size:
         raise InvalidRequestError(f"request of {len(frame)} bytes is shorter than a header")

@@ -4,9 +4,9 @@ How it works
 ------------
 A Metadata response lists every partition of the topics asked for; with a thousand
 partitions, building one kio entity per partition and encoding it with kio's reflective
-writer took 12.5 ms (5 to build, 7.5 to encode), on the event loop, for every client's
-refresh. This writer packs the same bytes with ``struct`` from plain tuples, and packs
-each distinct replica list once per response. Layout (Kafka's ``MetadataResponse.json``;
+writer took several times longer (bench/README.md has the figures), on the event loop,
+for every client's refresh. This writer packs the same bytes with ``struct`` from plain
+tuples, and packs each distinct replica list once per response. Layout (Kafka's ``MetadataResponse.json``;
 "flexible" = v9+: compact arrays and strings, tagged fields after every struct)::
 
     MetadataResponse

@@ -40,7 +40,8 @@ Control batches are copied unchanged (transactions are not supported yet, so the
 control batches are ones a client wrote without data to abort).
 
 Reading and copying run in a cleaner thread outside the log's lock; only the swap takes it.
-Records are decoded in Python (about a few µs each); digests, CRCs and codecs run in C.
+Records are decoded in Python (per record, off the produce and fetch paths); digests,
+CRCs and codecs run in C.
 """
 
 from __future__ import annotations

@@ -256,8 +256,8 @@ class LogManager:
             raise LogDirNotFoundError("no online log dir is left")
         if len(online) == 1:
             return online[0]
-        # Counted by the paths' strings (cached by pathlib): comparing Path objects cost
-        # ~1 ms per call with 1,000 logs, a second to create a 1,000-partition topic.
+        # Counted by the paths' strings (cached by pathlib): comparing Path objects made
+        # creating a 1,000-partition topic quadratic in the logs held.
         counts = Counter(str(partition_log.log_dir) for partition_log in self.logs.values())
         return min(online, key=lambda d: (counts[str(d)], online.index(d)))
 

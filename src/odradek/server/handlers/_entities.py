@@ -36,12 +36,6 @@ def make(cls: type[T], **values: Any) -> T:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def ms_to_datetime(ms: int) -> datetime.datetime | None:
-    if ms < 0:
-        return None
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-
-
 def nested(module: ModuleType, name: str, **values: Any) -> Any:
     """``make`` for a nested entity that only some versions have: None when this
     version's module lacks it (the parent's :func:`make` then drops the field too)."""
