@@ -6,8 +6,9 @@ A Metadata response lists every partition of the topics asked for; with a thousa
 partitions, building one kio entity per partition and encoding it with kio's reflective
 writer took several times longer (bench/README.md has the figures), on the event loop,
 for every client's refresh. This writer packs the same bytes with ``struct`` from plain
-tuples, and packs each distinct replica list once per response. Layout (Kafka's ``MetadataResponse.json``;
-"flexible" = v9+: compact arrays and strings, tagged fields after every struct)::
+tuples, and packs each distinct replica list once per response. Layout (Kafka's
+``MetadataResponse.json``; "flexible" = v9+: compact arrays and strings, tagged fields
+after every struct)::
 
     MetadataResponse
       throttle_time_ms        int32                       v3+
