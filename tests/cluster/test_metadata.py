@@ -366,6 +366,7 @@ def test_create_topic_with_racks(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "partitions", "rf", "configs", "error"), [
     ("bad name", 1, 1, {}, "INVALID_TOPIC_EXCEPTION"),
     ("", 1, 1, {}, "INVALID_TOPIC_EXCEPTION"),
+    ("orders\n", 1, 1, {}, "INVALID_TOPIC_EXCEPTION"),
     ("t", 0, 1, {}, "INVALID_PARTITIONS"),
     ("t", 100_001, 1, {}, "INVALID_PARTITIONS"),
     ("t", 1, 0, {}, "INVALID_REPLICATION_FACTOR"),
