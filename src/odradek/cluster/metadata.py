@@ -5,8 +5,10 @@ How it works: a topic is ``/brokers/topics/<name>`` holding its id and replica a
 ``/config/topics/<name>`` holding its config overrides. :class:`ClusterMetadata` validates
 requests (names, partition counts, replication factor, configs), writes through the store
 with compare-and-set, and tells listeners (the broker, which creates and deletes logs) what
-changed. Replica assignment follows seed 000: round-robin from a random start, followers at
-increasing offsets; with one broker every replica list is ``[broker_id]``.
+changed. Replica assignment follows seed 000 and Kafka's ``AdminUtils``
+(:func:`assign_replicas`): leaders round-robin from a random start, followers at
+increasing shifts, a rack-alternating broker order when brokers have racks; with one
+broker every replica list is ``[broker_id]``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import base64
 import logging
 import random
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,29 +63,138 @@ def decode_topic_id(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
+def rack_alternated_brokers(racks: Mapping[int, str]) -> list[int]:
+    """Brokers ordered so each is followed by one of another rack where possible (Kafka's
+    ``AdminUtils.getRackAlternatedBrokerList``): racks in name order, each rack's brokers
+    in id order, one broker from each rack in turn, a rack that ran out skipped. Racks A
+    (0, 1, 2) and B (3, 4, 5) give 0, 3, 1, 4, 2, 5 (seed 000, figure 5-5)."""
+    by_rack: dict[str, list[int]] = {}
+    for broker, rack in sorted(racks.items()):
+        by_rack.setdefault(rack, []).append(broker)
+    queues = [by_rack[rack] for rack in sorted(by_rack)]
+    order: list[int] = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        order.extend(q[i] for q in queues if i < len(q))
+    return order
+
+
+def continuing_start_index(order: Sequence[int], leader: int) -> int:
+    """The start index that gives partition 0 the leader ``leader`` in ``order``, so new
+    partitions continue a topic's leader pattern (Kafka's ``addPartitions`` takes the
+    first broker whose id is at least partition 0's leader; a broker that left is
+    replaced by the next one)."""
+    if leader in order:
+        return list(order).index(leader)
+    return next((i for i, b in enumerate(order) if b >= leader), 0)
+
+
 def assign_replicas(
-    brokers: list[int], partitions: int, replication_factor: int, start_partition: int = 0
+    brokers: Sequence[int],
+    partitions: int,
+    replication_factor: int,
+    start_partition: int = 0,
+    racks: Mapping[int, str] | None = None,
+    *,
+    start_index: int | None = None,
+    replica_shift: int | None = None,
+    rng: random.Random | None = None,
 ) -> dict[int, list[int]]:
-    """Seed 000's assignment: leaders round-robin from a random broker, followers shifted."""
+    """Replicas of partitions ``start_partition`` .. ``start_partition + partitions - 1``
+    (Kafka's ``AdminUtils.assignReplicasToBrokers``, seed 000 "Partition Allocation").
+
+    The leader of partition ``p`` is ``order[(p + start_index) % n]``: round-robin from a
+    random start broker. The ``j``-th follower sits ``1 + (shift + j) % (n - 1)`` places
+    after the leader, and the shift grows by one each time ``p`` passes a multiple of
+    ``n``, so followers do not always pair with the same brokers. ``order`` is
+    ``brokers`` as given, or with ``racks`` (broker id -> rack; every broker or none must
+    have one) the rack-alternated list of :func:`rack_alternated_brokers`, the shift
+    counted in whole rounds of racks; a follower is then skipped while its rack already
+    holds a replica and another rack holds none, so each partition spans
+    ``min(replication_factor, racks)`` racks.
+
+    What this guarantees (no more: with ``partitions = q * n + r`` from partition 0 and
+    no racks): no broker twice in a partition; each broker leads ``q`` or ``q + 1``
+    partitions and holds each replica position ``q`` or ``q + 1`` times; so it holds
+    between ``rf * q + max(0, rf - (n - r))`` and ``rf * q + min(rf, r)`` replicas,
+    exactly ``rf * q`` when ``n`` divides ``partitions``. Seed 000's 10 partitions of RF 3
+    on 6 brokers thus give 4 to 6 replicas a broker, not always 5.
+
+    ``start_index`` fixes the start broker (an index into the order); as in Kafka it is
+    then also the initial shift unless ``replica_shift`` is given. Otherwise both are
+    drawn from ``rng``."""
+    if partitions <= 0:
+        raise MetadataError("INVALID_PARTITIONS", "number of partitions must be larger than 0")
+    if replication_factor <= 0:
+        raise MetadataError(
+            "INVALID_REPLICATION_FACTOR", "replication factor must be larger than 0"
+        )
     if replication_factor > len(brokers):
         raise MetadataError(
             "INVALID_REPLICATION_FACTOR",
             f"replication factor {replication_factor} is larger than the {len(brokers)} "
             "available brokers",
         )
-    n = len(brokers)
-    start = random.randrange(n)
-    shift = random.randrange(n)
+    broker_racks = {b: racks[b] for b in brokers if b in racks} if racks else {}
+    if broker_racks and len(broker_racks) < len(brokers):
+        # Kafka's AdminOperationException: not an ApiException, so its brokers answer
+        # UNKNOWN_SERVER_ERROR with this message.
+        missing = sorted(b for b in brokers if b not in broker_racks)
+        raise MetadataError(
+            "UNKNOWN_SERVER_ERROR",
+            "Not all brokers have rack information for replica rack aware assignment "
+            f"(none for broker(s) {missing})",
+        )
+    order = rack_alternated_brokers(broker_racks) if broker_racks else list(brokers)
+    n = len(order)
+    draw = rng if rng is not None else random.Random()
+    start = start_index % n if start_index is not None else draw.randrange(n)
+    shift = replica_shift if replica_shift is not None else (
+        start if start_index is not None else draw.randrange(n)
+    )
+    place = _place_rack_aware(broker_racks) if broker_racks else _place
     assignment: dict[int, list[int]] = {}
-    for p in range(start_partition, start_partition + partitions):
-        if p > start_partition and (p - start_partition) % n == 0:
+    for p in range(max(0, start_partition), max(0, start_partition) + partitions):
+        if p > 0 and p % n == 0:
             shift += 1
-        first = (p - start_partition + start) % n
-        replicas = [brokers[first]]
-        for j in range(replication_factor - 1):
-            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n] if n > 1 else first)
-        assignment[p] = replicas
+        assignment[p] = place(order, (p + start) % n, shift, replication_factor)
     return assignment
+
+
+def _follower_index(first: int, shift: int, j: int, n: int) -> int:
+    """Kafka's ``replicaIndex``: the ``j``-th candidate after the leader at ``first``."""
+    return (first + 1 + (shift + j) % (n - 1)) % n
+
+
+def _place(order: Sequence[int], first: int, shift: int, rf: int) -> list[int]:
+    return [order[first]] + [
+        order[_follower_index(first, shift, j, len(order))] for j in range(rf - 1)
+    ]
+
+
+def _place_rack_aware(
+    racks: Mapping[int, str],
+) -> Callable[[Sequence[int], int, int, int], list[int]]:
+    num_racks = len(set(racks.values()))
+
+    def place(order: Sequence[int], first: int, shift: int, rf: int) -> list[int]:
+        n = len(order)
+        replicas = [order[first]]
+        racks_used = {racks[order[first]]}
+        k = 0
+        while len(replicas) < rf:
+            # n - 1 consecutive candidates are every other broker: one always fits.
+            broker = order[_follower_index(first, shift * num_racks, k, n)]
+            k += 1
+            rack = racks[broker]
+            if rack in racks_used and len(racks_used) < num_racks:
+                continue  # another rack holds no replica yet
+            if broker in replicas:
+                continue
+            replicas.append(broker)
+            racks_used.add(rack)
+        return replicas
+
+    return place
 
 
 Listener = Callable[[str, TopicInfo | None], None]
@@ -99,9 +210,15 @@ class ClusterMetadata:
     def __init__(
         self, store: MetadataStore, broker_ids: Callable[[], list[int]],
         broker_defaults: Mapping[str, Any],
+        *,
+        broker_racks: Callable[[], Mapping[int, str]] | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.store = store
         self.broker_ids = broker_ids
+        # broker id -> rack (broker.rack) of the live brokers; empty: no rack awareness.
+        self.broker_racks = broker_racks or dict
+        self.rng = rng or random.Random()
         self.broker_defaults = broker_defaults
         self.topics: dict[str, TopicInfo] = {}
         # Partition replicas a broker may hold (max.broker.partitions, lowered to what
@@ -250,7 +367,8 @@ class ClusterMetadata:
             name, num_partitions, replication_factor, configs or {}
         )
         replicas = dict(assignment) if assignment else assign_replicas(
-            sorted(self.broker_ids()), num_partitions, replication_factor
+            sorted(self.broker_ids()), num_partitions, replication_factor,
+            racks=self.broker_racks(), rng=self.rng,
         )
         info = TopicInfo(name, uuid.uuid4(), replicas, clean)
         if clean:
@@ -313,9 +431,7 @@ class ClusterMetadata:
             raise MetadataError("INVALID_PARTITIONS", f"at most {MAX_PARTITIONS} partitions")
         rf = len(next(iter(info.partitions.values())))
         self.check_partition_limits(count - current, rf, len(self.broker_ids()))
-        more = dict(assignment) if assignment else assign_replicas(
-            sorted(self.broker_ids()), count - current, rf, current
-        )
+        more = dict(assignment) if assignment else self._assign_more(info, count - current, rf)
         if validate_only:
             return info
         updated = TopicInfo(info.name, info.topic_id, {**info.partitions, **more}, info.configs)
@@ -325,6 +441,19 @@ class ClusterMetadata:
         self.topics[name] = updated
         self._notify(name, updated)
         return updated
+
+    def _assign_more(self, info: TopicInfo, new: int, rf: int) -> dict[int, list[int]]:
+        """Replicas of ``new`` partitions after the existing ones, continuing the topic's
+        leader pattern from partition 0's leader (Kafka's ``AdminZkClient.addPartitions``
+        with ``startPartitionId``)."""
+        brokers = sorted(self.broker_ids())
+        racks = {b: r for b, r in self.broker_racks().items() if b in brokers}
+        order = rack_alternated_brokers(racks) if racks else brokers
+        leader = info.partitions[min(info.partitions)][0]
+        return assign_replicas(
+            brokers, new, rf, len(info.partitions), racks,
+            start_index=continuing_start_index(order, leader), rng=self.rng,
+        )
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
         info = self.topics.get(name)

@@ -251,9 +251,11 @@ class ReplicaManager:
                 partition.update_state(state)
             return partition
         partition = self._new_partition(partition_log, state)
+        # Kafka's Partition.createLogIfNotExists: the checkpointed high watermark, else 0
+        # (clamped to the log start). A loaded log starts with its high watermark at its
+        # log end, right for a log alone but past what followers in the ISR may hold.
         checkpointed = self._checkpointed.get(partition_log.log_dir, {}).get(tp)
-        if checkpointed is not None:
-            partition.restore_high_watermark(checkpointed)
+        partition.restore_high_watermark(checkpointed if checkpointed is not None else 0)
         self.partitions[tp] = partition
         return partition
 

@@ -109,6 +109,8 @@ class EmbeddedStore(MetadataStore):
     def _load(self) -> None:
         try:
             doc = json.loads(self.path.read_text())
+            if not isinstance(doc, dict):
+                raise TypeError(f"a JSON {type(doc).__name__}, not an object")
             if doc.get("format") != self.FORMAT_VERSION:
                 raise StoreError(f"{self.path}: unknown format {doc.get('format')!r}")
             for p, (data, version) in doc["nodes"].items():
@@ -146,7 +148,7 @@ class EmbeddedStore(MetadataStore):
             prefix = path.rstrip("/") + "/"
             return sorted(
                 p[len(prefix):] for p in self._nodes
-                if p.startswith(prefix) and "/" not in p[len(prefix):]
+                if p.startswith(prefix) and p != prefix and "/" not in p[len(prefix):]
             )
 
     def create(self, path: str, data: bytes, ephemeral: bool = False) -> Node:

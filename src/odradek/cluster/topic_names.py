@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 MAX_NAME_LENGTH = 249
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # fullmatch: "$" would let a final "\n" through
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
@@ -27,7 +27,7 @@ def validate(name: str) -> None:
         raise InvalidTopicNameError(
             f"topic name is {len(name)} characters, more than {MAX_NAME_LENGTH}"
         )
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         raise InvalidTopicNameError(
             f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_', '-'"
         )

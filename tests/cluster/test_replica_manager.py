@@ -1,0 +1,439 @@
+"""ReplicaManager (odradek.cluster.replica_manager) over real parts: a LogManager in
+tmp_path, ClusterMetadata over an EmbeddedStore, and the broker's purgatories."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from odradek.cluster.metadata import ClusterMetadata, TopicInfo
+from odradek.cluster.partition import (
+    FencedLeaderEpochError,
+    NotLeaderOrFollowerError,
+    Partition,
+    PartitionState,
+)
+from odradek.cluster.replica_manager import (
+    LeaderNotAvailableError,
+    ReplicaManager,
+    UnknownTopicOrPartitionError,
+)
+from odradek.cluster.store import EmbeddedStore
+from odradek.server.purgatory import DelayedBytes, Purgatory
+from odradek.storage import LogManager, TopicPartition, files
+from tests.storage._util import make_batch
+
+ME = 0
+OTHER = 1
+T = TypeVar("T")
+LONG = 10.0  # seconds: a deadline never reached when things work
+
+
+@dataclass
+class Node:
+    """One broker's parts, restartable on the same directories."""
+
+    root: Path
+    log_manager: LogManager
+    metadata: ClusterMetadata
+    fetch: Purgatory
+    produce: Purgatory
+    replicas: ReplicaManager
+
+    def restart(self) -> Node:
+        self.stop()
+        return _node(self.root)
+
+    def stop(self) -> None:
+        self.replicas.checkpoint_high_watermarks()
+        self.log_manager.shutdown()
+        self.metadata.store.close()
+
+
+def _node(root: Path, start: bool = True, before: Callable[[Node], None] | None = None) -> Node:
+    log_manager = LogManager([root / "logs"])
+    metadata = ClusterMetadata(
+        EmbeddedStore(root / "meta.json"), lambda: [ME, OTHER], {"num.partitions": 1}
+    )
+    log_manager.startup(metadata.log_config)
+    fetch, produce = Purgatory(), Purgatory()
+    node = Node(root, log_manager, metadata, fetch, produce,
+                ReplicaManager(ME, log_manager, metadata, fetch, produce))
+    if before is not None:
+        before(node)
+    if start:
+        node.replicas.startup()
+    return node
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    started = _node(tmp_path)
+    yield started
+    started.log_manager.shutdown()
+
+
+def _run(main: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(asyncio.wait_for(main, 30))
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = LONG) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.001)
+
+
+def _topic(node: Node, name: str, assignment: dict[int, list[int]]) -> TopicInfo:
+    return node.metadata.create_topic(name, len(assignment), len(assignment[0]),
+                                      assignment=assignment)
+
+
+def _error(call: Callable[..., object], *args: object) -> str:
+    with pytest.raises(Exception) as caught:
+        call(*args)
+    return str(getattr(caught.value, "kafka_error", repr(caught.value)))
+
+
+# -- hosting -------------------------------------------------------------------------------
+def test_hosts_partitions_naming_this_broker(node: Node) -> None:
+    _topic(node, "t", {0: [ME], 1: [OTHER], 2: [OTHER, ME]})
+    assert set(node.replicas.partitions) == {TopicPartition("t", 0), TopicPartition("t", 2)}
+    assert set(node.log_manager.logs) == {TopicPartition("t", 0), TopicPartition("t", 2)}
+    assert node.replicas.get_partition("t", 0).is_leader  # type: ignore[union-attr]
+    assert not node.replicas.get_partition("t", 2).is_leader  # type: ignore[union-attr]
+    assert node.replicas.get_partition("t", 1) is None
+
+
+def test_startup_hosts_known_topics_and_removes_deleted_ones(tmp_path: Path) -> None:
+    first = _node(tmp_path)
+    _topic(first, "kept", {0: [ME], 1: [ME]})
+    _topic(first, "dropped", {0: [ME]})
+    first.stop()
+
+    def forget(node: Node) -> None:
+        # Changes made while this broker was down: a topic deleted, a partition's log
+        # left over (a topic deleted and re-created smaller).
+        node.metadata.delete_topic("dropped")
+        node.metadata.create_topic("late", 1, 1, assignment={0: [ME]})
+        node.log_manager.get_or_create_log(TopicPartition("kept", 5))
+
+    again = _node(tmp_path, before=forget)
+    try:
+        hosted = {TopicPartition("kept", 0), TopicPartition("kept", 1), TopicPartition("late", 0)}
+        assert set(again.replicas.partitions) == hosted
+        assert set(again.log_manager.logs) == hosted
+        assert not any(p.name.startswith("dropped-0") and p.is_dir() and "delete" not in p.name
+                       for p in (tmp_path / "logs").iterdir())
+    finally:
+        again.log_manager.shutdown()
+
+
+def test_topic_created_later_is_hosted(node: Node) -> None:
+    _topic(node, "t", {0: [ME]})
+    partition = node.replicas.leader_partition("t", 0)
+    assert partition.log is node.log_manager.get_log(TopicPartition("t", 0))
+
+
+def test_config_change_reaches_the_log(node: Node) -> None:
+    _topic(node, "t", {0: [ME]})
+    node.metadata.set_topic_configs("t", {"retention.ms": "1234"}, validate_only=False)
+    log = node.log_manager.get_log(TopicPartition("t", 0))
+    assert log is not None and log.config.retention_ms == 1234
+    assert node.replicas.get_partition("t", 0).log is log  # type: ignore[union-attr]
+
+
+def test_deleted_topic_loses_logs_and_partitions(node: Node) -> None:
+    _topic(node, "t", {0: [ME], 1: [ME]})
+    node.metadata.delete_topic("t")
+    assert node.replicas.partitions == {}
+    assert node.log_manager.logs == {}
+    assert _error(node.replicas.leader_partition, "t", 0) == "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+# -- the door for handlers -----------------------------------------------------------------
+def test_leader_partition_errors(node: Node) -> None:
+    _topic(node, "mine", {0: [ME, OTHER]})
+    _topic(node, "followed", {0: [OTHER, ME]})
+    _topic(node, "elsewhere", {0: [OTHER]})
+    rm = node.replicas
+    assert rm.leader_partition("mine", 0).is_leader
+    assert rm.leader_partition("mine", 0, current_leader_epoch=0).leader_epoch == 0
+    with pytest.raises(UnknownTopicOrPartitionError):
+        rm.leader_partition("nothing", 0)
+    assert _error(rm.leader_partition, "mine", 1) == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert _error(rm.leader_partition, "followed", 0) == "NOT_LEADER_OR_FOLLOWER"
+    assert _error(rm.leader_partition, "elsewhere", 0) == "NOT_LEADER_OR_FOLLOWER"
+    assert _error(rm.leader_partition, "mine", 0, 1) == "UNKNOWN_LEADER_EPOCH"
+
+
+def test_leader_partition_follows_the_state(node: Node) -> None:
+    _topic(node, "t", {0: [ME]})
+    partition = node.replicas.leader_partition("t", 0)
+    partition.update_state(PartitionState(ME, 2, (ME,), (ME,)))
+    with pytest.raises(FencedLeaderEpochError):
+        node.replicas.leader_partition("t", 0, 1)
+    partition.update_state(PartitionState(OTHER, 3, (OTHER,), (ME, OTHER)))
+    with pytest.raises(NotLeaderOrFollowerError):
+        node.replicas.leader_partition("t", 0)
+
+
+def test_leader_without_a_log_is_not_available(node: Node) -> None:
+    """The log could not be created (its dir went offline): LEADER_NOT_AVAILABLE."""
+    node.log_manager.failure_channel.mark_offline(node.log_manager.log_dirs[0], "test")
+
+    async def main() -> None:
+        await node.replicas.change_topics(
+            lambda: node.metadata.create_topic("t", 1, 1, assignment={0: [ME]}),
+            wait=datetime.timedelta(seconds=LONG),
+        )
+
+    _run(main())
+    assert not node.replicas.is_pending("t", 0)
+    with pytest.raises(LeaderNotAvailableError, match="no log"):
+        node.replicas.leader_partition("t", 0)
+
+
+# -- change_topics: logs created off the loop ----------------------------------------------
+def test_change_topics_creates_logs_off_the_loop(node: Node) -> None:
+    rm = node.replicas
+
+    async def main() -> None:
+        info, timed_out = await rm.change_topics(
+            lambda: node.metadata.create_topic("t", 3, 1, assignment={0: [ME], 1: [ME],
+                                                                         2: [OTHER]})
+        )
+        assert isinstance(info, TopicInfo) and not timed_out
+        # Nothing was created on the loop: the partitions answer LEADER_NOT_AVAILABLE.
+        assert node.log_manager.logs == {}
+        assert rm.is_pending("t", 0) and rm.is_pending("t", 1) and not rm.is_pending("t", 2)
+        assert rm.topic_pending("t") and not rm.topic_pending("u")
+        assert _error(rm.leader_partition, "t", 0) == "LEADER_NOT_AVAILABLE"
+        # The next change runs once those logs are in place.
+        _, timed_out = await rm.change_topics(
+            lambda: node.metadata.create_topic("u", 1, 1, assignment={0: [ME]}),
+            wait=datetime.timedelta(seconds=LONG),
+        )
+        assert not timed_out
+
+    _run(main())
+    assert not node.replicas.topic_pending("t")
+    assert set(node.log_manager.logs) == set(node.replicas.partitions) == {
+        TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
+    }
+    assert node.replicas.leader_partition("t", 1).is_leader
+
+
+def test_change_topics_returns_the_changes_result_without_logs(node: Node) -> None:
+    async def main() -> tuple[int, bool]:
+        return await node.replicas.change_topics(lambda: 42)
+
+    assert _run(main()) == (42, False)
+
+
+def test_config_altered_while_the_log_is_created(node: Node) -> None:
+    async def main() -> None:
+        await node.replicas.change_topics(
+            lambda: node.metadata.create_topic("t", 1, 1, assignment={0: [ME]})
+        )
+        # AlterConfigs does not wait for the logs (its handler calls the metadata).
+        node.metadata.set_topic_configs("t", {"retention.ms": "777"}, validate_only=False)
+        await node.replicas.change_topics(lambda: None)  # waits for the previous change
+        assert not node.replicas.topic_pending("t")
+
+    _run(main())
+    log = node.log_manager.get_log(TopicPartition("t", 0))
+    assert log is not None and log.config.retention_ms == 777
+
+
+def test_topic_deleted_after_its_logs_were_asked_for(node: Node) -> None:
+    async def main() -> None:
+        await node.replicas.change_topics(
+            lambda: node.metadata.create_topic("t", 2, 1, assignment={0: [ME], 1: [ME]})
+        )
+        await node.replicas.change_topics(lambda: node.metadata.delete_topic("t"))
+
+    _run(main())
+    assert node.log_manager.logs == {} and node.replicas.partitions == {}
+
+
+def test_shutdown_waits_for_logs_being_created(node: Node) -> None:
+    async def main() -> None:
+        await node.replicas.change_topics(
+            lambda: node.metadata.create_topic("t", 4, 1, assignment={p: [ME] for p in range(4)})
+        )
+        await node.replicas.shutdown()
+
+    _run(main())
+    assert len(node.replicas.partitions) == 4
+    path = node.log_manager.log_dirs[0] / files.REPLICATION_OFFSET_CHECKPOINT
+    assert path.read_text() == "0\n4\nt 0 0\nt 1 0\nt 2 0\nt 3 0\n"
+
+
+# -- high-watermark checkpoint -------------------------------------------------------------
+def _set_isr(partition: Partition, isr: tuple[int, ...]) -> None:
+    s = partition.state
+    partition.update_state(PartitionState(s.leader, s.leader_epoch, isr, s.replicas))
+
+
+def test_checkpoint_written_in_kafkas_format_and_restored(tmp_path: Path) -> None:
+    node = _node(tmp_path)
+    _topic(node, "t", {0: [ME, OTHER], 1: [ME]})
+    _topic(node, "u", {0: [OTHER]})  # not hosted here
+    waiting = node.replicas.leader_partition("t", 0)
+    waiting.append_records_as_leader(make_batch(5))
+    _set_isr(waiting, (ME,))  # the follower drops out: the high watermark moves to 5
+    _set_isr(waiting, (ME, OTHER))  # it is back; its position is unknown again
+    waiting.append_records_as_leader(make_batch(2))
+    node.replicas.leader_partition("t", 1).append_records_as_leader(make_batch(3))
+    assert (waiting.high_watermark, waiting.log.log_end_offset) == (5, 7)
+    node.replicas.checkpoint_high_watermarks()
+    path = tmp_path / "logs" / files.REPLICATION_OFFSET_CHECKPOINT
+    assert path.read_text() == "0\n2\nt 0 5\nt 1 3\n"
+
+    node = node.restart()
+    try:
+        restored = node.replicas.leader_partition("t", 0)
+        assert (restored.high_watermark, restored.log.log_end_offset) == (5, 7)
+        assert node.replicas.leader_partition("t", 1).high_watermark == 3
+    finally:
+        node.log_manager.shutdown()
+
+
+def test_missing_checkpoint_starts_from_the_log_start(tmp_path: Path) -> None:
+    node = _node(tmp_path)
+    _topic(node, "t", {0: [ME, OTHER]})
+    partition = node.replicas.leader_partition("t", 0)
+    partition.append_records_as_leader(make_batch(5))
+    _set_isr(partition, (ME,))
+    node.log_manager.shutdown()
+    node.metadata.store.close()  # no checkpoint written
+    node = _node(tmp_path)
+    try:
+        assert node.replicas.leader_partition("t", 0).high_watermark == 0
+    finally:
+        node.log_manager.shutdown()
+
+
+def test_damaged_checkpoint_ignored_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    node = _node(tmp_path)
+    _topic(node, "t", {0: [ME, OTHER], 1: [ME]})
+    partition = node.replicas.leader_partition("t", 0)
+    partition.append_records_as_leader(make_batch(5))
+    _set_isr(partition, (ME,))
+    node.replicas.leader_partition("t", 1).append_records_as_leader(make_batch(2))
+    node.stop()
+    path = tmp_path / "logs" / files.REPLICATION_OFFSET_CHECKPOINT
+    path.write_bytes(b"0\n7\nt 0 five\n")
+    with caplog.at_level(logging.WARNING, logger="odradek.cluster.replica_manager"):
+        node = _node(tmp_path)
+    try:
+        assert any(files.REPLICATION_OFFSET_CHECKPOINT in r.getMessage()
+                   for r in caplog.records if r.levelno == logging.WARNING)
+        assert node.replicas.leader_partition("t", 0).high_watermark == 0
+        # A leader alone in its ISR moves it to its log end at once.
+        assert node.replicas.leader_partition("t", 1).high_watermark == 2
+    finally:
+        node.log_manager.shutdown()
+
+
+# -- events: purgatories -------------------------------------------------------------------
+def test_appends_notify_the_fetch_purgatory_with_their_bytes(node: Node) -> None:
+    _topic(node, "t", {0: [ME]})
+    tp = TopicPartition("t", 0)
+    partition = node.replicas.leader_partition("t", 0)
+    batches = [make_batch(2, seed=1), make_batch(3, seed=2)]
+
+    async def main() -> DelayedBytes:
+        op = DelayedBytes([tp], threshold=sum(len(b) for b in batches))
+        parked = asyncio.create_task(node.fetch.park(op, LONG))
+        await _until(lambda: node.fetch.watching(tp) == 1, "the fetch to park")
+        partition.append_records_as_leader(batches[0])
+        assert op.accumulated == len(batches[0]) and not parked.done()
+        partition.append_records_as_leader(batches[1])
+        assert await parked
+        return op
+
+    op = _run(main())
+    assert op.accumulated == sum(len(b) for b in batches)
+    assert node.fetch.watching(tp) == 0
+
+
+def test_wait_for_replication_at_once_when_passed(node: Node) -> None:
+    _topic(node, "t", {0: [ME]})
+    partition = node.replicas.leader_partition("t", 0)
+    info = partition.append_records_as_leader(make_batch(3), acks=-1)
+
+    async def main() -> tuple[bool, bool]:
+        passed = await node.replicas.wait_for_replication(partition, info.last_offset, 0)
+        not_yet = await node.replicas.wait_for_replication(partition, info.last_offset + 1, 0)
+        return passed, not_yet
+
+    assert _run(main()) == (True, False)
+
+
+def test_wait_for_replication_completes_when_the_high_watermark_moves(node: Node) -> None:
+    _topic(node, "t", {0: [ME, OTHER]})
+    tp = TopicPartition("t", 0)
+    partition = node.replicas.leader_partition("t", 0)
+
+    async def main() -> bool:
+        info = partition.append_records_as_leader(make_batch(3), acks=-1)
+        assert partition.high_watermark == 0
+        waiting = asyncio.create_task(
+            node.replicas.wait_for_replication(partition, info.last_offset, LONG)
+        )
+        await _until(lambda: node.produce.watching(tp) == 1, "the produce to park")
+        partition.append_records_as_leader(make_batch(1))  # an event, not the condition
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        started = time.monotonic()
+        _set_isr(partition, (ME,))  # the follower leaves the ISR: the watermark moves
+        result = await waiting
+        assert time.monotonic() - started < LONG / 2
+        return result
+
+    assert _run(main())
+    assert node.produce.watching(tp) == 0
+
+
+def test_wait_for_replication_times_out(node: Node) -> None:
+    _topic(node, "t", {0: [ME, OTHER]})
+    partition = node.replicas.leader_partition("t", 0)
+    info = partition.append_records_as_leader(make_batch(1))
+
+    async def main() -> bool:
+        return await node.replicas.wait_for_replication(partition, info.last_offset, 0.02)
+
+    assert not _run(main())
+    assert node.produce.watching(TopicPartition("t", 0)) == 0
+
+
+def test_deleting_a_topic_wakes_its_waiters(node: Node) -> None:
+    _topic(node, "t", {0: [ME, OTHER]})
+    tp = TopicPartition("t", 0)
+    partition = node.replicas.leader_partition("t", 0)
+    info = partition.append_records_as_leader(make_batch(1))
+
+    async def main() -> tuple[bool, bool]:
+        produce = asyncio.create_task(
+            node.replicas.wait_for_replication(partition, info.last_offset, LONG)
+        )
+        fetch = asyncio.create_task(node.fetch.wait([tp], 1 << 20, 0, LONG))
+        await _until(lambda: node.produce.watching(tp) == node.fetch.watching(tp) == 1,
+                     "both to park")
+        node.metadata.delete_topic("t")
+        return await produce, await fetch
+
+    assert _run(main()) == (False, False)  # woken, not satisfied
