@@ -3,11 +3,13 @@
 How it starts: Debian's ``zookeeper`` package (3.8) puts the server in
 /usr/share/java/zookeeper.jar, whose manifest Class-Path names every dependency. We run
 ``java -cp zookeeper.jar[:slf4j-simple.jar] org.apache.zookeeper.server.ZooKeeperServerMain
-zoo.cfg`` directly rather than ``zkServer.sh start-foreground``: the script sources
-/etc/zookeeper/conf/environment (log dir /var/log/zookeeper, a rolling log4j appender, JMX)
-and starts the quorum peer main class; the direct command depends on nothing but the jar
-and our config in a temp dir. The admin server (Jetty on :8080) is off, the four-letter
-words we use are allowed, and readiness is ``ruok`` → ``imok`` within a deadline.
+zoo.cfg`` directly. ``zkServer.sh start-foreground zoo.cfg`` works too, but it sources
+/etc/zookeeper/conf/environment (``-Dzookeeper.log.dir=/var/log/zookeeper``, JMX on, /etc on
+the classpath), runs the quorum peer main class, and with no slf4j binding on its classpath
+the server logs nothing at all; the direct command depends on nothing but the jar and our
+config in a temp dir, and its log (slf4j-simple, when installed) lands next to the data.
+The admin server (Jetty on :8080) is off, the four-letter words we use are allowed, and
+readiness is ``ruok`` → ``imok`` within a deadline.
 
 Session loss, two ways: :func:`expire_session` opens a second client with the same session
 id and password and closes it (the server then expires the session for the first client

@@ -193,3 +193,16 @@ def test_expiry_removes_ephemerals_and_starts_a_new_session(backend: Backend) ->
     wait_for(lambda: watched.count("/keep") == 1, what="the re-fired watch")
     node = store.create("/eph", b"y", ephemeral=True)
     assert node.ephemeral_owner == store.session_id
+
+
+def test_multi_fires_the_watches_of_what_it_changed(store: MetadataStore) -> None:
+    store.create("/c", b"0")
+    store.create("/s", b"0")
+    checked, data, kids = Recorder(), Recorder(), Recorder()
+    store.get("/c", watch=checked)
+    store.get("/s", watch=data)
+    store.children("/", watch=kids)
+    store.multi([CheckVersion("/c", 0), SetOp("/s", b"1"), CreateOp("/n", b"")])
+    wait_for(lambda: data.count("/s") == 1 and kids.count("/") == 1, what="the watches")
+    store.set("/c", b"1")  # the check did not consume /c's watch: this change fires it
+    wait_for(lambda: checked.count("/c") == 1, what="the watch on the checked node")

@@ -331,7 +331,6 @@ class EmbeddedStore(MetadataStore):
         with self._lock:
             saved = dict(self._nodes)
             results: list[Node | None] = []
-            changed: list[str] = []
             try:
                 for index, op in enumerate(ops):
                     try:
@@ -339,12 +338,13 @@ class EmbeddedStore(MetadataStore):
                     except StoreError as exc:
                         exc.failed_op = index
                         raise
-                    changed.append(op.path)
             except StoreError:
                 self._nodes = saved
                 raise
             self._persist()
-        self._fire_all(changed, [_parent(p) for p in changed])
+        changed = [op.path for op in ops if not isinstance(op, CheckVersion)]
+        added_or_removed = [op.path for op in ops if isinstance(op, CreateOp | DeleteOp)]
+        self._fire_all(changed, [_parent(p) for p in added_or_removed])
         return results
 
     def _apply(self, op: Op) -> Node | None:
