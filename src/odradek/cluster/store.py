@@ -6,22 +6,35 @@ How it works: metadata lives in a tree of paths (Kafka's ZooKeeper layout:
 compare-and-set on the version (``expected_version=-1`` means unconditional), so two
 writers never silently overwrite each other — the property the controller's epoch fencing
 relies on in seed 000. Ephemeral nodes vanish with their session (broker registration).
-Watches fire once per change, as in ZooKeeper.
+Watches fire once per change, as in ZooKeeper: a data watch set by :meth:`get` fires when the
+node is created, changed or deleted (``get`` on a missing node still watches for its
+creation, as ZooKeeper's ``exists`` does); a child watch set by :meth:`children` fires when a
+child is added or removed. A watcher receives the watched path and re-reads: after a lost
+connection a backend may fire a watcher spuriously so that nothing is missed.
+
+Several writes can be applied atomically with :meth:`MetadataStore.multi` (ZooKeeper's
+``multi``): a :class:`CheckVersion` op lets the controller fence its writes with the
+controller epoch's version (Kafka's ``controllerEpochZkVersion``). Session listeners hear
+:class:`SessionEvent` transitions (suspended, reconnected, expired, new session), which
+is what broker registration and controller election need to recover from a lost session.
 
 :class:`EmbeddedStore` keeps the tree in memory and persists the persistent nodes to one
 JSON file, rewritten atomically (write, fsync, rename) on every change. Metadata changes
-are rare (topic creation, config changes), so one small file is simpler than a log. The
-ZooKeeper backend (kazoo) implements the same :class:`MetadataStore` in the cluster issue.
+are rare (topic creation, config changes), so one small file is simpler than a log. It
+has one session that lives as long as the store, unless :meth:`EmbeddedStore.expire_session`
+ends it (tests). :mod:`odradek.cluster.zk_store` implements the same interface over a real
+ZooKeeper.
 """
 
 from __future__ import annotations
 
 import abc
 import base64
+import enum
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +45,23 @@ log = logging.getLogger(__name__)
 Watcher = Callable[[str], None]
 
 
+class SessionEvent(enum.Enum):
+    """Transitions of the store's session (Kafka's ZooKeeperClient state change handlers)."""
+
+    SUSPENDED = "suspended"      # connection lost; the session may still be alive
+    RECONNECTED = "reconnected"  # connection back, same session: ephemerals intact
+    EXPIRED = "expired"          # the session is gone, and with it our ephemeral nodes
+    NEW_SESSION = "new_session"  # connected again with a new session: re-register
+
+
+SessionListener = Callable[[SessionEvent], None]
+
+
 class StoreError(Exception):
-    pass
+    """Base of the store's errors. Raised by :meth:`MetadataStore.multi`, ``failed_op`` is
+    the index of the op that failed (the whole transaction was rolled back)."""
+
+    failed_op: int | None = None
 
 
 class NodeExistsError(StoreError):
@@ -44,8 +72,24 @@ class NoNodeError(StoreError):
     pass
 
 
+class NotEmptyError(StoreError):
+    """A non-recursive delete of a node that has children."""
+
+
 class BadVersionError(StoreError):
     """A conditional write lost: the node changed since it was read."""
+
+
+class ConnectionLossError(StoreError):
+    """The request's outcome is unknown: the connection dropped before the answer came."""
+
+
+class SessionExpiredError(StoreError):
+    """The session expired while the request was pending."""
+
+
+class StoreConnectionError(StoreError):
+    """The store could not be reached (within ``zookeeper.connection.timeout.ms``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +97,42 @@ class Node:
     data: bytes
     version: int
     ephemeral: bool = False
+    # Session that owns an ephemeral node (ZooKeeper's Stat.ephemeralOwner); 0 otherwise.
+    ephemeral_owner: int = 0
+
+
+# -- ops for multi() (ZooKeeper's multi / Kafka's MultiRequest) -------------------------------
+@dataclass(frozen=True, slots=True)
+class CheckVersion:
+    """Fails the transaction unless ``path`` is at ``version``."""
+
+    path: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateOp:
+    """Create ``path``; unlike :meth:`MetadataStore.create` the parent must exist."""
+
+    path: str
+    data: bytes
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SetOp:
+    path: str
+    data: bytes
+    expected_version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOp:
+    path: str
+    expected_version: int = -1
+
+
+Op = CheckVersion | CreateOp | SetOp | DeleteOp
 
 
 class MetadataStore(abc.ABC):
@@ -60,7 +140,8 @@ class MetadataStore(abc.ABC):
     def get(self, path: str, watch: Watcher | None = None) -> Node | None: ...
 
     @abc.abstractmethod
-    def children(self, path: str, watch: Watcher | None = None) -> list[str]: ...
+    def children(self, path: str, watch: Watcher | None = None) -> list[str]:
+        """Sorted child names; ``[]`` for a missing node, whose watch fires on creation."""
 
     @abc.abstractmethod
     def create(self, path: str, data: bytes, ephemeral: bool = False) -> Node: ...
@@ -70,6 +151,24 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def delete(self, path: str, expected_version: int = -1, recursive: bool = False) -> None: ...
+
+    @abc.abstractmethod
+    def multi(self, ops: Sequence[Op]) -> list[Node | None]:
+        """Apply ``ops`` atomically: all of them or none. Returns, per op, the new node for
+        a create or set and None for a check or delete; on failure raises the failing op's
+        error (NoNodeError, NodeExistsError, BadVersionError, ...) with ``failed_op`` set."""
+
+    @property
+    @abc.abstractmethod
+    def session_id(self) -> int:
+        """The current session's id (the ``ephemeral_owner`` of the nodes it creates)."""
+
+    @abc.abstractmethod
+    def add_session_listener(self, listener: SessionListener) -> None:
+        """Call ``listener`` on every :class:`SessionEvent` (not on the initial connect)."""
+
+    @abc.abstractmethod
+    def remove_session_listener(self, listener: SessionListener) -> None: ...
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -93,7 +192,11 @@ def _parent(path: str) -> str:
 
 
 class EmbeddedStore(MetadataStore):
-    """In-process store persisted to ``path`` (a JSON file)."""
+    """In-process store persisted to ``path`` (a JSON file).
+
+    Watchers and session listeners run synchronously in the thread that made the change,
+    after the store's lock is released, so they may call the store again.
+    """
 
     FORMAT_VERSION = 1
 
@@ -102,6 +205,8 @@ class EmbeddedStore(MetadataStore):
         self._nodes: dict[str, Node] = {"/": Node(b"", 0)}
         self._data_watches: dict[str, list[Watcher]] = {}
         self._child_watches: dict[str, list[Watcher]] = {}
+        self._session_listeners: list[SessionListener] = []
+        self._session = 1
         self._lock = threading.RLock()
         if path.exists():
             self._load()
@@ -129,11 +234,23 @@ class EmbeddedStore(MetadataStore):
         atomic_write(self.path, body.encode())
 
     def _fire(self, table: dict[str, list[Watcher]], path: str) -> None:
-        for watcher in table.pop(path, []):
+        with self._lock:
+            watchers = table.pop(path, [])
+        for watcher in watchers:
             try:
                 watcher(path)
             except Exception:
                 log.exception("metadata watch on %s failed", path)
+
+    def _fire_all(self, data_paths: Sequence[str], child_paths: Sequence[str]) -> None:
+        for p in dict.fromkeys(data_paths):
+            self._fire(self._data_watches, p)
+        for p in dict.fromkeys(child_paths):
+            self._fire(self._child_watches, p)
+
+    @property
+    def session_id(self) -> int:
+        return self._session
 
     def get(self, path: str, watch: Watcher | None = None) -> Node | None:
         with self._lock:
@@ -144,12 +261,17 @@ class EmbeddedStore(MetadataStore):
     def children(self, path: str, watch: Watcher | None = None) -> list[str]:
         with self._lock:
             if watch is not None:
-                self._child_watches.setdefault(path, []).append(watch)
-            prefix = path.rstrip("/") + "/"
-            return sorted(
-                p[len(prefix):] for p in self._nodes
-                if p.startswith(prefix) and p != prefix and "/" not in p[len(prefix):]
-            )
+                # A missing node has no children; the watch then waits for its creation.
+                table = self._child_watches if path in self._nodes else self._data_watches
+                table.setdefault(path, []).append(watch)
+            return self._children(path)
+
+    def _children(self, path: str) -> list[str]:
+        prefix = path.rstrip("/") + "/"
+        return sorted(
+            p[len(prefix):] for p in self._nodes
+            if p.startswith(prefix) and p != prefix and "/" not in p[len(prefix):]
+        )
 
     def create(self, path: str, data: bytes, ephemeral: bool = False) -> Node:
         with self._lock:
@@ -163,23 +285,31 @@ class EmbeddedStore(MetadataStore):
                 parent = _parent(parent)
             for p in reversed(missing):
                 self._nodes[p] = Node(b"", 0)
-            node = Node(data, 0, ephemeral)
+            node = self._new_node(data, ephemeral)
             self._nodes[path] = node
-            if not ephemeral:
+            if not ephemeral or missing:
                 self._persist()
-        self._fire(self._child_watches, _parent(path))
+        made = [*reversed(missing), path]
+        self._fire_all(made, [_parent(p) for p in made])
         return node
+
+    def _new_node(self, data: bytes, ephemeral: bool) -> Node:
+        return Node(data, 0, ephemeral, self._session if ephemeral else 0)
+
+    def _check(self, path: str, expected_version: int) -> Node:
+        current = self._nodes.get(path)
+        if current is None:
+            raise NoNodeError(path)
+        if expected_version != -1 and expected_version != current.version:
+            raise BadVersionError(
+                f"{path}: expected version {expected_version}, found {current.version}"
+            )
+        return current
 
     def set(self, path: str, data: bytes, expected_version: int = -1) -> Node:
         with self._lock:
-            current = self._nodes.get(path)
-            if current is None:
-                raise NoNodeError(path)
-            if expected_version != -1 and expected_version != current.version:
-                raise BadVersionError(
-                    f"{path}: expected version {expected_version}, found {current.version}"
-                )
-            node = Node(data, current.version + 1, current.ephemeral)
+            current = self._check(path, expected_version)
+            node = Node(data, current.version + 1, current.ephemeral, current.ephemeral_owner)
             self._nodes[path] = node
             if not node.ephemeral:
                 self._persist()
@@ -188,23 +318,103 @@ class EmbeddedStore(MetadataStore):
 
     def delete(self, path: str, expected_version: int = -1, recursive: bool = False) -> None:
         with self._lock:
-            current = self._nodes.get(path)
-            if current is None:
-                raise NoNodeError(path)
-            if expected_version != -1 and expected_version != current.version:
-                raise BadVersionError(path)
+            self._check(path, expected_version)
             prefix = path.rstrip("/") + "/"
             below = [p for p in self._nodes if p.startswith(prefix)]
             if below and not recursive:
-                raise StoreError(f"{path} has children")
-            for p in below:
+                raise NotEmptyError(f"{path} has children")
+            gone = [*below, path]
+            for p in gone:
                 del self._nodes[p]
-            del self._nodes[path]
             self._persist()
-        self._fire(self._data_watches, path)
-        self._fire(self._child_watches, _parent(path))
+        self._fire_all(gone, [_parent(p) for p in gone])
+
+    def multi(self, ops: Sequence[Op]) -> list[Node | None]:
+        with self._lock:
+            saved = dict(self._nodes)
+            results: list[Node | None] = []
+            try:
+                for index, op in enumerate(ops):
+                    try:
+                        results.append(self._apply(op))
+                    except StoreError as exc:
+                        exc.failed_op = index
+                        raise
+            except StoreError:
+                self._nodes = saved
+                raise
+            self._persist()
+        changed = [op.path for op in ops if not isinstance(op, CheckVersion)]
+        added_or_removed = [op.path for op in ops if isinstance(op, CreateOp | DeleteOp)]
+        self._fire_all(changed, [_parent(p) for p in added_or_removed])
+        return results
+
+    def _apply(self, op: Op) -> Node | None:
+        """One op of a transaction, under the lock (ZooKeeper's semantics: no makepath)."""
+        if isinstance(op, CheckVersion):
+            self._check(op.path, op.version)
+            return None
+        if isinstance(op, CreateOp):
+            if op.path in self._nodes:
+                raise NodeExistsError(op.path)
+            if _parent(op.path) not in self._nodes:
+                raise NoNodeError(_parent(op.path))
+            node = self._new_node(op.data, op.ephemeral)
+        elif isinstance(op, SetOp):
+            current = self._check(op.path, op.expected_version)
+            node = Node(op.data, current.version + 1, current.ephemeral, current.ephemeral_owner)
+        else:
+            self._check(op.path, op.expected_version)
+            if self._children(op.path):
+                raise NotEmptyError(f"{op.path} has children")
+            del self._nodes[op.path]
+            return None
+        self._nodes[op.path] = node
+        return node
+
+    def add_session_listener(self, listener: SessionListener) -> None:
+        with self._lock:
+            self._session_listeners.append(listener)
+
+    def remove_session_listener(self, listener: SessionListener) -> None:
+        with self._lock:
+            if listener in self._session_listeners:
+                self._session_listeners.remove(listener)
+
+    def _notify(self, event: SessionEvent) -> None:
+        with self._lock:
+            listeners = list(self._session_listeners)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:
+                log.exception("session listener failed on %s", event.value)
+
+    def expire_session(self) -> None:
+        """End the session as a ZooKeeper expiry would, then start a new one: our ephemeral
+        nodes vanish, listeners hear EXPIRED then NEW_SESSION, and every pending watcher
+        fires once (a client re-reads after a new session, as with ZooKeeper)."""
+        with self._lock:
+            gone = [p for p, n in self._nodes.items() if n.ephemeral]
+            for p in gone:
+                del self._nodes[p]
+            self._session += 1
+            data, child = self._data_watches, self._child_watches
+            self._data_watches, self._child_watches = {}, {}
+        self._notify(SessionEvent.EXPIRED)
+        self._notify(SessionEvent.NEW_SESSION)
+        for table in (data, child):
+            for path, watchers in table.items():
+                for watcher in watchers:
+                    try:
+                        watcher(path)
+                    except Exception:
+                        log.exception("metadata watch on %s failed", path)
 
     def close(self) -> None:
         with self._lock:
             for p in [p for p, n in self._nodes.items() if n.ephemeral]:
                 del self._nodes[p]
+            self._data_watches.clear()
+            self._child_watches.clear()
+            self._session_listeners.clear()

@@ -1,0 +1,288 @@
+"""Broker membership: ephemeral ``/brokers/ids/<id>`` nodes (KafkaZkClient.registerBroker,
+BrokerInfo and BrokerIdZNode in Kafka's ZkData, the controller's BrokerChangeHandler).
+
+How it works: a broker registers by creating the ephemeral node ``/brokers/ids/<id>`` holding
+Kafka's v5 JSON (``version``, ``host``/``port`` of the first PLAINTEXT endpoint or
+null/-1, ``endpoints`` as ``LISTENER://host:port``, ``listener_security_protocol_map``,
+``jmx_port`` -1, ``rack`` when set, ``timestamp`` in ms as a string, ``features``). The node
+lives as long as the broker's session. If it already exists and belongs to another live
+session, the id is taken and registration is refused (seed 000); if it belongs to our own
+session (a retried create), it is ours. After the session expires the store opens a new
+one and :class:`BrokerRegistration` registers again, as Kafka's broker does on a new session.
+:class:`BrokerChangeWatcher` keeps a child watch on ``/brokers/ids`` and reports the set of
+live brokers whenever it changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from odradek.cluster.store import (
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    SessionEvent,
+    StoreError,
+)
+
+__all__ = [
+    "BROKER_IDS_PATH",
+    "BrokerChangeWatcher",
+    "BrokerIdInUseError",
+    "BrokerInfo",
+    "BrokerRegistration",
+    "EndPoint",
+    "live_brokers",
+]
+
+log = logging.getLogger(__name__)
+
+BROKER_IDS_PATH = "/brokers/ids"
+BROKER_INFO_VERSION = 5  # BrokerIdZNode's JSON version since Kafka 2.7 (IBP_2_7_IV0)
+
+
+class BrokerIdInUseError(StoreError):
+    """Another live broker holds this broker.id."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndPoint:
+    """One advertised listener (Kafka's EndPoint)."""
+
+    listener_name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def connection_string(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener_name}://{host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str, protocol_map: Mapping[str, str] | None = None) -> EndPoint:
+        name, sep, address = text.partition("://")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not port.isdigit():
+            raise ValueError(f"invalid endpoint {text!r}: expected LISTENER://host:port")
+        name = name.upper()
+        protocol = (protocol_map or {}).get(name, name)
+        return cls(name, host.strip("[]"), int(port), protocol)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """What a broker publishes about itself (Kafka's BrokerInfo / Broker)."""
+
+    broker_id: int
+    endpoints: tuple[EndPoint, ...]
+    rack: str | None = None
+    timestamp_ms: int = 0
+    features: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        return f"{BROKER_IDS_PATH}/{self.broker_id}"
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the first endpoint (for messages)."""
+        if not self.endpoints:
+            return "?"
+        return f"{self.endpoints[0].host}:{self.endpoints[0].port}"
+
+    def endpoint(self, listener_name: str) -> EndPoint | None:
+        return next((e for e in self.endpoints if e.listener_name == listener_name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        # host/port are for old clients: the first PLAINTEXT endpoint, or null/-1 (Kafka).
+        plaintext = next(
+            (e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), None
+        )
+        doc: dict[str, Any] = {
+            "version": BROKER_INFO_VERSION,
+            "host": plaintext.host if plaintext else None,
+            "port": plaintext.port if plaintext else -1,
+            "endpoints": [e.connection_string for e in self.endpoints],
+            "listener_security_protocol_map": {
+                e.listener_name: e.security_protocol for e in self.endpoints
+            },
+            "jmx_port": -1,
+            "timestamp": str(self.timestamp_ms),
+            "features": dict(self.features),
+        }
+        if self.rack is not None:  # Kafka writes "rack" only when one is set
+            doc["rack"] = self.rack
+        return doc
+
+    def encode(self) -> bytes:
+        return json.dumps(self.to_json()).encode()
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes) -> BrokerInfo:
+        try:
+            doc = json.loads(data)
+            version = int(doc["version"])
+            if version == 1:
+                endpoints: tuple[EndPoint, ...] = (
+                    EndPoint("PLAINTEXT", str(doc["host"]), int(doc["port"])),
+                )
+            else:
+                protocols = doc.get("listener_security_protocol_map") or {}
+                endpoints = tuple(EndPoint.parse(e, protocols) for e in doc["endpoints"])
+            return cls(
+                broker_id, endpoints, doc.get("rack"), int(doc.get("timestamp", 0)),
+                doc.get("features") or {},
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(
+                f"failed to parse the registration of broker {broker_id}: {data!r}"
+            ) from exc
+
+
+def live_brokers(store: MetadataStore) -> dict[int, BrokerInfo]:
+    """Every registered broker, by id (nodes that vanish while we read are skipped)."""
+    return _read_brokers(store, store.children(BROKER_IDS_PATH))
+
+
+def _read_brokers(store: MetadataStore, names: Sequence[str]) -> dict[int, BrokerInfo]:
+    brokers = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        node = store.get(f"{BROKER_IDS_PATH}/{name}")
+        if node is not None:
+            brokers[int(name)] = BrokerInfo.decode(int(name), node.data)
+    return brokers
+
+
+class BrokerRegistration:
+    """This broker's ephemeral registration, kept alive across session expiries."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        broker_id: int,
+        endpoints: Sequence[EndPoint],
+        rack: str | None = None,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.broker_id = broker_id
+        self.endpoints = tuple(endpoints)
+        self.rack = rack
+        self._on_error = on_error
+        self._registered = False
+        self._lock = threading.Lock()
+
+    def register(self) -> BrokerInfo:
+        """Create ``/brokers/ids/<id>``; raise :class:`BrokerIdInUseError` if it is taken."""
+        info = self._register()
+        self.store.add_session_listener(self._on_session)
+        return info
+
+    def _register(self) -> BrokerInfo:
+        with self._lock:
+            while True:
+                info = BrokerInfo(
+                    self.broker_id, self.endpoints, self.rack, int(time.time() * 1000)
+                )
+                try:
+                    self.store.create(info.path, info.encode(), ephemeral=True)
+                    break
+                except NodeExistsError:
+                    node = self.store.get(info.path)
+                    if node is None:  # its owner went away in between: try again
+                        continue
+                    if node.ephemeral_owner == self.store.session_id:
+                        break  # ours already (a create retried after a lost answer)
+                    holder = BrokerInfo.decode(self.broker_id, node.data)
+                    raise BrokerIdInUseError(
+                        f"broker.id {self.broker_id} is already registered by a live broker "
+                        f"at {holder.address}"
+                    ) from None
+            self._registered = True
+        log.info("registered broker %d at %s", self.broker_id, info.path)
+        return info
+
+    def _on_session(self, event: SessionEvent) -> None:
+        if event is SessionEvent.EXPIRED:
+            self._registered = False
+            log.warning("broker %d: ZooKeeper session expired, registration lost",
+                        self.broker_id)
+        elif event is SessionEvent.NEW_SESSION:
+            try:
+                self._register()
+            except Exception as exc:
+                log.error("broker %d could not register again: %s", self.broker_id, exc)
+                if self._on_error is not None:
+                    self._on_error(exc)
+
+    @property
+    def registered(self) -> bool:
+        return self._registered
+
+    def unregister(self) -> None:
+        """Remove our node now (a clean shutdown), rather than when the session ends."""
+        self.store.remove_session_listener(self._on_session)
+        with self._lock:
+            path = f"{BROKER_IDS_PATH}/{self.broker_id}"
+            node = self.store.get(path)
+            if node is not None and node.ephemeral_owner == self.store.session_id:
+                with contextlib.suppress(NoNodeError):
+                    self.store.delete(path, expected_version=node.version)
+            self._registered = False
+
+
+class BrokerChangeWatcher:
+    """Calls ``on_change(brokers)`` with the live brokers whenever the set changes
+    (the controller's BrokerChangeHandler on ``/brokers/ids``)."""
+
+    def __init__(
+        self, store: MetadataStore, on_change: Callable[[dict[int, BrokerInfo]], None]
+    ) -> None:
+        self.store = store
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._last: dict[int, BrokerInfo] | None = None
+        self._closed = False
+
+    def start(self) -> dict[int, BrokerInfo]:
+        """Arm the watch; returns (and reports) the current brokers."""
+        self.store.add_session_listener(self._on_session)
+        self._refresh()
+        return dict(self._last or {})
+
+    def _refresh(self, _path: str = "") -> None:
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                names = self.store.children(BROKER_IDS_PATH, watch=self._refresh)
+                brokers = _read_brokers(self.store, names)
+            except StoreError as exc:  # connection trouble: the session listener retries
+                log.warning("could not read %s: %s", BROKER_IDS_PATH, exc)
+                return
+            if brokers == self._last:
+                return
+            self._last = brokers
+        self._on_change(dict(brokers))
+
+    def _on_session(self, event: SessionEvent) -> None:
+        if event in (SessionEvent.RECONNECTED, SessionEvent.NEW_SESSION):
+            self._refresh()
+
+    @property
+    def brokers(self) -> dict[int, BrokerInfo]:
+        return dict(self._last or {})
+
+    def close(self) -> None:
+        self._closed = True
+        self.store.remove_session_listener(self._on_session)

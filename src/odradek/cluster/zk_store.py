@@ -1,0 +1,374 @@
+"""The metadata store over a real Apache ZooKeeper (Kafka's ZooKeeperClient + KafkaZkClient).
+
+How it works: :class:`ZooKeeperStore` implements :class:`~odradek.cluster.store.MetadataStore`
+with one kazoo client, i.e. one ZooKeeper session. ``zookeeper.connect`` is Kafka's
+``host1:port1,host2:port2/chroot``; as Kafka's ``createChrootIfNecessary`` does, a short-lived
+client without the chroot creates the chroot path first, then the store's own client is
+rooted there. The session times out after ``zookeeper.session.timeout.ms``; connecting and
+every request are bounded by ``zookeeper.connection.timeout.ms`` (Kafka's default: the
+session timeout), after which a clear error names the address.
+
+Threads: kazoo reads the socket on its own thread and runs callbacks on another. The store
+moves every watcher and every session listener onto one thread of its own, in order, so
+they may call the store (blocking requests) and never stall kazoo.
+
+Sessions: kazoo's states become :class:`~odradek.cluster.store.SessionEvent` transitions
+(SUSPENDED → RECONNECTED when the same session comes back; EXPIRED → NEW_SESSION when kazoo
+reconnects with a fresh one, our ephemeral nodes gone). Unlike ZooKeeper's Java client,
+kazoo forgets its watches when the connection drops and fires them with an empty event;
+the store holds those back until the connection is back and then calls the watchers, which
+re-read and re-arm, so a change made while we were away is never missed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo import exceptions as kz
+from kazoo.client import KazooClient, KazooState
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+
+from odradek.cluster.store import (
+    BadVersionError,
+    CheckVersion,
+    ConnectionLossError,
+    CreateOp,
+    DeleteOp,
+    MetadataStore,
+    Node,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    Op,
+    SessionEvent,
+    SessionExpiredError,
+    SessionListener,
+    SetOp,
+    StoreConnectionError,
+    StoreError,
+    Watcher,
+)
+
+__all__ = ["ZooKeeperSettings", "ZooKeeperStore", "split_connect"]
+
+log = logging.getLogger(__name__)
+
+# Kafka's default zookeeper.session.timeout.ms (since 2.5, KIP-537).
+DEFAULT_SESSION_TIMEOUT_MS = 18_000
+# How long close() waits for the event thread to finish the callback it is running.
+_CLOSE_JOIN_S = 5.0
+
+_ERRORS: dict[type[Exception], type[StoreError]] = {
+    kz.NoNodeError: NoNodeError,
+    kz.NodeExistsError: NodeExistsError,
+    kz.BadVersionError: BadVersionError,
+    kz.NotEmptyError: NotEmptyError,
+    kz.ConnectionLoss: ConnectionLossError,
+    kz.SessionExpiredError: SessionExpiredError,
+    kz.ConnectionClosedError: ConnectionLossError,
+}
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """``h1:p1,h2:p2/chroot`` → (``h1:p1,h2:p2``, ``/chroot``); the chroot is ``""`` if absent."""
+    hosts, slash, chroot = connect.strip().partition("/")
+    if not hosts:
+        raise StoreError(f"zookeeper.connect {connect!r} names no server")
+    chroot = ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else ""
+    return hosts, chroot
+
+
+@dataclass(frozen=True, slots=True)
+class ZooKeeperSettings:
+    """The broker's ``zookeeper.*`` configs (Kafka's names and defaults)."""
+
+    connect: str
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    connection_timeout_ms: int | None = None  # None: the session timeout, as in Kafka
+
+    @property
+    def effective_connection_timeout_ms(self) -> int:
+        return self.connection_timeout_ms or self.session_timeout_ms
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> ZooKeeperSettings:
+        connect = props.get("zookeeper.connect", "").strip()
+        if not connect:
+            raise StoreError("zookeeper.connect is required for cluster mode")
+        try:
+            session = int(props.get("zookeeper.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
+            raw = props.get("zookeeper.connection.timeout.ms")
+            connection = int(raw) if raw else None
+        except ValueError as exc:
+            raise StoreError(f"invalid zookeeper timeout: {exc}") from exc
+        if session <= 0 or (connection is not None and connection <= 0):
+            raise StoreError("zookeeper timeouts must be positive")
+        return cls(connect, session, connection)
+
+
+class ZooKeeperStore(MetadataStore):
+    """A :class:`MetadataStore` whose tree is a ZooKeeper ensemble's (under the chroot)."""
+
+    def __init__(
+        self,
+        connect: str,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        connection_timeout_ms: int | None = None,
+    ) -> None:
+        self.settings = ZooKeeperSettings(connect, session_timeout_ms, connection_timeout_ms)
+        self._hosts, self._chroot = split_connect(connect)
+        self._timeout_s = self.settings.effective_connection_timeout_ms / 1000
+        self._session_s = session_timeout_ms / 1000
+        self._listeners: list[SessionListener] = []
+        self._state_lock = threading.Lock()
+        self._phase = "starting"  # last kazoo state seen: starting, CONNECTED, SUSPENDED, LOST
+        self._deferred: list[tuple[Watcher, str]] = []
+        self._closing = False
+        self._events: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._event_thread = threading.Thread(
+            target=self._run_events, name="odradek-zk-events", daemon=True
+        )
+        if self._chroot:
+            self._create_chroot()
+        self._client = self._new_client(self._hosts + self._chroot)
+        self._client.add_listener(self._on_state)
+        self._start(self._client)
+        self._event_thread.start()
+
+    # -- connecting -------------------------------------------------------------------------
+    def _new_client(self, hosts: str) -> KazooClient:
+        # Retry connecting forever (a session outlives short outages); requests are not
+        # retried by kazoo: callers see ConnectionLossError and decide.
+        return KazooClient(
+            hosts=hosts,
+            timeout=self._session_s,
+            connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
+        )
+
+    def _start(self, client: KazooClient) -> None:
+        try:
+            client.start(timeout=self._timeout_s)
+        except KazooTimeoutError:
+            raise StoreConnectionError(
+                f"could not connect to ZooKeeper at {self._hosts} within "
+                f"{self.settings.effective_connection_timeout_ms} ms "
+                "(zookeeper.connection.timeout.ms)"
+            ) from None
+
+    def _create_chroot(self) -> None:
+        bootstrap = self._new_client(self._hosts)
+        self._start(bootstrap)
+        try:
+            bootstrap.ensure_path(self._chroot)
+        finally:
+            bootstrap.stop()
+            bootstrap.close()
+
+    @property
+    def client(self) -> KazooClient:
+        """The kazoo client (for tools and tests; the store's API is the contract)."""
+        return self._client
+
+    @property
+    def session_id(self) -> int:
+        client_id = self._client.client_id
+        return int(client_id[0]) if client_id else 0
+
+    # -- the event thread -------------------------------------------------------------------
+    def _run_events(self) -> None:
+        while True:
+            task = self._events.get()
+            if task is None:
+                return
+            try:
+                task()
+            except Exception:
+                log.exception("ZooKeeper watcher or session listener failed")
+
+    def _dispatch(self, task: Callable[[], None]) -> None:
+        if not self._closing:
+            self._events.put(task)
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's connection thread: translate, never block."""
+        event: SessionEvent | None = None
+        deferred: list[tuple[Watcher, str]] = []
+        with self._state_lock:
+            previous, self._phase = self._phase, state
+            if state == KazooState.CONNECTED:
+                event = {
+                    KazooState.SUSPENDED: SessionEvent.RECONNECTED,
+                    KazooState.LOST: SessionEvent.NEW_SESSION,
+                }.get(previous)
+                deferred, self._deferred = self._deferred, []
+            elif state == KazooState.SUSPENDED:
+                event = SessionEvent.SUSPENDED
+            elif state == KazooState.LOST and not self._closing:
+                event = SessionEvent.EXPIRED
+        log.info("ZooKeeper session %s (%s → %s)", event.value if event else "-", previous, state)
+        if event is not None:
+            self._dispatch(lambda: self._notify(event))
+        for watcher, path in deferred:
+            self._dispatch(lambda w=watcher, p=path: w(p))  # type: ignore[misc]
+
+    def _notify(self, event: SessionEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("session listener failed on %s", event.value)
+
+    def add_session_listener(self, listener: SessionListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_session_listener(self, listener: SessionListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _watch(self, watcher: Watcher, path: str) -> Callable[[WatchedEvent], None]:
+        def on_event(event: WatchedEvent) -> None:
+            if event.type == EventType.NONE:  # kazoo dropped the watch with the connection
+                with self._state_lock:
+                    if self._phase != KazooState.CONNECTED:
+                        self._deferred.append((watcher, path))
+                        return
+            self._dispatch(lambda: watcher(path))
+
+        return on_event
+
+    # -- requests ---------------------------------------------------------------------------
+    @contextmanager
+    def _errors(self, path: str) -> Iterator[None]:
+        try:
+            yield
+        except KazooTimeoutError:
+            raise ConnectionLossError(
+                f"{path}: no answer from ZooKeeper at {self._hosts} within "
+                f"{self.settings.effective_connection_timeout_ms} ms"
+            ) from None
+        except kz.KazooException as exc:
+            raise _translate(exc, path) from exc
+
+    def _node(self, data: bytes | None, stat: ZnodeStat) -> Node:
+        owner = int(stat.ephemeralOwner)
+        return Node(data or b"", int(stat.version), owner != 0, owner)
+
+    def get(self, path: str, watch: Watcher | None = None) -> Node | None:
+        w = self._watch(watch, path) if watch is not None else None
+        with self._errors(path):
+            while True:
+                try:
+                    data, stat = self._client.get_async(path, watch=w).get(timeout=self._timeout_s)
+                    return self._node(data, stat)
+                except kz.NoNodeError:
+                    if w is None:
+                        return None
+                # Missing: watch for its creation (ZooKeeper's exists watch), unless it was
+                # created in between, then read it again (the same watcher object: one watch).
+                if self._client.exists_async(path, watch=w).get(timeout=self._timeout_s) is None:
+                    return None
+
+    def children(self, path: str, watch: Watcher | None = None) -> list[str]:
+        w = self._watch(watch, path) if watch is not None else None
+        with self._errors(path):
+            while True:
+                try:
+                    names = self._client.get_children_async(path, watch=w).get(
+                        timeout=self._timeout_s
+                    )
+                    return sorted(names)
+                except kz.NoNodeError:
+                    if w is None:
+                        return []
+                if self._client.exists_async(path, watch=w).get(timeout=self._timeout_s) is None:
+                    return []
+
+    def create(self, path: str, data: bytes, ephemeral: bool = False) -> Node:
+        with self._errors(path):
+            self._client.create_async(path, data, ephemeral=ephemeral, makepath=True).get(
+                timeout=self._timeout_s
+            )
+        owner = self.session_id if ephemeral else 0
+        return Node(data, 0, ephemeral, owner)
+
+    def set(self, path: str, data: bytes, expected_version: int = -1) -> Node:
+        with self._errors(path):
+            stat = self._client.set_async(path, data, version=expected_version).get(
+                timeout=self._timeout_s
+            )
+        return self._node(data, stat)
+
+    def delete(self, path: str, expected_version: int = -1, recursive: bool = False) -> None:
+        with self._errors(path):
+            if not recursive:
+                self._client.delete_async(path, version=expected_version).get(
+                    timeout=self._timeout_s
+                )
+                return
+            # kazoo's recursive delete ignores the version: check it first (not atomically).
+            stat = self._client.exists_async(path).get(timeout=self._timeout_s)
+            if stat is None:
+                raise NoNodeError(path)
+            if expected_version != -1 and stat.version != expected_version:
+                raise BadVersionError(
+                    f"{path}: expected version {expected_version}, found {stat.version}"
+                )
+            self._client.delete(path, recursive=True)
+
+    def multi(self, ops: Sequence[Op]) -> list[Node | None]:
+        if not ops:
+            return []
+        txn = self._client.transaction()
+        for op in ops:
+            if isinstance(op, CheckVersion):
+                txn.check(op.path, op.version)
+            elif isinstance(op, CreateOp):
+                txn.create(op.path, op.data, ephemeral=op.ephemeral)
+            elif isinstance(op, SetOp):
+                txn.set_data(op.path, op.data, version=op.expected_version)
+            elif isinstance(op, DeleteOp):
+                txn.delete(op.path, version=op.expected_version)
+        with self._errors(ops[0].path):
+            answers: list[Any] = txn.commit_async().get(timeout=self._timeout_s)
+        for index, answer in enumerate(answers):
+            if isinstance(answer, Exception) and not isinstance(answer, kz.RolledBackError):
+                error = _translate(answer, ops[index].path)
+                error.failed_op = index
+                raise error
+        results: list[Node | None] = []
+        for op, answer in zip(ops, answers, strict=True):
+            if isinstance(op, CreateOp):
+                owner = self.session_id if op.ephemeral else 0
+                results.append(Node(op.data, 0, op.ephemeral, owner))
+            elif isinstance(op, SetOp):
+                results.append(self._node(op.data, answer))
+            else:
+                results.append(None)
+        return results
+
+    def close(self) -> None:
+        with self._state_lock:
+            if self._closing:
+                return
+            self._closing = True
+        try:
+            self._client.stop()
+            self._client.close()
+        finally:
+            self._events.put(None)
+            if threading.current_thread() is not self._event_thread:
+                self._event_thread.join(_CLOSE_JOIN_S)
+
+
+def _translate(exc: Exception, path: str) -> StoreError:
+    for kazoo_type, ours in _ERRORS.items():
+        if isinstance(exc, kazoo_type):
+            return ours(f"{path}: {type(exc).__name__}")
+    return StoreError(f"{path}: ZooKeeper error {type(exc).__name__}: {exc}")

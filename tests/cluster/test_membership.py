@@ -1,0 +1,139 @@
+"""Broker registration in /brokers/ids (odradek.cluster.membership) on a real ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from odradek.cluster.membership import (
+    BrokerChangeWatcher,
+    BrokerIdInUseError,
+    BrokerInfo,
+    BrokerRegistration,
+    EndPoint,
+    live_brokers,
+)
+from odradek.cluster.store import MetadataStore
+from tests.cluster._zookeeper import ZooKeeperServer, expire_session, wait_for
+from tests.cluster.conftest import Backend
+
+
+def _registration(store: MetadataStore, broker_id: int, port: int = 9092) -> BrokerRegistration:
+    endpoints = [
+        EndPoint("PLAINTEXT", "127.0.0.1", port), EndPoint("SSL", "127.0.0.1", port + 1, "SSL")
+    ]
+    return BrokerRegistration(store, broker_id, endpoints, rack=f"rack-{broker_id % 2}")
+
+
+class Changes:
+    def __init__(self) -> None:
+        self.seen: list[set[int]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, brokers: dict[int, BrokerInfo]) -> None:
+        with self._lock:
+            self.seen.append(set(brokers))
+
+    def last(self) -> set[int] | None:
+        with self._lock:
+            return self.seen[-1] if self.seen else None
+
+
+def test_registration_json_is_kafkas(backend: Backend) -> None:
+    store = backend.open()
+    _registration(store, 3).register()
+    found = store.get_json("/brokers/ids/3")
+    assert found is not None
+    doc, _ = found
+    assert isinstance(doc, dict)
+    assert doc["version"] == 5
+    assert (doc["host"], doc["port"]) == ("127.0.0.1", 9092)
+    assert doc["endpoints"] == ["PLAINTEXT://127.0.0.1:9092", "SSL://127.0.0.1:9093"]
+    assert doc["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"}
+    assert doc["jmx_port"] == -1 and doc["rack"] == "rack-1" and doc["features"] == {}
+    assert doc["timestamp"].isdigit()
+    node = store.get("/brokers/ids/3")
+    assert node is not None and node.ephemeral
+
+
+def test_kafka_written_registration_decodes() -> None:
+    raw = json.dumps({
+        "listener_security_protocol_map": {"CLIENT": "SASL_SSL", "REPL": "PLAINTEXT"},
+        "endpoints": ["CLIENT://h1:9094", "REPL://h1:9092"], "jmx_port": -1,
+        "features": {}, "host": "h1", "timestamp": "1700000000000", "port": 9092, "version": 5,
+    }).encode()
+    info = BrokerInfo.decode(7, raw)
+    assert info.rack is None
+    assert info.endpoints == (
+        EndPoint("CLIENT", "h1", 9094, "SASL_SSL"), EndPoint("REPL", "h1", 9092, "PLAINTEXT")
+    )
+    assert info.to_json()["host"] == "h1"  # first PLAINTEXT endpoint
+
+
+def test_list_live_brokers(zookeeper: ZooKeeperServer, zk_chroot: str,
+                           zk_stores: list[MetadataStore]) -> None:
+    for broker_id in (1, 2, 3):
+        store = zookeeper.store(zk_chroot)
+        zk_stores.append(store)
+        _registration(store, broker_id, 9000 + 10 * broker_id).register()
+    observer = zookeeper.store(zk_chroot)
+    zk_stores.append(observer)
+    brokers = live_brokers(observer)
+    assert sorted(brokers) == [1, 2, 3]
+    assert brokers[2].endpoint("PLAINTEXT") == EndPoint("PLAINTEXT", "127.0.0.1", 9020)
+    assert brokers[2].rack == "rack-0"
+
+
+def test_duplicate_id_refused(zookeeper: ZooKeeperServer, zk_chroot: str,
+                              zk_stores: list[MetadataStore]) -> None:
+    first, second = zookeeper.store(zk_chroot), zookeeper.store(zk_chroot)
+    zk_stores += [first, second]
+    _registration(first, 1, 9092).register()
+    with pytest.raises(BrokerIdInUseError) as info:
+        _registration(second, 1, 9192).register()
+    assert "broker.id 1 is already registered by a live broker at 127.0.0.1:9092" in str(
+        info.value
+    )
+
+
+def test_register_twice_in_one_session_is_idempotent(store: MetadataStore) -> None:
+    _registration(store, 4).register()
+    _registration(store, 4).register()  # the node is ours: a retried create
+
+
+def test_watcher_sees_join_close_and_expiry(zookeeper: ZooKeeperServer, zk_chroot: str,
+                                            zk_stores: list[MetadataStore]) -> None:
+    observer = zookeeper.store(zk_chroot)
+    a, b = zookeeper.store(zk_chroot), zookeeper.store(zk_chroot)
+    zk_stores += [observer, a, b]
+    changes = Changes()
+    watcher = BrokerChangeWatcher(observer, changes)
+    assert watcher.start() == {}
+    reg_a = _registration(a, 1)
+    reg_a.register()
+    _registration(b, 2, 9192).register()
+    wait_for(lambda: changes.last() == {1, 2}, what="both brokers")
+    b.close()  # a closed session removes its node
+    wait_for(lambda: changes.last() == {1}, what="broker 2 gone")
+    # An expired session removes the node; the broker registers again in its new session.
+    expire_session(a, zookeeper)
+    wait_for(lambda: changes.last() == {1} and len(changes.seen) >= 4, what="1 back")
+    assert {1} in changes.seen[2:] and set() in changes.seen[2:]
+    node = observer.get("/brokers/ids/1")
+    assert node is not None and node.ephemeral_owner == a.session_id
+    assert reg_a.registered
+    watcher.close()
+
+
+def test_reregistration_after_expiry(backend: Backend) -> None:
+    store = backend.open()
+    registration = _registration(store, 5)
+    registration.register()
+    old = store.session_id
+    backend.expire(store)
+    wait_for(lambda: (n := store.get("/brokers/ids/5")) is not None
+             and n.ephemeral_owner == store.session_id != old, what="re-registration")
+    registration.unregister()
+    assert store.get("/brokers/ids/5") is None

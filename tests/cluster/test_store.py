@@ -1,0 +1,208 @@
+"""The MetadataStore contract, run against both backends (EmbeddedStore, ZooKeeperStore)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from odradek.cluster.store import (
+    BadVersionError,
+    CheckVersion,
+    CreateOp,
+    DeleteOp,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionEvent,
+    SetOp,
+)
+from tests.cluster._zookeeper import wait_for
+from tests.cluster.conftest import Backend
+
+
+class Recorder:
+    """Collects watcher calls and session events from whichever thread delivers them."""
+
+    def __init__(self) -> None:
+        self.calls: list[object] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, item: object) -> None:
+        with self._lock:
+            self.calls.append(item)
+
+    def count(self, item: object) -> int:
+        with self._lock:
+            return self.calls.count(item)
+
+
+def test_create_get_set_delete(store: MetadataStore) -> None:
+    assert store.get("/a/b") is None
+    node = store.create("/a/b", b"one")  # parents are made
+    assert (node.data, node.version, node.ephemeral) == (b"one", 0, False)
+    assert store.get("/a") is not None
+    assert store.children("/a") == ["b"]
+    node = store.set("/a/b", b"two", expected_version=0)
+    assert node.version == 1
+    got = store.get("/a/b")
+    assert got is not None and (got.data, got.version) == (b"two", 1)
+    store.delete("/a/b", expected_version=1)
+    assert store.get("/a/b") is None
+    assert store.children("/a") == []
+
+
+def test_errors(store: MetadataStore) -> None:
+    store.create("/x", b"")
+    with pytest.raises(NodeExistsError):
+        store.create("/x", b"")
+    with pytest.raises(NoNodeError):
+        store.set("/missing", b"")
+    with pytest.raises(NoNodeError):
+        store.delete("/missing")
+    with pytest.raises(BadVersionError):
+        store.set("/x", b"", expected_version=7)
+    with pytest.raises(BadVersionError):
+        store.delete("/x", expected_version=7)
+    store.create("/x/child", b"")
+    with pytest.raises(NotEmptyError):
+        store.delete("/x")
+
+
+def test_children_of_missing_node_are_empty(store: MetadataStore) -> None:
+    assert store.children("/nothing/here") == []
+
+
+def test_recursive_delete(store: MetadataStore) -> None:
+    for path in ("/r/a/1", "/r/a/2", "/r/b"):
+        store.create(path, b"v")
+    store.delete("/r", recursive=True)
+    assert store.get("/r") is None
+    assert store.get("/r/a/1") is None
+
+
+def test_json_helpers(store: MetadataStore) -> None:
+    store.create_json("/j", {"version": 1, "x": [1, 2]})
+    assert store.get_json("/j") == ({"version": 1, "x": [1, 2]}, 0)
+    store.set_json("/j", {"version": 2}, expected_version=0)
+    assert store.get_json("/j") == ({"version": 2}, 1)
+
+
+def test_data_watch_fires_once(store: MetadataStore) -> None:
+    store.create("/w", b"0")
+    seen = Recorder()
+    store.get("/w", watch=seen)
+    store.set("/w", b"1")
+    wait_for(lambda: seen.count("/w") == 1, what="the data watch")
+    store.set("/w", b"2")  # one-shot: not re-armed
+    store.create("/w-sync", b"")  # a later write, to order the check behind any late event
+    assert seen.count("/w") == 1
+
+
+def test_watch_on_missing_node_fires_on_creation(store: MetadataStore) -> None:
+    seen = Recorder()
+    assert store.get("/later", watch=seen) is None
+    store.create("/later", b"x")
+    wait_for(lambda: seen.count("/later") == 1, what="the creation watch")
+
+
+def test_delete_fires_data_watch(store: MetadataStore) -> None:
+    store.create("/d", b"x")
+    seen = Recorder()
+    store.get("/d", watch=seen)
+    store.delete("/d")
+    wait_for(lambda: seen.count("/d") == 1, what="the deletion watch")
+
+
+def test_child_watch(store: MetadataStore) -> None:
+    store.create("/p", b"")
+    seen = Recorder()
+    assert store.children("/p", watch=seen) == []
+    store.create("/p/c1", b"")
+    wait_for(lambda: seen.count("/p") == 1, what="the child watch (create)")
+    assert store.children("/p", watch=seen) == ["c1"]
+    store.delete("/p/c1")
+    wait_for(lambda: seen.count("/p") == 2, what="the child watch (delete)")
+
+
+def test_child_watch_on_missing_parent_fires_on_creation(store: MetadataStore) -> None:
+    seen = Recorder()
+    assert store.children("/ids", watch=seen) == []
+    store.create("/ids/1", b"", ephemeral=True)
+    wait_for(lambda: seen.count("/ids") >= 1, what="the parent's creation")
+    assert store.children("/ids") == ["1"]
+
+
+def test_ephemeral_owned_by_session(store: MetadataStore) -> None:
+    node = store.create("/e", b"x", ephemeral=True)
+    assert node.ephemeral and node.ephemeral_owner == store.session_id != 0
+    got = store.get("/e")
+    assert got is not None and got.ephemeral and got.ephemeral_owner == store.session_id
+    persistent = store.get("/")
+    assert persistent is not None and not persistent.ephemeral
+
+
+def test_multi_applies_all(store: MetadataStore) -> None:
+    store.create("/m", b"0")
+    results = store.multi([
+        CheckVersion("/m", 0),
+        SetOp("/m", b"1", expected_version=0),
+        CreateOp("/m/child", b"c"),
+        CreateOp("/eph", b"e", ephemeral=True),
+    ])
+    assert results[0] is None
+    assert results[1] is not None and results[1].version == 1
+    assert results[2] is not None and results[2].data == b"c"
+    assert results[3] is not None and results[3].ephemeral_owner == store.session_id
+    store.multi([DeleteOp("/m/child"), SetOp("/m", b"2")])
+    assert store.get("/m/child") is None
+
+
+def test_multi_is_all_or_nothing(store: MetadataStore) -> None:
+    store.create("/m", b"0")
+    with pytest.raises(BadVersionError) as info:
+        store.multi([CreateOp("/m2", b""), SetOp("/m", b"1"), CheckVersion("/m", 0)])
+    assert info.value.failed_op == 2  # the set made it version 1 inside the transaction
+    assert store.get("/m2") is None
+    got = store.get("/m")
+    assert got is not None and got.version == 0
+    with pytest.raises(NoNodeError) as missing:
+        store.multi([CreateOp("/no/parent", b"")])  # no makepath inside a transaction
+    assert missing.value.failed_op == 0
+    with pytest.raises(NodeExistsError):
+        store.multi([CreateOp("/m", b"")])
+
+
+def test_expiry_removes_ephemerals_and_starts_a_new_session(backend: Backend) -> None:
+    store = backend.open()
+    events = Recorder()
+    store.add_session_listener(events)
+    store.create("/eph", b"x", ephemeral=True)
+    store.create("/keep", b"x")
+    watched = Recorder()
+    store.get("/keep", watch=watched)
+    old = store.session_id
+    backend.expire(store)
+    wait_for(lambda: events.count(SessionEvent.NEW_SESSION) == 1, what="NEW_SESSION")
+    assert events.count(SessionEvent.EXPIRED) == 1
+    assert store.session_id != old
+    assert store.get("/eph") is None
+    assert store.get("/keep") is not None
+    # A watch set in the old session is not silently lost: it fires once reconnected.
+    wait_for(lambda: watched.count("/keep") == 1, what="the re-fired watch")
+    node = store.create("/eph", b"y", ephemeral=True)
+    assert node.ephemeral_owner == store.session_id
+
+
+def test_multi_fires_the_watches_of_what_it_changed(store: MetadataStore) -> None:
+    store.create("/c", b"0")
+    store.create("/s", b"0")
+    checked, data, kids = Recorder(), Recorder(), Recorder()
+    store.get("/c", watch=checked)
+    store.get("/s", watch=data)
+    store.children("/", watch=kids)
+    store.multi([CheckVersion("/c", 0), SetOp("/s", b"1"), CreateOp("/n", b"")])
+    wait_for(lambda: data.count("/s") == 1 and kids.count("/") == 1, what="the watches")
+    store.set("/c", b"1")  # the check did not consume /c's watch: this change fires it
+    wait_for(lambda: checked.count("/c") == 1, what="the watch on the checked node")
