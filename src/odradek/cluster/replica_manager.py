@@ -94,6 +94,9 @@ class ReplicaManager:
         self._pending: set[TopicPartition] = set()
         self._deferred: list[tuple[TopicPartition, LogConfig]] | None = None
         self._log_creation: asyncio.Task[None] | None = None
+        # Told which partitions started or stopped being led here (the group
+        # coordinator follows its __consumer_offsets partitions).
+        self.on_leadership_change: Callable[[list[TopicPartition]], None] | None = None
 
     # -- life cycle ----------------------------------------------------------------------
     def startup(self) -> None:
@@ -114,6 +117,7 @@ class ReplicaManager:
                 self.log_manager.delete_log(tp)
         self._checkpointed.clear()
         self.metadata.add_listener(self._on_topic_change)
+        self.metadata.add_state_listener(self._on_partition_states)
 
     async def shutdown(self) -> None:
         """Wait for logs being created; then write the high-watermark checkpoints."""
@@ -213,6 +217,30 @@ class ReplicaManager:
         await asyncio.wait((task,), timeout=wait.total_seconds())
         return result, not task.done()
 
+    def _on_partition_states(self, keys: list[tuple[str, int]]) -> None:
+        """The controller decided new states (cluster mode): partitions hosted here take
+        them (Kafka's becomeLeaderOrFollower). Requests parked on a partition whose
+        leader changed are woken, to answer from the new state."""
+        moved: list[TopicPartition] = []
+        for topic, index in keys:
+            tp = TopicPartition(topic, index)
+            partition = self.partitions.get(tp)
+            if partition is None:
+                continue
+            state = self.metadata.partition_state(topic, index)
+            if state == partition.state:
+                continue
+            was_leader = partition.is_leader
+            partition.update_state(state)
+            if partition.is_leader != was_leader:
+                moved.append(tp)
+                self.fetch_watchers.wake_all(tp)
+                self.produce_watchers.wake_all(tp)
+        if moved:
+            log.info("leadership changed for %d partitions hosted here", len(moved))
+        if moved and self.on_leadership_change is not None:
+            self.on_leadership_change(moved)
+
     def _on_topic_change(self, name: str, info: TopicInfo | None) -> None:
         if info is not None:
             self._host(info)
@@ -257,6 +285,8 @@ class ReplicaManager:
         checkpointed = self._checkpointed.get(partition_log.log_dir, {}).get(tp)
         partition.restore_high_watermark(checkpointed if checkpointed is not None else 0)
         self.partitions[tp] = partition
+        if self.on_leadership_change is not None and partition.is_leader:
+            self.on_leadership_change([tp])
         return partition
 
     def _new_partition(self, partition_log: PartitionLog, state: PartitionState) -> Partition:
