@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from odradek.storage.log import FetchDataInfo, LogAppendInfo, PartitionLog
 
 __all__ = [
+    "LeaderNotAvailableError",
     "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
     "Partition",
@@ -44,6 +45,10 @@ __all__ = [
 
 class NotLeaderOrFollowerError(Exception):
     kafka_error = "NOT_LEADER_OR_FOLLOWER"
+
+
+class LeaderNotAvailableError(Exception):
+    kafka_error = "LEADER_NOT_AVAILABLE"
 
 
 class NotEnoughReplicasError(Exception):
@@ -154,7 +159,7 @@ class Partition:
                 f"leader epoch {current_leader_epoch} of {self.topic}-{self.partition} is "
                 f"newer than the current {state.leader_epoch}"
             )
-        if state.leader != self.broker_id:
+        if state.leader != self.broker_id:  # Kafka answers the same with no leader at all
             raise NotLeaderOrFollowerError(
                 f"broker {self.broker_id} does not lead {self.topic}-{self.partition} "
                 f"(leader: {state.leader})"

@@ -35,7 +35,12 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from odradek.cluster.partition import Partition, PartitionState
+from odradek.cluster.partition import (
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    Partition,
+    PartitionState,
+)
 from odradek.storage import LogManager, PartitionLog, TopicPartition, checkpoint, files
 from odradek.storage.checkpoint import CheckpointError
 from odradek.storage.config import LogConfig
@@ -56,10 +61,6 @@ T = TypeVar("T")
 
 class UnknownTopicOrPartitionError(Exception):
     kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
-
-
-class LeaderNotAvailableError(Exception):
-    kafka_error = "LEADER_NOT_AVAILABLE"
 
 
 class Watchers(Protocol):
@@ -156,8 +157,6 @@ class ReplicaManager:
             if info is not None and index in info.partitions:
                 state = self.metadata.partition_state(topic, index)
                 if state.leader != self.broker_id:
-                    from odradek.cluster.partition import NotLeaderOrFollowerError
-
                     raise NotLeaderOrFollowerError(
                         f"broker {self.broker_id} does not lead {tp} (leader: {state.leader})"
                     )
