@@ -110,7 +110,7 @@ def _ready(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def running_zookeeper() -> Iterator[ZooKeeperServer]:
+def running_zookeeper(heap_mb: int = 128) -> Iterator[ZooKeeperServer]:
     if not ZOOKEEPER_JAR.exists():
         raise RuntimeError(
             f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper package "
@@ -139,7 +139,7 @@ def running_zookeeper() -> Iterator[ZooKeeperServer]:
     log_file = (workdir / "zookeeper.log").open("wb")
     process = subprocess.Popen(
         [
-            java, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            java, f"-Xmx{heap_mb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             "-Dzookeeper.admin.enableServer=false",
             "-cp", classpath, MAIN_CLASS, str(workdir / "zoo.cfg"),
         ],
