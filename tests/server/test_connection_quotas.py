@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -241,3 +242,41 @@ def test_limits_are_plumbed_from_the_broker_config() -> None:
                     await client.close()
 
         asyncio.run(check())
+
+
+def test_accept_goes_on_after_running_out_of_descriptors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """EMFILE at accept (the process is out of descriptors) is logged, summarised, and
+    accepting resumes: the waiting connection is served once descriptors are back."""
+    import errno
+
+    async def test() -> None:
+        loop = asyncio.get_running_loop()
+        real_accept = loop.sock_accept
+        failures = 0
+
+        async def out_of_descriptors(sock: Any) -> Any:
+            nonlocal failures
+            if failures < 5:
+                failures += 1
+                raise OSError(errno.EMFILE, "Too many open files")
+            return await real_accept(sock)
+
+        loop.sock_accept = out_of_descriptors  # type: ignore[method-assign]
+        try:
+            async with running() as (server, _):
+                client = await Client.connect(server.port)
+                assert await _answers(client, 1)
+                assert failures == 5
+                await client.close()
+        finally:
+            del loop.sock_accept
+
+    with caplog.at_level(logging.INFO, logger="odradek.server.network"):
+        run(test)
+    lines = [r.getMessage() for r in caplog.records if "Too many open files" in r.getMessage()]
+    assert len(lines) == 1
+    summaries = [r.getMessage() for r in caplog.records if "accepting failed" in r.getMessage()]
+    assert len(summaries) == 1
+    assert summaries[0].startswith("accepting failed 4 more times on 127.0.0.1:")

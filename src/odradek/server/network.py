@@ -91,7 +91,7 @@ from odradek.protocol.send import FileRegion, Send
 from odradek.server.connection_quotas import INT_MAX, ConnectionLimits, ConnectionQuotas
 from odradek.server.flow_control import FlowControl
 from odradek.server.handlers.api_versions import unsupported_version_response
-from odradek.server.log_summary import RejectionLog
+from odradek.server.log_summary import RejectionLog, Summary
 
 __all__ = ["KafkaConnection", "KafkaServer", "NetworkConfig"]
 
@@ -107,6 +107,7 @@ _Buffers = tuple[bytes | bytearray | memoryview, ...]
 # After accept fails for want of descriptors or memory, wait this long before the next
 # (asyncio's own server waits one second too; Kafka's Acceptor logs and goes on).
 ACCEPT_RETRY_DELAY_S: Final = 0.1
+_ACCEPT_FAILED: Final = "accept failed"
 _ACCEPT_RESOURCE_ERRNOS: Final = frozenset(
     {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 )
@@ -729,6 +730,13 @@ def _write_all(
     ready.clear()
 
 
+def _summary_message(summary: Summary) -> str:
+    if summary.cause == _ACCEPT_FAILED:  # no connection was closed: none was accepted
+        return (f"accepting failed {summary.count:,} more times on {summary.host} in the "
+                f"last {summary.window_s:g} s")
+    return summary.message()
+
+
 def _same(connection: KafkaConnection) -> KafkaConnection:
     return connection
 
@@ -788,18 +796,29 @@ class KafkaServer:
     def connections(self) -> frozenset[KafkaConnection]:
         return frozenset(self._connections)
 
+    @property
+    def handler_tasks(self) -> frozenset[asyncio.Future[Any]]:
+        """Handlers that waited and are still running (a Fetch parked for ``min_bytes``, a
+        JoinGroup waiting for the rebalance), whether or not their connection is open."""
+        return frozenset(self._tasks)
+
     async def start(self) -> None:
         if self._listener is not None:
             raise RuntimeError("server already started")
         loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(
-            self.host or None, self._requested_port, type=socket.SOCK_STREAM,
-            flags=socket.AI_PASSIVE,
-        )
-        family, _, _, _, address = infos[0]
-        listener = socket.create_server(
-            address, family=family, backlog=self.config.listen_backlog
-        )
+        backlog = self.config.listen_backlog
+        if not self.host and socket.has_dualstack_ipv6():  # every address, IPv4 and IPv6
+            listener = socket.create_server(
+                ("", self._requested_port), family=socket.AF_INET6, backlog=backlog,
+                dualstack_ipv6=True,
+            )
+        else:
+            infos = await loop.getaddrinfo(
+                self.host or None, self._requested_port, type=socket.SOCK_STREAM,
+                flags=socket.AI_PASSIVE,
+            )
+            family, _, _, _, address = infos[0]
+            listener = socket.create_server(address, family=family, backlog=backlog)
         listener.setblocking(False)
         self._listener = listener
         self._slot_freed = asyncio.Event()
@@ -842,7 +861,7 @@ class KafkaServer:
             self._summary_timer.cancel()
             self._summary_timer = None
         for summary in self.rejections.flush():
-            log.info("%s", summary.message())
+            log.info("%s", _summary_message(summary))
         self._listener = None
         log.info("stopped")
 
@@ -874,8 +893,8 @@ class KafkaServer:
             except OSError as e:
                 if e.errno in _ACCEPT_RESOURCE_ERRNOS:
                     self._log_rejection(
-                        "accept failed", "", f"accepting a connection failed: {e}",
-                        logging.WARNING,
+                        _ACCEPT_FAILED, f"{self.host}:{self.port}",
+                        f"accepting a connection failed: {e}", logging.WARNING,
                     )
                     await asyncio.sleep(ACCEPT_RETRY_DELAY_S)
                 # Anything else (ECONNABORTED: the client gave up in the backlog) concerns
@@ -928,7 +947,7 @@ class KafkaServer:
 
     def _log_summaries(self) -> None:
         for summary in self.rejections.due():
-            log.info("%s", summary.message())
+            log.info("%s", _summary_message(summary))
         self._schedule_summaries()
 
     # -- bookkeeping -------------------------------------------------------------------------
