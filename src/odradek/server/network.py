@@ -40,7 +40,9 @@ asyncio event loop instead of threads:
    dispatched as slots free, so the bound is exact); the writer awaits the transport's drain (see
    :mod:`odradek.server.flow_control`).
 7. *Idle.* A connection with nothing in flight and no traffic for
-   ``connections.max.idle.ms`` is closed (Kafka's ``Selector`` idle expiry).
+   ``connections.max.idle.ms`` is closed (Kafka's ``Selector`` idle expiry); so is one
+   whose client closed its side, even with requests in flight (Kafka closes at once on
+   end of stream; we answer what was sent, but no longer than that).
 8. *Shutdown.* :meth:`KafkaServer.stop`: close the listener, stop reading on every
    connection, let in-flight requests finish and their responses flush for up to the
    shutdown timeout, then abort connections and cancel the handlers left.
@@ -658,9 +660,12 @@ class KafkaConnection(asyncio.Protocol):
         if self._closing:
             return
         idle_s = self._config.connections_max_idle_ms / 1000
-        if self._in_flight:
+        if self._in_flight and not self._eof:
             self._schedule_idle_check(idle_s)
             return
+        # A client that closed its side waits for its answers at most as long as an idle
+        # connection lives: a closed client behind a parked request (a Fetch with a wild
+        # max_wait) would otherwise hold its socket, in CLOSE_WAIT, as long as the request.
         remaining = self._last_activity + idle_s - self._loop.time()
         if remaining <= 0:
             limit = self._config.connections_max_idle_ms
