@@ -6,7 +6,10 @@ How it works (sans-I/O: counts and decisions only, the clock injected; the accep
 - ``max.connections`` (broker-wide, KIP-402). While the broker holds that many
   connections, :meth:`ConnectionQuotas.slot_available` is False and the acceptor does not
   accept: new connections wait in the listen backlog until one closes, as Kafka's
-  ``waitForConnectionSlot`` blocks its Acceptor thread. Nothing is dropped.
+  ``waitForConnectionSlot`` blocks its Acceptor thread. Nothing is dropped. (Kafka's
+  Acceptor has already accepted the one connection it blocks on; ours waits before
+  accepting, so that one waits in the backlog with the others. A connection counts
+  until it is closed, including one whose client has gone but whose answer is pending.)
 - ``max.connection.creation.rate`` (broker-wide, per second, KIP-612). Before each accept
   the acceptor asks :meth:`ConnectionQuotas.accept_delay` and waits that long. Kafka
   measures the rate with a windowed ``Rate`` sensor and delays the Acceptor by
@@ -22,7 +25,8 @@ How it works (sans-I/O: counts and decisions only, the clock injected; the accep
 Every accepted connection is counted by :meth:`ConnectionQuotas.inc` and released by
 :meth:`ConnectionQuotas.dec` when it closes; ``dec`` calls the release listeners so that
 an acceptor waiting for a slot wakes up. One instance may be shared by several listeners
-of a broker, making the limits broker-wide across them, as in Kafka.
+of a broker (``KafkaServer(quotas=...)``), making the limits broker-wide across them, as
+in Kafka; a server given none has its own.
 
 Not implemented: per-listener ``listener.name.X.max.connections`` and per-IP connection
 rate quotas (dynamic ``connection_creation_rate`` client quotas of KIP-612).
