@@ -107,12 +107,10 @@ COPY_REGION_BYTES: Final = 64 * 1024
 COALESCE_BYTES: Final = 256 * 1024
 _Buffers = tuple[bytes | bytearray | memoryview, ...]
 # After accept fails for want of descriptors or memory, wait this long before the next
-# (asyncio's own server waits one second too; Kafka's Acceptor logs and goes on).
+# (asyncio's own server waits a second; Kafka's Acceptor logs and goes on).
 ACCEPT_RETRY_DELAY_S: Final = 0.1
 _ACCEPT_FAILED: Final = "accept failed"
-_ACCEPT_RESOURCE_ERRNOS: Final = frozenset(
-    {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-)
+_ACCEPT_PEER_ERRNOS: Final = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EAGAIN})
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,11 +285,12 @@ class KafkaConnection(asyncio.Protocol):
         if self._closing:
             return
         self._closing = True
-        message = f"closing connection {self.connection_id} from {self.peer}: {reason}"
         if cause is not None:
+            message = f"closing connection {self.connection_id} from {self.peer}: {reason}"
             self._server._log_rejection(cause, self.peer[0], message, level)
         else:
-            log.log(level, "%s", message)
+            log.log(level, "closing connection %s from %s: %s", self.connection_id, self.peer,
+                    reason)
         if self._transport is not None:
             self._transport.close()
 
@@ -896,14 +895,15 @@ class KafkaServer:
             try:
                 sock, address = await loop.sock_accept(listener)
             except OSError as e:
-                if e.errno in _ACCEPT_RESOURCE_ERRNOS:
+                # ECONNABORTED, EPROTO: that one client gave up in the backlog. Anything
+                # else (out of descriptors or memory, above all) is logged, summarised,
+                # and accepting tries again shortly rather than spinning.
+                if e.errno not in _ACCEPT_PEER_ERRNOS:
                     self._log_rejection(
                         _ACCEPT_FAILED, f"{self.host}:{self.port}",
                         f"accepting a connection failed: {e}", logging.WARNING,
                     )
                     await asyncio.sleep(ACCEPT_RETRY_DELAY_S)
-                # Anything else (ECONNABORTED: the client gave up in the backlog) concerns
-                # that one connection only.
                 continue
             host = str(address[0])
             limit = quotas.inc(host)
