@@ -245,33 +245,30 @@ def test_limits_are_plumbed_from_the_broker_config() -> None:
 
 
 def test_accept_goes_on_after_running_out_of_descriptors(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """EMFILE at accept (the process is out of descriptors) is logged, summarised, and
     accepting resumes: the waiting connection is served once descriptors are back."""
     import errno
+    import socket
+
+    real_accept = socket.socket.accept
+    failures = 0
+
+    def out_of_descriptors(self: socket.socket) -> Any:
+        nonlocal failures
+        if failures < 5:
+            failures += 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_accept(self)
 
     async def test() -> None:
-        loop = asyncio.get_running_loop()
-        real_accept = loop.sock_accept
-        failures = 0
-
-        async def out_of_descriptors(sock: Any) -> Any:
-            nonlocal failures
-            if failures < 5:
-                failures += 1
-                raise OSError(errno.EMFILE, "Too many open files")
-            return await real_accept(sock)
-
-        loop.sock_accept = out_of_descriptors  # type: ignore[method-assign]
-        try:
-            async with running() as (server, _):
-                client = await Client.connect(server.port)
-                assert await _answers(client, 1)
-                assert failures == 5
-                await client.close()
-        finally:
-            del loop.sock_accept
+        async with running() as (server, _):
+            monkeypatch.setattr(socket.socket, "accept", out_of_descriptors)
+            client = await Client.connect(server.port)
+            assert await _answers(client, 1)
+            assert failures == 5
+            await client.close()
 
     with caplog.at_level(logging.INFO, logger="odradek.server.network"):
         run(test)

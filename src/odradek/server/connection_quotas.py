@@ -144,6 +144,11 @@ class ConnectionQuotas:
         self._refilled_at = now + delay
         return delay
 
+    def refund_accept(self) -> None:
+        """The accept :meth:`accept_delay` counted found no connection: give it back."""
+        if self._rate is not None:
+            self._tokens = min(self._tokens + 1.0, max(self._rate, 1.0))
+
     # -- per connection -----------------------------------------------------------------
 
     def max_for(self, host: str) -> int:

@@ -734,6 +734,22 @@ def _write_all(
     ready.clear()
 
 
+def _resolve(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Wait until ``sock`` is readable (a listener: a connection is waiting)."""
+    ready: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+    loop.add_reader(fd, _resolve, ready)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
 def _summary_message(summary: Summary) -> str:
     if summary.cause == _ACCEPT_FAILED:  # no connection was closed: none was accepted
         return (f"accepting failed {summary.count:,} more times on {summary.host} in the "
@@ -880,11 +896,18 @@ class KafkaServer:
 
     async def _accept_loop(self, listener: socket.socket) -> None:
         """Kafka's Acceptor: wait for the creation-rate delay and a free slot, accept one
-        connection, check its address's limit, hand it to a :class:`KafkaConnection`."""
+        connection, check its address's limit, hand it to a :class:`KafkaConnection`.
+
+        Accepting is a plain non-blocking ``accept``; the loop waits for the listener to
+        be readable only when the backlog is empty, and yields to the event loop every
+        ``listen_backlog`` connections, so a burst costs no loop turn per connection
+        (asyncio's own server accepts the same way)."""
         loop = asyncio.get_running_loop()
         quotas = self.quotas
         slot_freed = self._slot_freed
         assert slot_freed is not None
+        burst = max(self.config.listen_backlog, 1)
+        accepted = 0
         while True:
             delay = quotas.accept_delay()
             if delay > 0:
@@ -893,7 +916,11 @@ class KafkaServer:
                 slot_freed.clear()
                 await slot_freed.wait()
             try:
-                sock, address = await loop.sock_accept(listener)
+                sock, address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                quotas.refund_accept()
+                await _readable(loop, listener)
+                continue
             except OSError as e:
                 # ECONNABORTED, EPROTO: that one client gave up in the backlog. Anything
                 # else (out of descriptors or memory, above all) is logged, summarised,
@@ -905,6 +932,9 @@ class KafkaServer:
                     )
                     await asyncio.sleep(ACCEPT_RETRY_DELAY_S)
                 continue
+            accepted += 1
+            if accepted % burst == 0:
+                await asyncio.sleep(0)
             host = str(address[0])
             limit = quotas.inc(host)
             if limit is not None:
@@ -915,19 +945,23 @@ class KafkaServer:
                     f"maximum of {limit} connections",
                 )
                 continue
+            sock.setblocking(False)
             connection = KafkaConnection(self, next(self._counter))
             self._counted[connection] = host
             self._connections.add(connection)
-            try:
-                await loop.connect_accepted_socket(functools.partial(_same, connection), sock)
-            except asyncio.CancelledError:
-                sock.close()
-                self._forget(connection)
+            self._track(loop.create_task(self._attach(loop, connection, sock)))
+
+    async def _attach(
+        self, loop: asyncio.AbstractEventLoop, connection: KafkaConnection, sock: socket.socket
+    ) -> None:
+        try:
+            await loop.connect_accepted_socket(functools.partial(_same, connection), sock)
+        except BaseException as e:  # the socket died between accept and setup, or stop()
+            sock.close()
+            self._forget(connection)
+            if not isinstance(e, Exception):
                 raise
-            except Exception as e:  # the socket died between accept and setup
-                sock.close()
-                self._forget(connection)
-                log.debug("could not set up a connection from %s: %r", host, e)
+            log.debug("could not set up a connection from %s: %r", connection.peer, e)
 
     # -- rejected connections, logged without flooding ------------------------------------
 
