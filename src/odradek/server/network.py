@@ -818,8 +818,9 @@ class KafkaServer:
 
     @property
     def handler_tasks(self) -> frozenset[asyncio.Future[Any]]:
-        """Handlers that waited and are still running (a Fetch parked for ``min_bytes``, a
-        JoinGroup waiting for the rebalance), whether or not their connection is open."""
+        """Tasks still running: handlers that waited (a Fetch parked for ``min_bytes``, a
+        JoinGroup waiting for the rebalance), whether or not their connection is open, and
+        accepted connections being set up."""
         return frozenset(self._tasks)
 
     async def start(self) -> None:
