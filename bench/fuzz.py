@@ -39,9 +39,11 @@ from odradek.client.connection import BrokerConnection  # noqa: E402
 PRECIOUS = "precious-before-fuzzing"
 
 
-def start_broker(data: Path, log_file: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_broker(
+    data: Path, log_file: Path, tree: Path = ROOT
+) -> tuple[subprocess.Popen[bytes], str]:
     ready = data / "ready"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     command = [
         sys.executable, "-c", "import sys; from odradek.cli.main import main; sys.exit(main())",
         "serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
@@ -123,11 +125,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--frames-per-seed", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="source tree the broker runs from (default: this checkout)")
     args = parser.parse_args()
 
     data = Path(tempfile.mkdtemp(prefix="odradek-bench-fuzz-"))
     log_file = data / "broker.log"
-    proc, bootstrap = start_broker(data, log_file)
+    proc, bootstrap = start_broker(data, log_file, args.tree)
     port = int(bootstrap.rsplit(":", 1)[1])
     try:
         create_topics(bootstrap, [NewTopic("corpus-a", 3, 1),
