@@ -148,8 +148,7 @@ def test_broker_stays_healthy_under_fuzzing(
     assert not errors, errors[:10]
 
 
-# -- what the fuzzer found in handlers other engineers own (left for them, kept here so ----
-# -- the suite says when it is fixed: strict xfail turns into a failure once it passes) ----
+# -- what the fuzzer found in handlers ----------------------------------------------------
 
 
 async def _send(broker: RunningBroker, request: Any, timeout: float = 5.0) -> Any:
@@ -160,16 +159,11 @@ async def _send(broker: RunningBroker, request: Any, timeout: float = 5.0) -> An
         await conn.close()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "handlers/topics.py _delete_one: `assert name is not None` fails for a DeleteTopics "
-    "v6 topic with name null and topic id zero; the handler's AssertionError is answered "
-    "UNKNOWN_SERVER_ERROR with a logged traceback. Kafka (ControllerApis.deleteTopics) "
-    "answers INVALID_REQUEST 'Neither topic name nor id were specified.', and "
-    "INVALID_REQUEST 'You may not specify both topic name and topic id.' when both are set"
-))
 def test_delete_topics_with_neither_name_nor_id_is_an_invalid_request(
     shared_broker: RunningBroker,
 ) -> None:
+    """A null name and a zero topic id hit an assertion (UNKNOWN_SERVER_ERROR and a
+    traceback); Kafka answers INVALID_REQUEST, and so for both a name and an id."""
     from kio.schema.delete_topics.v6 import request as m
 
     request = m.DeleteTopicsRequest(
@@ -178,15 +172,18 @@ def test_delete_topics_with_neither_name_nor_id_is_an_invalid_request(
     )
     response = asyncio.run(_send(shared_broker, request))
     assert response.responses[0].error_code == ErrorCode.invalid_request
+    assert response.responses[0].error_message == "Neither topic name nor id were specified."
+    both = m.DeleteTopicsRequest(
+        topics=(m.DeleteTopicState(name="x", topic_id=uuid.uuid4()),),
+        timeout=datetime.timedelta(seconds=5),
+    )
+    response = asyncio.run(_send(shared_broker, both))
+    assert response.responses[0].error_code == ErrorCode.invalid_request
 
 
-@pytest.mark.xfail(strict=True, raises=TimeoutError, reason=(
-    "handlers/fetch.py: a Fetch with no partitions parks in the purgatory for its whole "
-    "max_wait (the fuzzer sent 24 days; the broker's shutdown then waits its full timeout "
-    "for it). Kafka's ReplicaManager.fetchMessages answers at once when fetchInfos is "
-    "empty; the wait condition wants `and parts`"
-))
 def test_a_fetch_of_no_partitions_is_answered_at_once(shared_broker: RunningBroker) -> None:
+    """It waited out its whole max_wait (the fuzzer sent 24 days, and shutdown then waited
+    for it); Kafka's ReplicaManager.fetchMessages answers at once."""
     from kio.schema.fetch.v12 import request as m
 
     request = m.FetchRequest(

@@ -136,7 +136,7 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
         follower = _privileged(request)
         infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, follower)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-        if total < request.min_bytes and max_wait_ms > 0 and not errors:
+        if total < request.min_bytes and max_wait_ms > 0 and not errors and parts:
             keys = [TopicPartition(cp.topic, cp.partition) for cp in parts if cp.topic]
             await services.fetch_purgatory.wait(
                 keys, request.min_bytes, total, max_wait_ms / 1000

@@ -143,7 +143,16 @@ def _preview_configs(
 def _delete_one(
     m: Any, services: BrokerServices, name: str | None, topic_id: uuid.UUID | None
 ) -> Any:
-    if name is None and topic_id is not None and topic_id != ZERO_UUID:
+    has_id = topic_id is not None and topic_id != ZERO_UUID
+    if name is not None and has_id:  # Kafka's ControllerApis.deleteTopics
+        return make(m.DeletableTopicResult, name=name, topic_id=topic_id,
+                    error_code=ErrorCode.invalid_request,
+                    error_message="You may not specify both topic name and topic id.")
+    if name is None and not has_id:
+        return make(m.DeletableTopicResult, name=None, topic_id=ZERO_UUID,
+                    error_code=ErrorCode.invalid_request,
+                    error_message="Neither topic name nor id were specified.")
+    if name is None and topic_id is not None:
         info = services.metadata.by_id(topic_id)
         if info is None:
             return make(m.DeletableTopicResult, name=None, topic_id=topic_id,
