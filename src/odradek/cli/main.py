@@ -59,10 +59,15 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"odradek: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    from odradek.cluster.store import StoreError
+
     try:
         asyncio.run(run_broker(config, args.ready_file))
     except KeyboardInterrupt:
         pass
+    except StoreError as exc:  # cluster mode: ZooKeeper unreachable, broker.id taken, ...
+        print(f"odradek: cannot join the cluster: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         logging.getLogger("odradek").critical("broker failed: %s", exc, exc_info=True)
         return 1

@@ -198,6 +198,7 @@ def _place_rack_aware(
 
 
 Listener = Callable[[str, TopicInfo | None], None]
+StateListener = Callable[[list[tuple[str, int]]], None]
 
 
 class ClusterMetadata:
@@ -224,12 +225,75 @@ class ClusterMetadata:
         # Partition replicas a broker may hold (max.broker.partitions, lowered to what
         # its open-files limit allows); None: unbounded.
         self.max_broker_partitions: int | None = None
+        # Cluster mode: partition states as the controller wrote them (None: the embedded
+        # single node, where partition_state derives them), and the largest replication
+        # factor served (1 until replication lands: a follower never catches up).
+        self.partition_states: dict[tuple[str, int], PartitionState] | None = None
+        self.max_replication_factor: int | None = None
         self._listeners: list[Listener] = []
+        self._state_listeners: list[StateListener] = []
         self.cluster_id = self._ensure_cluster_id()
         self.reload()
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        """Called with the partitions whose state changed (cluster mode)."""
+        self._state_listeners.append(listener)
+
+    # -- changes made elsewhere in the cluster (cluster mode, on the event loop) ----------
+    def apply_topic(self, name: str, info: TopicInfo | None) -> None:
+        """A topic created, changed or deleted through another broker."""
+        if info is None:
+            if self.topics.pop(name, None) is None:
+                return
+            if self.partition_states is not None:
+                for key in [k for k in self.partition_states if k[0] == name]:
+                    del self.partition_states[key]
+        elif self.topics.get(name) == info:
+            return
+        else:
+            self.topics[name] = info
+        self._notify(name, info)
+
+    def apply_partition_states(self, states: Mapping[tuple[str, int], PartitionState]) -> None:
+        """States written by the controller; stale ones (an older leader epoch, or an older
+        controller's at the same epoch) are ignored."""
+        if self.partition_states is None:
+            self.partition_states = {}
+        changed = []
+        for key, state in states.items():
+            old = self.partition_states.get(key)
+            if old is not None and (
+                state.leader_epoch < old.leader_epoch
+                or (state.leader_epoch == old.leader_epoch
+                    and state.controller_epoch < old.controller_epoch)
+            ):
+                continue
+            if old != state:
+                self.partition_states[key] = state
+                changed.append(key)
+        if changed:
+            for listener in self._state_listeners:
+                listener(changed)
+
+    def read_topic(self, name: str) -> TopicInfo | None:
+        """The topic as the store has it now (a blocking read: not on the event loop)."""
+        found = self.store.get_json(f"{self.TOPICS}/{name}")
+        if found is None:
+            return None
+        cfg = self.store.get_json(f"{self.CONFIGS}/{name}")
+        configs = dict(cfg[0]["config"]) if cfg else {}  # type: ignore[index]
+        return self.topic_from_doc(name, found[0], configs)
+
+    @staticmethod
+    def topic_from_doc(name: str, doc: Any, configs: Mapping[str, str]) -> TopicInfo:
+        """A topic from its ``/brokers/topics/<t>`` document and its config overrides."""
+        return TopicInfo(
+            name, decode_topic_id(doc["topic_id"]),
+            {int(p): list(r) for p, r in doc["partitions"].items()}, dict(configs),
+        )
 
     def _notify(self, name: str, info: TopicInfo | None) -> None:
         for listener in self._listeners:
@@ -250,16 +314,9 @@ class ClusterMetadata:
     def reload(self) -> None:
         topics = {}
         for name in self.store.children(self.TOPICS):
-            found = self.store.get_json(f"{self.TOPICS}/{name}")
-            if found is None:
-                continue
-            doc: Any = found[0]
-            cfg = self.store.get_json(f"{self.CONFIGS}/{name}")
-            configs = dict(cfg[0]["config"]) if cfg else {}  # type: ignore[index]
-            topics[name] = TopicInfo(
-                name, decode_topic_id(doc["topic_id"]),
-                {int(p): list(r) for p, r in doc["partitions"].items()}, configs,
-            )
+            info = self.read_topic(name)
+            if info is not None:
+                topics[name] = info
         self.topics = topics
 
     # -- queries -------------------------------------------------------------------------
@@ -276,13 +333,18 @@ class ClusterMetadata:
         """Leader, leader epoch and ISR of a partition: the one place they are decided.
 
         Without a controller (the embedded single node) the first replica leads, every
-        replica is in sync and the epoch stays 0: nothing ever moves leadership. Cluster
-        mode replaces this with ``/brokers/topics/<t>/partitions/<p>/state``, written by
-        the controller."""
+        replica is in sync and the epoch stays 0: nothing ever moves leadership. In
+        cluster mode it is ``/brokers/topics/<t>/partitions/<p>/state`` as the controller
+        wrote it; a partition the controller has not decided yet has no leader."""
         info = self.topics.get(name)
         replicas = tuple(info.partitions.get(partition, ())) if info is not None else ()
         if not replicas:
             return PartitionState(-1, -1, (), ())
+        if self.partition_states is not None:
+            found = self.partition_states.get((name, partition))
+            if found is None:
+                return PartitionState(-1, -1, (), replicas)
+            return found
         return PartitionState(replicas[0], 0, replicas, replicas)
 
     def log_config(self, name: str) -> LogConfig:
@@ -318,6 +380,15 @@ class ClusterMetadata:
             )
         if replication_factor <= 0 or replication_factor > 32767:
             raise MetadataError("INVALID_REPLICATION_FACTOR", "replication factor must be > 0")
+        if self.max_replication_factor is not None and (
+            replication_factor > self.max_replication_factor
+        ):
+            raise MetadataError(
+                "INVALID_REPLICATION_FACTOR",
+                f"replication factor {replication_factor} is not served yet: replication "
+                f"between brokers is not implemented, so a follower would never hold the "
+                f"data (at most {self.max_replication_factor})",
+            )
         clean = {k: v for k, v in configs.items() if v is not None}
         try:
             LogConfig.build(self.broker_defaults, clean)
@@ -404,7 +475,11 @@ class ClusterMetadata:
         info = self.topics.get(name)
         if info is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
-        self.store.delete(f"{self.TOPICS}/{name}")
+        # recursive: the controller's partition states live below the topic's node
+        self.store.delete(f"{self.TOPICS}/{name}", recursive=True)
+        if self.partition_states is not None:
+            for key in [k for k in self.partition_states if k[0] == name]:
+                del self.partition_states[key]
         if self.store.get(f"{self.CONFIGS}/{name}") is not None:
             self.store.delete(f"{self.CONFIGS}/{name}")
         del self.topics[name]

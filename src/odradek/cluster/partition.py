@@ -29,12 +29,13 @@ the event loop sees one consistent state.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from odradek.storage.log import FetchDataInfo, LogAppendInfo, PartitionLog
 
 __all__ = [
+    "LeaderNotAvailableError",
     "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
     "Partition",
@@ -44,6 +45,10 @@ __all__ = [
 
 class NotLeaderOrFollowerError(Exception):
     kafka_error = "NOT_LEADER_OR_FOLLOWER"
+
+
+class LeaderNotAvailableError(Exception):
+    kafka_error = "LEADER_NOT_AVAILABLE"
 
 
 class NotEnoughReplicasError(Exception):
@@ -68,6 +73,28 @@ class PartitionState:
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     partition_epoch: int = 0
+    """The state znode's version: fences a stale writer of the ISR (KIP-497)."""
+    controller_epoch: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        """The state znode's document, as Kafka writes it (``TopicPartitionStateZNode``)."""
+        return {"controller_epoch": self.controller_epoch, "leader": self.leader,
+                "version": 1, "leader_epoch": self.leader_epoch, "isr": list(self.isr)}
+
+    @classmethod
+    def from_json(
+        cls, doc: Mapping[str, object], replicas: tuple[int, ...], partition_epoch: int = 0
+    ) -> PartitionState:
+        """A state znode's document (its replicas come from the topic's assignment)."""
+        isr = doc.get("isr", [])
+        return cls(
+            int(doc["leader"]),  # type: ignore[call-overload]
+            int(doc["leader_epoch"]),  # type: ignore[call-overload]
+            tuple(int(b) for b in isr) if isinstance(isr, list) else (),
+            replicas,
+            partition_epoch,
+            int(doc.get("controller_epoch", 0)),  # type: ignore[call-overload]
+        )
 
 
 def leader_epoch_error(requested: int, current: int) -> str | None:
@@ -132,7 +159,7 @@ class Partition:
                 f"leader epoch {current_leader_epoch} of {self.topic}-{self.partition} is "
                 f"newer than the current {state.leader_epoch}"
             )
-        if state.leader != self.broker_id:
+        if state.leader != self.broker_id:  # Kafka answers the same with no leader at all
             raise NotLeaderOrFollowerError(
                 f"broker {self.broker_id} does not lead {self.topic}-{self.partition} "
                 f"(leader: {state.leader})"

@@ -35,7 +35,12 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from odradek.cluster.partition import Partition, PartitionState
+from odradek.cluster.partition import (
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    Partition,
+    PartitionState,
+)
 from odradek.storage import LogManager, PartitionLog, TopicPartition, checkpoint, files
 from odradek.storage.checkpoint import CheckpointError
 from odradek.storage.config import LogConfig
@@ -56,10 +61,6 @@ T = TypeVar("T")
 
 class UnknownTopicOrPartitionError(Exception):
     kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
-
-
-class LeaderNotAvailableError(Exception):
-    kafka_error = "LEADER_NOT_AVAILABLE"
 
 
 class Watchers(Protocol):
@@ -94,6 +95,9 @@ class ReplicaManager:
         self._pending: set[TopicPartition] = set()
         self._deferred: list[tuple[TopicPartition, LogConfig]] | None = None
         self._log_creation: asyncio.Task[None] | None = None
+        # Told which partitions started or stopped being led here (the group
+        # coordinator follows its __consumer_offsets partitions).
+        self.on_leadership_change: Callable[[list[TopicPartition]], None] | None = None
 
     # -- life cycle ----------------------------------------------------------------------
     def startup(self) -> None:
@@ -114,6 +118,7 @@ class ReplicaManager:
                 self.log_manager.delete_log(tp)
         self._checkpointed.clear()
         self.metadata.add_listener(self._on_topic_change)
+        self.metadata.add_state_listener(self._on_partition_states)
 
     async def shutdown(self) -> None:
         """Wait for logs being created; then write the high-watermark checkpoints."""
@@ -152,8 +157,6 @@ class ReplicaManager:
             if info is not None and index in info.partitions:
                 state = self.metadata.partition_state(topic, index)
                 if state.leader != self.broker_id:
-                    from odradek.cluster.partition import NotLeaderOrFollowerError
-
                     raise NotLeaderOrFollowerError(
                         f"broker {self.broker_id} does not lead {tp} (leader: {state.leader})"
                     )
@@ -213,6 +216,30 @@ class ReplicaManager:
         await asyncio.wait((task,), timeout=wait.total_seconds())
         return result, not task.done()
 
+    def _on_partition_states(self, keys: list[tuple[str, int]]) -> None:
+        """The controller decided new states (cluster mode): partitions hosted here take
+        them (Kafka's becomeLeaderOrFollower). Requests parked on a partition whose
+        leader changed are woken, to answer from the new state."""
+        moved: list[TopicPartition] = []
+        for topic, index in keys:
+            tp = TopicPartition(topic, index)
+            partition = self.partitions.get(tp)
+            if partition is None:
+                continue
+            state = self.metadata.partition_state(topic, index)
+            if state == partition.state:
+                continue
+            was_leader = partition.is_leader
+            partition.update_state(state)
+            if partition.is_leader != was_leader:
+                moved.append(tp)
+                self.fetch_watchers.wake_all(tp)
+                self.produce_watchers.wake_all(tp)
+        if moved:
+            log.info("leadership changed for %d partitions hosted here", len(moved))
+        if moved and self.on_leadership_change is not None:
+            self.on_leadership_change(moved)
+
     def _on_topic_change(self, name: str, info: TopicInfo | None) -> None:
         if info is not None:
             self._host(info)
@@ -257,6 +284,8 @@ class ReplicaManager:
         checkpointed = self._checkpointed.get(partition_log.log_dir, {}).get(tp)
         partition.restore_high_watermark(checkpointed if checkpointed is not None else 0)
         self.partitions[tp] = partition
+        if self.on_leadership_change is not None and partition.is_leader:
+            self.on_leadership_change([tp])
         return partition
 
     def _new_partition(self, partition_log: PartitionLog, state: PartitionState) -> Partition:

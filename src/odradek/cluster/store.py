@@ -174,6 +174,10 @@ class MetadataStore(abc.ABC):
     def close(self) -> None: ...
 
     # -- conveniences shared by every backend ---------------------------------------------
+    def get_many(self, paths: Sequence[str]) -> list[Node | None]:
+        """Several nodes at once (a backend over the network pipelines the reads)."""
+        return [self.get(path) for path in paths]
+
     def get_json(self, path: str) -> tuple[object, int] | None:
         node = self.get(path)
         if node is None:

@@ -197,6 +197,18 @@ class GroupCoordinator:
             if not self.manager.is_partition_owned(partition):
                 self.on_elected(partition)
 
+    def refresh_leadership(self) -> None:
+        """Leadership of ``__consumer_offsets`` partitions moved (cluster mode): load the
+        groups of partitions led here now, unload those of partitions led elsewhere (their
+        requests then answer NOT_COORDINATOR), as Kafka's onElection / onResignation."""
+        if not self._active:
+            return
+        led = set(self.topic.led_partitions())
+        for partition in self.manager.owned_partitions():
+            if partition not in led:
+                self.on_resigned(partition)
+        self._elect_led_partitions()
+
     def on_elected(self, partition: int) -> None:
         """This broker became the leader of ``partition``: load its groups and start
         their members' session timers."""

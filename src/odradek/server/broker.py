@@ -23,14 +23,16 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from odradek.cluster.membership import EndPoint
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.replica_manager import ReplicaManager
 from odradek.cluster.store import EmbeddedStore, MetadataStore
 from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
-from odradek.coordinator.offsets_topic import OffsetsTopic
+from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.registry import HandlerRegistry
 from odradek.server.config import BrokerConfig
@@ -40,7 +42,8 @@ from odradek.server.handlers import register_all
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
 from odradek.server.services import BrokerServices
-from odradek.storage import LogAppendInfo, LogManager, PartitionLog
+from odradek.server.zk_cluster import ZkCluster
+from odradek.storage import LogAppendInfo, LogManager, PartitionLog, TopicPartition
 from odradek.storage.cleaner_manager import LogCleaner
 from odradek.storage.files import META_PROPERTIES, atomic_write
 from odradek.storage.segment import MAX_OPEN_COLD_SEGMENTS
@@ -72,6 +75,8 @@ class Broker:
         self.log_cleaner: LogCleaner | None = None
         self.started = asyncio.Event()
         self.metadata: ClusterMetadata
+        self._cluster: ZkCluster | None = None
+        self._logs_loaded = False
         self.replica_manager: ReplicaManager
         self.group_coordinator: GroupCoordinator
         self.services: BrokerServices
@@ -79,11 +84,17 @@ class Broker:
     # -- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:
         self.config.report_unknown()
-        store = self._store or EmbeddedStore(self.config.log_dirs[0].absolute() / METADATA_FILE)
+        store: MetadataStore
+        if self.config["zookeeper.connect"]:
+            store = await self._join_cluster()
+        else:
+            store = self._store or EmbeddedStore(
+                self.config.log_dirs[0].absolute() / METADATA_FILE
+            )
+            self.metadata = ClusterMetadata(
+                store, lambda: [self.broker_id], self.config.values | self.config.log_defaults()
+            )
         self._store = store
-        self.metadata = ClusterMetadata(
-            store, lambda: [self.broker_id], self.config.values | self.config.log_defaults()
-        )
         self.metadata.max_broker_partitions = partition_limit(
             self.config["max.broker.partitions"]
         )
@@ -92,6 +103,7 @@ class Broker:
         # any log is loaded, so logs start with the topic defaults in effect.
         dynamic_config.apply(reconfigure_logs=False)
         self.log_manager.startup(self.metadata.log_config)
+        self._logs_loaded = True
         self._write_meta_properties()
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager, self.metadata,
@@ -102,6 +114,7 @@ class Broker:
         # before the listeners open.
         self.group_coordinator = self._make_group_coordinator()
         self.group_coordinator.startup()
+        self.replica_manager.on_leadership_change = self._on_leadership_change
         self.services = BrokerServices(
             broker_id=self.broker_id,
             config=self.config,
@@ -116,6 +129,8 @@ class Broker:
             producer_ids=ProducerIdManager(store, self.broker_id),
             dynamic_config=dynamic_config,
             advertised_endpoint=self._advertised_endpoint,
+            live_brokers=self._live_brokers,
+            controller_id=self._controller_id,
         )
         register_all(self.registry, self.services)
         net = NetworkConfig(
@@ -131,6 +146,8 @@ class Broker:
             await server.start()
             self.servers.append(server)
             log.info("listening on %s://%s:%d", listener.name, listener.host, server.port)
+        if self._cluster is not None:
+            await self._cluster.register(self._endpoints())
         periodic = [
             *self.log_manager.periodic_tasks(),
             ("high-watermark-checkpoint",
@@ -148,6 +165,55 @@ class Broker:
                         self.log_cleaner.check_threads)
         ))
         self.started.set()
+
+    async def _join_cluster(self) -> MetadataStore:
+        """Cluster mode: connect to ZooKeeper, read the cluster's topics, states and live
+        brokers (all off the event loop), before any log is loaded."""
+        loop = asyncio.get_running_loop()
+
+        def post(fn: Callable[[], None]) -> None:
+            loop.call_soon_threadsafe(fn)
+
+        cluster = ZkCluster(self.config, post)
+        self._cluster = cluster
+        await asyncio.to_thread(cluster.connect, self.broker_id)
+        self.metadata = await asyncio.to_thread(
+            lambda: ClusterMetadata(
+                cluster.store, cluster.live_broker_ids,
+                self.config.values | self.config.log_defaults(),
+                broker_racks=cluster.live_broker_racks,
+            )
+        )
+        self.metadata.partition_states = {}
+        self.metadata.max_replication_factor = 1  # until replication lands
+        states = await asyncio.to_thread(cluster.follow, self.metadata)
+        self.metadata.apply_partition_states(states)
+        return cluster.store
+
+    def _endpoints(self) -> list[EndPoint]:
+        """This broker's advertised listeners, with the ports actually bound."""
+        out = []
+        for listener, server in zip(
+            self.config.advertised_listeners, self.servers, strict=False
+        ):
+            port = server.port if listener.port == 0 else listener.port
+            out.append(EndPoint(listener.name.upper(), listener.host, port))
+        return out
+
+    def _live_brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every live broker, for Metadata and DescribeCluster."""
+        if self._cluster is None:
+            host, port = self._advertised_endpoint()
+            rack = self.config["broker.rack"] or None
+            return [(self.broker_id, host, port, rack)]
+        return self._cluster.live_endpoints()
+
+    def _controller_id(self) -> int:
+        return self.broker_id if self._cluster is None else self._cluster.controller_id
+
+    def _on_leadership_change(self, moved: list[TopicPartition]) -> None:
+        if any(tp.topic == OFFSETS_TOPIC for tp in moved):
+            self.group_coordinator.refresh_leadership()
 
     def _make_group_coordinator(self) -> GroupCoordinator:
         """The group coordinator over the ``__consumer_offsets`` partitions led here."""
@@ -179,6 +245,10 @@ class Broker:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self._cluster is not None:
+            # Leave the cluster first: the controller moves leadership away at once
+            # rather than after the session timeout.
+            await asyncio.to_thread(self._cluster.leave)
         if hasattr(self, "group_coordinator"):
             # answer parked JoinGroup/SyncGroup requests (NOT_COORDINATOR) so that
             # in-flight requests can finish
@@ -189,8 +259,11 @@ class Broker:
             await self.replica_manager.shutdown()
         if self.log_cleaner is not None:
             await asyncio.to_thread(self.log_cleaner.shutdown)
-        self.log_manager.shutdown()
-        if self._store is not None:
+        if self._logs_loaded:
+            self.log_manager.shutdown()
+        if self._cluster is not None:
+            await asyncio.to_thread(self._cluster.close)
+        elif self._store is not None:
             self._store.close()
         log.info("broker %d stopped cleanly", self.broker_id)
 
@@ -258,7 +331,13 @@ async def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> No
     raise_open_files_limit()
     broker = Broker(config)
     started = time.monotonic()
-    await broker.start()
+    try:
+        await broker.start()
+    except BaseException:
+        # what was started (listeners, the ZooKeeper session, logs) is stopped again
+        with contextlib.suppress(Exception):
+            await broker.stop()
+        raise
     log.info("broker %d started in %.0f ms", broker.broker_id, (time.monotonic() - started) * 1000)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -42,6 +42,15 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("log.dirs", "list", ("./data",), None, "data directories"),
     ConfigDef("log.dir", "string", "", None, "single data directory (log.dirs wins)"),
     ConfigDef("num.partitions", "int", 1, None, "partitions of auto-created topics", _ge(1)),
+    ConfigDef("zookeeper.connect", "string", "", None,
+              "host:port[,host:port...][/chroot] of ZooKeeper: cluster mode; empty: the "
+              "embedded single node"),
+    ConfigDef("zookeeper.session.timeout.ms", "int", 18000, None,
+              "ZooKeeper session timeout: a broker silent this long leaves the cluster", _ge(1)),
+    ConfigDef("zookeeper.connection.timeout.ms", "int", -1, None,
+              "how long to wait for the first ZooKeeper connection (-1: the session timeout)"),
+    ConfigDef("broker.rack", "string", "", None,
+              "this broker's rack: replicas of a partition are spread over racks"),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000, None,
               "how often high watermarks are saved to replication-offset-checkpoint", _ge(1)),
     ConfigDef("max.broker.partitions", "int", 2**31 - 1, None,
@@ -112,7 +121,7 @@ NOT_APPLICABLE = frozenset({
     "num.network.threads", "num.io.threads", "num.replica.fetchers",
     "background.threads", "log.cleaner.io.buffer.load.factor.unused",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
-    "zookeeper.connection.timeout.ms", "group.coordinator.rebalance.protocols",
+    "group.coordinator.rebalance.protocols",
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
 })
 

@@ -47,3 +47,7 @@ class BrokerServices:
     """Dynamic broker configs layered over the static ones (Kafka's DynamicBrokerConfig)."""
     advertised_endpoint: Callable[[], tuple[str, int]]
     """This broker's advertised (host, port); the port is known once it listens."""
+    live_brokers: Callable[[], list[tuple[int, str, int, str | None]]]
+    """(id, host, port, rack) of every live broker (this one alone on a single node)."""
+    controller_id: Callable[[], int]
+    """The controller's broker id (-1 while none is known)."""

@@ -42,13 +42,13 @@ def register_describe_cluster(registry: HandlerRegistry, services: BrokerService
                         endpoint_type=endpoint_type, cluster_id=services.metadata.cluster_id,
                         controller_id=-1, brokers=(),
                         cluster_authorized_operations=NOT_REQUESTED)
-        host, port = services.advertised_endpoint()
-        brokers = (make(m.DescribeClusterBroker, broker_id=services.broker_id,
-                        host=host, port=port, rack=None, is_fenced=False),)
+        brokers = tuple(make(m.DescribeClusterBroker, broker_id=b, host=host, port=port,
+                             rack=rack, is_fenced=False)
+                        for b, host, port, rack in services.live_brokers())
         return make(m.DescribeClusterResponse, throttle_time=ZERO_THROTTLE,
                     error_code=ErrorCode.none, error_message=None,
                     endpoint_type=ENDPOINT_BROKERS, cluster_id=services.metadata.cluster_id,
-                    controller_id=services.broker_id, brokers=brokers,
+                    controller_id=services.controller_id(), brokers=brokers,
                     cluster_authorized_operations=operations)
 
     registry.register(ApiKey.DESCRIBE_CLUSTER, VERSIONS[0], VERSIONS[1], describe_cluster)

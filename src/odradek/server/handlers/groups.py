@@ -78,12 +78,13 @@ def register_groups(registry: HandlerRegistry, services: BrokerServices) -> None
             error, node = coordinator().coordinator_for(key)
             if error != ErrorCode.none:
                 return error, None, -1, "", -1
-            if node != services.broker_id:
-                # The endpoints of other brokers come with cluster membership: until
-                # then, only this broker's own can be given.
+            endpoint = next(
+                ((host, port) for b, host, port, _ in services.live_brokers() if b == node), None
+            )
+            if endpoint is None:  # the leader is not registered (yet, or any more)
                 return (ErrorCode.coordinator_not_available,
-                        f"no endpoint known for broker {node}", -1, "", -1)
-            host, port = services.advertised_endpoint()
+                        f"no live broker {node} to coordinate the group", -1, "", -1)
+            host, port = endpoint
             return ErrorCode.none, None, node, host, port
 
         if ctx.api_version >= 4:

@@ -71,11 +71,11 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
                     topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
                 else:
                     topics.append(_topic(services, info))
-        host, port = services.advertised_endpoint()
-        brokers = [MetadataBroker(services.broker_id, host, port)]
+        brokers = [MetadataBroker(b, host, port, rack)
+                   for b, host, port, rack in services.live_brokers()]
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
         return Send((write_metadata_response(
-            version, brokers, services.metadata.cluster_id, services.broker_id, topics,
+            version, brokers, services.metadata.cluster_id, services.controller_id(), topics,
             NO_AUTHORIZED_OPERATIONS,
         ),))
 

@@ -1,0 +1,188 @@
+"""A broker's view of the cluster kept in step with ZooKeeper (the broker side of Kafka's
+LeaderAndIsr / UpdateMetadata, and of its topic and config change watches).
+
+How it works: everything here runs on the store's callback thread or at start in a worker
+thread, never on the event loop. What it learns is handed to the event loop with ``post``
+(``loop.call_soon_threadsafe``), where :class:`~odradek.cluster.metadata.ClusterMetadata`
+applies it and tells its listeners (the replica manager hosts logs and updates partitions).
+
+- *Topics.* A children watch on ``/brokers/topics`` finds topics created or deleted through
+  any broker; a data watch on each ``/brokers/topics/<t>`` finds partitions added; a data
+  watch on each ``/config/topics/<t>`` finds configs changed. Each watch fires once, so each
+  read sets it again.
+- *Partition states.* The controller writes ``/brokers/topics/<t>/partitions/<p>/state``
+  and then one ``/partition_state_notification/state_change_<seq>`` naming the partitions
+  it wrote. A children watch on the notification parent reads the notifications newer than
+  the last one handled, in sequence order, skips any whose controller epoch is older than
+  the newest seen (a deposed controller's), and reads the states they name with pipelined
+  reads. At start, and after a new ZooKeeper session (notifications may have been purged
+  meanwhile), every state is read once instead.
+- *Brokers.* The live brokers (``/brokers/ids``) and the controller are read by
+  :class:`~odradek.cluster.membership.BrokerChangeWatcher` and the election; this module
+  only carries topics and states.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from odradek.cluster.metadata import ClusterMetadata, TopicInfo
+from odradek.cluster.partition import PartitionState
+from odradek.cluster.store import MetadataStore, SessionEvent, StoreError
+
+__all__ = ["NOTIFICATION_PATH", "NOTIFICATION_PREFIX", "MetadataSync", "state_path"]
+
+log = logging.getLogger(__name__)
+
+NOTIFICATION_PATH = "/partition_state_notification"
+NOTIFICATION_PREFIX = "state_change_"
+TOPICS = ClusterMetadata.TOPICS
+CONFIGS = ClusterMetadata.CONFIGS
+
+Post = Callable[[Callable[[], None]], None]
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+class MetadataSync:
+    def __init__(self, store: MetadataStore, metadata: ClusterMetadata, post: Post) -> None:
+        self.store = store
+        self.metadata = metadata
+        self.post = post
+        self._lock = threading.RLock()
+        self._topics: set[str] = set()  # names whose data and config watches are set
+        self._last_notification = ""  # name of the newest notification handled
+        self._controller_epoch = 0  # newest controller epoch seen in a notification
+        self._closed = False
+
+    # -- life cycle ----------------------------------------------------------------------
+    def start(self) -> dict[tuple[str, int], PartitionState]:
+        """Set the watches and read every state (blocking: call it off the event loop).
+        Returns the states, for the caller to apply before it serves."""
+        self.store.add_session_listener(self._on_session)
+        with self._lock:
+            self._watch_topics()
+            return self._reload_states()
+
+    def close(self) -> None:
+        self._closed = True
+        self.store.remove_session_listener(self._on_session)
+
+    # -- topics --------------------------------------------------------------------------
+    def _watch_topics(self, _path: str = "") -> None:
+        if self._closed:
+            return
+        with self._lock:
+            names = set(self.store.children(TOPICS, watch=self._watch_topics))
+            for name in sorted(names - self._topics):
+                self._topics.add(name)
+                self._refresh_topic(name)
+            for name in sorted(self._topics - names):
+                self._topics.discard(name)
+                self.post(lambda name=name: self.metadata.apply_topic(name, None))  # type: ignore[misc]
+
+    def _refresh_topic(self, name: str, _path: str = "") -> None:
+        """Read the topic (assignment and configs), setting both watches again."""
+        if self._closed or name not in self._topics:
+            return
+        refresh = self._refresher(name)
+        try:
+            node = self.store.get(f"{TOPICS}/{name}", watch=refresh)
+            config = self.store.get(f"{CONFIGS}/{name}", watch=refresh)
+        except StoreError:
+            log.exception("cannot read topic %s from ZooKeeper", name)
+            return
+        if node is None:
+            return  # deleted: the children watch reports it
+        doc: Any = json.loads(node.data)
+        configs = dict(json.loads(config.data)["config"]) if config is not None else {}
+        info = self.metadata.topic_from_doc(name, doc, configs)
+        self.post(lambda: self.metadata.apply_topic(name, info))
+
+    def _refresher(self, name: str) -> Callable[[str], None]:
+        return lambda path: self._refresh_topic(name, path)
+
+    # -- partition states ----------------------------------------------------------------
+    def _reload_states(self) -> dict[tuple[str, int], PartitionState]:
+        """Every state of every topic, and the newest notification as the starting point."""
+        names = self.store.children(NOTIFICATION_PATH, watch=self._on_notifications)
+        if names:
+            self._last_notification = names[-1]
+        infos = [self.metadata.read_topic(name) for name in sorted(self._topics)]
+        states = self._read_states(
+            (info.name, p) for info in infos if info is not None for p in info.partitions
+        )
+        self.post(lambda: self.metadata.apply_partition_states(states))
+        return states
+
+    def _read_states(
+        self, keys: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], PartitionState]:
+        wanted = list(keys)
+        nodes = self.store.get_many([state_path(t, p) for t, p in wanted])
+        replicas_of: dict[str, TopicInfo | None] = {}
+        states: dict[tuple[str, int], PartitionState] = {}
+        for (topic, partition), node in zip(wanted, nodes, strict=True):
+            if node is None:
+                continue
+            if topic not in replicas_of:
+                replicas_of[topic] = self.metadata.read_topic(topic)
+            info = replicas_of[topic]
+            replicas = tuple(info.partitions.get(partition, ())) if info is not None else ()
+            try:
+                states[(topic, partition)] = PartitionState.from_json(
+                    json.loads(node.data), replicas, node.version
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("ignoring the unreadable state of %s-%d: %s", topic, partition, exc)
+        return states
+
+    def _on_notifications(self, _path: str = "") -> None:
+        if self._closed:
+            return
+        with self._lock:
+            try:
+                names = self.store.children(NOTIFICATION_PATH, watch=self._on_notifications)
+            except StoreError:
+                log.exception("cannot read %s", NOTIFICATION_PATH)
+                return
+            fresh = [n for n in names if n > self._last_notification]
+            if not fresh:
+                return
+            nodes = self.store.get_many([f"{NOTIFICATION_PATH}/{n}" for n in fresh])
+            self._last_notification = fresh[-1]
+            keys: dict[tuple[str, int], None] = {}
+            for name, node in zip(fresh, nodes, strict=True):
+                if node is None:
+                    continue  # purged before it was read: it was old
+                try:
+                    doc = json.loads(node.data)
+                    epoch = int(doc["controller_epoch"])
+                    named = [(str(p["topic"]), int(p["partition"])) for p in doc["partitions"]]
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.error("ignoring unreadable notification %s: %s", name, exc)
+                    continue
+                if epoch < self._controller_epoch:
+                    log.warning("ignoring %s of controller epoch %d: epoch %d is newer",
+                                name, epoch, self._controller_epoch)
+                    continue
+                self._controller_epoch = epoch
+                keys.update(dict.fromkeys(named))
+            if keys:
+                states = self._read_states(keys)
+                self.post(lambda: self.metadata.apply_partition_states(states))
+
+    def _on_session(self, event: SessionEvent) -> None:
+        if event is SessionEvent.NEW_SESSION and not self._closed:
+            # Watches were lost with the old session, and notifications may have been
+            # purged meanwhile: read everything again.
+            with self._lock:
+                self._topics.clear()
+                self._watch_topics()
+                self._reload_states()

@@ -1,0 +1,147 @@
+"""A broker's membership of a ZooKeeper cluster, wired to its event loop (cluster mode).
+
+How it works: :class:`ZkCluster` owns this broker's ZooKeeper session and the parts that
+live on it: the registration ``/brokers/ids/<id>`` (:mod:`odradek.cluster.membership`),
+the watch on the live brokers, the controller election
+(:mod:`odradek.cluster.controller_election`) and, once elected, the controller
+(:mod:`odradek.cluster.controller`), and the sync of topics and partition states
+(:mod:`odradek.cluster.metadata_sync`). Every ZooKeeper call runs on the store's thread or
+a worker thread; what the event loop needs (the live brokers, the controller's id) is
+handed over with ``post`` (``loop.call_soon_threadsafe``) or read as a single attribute.
+
+The order at start follows Kafka's ZooKeeper mode: connect (and refuse at once a
+``broker.id`` a live broker holds), read the cluster's topics and states, load the logs,
+open the listeners, then register (the registration carries the bound ports) and run for
+controller. A clean stop leaves in the reverse order: resign, unregister (so the
+controller moves leadership away now, not after the session timeout), close the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from odradek.cluster.controller_election import ControllerElector
+from odradek.cluster.membership import (
+    BrokerChangeWatcher,
+    BrokerIdInUseError,
+    BrokerInfo,
+    BrokerRegistration,
+    EndPoint,
+    live_brokers,
+)
+from odradek.cluster.metadata import ClusterMetadata
+from odradek.cluster.metadata_sync import MetadataSync
+from odradek.cluster.partition import PartitionState
+from odradek.cluster.zk_store import ZooKeeperStore
+from odradek.server.config import BrokerConfig
+
+__all__ = ["ZkCluster"]
+
+log = logging.getLogger(__name__)
+
+Post = Callable[[Callable[[], None]], None]
+
+
+class ZkCluster:
+    def __init__(self, config: BrokerConfig, post: Post) -> None:
+        self.config = config
+        self.post = post
+        self.broker_id = config.broker_id
+        self.rack: str | None = config["broker.rack"] or None
+        self.store: ZooKeeperStore
+        self._live: dict[int, BrokerInfo] = {}
+        self._watcher: BrokerChangeWatcher | None = None
+        self._sync: MetadataSync | None = None
+        self._registration: BrokerRegistration | None = None
+        self._elector: ControllerElector | None = None
+
+    # -- start (each step blocking: called with asyncio.to_thread) --------------------------
+    def connect(self, broker_id: int) -> None:
+        """Open the session; refuse a broker id that a live broker holds (seed 000)."""
+        timeout = int(self.config["zookeeper.connection.timeout.ms"])
+        self.store = ZooKeeperStore(
+            self.config["zookeeper.connect"],
+            session_timeout_ms=int(self.config["zookeeper.session.timeout.ms"]),
+            connection_timeout_ms=timeout if timeout > 0 else None,
+        )
+        holder = live_brokers(self.store).get(broker_id)
+        if holder is not None:
+            self.store.close()
+            raise BrokerIdInUseError(
+                f"broker.id {broker_id} is already registered by a live broker at "
+                f"{holder.address}"
+            )
+        log.info("connected to ZooKeeper at %s", self.config["zookeeper.connect"])
+
+    def follow(self, metadata: ClusterMetadata) -> dict[tuple[str, int], PartitionState]:
+        """Watch the live brokers, topics and partition states; returns every state."""
+        self._watcher = BrokerChangeWatcher(self.store, self._brokers_changed)
+        self._live = self._watcher.start()
+        self._sync = MetadataSync(self.store, metadata, self.post)
+        return self._sync.start()
+
+    def _brokers_changed(self, brokers: dict[int, BrokerInfo]) -> None:
+        def apply() -> None:
+            joined = sorted(set(brokers) - set(self._live))
+            left = sorted(set(self._live) - set(brokers))
+            self._live = brokers
+            if joined or left:
+                log.info("live brokers now %s (joined %s, left %s)",
+                         sorted(brokers), joined, left)
+
+        self.post(apply)
+
+    async def register(self, endpoints: Sequence[EndPoint]) -> None:
+        await asyncio.to_thread(self._register, endpoints)
+
+    def _register(self, endpoints: Sequence[EndPoint]) -> None:
+        self._registration = BrokerRegistration(
+            self.store, self.broker_id, endpoints, self.rack, on_error=self._fatal
+        )
+        self._registration.register()
+        self._elector = ControllerElector(self.store, self.broker_id)
+        self._elector.start()
+
+    def _fatal(self, exc: Exception) -> None:
+        log.critical("broker %d cannot stay in the cluster: %s", self.broker_id, exc)
+
+    # -- what the event loop reads ---------------------------------------------------------
+    def live_broker_ids(self) -> list[int]:
+        return sorted(self._live)
+
+    def live_broker_racks(self) -> dict[int, str]:
+        racks = {b: info.rack for b, info in self._live.items() if info.rack is not None}
+        # Kafka's rack awareness needs every broker's rack, or none.
+        return racks if len(racks) == len(self._live) else {}
+
+    def live_endpoints(self) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every live broker on the first listener's name."""
+        name = self.config.advertised_listeners[0].name.upper()
+        out = []
+        for broker_id, info in sorted(self._live.items()):
+            endpoint = info.endpoint(name) or (info.endpoints[0] if info.endpoints else None)
+            if endpoint is not None:
+                out.append((broker_id, endpoint.host, endpoint.port, info.rack))
+        return out
+
+    @property
+    def controller_id(self) -> int:
+        return self._elector.active_controller_id if self._elector is not None else -1
+
+    # -- stop ------------------------------------------------------------------------------
+    def leave(self) -> None:
+        """Resign, then unregister: the controller moves leadership away at once."""
+        if self._elector is not None:
+            self._elector.close()
+        if self._registration is not None:
+            self._registration.unregister()
+
+    def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+        if self._watcher is not None:
+            self._watcher.close()
+        if hasattr(self, "store"):
+            self.store.close()
