@@ -193,6 +193,14 @@ class Cluster:
         controller_id = int(json.loads(raw)["brokerid"]) if raw else None
         return controller_id, int(epoch) if epoch else None
 
+    def wait_controller(self, timeout: float = 15.0) -> tuple[int, int]:
+        """(controller id, epoch) once ``/controller`` and ``/controller_epoch`` exist."""
+        def known() -> tuple[int, int] | None:
+            controller_id, epoch = self.controller()
+            return None if controller_id is None or epoch is None else (controller_id, epoch)
+
+        return self.wait_for(known, timeout, "a controller in /controller")
+
     # ---- waiting
     def wait_for(self, condition: Callable[[], T | None], timeout: float = 10.0,
                  what: str = "", broker: BrokerProcess | None = None) -> T:
