@@ -1,7 +1,7 @@
 """``odradek dev-cluster``: the real command in a subprocess, a real ZooKeeper and brokers.
 
-It prints the table and the bootstrap string, every broker answers Metadata with its own
-id at its own address, Ctrl-C (SIGINT to its process group, as a terminal sends it) stops
+It prints the table and the bootstrap string, every broker's Metadata lists all of them
+(one cluster), Ctrl-C (SIGINT to its process group, as a terminal sends it) stops
 everything and exits 0; a broker that dies is reported with its log and the rest stopped.
 """
 
@@ -139,7 +139,12 @@ def test_starts_prints_the_table_serves_and_stops_on_ctrl_c(tmp_path: Path) -> N
             assert row[2] == address
             assert row[4] == str(tmp_path / "dc" / f"broker-{broker_id}")
             assert Path(row[5]).is_file()
-            assert metadata_brokers(address).get(broker_id) == address, run.describe()
+        everyone = dict(enumerate(addresses, start=1))
+        for address in addresses:  # one cluster: every broker lists all three
+            deadline = time.monotonic() + 15
+            while (seen := metadata_brokers(address)) != everyone:
+                assert time.monotonic() < deadline, f"{address} lists {seen}\n{run.describe()}"
+                time.sleep(0.1)
         pids = run.pids()
         assert run.interrupt() == 0, run.describe()
         assert all(pid_gone(pid) for pid in pids), run.describe()
