@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from odradek.cluster.local_zookeeper import (
     ZooKeeperNotInstalled,
@@ -56,3 +57,17 @@ def test_a_port_in_use_fails_with_the_log(tmp_path: Path) -> None:
             start_zookeeper(tmp_path / "b", port=first.port, tick_ms=200, timeout=20)
     finally:
         first.stop()
+
+
+def test_the_session_timeout_cap_is_configurable(tmp_path: Path) -> None:
+    server = start_zookeeper(tmp_path / "zk", tick_ms=200, force_sync=False,
+                             max_session_timeout_ms=60_000)
+    client = KazooClient(hosts=server.address, timeout=6.0)
+    try:
+        client.start(timeout=10)
+        # what the server granted (it would cap 6 s at 20 ticks = 4 s by default)
+        assert "to=6000" in four_letter(server.port, "cons")
+    finally:
+        client.stop()
+        client.close()
+        server.stop()

@@ -48,6 +48,8 @@ T = TypeVar("T")
 #: that a loaded 2-core machine does not expire live sessions.
 SESSION_TIMEOUT_MS = 6000
 ZK_TICK_MS = 200
+#: ZooKeeper's default cap (20 ticks, 4 s here) would cut the brokers' sessions short.
+MAX_SESSION_TIMEOUT_MS = 60_000
 REGISTER_TIMEOUT_S = 30.0
 
 
@@ -80,8 +82,9 @@ class Cluster:
         self.zookeeper: LocalZooKeeper | None = None
         self._zk: KazooClient | None = None
         try:
-            self.zookeeper = start_zookeeper(root / "zookeeper", tick_ms=ZK_TICK_MS,
-                                             force_sync=False)
+            self.zookeeper = start_zookeeper(
+                root / "zookeeper", tick_ms=ZK_TICK_MS, force_sync=False,
+                max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS)
         except ZooKeeperNotInstalled as exc:
             pytest.fail(str(exc))
 

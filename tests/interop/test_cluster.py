@@ -311,6 +311,24 @@ def test_killing_the_controller_elects_another_with_a_higher_epoch(cluster3: Clu
     assert cluster3.controller() == (new_id, new_epoch)
 
 
+def test_a_paused_broker_loses_its_registration_and_gets_it_back(cluster3: Cluster) -> None:
+    controller_id, _ = cluster3.wait_controller()
+    paused = next(i for i in (3, 2, 1) if i != controller_id)
+    cluster3.sigstop(paused)
+    try:
+        # paused longer than its session: ZooKeeper expires it and its ephemeral node goes
+        cluster3.wait_for(lambda: not cluster3.registered(paused),
+                          2 * SESSION_TIMEOUT_MS / 1000 + 10, f"broker {paused} expired")
+    finally:
+        cluster3.sigcont(paused)
+    # resumed, it sees its session expired and registers again on a new one
+    cluster3.wait_for(lambda: cluster3.registered(paused), 30, f"broker {paused} back")
+    others = [cluster3.address(i) for i in BROKER_IDS if i != paused]
+    cluster3.wait_for(
+        lambda: all(paused in metadata(a).brokers for a in others), 15,
+        f"the other brokers listing {paused} again")
+
+
 def test_a_restarted_broker_takes_its_partitions_back(cluster3: Cluster) -> None:
     topic = unique("restart")
     by_partition = create_topic(cluster3, topic)

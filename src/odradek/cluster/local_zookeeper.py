@@ -153,9 +153,14 @@ def _ready(port: int) -> bool:
         return False
 
 
-def write_config(path: Path, data_dir: Path, port: int, tick_ms: int, force_sync: bool) -> None:
+def write_config(path: Path, data_dir: Path, port: int, tick_ms: int, force_sync: bool,
+                 max_session_timeout_ms: int | None = None) -> None:
+    # ZooKeeper caps a client's session timeout at maxSessionTimeout, 20 ticks by default
+    # (40 s with the default tick; 4 s with a 200 ms tick, shorter than a broker may ask).
+    max_session = max_session_timeout_ms or 20 * tick_ms
     path.write_text(
         f"tickTime={tick_ms}\n"
+        f"maxSessionTimeout={max_session}\n"
         f"dataDir={data_dir}\n"
         f"clientPort={port}\n"
         "clientPortAddress=127.0.0.1\n"
@@ -243,12 +248,14 @@ def start_zookeeper(
     log_path: Path | None = None,
     tick_ms: int = DEFAULT_TICK_MS,
     force_sync: bool = True,
+    max_session_timeout_ms: int | None = None,
     timeout: float = START_DEADLINE_S,
     install: ZooKeeperInstall | None = None,
 ) -> LocalZooKeeper:
     """Start a server on ``port`` (default: a free one) with its data and ``zoo.cfg`` in
     ``data_dir``, and return once it answers ``ruok``. The log goes to ``log_path``
-    (default ``data_dir/zookeeper.log``). Raises :class:`ZooKeeperNotInstalled` or
+    (default ``data_dir/zookeeper.log``); sessions may last up to ``max_session_timeout_ms``
+    (default: ZooKeeper's 20 ticks). Raises :class:`ZooKeeperNotInstalled` or
     :class:`ZooKeeperStartError`; a server that failed to start is stopped."""
     install = install or find_install()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -257,7 +264,8 @@ def start_zookeeper(
         # checked first: the readiness probe would otherwise talk to whoever holds the port
         raise ZooKeeperStartError(f"cannot start ZooKeeper: 127.0.0.1:{port} is in use")
     config = data_dir / "zoo.cfg"
-    write_config(config, data_dir / "data", chosen, tick_ms, force_sync)
+    write_config(config, data_dir / "data", chosen, tick_ms, force_sync,
+                 max_session_timeout_ms)
     log_path = log_path or data_dir / "zookeeper.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_file = log_path.open("ab")
