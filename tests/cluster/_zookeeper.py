@@ -79,10 +79,10 @@ class ZooKeeperServer:
 
 
 @contextlib.contextmanager
-def running_zookeeper() -> Iterator[ZooKeeperServer]:
+def running_zookeeper(heap_mb: int = 128) -> Iterator[ZooKeeperServer]:
     workdir = Path(tempfile.mkdtemp(prefix="odradek-zk-"))
     try:
-        server = start_zookeeper(workdir, tick_ms=TICK_MS, force_sync=False)
+        server = start_zookeeper(workdir, tick_ms=TICK_MS, force_sync=False, heap_mb=heap_mb)
         try:
             yield ZooKeeperServer(server, workdir)
         finally:

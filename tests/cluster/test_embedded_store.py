@@ -189,3 +189,15 @@ def test_damaged_file_refused(tmp_path: Path, content: bytes) -> None:
     path.write_bytes(content)
     with pytest.raises(StoreError, match=r"meta\.json"):
         EmbeddedStore(path)
+
+
+def test_sequence_counter_persists_with_the_parent(tmp_path: Path) -> None:
+    path = tmp_path / "meta.json"
+    store = EmbeddedStore(path)
+    assert store.create("/n/c_", b"", sequential=True).path == "/n/c_0000000000"
+    store.create("/top_", b"", sequential=True)  # the root's counter persists too
+    store.close()
+    again = EmbeddedStore(path)
+    assert again.create("/n/c_", b"", sequential=True).path == "/n/c_0000000001"
+    assert again.create("/top_", b"", sequential=True).path == "/top_0000000001"
+    assert again.children("/n") == ["c_0000000000", "c_0000000001"]

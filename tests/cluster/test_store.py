@@ -206,3 +206,55 @@ def test_multi_fires_the_watches_of_what_it_changed(store: MetadataStore) -> Non
     wait_for(lambda: data.count("/s") == 1 and kids.count("/") == 1, what="the watches")
     store.set("/c", b"1")  # the check did not consume /c's watch: this change fires it
     wait_for(lambda: checked.count("/c") == 1, what="the watch on the checked node")
+
+
+def test_sequential_create_appends_the_parents_counter(store: MetadataStore) -> None:
+    first = store.create("/n/change_", b"a", sequential=True)  # parents are made
+    second = store.create("/n/change_", b"b", sequential=True)
+    assert first.path == "/n/change_0000000000"
+    assert second.path.startswith("/n/change_") and len(second.path) == len(first.path)
+    assert second.path > first.path  # names sort in creation order
+    assert store.children("/n") == [first.path[3:], second.path[3:]]
+    got = store.get(second.path)
+    assert got is not None and got.data == b"b" and got.path == second.path
+    # Another parent has its own counter; a plain create returns its path too.
+    assert store.create("/m/x_", b"", sequential=True).path == "/m/x_0000000000"
+    assert store.create("/m/plain", b"").path == "/m/plain"
+
+
+def test_sequential_create_in_multi(store: MetadataStore) -> None:
+    store.create("/q", b"")
+    store.create("/q/s", b"")
+    results = store.multi([
+        SetOp("/q/s", b"1"),
+        CreateOp("/q/item_", b"x", sequential=True),
+        CreateOp("/q/item_", b"y", sequential=True),
+    ])
+    a, b = results[1], results[2]
+    assert a is not None and b is not None
+    assert a.path.startswith("/q/item_") and b.path > a.path
+    assert results[0] is not None and results[0].path == "/q/s"
+    # A rolled-back transaction leaves no node behind.
+    with pytest.raises(NoNodeError):
+        store.multi([CreateOp("/q/item_", b"z", sequential=True), SetOp("/missing", b"")])
+    assert sorted(store.children("/q")) == sorted(["s", a.path[3:], b.path[3:]])
+
+
+def test_sequence_counter_goes_with_a_deleted_parent(store: MetadataStore) -> None:
+    store.create("/r/s_", b"", sequential=True)
+    store.create("/r/s_", b"", sequential=True)
+    store.delete("/r", recursive=True)
+    assert store.create("/r/s_", b"", sequential=True).path == "/r/s_0000000000"
+
+
+def test_get_many(store: MetadataStore) -> None:
+    for i in range(5):
+        store.create(f"/g/{i}", str(i).encode())
+    seen = Recorder()
+    nodes = store.get_many(["/g/0", "/g/missing", "/g/4"], watch=seen)
+    assert [n.data if n else None for n in nodes] == [b"0", None, b"4"]
+    assert nodes[0] is not None and nodes[0].path == "/g/0"
+    store.set("/g/4", b"changed")
+    store.create("/g/missing", b"now")  # the missing node's creation is watched too
+    wait_for(lambda: seen.count("/g/4") == 1 and seen.count("/g/missing") == 1,
+             what="the watches set by get_many")

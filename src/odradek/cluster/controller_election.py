@@ -126,13 +126,18 @@ class ControllerElector:
         """(controller id, controller epoch) as ZooKeeper has them now."""
         return current_controller(self.store)
 
-    def fenced_multi(self, ops: Sequence[Op]) -> list[Node | None]:
-        """Apply ``ops`` only if we are still the controller of our epoch."""
-        if not self._active:
-            raise ControllerMovedError(f"broker {self.broker_id} is not the controller")
+    def fenced_multi(self, ops: Sequence[Op], epoch: int | None = None) -> list[Node | None]:
+        """Apply ``ops`` only if we are still the controller of our epoch — of ``epoch``
+        when given, so that work begun in one term can never be written in a later one."""
+        with self._lock:
+            if not self._active or (epoch is not None and epoch != self.epoch):
+                raise ControllerMovedError(
+                    f"broker {self.broker_id} is not the controller"
+                    + (f" of epoch {epoch}" if epoch is not None else "")
+                )
+            fence = CheckVersion(CONTROLLER_EPOCH_PATH, self.epoch_zk_version)
         try:
-            return self.store.multi([CheckVersion(CONTROLLER_EPOCH_PATH, self.epoch_zk_version),
-                                     *ops])[1:]
+            return self.store.multi([fence, *ops])[1:]
         except BadVersionError as exc:
             if exc.failed_op == 0:
                 self._maybe_resign()

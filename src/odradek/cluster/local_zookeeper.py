@@ -55,8 +55,10 @@ INSTALL_HINT = "install Debian's zookeeper package: apt-get install zookeeper"
 DEFAULT_TICK_MS = 2000
 START_DEADLINE_S = 30.0
 STOP_GRACE_S = 10.0
-#: A small heap and the client JIT: the server holds a few hundred znodes at most here.
-JVM_FLAGS = ("-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+#: A small heap and the client JIT: the server holds a few hundred znodes at most here
+#: (a benchmark of thousands of partitions asks for more heap).
+DEFAULT_HEAP_MB = 128
+JVM_FLAGS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
              "-Dzookeeper.admin.enableServer=false")
 
 
@@ -249,6 +251,7 @@ def start_zookeeper(
     tick_ms: int = DEFAULT_TICK_MS,
     force_sync: bool = True,
     max_session_timeout_ms: int | None = None,
+    heap_mb: int = DEFAULT_HEAP_MB,
     timeout: float = START_DEADLINE_S,
     install: ZooKeeperInstall | None = None,
 ) -> LocalZooKeeper:
@@ -270,7 +273,8 @@ def start_zookeeper(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_file = log_path.open("ab")
     process = subprocess.Popen(
-        [str(install.java), *JVM_FLAGS, "-cp", install.classpath, MAIN_CLASS, str(config)],
+        [str(install.java), f"-Xmx{heap_mb}m", *JVM_FLAGS, "-cp", install.classpath,
+         MAIN_CLASS, str(config)],
         stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
         start_new_session=True,
     )

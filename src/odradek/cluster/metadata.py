@@ -14,6 +14,8 @@ broker every replica list is ``[broker_id]``.
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 import logging
 import random
 import uuid
@@ -23,7 +25,7 @@ from typing import Any
 
 from odradek.cluster import topic_names
 from odradek.cluster.partition import PartitionState
-from odradek.cluster.store import MetadataStore, NodeExistsError
+from odradek.cluster.store import CreateOp, MetadataStore, NodeExistsError
 from odradek.storage.config import ConfigError, LogConfig
 
 log = logging.getLogger(__name__)
@@ -195,6 +197,10 @@ def _place_rack_aware(
         return replicas
 
     return place
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True).encode()
 
 
 Listener = Callable[[str, TopicInfo | None], None]
@@ -442,16 +448,28 @@ class ClusterMetadata:
             racks=self.broker_racks(), rng=self.rng,
         )
         info = TopicInfo(name, uuid.uuid4(), replicas, clean)
+        # The configs and the topic in one transaction: two brokers creating the same
+        # topic at once (e.g. __consumer_offsets) never mix their configs.
+        ops: list[CreateOp] = []
         if clean:
-            self._write_configs(name, clean)
+            self._ensure_parent(self.CONFIGS)
+            ops.append(CreateOp(f"{self.CONFIGS}/{name}",
+                                _json({"version": 1, "config": dict(clean)})))
+        self._ensure_parent(self.TOPICS)
+        ops.append(CreateOp(f"{self.TOPICS}/{name}", _json(self._topic_doc(info))))
         try:
-            self.store.create_json(f"{self.TOPICS}/{name}", self._topic_doc(info))
+            self.store.multi(ops)
         except NodeExistsError as exc:
             raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists") from exc
         self.topics[name] = info
         log.info("created topic %s with %d partitions", name, len(replicas))
         self._notify(name, info)
         return info
+
+    def _ensure_parent(self, path: str) -> None:
+        if self.store.get(path) is None:
+            with contextlib.suppress(NodeExistsError):
+                self.store.create(path, b"")
 
     def _topic_doc(self, info: TopicInfo) -> dict[str, Any]:
         return {

@@ -30,24 +30,19 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from odradek.cluster.leader_election import NOTIFICATION_PATH, decode_state, state_path
 from odradek.cluster.metadata import ClusterMetadata, TopicInfo
 from odradek.cluster.partition import PartitionState
 from odradek.cluster.store import MetadataStore, SessionEvent, StoreError
 
-__all__ = ["NOTIFICATION_PATH", "NOTIFICATION_PREFIX", "MetadataSync", "state_path"]
+__all__ = ["MetadataSync"]
 
 log = logging.getLogger(__name__)
 
-NOTIFICATION_PATH = "/partition_state_notification"
-NOTIFICATION_PREFIX = "state_change_"
 TOPICS = ClusterMetadata.TOPICS
 CONFIGS = ClusterMetadata.CONFIGS
 
 Post = Callable[[Callable[[], None]], None]
-
-
-def state_path(topic: str, partition: int) -> str:
-    return f"{TOPICS}/{topic}/partitions/{partition}/state"
 
 
 class MetadataSync:
@@ -136,11 +131,14 @@ class MetadataSync:
             info = replicas_of[topic]
             replicas = tuple(info.partitions.get(partition, ())) if info is not None else ()
             try:
-                states[(topic, partition)] = PartitionState.from_json(
-                    json.loads(node.data), replicas, node.version
-                )
-            except (ValueError, KeyError, TypeError) as exc:
-                log.error("ignoring the unreadable state of %s-%d: %s", topic, partition, exc)
+                stored = decode_state(node.data, node.version)
+            except StoreError as exc:
+                log.error("ignoring the state of %s-%d: %s", topic, partition, exc)
+                continue
+            states[(topic, partition)] = PartitionState(
+                stored.leader, stored.leader_epoch, stored.isr, replicas, node.version,
+                stored.controller_epoch,
+            )
         return states
 
     def _on_notifications(self, _path: str = "") -> None:
@@ -152,7 +150,14 @@ class MetadataSync:
             except StoreError:
                 log.exception("cannot read %s", NOTIFICATION_PATH)
                 return
-            fresh = [n for n in names if n > self._last_notification]
+            last = self._last_notification
+            if last and last not in names and (not names or names[0] < last):
+                # Ours was purged while newer ones we never read may have gone with it
+                # (the controller keeps the newest 1,000, or 15 minutes' worth).
+                log.warning("notifications were purged past %s: reading every state", last)
+                self._reload_states()
+                return
+            fresh = [n for n in names if n > last]
             if not fresh:
                 return
             nodes = self.store.get_many([f"{NOTIFICATION_PATH}/{n}" for n in fresh])

@@ -29,7 +29,7 @@ the event loop sees one consistent state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from odradek.storage.log import FetchDataInfo, LogAppendInfo, PartitionLog
@@ -75,26 +75,6 @@ class PartitionState:
     partition_epoch: int = 0
     """The state znode's version: fences a stale writer of the ISR (KIP-497)."""
     controller_epoch: int = 0
-
-    def to_json(self) -> dict[str, object]:
-        """The state znode's document, as Kafka writes it (``TopicPartitionStateZNode``)."""
-        return {"controller_epoch": self.controller_epoch, "leader": self.leader,
-                "version": 1, "leader_epoch": self.leader_epoch, "isr": list(self.isr)}
-
-    @classmethod
-    def from_json(
-        cls, doc: Mapping[str, object], replicas: tuple[int, ...], partition_epoch: int = 0
-    ) -> PartitionState:
-        """A state znode's document (its replicas come from the topic's assignment)."""
-        isr = doc.get("isr", [])
-        return cls(
-            int(doc["leader"]),  # type: ignore[call-overload]
-            int(doc["leader_epoch"]),  # type: ignore[call-overload]
-            tuple(int(b) for b in isr) if isinstance(isr, list) else (),
-            replicas,
-            partition_epoch,
-            int(doc.get("controller_epoch", 0)),  # type: ignore[call-overload]
-        )
 
 
 def leader_epoch_error(requested: int, current: int) -> str | None:

@@ -20,7 +20,11 @@ is what broker registration and controller election need to recover from a lost 
 
 :class:`EmbeddedStore` keeps the tree in memory and persists the persistent nodes to one
 JSON file, rewritten atomically (write, fsync, rename) on every change. Metadata changes
-are rare (topic creation, config changes), so one small file is simpler than a log. It
+are rare (topic creation, config changes), so one small file is simpler than a log. A
+parent's sequential-node counter is kept (and persisted) with the parent, and goes with it
+when it is deleted, as ZooKeeper's does; it counts sequential creates only, where
+ZooKeeper's (the parent's cversion) counts every child added or removed: names increase in
+creation order on both, without gaps on neither being promised. It
 has one session that lives as long as the store, unless :meth:`EmbeddedStore.expire_session`
 ends it (tests). :mod:`odradek.cluster.zk_store` implements the same interface over a real
 ZooKeeper.
@@ -99,6 +103,18 @@ class Node:
     ephemeral: bool = False
     # Session that owns an ephemeral node (ZooKeeper's Stat.ephemeralOwner); 0 otherwise.
     ephemeral_owner: int = 0
+    # The node's path: for a sequential create, the name with its counter appended. Set on
+    # what create, set and multi return and on what get reads; "" where unknown.
+    path: str = ""
+
+
+# A sequential node's name is the requested path + the parent's counter in 10 digits
+# (ZooKeeper's "%010d"): names then sort in creation order.
+SEQUENCE_DIGITS = 10
+
+
+def sequential_path(path: str, counter: int) -> str:
+    return f"{path}{counter:0{SEQUENCE_DIGITS}d}"
 
 
 # -- ops for multi() (ZooKeeper's multi / Kafka's MultiRequest) -------------------------------
@@ -112,11 +128,13 @@ class CheckVersion:
 
 @dataclass(frozen=True, slots=True)
 class CreateOp:
-    """Create ``path``; unlike :meth:`MetadataStore.create` the parent must exist."""
+    """Create ``path``; unlike :meth:`MetadataStore.create` the parent must exist. With
+    ``sequential`` the parent's counter is appended to the name (the result's ``path``)."""
 
     path: str
     data: bytes
     ephemeral: bool = False
+    sequential: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +161,18 @@ class MetadataStore(abc.ABC):
     def children(self, path: str, watch: Watcher | None = None) -> list[str]:
         """Sorted child names; ``[]`` for a missing node, whose watch fires on creation."""
 
+    def get_many(self, paths: Sequence[str], watch: Watcher | None = None) -> list[Node | None]:
+        """:meth:`get` of each path (None for a missing one), in order. Backends that can
+        pipeline requests (ZooKeeper) override it: one round trip's wait for them all."""
+        return [self.get(p, watch) for p in paths]
+
     @abc.abstractmethod
-    def create(self, path: str, data: bytes, ephemeral: bool = False) -> Node: ...
+    def create(
+        self, path: str, data: bytes, ephemeral: bool = False, sequential: bool = False
+    ) -> Node:
+        """Create ``path`` (and missing parents). With ``sequential`` the name gets the
+        parent's counter appended (:data:`SEQUENCE_DIGITS` digits, ZooKeeper's sequential
+        nodes): the returned node's ``path`` is the one created."""
 
     @abc.abstractmethod
     def set(self, path: str, data: bytes, expected_version: int = -1) -> Node: ...
@@ -174,18 +202,17 @@ class MetadataStore(abc.ABC):
     def close(self) -> None: ...
 
     # -- conveniences shared by every backend ---------------------------------------------
-    def get_many(self, paths: Sequence[str]) -> list[Node | None]:
-        """Several nodes at once (a backend over the network pipelines the reads)."""
-        return [self.get(path) for path in paths]
-
     def get_json(self, path: str) -> tuple[object, int] | None:
         node = self.get(path)
         if node is None:
             return None
         return json.loads(node.data), node.version
 
-    def create_json(self, path: str, value: object, ephemeral: bool = False) -> Node:
-        return self.create(path, json.dumps(value, sort_keys=True).encode(), ephemeral)
+    def create_json(
+        self, path: str, value: object, ephemeral: bool = False, sequential: bool = False
+    ) -> Node:
+        return self.create(path, json.dumps(value, sort_keys=True).encode(), ephemeral,
+                           sequential)
 
     def set_json(self, path: str, value: object, expected_version: int = -1) -> Node:
         return self.set(path, json.dumps(value, sort_keys=True).encode(), expected_version)
@@ -206,7 +233,9 @@ class EmbeddedStore(MetadataStore):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._nodes: dict[str, Node] = {"/": Node(b"", 0)}
+        self._nodes: dict[str, Node] = {"/": Node(b"", 0, path="/")}
+        # parent path -> the next sequential child's counter (ZooKeeper's parent cversion)
+        self._sequences: dict[str, int] = {}
         self._data_watches: dict[str, list[Watcher]] = {}
         self._child_watches: dict[str, list[Watcher]] = {}
         self._session_listeners: list[SessionListener] = []
@@ -222,17 +251,22 @@ class EmbeddedStore(MetadataStore):
                 raise TypeError(f"a JSON {type(doc).__name__}, not an object")
             if doc.get("format") != self.FORMAT_VERSION:
                 raise StoreError(f"{self.path}: unknown format {doc.get('format')!r}")
-            for p, (data, version) in doc["nodes"].items():
-                self._nodes[p] = Node(base64.b64decode(data), int(version))
+            for p, (data, version, *counter) in doc["nodes"].items():
+                self._nodes[p] = Node(base64.b64decode(data), int(version), path=p)
+                if counter:
+                    self._sequences[p] = int(counter[0])
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreError(f"{self.path} is not a valid metadata file: {exc}") from exc
 
     def _persist(self) -> None:
-        nodes = {
+        nodes: dict[str, list[object]] = {
             p: [base64.b64encode(n.data).decode(), n.version]
             for p, n in sorted(self._nodes.items())
-            if not n.ephemeral and p != "/"
+            if not n.ephemeral and (p != "/" or p in self._sequences)
         }
+        for p, counter in self._sequences.items():
+            if p in nodes:
+                nodes[p].append(counter)
         body = json.dumps({"format": self.FORMAT_VERSION, "nodes": nodes}, indent=1)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, body.encode())
@@ -277,28 +311,39 @@ class EmbeddedStore(MetadataStore):
             if p.startswith(prefix) and p != prefix and "/" not in p[len(prefix):]
         )
 
-    def create(self, path: str, data: bytes, ephemeral: bool = False) -> Node:
+    def create(
+        self, path: str, data: bytes, ephemeral: bool = False, sequential: bool = False
+    ) -> Node:
         with self._lock:
-            if path in self._nodes:
-                raise NodeExistsError(path)
             # Create missing parents, as kazoo's ``makepath=True`` does.
             parent = _parent(path)
             missing = []
             while parent not in self._nodes:
                 missing.append(parent)
                 parent = _parent(parent)
+            if sequential:
+                path = self._next_sequential(path)
+            if path in self._nodes:
+                raise NodeExistsError(path)
             for p in reversed(missing):
-                self._nodes[p] = Node(b"", 0)
-            node = self._new_node(data, ephemeral)
+                self._nodes[p] = Node(b"", 0, path=p)
+            node = self._new_node(path, data, ephemeral)
             self._nodes[path] = node
-            if not ephemeral or missing:
+            if not ephemeral or missing or sequential:
                 self._persist()
         made = [*reversed(missing), path]
         self._fire_all(made, [_parent(p) for p in made])
         return node
 
-    def _new_node(self, data: bytes, ephemeral: bool) -> Node:
-        return Node(data, 0, ephemeral, self._session if ephemeral else 0)
+    def _new_node(self, path: str, data: bytes, ephemeral: bool) -> Node:
+        return Node(data, 0, ephemeral, self._session if ephemeral else 0, path)
+
+    def _next_sequential(self, path: str) -> str:
+        """The name of a sequential create of ``path``; counts it in the parent (locked)."""
+        parent = _parent(path)
+        counter = self._sequences.get(parent, 0)
+        self._sequences[parent] = counter + 1
+        return sequential_path(path, counter)
 
     def _check(self, path: str, expected_version: int) -> Node:
         current = self._nodes.get(path)
@@ -313,7 +358,8 @@ class EmbeddedStore(MetadataStore):
     def set(self, path: str, data: bytes, expected_version: int = -1) -> Node:
         with self._lock:
             current = self._check(path, expected_version)
-            node = Node(data, current.version + 1, current.ephemeral, current.ephemeral_owner)
+            node = Node(data, current.version + 1, current.ephemeral, current.ephemeral_owner,
+                        path)
             self._nodes[path] = node
             if not node.ephemeral:
                 self._persist()
@@ -330,12 +376,13 @@ class EmbeddedStore(MetadataStore):
             gone = [*below, path]
             for p in gone:
                 del self._nodes[p]
+                self._sequences.pop(p, None)
             self._persist()
         self._fire_all(gone, [_parent(p) for p in gone])
 
     def multi(self, ops: Sequence[Op]) -> list[Node | None]:
         with self._lock:
-            saved = dict(self._nodes)
+            saved, saved_sequences = dict(self._nodes), dict(self._sequences)
             results: list[Node | None] = []
             try:
                 for index, op in enumerate(ops):
@@ -345,11 +392,15 @@ class EmbeddedStore(MetadataStore):
                         exc.failed_op = index
                         raise
             except StoreError:
-                self._nodes = saved
+                self._nodes, self._sequences = saved, saved_sequences
                 raise
             self._persist()
-        changed = [op.path for op in ops if not isinstance(op, CheckVersion)]
-        added_or_removed = [op.path for op in ops if isinstance(op, CreateOp | DeleteOp)]
+        # Sequential creates changed the name they were given: the results hold the real one.
+        paths = [r.path if r is not None else op.path for op, r in zip(ops, results, strict=True)]
+        changed = [p for op, p in zip(ops, paths, strict=True) if not isinstance(op, CheckVersion)]
+        added_or_removed = [
+            p for op, p in zip(ops, paths, strict=True) if isinstance(op, CreateOp | DeleteOp)
+        ]
         self._fire_all(changed, [_parent(p) for p in added_or_removed])
         return results
 
@@ -358,22 +409,27 @@ class EmbeddedStore(MetadataStore):
         if isinstance(op, CheckVersion):
             self._check(op.path, op.version)
             return None
+        path = op.path
         if isinstance(op, CreateOp):
-            if op.path in self._nodes:
-                raise NodeExistsError(op.path)
-            if _parent(op.path) not in self._nodes:
-                raise NoNodeError(_parent(op.path))
-            node = self._new_node(op.data, op.ephemeral)
+            if _parent(path) not in self._nodes:
+                raise NoNodeError(_parent(path))
+            if op.sequential:
+                path = self._next_sequential(path)
+            if path in self._nodes:
+                raise NodeExistsError(path)
+            node = self._new_node(path, op.data, op.ephemeral)
         elif isinstance(op, SetOp):
-            current = self._check(op.path, op.expected_version)
-            node = Node(op.data, current.version + 1, current.ephemeral, current.ephemeral_owner)
+            current = self._check(path, op.expected_version)
+            node = Node(op.data, current.version + 1, current.ephemeral, current.ephemeral_owner,
+                        path)
         else:
-            self._check(op.path, op.expected_version)
-            if self._children(op.path):
-                raise NotEmptyError(f"{op.path} has children")
-            del self._nodes[op.path]
+            self._check(path, op.expected_version)
+            if self._children(path):
+                raise NotEmptyError(f"{path} has children")
+            del self._nodes[path]
+            self._sequences.pop(path, None)
             return None
-        self._nodes[op.path] = node
+        self._nodes[path] = node
         return node
 
     def add_session_listener(self, listener: SessionListener) -> None:

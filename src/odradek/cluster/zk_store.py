@@ -64,6 +64,9 @@ log = logging.getLogger(__name__)
 DEFAULT_SESSION_TIMEOUT_MS = 18_000
 # How long close() waits for the event thread to finish the callback it is running.
 _CLOSE_JOIN_S = 5.0
+# Requests get_many keeps in flight: enough to hide the round trip, few enough that the
+# answers (≤ 1 MB each, jute.maxbuffer) waiting in memory stay bounded in count.
+_PIPELINE = 1000
 
 _ERRORS: dict[type[Exception], type[StoreError]] = {
     kz.NoNodeError: NoNodeError,
@@ -83,10 +86,6 @@ def split_connect(connect: str) -> tuple[str, str]:
         raise StoreError(f"zookeeper.connect {connect!r} names no server")
     chroot = ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else ""
     return hosts, chroot
-
-
-# Reads in flight at once in get_many.
-GET_MANY_WINDOW = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,9 +259,9 @@ class ZooKeeperStore(MetadataStore):
         except kz.KazooException as exc:
             raise _translate(exc, path) from exc
 
-    def _node(self, data: bytes | None, stat: ZnodeStat) -> Node:
+    def _node(self, data: bytes | None, stat: ZnodeStat, path: str) -> Node:
         owner = int(stat.ephemeralOwner)
-        return Node(data or b"", int(stat.version), owner != 0, owner)
+        return Node(data or b"", int(stat.version), owner != 0, owner, path)
 
     def get(self, path: str, watch: Watcher | None = None) -> Node | None:
         w = self._watch(watch, path) if watch is not None else None
@@ -270,7 +269,7 @@ class ZooKeeperStore(MetadataStore):
             while True:
                 try:
                     data, stat = self._client.get_async(path, watch=w).get(timeout=self._timeout_s)
-                    return self._node(data, stat)
+                    return self._node(data, stat, path)
                 except kz.NoNodeError:
                     if w is None:
                         return None
@@ -279,22 +278,25 @@ class ZooKeeperStore(MetadataStore):
                 if self._client.exists_async(path, watch=w).get(timeout=self._timeout_s) is None:
                     return None
 
-    def get_many(self, paths: Sequence[str]) -> list[Node | None]:
-        """Pipelined: every read is sent before the first answer is awaited (a new
-        controller or a starting broker reads thousands of partition states)."""
-        out: list[Node | None] = []
-        for start in range(0, len(paths), GET_MANY_WINDOW):
-            window = paths[start:start + GET_MANY_WINDOW]
+    def get_many(self, paths: Sequence[str], watch: Watcher | None = None) -> list[Node | None]:
+        """Pipelined gets: up to :data:`_PIPELINE` requests in flight on the one connection,
+        so reading N nodes costs about one round trip per window rather than N."""
+        results: list[Node | None] = []
+        for start in range(0, len(paths), _PIPELINE):
+            window = paths[start:start + _PIPELINE]
             with self._errors(window[0] if window else "/"):
-                pending = [self._client.get_async(path) for path in window]
-                for result in pending:
+                pending = [
+                    self._client.get_async(p, watch=self._watch(watch, p) if watch else None)
+                    for p in window
+                ]
+                for p, request in zip(window, pending, strict=True):
                     try:
-                        data, stat = result.get(timeout=self._timeout_s)
+                        data, stat = request.get(timeout=self._timeout_s)
+                        results.append(self._node(data, stat, p))
                     except kz.NoNodeError:
-                        out.append(None)
-                    else:
-                        out.append(self._node(data, stat))
-        return out
+                        # Missing: get() also arms the creation watch when asked to.
+                        results.append(self.get(p, watch) if watch is not None else None)
+        return results
 
     def children(self, path: str, watch: Watcher | None = None) -> list[str]:
         w = self._watch(watch, path) if watch is not None else None
@@ -311,20 +313,22 @@ class ZooKeeperStore(MetadataStore):
                 if self._client.exists_async(path, watch=w).get(timeout=self._timeout_s) is None:
                     return []
 
-    def create(self, path: str, data: bytes, ephemeral: bool = False) -> Node:
+    def create(
+        self, path: str, data: bytes, ephemeral: bool = False, sequential: bool = False
+    ) -> Node:
         with self._errors(path):
-            self._client.create_async(path, data, ephemeral=ephemeral, makepath=True).get(
-                timeout=self._timeout_s
-            )
+            created = self._client.create_async(
+                path, data, ephemeral=ephemeral, sequence=sequential, makepath=True
+            ).get(timeout=self._timeout_s)
         owner = self.session_id if ephemeral else 0
-        return Node(data, 0, ephemeral, owner)
+        return Node(data, 0, ephemeral, owner, str(created))
 
     def set(self, path: str, data: bytes, expected_version: int = -1) -> Node:
         with self._errors(path):
             stat = self._client.set_async(path, data, version=expected_version).get(
                 timeout=self._timeout_s
             )
-        return self._node(data, stat)
+        return self._node(data, stat, path)
 
     def delete(self, path: str, expected_version: int = -1, recursive: bool = False) -> None:
         with self._errors(path):
@@ -351,7 +355,7 @@ class ZooKeeperStore(MetadataStore):
             if isinstance(op, CheckVersion):
                 txn.check(op.path, op.version)
             elif isinstance(op, CreateOp):
-                txn.create(op.path, op.data, ephemeral=op.ephemeral)
+                txn.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequential)
             elif isinstance(op, SetOp):
                 txn.set_data(op.path, op.data, version=op.expected_version)
             elif isinstance(op, DeleteOp):
@@ -365,11 +369,11 @@ class ZooKeeperStore(MetadataStore):
                 raise error
         results: list[Node | None] = []
         for op, answer in zip(ops, answers, strict=True):
-            if isinstance(op, CreateOp):
+            if isinstance(op, CreateOp):  # the answer is the created path
                 owner = self.session_id if op.ephemeral else 0
-                results.append(Node(op.data, 0, op.ephemeral, owner))
+                results.append(Node(op.data, 0, op.ephemeral, owner, str(answer)))
             elif isinstance(op, SetOp):
-                results.append(self._node(op.data, answer))
+                results.append(self._node(op.data, answer, op.path))
             else:
                 results.append(None)
         return results

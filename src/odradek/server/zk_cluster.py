@@ -22,6 +22,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+from odradek.cluster.controller import Controller
 from odradek.cluster.controller_election import ControllerElector
 from odradek.cluster.membership import (
     BrokerChangeWatcher,
@@ -56,6 +57,7 @@ class ZkCluster:
         self._sync: MetadataSync | None = None
         self._registration: BrokerRegistration | None = None
         self._elector: ControllerElector | None = None
+        self._controller: Controller | None = None
 
     # -- start (each step blocking: called with asyncio.to_thread) --------------------------
     def connect(self, broker_id: int) -> None:
@@ -101,8 +103,23 @@ class ZkCluster:
             self.store, self.broker_id, endpoints, self.rack, on_error=self._fatal
         )
         self._registration.register()
-        self._elector = ControllerElector(self.store, self.broker_id)
+        self._elector = ControllerElector(
+            self.store, self.broker_id,
+            on_become_controller=self._become_controller, on_resign=self._resign,
+        )
         self._elector.start()
+
+    def _become_controller(self, epoch: int) -> None:
+        assert self._elector is not None
+        if self._controller is not None:
+            self._controller.stop()
+        self._controller = Controller(self.store, self._elector, epoch)
+        self._controller.start()
+
+    def _resign(self) -> None:
+        if self._controller is not None:
+            self._controller.stop()
+            self._controller = None
 
     def _fatal(self, exc: Exception) -> None:
         log.critical("broker %d cannot stay in the cluster: %s", self.broker_id, exc)
@@ -135,6 +152,10 @@ class ZkCluster:
         """Resign, then unregister: the controller moves leadership away at once."""
         if self._elector is not None:
             self._elector.close()
+        if self._controller is not None:
+            self._controller.stop()
+            self._controller.join(5.0)
+            self._controller = None
         if self._registration is not None:
             self._registration.unregister()
 

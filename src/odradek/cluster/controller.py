@@ -1,0 +1,637 @@
+"""The controller: partition leadership decided in one place and written to ZooKeeper
+(Kafka's KafkaController with its ControllerEventManager and PartitionStateMachine,
+ZooKeeper mode).
+
+How it works: the broker whose :class:`~odradek.cluster.controller_election.ControllerElector`
+wins starts a :class:`Controller` from ``on_become_controller(epoch)`` and stops it from
+``on_resign()``. The controller owns one worker thread and one event queue, processed in
+order, as Kafka's ControllerEventManager: ZooKeeper watch callbacks only enqueue an event;
+every read, decision and write happens on the worker, never on an asyncio loop.
+
+Events (Kafka's ControllerEvent subclasses):
+
+- :class:`Startup` (Kafka's Startup → ``onControllerFailover``): read the live brokers
+  (``/brokers/ids`` children), every topic's assignment (``/brokers/topics/<t>``) and every
+  partition state, with pipelined reads (:meth:`MetadataStore.get_many`), then elect.
+- :class:`BrokerChange` (BrokerChange): ``/brokers/ids`` changed; partitions whose leader
+  is gone, or offline ones whose ISR replica is back, get a new leader.
+- :class:`TopicChange` (TopicChange): ``/brokers/topics`` children changed; new topics get
+  their first states, deleted ones are forgotten (the deleting broker removes
+  ``/brokers/topics/<t>`` recursively, states included).
+- :class:`PartitionModifications` (PartitionModifications): a topic's assignment changed;
+  new partitions get their first states.
+- :class:`Resync`: re-read (some topics or everything) after a write whose outcome is
+  unknown or that failed on a concurrent change, then elect again.
+
+What to write for each partition is :func:`~odradek.cluster.leader_election.decide`
+(the rules there). Writes go through the elector's ``fenced_multi`` (a version check of
+``/controller_epoch`` in the same transaction, so a deposed controller's writes fail in
+ZooKeeper itself with :class:`ControllerMovedError`, and the elector resigns). One
+transaction holds at most :data:`MAX_OPS_PER_MULTI` ops and :data:`MAX_MULTI_BYTES` bytes:
+the states of a batch of partitions (created with their ``partitions/<p>`` parents when
+new, else set conditionally on the version read) and ONE notification,
+``/partition_state_notification/state_change_<seq>`` (sequential) holding
+``{"version":1,"controller_epoch":E,"partitions":[{"topic":t,"partition":p},...]}``. States
+and their notification are thus written together or not at all: a broker never sees a
+notification before its states, and a controller dying between the two cannot leave
+changed states that nobody announced.
+
+Notifications are purged oldest first (a prefix of the sequence order), keeping those
+younger than :data:`NOTIFICATION_RETENTION_S` (Kafka's 15 minutes for change
+notifications) but never more than :data:`NOTIFICATIONS_KEPT` (so a broker lists a
+bounded number of children on every change). Ages count from when this controller created
+a notification or, for older ones, first saw it. Because purging only ever removes the
+oldest, a broker whose last-read notification is still listed has missed nothing; one
+whose last-read notification is gone may have missed some, and reloads every state.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+from odradek.cluster.controller_election import ControllerElector, ControllerMovedError
+from odradek.cluster.leader_election import (
+    NOTIFICATION_PATH,
+    NOTIFICATION_PREFIX,
+    TOPICS_PATH,
+    LeaderAndIsr,
+    decide,
+    decode_state,
+    partition_path,
+    partitions_path,
+    state_path,
+    topic_path,
+)
+from odradek.cluster.membership import BROKER_IDS_PATH
+from odradek.cluster.metadata import decode_topic_id
+from odradek.cluster.store import (
+    CreateOp,
+    DeleteOp,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    Op,
+    SetOp,
+    StoreError,
+)
+
+__all__ = [
+    "NOTIFICATION_PATH",
+    "NOTIFICATION_PREFIX",
+    "BrokerChange",
+    "Controller",
+    "ControllerEvent",
+    "PartitionModifications",
+    "ProcessedEvent",
+    "Resync",
+    "Startup",
+    "TopicChange",
+    "TopicPartition",
+]
+
+log = logging.getLogger(__name__)
+
+NOTIFICATION_VERSION = 1
+# Ops in one transaction (the fence check included): ZooKeeper applies a multi as one
+# request, so a bounded batch keeps each one quick and within jute.maxbuffer.
+MAX_OPS_PER_MULTI = 1000
+# Bytes of paths and data in one transaction: half of ZooKeeper's default jute.maxbuffer
+# (1 MiB), which a thousand states of long topic names could otherwise approach.
+MAX_MULTI_BYTES = 512 * 1024
+NOTIFICATION_RETENTION_S = 15 * 60.0  # Kafka's changeExpirationMs for change notifications
+NOTIFICATIONS_KEPT = 1000
+RETRY_BACKOFF_S = 0.5  # before re-reading after a failed read or write
+IDLE_CHECK_S = 30.0  # an idle controller looks for notifications to purge this often
+HISTORY = 100  # processed events kept for inspection (Kafka's controller event metrics)
+_NOTIFICATION_ENTRY_BYTES = 32  # {"topic":..,"partition":..} around the topic name
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+# -- events (Kafka's ControllerEvent) -------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Startup:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerChange:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TopicChange:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionModifications:
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resync:
+    """Re-read ``topics`` (None: everything, brokers included) and elect again."""
+
+    topics: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Purge:
+    pass
+
+
+ControllerEvent = Startup | BrokerChange | TopicChange | PartitionModifications | Resync | _Purge
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessedEvent:
+    """What one event cost (Kafka's EventQueueTimeMs and per-state timers)."""
+
+    name: str
+    queue_s: float
+    process_s: float
+    states_written: int
+    multis: int
+
+
+@dataclass(slots=True)
+class _Topic:
+    topic_id: uuid.UUID
+    partitions: dict[int, tuple[int, ...]]
+
+
+class Controller:
+    """Partition leadership for one controller term (``epoch``) of ``elector``."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        elector: ControllerElector,
+        epoch: int,
+        *,
+        max_ops_per_multi: int = MAX_OPS_PER_MULTI,
+        notification_retention_s: float = NOTIFICATION_RETENTION_S,
+        notifications_kept: int = NOTIFICATIONS_KEPT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_ops_per_multi < 8:
+            raise ValueError("max_ops_per_multi must leave room for a state and its parents")
+        self.store = store
+        self.elector = elector
+        self.epoch = epoch
+        self.broker_id = elector.broker_id
+        self.max_ops_per_multi = max_ops_per_multi
+        self.notification_retention_s = notification_retention_s
+        self.notifications_kept = notifications_kept
+        self._clock = clock
+        self._queue: queue.SimpleQueue[tuple[ControllerEvent, float] | None] = (
+            queue.SimpleQueue()
+        )
+        self._stopping = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"odradek-controller-{self.broker_id}", daemon=True
+        )
+        self.history: collections.deque[ProcessedEvent] = collections.deque(maxlen=HISTORY)
+        self.load_s = 0.0      # Startup: reading brokers, assignments and states
+        self.startup_s = 0.0   # Startup: reading, electing and writing, until ready
+        # Everything below belongs to the worker thread.
+        self._live: frozenset[int] = frozenset()
+        self._topics: dict[str, _Topic] = {}
+        self._states: dict[TopicPartition, LeaderAndIsr] = {}
+        self._unreadable: set[TopicPartition] = set()
+        self._has_partitions_node: set[str] = set()      # topics with .../partitions
+        self._has_partition_node: set[TopicPartition] = set()  # .../partitions/<p>
+        self._notifications: collections.deque[tuple[str, float]] = collections.deque()
+        self._written = 0
+        self._multis = 0
+        # Paths whose watch is armed (watch callbacks run on the store's thread).
+        self._armed: set[str] = set()
+        self._armed_lock = threading.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the worker; it begins with :class:`Startup`. Returns at once."""
+        self._enqueue(Startup())
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop processing (from ``on_resign``): the event being processed finishes, and
+        no write after it is attempted. Returns at once; :meth:`join` waits."""
+        self._stopping.set()
+        self._queue.put(None)
+
+    def join(self, timeout: float | None = None) -> None:
+        if threading.current_thread() is not self._thread and self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopping.is_set()
+
+    @property
+    def ready(self) -> bool:
+        """Startup finished: every partition had its state read and, if needed, written."""
+        return self._ready.is_set()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout)
+
+    # -- the event queue --------------------------------------------------------------------
+    def _enqueue(self, event: ControllerEvent) -> None:
+        if not self._stopping.is_set():
+            self._queue.put((event, self._clock()))
+
+    def _on_watch(self, path: str) -> None:
+        """Every watch of ours: on the store's thread, so only enqueue."""
+        with self._armed_lock:
+            self._armed.discard(path)
+        if path == BROKER_IDS_PATH:
+            self._enqueue(BrokerChange())
+        elif path == TOPICS_PATH:
+            self._enqueue(TopicChange())
+        elif path.startswith(TOPICS_PATH + "/"):
+            self._enqueue(PartitionModifications(path[len(TOPICS_PATH) + 1:]))
+
+    def _arm(self, path: str) -> bool:
+        """True if ``path`` needs its watch armed by the next read (one watch per path)."""
+        with self._armed_lock:
+            if path in self._armed:
+                return False
+            self._armed.add(path)
+            return True
+
+    def _disarm(self, paths: Iterable[str]) -> None:
+        with self._armed_lock:
+            self._armed.difference_update(paths)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                item = self._queue.get(timeout=IDLE_CHECK_S)
+            except queue.Empty:
+                item = (_Purge(), self._clock())
+            if item is None or self._stopping.is_set():
+                return
+            event, queued_at = item
+            started = self._clock()
+            self._written = self._multis = 0
+            try:
+                self.process(event)
+            except ControllerMovedError as exc:
+                # The elector has resigned (and so stopped us) or is about to.
+                log.warning("controller %d (epoch %d) was deposed: %s", self.broker_id,
+                            self.epoch, exc)
+                self._stopping.set()
+                return
+            except StoreError as exc:
+                log.warning("controller %d: %s failed (%s); re-reading everything",
+                            self.broker_id, type(event).__name__, exc)
+                self._retry(Resync(None))
+            except Exception:
+                log.exception("controller %d: %s failed; re-reading everything",
+                              self.broker_id, type(event).__name__)
+                self._retry(Resync(None))
+            done = self._clock()
+            self.history.append(ProcessedEvent(
+                type(event).__name__, started - queued_at, done - started,
+                self._written, self._multis,
+            ))
+
+    def _retry(self, event: ControllerEvent) -> None:
+        if not self._stopping.wait(RETRY_BACKOFF_S):
+            self._enqueue(event)
+
+    def process(self, event: ControllerEvent) -> None:
+        """Process one event (on the worker thread)."""
+        if isinstance(event, Startup):
+            self._on_startup()
+        elif isinstance(event, BrokerChange):
+            self._on_broker_change()
+        elif isinstance(event, TopicChange):
+            self._on_topic_change()
+        elif isinstance(event, PartitionModifications):
+            self._on_partition_modifications(event.topic)
+        elif isinstance(event, Resync):
+            self._on_resync(event.topics)
+        self._maybe_purge()
+
+    # -- events ----------------------------------------------------------------------------
+    def _on_startup(self) -> None:
+        started = self._clock()
+        self._ensure_notification_parent()
+        self._reload_everything()
+        self.load_s = self._clock() - started
+        log.info("controller %d (epoch %d) read %d brokers, %d topics, %d partitions in "
+                 "%.3f s", self.broker_id, self.epoch, len(self._live), len(self._topics),
+                 sum(len(t.partitions) for t in self._topics.values()), self.load_s)
+        self._elect(self._all_partitions())
+        self.startup_s = self._clock() - started
+        self._ready.set()
+
+    def _reload_everything(self) -> None:
+        self._live = self._read_live()
+        names = self._read_topic_names()
+        for name in list(self._topics):
+            self._forget(name)
+        self._load_topics(names)
+        now = self._clock()
+        known = {path for path, _ in self._notifications}
+        for name in self.store.children(NOTIFICATION_PATH):
+            path = f"{NOTIFICATION_PATH}/{name}"
+            if name.startswith(NOTIFICATION_PREFIX) and path not in known:
+                self._notifications.append((path, now))
+        self._notifications = collections.deque(sorted(self._notifications))
+
+    def _on_broker_change(self) -> None:
+        live = self._read_live()
+        if live == self._live:
+            return
+        gone, back = sorted(self._live - live), sorted(live - self._live)
+        log.info("controller %d: brokers %s gone, %s back (live: %s)", self.broker_id,
+                 gone, back, sorted(live))
+        self._live = live
+        self._elect(self._all_partitions())
+
+    def _on_topic_change(self) -> None:
+        names = set(self._read_topic_names())
+        for gone in sorted(set(self._topics) - names):
+            log.info("controller %d: topic %s deleted", self.broker_id, gone)
+            self._forget(gone)
+        new = sorted(names - set(self._topics))
+        self._load_topics(new)
+        self._elect(self._partitions_of(new))
+
+    def _on_partition_modifications(self, name: str) -> None:
+        known = self._topics.get(name)
+        if known is None:
+            return  # not ours yet: TopicChange loads it
+        path = topic_path(name)
+        node = self.store.get(path, self._on_watch if self._arm(path) else None)
+        if node is None:
+            self._forget(name)
+            return
+        topic = _decode_topic(name, node.data)
+        if topic.topic_id != known.topic_id:  # deleted and created again under the name
+            self._forget(name)
+            self._load_topics([name])
+            self._elect(self._partitions_of([name]))
+            return
+        added = sorted(set(topic.partitions) - set(known.partitions))
+        known.partitions = topic.partitions
+        if added:
+            log.info("controller %d: topic %s has %d new partitions", self.broker_id, name,
+                     len(added))
+            tps = [TopicPartition(name, p) for p in added]
+            self._load_states(tps)
+            self._elect(tps)
+
+    def _on_resync(self, topics: frozenset[str] | None) -> None:
+        if topics is None:
+            self._reload_everything()
+            self._elect(self._all_partitions())
+            return
+        names = set(self._read_topic_names())
+        for name in sorted(topics):
+            self._forget(name)
+        present = sorted(topics & names)
+        self._load_topics(present)
+        self._elect(self._partitions_of(present))
+
+    # -- reading ---------------------------------------------------------------------------
+    def _read_live(self) -> frozenset[int]:
+        watch = self._on_watch if self._arm(BROKER_IDS_PATH) else None
+        try:
+            names = self.store.children(BROKER_IDS_PATH, watch)
+        except StoreError:
+            self._disarm([BROKER_IDS_PATH])
+            raise
+        return frozenset(int(n) for n in names if n.isdigit())
+
+    def _read_topic_names(self) -> list[str]:
+        watch = self._on_watch if self._arm(TOPICS_PATH) else None
+        try:
+            return self.store.children(TOPICS_PATH, watch)
+        except StoreError:
+            self._disarm([TOPICS_PATH])
+            raise
+
+    def _load_topics(self, names: Sequence[str]) -> None:
+        """Read the assignments of ``names`` (arming their data watches), then their states."""
+        paths = [topic_path(n) for n in names]
+        to_arm = [p for p in paths if self._arm(p)]
+        try:
+            nodes = dict(zip(to_arm, self.store.get_many(to_arm, self._on_watch), strict=True))
+            rest = [p for p in paths if p not in nodes]
+            nodes.update(zip(rest, self.store.get_many(rest), strict=True))
+        except StoreError:
+            self._disarm(to_arm)
+            raise
+        loaded = []
+        for name, path in zip(names, paths, strict=True):
+            node = nodes[path]
+            if node is None:
+                continue  # deleted while we read: TopicChange follows
+            try:
+                self._topics[name] = _decode_topic(name, node.data)
+            except StoreError as exc:
+                log.error("controller %d: skipping topic %s: %s", self.broker_id, name, exc)
+                continue
+            loaded.append(name)
+        self._load_states(self._partitions_of(loaded))
+
+    def _load_states(self, tps: Sequence[TopicPartition]) -> None:
+        nodes = self.store.get_many([state_path(*tp) for tp in tps])
+        missing = []
+        for tp, node in zip(tps, nodes, strict=True):
+            if node is None:
+                missing.append(tp)
+                continue
+            self._has_partitions_node.add(tp.topic)
+            self._has_partition_node.add(tp)
+            try:
+                self._states[tp] = decode_state(node.data, node.version)
+            except StoreError as exc:
+                # Never overwrite what we cannot read: leave the partition alone.
+                log.error("controller %d: leaving %s-%d alone: %s", self.broker_id, *tp, exc)
+                self._unreadable.add(tp)
+        if not missing:
+            return
+        # Partitions without a state: which of their parent znodes exist already?
+        topics = sorted({tp.topic for tp in missing} - self._has_partitions_node)
+        parents = self.store.get_many(
+            [partitions_path(t) for t in topics] + [partition_path(*tp) for tp in missing]
+        )
+        for t, node in zip(topics, parents, strict=False):
+            if node is not None:
+                self._has_partitions_node.add(t)
+        for tp, node in zip(missing, parents[len(topics):], strict=True):
+            if node is not None:
+                self._has_partition_node.add(tp)
+
+    def _forget(self, name: str) -> None:
+        topic = self._topics.pop(name, None)
+        if topic is None:
+            return
+        for p in topic.partitions:
+            tp = TopicPartition(name, p)
+            self._states.pop(tp, None)
+            self._unreadable.discard(tp)
+            self._has_partition_node.discard(tp)
+        self._has_partitions_node.discard(name)
+
+    def _partitions_of(self, names: Iterable[str]) -> list[TopicPartition]:
+        return [
+            TopicPartition(n, p)
+            for n in names if n in self._topics
+            for p in sorted(self._topics[n].partitions)
+        ]
+
+    def _all_partitions(self) -> list[TopicPartition]:
+        return self._partitions_of(sorted(self._topics))
+
+    # -- electing and writing --------------------------------------------------------------
+    def _elect(self, tps: Iterable[TopicPartition]) -> None:
+        changes = []
+        for tp in tps:
+            topic = self._topics.get(tp.topic)
+            replicas = topic.partitions.get(tp.partition) if topic is not None else None
+            if replicas is None or tp in self._unreadable:
+                continue
+            new = decide(replicas, self._states.get(tp), self._live, self.epoch)
+            if new is not None:
+                changes.append((tp, new))
+        if changes:
+            self._write_states(changes)
+
+    def _write_states(self, changes: Sequence[tuple[TopicPartition, LeaderAndIsr]]) -> None:
+        """Write ``changes`` in transactions of bounded size, each with its notification."""
+        failed: set[str] = set()
+        batch: list[tuple[TopicPartition, LeaderAndIsr]] = []
+        ops: list[Op] = []
+        parents: set[str] = set()   # parent znodes created by the batch being built
+        size = 0
+        for tp, new in changes:
+            more = self._state_ops(tp, new, parents)
+            cost = sum(len(op.path) + len(getattr(op, "data", b"")) for op in more)
+            cost += len(tp.topic) + _NOTIFICATION_ENTRY_BYTES
+            # +2: the elector's fence check and the notification.
+            if batch and (len(ops) + len(more) + 2 > self.max_ops_per_multi
+                          or size + cost > MAX_MULTI_BYTES):
+                self._flush(batch, ops, failed)
+                batch, ops, parents, size = [], [], set(), 0
+                more = self._state_ops(tp, new, parents)
+            batch.append((tp, new))
+            ops.extend(more)
+            size += cost
+        if batch:
+            self._flush(batch, ops, failed)
+        if failed:
+            self._retry(Resync(frozenset(failed)))
+
+    def _state_ops(self, tp: TopicPartition, new: LeaderAndIsr, parents: set[str]) -> list[Op]:
+        if tp in self._states:
+            return [SetOp(state_path(*tp), new.encode(), self._states[tp].zk_version)]
+        ops: list[Op] = []
+        for path, exists in (
+            (partitions_path(tp.topic), tp.topic in self._has_partitions_node),
+            (partition_path(*tp), tp in self._has_partition_node),
+        ):
+            if not exists and path not in parents:
+                parents.add(path)
+                ops.append(CreateOp(path, b""))
+        ops.append(CreateOp(state_path(*tp), new.encode()))
+        return ops
+
+    def _flush(self, batch: Sequence[tuple[TopicPartition, LeaderAndIsr]], ops: Sequence[Op],
+               failed: set[str]) -> None:
+        if self._stopping.is_set():
+            raise ControllerMovedError(f"controller {self.broker_id} is stopping")
+        notification = CreateOp(
+            f"{NOTIFICATION_PATH}/{NOTIFICATION_PREFIX}",
+            json.dumps({
+                "version": NOTIFICATION_VERSION, "controller_epoch": self.epoch,
+                "partitions": [{"topic": tp.topic, "partition": tp.partition}
+                               for tp, _ in batch],
+            }).encode(),
+            sequential=True,
+        )
+        try:
+            results = self.elector.fenced_multi([*ops, notification], epoch=self.epoch)
+        except ControllerMovedError:
+            raise
+        except StoreError as exc:
+            # A topic deleted or changed under us, or an unknown outcome: re-read those.
+            topics = {tp.topic for tp, _ in batch}
+            log.warning("controller %d: writing %d states failed (%s); re-reading %d topics",
+                        self.broker_id, len(batch), exc, len(topics))
+            failed.update(topics)
+            return
+        self._multis += 1
+        self._written += len(batch)
+        by_path = {op.path: result for op, result in zip(ops, results, strict=False)}
+        for tp, new in batch:
+            written = by_path[state_path(*tp)]
+            assert written is not None
+            self._states[tp] = replace(new, zk_version=written.version)
+            self._has_partitions_node.add(tp.topic)
+            self._has_partition_node.add(tp)
+        created = results[-1]
+        assert created is not None
+        self._notifications.append((created.path, self._clock()))
+
+    def _ensure_notification_parent(self) -> None:
+        if self.store.get(NOTIFICATION_PATH) is not None:
+            return
+        with contextlib.suppress(NodeExistsError):
+            self.elector.fenced_multi([CreateOp(NOTIFICATION_PATH, b"")], epoch=self.epoch)
+
+    # -- purging notifications -------------------------------------------------------------
+    def _maybe_purge(self) -> None:
+        now = self._clock()
+        expired = 0
+        for _path, created in self._notifications:
+            if now - created <= self.notification_retention_s:
+                break
+            expired += 1
+        count = max(expired, len(self._notifications) - self.notifications_kept)
+        if count <= 0:
+            return
+        oldest = [self._notifications[i][0] for i in range(count)]
+        for start in range(0, len(oldest), self.max_ops_per_multi - 1):
+            chunk = oldest[start:start + self.max_ops_per_multi - 1]
+            try:
+                self.elector.fenced_multi([DeleteOp(p) for p in chunk], epoch=self.epoch)
+            except NoNodeError:
+                # Someone removed one already: delete the rest one by one.
+                for p in chunk:
+                    with contextlib.suppress(NoNodeError):
+                        self.elector.fenced_multi([DeleteOp(p)], epoch=self.epoch)
+            for _ in chunk:
+                self._notifications.popleft()
+
+
+def _decode_topic(name: str, data: bytes) -> _Topic:
+    """TopicZNode.decode: the topic id and the assignment (``partitions``)."""
+    try:
+        doc: Any = json.loads(data)
+        return _Topic(
+            decode_topic_id(doc["topic_id"]),
+            {int(p): tuple(int(b) for b in r) for p, r in doc["partitions"].items()},
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"unreadable assignment of topic {name}: {data!r}") from exc

@@ -1,0 +1,348 @@
+"""The controller (odradek.cluster.controller) over a real ZooKeeper: several brokers'
+registrations, electors and controllers in one process, each broker its own session."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from odradek.cluster.controller import NOTIFICATION_PATH, Controller, ControllerEvent
+from odradek.cluster.controller_election import ControllerElector, ControllerMovedError
+from odradek.cluster.leader_election import LeaderAndIsr, decode_state, state_path, topic_path
+from odradek.cluster.membership import BrokerInfo, EndPoint
+from odradek.cluster.metadata import assign_replicas, encode_topic_id
+from odradek.cluster.zk_store import ZooKeeperStore
+from tests.cluster._zookeeper import ZooKeeperServer, expire_session, wait_for
+
+ControllerFactory = Callable[[ZooKeeperStore, ControllerElector, int], Controller]
+
+
+class Member:
+    """One broker's cluster side: a registration in /brokers/ids (not renewed after its
+    session expires, so a lost broker stays lost until :meth:`rejoin`), an elector, and
+    the controller it starts on becoming controller and stops on resigning."""
+
+    def __init__(self, zookeeper: ZooKeeperServer, chroot: str, broker_id: int,
+                 factory: ControllerFactory) -> None:
+        self.broker_id = broker_id
+        self.store = zookeeper.store(chroot)
+        self.factory = factory
+        self.controller: Controller | None = None
+        self.controllers: list[Controller] = []
+        self.elector = ControllerElector(self.store, broker_id, self._become, self._resign)
+
+    def _become(self, epoch: int) -> None:
+        controller = self.factory(self.store, self.elector, epoch)
+        self.controller = controller
+        self.controllers.append(controller)
+        controller.start()
+
+    def _resign(self) -> None:
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
+
+    def register(self) -> None:
+        info = BrokerInfo(self.broker_id, (EndPoint("PLAINTEXT", "localhost", 9092),))
+        self.store.create(info.path, info.encode(), ephemeral=True)
+
+    def start(self) -> Member:
+        self.register()
+        self.elector.start()
+        return self
+
+    def close(self) -> None:
+        self.elector.close()
+        for c in self.controllers:
+            c.stop()
+            c.join(5)
+        self.store.close()
+
+
+@pytest.fixture
+def cluster(zookeeper: ZooKeeperServer, zk_chroot: str) -> Iterator[Cluster]:
+    c = Cluster(zookeeper, zk_chroot)
+    yield c
+    c.close()
+
+
+class Cluster:
+    def __init__(self, zookeeper: ZooKeeperServer, chroot: str) -> None:
+        self.zookeeper = zookeeper
+        self.chroot = chroot
+        self.members: dict[int, Member] = {}
+        self.observer = zookeeper.store(chroot)  # the test's own session, for reading
+
+    def start(self, ids: range, factory: ControllerFactory = Controller) -> None:
+        for broker_id in ids:
+            self.members[broker_id] = Member(self.zookeeper, self.chroot, broker_id,
+                                             factory).start()
+        wait_for(lambda: self.active() is not None, what="a controller")
+        active = self.active()
+        assert active is not None and active.controller is not None
+        assert active.controller.wait_ready(10)
+
+    def active(self) -> Member | None:
+        found = [m for m in self.members.values() if m.elector.is_active]
+        return found[0] if len(found) == 1 else None
+
+    def controller_epoch(self) -> int:
+        node = self.observer.get("/controller_epoch")
+        return int(node.data) if node is not None else 0
+
+    def create_topic(self, name: str, assignment: dict[int, list[int]]) -> None:
+        self.observer.create_json(topic_path(name), {
+            "version": 3, "topic_id": encode_topic_id(uuid.uuid4()),
+            "partitions": {str(p): r for p, r in sorted(assignment.items())},
+        })
+
+    def states(self, name: str, count: int) -> dict[int, LeaderAndIsr]:
+        nodes = self.observer.get_many([state_path(name, p) for p in range(count)])
+        return {p: decode_state(n.data, n.version) for p, n in enumerate(nodes) if n}
+
+    def wait_states(self, name: str, count: int,
+                    condition: Callable[[dict[int, LeaderAndIsr]], bool] = lambda s: True,
+                    what: str = "") -> dict[int, LeaderAndIsr]:
+        found: dict[int, LeaderAndIsr] = {}
+
+        def check() -> bool:
+            nonlocal found
+            found = self.states(name, count)
+            return len(found) == count and condition(found)
+
+        wait_for(check, 15, what or f"the states of {name}")
+        return found
+
+    def notifications(self) -> list[dict[str, Any]]:
+        names = self.observer.children(NOTIFICATION_PATH)
+        nodes = self.observer.get_many([f"{NOTIFICATION_PATH}/{n}" for n in names])
+        return [json.loads(n.data) for n in nodes if n is not None]
+
+    def close(self) -> None:
+        for m in self.members.values():
+            m.close()
+        self.observer.close()
+
+
+def named(doc: dict[str, Any]) -> set[tuple[str, int]]:
+    return {(e["topic"], e["partition"]) for e in doc["partitions"]}
+
+
+def non_controller(cluster: Cluster) -> Member:
+    active = cluster.active()
+    return next(m for m in cluster.members.values() if m is not active)
+
+
+@pytest.mark.parametrize("rf", [1, 3])
+def test_initial_states_of_a_new_topic(cluster: Cluster, rf: int) -> None:
+    cluster.start(range(3))
+    epoch = cluster.controller_epoch()
+    assignment = assign_replicas([0, 1, 2], 6, rf, start_index=0)
+    cluster.create_topic("t", assignment)
+    states = cluster.wait_states("t", 6)
+    for p, replicas in assignment.items():
+        assert states[p] == LeaderAndIsr(replicas[0], 0, tuple(replicas), epoch, 0)
+    docs = cluster.notifications()
+    assert len(docs) == 1
+    assert docs[0]["version"] == 1 and docs[0]["controller_epoch"] == epoch
+    assert named(docs[0]) == {("t", p) for p in range(6)}
+
+
+def test_lost_broker_hands_leadership_to_the_next_isr_replica(cluster: Cluster) -> None:
+    cluster.start(range(3))
+    epoch = cluster.controller_epoch()
+    assignment = assign_replicas([0, 1, 2], 6, 3, start_index=0)
+    cluster.create_topic("t", assignment)
+    before = cluster.wait_states("t", 6)
+    lost = non_controller(cluster)
+    led = {p for p, s in before.items() if s.leader == lost.broker_id}
+    assert led
+    expire_session(lost.store, cluster.zookeeper)  # its registration is not renewed
+    after = cluster.wait_states(
+        "t", 6, lambda s: all(s[p].leader != lost.broker_id for p in led), "the move"
+    )
+    for p, replicas in assignment.items():
+        if p in led:
+            survivors = tuple(r for r in replicas if r != lost.broker_id)
+            assert after[p] == LeaderAndIsr(survivors[0], 1, survivors, epoch, 1)
+        else:
+            assert after[p] == before[p]  # a lost follower: ISR changes are not ours
+    docs = cluster.notifications()
+    assert len(docs) == 2 and named(docs[1]) == {("t", p) for p in led}
+
+
+def test_lost_rf1_partitions_go_offline_and_return_with_their_broker(cluster: Cluster) -> None:
+    cluster.start(range(3))
+    epoch = cluster.controller_epoch()
+    cluster.create_topic("t", assign_replicas([0, 1, 2], 6, 1, start_index=0))
+    before = cluster.wait_states("t", 6)
+    lost = non_controller(cluster)
+    led = {p for p, s in before.items() if s.leader == lost.broker_id}
+    assert len(led) == 2
+    expire_session(lost.store, cluster.zookeeper)
+    offline = cluster.wait_states("t", 6, lambda s: all(s[p].leader == -1 for p in led))
+    for p in led:  # Kafka's OfflinePartition: no leader, the last ISR kept
+        assert offline[p] == LeaderAndIsr(-1, 1, (lost.broker_id,), epoch, 1)
+    lost.register()  # the broker comes back
+    back = cluster.wait_states("t", 6, lambda s: all(s[p].leader != -1 for p in led))
+    for p in led:
+        assert back[p] == LeaderAndIsr(lost.broker_id, 2, (lost.broker_id,), epoch, 2)
+    docs = cluster.notifications()
+    assert [named(d) for d in docs[1:]] == [{("t", p) for p in led}] * 2
+
+
+def test_added_partitions_get_states(cluster: Cluster) -> None:
+    cluster.start(range(3))
+    assignment = assign_replicas([0, 1, 2], 3, 1, start_index=0)
+    cluster.create_topic("t", assignment)
+    cluster.wait_states("t", 3)
+    grown = {**assignment, **assign_replicas([0, 1, 2], 3, 1, 3, start_index=0)}
+    node = cluster.observer.get(topic_path("t"))
+    assert node is not None
+    doc = json.loads(node.data)
+    doc["partitions"] = {str(p): r for p, r in grown.items()}
+    cluster.observer.set_json(topic_path("t"), doc, node.version)
+    states = cluster.wait_states("t", 6)
+    for p in range(3, 6):
+        assert states[p].leader == grown[p][0] and states[p].leader_epoch == 0
+    docs = cluster.notifications()
+    assert named(docs[-1]) == {("t", 3), ("t", 4), ("t", 5)}
+
+
+def test_deleted_topic_is_forgotten_and_a_new_one_under_its_name_starts_afresh(
+    cluster: Cluster,
+) -> None:
+    cluster.start(range(3))
+    cluster.create_topic("t", assign_replicas([0, 1, 2], 3, 1, start_index=0))
+    cluster.wait_states("t", 3)
+    cluster.observer.delete(topic_path("t"), recursive=True)
+    cluster.create_topic("t", {0: [2], 1: [1]})
+    states = cluster.wait_states("t", 2, lambda s: s[0].leader == 2)
+    assert states[0].leader_epoch == 0 and states[1] == LeaderAndIsr(1, 0, (1,), 1, 0)
+
+
+def test_controller_failover(cluster: Cluster) -> None:
+    cluster.start(range(3))
+    cluster.create_topic("t", assign_replicas([0, 1, 2], 6, 3, start_index=0))
+    cluster.wait_states("t", 6)
+    old = cluster.active()
+    assert old is not None
+    expire_session(old.store, cluster.zookeeper)
+    old.register()  # the old controller's broker is back, as a plain broker
+    wait_for(lambda: cluster.controller_epoch() == 2 and cluster.active() is not None,
+             what="a controller at epoch 2")
+    new = cluster.active()
+    assert new is not None and new.controller is not None
+    assert new.controller.epoch == 2 and new.controller.wait_ready(10)
+    # The new controller does the work from now on: a lost broker, a new topic.
+    before = cluster.states("t", 6)
+    lost = max((m for m in cluster.members.values() if m is not new),
+               key=lambda m: sum(s.leader == m.broker_id for s in before.values()))
+    led = {p for p, s in before.items() if s.leader == lost.broker_id}
+    assert led
+    seen = len(cluster.notifications())
+    expire_session(lost.store, cluster.zookeeper)
+    cluster.create_topic("u", assign_replicas([0, 1, 2], 3, 1, start_index=0))
+    after = cluster.wait_states(
+        "t", 6, lambda s: all(s[p].leader != lost.broker_id for p in led), "the move"
+    )
+    for p in led:
+        assert after[p].controller_epoch == 2
+        assert after[p].leader_epoch == before[p].leader_epoch + 1
+        assert after[p].leader in before[p].isr
+    u = cluster.wait_states("u", 3)
+    assert all(s.controller_epoch == 2 for s in u.values())
+    wait_for(lambda: len(cluster.notifications()) >= seen + 2, what="the notifications")
+    assert all(d["controller_epoch"] == 2 for d in cluster.notifications()[seen:])
+
+
+class HeldController(Controller):
+    """A controller whose worker can be held inside an event (a long pause)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hold = False
+        self.held = threading.Event()
+        self.gate = threading.Event()
+        self.errors: list[Exception] = []
+
+    def process(self, event: ControllerEvent) -> None:
+        if self.hold:
+            self.held.set()
+            self.gate.wait(30)
+        try:
+            super().process(event)
+        except ControllerMovedError as exc:
+            self.errors.append(exc)
+            raise
+
+
+def test_stale_controller_writes_are_fenced_and_it_resigns(cluster: Cluster) -> None:
+    """The controller stalls (its worker and its store's event thread held) while its
+    session expires and another broker takes over; when it resumes, the work it was
+    doing fails in ZooKeeper (ControllerMovedError) and it resigns."""
+    cluster.start(range(3), HeldController)
+    cluster.create_topic("t", assign_replicas([0, 1, 2], 6, 3, start_index=0))
+    cluster.wait_states("t", 6)
+    stale = cluster.active()
+    assert stale is not None
+    controller = stale.controller
+    assert isinstance(controller, HeldController)
+    # 1. Hold the worker in the next event: a broker lost.
+    controller.hold = True
+    lost = non_controller(cluster)
+    expire_session(lost.store, cluster.zookeeper)
+    assert controller.held.wait(10)
+    # 2. Hold the stale broker's store thread too, so it cannot hear its own expiry.
+    store_gate, in_store = threading.Event(), threading.Event()
+
+    def block(_path: str) -> None:
+        in_store.set()
+        store_gate.wait(30)
+
+    stale.store.get("/block", watch=block)
+    cluster.observer.create("/block", b"")
+    assert in_store.wait(10)
+    try:
+        # 3. Its session expires; another broker becomes controller (epoch 2) and moves
+        #    the lost broker's partitions.
+        expire_session(stale.store, cluster.zookeeper)
+        wait_for(lambda: cluster.controller_epoch() == 2, what="epoch 2")
+        moved = cluster.wait_states(
+            "t", 6,
+            lambda s: all(x.leader != lost.broker_id for x in s.values())
+            and all(x.leader != stale.broker_id for x in s.values()),
+            "the new controller's moves",
+        )
+        notified = len(cluster.notifications())
+        assert stale.elector.is_active  # it has not heard yet
+        # 4. Resume the stale controller's worker: its writes fail, and it resigns.
+        controller.gate.set()
+        wait_for(lambda: controller.errors, what="the fenced write")
+        wait_for(lambda: not stale.elector.is_active, what="resignation")
+        assert controller.stopped
+        assert cluster.states("t", 6) == moved
+        assert len(cluster.notifications()) == notified
+        assert all(d["controller_epoch"] == 2 for d in cluster.notifications()[1:])
+    finally:
+        store_gate.set()
+        controller.gate.set()
+
+
+def test_old_notifications_are_purged(cluster: Cluster) -> None:
+    def factory(store: ZooKeeperStore, elector: ControllerElector, epoch: int) -> Controller:
+        return Controller(store, elector, epoch, notifications_kept=3)
+
+    cluster.start(range(1), factory)
+    for i in range(6):
+        cluster.create_topic(f"t{i}", {0: [0]})
+        cluster.wait_states(f"t{i}", 1)
+    wait_for(lambda: len(cluster.notifications()) == 3, what="the purge")
+    names = cluster.observer.children(NOTIFICATION_PATH)
+    kept = [named(d) for d in cluster.notifications()]
+    assert kept == [{("t3", 0)}, {("t4", 0)}, {("t5", 0)}], names
