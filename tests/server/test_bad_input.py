@@ -105,11 +105,12 @@ def test_an_array_declaring_more_elements_than_bytes_is_closed(
 
 
 def test_a_null_the_schema_forbids_is_closed_with_a_reason(
-    shared_broker: RunningBroker, caplog: pytest.LogCaptureFixture
+    odradek_broker: RunningBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
     """OffsetCommit v8 with ``topics`` null (compact length 0) reached the handler as None
     (TypeError); Kafka fails the parse ("non-nullable field topics was serialized as
-    null") and closes the connection, and so do we."""
+    null") and closes the connection, and so do we. (A broker of its own: the first
+    rejection of a cause from a host is the one logged in full.)"""
     body = (
         uvarint(2) + b"g" + struct.pack(">i", 1) + uvarint(2) + b"m"
         + b"\x00"  # group_instance_id: null, which it may be
@@ -118,8 +119,8 @@ def test_a_null_the_schema_forbids_is_closed_with_a_reason(
     )
     payload = _header(8, 8) + b"\x00" + body
     with caplog.at_level(logging.INFO, logger="odradek.server.network"):
-        assert _raw(shared_broker, struct.pack(">i", len(payload)) + payload) == b""
-        _still_serving(shared_broker)
+        assert _raw(odradek_broker, struct.pack(">i", len(payload)) + payload) == b""
+        _still_serving(odradek_broker)
     assert any(
         "non-nullable field topics was serialized as null" in r.getMessage()
         for r in caplog.records

@@ -492,6 +492,26 @@ def test_half_closed_client_gets_its_answers() -> None:
     run(test)
 
 
+def test_a_closed_client_behind_a_parked_request_is_let_go_after_the_idle_time() -> None:
+    """A client that sent a request which parks (here: until the gate opens) and closed
+    its side does not hold its connection longer than connections.max.idle.ms."""
+
+    async def test() -> None:
+        async with running(NetworkConfig(connections_max_idle_ms=300)) as (server, api):
+            client = await Client.connect(server.port)
+            await client.send(request_frame(_heartbeat("block"), 1))
+            client.writer.write_eof()
+            assert await client.closed_by_server()
+            assert api.started == 1 and not api.gate.is_set()  # closed before its answer
+            deadline = asyncio.get_running_loop().time() + 5
+            while server.connections or server.quotas.total:
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.01)
+            await client.close()
+
+    run(test)
+
+
 def test_serial_registration_runs_requests_one_at_a_time() -> None:
     async def test() -> None:
         log: list[str] = []

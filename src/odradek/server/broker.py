@@ -36,6 +36,7 @@ from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.registry import HandlerRegistry
 from odradek.server.config import BrokerConfig
+from odradek.server.connection_quotas import parse_per_ip_overrides
 from odradek.server.dynamic_config import DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.handlers import register_all
@@ -140,6 +141,12 @@ class Broker:
             socket_send_buffer_bytes=self.config["socket.send.buffer.bytes"],
             socket_receive_buffer_bytes=self.config["socket.receive.buffer.bytes"],
             listen_backlog=self.config["socket.listen.backlog.size"],
+            max_connections=self.config["max.connections"],
+            max_connections_per_ip=self.config["max.connections.per.ip"],
+            max_connections_per_ip_overrides=parse_per_ip_overrides(
+                self.config["max.connections.per.ip.overrides"]
+            ),
+            max_connection_creation_rate=self.config["max.connection.creation.rate"],
         )
         for listener in self.config.listeners:
             server = KafkaServer(self.registry, listener.host, listener.port, net)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from odradek.server.connection_quotas import INT_MAX, parse_per_ip_overrides
 from odradek.storage.config import LONG_MAX, TOPIC_CONFIGS, ConfigDef, ConfigError, parse_value
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,14 @@ __all__ = ["BROKER_CONFIGS", "BrokerConfig", "ConfigError", "Listener", "parse_p
 
 def _ge(minimum: int) -> Any:
     return lambda v: None if v >= minimum else f"must be at least {minimum}"
+
+
+def _per_ip_overrides(value: str) -> str | None:
+    try:
+        parse_per_ip_overrides(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 _OWN: tuple[ConfigDef, ...] = (
@@ -67,6 +76,14 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("queued.max.requests", "int", 500, None, "in-flight requests per connection",
               _ge(1)),
     ConfigDef("connections.max.idle.ms", "long", 600000, None, "idle connection timeout"),
+    ConfigDef("max.connections", "int", INT_MAX, None,
+              "connections the broker holds; more wait to be accepted (KIP-402)", _ge(0)),
+    ConfigDef("max.connections.per.ip", "int", INT_MAX, None,
+              "connections one address holds; more are closed at once", _ge(0)),
+    ConfigDef("max.connections.per.ip.overrides", "string", "", None,
+              "per-host maxima, host:count,host:count", _per_ip_overrides),
+    ConfigDef("max.connection.creation.rate", "int", INT_MAX, None,
+              "new connections a second, broker-wide; accepting waits (KIP-612)", _ge(0)),
     ConfigDef("fetch.max.bytes", "int", 57671680, None, "cap on a fetch response", _ge(0)),
     ConfigDef("log.retention.hours", "int", 168, None, "retention in hours"),
     ConfigDef("log.retention.minutes", "int", -2, None, "retention in minutes (wins over hours)"),
@@ -238,6 +255,12 @@ class BrokerConfig:
             raise ConfigError("invalid value for log.retention.ms: must be -1 or more")
         if v["log.roll.ms"] is None:
             v["log.roll.ms"] = v["log.roll.hours"] * 3600000
+        if v["max.connections.per.ip"] == 0 and not v["max.connections.per.ip.overrides"]:
+            # KafkaConfig's rule: a zero default only makes sense with exceptions to it.
+            raise ConfigError(
+                "max.connections.per.ip can be set to zero only if "
+                "max.connections.per.ip.overrides is set"
+            )
         listeners = [Listener.parse(x) for x in v["listeners"]]
         if not listeners:
             raise ConfigError("listeners must name at least one address")

@@ -3,8 +3,14 @@
 Follows Kafka's ``SocketServer`` (Acceptor + Processor) and ``RequestChannel``, on one
 asyncio event loop instead of threads:
 
-1. *Accept.* :class:`KafkaServer` listens with ``loop.create_server``; each connection is a
-   :class:`KafkaConnection` (an ``asyncio.Protocol``: no stream-reader copies).
+1. *Accept.* :class:`KafkaServer` runs its own accept loop (Kafka's Acceptor) so that it
+   can wait before accepting: for a free slot under ``max.connections`` and for the
+   delay ``max.connection.creation.rate`` asks, while new connections wait in the listen
+   backlog; a connection over ``max.connections.per.ip`` is closed at once (see
+   :mod:`odradek.server.connection_quotas`). Each connection is a
+   :class:`KafkaConnection` (an ``asyncio.Protocol``: no stream-reader copies). Rejected
+   connections are logged through :class:`~odradek.server.log_summary.RejectionLog`: the
+   first of a cause and host in full, repeats as one count per window.
 2. *Frame.* Bytes go into a sans-I/O :class:`~odradek.protocol.framing.FrameDecoder`
    capped at ``socket.request.max.bytes``.
 3. *Route.* The first 8 bytes of a frame give key, version and correlation id. The
@@ -34,7 +40,9 @@ asyncio event loop instead of threads:
    dispatched as slots free, so the bound is exact); the writer awaits the transport's drain (see
    :mod:`odradek.server.flow_control`).
 7. *Idle.* A connection with nothing in flight and no traffic for
-   ``connections.max.idle.ms`` is closed (Kafka's ``Selector`` idle expiry).
+   ``connections.max.idle.ms`` is closed (Kafka's ``Selector`` idle expiry); so is one
+   whose client closed its side, even with requests in flight (Kafka closes at once on
+   end of stream; we answer what was sent, but no longer than that).
 8. *Shutdown.* :meth:`KafkaServer.stop`: close the listener, stop reading on every
    connection, let in-flight requests finish and their responses flush for up to the
    shutdown timeout, then abort connections and cancel the handlers left.
@@ -53,13 +61,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
+import functools
 import itertools
 import logging
 import os
 import socket
 import time
-from collections.abc import Coroutine, Generator
-from dataclasses import dataclass
+from collections.abc import Coroutine, Generator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from odradek.protocol.api_keys import ApiKey
@@ -80,8 +90,10 @@ from odradek.protocol.headers import (
 )
 from odradek.protocol.registry import HandlerRegistry, Registration, RequestContext
 from odradek.protocol.send import FileRegion, Send
+from odradek.server.connection_quotas import INT_MAX, ConnectionLimits, ConnectionQuotas
 from odradek.server.flow_control import FlowControl
 from odradek.server.handlers.api_versions import unsupported_version_response
+from odradek.server.log_summary import RejectionLog, Summary
 
 __all__ = ["KafkaConnection", "KafkaServer", "NetworkConfig"]
 
@@ -94,6 +106,11 @@ COPY_REGION_BYTES: Final = 64 * 1024
 # Finished responses gathered into one write stop growing here (see _write_loop).
 COALESCE_BYTES: Final = 256 * 1024
 _Buffers = tuple[bytes | bytearray | memoryview, ...]
+# After accept fails for want of descriptors or memory, wait this long before the next
+# (asyncio's own server waits a second; Kafka's Acceptor logs and goes on).
+ACCEPT_RETRY_DELAY_S: Final = 0.1
+_ACCEPT_FAILED: Final = "accept failed"
+_ACCEPT_PEER_ERRNOS: Final = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EAGAIN})
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,16 +133,38 @@ class NetworkConfig:
     """How long :meth:`KafkaServer.stop` lets in-flight requests finish."""
     listen_backlog: int = 50
     """``socket.listen.backlog.size``."""
+    max_connections: int = INT_MAX
+    """``max.connections``: connections held at most; more wait in the backlog (KIP-402)."""
+    max_connections_per_ip: int = INT_MAX
+    """``max.connections.per.ip``: more from one address are closed at once."""
+    max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
+    """``max.connections.per.ip.overrides``: per-host maxima, parsed."""
+    max_connection_creation_rate: int = INT_MAX
+    """``max.connection.creation.rate``: accepts a second, broker-wide (KIP-612)."""
+    rejection_log_window_ms: int = 10_000
+    """Rejected connections of one cause and host are logged once per window, then counted."""
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            max_connections=self.max_connections,
+            max_connections_per_ip=self.max_connections_per_ip,
+            max_connections_per_ip_overrides=dict(self.max_connections_per_ip_overrides),
+            max_connection_creation_rate=self.max_connection_creation_rate,
+        )
 
 
 class _Close:
     """Outcome of a request whose only correct answer is closing the connection."""
 
-    __slots__ = ("level", "reason")
+    __slots__ = ("cause", "level", "reason")
 
-    def __init__(self, reason: str, level: int = logging.WARNING) -> None:
+    def __init__(
+        self, reason: str, level: int = logging.WARNING, cause: str | None = None
+    ) -> None:
         self.reason = reason
         self.level = level
+        # A rejection of the peer's input: logged through the server's RejectionLog.
+        self.cause = cause
 
 
 # What a handler task produces for the writer: nothing, a complete frame, a prefix plus a
@@ -198,7 +237,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             self._decoder.receive_data(data)
         except RemoteProtocolError as e:
-            self._refuse(f"invalid frame: {e}")
+            self._refuse("invalid frame", f"invalid frame: {e}")
             return
         self._pump()
 
@@ -240,12 +279,18 @@ class KafkaConnection(asyncio.Protocol):
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def close(self, reason: str, level: int = logging.INFO) -> None:
-        """Close the connection now, logging ``reason``."""
+    def close(self, reason: str, level: int = logging.INFO, cause: str | None = None) -> None:
+        """Close the connection now, logging ``reason`` (a rejection of the peer's input,
+        with its ``cause``, is logged through the server's summarising RejectionLog)."""
         if self._closing:
             return
         self._closing = True
-        log.log(level, "closing connection %s from %s: %s", self.connection_id, self.peer, reason)
+        if cause is not None:
+            message = f"closing connection {self.connection_id} from {self.peer}: {reason}"
+            self._server._log_rejection(cause, self.peer[0], message, level)
+        else:
+            log.log(level, "closing connection %s from %s: %s", self.connection_id, self.peer,
+                    reason)
         if self._transport is not None:
             self._transport.close()
 
@@ -274,7 +319,7 @@ class KafkaConnection(asyncio.Protocol):
             try:
                 frame = self._decoder.next_frame()
             except RemoteProtocolError as e:
-                self._refuse(f"invalid frame: {e}")
+                self._refuse("invalid frame", f"invalid frame: {e}")
                 return
             if frame is None:
                 break
@@ -287,7 +332,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             api_key, api_version, correlation_id = peek_request(frame)
         except RemoteProtocolError as e:
-            self._refuse(str(e))
+            self._refuse("malformed request header", str(e))
             return
         try:
             registration = self._registry.lookup(api_key, api_version)
@@ -295,10 +340,10 @@ class KafkaConnection(asyncio.Protocol):
             if api_key == _API_VERSIONS:
                 self._answer_unsupported_api_versions(frame, api_version, correlation_id)
             else:
-                self._refuse(f"{e} (correlation id {correlation_id})")
+                self._refuse("unsupported version", f"{e} (correlation id {correlation_id})")
             return
         except RemoteProtocolError as e:  # unknown API key
-            self._refuse(f"{e} (correlation id {correlation_id})")
+            self._refuse("unknown API key", f"{e} (correlation id {correlation_id})")
             return
         api_schema = schema(api_key, api_version)
         try:
@@ -308,7 +353,7 @@ class KafkaConnection(asyncio.Protocol):
             else:
                 request = decode_request(api_key, api_version, frame, header.size)
         except RemoteProtocolError as e:
-            self._refuse(f"{e} (correlation id {correlation_id})")
+            self._refuse("malformed request", f"{e} (correlation id {correlation_id})")
             return
         ctx = RequestContext(
             correlation_id=correlation_id,
@@ -347,14 +392,17 @@ class KafkaConnection(asyncio.Protocol):
         try:
             parse_request_header(frame, request_header_version(_API_VERSIONS, api_version))
         except RemoteProtocolError as e:
-            self._refuse(f"malformed ApiVersions request at an unsupported version: {e}")
+            self._refuse(
+                "malformed request header",
+                f"malformed ApiVersions request at an unsupported version: {e}",
+            )
             return
         response = unsupported_version_response(self._registry)
         done: asyncio.Future[_Outcome] = self._loop.create_future()
         done.set_result(encode_response(correlation_id, response, header_version=0))
         self._push(_InFlight(None, done))
 
-    def _refuse(self, reason: str) -> None:
+    def _refuse(self, cause: str, reason: str) -> None:
         """A frame that cannot be served: stop reading, answer every request received
         before it, then close (Kafka answers each request before it reads the next, so
         a client never sees an earlier request applied and left unanswered)."""
@@ -364,7 +412,7 @@ class KafkaConnection(asyncio.Protocol):
         if self._flow is not None:
             self._flow.pause_reading()
         done: asyncio.Future[_Outcome] = self._loop.create_future()
-        done.set_result(_Close(reason, logging.INFO))
+        done.set_result(_Close(reason, logging.INFO, cause))
         self._push(_InFlight(None, done))
 
     def _push(self, entry: _InFlight) -> None:
@@ -491,7 +539,7 @@ class KafkaConnection(asyncio.Protocol):
             outcome = task.result()
             if isinstance(outcome, _Close):
                 _write_all(transport, ready)
-                self.close(outcome.reason, outcome.level)
+                self.close(outcome.reason, outcome.level, outcome.cause)
                 return
             if outcome is not None:
                 self._last_activity = self._loop.time()
@@ -611,9 +659,12 @@ class KafkaConnection(asyncio.Protocol):
         if self._closing:
             return
         idle_s = self._config.connections_max_idle_ms / 1000
-        if self._in_flight:
+        if self._in_flight and not self._eof:
             self._schedule_idle_check(idle_s)
             return
+        # A client that closed its side waits for its answers at most as long as an idle
+        # connection lives: a closed client behind a parked request (a Fetch with a wild
+        # max_wait) would otherwise hold its socket, in CLOSE_WAIT, as long as the request.
         remaining = self._last_activity + idle_s - self._loop.time()
         if remaining <= 0:
             limit = self._config.connections_max_idle_ms
@@ -683,6 +734,33 @@ def _write_all(
     ready.clear()
 
 
+def _resolve(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Wait until ``sock`` is readable (a listener: a connection is waiting)."""
+    ready: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+    loop.add_reader(fd, _resolve, ready)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
+def _summary_message(summary: Summary) -> str:
+    if summary.cause == _ACCEPT_FAILED:  # no connection was closed: none was accepted
+        return (f"accepting failed {summary.count:,} more times on {summary.host} in the "
+                f"last {summary.window_s:g} s")
+    return summary.message()
+
+
+def _same(connection: KafkaConnection) -> KafkaConnection:
+    return connection
+
+
 def _tune_socket(sock: socket.socket, config: NetworkConfig) -> None:
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -697,9 +775,11 @@ def _tune_socket(sock: socket.socket, config: NetworkConfig) -> None:
 
 
 class KafkaServer:
-    """Server-wide state: the listener, live connections and handler tasks.
+    """Server-wide state: the listener, its accept loop, live connections, handler tasks.
 
     ``port=0`` picks a free port; read it back from :attr:`port` after :meth:`start`.
+    ``quotas`` may be shared by the listeners of one broker, making the connection limits
+    broker-wide across them; by default each server has its own, from ``config``.
     """
 
     def __init__(
@@ -708,37 +788,63 @@ class KafkaServer:
         host: str = "127.0.0.1",
         port: int = 9092,
         config: NetworkConfig | None = None,
+        quotas: ConnectionQuotas | None = None,
     ) -> None:
         self.registry = registry
         self.host = host
         self._requested_port = port
         self.config = config or NetworkConfig()
-        self._server: asyncio.Server | None = None
+        self.quotas = quotas or ConnectionQuotas(self.config.connection_limits())
+        self.rejections = RejectionLog(self.config.rejection_log_window_ms / 1000)
+        self._summary_timer: asyncio.TimerHandle | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
+        self._slot_freed: asyncio.Event | None = None
         self._connections: set[KafkaConnection] = set()
+        # Connections counted in the quotas, with the host they were counted for.
+        self._counted: dict[KafkaConnection, str] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._counter = itertools.count()
 
     @property
     def port(self) -> int:
-        if self._server is None or not self._server.sockets:
+        if self._listener is None:
             return self._requested_port
-        return int(self._server.sockets[0].getsockname()[1])
+        return int(self._listener.getsockname()[1])
 
     @property
     def connections(self) -> frozenset[KafkaConnection]:
         return frozenset(self._connections)
 
+    @property
+    def handler_tasks(self) -> frozenset[asyncio.Future[Any]]:
+        """Tasks still running: handlers that waited (a Fetch parked for ``min_bytes``, a
+        JoinGroup waiting for the rebalance), whether or not their connection is open, and
+        accepted connections being set up."""
+        return frozenset(self._tasks)
+
     async def start(self) -> None:
-        if self._server is not None:
+        if self._listener is not None:
             raise RuntimeError("server already started")
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_connection,
-            self.host,
-            self._requested_port,
-            backlog=self.config.listen_backlog,
-            reuse_address=True,
-        )
+        backlog = self.config.listen_backlog
+        if not self.host and socket.has_dualstack_ipv6():  # every address, IPv4 and IPv6
+            listener = socket.create_server(
+                ("", self._requested_port), family=socket.AF_INET6, backlog=backlog,
+                dualstack_ipv6=True,
+            )
+        else:
+            infos = await loop.getaddrinfo(
+                self.host or None, self._requested_port, type=socket.SOCK_STREAM,
+                flags=socket.AI_PASSIVE,
+            )
+            family, _, _, _, address = infos[0]
+            listener = socket.create_server(address, family=family, backlog=backlog)
+        listener.setblocking(False)
+        self._listener = listener
+        self._slot_freed = asyncio.Event()
+        self.quotas.add_release_listener(self._slot_freed.set)
+        self._acceptor = loop.create_task(self._accept_loop(listener))
         log.info("listening on %s:%s", self.host, self.port)
 
     async def stop(self, timeout: float | None = None) -> None:
@@ -748,11 +854,15 @@ class KafkaServer:
         requests to be answered, then aborts the remaining connections and cancels the
         handler tasks still running.
         """
-        if self._server is None:
+        if self._listener is None:
             return
         if timeout is None:
             timeout = self.config.shutdown_timeout_ms / 1000
-        self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            await asyncio.wait({self._acceptor})
+            self._acceptor = None
+        self._listener.close()
         for connection in list(self._connections):
             connection.begin_shutdown()
         pending = {c.closed for c in self._connections} | set(self._tasks)
@@ -766,8 +876,14 @@ class KafkaServer:
             task.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=1.0)
-        await self._server.wait_closed()
-        self._server = None
+        if self._slot_freed is not None:
+            self.quotas.remove_release_listener(self._slot_freed.set)
+        if self._summary_timer is not None:
+            self._summary_timer.cancel()
+            self._summary_timer = None
+        for summary in self.rejections.flush():
+            log.info("%s", _summary_message(summary))
+        self._listener = None
         log.info("stopped")
 
     async def __aenter__(self) -> KafkaServer:
@@ -777,13 +893,110 @@ class KafkaServer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def _new_connection(self) -> KafkaConnection:
-        connection = KafkaConnection(self, next(self._counter))
-        self._connections.add(connection)
-        return connection
+    # -- accepting -------------------------------------------------------------------------
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        """Kafka's Acceptor: wait for the creation-rate delay and a free slot, accept one
+        connection, check its address's limit, hand it to a :class:`KafkaConnection`.
+
+        Accepting is a plain non-blocking ``accept``; the loop waits for the listener to
+        be readable only when the backlog is empty, and yields to the event loop every
+        ``listen_backlog`` connections, so a burst costs no loop turn per connection
+        (asyncio's own server accepts the same way)."""
+        loop = asyncio.get_running_loop()
+        quotas = self.quotas
+        slot_freed = self._slot_freed
+        assert slot_freed is not None
+        burst = max(self.config.listen_backlog, 1)
+        accepted = 0
+        while True:
+            delay = quotas.accept_delay()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            while not quotas.slot_available():
+                slot_freed.clear()
+                await slot_freed.wait()
+            try:
+                sock, address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                quotas.refund_accept()
+                await _readable(loop, listener)
+                continue
+            except OSError as e:
+                # ECONNABORTED, EPROTO: that one client gave up in the backlog. Anything
+                # else (out of descriptors or memory, above all) is logged, summarised,
+                # and accepting tries again shortly rather than spinning.
+                if e.errno not in _ACCEPT_PEER_ERRNOS:
+                    self._log_rejection(
+                        _ACCEPT_FAILED, f"{self.host}:{self.port}",
+                        f"accepting a connection failed: {e}", logging.WARNING,
+                    )
+                    await asyncio.sleep(ACCEPT_RETRY_DELAY_S)
+                continue
+            accepted += 1
+            if accepted % burst == 0:
+                await asyncio.sleep(0)
+            host = str(address[0])
+            limit = quotas.inc(host)
+            if limit is not None:
+                sock.close()
+                self._log_rejection(
+                    "max.connections.per.ip", host,
+                    f"rejected connection from {host}, address already has the configured "
+                    f"maximum of {limit} connections",
+                )
+                continue
+            sock.setblocking(False)
+            connection = KafkaConnection(self, next(self._counter))
+            self._counted[connection] = host
+            self._connections.add(connection)
+            self._track(loop.create_task(self._attach(loop, connection, sock)))
+
+    async def _attach(
+        self, loop: asyncio.AbstractEventLoop, connection: KafkaConnection, sock: socket.socket
+    ) -> None:
+        try:
+            await loop.connect_accepted_socket(functools.partial(_same, connection), sock)
+        except BaseException as e:  # the socket died between accept and setup, or stop()
+            sock.close()
+            self._forget(connection)
+            if not isinstance(e, Exception):
+                raise
+            log.debug("could not set up a connection from %s: %r", connection.peer, e)
+
+    # -- rejected connections, logged without flooding ------------------------------------
+
+    def _log_rejection(
+        self, cause: str, host: str, message: str, level: int = logging.INFO
+    ) -> None:
+        if self.rejections.record(cause, host):
+            log.log(level, "%s", message)
+        else:  # counted into the window's summary; in full only at DEBUG
+            log.debug("%s", message)
+        if self._summary_timer is None:
+            self._schedule_summaries()
+
+    def _schedule_summaries(self) -> None:
+        due = self.rejections.next_due()
+        if due is None:
+            self._summary_timer = None
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(due - time.monotonic(), 0.0) + 0.001
+        self._summary_timer = loop.call_later(delay, self._log_summaries)
+
+    def _log_summaries(self) -> None:
+        for summary in self.rejections.due():
+            log.info("%s", _summary_message(summary))
+        self._schedule_summaries()
+
+    # -- bookkeeping -------------------------------------------------------------------------
 
     def _forget(self, connection: KafkaConnection) -> None:
         self._connections.discard(connection)
+        host = self._counted.pop(connection, None)
+        if host is not None:
+            self.quotas.dec(host)
 
     def _track(self, task: asyncio.Future[Any]) -> None:
         self._tasks.add(task)

@@ -1,0 +1,208 @@
+"""The long fuzz run: hostile frames over many connections to a broker in a subprocess.
+
+The broker runs as ``odradek serve`` (this tree's source) with its log at INFO in a file;
+the fuzzer (tests/server/fuzzing.py: real clients' captured requests and a request of
+every served version, mutated) sends ``--frames`` frames from ``--seed`` on, one seed per
+``--frames-per-seed``, or stops after ``--minutes``. Every 10 s it prints progress. At the
+end it checks what test_fuzz.py checks (the broker alive, the records produced before the
+run read back byte for byte, a fresh produce/consume round trip) and reports frames/s,
+crashes (the broker process gone, or a traceback or ERROR line in its log), peak RSS and
+open descriptors of the broker at start and end, topics created and log lines written.
+
+Run (about 5 minutes)::
+
+    PYTHONPATH=src .venv/bin/python bench/fuzz.py --minutes 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.server.fuzzing
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from tests.server.fuzzing import FuzzStats, client_frames, fuzz, sample_frames  # noqa: E402
+
+from odradek.client.connection import BrokerConnection  # noqa: E402
+
+PRECIOUS = "precious-before-fuzzing"
+
+
+def start_broker(
+    data: Path, log_file: Path, tree: Path = ROOT
+) -> tuple[subprocess.Popen[bytes], str]:
+    ready = data / "ready"
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    command = [
+        sys.executable, "-c", "import sys; from odradek.cli.main import main; sys.exit(main())",
+        "serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+        "--override", f"log.dirs={data / 'logs'}",
+        "--override", "auto.create.topics.enable=false",
+        "--override", "max.broker.partitions=1000",
+        "--log-level", "info", "--ready-file", str(ready),
+    ]
+    with log_file.open("wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 60
+    while not ready.exists() or not ready.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the broker did not start; see {log_file}")
+        time.sleep(0.05)
+    return proc, f"127.0.0.1:{ready.read_text().strip()}"
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) in KiB, and open descriptors, of the broker."""
+    values = {"fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            values[name] = int(rest.split()[0])
+    return values
+
+
+def records(seed: int, count: int) -> list[tuple[bytes, bytes, list[Any]]]:
+    rng = random.Random(seed)
+    return [(rng.randbytes(rng.randrange(1, 20)), rng.randbytes(rng.randrange(0, 3000)),
+             [("h", rng.randbytes(rng.randrange(0, 10)))]) for _ in range(count)]
+
+
+def produce(bootstrap: str, topic: str, batch: list[tuple[bytes, bytes, list[Any]]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for key, value, headers in batch:
+        producer.produce(topic, key=key, value=value, headers=headers, partition=0)
+    if producer.flush(30) != 0:
+        raise SystemExit(f"could not produce to {topic}")
+
+
+def consume(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, bytes, list[Any]]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{topic}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[tuple[bytes, bytes, list[Any]]] = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append((message.key(), message.value(), list(message.headers() or [])))
+    consumer.close()
+    return got
+
+
+def create_topics(bootstrap: str, topics: list[NewTopic]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the futures are done
+    for future in admin.create_topics(topics).values():
+        future.result(30)
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
+
+
+async def served(bootstrap: str) -> dict[int, tuple[int, int]]:
+    conn = await BrokerConnection.open(bootstrap)
+    try:
+        return dict(conn.api_versions)
+    finally:
+        await conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--frames", type=int, default=10_000_000)
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--frames-per-seed", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="source tree the broker runs from (default: this checkout)")
+    args = parser.parse_args()
+
+    data = Path(tempfile.mkdtemp(prefix="odradek-bench-fuzz-"))
+    log_file = data / "broker.log"
+    proc, bootstrap = start_broker(data, log_file, args.tree)
+    port = int(bootstrap.rsplit(":", 1)[1])
+    try:
+        create_topics(bootstrap, [NewTopic("corpus-a", 3, 1),
+                                  NewTopic("corpus-b", 1, 1, config={"cleanup.policy": "compact"}),
+                                  NewTopic("samples", 1, 1), NewTopic(PRECIOUS, 1, 1)])
+        precious = records(7, 500)
+        produce(bootstrap, PRECIOUS, precious)
+        corpus = client_frames() + sample_frames(asyncio.run(served(bootstrap)))
+        topics_before = topic_names(bootstrap)
+        start_status = proc_status(proc.pid)
+        print(f"corpus {len(corpus)} frames; broker pid {proc.pid}, log {log_file}; "
+              f"start: {start_status}", file=sys.stderr)
+
+        total = FuzzStats()
+        deadline = time.monotonic() + args.minutes * 60
+        seed = args.seed
+        started = time.monotonic()
+        last = started
+        while total.frames < args.frames and time.monotonic() < deadline:
+            frames = min(args.frames_per_seed, args.frames - total.frames)
+            stats = asyncio.run(fuzz(port, corpus, seed, frames, args.concurrency))
+            total.merge(stats)
+            seed += 1
+            if proc.poll() is not None:
+                break
+            if time.monotonic() - last >= 10:
+                last = time.monotonic()
+                status = proc_status(proc.pid)
+                print(f"{last - started:6.0f} s  {total.frames:>9,} frames  "
+                      f"{total.frames / total.seconds:,.0f} frames/s  rss "
+                      f"{status['VmRSS'] / 1024:.0f} MiB  fds {status['fds']}", file=sys.stderr)
+        alive = proc.poll() is None
+        if not alive:
+            raise SystemExit(f"the broker died (exit {proc.returncode}); see {log_file}")
+        readback = consume(bootstrap, PRECIOUS, len(precious)) == precious
+        create_topics(bootstrap, [NewTopic("after-fuzzing", 1, 1)])
+        fresh = records(8, 100)
+        produce(bootstrap, "after-fuzzing", fresh)
+        round_trip = consume(bootstrap, "after-fuzzing", len(fresh)) == fresh
+        created = topic_names(bootstrap) - topics_before - {"after-fuzzing"}
+        time.sleep(1)  # the client connections of the checks close
+        end_status = proc_status(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    log_text = log_file.read_text(errors="replace")
+    lines = log_text.splitlines()
+    tracebacks = log_text.count("Traceback")
+    errors = sum(" ERROR " in line or line.startswith("ERROR") for line in lines)
+    peak = end_status["VmHWM"] / 1024
+    rows = [
+        ("frames sent", f"{total.frames:,} over {total.connections:,} connections "
+                        f"(seeds {args.seed} to {seed - 1})"),
+        ("duration", f"{total.seconds:.0f} s"),
+        ("frames/s", f"{total.frames / total.seconds:,.0f}"),
+        ("connections the broker closed / answered / reset / slow (> 3 s)",
+         f"{total.closed_by_broker:,} / {total.answered:,} / {total.reset:,} / {total.slow:,}"),
+        ("crashes: broker exits, tracebacks, ERROR lines", f"0, {tracebacks}, {errors}"),
+        ("records produced before the run read back byte for byte", str(readback)),
+        ("produce + consume round trip after the run", str(round_trip)),
+        ("broker peak RSS", f"{peak:.0f} MiB (start {start_status['VmRSS'] / 1024:.0f} MiB, "
+                            f"end {end_status['VmRSS'] / 1024:.0f} MiB)"),
+        ("broker open descriptors, start / end", f"{start_status['fds']} / {end_status['fds']}"),
+        ("topics created by fuzzed CreateTopics",
+         f"{len(created)} (from {total.api_keys[19]:,} CreateTopics frames)"),
+        ("broker log lines written", f"{len(lines):,}"),
+    ]
+    print("\n| measure | value |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+
+if __name__ == "__main__":
+    main()
