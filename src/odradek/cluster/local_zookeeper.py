@@ -1,0 +1,288 @@
+"""A local Apache ZooKeeper server for ``odradek dev-cluster`` and the tests.
+
+How it starts: Debian's ``zookeeper`` package (3.8) puts the server in
+/usr/share/java/zookeeper.jar, whose manifest Class-Path names every dependency. We run
+``java -cp zookeeper.jar[:slf4j-simple.jar] org.apache.zookeeper.server.ZooKeeperServerMain
+zoo.cfg`` directly. ``zkServer.sh start-foreground zoo.cfg`` (in /usr/share/zookeeper/bin)
+works too, but it sources /etc/zookeeper/conf/environment (``-Dzookeeper.log.dir=
+/var/log/zookeeper``, JMX on, /etc on the classpath), runs the quorum peer main class, and
+with no slf4j binding on its classpath the server logs nothing at all; the direct command
+depends on nothing but the jar and our own ``zoo.cfg``, and its log (slf4j-simple, when
+installed) goes to the file we name.
+
+The admin server (Jetty on :8080) is off, the four-letter words we use are allowed, and
+readiness is ``ruok`` → ``imok`` and ``srvr`` naming the server's mode (it says "not
+currently serving requests" until the database is loaded), within a deadline. Stopping is
+SIGTERM, then SIGKILL after a grace period. The server runs in its own session (process
+group), so a Ctrl-C in the terminal reaches only the tool that started it, which stops it
+after the brokers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+__all__ = [
+    "LocalZooKeeper",
+    "ZooKeeperInstall",
+    "ZooKeeperNotInstalled",
+    "ZooKeeperStartError",
+    "find_install",
+    "four_letter",
+    "free_port",
+    "port_free",
+    "start_zookeeper",
+]
+
+#: Where Debian's ``zookeeper`` package puts the server jar (a symlink to the versioned one).
+JAVA_SHARE = Path("/usr/share/java")
+ZOOKEEPER_HOME = Path("/usr/share/zookeeper")
+#: slf4j's simple binding: without one the server logs nothing at all.
+SLF4J_BINDING = "slf4j-simple.jar"
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+INSTALL_HINT = "install Debian's zookeeper package: apt-get install zookeeper"
+
+#: ZooKeeper's own default tick; sessions may last between 2 and 20 ticks.
+DEFAULT_TICK_MS = 2000
+START_DEADLINE_S = 30.0
+STOP_GRACE_S = 10.0
+#: A small heap and the client JIT: the server holds a few hundred znodes at most here
+#: (a benchmark of thousands of partitions asks for more heap).
+DEFAULT_HEAP_MB = 128
+JVM_FLAGS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             "-Dzookeeper.admin.enableServer=false")
+
+
+class ZooKeeperNotInstalled(RuntimeError):
+    """Debian's zookeeper package or a JVM is missing; the message says what to install."""
+
+
+class ZooKeeperStartError(RuntimeError):
+    """The server exited at start or did not answer ``ruok`` in time (its log tail attached)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ZooKeeperInstall:
+    java: Path
+    jar: Path
+    slf4j_binding: Path | None
+
+    @property
+    def classpath(self) -> str:
+        parts = [self.jar] + ([self.slf4j_binding] if self.slf4j_binding else [])
+        return os.pathsep.join(str(p) for p in parts)
+
+
+def _find_jar(java_share: Path) -> Path | None:
+    direct = java_share / "zookeeper.jar"
+    if direct.is_file():
+        return direct
+    # A versioned jar only (zookeeper-3.8.0.jar), not zookeeper-jute/-it/-recipes-*.
+    versioned = sorted(p for p in java_share.glob("zookeeper-[0-9]*.jar") if p.is_file())
+    return versioned[-1] if versioned else None
+
+
+def _find_java() -> Path | None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return Path(java_home) / "bin" / "java"
+    found = shutil.which("java")
+    return Path(found) if found else None
+
+
+def find_install(java_share: Path = JAVA_SHARE) -> ZooKeeperInstall:
+    """The ZooKeeper jar and the JVM to run it; :class:`ZooKeeperNotInstalled` if missing."""
+    jar = _find_jar(java_share)
+    if jar is None:
+        raise ZooKeeperNotInstalled(
+            f"no ZooKeeper server jar in {java_share} (zookeeper.jar or zookeeper-<version>.jar)"
+            f": {INSTALL_HINT} (`make test`'s set-up does)"
+        )
+    java = _find_java()
+    if java is None:
+        raise ZooKeeperNotInstalled(
+            "no java on PATH or in JAVA_HOME: ZooKeeper needs a JVM "
+            "(apt-get install zookeeper pulls one in; or install default-jre-headless)"
+        )
+    binding = java_share / SLF4J_BINDING
+    return ZooKeeperInstall(java, jar, binding if binding.is_file() else None)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (bind to port 0, read it back, close)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether ``port`` can be bound now (the server sets SO_REUSEADDR, so do we)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def four_letter(port: int, word: str, timeout: float = 1.0, host: str = "127.0.0.1") -> str:
+    """Send a four-letter word (``ruok``, ``srvr``, ...) and return the whole answer."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(word.encode())
+        chunks = []
+        while chunk := sock.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+def _ready(port: int) -> bool:
+    # ``ruok`` answers ``imok`` as soon as the port is open, before the server has loaded its
+    # database; ``srvr`` names the mode only once it serves requests.
+    try:
+        return (four_letter(port, "ruok", 0.5) == "imok"
+                and "Mode: " in four_letter(port, "srvr", 0.5))
+    except OSError:
+        return False
+
+
+def write_config(path: Path, data_dir: Path, port: int, tick_ms: int, force_sync: bool,
+                 max_session_timeout_ms: int | None = None) -> None:
+    # ZooKeeper caps a client's session timeout at maxSessionTimeout, 20 ticks by default
+    # (40 s with the default tick; 4 s with a 200 ms tick, shorter than a broker may ask).
+    max_session = max_session_timeout_ms or 20 * tick_ms
+    path.write_text(
+        f"tickTime={tick_ms}\n"
+        f"maxSessionTimeout={max_session}\n"
+        f"dataDir={data_dir}\n"
+        f"clientPort={port}\n"
+        "clientPortAddress=127.0.0.1\n"
+        "maxClientCnxns=0\n"
+        "admin.enableServer=false\n"
+        "4lw.commands.whitelist=ruok,srvr,stat,cons\n"
+        # fsync of the transaction log costs time and buys nothing for throwaway data
+        f"forceSync={'yes' if force_sync else 'no'}\n"
+    )
+
+
+class LocalZooKeeper:
+    """One standalone server process listening on 127.0.0.1:``port``."""
+
+    def __init__(self, port: int, data_dir: Path, log_path: Path,
+                 process: subprocess.Popen[bytes], log_file: IO[bytes]) -> None:
+        self.port = port
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.process = process
+        self._log_file = log_file
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def connect_string(self, chroot: str = "") -> str:
+        return self.address + chroot
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_ready(self, timeout: float = START_DEADLINE_S) -> None:
+        deadline = time.monotonic() + timeout
+        while not _ready(self.port):
+            if self.process.poll() is not None:
+                raise ZooKeeperStartError(
+                    f"ZooKeeper exited at start (status {self.process.returncode}); "
+                    f"{self.log_path}:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise ZooKeeperStartError(
+                    f"ZooKeeper not ready on {self.address} in {timeout:.0f} s; "
+                    f"{self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+    def pause(self) -> None:
+        """SIGSTOP the server: clients lose their connection (and later their sessions)."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def stop(self, grace: float = STOP_GRACE_S) -> int | None:
+        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL. Returns the exit status."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
+                self.process.terminate()
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(grace)
+        self._log_file.close()
+        return self.process.returncode
+
+
+def start_zookeeper(
+    data_dir: Path,
+    *,
+    port: int | None = None,
+    log_path: Path | None = None,
+    tick_ms: int = DEFAULT_TICK_MS,
+    force_sync: bool = True,
+    max_session_timeout_ms: int | None = None,
+    heap_mb: int = DEFAULT_HEAP_MB,
+    timeout: float = START_DEADLINE_S,
+    install: ZooKeeperInstall | None = None,
+) -> LocalZooKeeper:
+    """Start a server on ``port`` (default: a free one) with its data and ``zoo.cfg`` in
+    ``data_dir``, and return once it answers ``ruok``. The log goes to ``log_path``
+    (default ``data_dir/zookeeper.log``); sessions may last up to ``max_session_timeout_ms``
+    (default: ZooKeeper's 20 ticks). Raises :class:`ZooKeeperNotInstalled` or
+    :class:`ZooKeeperStartError`; a server that failed to start is stopped."""
+    install = install or find_install()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    chosen = port if port is not None else free_port()
+    if port is not None and not port_free(port):
+        # checked first: the readiness probe would otherwise talk to whoever holds the port
+        raise ZooKeeperStartError(f"cannot start ZooKeeper: 127.0.0.1:{port} is in use")
+    config = data_dir / "zoo.cfg"
+    write_config(config, data_dir / "data", chosen, tick_ms, force_sync,
+                 max_session_timeout_ms)
+    log_path = log_path or data_dir / "zookeeper.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_file = log_path.open("ab")
+    process = subprocess.Popen(
+        [str(install.java), f"-Xmx{heap_mb}m", *JVM_FLAGS, "-cp", install.classpath,
+         MAIN_CLASS, str(config)],
+        stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    server = LocalZooKeeper(chosen, data_dir, log_path, process, log_file)
+    try:
+        server.wait_ready(timeout)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+

@@ -1,0 +1,264 @@
+"""A multi-broker cluster for the interop tests: a real ZooKeeper and N ``odradek serve``.
+
+Not a conftest: import what you need, e.g.::
+
+    from tests.interop._cluster import Cluster, cluster3  # noqa: F401 (the fixture)
+
+    def test_something(cluster3: Cluster) -> None:
+        cluster3.kill9(cluster3.controller()[0])
+        cluster3.wait_for(lambda: cluster3.controller()[0] not in (None, old), 15, "a new one")
+
+ZooKeeper is started by :mod:`odradek.cluster.local_zookeeper` (200 ms ticks, no fsync);
+each cluster has its own chroot. Broker ``id`` (1..N) is :func:`start_broker` with
+``broker.id``, ``zookeeper.connect`` and a short ``zookeeper.session.timeout.ms``
+(:data:`SESSION_TIMEOUT_MS`: a broker killed -9 is gone from ZooKeeper within it); its port
+and data dir are chosen once, so :meth:`Cluster.start` after :meth:`Cluster.kill9` or
+:meth:`Cluster.stop` brings the same broker back. :meth:`Cluster.start` returns once the
+broker accepts connections and its ``/brokers/ids/<id>`` is registered.
+
+The module-scoped :func:`cluster3` fixture is shared by the tests of a module;
+:func:`cluster3` restarts (and SIGCONTs) whatever a test left down before the next test, so
+tests may kill brokers freely as long as they tolerate the restart's own effects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from odradek.cluster.local_zookeeper import LocalZooKeeper, ZooKeeperNotInstalled, start_zookeeper
+
+from ._broker import BrokerProcess, BrokerStartError, free_port, start_broker
+
+T = TypeVar("T")
+
+#: Short enough that a killed broker (or controller) is noticed in seconds, long enough
+#: that a loaded 2-core machine does not expire live sessions.
+SESSION_TIMEOUT_MS = 6000
+ZK_TICK_MS = 200
+#: ZooKeeper's default cap (20 ticks, 4 s here) would cut the brokers' sessions short.
+MAX_SESSION_TIMEOUT_MS = 60_000
+REGISTER_TIMEOUT_S = 30.0
+
+
+def wait_for(condition: Callable[[], T | None], timeout: float = 10.0, what: str = "") -> T:
+    """Poll ``condition`` until it returns something truthy (returned), failing after
+    ``timeout`` seconds with ``what`` and the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = condition()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for "
+                                 f"{what or condition} (last: {last!r})")
+        time.sleep(0.05)
+
+
+class Cluster:
+    """ZooKeeper + brokers ``1..size``; everything started is stopped by :meth:`close`."""
+
+    def __init__(self, root: Path, size: int = 3,
+                 overrides: Mapping[str, Any] | None = None) -> None:
+        self.root = root
+        self.size = size
+        self.chroot = f"/odradek-{uuid.uuid4().hex[:8]}"
+        self.overrides = dict(overrides or {})
+        self.brokers: dict[int, BrokerProcess] = {}
+        self.ports: dict[int, int] = {}
+        self.zookeeper: LocalZooKeeper | None = None
+        self._zk: KazooClient | None = None
+        try:
+            self.zookeeper = start_zookeeper(
+                root / "zookeeper", tick_ms=ZK_TICK_MS, force_sync=False,
+                max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS)
+        except ZooKeeperNotInstalled as exc:
+            pytest.fail(str(exc))
+
+    # ---- addresses
+    @property
+    def zookeeper_connect(self) -> str:
+        assert self.zookeeper is not None
+        return self.zookeeper.connect_string(self.chroot)
+
+    def address(self, broker_id: int) -> str:
+        return f"127.0.0.1:{self.ports[broker_id]}"
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's address (live or not), comma-separated."""
+        return ",".join(self.address(i) for i in sorted(self.ports))
+
+    def data_dir(self, broker_id: int) -> Path:
+        return self.root / f"broker-{broker_id}"
+
+    def broker_overrides(self, broker_id: int) -> dict[str, Any]:
+        return {
+            "broker.id": broker_id,
+            "zookeeper.connect": self.zookeeper_connect,
+            "zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS,
+            **self.overrides,
+        }
+
+    # ---- lifecycle of one broker
+    def start(self, broker_id: int, wait_registered: bool = True) -> BrokerProcess:
+        """Start broker ``broker_id`` (same port and data dir as before, if it ran before)."""
+        old = self.brokers.get(broker_id)
+        if old is not None and old.alive():
+            raise AssertionError(f"broker {broker_id} is already running")
+        broker = start_broker(
+            self.root, port=self.ports.get(broker_id), data_dir=self.data_dir(broker_id),
+            overrides=self.broker_overrides(broker_id),
+        )
+        self.brokers[broker_id] = broker
+        self.ports[broker_id] = broker.port
+        if wait_registered:
+            self.wait_for(lambda: self.registered(broker_id) and broker.alive(),
+                          REGISTER_TIMEOUT_S, f"broker {broker_id} in /brokers/ids",
+                          broker=broker)
+        return broker
+
+    def start_all(self) -> None:
+        for broker_id in range(1, self.size + 1):
+            self.start(broker_id, wait_registered=False)
+        self.wait_for(lambda: all(self.registered(i) for i in range(1, self.size + 1)),
+                      REGISTER_TIMEOUT_S, "every broker in /brokers/ids")
+
+    def kill9(self, broker_id: int) -> None:
+        self.brokers[broker_id].kill9()
+
+    def stop(self, broker_id: int) -> int | None:
+        return self.brokers[broker_id].stop()
+
+    def sigstop(self, broker_id: int) -> None:
+        os.killpg(self.brokers[broker_id].pid, signal.SIGSTOP)
+
+    def sigcont(self, broker_id: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.brokers[broker_id].pid, signal.SIGCONT)
+
+    def alive(self, broker_id: int) -> bool:
+        broker = self.brokers.get(broker_id)
+        return broker is not None and broker.alive()
+
+    def restore(self) -> None:
+        """Every broker running again (SIGCONT the paused, restart the dead)."""
+        for broker_id in range(1, self.size + 1):
+            if broker_id in self.brokers:
+                self.sigcont(broker_id)
+            if not self.alive(broker_id):
+                self.start(broker_id)
+
+    # ---- ZooKeeper's view
+    @property
+    def zk(self) -> KazooClient:
+        """A kazoo client on the cluster's chroot (opened on first use)."""
+        if self._zk is None:
+            assert self.zookeeper is not None
+            client = KazooClient(hosts=self.zookeeper_connect, timeout=10.0)
+            client.start(timeout=15)
+            self._zk = client
+        return self._zk
+
+    def zk_get(self, path: str) -> bytes | None:
+        try:
+            data, _ = self.zk.get(path)
+        except NoNodeError:
+            return None
+        return bytes(data) if data is not None else b""
+
+    def registered(self, broker_id: int) -> bool:
+        return self.zk_get(f"/brokers/ids/{broker_id}") is not None
+
+    def live_ids(self) -> set[int]:
+        try:
+            return {int(c) for c in self.zk.get_children("/brokers/ids")}
+        except NoNodeError:
+            return set()
+
+    def controller(self) -> tuple[int | None, int | None]:
+        """(``/controller``'s brokerid, ``/controller_epoch``), None where absent."""
+        raw = self.zk_get("/controller")
+        epoch = self.zk_get("/controller_epoch")
+        controller_id = int(json.loads(raw)["brokerid"]) if raw else None
+        return controller_id, int(epoch) if epoch else None
+
+    def wait_controller(self, timeout: float = 15.0) -> tuple[int, int]:
+        """(controller id, epoch) once ``/controller`` and ``/controller_epoch`` exist."""
+        def known() -> tuple[int, int] | None:
+            controller_id, epoch = self.controller()
+            return None if controller_id is None or epoch is None else (controller_id, epoch)
+
+        return self.wait_for(known, timeout, "a controller in /controller")
+
+    # ---- waiting
+    def wait_for(self, condition: Callable[[], T | None], timeout: float = 10.0,
+                 what: str = "", broker: BrokerProcess | None = None) -> T:
+        """:func:`wait_for`, with the brokers' stderr tails in the failure message."""
+        try:
+            return wait_for(condition, timeout, what)
+        except AssertionError as exc:
+            shown = [broker] if broker is not None else list(self.brokers.values())
+            details = "\n".join(b.describe(tail=2000) for b in shown)
+            raise AssertionError(f"{exc}\n{details}") from None
+
+    def describe(self) -> str:
+        return "\n".join(b.describe(tail=2000) for b in self.brokers.values())
+
+    # ---- teardown
+    def close(self) -> None:
+        for broker_id in list(self.brokers):
+            self.sigcont(broker_id)
+        for broker in self.brokers.values():
+            broker.stop()
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def running_cluster(root: Path, size: int = 3,
+                    overrides: Mapping[str, Any] | None = None) -> Iterator[Cluster]:
+    with Cluster(root, size, overrides) as cluster:
+        cluster.start_all()
+        yield cluster
+    if os.environ.get("ODRADEK_KEEP_CLUSTER_DIR") is None:
+        shutil.rmtree(root / "zookeeper", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster3_shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("cluster3")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster3(cluster3_shared: Cluster) -> Cluster:
+    """The module's 3-broker cluster, with every broker running at the start of the test."""
+    cluster3_shared.restore()
+    return cluster3_shared
+
+
+__all__ = ["BrokerStartError", "Cluster", "cluster3", "cluster3_shared", "free_port",
+           "running_cluster", "wait_for"]

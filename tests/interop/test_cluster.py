@@ -1,0 +1,457 @@
+"""Acceptance: three brokers in cluster mode over a real ZooKeeper, driven by real clients.
+
+The contract (docs/architecture.md, "Cluster mode over ZooKeeper"): brokers register in
+``/brokers/ids``, one is controller (``/controller``, ``/controller_epoch``), a topic's
+partitions are spread over the brokers, every client works bootstrapping from any one
+broker, the controller fails over within the session timeout, a restarted broker leads its
+partitions again, a live broker's id cannot be taken, group coordinators live on any
+broker, and a replication factor above 1 is refused until replication lands.
+
+All tests share one module-scoped cluster (:func:`tests.interop._cluster.cluster3`); a
+broker a test kills or stops is restarted before the next test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from odradek.client.connection import BrokerConnection, ClientError
+from odradek.client.groups import GroupsClient
+
+from ._broker import BrokerProcess, BrokerStartError, java_client, kcat, kcat_path, start_broker
+from ._cluster import SESSION_TIMEOUT_MS, Cluster, cluster3, cluster3_shared, wait_for
+
+__all__ = ["cluster3", "cluster3_shared"]  # the fixtures, used by name
+
+pytestmark = pytest.mark.interop
+
+PARTITIONS = 6
+PER_PARTITION = 10
+RECORDS = PARTITIONS * PER_PARTITION
+BROKER_IDS = (1, 2, 3)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def describe_cluster(bootstrap: str) -> Any:
+    client = admin(bootstrap)  # held: a collected client fails its futures with _DESTROY
+    return client.describe_cluster(request_timeout=15).result(20)
+
+
+def metadata(bootstrap: str, topic: str | None = None) -> Any:
+    return admin(bootstrap).list_topics(topic=topic, timeout=15)
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """``{partition: leader}`` as broker ``bootstrap`` sees it ({} if unknown)."""
+    t = metadata(bootstrap, topic).topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p.id: p.leader for p in t.partitions.values()}
+
+
+def create_topic(cluster: Cluster, topic: str, partitions: int = PARTITIONS,
+                 via: int = 1) -> dict[int, int]:
+    """Create ``topic`` (replication factor 1) through broker ``via``; return its leaders
+    once every broker's metadata gives every partition a leader (the same one)."""
+    from confluent_kafka.admin import NewTopic
+
+    client = admin(cluster.address(via))
+    futures = client.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+        operation_timeout=30, request_timeout=30)
+    futures[topic].result(timeout=60)
+
+    seen: list[dict[int, int]] = []
+
+    def agreed() -> dict[int, int] | None:
+        seen[:] = [leaders(cluster.address(i), topic) for i in BROKER_IDS]
+        first = seen[0]
+        if (len(first) == partitions and all(v >= 0 for v in first.values())
+                and all(s == first for s in seen)):
+            return first
+        return None
+
+    try:
+        return cluster.wait_for(agreed, 30, f"every broker agreeing on the leaders of {topic}")
+    except AssertionError as exc:
+        raise AssertionError(f"{{partition: leader}} seen by brokers {BROKER_IDS}: {seen}\n"
+                             f"{exc}") from None
+
+
+def expected_records() -> dict[int, set[tuple[bytes, bytes]]]:
+    return {p: {(f"key-{i}".encode(), f"value-{i}".encode())
+                for i in range(p, RECORDS, PARTITIONS)} for p in range(PARTITIONS)}
+
+
+# ---------------------------------------------------------------- clients: produce / consume
+
+
+def produce_confluent(bootstrap: str, topic: str) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for p, records in expected_records().items():
+        for key, value in records:
+            producer.produce(topic, value=value, key=key, partition=p)
+    assert producer.flush(30) == 0
+
+
+def consume_confluent(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"),
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    got: dict[int, set[tuple[bytes, bytes]]] = {p: set() for p in range(PARTITIONS)}
+    deadline = time.monotonic() + 30
+    try:
+        while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            got[msg.partition()].add((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+def roundtrip_confluent(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
+    produce_confluent(bootstrap, topic)
+    return consume_confluent(bootstrap, topic)
+
+
+def roundtrip_kafka_python(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    producer = KafkaProducer(bootstrap_servers=[bootstrap], linger_ms=5)
+    for p, records in expected_records().items():
+        for key, value in records:
+            producer.send(topic, key=key, value=value, partition=p)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=[bootstrap], enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    got: dict[int, set[tuple[bytes, bytes]]] = {p: set() for p in range(PARTITIONS)}
+    deadline = time.monotonic() + 30
+    try:
+        while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
+            for tp, msgs in consumer.poll(timeout_ms=500).items():
+                got[tp.partition].update((m.key, m.value) for m in msgs)
+    finally:
+        consumer.close()
+    return got
+
+
+def roundtrip_aiokafka(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    async def run() -> dict[int, set[tuple[bytes, bytes]]]:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        await producer.start()
+        try:
+            sent = [await producer.send(topic, key=key, value=value, partition=p)
+                    for p, records in expected_records().items() for key, value in records]
+            await asyncio.gather(*sent)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        got: dict[int, set[tuple[bytes, bytes]]] = {p: set() for p in range(PARTITIONS)}
+        try:
+            parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+            consumer.assign(parts)
+            await consumer.seek_to_beginning(*parts)
+            deadline = time.monotonic() + 30
+            while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                for tp, msgs in batches.items():
+                    got[tp.partition].update((m.key or b"", m.value or b"") for m in msgs)
+        finally:
+            await consumer.stop()
+        return got
+
+    return asyncio.run(run())
+
+
+def roundtrip_kcat(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
+    if kcat_path() is None:
+        pytest.fail("kcat is not installed: run `make test` (scripts/install-java-client)")
+    for p, records in expected_records().items():
+        lines = "".join(f"{k.decode()}:{v.decode()}\n" for k, v in sorted(records))
+        kcat("-b", bootstrap, "-P", "-t", topic, "-p", str(p), "-K", ":", input=lines)
+    out = kcat("-b", bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-J", "-q").stdout
+    got: dict[int, set[tuple[bytes, bytes]]] = {p: set() for p in range(PARTITIONS)}
+    for line in out.splitlines():
+        if line.strip():
+            msg = json.loads(line)
+            got[msg["partition"]].add((msg["key"].encode(), msg["payload"].encode()))
+    return got
+
+
+def roundtrip_java(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
+    """The Java client produces RECORDS keyed records (its default partitioner spreads them)
+    and counts them back; the records themselves are then read with confluent-kafka."""
+    java = java_client()
+    res = java(bootstrap, "produce", topic, RECORDS)
+    assert res.ok, res.describe()
+    res = java(bootstrap, "consume-count", topic, RECORDS)
+    assert res.ok, res.describe()
+    assert res.summary["count"] == RECORDS, res.describe()
+    return consume_confluent(bootstrap, topic)
+
+
+ROUNDTRIPS: dict[str, Callable[[str, str], dict[int, set[tuple[bytes, bytes]]]]] = {
+    "confluent-kafka": roundtrip_confluent,
+    "kafka-python": roundtrip_kafka_python,
+    "aiokafka": roundtrip_aiokafka,
+    "kcat": roundtrip_kcat,
+    "java": roundtrip_java,
+}
+
+
+# ---------------------------------------------------------------- the tests
+
+
+def test_three_brokers_form_a_cluster(cluster3: Cluster) -> None:
+    expected = {i: cluster3.address(i) for i in BROKER_IDS}
+    assert cluster3.live_ids() == set(BROKER_IDS)
+    for i in BROKER_IDS:
+        cluster3.wait_for(
+            lambda i=i: {b.id: f"{b.host}:{b.port}"  # type: ignore[misc]
+                         for b in metadata(cluster3.address(i)).brokers.values()} == expected,
+            15, f"broker {i}'s Metadata listing all three brokers")
+    controller_id, epoch = cluster3.wait_controller()
+    assert controller_id in BROKER_IDS and epoch >= 1
+    for i in BROKER_IDS:
+        described = describe_cluster(cluster3.address(i))
+        assert described.controller is not None, f"broker {i}: DescribeCluster has no controller"
+        assert described.controller.id == controller_id, (i, described.controller)
+        assert {n.id for n in described.nodes} == set(BROKER_IDS)
+        assert metadata(cluster3.address(i)).controller_id == controller_id
+
+
+def test_six_partitions_spread_over_three_brokers(cluster3: Cluster) -> None:
+    topic = unique("spread")
+    by_partition = create_topic(cluster3, topic)
+    assert Counter(by_partition.values()) == {1: 2, 2: 2, 3: 2}, by_partition
+    md = metadata(cluster3.address(2), topic).topics[topic]
+    for p in md.partitions.values():
+        assert p.replicas == [p.leader] and p.isrs == [p.leader], p
+    # ZooKeeper holds the same: the assignment and each partition's state
+    raw = cluster3.zk_get(f"/brokers/topics/{topic}")
+    assert raw is not None, f"/brokers/topics/{topic} missing"
+    assignment = json.loads(raw)["partitions"]
+    assert {int(p): r for p, r in assignment.items()} == {p: [b] for p, b in by_partition.items()}
+    for p, leader in by_partition.items():
+        state = cluster3.zk_get(f"/brokers/topics/{topic}/partitions/{p}/state")
+        assert state is not None and json.loads(state)["leader"] == leader
+
+
+@pytest.mark.parametrize("client", list(ROUNDTRIPS))
+def test_every_client_produces_and_consumes_from_one_bootstrap_broker(
+    cluster3: Cluster, client: str
+) -> None:
+    via = 1 + list(ROUNDTRIPS).index(client) % 3  # each broker is some client's bootstrap
+    topic = unique(f"rt-{client}")
+    create_topic(cluster3, topic, via=via)
+    got = ROUNDTRIPS[client](cluster3.address(via), topic)
+    everything = set().union(*got.values())
+    if client == "java":  # its own partitioner chose the partitions
+        assert everything == set().union(*expected_records().values()), got
+        assert len([p for p, r in got.items() if r]) > 1, "every record in one partition"
+    else:
+        assert got == expected_records(), {p: len(r) for p, r in got.items()}
+
+
+def test_killing_the_controller_elects_another_with_a_higher_epoch(cluster3: Cluster) -> None:
+    old_id, old_epoch = cluster3.wait_controller()
+    killed_at = time.monotonic()
+    cluster3.kill9(old_id)
+    session_s = SESSION_TIMEOUT_MS / 1000
+
+    def new_controller() -> tuple[int, int] | None:
+        cid, epoch = cluster3.controller()
+        if cid is not None and cid != old_id and epoch is not None and epoch > old_epoch:
+            return cid, epoch
+        return None
+
+    new_id, new_epoch = cluster3.wait_for(new_controller, 2 * session_s + 10,
+                                          f"a controller other than {old_id}")
+    elapsed = time.monotonic() - killed_at
+    # the session expires within its timeout; the election is then one ZooKeeper multi
+    assert elapsed < session_s + 3, f"failover took {elapsed:.1f} s (session {session_s} s)"
+    assert new_id in set(BROKER_IDS) - {old_id}
+    survivor = cluster3.address(new_id)
+    cluster3.wait_for(
+        lambda: describe_cluster(survivor).controller.id == new_id, 15,
+        f"DescribeCluster naming {new_id}")
+    # the killed broker comes back as an ordinary broker; the controller stays
+    cluster3.start(old_id)
+    assert cluster3.controller() == (new_id, new_epoch)
+
+
+def test_a_paused_broker_loses_its_registration_and_gets_it_back(cluster3: Cluster) -> None:
+    controller_id, _ = cluster3.wait_controller()
+    paused = next(i for i in (3, 2, 1) if i != controller_id)
+    cluster3.sigstop(paused)
+    try:
+        # paused longer than its session: ZooKeeper expires it and its ephemeral node goes
+        cluster3.wait_for(lambda: not cluster3.registered(paused),
+                          2 * SESSION_TIMEOUT_MS / 1000 + 10, f"broker {paused} expired")
+    finally:
+        cluster3.sigcont(paused)
+    # resumed, it sees its session expired and registers again on a new one
+    cluster3.wait_for(lambda: cluster3.registered(paused), 30, f"broker {paused} back")
+    others = [cluster3.address(i) for i in BROKER_IDS if i != paused]
+    cluster3.wait_for(
+        lambda: all(paused in metadata(a).brokers for a in others), 15,
+        f"the other brokers listing {paused} again")
+
+
+def test_a_restarted_broker_takes_its_partitions_back(cluster3: Cluster) -> None:
+    topic = unique("restart")
+    by_partition = create_topic(cluster3, topic)
+    produce_confluent(cluster3.address(1), topic)
+    controller_id = cluster3.controller()[0]
+    victim = next(i for i in (3, 2, 1) if i != controller_id)  # no failover mixed in
+    survivor = cluster3.address(next(i for i in BROKER_IDS if i != victim))
+    its_partitions = sorted(p for p, b in by_partition.items() if b == victim)
+    assert len(its_partitions) == 2
+    cluster3.kill9(victim)
+    # with replication factor 1 nobody else holds the data: the partitions go offline
+    cluster3.wait_for(
+        lambda: all(leaders(survivor, topic).get(p) == -1 for p in its_partitions),
+        2 * SESSION_TIMEOUT_MS / 1000 + 10, f"partitions {its_partitions} offline")
+    cluster3.start(victim)
+    cluster3.wait_for(
+        lambda: all(leaders(cluster3.address(i), topic) == by_partition for i in BROKER_IDS),
+        30, f"broker {victim} leading {its_partitions} again")
+    assert consume_confluent(survivor, topic) == expected_records()
+
+
+def test_a_second_broker_with_a_live_id_is_refused(cluster3: Cluster) -> None:
+    root = cluster3.root / unique("duplicate")
+    overrides = cluster3.broker_overrides(2)
+    process: BrokerProcess | None = None
+    try:
+        try:
+            process = start_broker(root, data_dir=root / "data", overrides=overrides)
+        except BrokerStartError as exc:
+            message = str(exc)  # exited during start-up, as it should
+        else:  # it listened before registering: it must exit on its own anyway
+            started = process
+            wait_for(lambda: not started.alive(), 30, "the duplicate broker to exit")
+            message = started.describe()
+        assert re.search(r"returncode=[1-9]", message), message
+        assert re.search(r"broker\.id 2 .*(already|in use)", message), message
+    finally:
+        if process is not None:
+            process.kill9()
+    assert cluster3.alive(2) and cluster3.registered(2)
+    stored = cluster3.zk_get("/brokers/ids/2")
+    assert stored is not None
+    assert str(cluster3.ports[2]) in json.loads(stored)["endpoints"][0]
+
+
+def find_coordinator(bootstrap: str, group: str) -> int:
+    async def ask() -> int:
+        async with await BrokerConnection.open(bootstrap) as conn:
+            node_id, _, _ = await GroupsClient(conn).find_coordinator(group)
+            return node_id
+
+    def attempt() -> int | None:
+        try:
+            return asyncio.run(ask())
+        except ClientError:  # COORDINATOR_NOT_AVAILABLE while __consumer_offsets is created
+            return None
+
+    return wait_for(attempt, 30, f"a coordinator for {group}")
+
+
+def test_a_group_coordinated_by_another_broker_survives_its_restart(cluster3: Cluster) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    bootstrap = cluster3.address(1)
+    topic = unique("grp")
+    create_topic(cluster3, topic)
+    group, coordinator = next(
+        (g, c) for g in (unique("group") for _ in range(50))
+        if (c := find_coordinator(bootstrap, g)) != 1
+    )
+    producer = Producer({"bootstrap.servers": bootstrap})
+
+    def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(),
+                             partition=i % PARTITIONS)
+        assert producer.flush(30) == 0
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "session.timeout.ms": 10000, "heartbeat.interval.ms": 500})
+    consumer.subscribe([topic])
+
+    def consume(count: int, timeout: float = 60) -> list[bytes]:
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(values) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            values.append(msg.value() or b"")
+        assert len(values) == count, f"read {len(values)} of {count}"
+        consumer.commit(asynchronous=False)
+        return values
+
+    try:
+        produce(0, 30)
+        assert sorted(consume(30)) == sorted(f"v{i}".encode() for i in range(30))
+        cluster3.stop(coordinator)
+        cluster3.start(coordinator)
+        produce(30, 30)
+        assert sorted(consume(30)) == sorted(f"v{i}".encode() for i in range(30, 60))
+        committed = consumer.committed(
+            [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=15)
+        assert sum(tp.offset for tp in committed) == 60, committed
+    finally:
+        consumer.close()
+    assert find_coordinator(cluster3.address(2), group) == coordinator
+
+
+def test_replication_factor_3_is_refused_until_replication_lands(cluster3: Cluster) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    topic = unique("rf3")
+    client = admin(cluster3.address(2))
+    futures = client.create_topics(
+        [NewTopic(topic, num_partitions=3, replication_factor=3)], request_timeout=15)
+    with pytest.raises(KafkaException) as raised:
+        futures[topic].result(timeout=30)
+    error = raised.value.args[0]
+    assert error.code() == KafkaError.INVALID_REPLICATION_FACTOR, error
+    # the message says why: replication between brokers is missing, not a bad request
+    assert re.search(r"replication\b.*\bnot\b|\bnot\b.*replication", error.str().lower()), (
+        error.str())
+    assert topic not in metadata(cluster3.address(1)).topics
