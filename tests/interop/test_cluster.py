@@ -311,6 +311,58 @@ def test_killing_the_controller_elects_another_with_a_higher_epoch(cluster3: Clu
     assert cluster3.controller() == (new_id, new_epoch)
 
 
+def test_a_stale_controller_resumed_after_a_takeover_changes_nothing(cluster3: Cluster) -> None:
+    """Seed 000's zombie controller: SIGSTOP the controller until another takes over, lose
+    a broker meanwhile (decisions to take), SIGCONT the old one. Every write a controller
+    makes is fenced by the version of /controller_epoch, so nothing the old one could still
+    try lands: every state and notification written since the takeover carries the new
+    epoch, the old broker resigns and rejoins as an ordinary broker."""
+    topic = unique("stale")
+    by_partition = create_topic(cluster3, topic)
+    old_id, old_epoch = cluster3.wait_controller()
+    old_broker = cluster3.brokers[old_id]
+    session_s = SESSION_TIMEOUT_MS / 1000
+    cluster3.sigstop(old_id)
+    try:
+        def taken_over() -> tuple[int, int] | None:
+            cid, epoch = cluster3.controller()
+            ok = cid not in (None, old_id) and epoch is not None and epoch > old_epoch
+            return (cid, epoch) if ok else None  # type: ignore[return-value]
+
+        new_id, new_epoch = cluster3.wait_for(taken_over, 2 * session_s + 10,
+                                              f"a controller other than {old_id}")
+        _, takeover = cluster3.zk.get("/controller_epoch")
+        victim = next(i for i in BROKER_IDS if i not in (old_id, new_id))
+        lost = sorted(p for p, b in by_partition.items() if b == victim)
+        cluster3.kill9(victim)
+
+        def offline_by_new_controller() -> bool:
+            for p in lost:
+                raw = cluster3.zk_get(f"/brokers/topics/{topic}/partitions/{p}/state")
+                state = json.loads(raw) if raw else {}
+                if state.get("leader") != -1 or state.get("controller_epoch") != new_epoch:
+                    return False
+            return True
+
+        cluster3.wait_for(offline_by_new_controller, 2 * session_s + 10,
+                          f"partitions {lost} of broker {victim} offline, by epoch {new_epoch}")
+    finally:
+        cluster3.sigcont(old_id)
+    cluster3.wait_for(lambda: "resigns as controller" in old_broker.stderr(), 2 * session_s + 10,
+                      f"broker {old_id} resigning")
+    cluster3.wait_for(lambda: cluster3.registered(old_id), 30, f"broker {old_id} back")
+    assert cluster3.controller() == (new_id, new_epoch)
+    # Nothing written after the takeover carries the old epoch.
+    for p in by_partition:
+        raw, stat = cluster3.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")
+        if stat.mzxid > takeover.mzxid:
+            assert json.loads(raw)["controller_epoch"] == new_epoch
+    for name in cluster3.zk.get_children("/partition_state_notification"):
+        raw, stat = cluster3.zk.get(f"/partition_state_notification/{name}")
+        if stat.czxid > takeover.mzxid:
+            assert json.loads(raw)["controller_epoch"] == new_epoch, name
+
+
 def test_a_paused_broker_loses_its_registration_and_gets_it_back(cluster3: Cluster) -> None:
     controller_id, _ = cluster3.wait_controller()
     paused = next(i for i in (3, 2, 1) if i != controller_id)
