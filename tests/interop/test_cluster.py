@@ -507,3 +507,54 @@ def test_replication_factor_3_is_refused_until_replication_lands(cluster3: Clust
     assert re.search(r"replication\b.*\bnot\b|\bnot\b.*replication", error.str().lower()), (
         error.str())
     assert topic not in metadata(cluster3.address(1)).topics
+
+
+def set_cluster_default(bootstrap: str, key: str, value: str | None) -> None:
+    """IncrementalAlterConfigs on the BROKER resource "" (the cluster-wide default), which
+    confluent-kafka's AdminClient cannot name; SET, or DELETE with None."""
+    from kio.schema.incremental_alter_configs.v1 import request as m
+    from kio.static.primitive import i8
+
+    async def send() -> Any:
+        conn = await BrokerConnection.open(bootstrap)
+        try:
+            return await conn.send(m.IncrementalAlterConfigsRequest(
+                resources=(m.AlterConfigsResource(
+                    resource_type=i8(4), resource_name="",
+                    configs=(m.AlterableConfig(
+                        name=key, config_operation=i8(0 if value is not None else 1),
+                        value=value),)),),
+                validate_only=False))
+        finally:
+            await conn.close()
+
+    response = asyncio.run(send())
+    assert response.responses[0].error_code == 0, response
+
+
+def test_configs_changed_through_one_broker_reach_every_broker(cluster3: Cluster) -> None:
+    """A topic's config and a cluster-wide dynamic broker default, both set through broker
+    1, are in force on broker 3: what its DescribeConfigs answers for the topic comes from
+    the configs it layered itself."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = unique("configs")
+    create_topic(cluster3, topic)
+    through = admin(cluster3.address(1))
+    topic_config = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("segment.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    for future in through.incremental_alter_configs([topic_config]).values():
+        future.result(timeout=30)
+    set_cluster_default(cluster3.address(1), "log.retention.ms", "7200000")
+    try:
+        elsewhere = admin(cluster3.address(3))
+
+        def seen_on_broker_3() -> bool:
+            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            configs = elsewhere.describe_configs([resource])[resource].result(timeout=15)
+            return (configs["segment.ms"].value == "3600000"
+                    and configs["retention.ms"].value == "7200000")
+
+        cluster3.wait_for(seen_on_broker_3, 15, "broker 3 applying both changes")
+    finally:
+        set_cluster_default(cluster3.address(1), "log.retention.ms", None)

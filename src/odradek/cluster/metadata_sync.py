@@ -17,6 +17,8 @@ applies it and tells its listeners (the replica manager hosts logs and updates p
   the newest seen (a deposed controller's), and reads the states they name with pipelined
   reads. At start, and after a new ZooKeeper session (notifications may have been purged
   meanwhile), every state is read once instead.
+- *Dynamic broker configs.* Data watches on ``/config/brokers/<default>`` and
+  ``/config/brokers/<id>``: a change made through any broker is layered again here.
 - *Brokers.* The live brokers (``/brokers/ids``) and the controller are read by
   :class:`~odradek.cluster.membership.BrokerChangeWatcher` and the election; this module
   only carries topics and states.
@@ -46,10 +48,17 @@ Post = Callable[[Callable[[], None]], None]
 
 
 class MetadataSync:
-    def __init__(self, store: MetadataStore, metadata: ClusterMetadata, post: Post) -> None:
+    def __init__(
+        self, store: MetadataStore, metadata: ClusterMetadata, post: Post,
+        broker_id: int = -1, on_broker_configs: Callable[[], None] | None = None,
+    ) -> None:
         self.store = store
         self.metadata = metadata
         self.post = post
+        self.broker_id = broker_id
+        # Called on the event loop when /config/brokers/<default> or /config/brokers/<id>
+        # changed (the dynamic broker configs, layered again by the caller).
+        self.on_broker_configs = on_broker_configs
         self._lock = threading.RLock()
         self._topics: set[str] = set()  # names whose data and config watches are set
         self._last_notification = ""  # name of the newest notification handled
@@ -63,6 +72,7 @@ class MetadataSync:
         self.store.add_session_listener(self._on_session)
         with self._lock:
             self._watch_topics()
+            self._watch_broker_configs()
             return self._reload_states()
 
     def close(self) -> None:
@@ -102,6 +112,24 @@ class MetadataSync:
 
     def _refresher(self, name: str) -> Callable[[str], None]:
         return lambda path: self._refresh_topic(name, path)
+
+    # -- dynamic broker configs ----------------------------------------------------------
+    def _watch_broker_configs(self, path: str = "") -> None:
+        """Set the watches on this broker's and the cluster-wide dynamic configs; when one
+        fired, have the event loop layer the dynamic configs again."""
+        if self._closed:
+            return
+        base = ClusterMetadata.BROKER_CONFIGS
+        for entity in (ClusterMetadata.DEFAULT_BROKER_ENTITY, str(self.broker_id)):
+            watched = f"{base}/{entity}"
+            if not path or path == watched:
+                try:
+                    self.store.get(watched, watch=self._watch_broker_configs)
+                except StoreError:
+                    log.exception("cannot watch %s", watched)
+        if path and self.on_broker_configs is not None:
+            callback = self.on_broker_configs
+            self.post(callback)
 
     # -- partition states ----------------------------------------------------------------
     def _reload_states(self) -> dict[tuple[str, int], PartitionState]:
@@ -190,4 +218,5 @@ class MetadataSync:
             with self._lock:
                 self._topics.clear()
                 self._watch_topics()
+                self._watch_broker_configs()
                 self._reload_states()

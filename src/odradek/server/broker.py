@@ -103,6 +103,8 @@ class Broker:
         # Dynamic broker configs (/config/brokers/…) layer over the static ones before
         # any log is loaded, so logs start with the topic defaults in effect.
         dynamic_config.apply(reconfigure_logs=False)
+        if self._cluster is not None:  # changed through another broker
+            self._cluster.on_broker_configs = dynamic_config.apply
         self.log_manager.startup(self.metadata.log_config)
         self._logs_loaded = True
         self._write_meta_properties()

@@ -58,6 +58,8 @@ class ZkCluster:
         self._registration: BrokerRegistration | None = None
         self._elector: ControllerElector | None = None
         self._controller: Controller | None = None
+        # Set by the broker: layer the dynamic broker configs again (on the event loop).
+        self.on_broker_configs: Callable[[], None] | None = None
 
     # -- start (each step blocking: called with asyncio.to_thread) --------------------------
     def connect(self, broker_id: int) -> None:
@@ -81,8 +83,13 @@ class ZkCluster:
         """Watch the live brokers, topics and partition states; returns every state."""
         self._watcher = BrokerChangeWatcher(self.store, self._brokers_changed)
         self._live = self._watcher.start()
-        self._sync = MetadataSync(self.store, metadata, self.post)
+        self._sync = MetadataSync(self.store, metadata, self.post, self.broker_id,
+                                  on_broker_configs=self._broker_configs_changed)
         return self._sync.start()
+
+    def _broker_configs_changed(self) -> None:
+        if self.on_broker_configs is not None:
+            self.on_broker_configs()
 
     def _brokers_changed(self, brokers: dict[int, BrokerInfo]) -> None:
         def apply() -> None:
