@@ -7,6 +7,7 @@ import asyncio
 import datetime
 import logging
 import time
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,6 +232,33 @@ def test_change_topics_creates_logs_off_the_loop(node: Node) -> None:
         TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
     }
     assert node.replicas.leader_partition("t", 1).is_leader
+
+
+def test_a_topic_made_through_another_broker_gets_its_logs_off_the_loop(node: Node) -> None:
+    """Cluster mode: a topic created (then one deleted) through another broker reaches
+    this one as a metadata change; its logs are made in the worker thread, after any
+    creation under way, and one deleted meanwhile leaves no log behind."""
+    rm = node.replicas
+    rm.create_logs_off_loop = True
+    metadata = node.metadata
+
+    def remote(name: str, partitions: dict[int, list[int]]) -> TopicInfo:
+        return TopicInfo(name, uuid.uuid4(), partitions)
+
+    async def main() -> None:
+        metadata.apply_topic("r", remote("r", {0: [ME], 1: [OTHER]}))
+        assert node.log_manager.logs == {}  # nothing made on the loop
+        assert rm.is_pending("r", 0) and not rm.is_pending("r", 1)
+        metadata.apply_topic("gone", remote("gone", {0: [ME]}))
+        metadata.apply_topic("gone", None)  # deleted before its log was made
+        await _until(lambda: not rm.topic_pending("r") and not rm.topic_pending("gone"),
+                     "the logs made")
+        task = rm._log_creation
+        if task is not None:
+            await asyncio.wait((task,), timeout=LONG)
+
+    _run(main())
+    assert set(node.log_manager.logs) == set(rm.partitions) == {TopicPartition("r", 0)}
 
 
 def test_change_topics_returns_the_changes_result_without_logs(node: Node) -> None:

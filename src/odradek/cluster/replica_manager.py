@@ -98,6 +98,10 @@ class ReplicaManager:
         # Told which partitions started or stopped being led here (the group
         # coordinator follows its __consumer_offsets partitions).
         self.on_leadership_change: Callable[[list[TopicPartition]], None] | None = None
+        # Cluster mode: logs of topics created or grown through another broker are made
+        # in the worker thread too (on one broker, implicit creations such as
+        # auto-created topics keep creating theirs at once).
+        self.create_logs_off_loop = False
 
     # -- life cycle ----------------------------------------------------------------------
     def startup(self) -> None:
@@ -242,6 +246,17 @@ class ReplicaManager:
 
     def _on_topic_change(self, name: str, info: TopicInfo | None) -> None:
         if info is not None:
+            if self._deferred is None and self.create_logs_off_loop:
+                # A change made elsewhere (cluster mode: through another broker): its
+                # logs are created off the loop too, after any creation under way.
+                self._deferred = []
+                try:
+                    self._host(info)
+                finally:
+                    wanted, self._deferred = self._deferred, None
+                if wanted:
+                    self._schedule_creation(wanted)
+                return
             self._host(info)
             return
         for tp in [tp for tp in list(self.log_manager.logs) if tp.topic == name]:
@@ -300,6 +315,16 @@ class ReplicaManager:
         return Partition(self.broker_id, partition_log, state,
                          on_high_watermark=lambda _p: produce_notify(tp, 0))
 
+    def _schedule_creation(self, wanted: list[tuple[TopicPartition, LogConfig]]) -> None:
+        previous = self._log_creation
+
+        async def after_previous() -> None:
+            if previous is not None and not previous.done():
+                await asyncio.wait((previous,))
+            await self._create_logs(wanted)
+
+        self._log_creation = asyncio.get_running_loop().create_task(after_previous())
+
     async def _create_logs(self, wanted: list[tuple[TopicPartition, LogConfig]]) -> None:
         try:
             await asyncio.to_thread(self._create_logs_now, wanted)
@@ -317,6 +342,8 @@ class ReplicaManager:
                 info = self.metadata.get(tp.topic)
                 if info is not None and tp.partition in info.partitions:
                     self._adopt(created)
+                else:  # deleted (through another broker) while its log was being made
+                    self.log_manager.delete_log(tp)
 
     def _create_logs_now(self, wanted: list[tuple[TopicPartition, LogConfig]]) -> None:
         """In a worker thread; each log is published to the loop by _create_logs."""

@@ -112,6 +112,7 @@ class Broker:
             self.broker_id, self.log_manager, self.metadata,
             self.fetch_purgatory, self.produce_purgatory,
         )
+        self.replica_manager.create_logs_off_loop = self._cluster is not None
         self.replica_manager.startup()
         # Groups of the __consumer_offsets partitions this broker leads are loaded
         # before the listeners open.
