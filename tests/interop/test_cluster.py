@@ -576,3 +576,19 @@ def test_configs_changed_through_one_broker_reach_every_broker(cluster3: Cluster
         cluster3.wait_for(seen_on_broker_3, 15, "broker 3 applying both changes")
     finally:
         set_cluster_default(cluster3.address(1), "log.retention.ms", None)
+
+
+def test_no_zookeeper_round_trip_ran_on_an_event_loop(cluster3: Cluster) -> None:
+    """Last in this module, over every broker log its cluster wrote: ZooKeeperStore warns
+    when it is called from a running event loop, and none of the requests above (topic
+    creation and deletion, configs, auto-creation, the offsets topic, producer ids,
+    failovers) made it do so: they run their ZooKeeper work in worker threads."""
+    logs = {b.stderr_path.parent for b in cluster3.brokers.values()}
+    found = [
+        (path.name, line)
+        for folder in logs for path in sorted(folder.glob("broker-*.stderr"))
+        for line in path.read_text(errors="replace").splitlines()
+        if "ZooKeeper call on the event loop" in line
+    ]
+    assert len(list(next(iter(logs)).glob("broker-*.stderr"))) >= 3
+    assert found == []

@@ -238,6 +238,13 @@ class ClusterMetadata:
         self.max_replication_factor: int | None = None
         self._listeners: list[Listener] = []
         self._state_listeners: list[StateListener] = []
+        # Cluster mode: changes this broker writes are applied to the local view through
+        # this (loop.call_soon_threadsafe), so the store round trips can run in a worker
+        # thread while every local change still happens on the event loop. None: at once.
+        self.defer_local: Callable[[Callable[[], None]], None] | None = None
+        # Dynamic broker configs by entity, read once (cluster mode: kept by the
+        # watches of metadata_sync, so DescribeConfigs never waits on ZooKeeper).
+        self._broker_configs: dict[str, dict[str, str]] = {}
         self.cluster_id = self._ensure_cluster_id()
         self.reload()
 
@@ -250,7 +257,8 @@ class ClusterMetadata:
 
     # -- changes made elsewhere in the cluster (cluster mode, on the event loop) ----------
     def apply_topic(self, name: str, info: TopicInfo | None) -> None:
-        """A topic created, changed or deleted through another broker."""
+        """A topic created, changed or deleted (through this broker or, in cluster mode,
+        another one): the local view follows, and listeners are told."""
         if info is None:
             if self.topics.pop(name, None) is None:
                 return
@@ -461,10 +469,23 @@ class ClusterMetadata:
             self.store.multi(ops)
         except NodeExistsError as exc:
             raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists") from exc
-        self.topics[name] = info
         log.info("created topic %s with %d partitions", name, len(replicas))
-        self._notify(name, info)
+        self.apply_locally(lambda: self.apply_topic(name, info))
         return info
+
+    @property
+    def remote(self) -> bool:
+        """Whether changes go to a shared store over the network (cluster mode): callers
+        on the event loop then make them in a worker thread."""
+        return self.defer_local is not None
+
+    def apply_locally(self, apply: Callable[[], None]) -> None:
+        """Run ``apply`` (a change of the local view) now, or on the event loop in cluster
+        mode."""
+        if self.defer_local is None:
+            apply()
+        else:
+            self.defer_local(apply)
 
     def _ensure_parent(self, path: str) -> None:
         if self.store.get(path) is None:
@@ -500,9 +521,8 @@ class ClusterMetadata:
                 del self.partition_states[key]
         if self.store.get(f"{self.CONFIGS}/{name}") is not None:
             self.store.delete(f"{self.CONFIGS}/{name}")
-        del self.topics[name]
         log.info("deleted topic %s", name)
-        self._notify(name, None)
+        self.apply_locally(lambda: self.apply_topic(name, None))
         return info
 
     def create_partitions(
@@ -531,8 +551,7 @@ class ClusterMetadata:
         found = self.store.get(f"{self.TOPICS}/{name}")
         assert found is not None
         self.store.set_json(f"{self.TOPICS}/{name}", self._topic_doc(updated), found.version)
-        self.topics[name] = updated
-        self._notify(name, updated)
+        self.apply_locally(lambda: self.apply_topic(name, updated))
         return updated
 
     def _assign_more(self, info: TopicInfo, new: int, rf: int) -> dict[int, list[int]]:
@@ -559,15 +578,29 @@ class ClusterMetadata:
         if validate_only:
             return
         self._write_configs(name, configs)
-        info.configs = dict(configs)
-        self._notify(name, info)
+        changed = TopicInfo(info.name, info.topic_id, info.partitions, dict(configs))
+        self.apply_locally(lambda: self.apply_topic(name, changed))
 
     # -- dynamic broker configs (Kafka's /config/brokers/<id> and /config/brokers/<default>)
     def broker_configs(self, entity: str) -> dict[str, str]:
-        """Dynamic configs stored for broker ``entity`` (an id or ``<default>``)."""
+        """Dynamic configs stored for broker ``entity`` (an id or ``<default>``), read once
+        and then kept (:meth:`cache_broker_configs`)."""
+        cached = self._broker_configs.get(entity)
+        if cached is None:
+            cached = self.read_broker_configs(entity)
+            self._broker_configs[entity] = cached
+        return dict(cached)
+
+    def read_broker_configs(self, entity: str) -> dict[str, str]:
+        """From the store (blocking: in cluster mode, not on the event loop)."""
         found = self.store.get_json(f"{self.BROKER_CONFIGS}/{entity}")
         return dict(found[0]["config"]) if found else {}  # type: ignore[index]
+
+    def cache_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        self._broker_configs[entity] = dict(configs)
 
     def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
         """Replace the dynamic configs of ``entity``; validation is the caller's."""
         self._write_config_doc(f"{self.BROKER_CONFIGS}/{entity}", configs)
+        stored = dict(configs)
+        self.apply_locally(lambda: self.cache_broker_configs(entity, stored))

@@ -122,14 +122,25 @@ class MetadataSync:
         base = ClusterMetadata.BROKER_CONFIGS
         for entity in (ClusterMetadata.DEFAULT_BROKER_ENTITY, str(self.broker_id)):
             watched = f"{base}/{entity}"
-            if not path or path == watched:
-                try:
-                    self.store.get(watched, watch=self._watch_broker_configs)
-                except StoreError:
-                    log.exception("cannot watch %s", watched)
-        if path and self.on_broker_configs is not None:
-            callback = self.on_broker_configs
-            self.post(callback)
+            if path and path != watched:
+                continue
+            try:
+                node = self.store.get(watched, watch=self._watch_broker_configs)
+                configs = dict(json.loads(node.data)["config"]) if node is not None else {}
+            except (StoreError, ValueError, KeyError, TypeError):
+                log.exception("cannot read %s", watched)
+                continue
+            if not path:  # at start, before the broker serves
+                self.metadata.cache_broker_configs(entity, configs)
+            else:
+                self.post(lambda entity=entity, configs=configs: self._configs_changed(  # type: ignore[misc]
+                    entity, configs))
+
+    def _configs_changed(self, entity: str, configs: dict[str, str]) -> None:
+        """On the event loop: keep the new configs, and have them layered again."""
+        self.metadata.cache_broker_configs(entity, configs)
+        if self.on_broker_configs is not None:
+            self.on_broker_configs()
 
     # -- partition states ----------------------------------------------------------------
     def _reload_states(self) -> dict[tuple[str, int], PartitionState]:

@@ -93,6 +93,7 @@ class ReplicaManager:
         self._checkpointed: dict[Path, dict[tuple[str, int], int]] = {}
         # Logs created off the loop (see change_topics).
         self._pending: set[TopicPartition] = set()
+        self._change_lock = asyncio.Lock()
         self._deferred: list[tuple[TopicPartition, LogConfig]] | None = None
         self._log_creation: asyncio.Task[None] | None = None
         # Told which partitions started or stopped being led here (the group
@@ -204,17 +205,25 @@ class ReplicaManager:
         applied one at a time, each after the previous one's logs are in place, as
         Kafka's controller handles its events in order: a topic deleted or grown while
         its logs are being created cannot race with their creation."""
-        while (previous := self._log_creation) is not None and not previous.done():
-            await asyncio.wait((previous,))
-        self._deferred = []
-        try:
-            result = change()
-        finally:
-            deferred, self._deferred = self._deferred, None
-        if not deferred:
-            return result, False
-        task = asyncio.get_running_loop().create_task(self._create_logs(deferred))
-        self._log_creation = task
+        async with self._change_lock:
+            while (previous := self._log_creation) is not None and not previous.done():
+                await asyncio.wait((previous,))
+            self._deferred = []
+            try:
+                if self.metadata.remote:
+                    # Cluster mode: the ZooKeeper round trips in a worker thread. The
+                    # local view is changed on the loop (metadata.defer_local), by
+                    # callbacks queued before this wait ends: the logs they call for are
+                    # in _deferred when it does.
+                    result = await asyncio.to_thread(change)
+                else:
+                    result = change()
+            finally:
+                deferred, self._deferred = self._deferred, None
+            if not deferred:
+                return result, False
+            task = asyncio.get_running_loop().create_task(self._create_logs(deferred))
+            self._log_creation = task
         if wait <= datetime.timedelta(0):
             return result, False
         await asyncio.wait((task,), timeout=wait.total_seconds())

@@ -22,6 +22,7 @@ re-read and re-arm, so a change made while we were away is never missed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -249,6 +250,11 @@ class ZooKeeperStore(MetadataStore):
     # -- requests ---------------------------------------------------------------------------
     @contextmanager
     def _errors(self, path: str) -> Iterator[None]:
+        if asyncio._get_running_loop() is not None:
+            # Every call waits for a round trip: a broker's event loop must never make one
+            # (its ZooKeeper work runs in worker threads or on the store's own thread).
+            log.warning("ZooKeeper call on the event loop (%s)", path, stack_info=log.isEnabledFor(
+                logging.DEBUG))
         try:
             yield
         except KazooTimeoutError:

@@ -196,6 +196,8 @@ class Broker:
         )
         self.metadata.partition_states = {}
         self.metadata.max_replication_factor = 1  # until replication lands
+        # ZooKeeper writes run in worker threads; the local view changes on the loop.
+        self.metadata.defer_local = post
         states = await asyncio.to_thread(cluster.follow, self.metadata)
         self.metadata.apply_partition_states(states)
         return cluster.store

@@ -30,6 +30,7 @@ in one request, or a config key named twice in one resource, is INVALID_REQUEST.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -306,7 +307,8 @@ def _commit(services: BrokerServices, resource_type: int, target: str, configs: 
     if validate_only:
         return
     services.metadata.set_broker_configs(target, configs)
-    services.dynamic_config.apply()
+    # layered again where the local view changes: on the event loop
+    services.metadata.apply_locally(services.dynamic_config.apply)
     log.info("dynamic broker configs of %s are now %s", target, configs)
 
 
@@ -380,7 +382,7 @@ def register_configs(registry: HandlerRegistry, services: BrokerServices) -> Non
         return make(m.DescribeConfigsResponse, throttle_time=ZERO_THROTTLE,
                     results=tuple(results))
 
-    def alter(m: Any, request: Any, incremental: bool) -> Any:
+    def alter(m: Any, request: Any, incremental: bool) -> list[Any]:
         duplicates = _duplicates(request.resources)
         responses = []
         for resource in request.resources:
@@ -411,15 +413,20 @@ def register_configs(registry: HandlerRegistry, services: BrokerServices) -> Non
                                   resource_name=resource.resource_name))
         return responses
 
+    async def altered(m: Any, request: Any, incremental: bool) -> list[Any]:
+        if services.metadata.remote:  # cluster mode: the ZooKeeper writes off the loop
+            return await asyncio.to_thread(alter, m, request, incremental)
+        return alter(m, request, incremental)
+
     async def alter_configs(ctx: RequestContext, request: Any) -> Any:
         m = response_module("alter_configs", ctx.api_version)
         return make(m.AlterConfigsResponse, throttle_time=ZERO_THROTTLE,
-                    responses=tuple(alter(m, request, incremental=False)))
+                    responses=tuple(await altered(m, request, incremental=False)))
 
     async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
         m = response_module("incremental_alter_configs", ctx.api_version)
         return make(m.IncrementalAlterConfigsResponse, throttle_time=ZERO_THROTTLE,
-                    responses=tuple(alter(m, request, incremental=True)))
+                    responses=tuple(await altered(m, request, incremental=True)))
 
     registry.register(ApiKey.DESCRIBE_CONFIGS, DESCRIBE_VERSIONS[0], DESCRIBE_VERSIONS[1],
                       describe_configs)

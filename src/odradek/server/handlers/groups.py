@@ -22,9 +22,12 @@ Follows Kafka's ``KafkaApis`` for the request-to-coordinator translation:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.group_coordinator import GroupCoordinator
+from odradek.coordinator.offsets_topic import OffsetsTopicUnavailableError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
@@ -68,6 +71,14 @@ def register_groups(registry: HandlerRegistry, services: BrokerServices) -> None
     async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
         m = response_module("find_coordinator", ctx.api_version)
         key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+        offsets_topic = coordinator().topic
+        not_yet = False
+        if key_type == KEY_TYPE_GROUP and services.metadata.remote and not offsets_topic.exists():
+            # Cluster mode: __consumer_offsets is created with its ZooKeeper write off
+            # the loop; made meanwhile through another broker, it is not known here yet.
+            with contextlib.suppress(OffsetsTopicUnavailableError):
+                await asyncio.to_thread(offsets_topic.ensure)
+            not_yet = not offsets_topic.exists()
 
         def one(key: str) -> tuple[ErrorCode, str | None, int, str, int]:
             if key_type == KEY_TYPE_TRANSACTION:
@@ -75,6 +86,9 @@ def register_groups(registry: HandlerRegistry, services: BrokerServices) -> None
                         "transactions are not supported yet", -1, "", -1)
             if key_type != KEY_TYPE_GROUP:
                 return ErrorCode.invalid_request, f"unsupported key type {key_type}", -1, "", -1
+            if not_yet:
+                return (ErrorCode.coordinator_not_available,
+                        "the offsets topic is being created", -1, "", -1)
             error, node = coordinator().coordinator_for(key)
             if error != ErrorCode.none:
                 return error, None, -1, "", -1

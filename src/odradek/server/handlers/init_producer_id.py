@@ -22,6 +22,7 @@ manager waits for a block.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,10 @@ def register_init_producer_id(registry: HandlerRegistry, services: BrokerService
         if request.transactional_id is not None:
             return answer(ErrorCode.transactional_id_authorization_failed)
         try:
-            producer_id = manager.generate_producer_id()
+            if services.metadata.remote:  # a block claim is a ZooKeeper write
+                producer_id = await asyncio.to_thread(manager.generate_producer_id)
+            else:
+                producer_id = manager.generate_producer_id()
         except ProducerIdsExhaustedError:
             log.error("producer ids are exhausted")
             return answer(ErrorCode.unknown_server_error)

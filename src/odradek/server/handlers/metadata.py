@@ -11,6 +11,7 @@ partitions at once instead of LEADER_NOT_AVAILABLE.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,10 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
                 info = services.metadata.get(name)
                 if info is None and allow:
                     try:
-                        info = services.metadata.create_topic(name)
+                        if services.metadata.remote:  # the ZooKeeper write off the loop
+                            info = await asyncio.to_thread(services.metadata.create_topic, name)
+                        else:
+                            info = services.metadata.create_topic(name)
                     except MetadataError as exc:
                         if exc.kafka_error != "TOPIC_ALREADY_EXISTS":
                             topics.append(_error_topic(name, code_of(exc.kafka_error)))
