@@ -19,13 +19,14 @@ once (a Fetch then answers with what it has; a Produce checks its condition one 
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import Callable, Hashable, Iterable
 
 DEFAULT_MAX_PARKED = 100_000
 
 
-class DelayedOperation:
+class DelayedOperation(abc.ABC):
     """A parked operation; :meth:`try_complete` runs on each event of its keys."""
 
     __slots__ = ("done", "keys")
@@ -34,11 +35,13 @@ class DelayedOperation:
         self.keys = tuple(keys)
         self.done = asyncio.Event()
 
+    @abc.abstractmethod
     def try_complete(self, nbytes: int) -> None:
-        raise NotImplementedError
+        """An event on one of the keys (``nbytes`` appended, 0 for other changes)."""
 
+    @abc.abstractmethod
     def satisfied(self) -> bool:
-        raise NotImplementedError
+        """Whether the operation's condition holds now."""
 
     def force(self) -> None:
         self.done.set()
