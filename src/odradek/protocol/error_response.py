@@ -37,14 +37,14 @@ import dataclasses
 import datetime
 from collections.abc import Mapping
 from functools import cache
-from types import NoneType, UnionType
-from typing import Any, Final, Union, get_args, get_origin
+from typing import Any, Final, get_args, get_origin
 
 from kio.static.constants import uuid_zero
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import schema
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.wire_guard import is_entity, unwrap_optional
 
 __all__ = ["ECHOES", "VALUES", "Echo", "build_error_response"]
 
@@ -214,7 +214,7 @@ class _Builder:
         if kafka_type == "error_code":
             return self.code
         if field.name == "error_message":
-            nullable = _unwrap_optional(field.type)[1]
+            nullable = unwrap_optional(field.type)[1]
             return self.message if self.message is not None or nullable else ""
         if field.name in self.values:
             return self.values[field.name]
@@ -222,10 +222,10 @@ class _Builder:
             return field.default
         if field.default_factory is not dataclasses.MISSING:
             return field.default_factory()
-        field_type, nullable = _unwrap_optional(field.type)
+        field_type, nullable = unwrap_optional(field.type)
         if get_origin(field_type) is tuple:
             return ()
-        if _is_entity(field_type):
+        if is_entity(field_type):
             return None if nullable else self.entity(field_type, {})
         return _zero(kafka_type, nullable)
 
@@ -283,20 +283,8 @@ def _field_type(cls: Any, name: str) -> Any:
 
 def _element_type(field_type: Any) -> tuple[Any, bool]:
     """(entity class of a collection's elements or None for plain values, nullable)."""
-    field_type, nullable = _unwrap_optional(field_type)
+    field_type, nullable = unwrap_optional(field_type)
     if get_origin(field_type) is not tuple:
         return None, nullable
     inner = get_args(field_type)[0]
-    return (inner if _is_entity(inner) else None), nullable
-
-
-def _is_entity(field_type: Any) -> bool:
-    return isinstance(field_type, type) and dataclasses.is_dataclass(field_type)
-
-
-def _unwrap_optional(field_type: Any) -> tuple[Any, bool]:
-    if get_origin(field_type) in (UnionType, Union):
-        args = [a for a in get_args(field_type) if a is not NoneType]
-        if len(args) == 1:
-            return args[0], True
-    return field_type, False
+    return (inner if is_entity(inner) else None), nullable

@@ -141,13 +141,13 @@ def _field_walker(
     field: dataclasses.Field[Any], flexible: bool, is_tag: bool
 ) -> tuple[Walker, int | None]:
     """The walker of one field, and its size when fixed (then the walker is unused)."""
-    field_type, optional = _unwrap_optional(field.type)
+    field_type, optional = unwrap_optional(field.type)
     if get_origin(field_type) is tuple:
         args = get_args(field_type)
         if len(args) != 2 or not isinstance(args[1], EllipsisType):
             raise TypeError(f"unsupported tuple type {field_type} of {field.name}")
-        inner, inner_optional = _unwrap_optional(args[0])
-        if _is_entity(inner):
+        inner, inner_optional = unwrap_optional(args[0])
+        if is_entity(inner):
             walker, size = _compile_entity(inner)
             return _array(walker, size, flexible, field.name, optional), None
         kafka_type = field.metadata["kafka_type"]
@@ -158,7 +158,7 @@ def _field_walker(
             else _skip(size)
         )
         return _array(element, size, flexible, field.name, optional), None
-    if _is_entity(field_type):
+    if is_entity(field_type):
         walker = _entity_walker(field_type)
         if optional and not is_tag:
             return _nullable_struct(walker), None
@@ -170,11 +170,13 @@ def _field_walker(
     return _variable(kafka_type, flexible, field.name, optional), None
 
 
-def _is_entity(field_type: Any) -> bool:
+def is_entity(field_type: Any) -> bool:
+    """A kio entity class (a dataclass of fields), as opposed to a primitive."""
     return isinstance(field_type, type) and dataclasses.is_dataclass(field_type)
 
 
-def _unwrap_optional(field_type: Any) -> tuple[Any, bool]:
+def unwrap_optional(field_type: Any) -> tuple[Any, bool]:
+    """(``T``, True) for ``T | None``; (the type, False) otherwise."""
     if get_origin(field_type) in (UnionType, Union):
         args = [a for a in get_args(field_type) if a is not NoneType]
         if len(args) == 1:
