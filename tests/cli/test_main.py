@@ -68,3 +68,30 @@ def test_a_subcommand_that_fails_to_import_is_an_error(
         assert "groups.py" in result.stderr
         assert "Traceback" not in result.stderr
         assert result.stdout == ""
+
+
+def test_serve_on_a_locked_log_dir_or_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:
+    """`make serve` twice, or a port already in use: one clear line and a non-zero exit,
+    not a traceback."""
+    import socket
+
+    from tests.interop._broker import free_port, start_broker
+
+    running = start_broker(tmp_path)
+    try:
+        again = _odradek("serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}",
+                         "--override", f"log.dirs={running.data_dir}")
+        assert again.returncode == 1
+        assert "odradek: cannot start:" in again.stderr and "locked" in again.stderr
+        assert "Traceback" not in again.stderr
+    finally:
+        running.stop()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = _odradek("serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                        "--override", f"log.dirs={tmp_path / 'other'}")
+    assert busy.returncode == 1
+    assert "odradek: cannot listen:" in busy.stderr and "in use" in busy.stderr
+    assert "Traceback" not in busy.stderr

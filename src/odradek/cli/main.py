@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import importlib
 import logging
 import sys
@@ -60,6 +61,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"odradek: invalid configuration: {exc}", file=sys.stderr)
         return 2
     from odradek.cluster.store import StoreError
+    from odradek.storage.errors import StorageError
 
     try:
         asyncio.run(run_broker(config, args.ready_file))
@@ -67,6 +69,15 @@ def _serve(args: argparse.Namespace) -> int:
         pass
     except StoreError as exc:  # cluster mode: ZooKeeper unreachable, broker.id taken, ...
         print(f"odradek: cannot join the cluster: {exc}", file=sys.stderr)
+        return 1
+    except StorageError as exc:  # e.g. the log dir is locked by a broker already running
+        print(f"odradek: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            print(f"odradek: cannot listen: {exc}", file=sys.stderr)
+        else:
+            logging.getLogger("odradek").critical("broker failed: %s", exc, exc_info=True)
         return 1
     except Exception as exc:
         logging.getLogger("odradek").critical("broker failed: %s", exc, exc_info=True)
