@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import uuid
-from types import NoneType, UnionType
-from typing import Any, Union, get_args, get_origin
+from typing import Any, get_args, get_origin
 
 from odradek.protocol.codec import schema
+from odradek.protocol.wire_guard import is_entity, unwrap_optional
 
 TOPIC = "samples"
 TOPIC_ID = uuid.UUID(int=0x0DA0DEC)
@@ -54,15 +54,3 @@ def _value(field_type: Any, field: dataclasses.Field[Any]) -> Any:
     if is_entity(field_type):
         return sample_entity(field_type)
     return _VALUES.get(field.metadata["kafka_type"], 1)
-
-
-def is_entity(field_type: Any) -> bool:
-    return isinstance(field_type, type) and dataclasses.is_dataclass(field_type)
-
-
-def unwrap_optional(field_type: Any) -> tuple[Any, bool]:
-    if get_origin(field_type) in (UnionType, Union):
-        args = [a for a in get_args(field_type) if a is not NoneType]
-        if len(args) == 1:
-            return args[0], True
-    return field_type, False
