@@ -61,12 +61,15 @@ from typing import Any, NamedTuple
 
 from odradek.cluster.controller_election import ControllerElector, ControllerMovedError
 from odradek.cluster.leader_election import (
+    NO_LEADER,
     NOTIFICATION_PATH,
     NOTIFICATION_PREFIX,
     TOPICS_PATH,
     LeaderAndIsr,
     decide,
+    decide_preferred,
     decode_state,
+    notification_data,
     partition_path,
     partitions_path,
     state_path,
@@ -75,6 +78,7 @@ from odradek.cluster.leader_election import (
 from odradek.cluster.membership import BROKER_IDS_PATH
 from odradek.cluster.metadata import decode_topic_id
 from odradek.cluster.store import (
+    BadVersionError,
     CreateOp,
     DeleteOp,
     MetadataStore,
@@ -92,6 +96,7 @@ __all__ = [
     "Controller",
     "ControllerEvent",
     "PartitionModifications",
+    "PreferredElection",
     "ProcessedEvent",
     "Resync",
     "Startup",
@@ -101,7 +106,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-NOTIFICATION_VERSION = 1
 # Ops in one transaction (the fence check included): ZooKeeper applies a multi as one
 # request, so a bounded batch keeps each one quick and within jute.maxbuffer.
 MAX_OPS_PER_MULTI = 1000
@@ -150,11 +154,21 @@ class Resync:
 
 
 @dataclass(frozen=True, slots=True)
+class PreferredElection:
+    """Move leadership of ``partitions`` (None: every partition) to preferred replicas;
+    ``on_done`` is called (on the worker thread) with the partitions moved."""
+
+    partitions: tuple[TopicPartition, ...] | None = None
+    on_done: Callable[[list[TopicPartition]], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class _Purge:
     pass
 
 
-ControllerEvent = Startup | BrokerChange | TopicChange | PartitionModifications | Resync | _Purge
+ControllerEvent = (Startup | BrokerChange | TopicChange | PartitionModifications | Resync
+                   | PreferredElection | _Purge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +201,9 @@ class Controller:
         notification_retention_s: float = NOTIFICATION_RETENTION_S,
         notifications_kept: int = NOTIFICATIONS_KEPT,
         clock: Callable[[], float] = time.monotonic,
+        unclean: Callable[[str], bool] = lambda _topic: False,
+        auto_rebalance_interval_s: float | None = None,
+        imbalance_percentage: int = 10,
     ) -> None:
         if max_ops_per_multi < 8:
             raise ValueError("max_ops_per_multi must leave room for a state and its parents")
@@ -198,6 +215,13 @@ class Controller:
         self.notification_retention_s = notification_retention_s
         self.notifications_kept = notifications_kept
         self._clock = clock
+        # The topic's unclean.leader.election.enable (read when no ISR replica is live).
+        self.unclean = unclean
+        # auto.leader.rebalance.enable: how often leadership is checked for imbalance.
+        self.auto_rebalance_interval_s = auto_rebalance_interval_s
+        self.imbalance_percentage = imbalance_percentage
+        self._next_rebalance = (clock() + auto_rebalance_interval_s
+                                if auto_rebalance_interval_s is not None else None)
         self._queue: queue.SimpleQueue[tuple[ControllerEvent, float] | None] = (
             queue.SimpleQueue()
         )
@@ -219,6 +243,7 @@ class Controller:
         self._notifications: collections.deque[tuple[str, float]] = collections.deque()
         self._written = 0
         self._multis = 0
+        self._only_stale = True  # every failed write of this batch was a version conflict
         # Paths whose watch is armed (watch callbacks run on the store's thread).
         self._armed: set[str] = set()
         self._armed_lock = threading.Lock()
@@ -252,6 +277,10 @@ class Controller:
         return self._ready.wait(timeout)
 
     # -- the event queue --------------------------------------------------------------------
+    def submit(self, event: ControllerEvent) -> None:
+        """Queue an event from any thread (e.g. a preferred leader election asked for)."""
+        self._enqueue(event)
+
     def _enqueue(self, event: ControllerEvent) -> None:
         if not self._stopping.is_set():
             self._queue.put((event, self._clock()))
@@ -281,8 +310,11 @@ class Controller:
 
     def _run(self) -> None:
         while True:
+            idle = IDLE_CHECK_S
+            if self._next_rebalance is not None:
+                idle = max(0.01, min(idle, self._next_rebalance - self._clock()))
             try:
-                item = self._queue.get(timeout=IDLE_CHECK_S)
+                item = self._queue.get(timeout=idle)
             except queue.Empty:
                 item = (_Purge(), self._clock())
             if item is None or self._stopping.is_set():
@@ -328,6 +360,16 @@ class Controller:
             self._on_partition_modifications(event.topic)
         elif isinstance(event, Resync):
             self._on_resync(event.topics)
+        elif isinstance(event, PreferredElection):
+            done = self.elect_preferred(
+                self._all_partitions() if event.partitions is None else event.partitions
+            )
+            if event.on_done is not None:
+                event.on_done(done)
+        if self._next_rebalance is not None and self._clock() >= self._next_rebalance:
+            assert self.auto_rebalance_interval_s is not None
+            self._next_rebalance = self._clock() + self.auto_rebalance_interval_s
+            self._check_imbalance()
         self._maybe_purge()
 
     # -- events ----------------------------------------------------------------------------
@@ -505,6 +547,54 @@ class Controller:
         return self._partitions_of(sorted(self._topics))
 
     # -- electing and writing --------------------------------------------------------------
+    def _unclean(self, topic: str) -> bool:
+        try:
+            return self.unclean(topic)
+        except Exception:  # an unreadable config never makes an election unclean
+            log.exception("controller %d: cannot read unclean.leader.election.enable of %s",
+                          self.broker_id, topic)
+            return False
+
+    def elect_preferred(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Leadership of ``tps`` back to their preferred replicas where it is live and in
+        sync (Kafka's PreferredReplicaLeaderElection); the partitions written."""
+        changes = []
+        for tp in tps:
+            topic = self._topics.get(tp.topic)
+            replicas = topic.partitions.get(tp.partition) if topic is not None else None
+            if replicas is None or tp in self._unreadable:
+                continue
+            new = decide_preferred(replicas, self._states.get(tp), self._live, self.epoch)
+            if new is not None:
+                changes.append((tp, new))
+        if changes:
+            self._write_states(changes)
+        return [tp for tp, _ in changes]
+
+    def _check_imbalance(self) -> None:
+        """auto.leader.rebalance.enable: for each broker whose share of partitions it
+        prefers but does not lead passes leader.imbalance.per.broker.percentage, move those
+        leaderships back (Kafka's checkAndTriggerAutoLeaderRebalance)."""
+        by_preferred: dict[int, list[TopicPartition]] = {}
+        for tp in self._all_partitions():
+            replicas = self._topics[tp.topic].partitions[tp.partition]
+            if replicas:
+                by_preferred.setdefault(replicas[0], []).append(tp)
+        wanted: list[TopicPartition] = []
+        for broker, tps in sorted(by_preferred.items()):
+            if broker not in self._live:
+                continue
+            imbalanced = [tp for tp in tps
+                          if (state := self._states.get(tp)) is not None
+                          and state.leader != broker]
+            if imbalanced and len(imbalanced) * 100 > self.imbalance_percentage * len(tps):
+                wanted.extend(imbalanced)
+        if wanted:
+            moved = self.elect_preferred(wanted)
+            if moved:
+                log.info("controller %d: %d leaderships moved back to preferred replicas",
+                         self.broker_id, len(moved))
+
     def _elect(self, tps: Iterable[TopicPartition]) -> None:
         changes = []
         for tp in tps:
@@ -512,7 +602,15 @@ class Controller:
             replicas = topic.partitions.get(tp.partition) if topic is not None else None
             if replicas is None or tp in self._unreadable:
                 continue
-            new = decide(replicas, self._states.get(tp), self._live, self.epoch)
+            current = self._states.get(tp)
+            new = decide(replicas, current, self._live, self.epoch)
+            if (new is not None and new.leader == NO_LEADER and current is not None
+                    and current.leader != NO_LEADER and self._unclean(tp.topic)):
+                new = decide(replicas, current, self._live, self.epoch, unclean=True)
+                if new is not None and new.leader != NO_LEADER:
+                    log.warning("controller %d: unclean election of %d for %s-%d: records "
+                                "only the lost ISR %s held are lost", self.broker_id,
+                                new.leader, tp.topic, tp.partition, list(current.isr))
             if new is not None:
                 changes.append((tp, new))
         if changes:
@@ -541,7 +639,13 @@ class Controller:
         if batch:
             self._flush(batch, ops, failed)
         if failed:
-            self._retry(Resync(frozenset(failed)))
+            if self._only_stale:
+                # A leader changed an ISR since we read it (a conditional write of its
+                # own): read those states again now, no back-off needed.
+                self._enqueue(Resync(frozenset(failed)))
+            else:
+                self._retry(Resync(frozenset(failed)))
+        self._only_stale = True
 
     def _state_ops(self, tp: TopicPartition, new: LeaderAndIsr, parents: set[str]) -> list[Op]:
         if tp in self._states:
@@ -563,11 +667,7 @@ class Controller:
             raise ControllerMovedError(f"controller {self.broker_id} is stopping")
         notification = CreateOp(
             f"{NOTIFICATION_PATH}/{NOTIFICATION_PREFIX}",
-            json.dumps({
-                "version": NOTIFICATION_VERSION, "controller_epoch": self.epoch,
-                "partitions": [{"topic": tp.topic, "partition": tp.partition}
-                               for tp, _ in batch],
-            }).encode(),
+            notification_data(self.epoch, (tp for tp, _ in batch)),
             sequential=True,
         )
         try:
@@ -576,6 +676,8 @@ class Controller:
             raise
         except StoreError as exc:
             # A topic deleted or changed under us, or an unknown outcome: re-read those.
+            if not isinstance(exc, BadVersionError):
+                self._only_stale = False
             topics = {tp.topic for tp, _ in batch}
             log.warning("controller %d: writing %d states failed (%s); re-reading %d topics",
                         self.broker_id, len(batch), exc, len(topics))

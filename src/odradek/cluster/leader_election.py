@@ -17,7 +17,20 @@ state (None: it has none yet) and the live brokers:
   ``unclean.leader.election.enable=false``: an out-of-sync replica never leads);
 - leader not live, no ISR replica live: leader -1, the last ISR kept (as Kafka keeps it),
   leader epoch + 1;
-- leader -1, no ISR replica live: nothing to write (already offline).
+- leader -1, no ISR replica live: nothing to write (already offline);
+- with ``unclean`` (the topic's ``unclean.leader.election.enable``) and no ISR replica
+  live, the first live replica in assignment order leads alone (ISR = it), leader epoch +
+  1: the partition is available again and whatever only the lost ISR held is lost, as
+  Kafka documents;
+- leader live but some ISR replicas are not: they leave the ISR, leader and leader epoch
+  unchanged (Kafka's ``ReplicaStateMachine`` taking an offline replica out of the ISR), so
+  acks=all writes do not wait ``replica.lag.time.max.ms`` for a broker known to be gone.
+
+:func:`decide_preferred` moves leadership back to the preferred replica (the first of the
+assignment) when it is live and in the ISR (Kafka's ``PreferredReplicaPartitionLeader
+Election``). The leader itself changes the ISR with :func:`isr_change`: a state write
+conditional on the version it read, so the controller and a leader never overwrite each
+other's decisions.
 
 Every write carries the deciding controller's epoch. Nothing here touches the store: the
 controller (:mod:`odradek.cluster.controller`) reads, calls :func:`decide` and writes.
@@ -26,7 +39,7 @@ controller (:mod:`odradek.cluster.controller`) reads, calls :func:`decide` and w
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from odradek.cluster.store import StoreError
@@ -35,7 +48,10 @@ __all__ = [
     "NO_LEADER",
     "LeaderAndIsr",
     "decide",
+    "decide_preferred",
     "decode_state",
+    "isr_change",
+    "notification_data",
     "partition_path",
     "partitions_path",
     "state_path",
@@ -106,6 +122,7 @@ def decide(
     current: LeaderAndIsr | None,
     live: Collection[int],
     controller_epoch: int,
+    unclean: bool = False,
 ) -> LeaderAndIsr | None:
     """The state to write for a partition, or None when its current one stands (see the
     table in the module docstring). The result's ``zk_version`` is the current one's."""
@@ -115,8 +132,17 @@ def decide(
             return LeaderAndIsr(alive[0], INITIAL_LEADER_EPOCH, alive, controller_epoch)
         return LeaderAndIsr(NO_LEADER, INITIAL_LEADER_EPOCH, tuple(replicas), controller_epoch)
     if current.leader != NO_LEADER and current.leader in live:
-        return None
+        isr = tuple(r for r in current.isr if r in live or r == current.leader)
+        if isr == current.isr:
+            return None
+        return LeaderAndIsr(current.leader, current.leader_epoch, isr, controller_epoch,
+                            current.zk_version)
     leader = next((r for r in replicas if r in live and r in current.isr), NO_LEADER)
+    if leader == NO_LEADER and unclean:
+        leader = next((r for r in replicas if r in live), NO_LEADER)
+        if leader != NO_LEADER:
+            return LeaderAndIsr(leader, current.leader_epoch + 1, (leader,), controller_epoch,
+                                current.zk_version)
     if leader == NO_LEADER:
         if current.leader == NO_LEADER:
             return None
@@ -126,3 +152,36 @@ def decide(
     return LeaderAndIsr(
         leader, current.leader_epoch + 1, isr, controller_epoch, current.zk_version
     )
+
+
+def decide_preferred(
+    replicas: Sequence[int], current: LeaderAndIsr | None, live: Collection[int],
+    controller_epoch: int,
+) -> LeaderAndIsr | None:
+    """Leadership back to the preferred replica (the first of the assignment), if it is
+    live, in the ISR and not leading already; else None."""
+    if current is None or not replicas:
+        return None
+    preferred = replicas[0]
+    if current.leader == preferred or preferred not in live or preferred not in current.isr:
+        return None
+    return LeaderAndIsr(preferred, current.leader_epoch + 1, current.isr, controller_epoch,
+                        current.zk_version)
+
+
+def isr_change(current: LeaderAndIsr, isr: Sequence[int]) -> LeaderAndIsr:
+    """The state a leader writes to change its ISR: same leader and epoch, conditional on
+    ``current.zk_version``."""
+    return LeaderAndIsr(current.leader, current.leader_epoch, tuple(isr),
+                        current.controller_epoch, current.zk_version)
+
+
+NOTIFICATION_VERSION = 1
+
+
+def notification_data(controller_epoch: int, partitions: Iterable[tuple[str, int]]) -> bytes:
+    """A ``state_change_<seq>`` notification naming the partitions whose state changed."""
+    return json.dumps({
+        "version": NOTIFICATION_VERSION, "controller_epoch": controller_epoch,
+        "partitions": [{"topic": t, "partition": p} for t, p in partitions],
+    }).encode()

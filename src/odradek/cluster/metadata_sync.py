@@ -12,11 +12,12 @@ applies it and tells its listeners (the replica manager hosts logs and updates p
   read sets it again.
 - *Partition states.* The controller writes ``/brokers/topics/<t>/partitions/<p>/state``
   and then one ``/partition_state_notification/state_change_<seq>`` naming the partitions
-  it wrote. A children watch on the notification parent reads the notifications newer than
-  the last one handled, in sequence order, skips any whose controller epoch is older than
-  the newest seen (a deposed controller's), and reads the states they name with pipelined
-  reads. At start, and after a new ZooKeeper session (notifications may have been purged
-  meanwhile), every state is read once instead.
+  it wrote; a leader changing its ISR writes one too. A children watch on the
+  notification parent reads the notifications newer than the last one handled, in
+  sequence order, and reads the states they name with pipelined reads. A notification's
+  controller epoch decides nothing: the states are read from ZooKeeper, where only fenced
+  or version-conditional writes change them. At start, and after a new ZooKeeper session
+  (notifications may have been purged meanwhile), every state is read once instead.
 - *Dynamic broker configs.* Data watches on ``/config/brokers/<default>`` and
   ``/config/brokers/<id>``: a change made through any broker is layered again here.
 - *Brokers.* The live brokers (``/brokers/ids``) and the controller are read by
@@ -212,11 +213,7 @@ class MetadataSync:
                 except (ValueError, KeyError, TypeError) as exc:
                     log.error("ignoring unreadable notification %s: %s", name, exc)
                     continue
-                if epoch < self._controller_epoch:
-                    log.warning("ignoring %s of controller epoch %d: epoch %d is newer",
-                                name, epoch, self._controller_epoch)
-                    continue
-                self._controller_epoch = epoch
+                self._controller_epoch = max(self._controller_epoch, epoch)
                 keys.update(dict.fromkeys(named))
             if keys:
                 states = self._read_states(keys)

@@ -14,11 +14,24 @@ a partition goes through here, so replication changes this class and
   ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS, before anything is written, as
   ``Partition.appendRecordsToLeader``), then appends stamping the batches with the leader
   epoch, which the leader-epoch cache records where it begins.
+- *Followers, seen from the leader* (Kafka's ``Replica`` / ``ReplicaState``). Each
+  follower's fetch tells the leader its log end offset (the fetch offset) and whether it
+  is caught up: a follower that fetched at or past the leader's log end offset is caught
+  up now; one that fetched at or past the leader's log end offset *of its previous
+  fetch* was caught up then (``Replica.updateFetchStateOrThrow``). The time it was last
+  caught up decides whether it stays in the ISR: :meth:`out_of_sync_replicas` names the
+  ones behind for longer than ``replica.lag.time.max.ms`` (the ISR shrinks), and a
+  follower outside the ISR that reached the high watermark and the start of the current
+  leader epoch joins it (:meth:`expand_candidate`). The change itself is written by the
+  replica manager's ISR writer (a conditional ZooKeeper write); while it is under way
+  the high watermark counts the union of the old and the new ISR (Kafka's "maximal
+  ISR"), so it never runs ahead of a replica about to be counted.
 - *High watermark.* The smallest log end offset over the ISR
   (``Partition.maybeIncrementLeaderHW``). It never moves back on a leader. The log holds
   the value, as Kafka's ``UnifiedLog`` does; this class alone moves it, after every append
   (the log's append listener) and when a follower's position is learnt. With the leader
-  alone in the ISR it follows the log end offset at once. The replica manager
+  alone in the ISR it follows the log end offset at once. A follower takes the leader's
+  value from each fetch response, bounded by its own log end. The replica manager
   checkpoints it in ``replication-offset-checkpoint``.
 - *Read.* Consumers read below the high watermark; followers (replica id >= 0) read up
   to the log end (Kafka's ``FetchIsolation``).
@@ -29,6 +42,7 @@ the event loop sees one consistent state.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +54,13 @@ __all__ = [
     "NotLeaderOrFollowerError",
     "Partition",
     "PartitionState",
+    "ReplicaState",
+    "now_ms",
 ]
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 class NotLeaderOrFollowerError(Exception):
@@ -86,8 +106,19 @@ def leader_epoch_error(requested: int, current: int) -> str | None:
     return "FENCED_LEADER_EPOCH" if requested < current else "UNKNOWN_LEADER_EPOCH"
 
 
+@dataclass(slots=True)
+class ReplicaState:
+    """What the leader knows of one follower (Kafka's ``ReplicaState``)."""
+
+    log_end_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_leader_log_end_offset: int = -1
+    last_fetch_ms: int = 0
+
+
 class Partition:
-    __slots__ = ("_on_high_watermark", "broker_id", "log", "partition", "state", "topic")
+    __slots__ = ("_on_high_watermark", "broker_id", "log", "partition", "pending_isr",
+                 "replicas", "state", "topic")
 
     def __init__(
         self,
@@ -102,6 +133,12 @@ class Partition:
         self.log = log
         self.state = state
         self._on_high_watermark = on_high_watermark
+        # Followers' positions, kept while this broker leads (reset by make_leader).
+        self.replicas: dict[int, ReplicaState] = {}
+        # An ISR change written but not yet confirmed (Kafka's PendingExpandIsr/ShrinkIsr).
+        self.pending_isr: tuple[int, ...] | None = None
+        if state.leader == broker_id:
+            self.make_leader(now_ms())
         log.high_watermark_managed = True
         log.add_append_listener(self._appended)
         self.maybe_increment_high_watermark()
@@ -120,10 +157,35 @@ class Partition:
     def leader_epoch(self) -> int:
         return self.state.leader_epoch
 
-    def update_state(self, state: PartitionState) -> None:
-        """A new decision of the controller about this partition."""
+    def update_state(self, state: PartitionState, now: int | None = None) -> None:
+        """A new decision of the controller (or a confirmed ISR change) about this
+        partition. Becoming leader, or leading at a new epoch, starts the followers'
+        tracking afresh (Kafka's ``Partition.makeLeader``)."""
+        previous = self.state
         self.state = state
+        if self.pending_isr is not None and state.partition_epoch != previous.partition_epoch:
+            self.pending_isr = None  # written, or overtaken by another writer
+        if state.leader == self.broker_id and (
+            previous.leader != self.broker_id or previous.leader_epoch != state.leader_epoch
+        ):
+            self.make_leader(now_ms() if now is None else now)
+        elif state.leader != self.broker_id:
+            self.replicas = {}
         self.maybe_increment_high_watermark()
+
+    def make_leader(self, now: int) -> None:
+        """Lead at ``state.leader_epoch``: followers' positions are unknown until they
+        fetch; those in the ISR count as caught up now (Kafka resets them so that a
+        new leader does not shrink its ISR at once). The epoch is recorded at the log end
+        offset, where this leader's first batch will go: a follower asking
+        OffsetForLeaderEpoch for the previous epoch is told where it ended."""
+        state = self.state
+        self.replicas = {
+            r: ReplicaState(last_caught_up_ms=now if r in state.isr else 0)
+            for r in state.replicas if r != self.broker_id
+        }
+        self.pending_isr = None
+        self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
 
     def check_leader(self, current_leader_epoch: int = -1) -> None:
         """Raise Kafka's error unless this broker leads at ``current_leader_epoch``."""
@@ -159,6 +221,51 @@ class Partition:
                 )
         return self.log.append_as_leader(records, leader_epoch=self.state.leader_epoch)
 
+    def under_min_isr(self) -> bool:
+        return len(self.state.isr) < self.log.config.min_insync_replicas
+
+    # -- followers (on the leader) -------------------------------------------------------
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now: int) -> bool:
+        """A follower fetched from ``fetch_offset``: its log end offset. Returns whether
+        the high watermark moved."""
+        replica = self.replicas.get(replica_id)
+        if replica is None:
+            return False
+        leader_end = self.log.log_end_offset
+        if fetch_offset >= leader_end:
+            replica.last_caught_up_ms = max(replica.last_caught_up_ms, now)
+        elif fetch_offset >= replica.last_fetch_leader_log_end_offset >= 0:
+            replica.last_caught_up_ms = max(replica.last_caught_up_ms, replica.last_fetch_ms)
+        replica.log_end_offset = fetch_offset
+        replica.last_fetch_leader_log_end_offset = leader_end
+        replica.last_fetch_ms = now
+        return self.maybe_increment_high_watermark()
+
+    def out_of_sync_replicas(self, now: int, max_lag_ms: int) -> list[int]:
+        """Followers of the ISR not caught up for longer than ``max_lag_ms``
+        (Kafka's ``Partition.getOutOfSyncReplicas``)."""
+        out = []
+        for r in self.state.isr:
+            if r == self.broker_id:
+                continue
+            replica = self.replicas.get(r)
+            if replica is None or now - replica.last_caught_up_ms > max_lag_ms:
+                out.append(r)
+        return out
+
+    def expand_candidate(self, replica_id: int) -> bool:
+        """May ``replica_id`` join the ISR? Kafka's ``isFollowerInSync``: it reached the
+        high watermark and the start of the current leader epoch."""
+        state = self.state
+        if replica_id in state.isr or replica_id not in state.replicas:
+            return False
+        replica = self.replicas.get(replica_id)
+        if replica is None:
+            return False
+        epoch_start = self.log.leader_epoch_cache.start_offset_of(state.leader_epoch)
+        return (replica.log_end_offset >= self.log.high_watermark
+                and replica.log_end_offset >= epoch_start)
+
     def _appended(self, _log: PartitionLog, _nbytes: int) -> None:
         self.maybe_increment_high_watermark()
 
@@ -168,21 +275,35 @@ class Partition:
         return self.log.high_watermark
 
     def maybe_increment_high_watermark(self) -> bool:
-        """Move the high watermark to the smallest log end offset over the ISR, never
-        back; True when it moved. Only the leader's own log end offset is known until
-        followers fetch, so a leader alone in its ISR follows its log end offset."""
+        """Move the high watermark to the smallest log end offset over the ISR (and any
+        ISR change under way), never back; True when it moved. A follower whose position
+        is not known yet holds it where it is."""
         state = self.state
         if state.leader != self.broker_id:
             return False
-        if len(state.isr) > 1:
-            return False  # followers' positions come with replication
         new = self.log.log_end_offset
+        isr = state.isr
+        if len(isr) > 1 or self.pending_isr is not None:
+            replicas = self.replicas
+            for r in (isr if self.pending_isr is None else set(isr) | set(self.pending_isr)):
+                if r != self.broker_id:
+                    replica = replicas.get(r)
+                    if replica is None:
+                        return False
+                    if replica.log_end_offset < new:
+                        new = replica.log_end_offset
         if new <= self.log.high_watermark:
             return False
         self.log.high_watermark = new
         if self._on_high_watermark is not None:
             self._on_high_watermark(self)
         return True
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """On a follower: the leader's high watermark, bounded by this log's end."""
+        log = self.log
+        log.high_watermark = max(log.log_start_offset,
+                                 min(leader_high_watermark, log.log_end_offset))
 
     def restore_high_watermark(self, checkpointed: int) -> None:
         """At start: the checkpointed value, never past the log end offset."""

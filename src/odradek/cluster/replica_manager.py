@@ -18,6 +18,21 @@ How it works:
 - *Events.* Each append tells the fetch purgatory how many bytes arrived (a Fetch waiting
   for ``min_bytes`` counts them), each high-watermark move tells the produce purgatory
   (acks=all waiters re-check their offset): events, never polling.
+- *Roles* (Kafka's ``becomeLeaderOrFollower``). A partition this broker leads takes no
+  fetcher and tracks its followers (:class:`~odradek.cluster.partition.Partition`); one it
+  follows is handed to the :class:`~odradek.cluster.replica_fetcher.ReplicaFetcherManager`
+  with its leader and leader epoch, which truncates it to the leader's log and fetches.
+  Every new controller decision re-applies the role.
+- *Followers' fetches* reach the leader through :meth:`record_follower_fetch`: the
+  follower's position moves the high watermark, and a follower outside the ISR that caught
+  up is added to it. Every ``replica.lag.time.max.ms`` / 2, followers of the ISR not caught
+  up for longer than ``replica.lag.time.max.ms`` are removed (:meth:`shrink_isrs`, Kafka's
+  ``maybeShrinkIsr``). Both changes go through ``isr_writer``, a write conditional on the
+  version of the state read (the partition epoch): a concurrent decision of the controller
+  wins and this broker takes it from the next notification. One change per partition is
+  under way at a time.
+- *Fetch waiters.* Followers wait for appends (:class:`FollowerKey`), consumers for the
+  high watermark: the bytes appended since the previous move are counted when it moves.
 - *High watermarks* are checkpointed in each log dir's ``replication-offset-checkpoint``
   (Kafka's ``ReplicaManager.checkpointHighWatermarks``), every
   ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown, and restored when a
@@ -33,13 +48,15 @@ import datetime
 import logging
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
+from odradek.cluster.leader_election import LeaderAndIsr, isr_change
 from odradek.cluster.partition import (
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
     Partition,
     PartitionState,
+    now_ms,
 )
 from odradek.storage import LogManager, PartitionLog, TopicPartition, checkpoint, files
 from odradek.storage.checkpoint import CheckpointError
@@ -47,8 +64,11 @@ from odradek.storage.config import LogConfig
 
 if TYPE_CHECKING:
     from odradek.cluster.metadata import ClusterMetadata, TopicInfo
+    from odradek.cluster.replica_fetcher import ReplicaFetcherManager
 
 __all__ = [
+    "FollowerKey",
+    "IsrWriter",
     "LeaderNotAvailableError",
     "ReplicaManager",
     "UnknownTopicOrPartitionError",
@@ -61,6 +81,18 @@ T = TypeVar("T")
 
 class UnknownTopicOrPartitionError(Exception):
     kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+class FollowerKey(NamedTuple):
+    """The fetch purgatory key followers of ``tp`` wait on (appends, not the high
+    watermark)."""
+
+    tp: TopicPartition
+
+
+IsrWriter = Callable[[str, int, LeaderAndIsr], int]
+"""Writes a leader's ISR change conditionally (blocking; run in a worker thread) and
+returns the state's new version; raises the store's error otherwise."""
 
 
 class Watchers(Protocol):
@@ -103,6 +135,16 @@ class ReplicaManager:
         # in the worker thread too (on one broker, implicit creations such as
         # auto-created topics keep creating theirs at once).
         self.create_logs_off_loop = False
+        # Cluster mode: the followers' fetchers, and the ISR writer of the leader side.
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.isr_writer: IsrWriter | None = None
+        self.replica_lag_time_max_ms = 30000
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self._isr_tasks: set[asyncio.Task[None]] = set()
+        # Set whenever the controller's decisions were applied (controlled shutdown waits
+        # on it).
+        self.states_changed = asyncio.Event()
 
     # -- life cycle ----------------------------------------------------------------------
     def startup(self) -> None:
@@ -126,7 +168,12 @@ class ReplicaManager:
         self.metadata.add_state_listener(self._on_partition_states)
 
     async def shutdown(self) -> None:
-        """Wait for logs being created; then write the high-watermark checkpoints."""
+        """Stop fetching, wait for logs being created and ISR writes under way; then write
+        the high-watermark checkpoints."""
+        if self.fetchers is not None:
+            await self.fetchers.shutdown()
+        if self._isr_tasks:
+            await asyncio.wait(self._isr_tasks, timeout=5.0)
         if self._log_creation is not None:
             await asyncio.wait((self._log_creation,))
         self.checkpoint_high_watermarks()
@@ -182,13 +229,94 @@ class ReplicaManager:
         self, partition: Partition, offset: int, timeout_s: float
     ) -> bool:
         """acks=all: wait until the high watermark passes ``offset`` (every replica of the
-        ISR has it) or ``timeout_s`` passes; whether it did."""
-        if partition.high_watermark > offset:
-            return True
-        tp = TopicPartition(partition.topic, partition.partition)
-        return await self.produce_watchers.wait_until(
-            [tp], lambda: partition.high_watermark > offset, timeout_s
-        )
+        ISR has it), this broker stops leading, or ``timeout_s`` passes; whether the high
+        watermark passed it while leading (Kafka's ``DelayedProduce``)."""
+        epoch = partition.leader_epoch
+
+        def done() -> bool:
+            return (partition.high_watermark > offset or not partition.is_leader
+                    or partition.leader_epoch != epoch)
+
+        if not done():
+            tp = TopicPartition(partition.topic, partition.partition)
+            await self.produce_watchers.wait_until([tp], done, timeout_s)
+        return (partition.high_watermark > offset and partition.is_leader
+                and partition.leader_epoch == epoch)
+
+    # -- followers and the ISR (the leader's side) ---------------------------------------
+    def record_follower_fetch(self, partition: Partition, replica_id: int,
+                              fetch_offset: int) -> None:
+        """A follower fetched ``partition`` from ``fetch_offset`` (Kafka's
+        ``updateFollowerFetchState``): the high watermark may move, the ISR may grow."""
+        partition.update_follower_fetch_state(replica_id, fetch_offset, now_ms())
+        if (self.isr_writer is not None and partition.pending_isr is None
+                and partition.expand_candidate(replica_id)):
+            isr = [*partition.state.isr, replica_id]
+            self._change_isr(partition, tuple(r for r in partition.state.replicas if r in isr))
+
+    def shrink_isrs(self) -> None:
+        """Take followers not caught up for ``replica.lag.time.max.ms`` out of the ISRs
+        of the partitions led here (on the event loop)."""
+        if self.isr_writer is None:
+            return
+        now = now_ms()
+        for partition in list(self.partitions.values()):
+            if not partition.is_leader or partition.pending_isr is not None:
+                continue
+            out = partition.out_of_sync_replicas(now, self.replica_lag_time_max_ms)
+            if out:
+                isr = tuple(r for r in partition.state.isr if r not in out)
+                self._change_isr(partition, isr)
+
+    def _change_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        writer = self.isr_writer
+        assert writer is not None
+        state = partition.state
+        current = LeaderAndIsr(state.leader, state.leader_epoch, state.isr,
+                               state.controller_epoch, state.partition_epoch)
+        new = isr_change(current, isr)
+        partition.pending_isr = isr
+        topic, index = partition.topic, partition.partition
+
+        async def write() -> None:
+            try:
+                version = await asyncio.to_thread(writer, topic, index, new)
+            except Exception as exc:
+                log.info("ISR change of %s-%d to %s not written (%s): the controller's "
+                         "state stands", topic, index, list(isr), exc)
+                if partition.state is state:
+                    partition.pending_isr = None
+                return
+            grew = len(isr) > len(state.isr)
+            if grew:
+                self.isr_expands += 1
+            else:
+                self.isr_shrinks += 1
+            log.info("ISR of %s-%d %s from %s to %s", topic, index,
+                     "expanded" if grew else "shrank", list(state.isr), list(isr))
+            if partition.state is state:
+                partition.update_state(PartitionState(
+                    state.leader, state.leader_epoch, isr, state.replicas, version,
+                    state.controller_epoch,
+                ))
+                self.produce_watchers.notify(TopicPartition(topic, index), 0)
+
+        task = asyncio.get_running_loop().create_task(write())
+        self._isr_tasks.add(task)
+        task.add_done_callback(self._isr_tasks.discard)
+
+    def _apply_role(self, tp: TopicPartition, partition: Partition) -> None:
+        """Lead (no fetcher) or follow (a fetcher from the leader) as the state says."""
+        fetchers = self.fetchers
+        if fetchers is None:
+            return
+        state = partition.state
+        if state.leader != self.broker_id and state.leader >= 0 and (
+            self.broker_id in state.replicas
+        ):
+            fetchers.add(tp, partition, state.leader, state.leader_epoch)
+        else:
+            fetchers.remove(tp)
 
     # -- topic changes -------------------------------------------------------------------
     async def change_topics(
@@ -233,6 +361,7 @@ class ReplicaManager:
         """The controller decided new states (cluster mode): partitions hosted here take
         them (Kafka's becomeLeaderOrFollower). Requests parked on a partition whose
         leader changed are woken, to answer from the new state."""
+        self.states_changed.set()
         moved: list[TopicPartition] = []
         for topic, index in keys:
             tp = TopicPartition(topic, index)
@@ -243,7 +372,11 @@ class ReplicaManager:
             if state == partition.state:
                 continue
             was_leader = partition.is_leader
+            epoch = partition.leader_epoch
             partition.update_state(state)
+            self._apply_role(tp, partition)
+            if partition.leader_epoch != epoch and was_leader and partition.is_leader:
+                self.produce_watchers.wake_all(tp)
             if partition.is_leader != was_leader:
                 moved.append(tp)
                 self.fetch_watchers.wake_all(tp)
@@ -270,6 +403,8 @@ class ReplicaManager:
             return
         for tp in [tp for tp in list(self.log_manager.logs) if tp.topic == name]:
             self.partitions.pop(tp, None)
+            if self.fetchers is not None:
+                self.fetchers.remove(tp)
             self.log_manager.delete_log(tp)
             self.fetch_watchers.wake_all(tp)
             self.produce_watchers.wake_all(tp)
@@ -300,6 +435,7 @@ class ReplicaManager:
         if partition is not None and partition.log is partition_log:
             if partition.state != state:
                 partition.update_state(state)
+                self._apply_role(tp, partition)
             return partition
         partition = self._new_partition(partition_log, state)
         # Kafka's Partition.createLogIfNotExists: the checkpointed high watermark, else 0
@@ -308,6 +444,7 @@ class ReplicaManager:
         checkpointed = self._checkpointed.get(partition_log.log_dir, {}).get(tp)
         partition.restore_high_watermark(checkpointed if checkpointed is not None else 0)
         self.partitions[tp] = partition
+        self._apply_role(tp, partition)
         if self.on_leadership_change is not None and partition.is_leader:
             self.on_leadership_change([tp])
         return partition
@@ -316,13 +453,23 @@ class ReplicaManager:
         tp = TopicPartition(partition_log.topic, partition_log.partition)
         fetch_notify = self.fetch_watchers.notify
         produce_notify = self.produce_watchers.notify
+        follower_key = FollowerKey(tp)
+        # Bytes appended since the high watermark last moved: what consumers are told of
+        # when it moves (with the leader alone in the ISR, at once after each append).
+        unreplicated = [0]
 
         def on_append(_log: PartitionLog, nbytes: int) -> None:
+            unreplicated[0] += nbytes
+            fetch_notify(follower_key, nbytes)
+
+        def on_high_watermark(_p: Partition) -> None:
+            nbytes, unreplicated[0] = unreplicated[0], 0
             fetch_notify(tp, nbytes)
+            produce_notify(tp, 0)
 
         partition_log.add_append_listener(on_append)
         return Partition(self.broker_id, partition_log, state,
-                         on_high_watermark=lambda _p: produce_notify(tp, 0))
+                         on_high_watermark=on_high_watermark)
 
     def _schedule_creation(self, wanted: list[tuple[TopicPartition, LogConfig]]) -> None:
         previous = self._log_creation

@@ -27,8 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from odradek.client.connection import BrokerConnection, ClientError
 from odradek.cluster.membership import EndPoint
 from odradek.cluster.metadata import ClusterMetadata
+from odradek.cluster.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from odradek.cluster.replica_manager import ReplicaManager
 from odradek.cluster.store import EmbeddedStore, MetadataStore
 from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
@@ -113,6 +115,8 @@ class Broker:
             self.fetch_purgatory, self.produce_purgatory,
         )
         self.replica_manager.create_logs_off_loop = self._cluster is not None
+        if self._cluster is not None:
+            self._start_replication(self._cluster)
         self.replica_manager.startup()
         # Groups of the __consumer_offsets partitions this broker leads are loaded
         # before the listeners open.
@@ -195,12 +199,70 @@ class Broker:
             )
         )
         self.metadata.partition_states = {}
-        self.metadata.max_replication_factor = 1  # until replication lands
         # ZooKeeper writes run in worker threads; the local view changes on the loop.
         self.metadata.defer_local = post
         states = await asyncio.to_thread(cluster.follow, self.metadata)
         self.metadata.apply_partition_states(states)
         return cluster.store
+
+    def _start_replication(self, cluster: ZkCluster) -> None:
+        """Cluster mode: followers fetch from leaders; leaders change their ISRs."""
+        rm = self.replica_manager
+        rm.fetchers = ReplicaFetcherManager(
+            self.broker_id, self._connect_to_broker, FetcherConfig.from_broker(self.config)
+        )
+        rm.isr_writer = cluster.write_isr
+        rm.replica_lag_time_max_ms = int(self.config["replica.lag.time.max.ms"])
+        self._tasks.append(asyncio.create_task(self._isr_expiration()))
+
+    async def _isr_expiration(self) -> None:
+        """Kafka's isr-expiration task: every replica.lag.time.max.ms / 2, on the loop."""
+        interval = int(self.config["replica.lag.time.max.ms"]) / 2000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.replica_manager.shrink_isrs()
+            except Exception:
+                log.exception("shrinking ISRs failed")
+
+    async def _connect_to_broker(self, broker_id: int) -> BrokerConnection | None:
+        """A connection to another broker's first listener (a follower's fetcher)."""
+        assert self._cluster is not None
+        for found, host, port, _rack in self._cluster.live_endpoints():
+            if found == broker_id:
+                try:
+                    return await BrokerConnection.open(
+                        f"{host}:{port}", timeout=10.0,
+                        client_id=f"broker-{self.broker_id}-fetcher",
+                    )
+                except (OSError, ClientError, TimeoutError) as exc:
+                    log.info("cannot connect to broker %d at %s:%d: %s", broker_id, host,
+                             port, exc)
+                    return None
+        return None
+
+    async def _hand_over_leadership(self) -> None:
+        """Controlled shutdown: after leaving the cluster, keep serving until the
+        controller has moved every leadership that another in-sync replica can take, so
+        that clients only see a metadata refresh (bounded by controlled.shutdown.max.retries
+        x controlled.shutdown.retry.backoff.ms)."""
+        rm = self.replica_manager
+        bound = max(1, int(self.config["controlled.shutdown.max.retries"])) * int(
+            self.config["controlled.shutdown.retry.backoff.ms"]) / 1000
+        deadline = time.monotonic() + bound
+
+        def still_leading() -> int:
+            return sum(1 for p in rm.partitions.values()
+                       if p.is_leader and len(p.state.isr) > 1)
+
+        while (left := still_leading()) and time.monotonic() < deadline:
+            rm.states_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(rm.states_changed.wait(), deadline - time.monotonic())
+        if left:
+            log.warning("controlled shutdown: %d leaderships not moved in %.0f s", left, bound)
+        else:
+            log.info("controlled shutdown: leaderships handed over")
 
     def _endpoints(self) -> list[EndPoint]:
         """This broker's advertised listeners, with the ports actually bound."""
@@ -261,6 +323,8 @@ class Broker:
             # Leave the cluster first: the controller moves leadership away at once
             # rather than after the session timeout.
             await asyncio.to_thread(self._cluster.leave)
+            if hasattr(self, "replica_manager") and self.config["controlled.shutdown.enable"]:
+                await self._hand_over_leadership()
         if hasattr(self, "group_coordinator"):
             # answer parked JoinGroup/SyncGroup requests (NOT_COORDINATOR) so that
             # in-flight requests can finish

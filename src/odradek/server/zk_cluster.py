@@ -22,8 +22,16 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from odradek.cluster.controller import Controller
+from odradek.cluster.controller import Controller, PreferredElection
+from odradek.cluster.controller import TopicPartition as ControllerPartition
 from odradek.cluster.controller_election import ControllerElector
+from odradek.cluster.leader_election import (
+    NOTIFICATION_PATH,
+    NOTIFICATION_PREFIX,
+    LeaderAndIsr,
+    notification_data,
+    state_path,
+)
 from odradek.cluster.membership import (
     BrokerChangeWatcher,
     BrokerIdInUseError,
@@ -35,6 +43,7 @@ from odradek.cluster.membership import (
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.metadata_sync import MetadataSync
 from odradek.cluster.partition import PartitionState
+from odradek.cluster.store import CreateOp, SetOp
 from odradek.cluster.zk_store import ZooKeeperStore
 from odradek.server.config import BrokerConfig
 
@@ -58,6 +67,7 @@ class ZkCluster:
         self._registration: BrokerRegistration | None = None
         self._elector: ControllerElector | None = None
         self._controller: Controller | None = None
+        self._metadata: ClusterMetadata | None = None
         # Set by the broker: layer the dynamic broker configs again (on the event loop).
         self.on_broker_configs: Callable[[], None] | None = None
 
@@ -81,6 +91,7 @@ class ZkCluster:
 
     def follow(self, metadata: ClusterMetadata) -> dict[tuple[str, int], PartitionState]:
         """Watch the live brokers, topics and partition states; returns every state."""
+        self._metadata = metadata
         self._watcher = BrokerChangeWatcher(self.store, self._brokers_changed)
         self._live = self._watcher.start()
         self._sync = MetadataSync(self.store, metadata, self.post, self.broker_id,
@@ -120,8 +131,54 @@ class ZkCluster:
         assert self._elector is not None
         if self._controller is not None:
             self._controller.stop()
-        self._controller = Controller(self.store, self._elector, epoch)
+        config = self.config
+        rebalance = bool(config["auto.leader.rebalance.enable"])
+        self._controller = Controller(
+            self.store, self._elector, epoch, unclean=self._unclean,
+            auto_rebalance_interval_s=(
+                float(config["leader.imbalance.check.interval.seconds"]) if rebalance else None
+            ),
+            imbalance_percentage=int(config["leader.imbalance.per.broker.percentage"]),
+        )
         self._controller.start()
+
+    def _unclean(self, topic: str) -> bool:
+        """The topic's unclean.leader.election.enable (its override, else the broker's)."""
+        metadata = self._metadata
+        if metadata is None:
+            return False
+        return bool(metadata.log_config(topic)["unclean.leader.election.enable"])
+
+    # -- the leader's side of the ISR --------------------------------------------------
+    def write_isr(self, topic: str, partition: int, new: LeaderAndIsr) -> int:
+        """A leader's ISR change (blocking): the state set conditionally on the version it
+        read, with a notification in the same transaction so that every broker (and the
+        controller's next read) learns it. Returns the state's new version."""
+        results = self.store.multi([
+            SetOp(state_path(topic, partition), new.encode(), new.zk_version),
+            CreateOp(f"{NOTIFICATION_PATH}/{NOTIFICATION_PREFIX}",
+                     notification_data(new.controller_epoch, [(topic, partition)]),
+                     sequential=True),
+        ])
+        written = results[0]
+        assert written is not None
+        return written.version
+
+    def elect_preferred(
+        self, partitions: list[tuple[str, int]] | None,
+        on_done: Callable[[list[tuple[str, int]]], None],
+    ) -> bool:
+        """Ask this broker's controller for a preferred leader election; False when this
+        broker is not the controller."""
+        controller = self._controller
+        if controller is None or controller.stopped:
+            return False
+        controller.submit(PreferredElection(
+            None if partitions is None
+            else tuple(ControllerPartition(t, p) for t, p in partitions),
+            lambda done: on_done([(tp.topic, tp.partition) for tp in done]),
+        ))
+        return True
 
     def _resign(self) -> None:
         if self._controller is not None:

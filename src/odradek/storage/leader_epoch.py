@@ -83,6 +83,15 @@ class LeaderEpochCache:
         i = bisect.bisect_right([e for e, _ in self.entries], epoch)
         return self.entries[i - 1][0], self.entries[i][1]
 
+    def start_offset_of(self, epoch: int) -> int:
+        """Where ``epoch`` began (UNDEFINED_OFFSET when the cache does not know it)."""
+        for e, offset in reversed(self.entries):
+            if e == epoch:
+                return offset
+            if e < epoch:
+                break
+        return UNDEFINED_OFFSET
+
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop epochs starting at or after ``end_offset`` (log truncated to it)."""
         kept = [(e, o) for e, o in self.entries if o < end_offset]

@@ -17,6 +17,7 @@ from odradek.server.handlers.groups import register_groups
 from odradek.server.handlers.init_producer_id import register_init_producer_id
 from odradek.server.handlers.list_offsets import register_list_offsets
 from odradek.server.handlers.metadata import register_metadata
+from odradek.server.handlers.offset_for_leader_epoch import register_offset_for_leader_epoch
 from odradek.server.handlers.offsets import register_offsets
 from odradek.server.handlers.partitions import register_partitions
 from odradek.server.handlers.produce import register_produce
@@ -40,3 +41,4 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_describe_cluster(registry, services)
     register_groups(registry, services)
     register_offsets(registry, services)
+    register_offset_for_leader_epoch(registry, services)

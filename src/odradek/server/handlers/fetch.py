@@ -46,10 +46,10 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from odradek.cluster.replica_manager import UnknownTopicOrPartitionError
+from odradek.cluster.replica_manager import FollowerKey, UnknownTopicOrPartitionError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch_writer import FetchPartition, FetchTopic, write_fetch_response
@@ -133,16 +133,22 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
                 cp.topic = name_of(cp.topic_id)
 
         max_bytes = min(request.max_bytes, int(services.config["fetch.max.bytes"]))
-        follower = _privileged(request)
-        infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, follower)
+        replica_id = _replica_id(request)
+        follower = replica_id >= 0
+        infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         if total < request.min_bytes and max_wait_ms > 0 and not errors and parts:
-            keys = [TopicPartition(cp.topic, cp.partition) for cp in parts if cp.topic]
+            # Followers wait for appends; consumers for the high watermark to move.
+            keys: list[Hashable] = [
+                FollowerKey(TopicPartition(cp.topic, cp.partition)) if follower
+                else TopicPartition(cp.topic, cp.partition)
+                for cp in parts if cp.topic
+            ]
             await services.fetch_purgatory.wait(
                 keys, request.min_bytes, total, max_wait_ms / 1000
             )
-            follower = _privileged(request)
-        infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, follower)
+            infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id,
+                                             replica_id)
 
         session_id = 0
         incremental = context.kind is ContextKind.INCREMENTAL
@@ -193,11 +199,11 @@ def _topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:
     return ZERO_UUID if topic_id is None else topic_id
 
 
-def _privileged(request: Any) -> bool:
-    """A follower's fetch (replica id >= 0) has a privileged session."""
+def _replica_id(request: Any) -> int:
+    """The fetching replica's broker id (a follower), or -1 (a consumer)."""
     state = getattr(request, "replica_state", None)
     replica_id = state.replica_id if state is not None else getattr(request, "replica_id", -1)
-    return int(replica_id) >= 0
+    return int(replica_id)
 
 
 def _region(cp: CachedPartition, info: FetchDataInfo, owned: list[int]) -> FetchPartition:
@@ -218,7 +224,7 @@ def _region(cp: CachedPartition, info: FetchDataInfo, owned: list[int]) -> Fetch
 
 def _read_all(
     replica_manager: ReplicaManager, parts: list[CachedPartition], max_bytes: int, by_id: bool,
-    follower: bool,
+    replica_id: int,
 ) -> tuple[list[FetchPartition | FetchDataInfo], int, int]:
     results: list[FetchPartition | FetchDataInfo] = []
     remaining = max_bytes
@@ -226,7 +232,7 @@ def _read_all(
     errors = 0
     min_one = True
     for cp in parts:
-        result = _read_one(replica_manager, cp, remaining, min_one, by_id, follower)
+        result = _read_one(replica_manager, cp, remaining, min_one, by_id, replica_id)
         if isinstance(result, FetchPartition):
             errors += 1
         elif result.size:
@@ -239,7 +245,7 @@ def _read_all(
 
 def _read_one(
     replica_manager: ReplicaManager, cp: CachedPartition, remaining: int, min_one: bool,
-    by_id: bool, follower: bool,
+    by_id: bool, replica_id: int,
 ) -> FetchPartition | FetchDataInfo:
     """The log region to send, or a FetchPartition carrying an error."""
     if cp.topic is None:
@@ -253,7 +259,10 @@ def _read_one(
         code, _ = error_code_for(exc, f"fetching {cp.topic}-{cp.partition}")
         return FetchPartition(cp.partition, code)
     limit = min(cp.max_bytes, remaining)
+    follower = replica_id >= 0
     try:
+        if follower:
+            replica_manager.record_follower_fetch(partition, replica_id, cp.fetch_offset)
         info = partition.read(cp.fetch_offset, limit, min_one, follower)
         if info.size and not min_one and info.size >= limit and _first_incomplete(info):
             # Kafka (v3+): a partition whose first batch does not fit is sent empty, not

@@ -20,7 +20,6 @@ idempotent producers with several requests in flight require.
 
 from __future__ import annotations
 
-import datetime
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +47,8 @@ _TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(
     ErrorCode.transactional_id_authorization_failed.value
 )
 _REQUEST_TIMED_OUT = int(ErrorCode.request_timed_out.value)
+_NOT_ENOUGH_REPLICAS_AFTER_APPEND = int(ErrorCode.not_enough_replicas_after_append.value)
+_NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower.value)
 
 
 def register_produce(registry: HandlerRegistry, services: BrokerServices) -> None:
@@ -77,7 +78,7 @@ def register_produce(registry: HandlerRegistry, services: BrokerServices) -> Non
         if acks == 0:
             return None
         if waiting:
-            await _wait_for_replication(replica_manager, waiting, request.timeout)
+            await _wait_for_replication(replica_manager, waiting, request.timeout_ms)
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
         return Send((write_produce_response(ctx.api_version, topics),))
 
@@ -118,15 +119,28 @@ def _append(
 async def _wait_for_replication(
     replica_manager: ReplicaManager,
     waiting: list[tuple[PartitionResult, Partition, int]],
-    timeout: datetime.timedelta,
+    timeout_ms: int,
 ) -> None:
     """acks=all: every partition's answer waits until its ISR has the records (Kafka's
     DelayedProduce); one still short when the request's timeout runs out is
     REQUEST_TIMED_OUT (the records stay in the leader's log, as with Kafka)."""
-    deadline = time.monotonic() + max(timeout.total_seconds(), 0.0)
+    deadline = time.monotonic() + max(timeout_ms / 1000, 0.0)
     for result, partition, last_offset in waiting:
+        epoch = partition.leader_epoch
         remaining = deadline - time.monotonic()
-        if not await replica_manager.wait_for_replication(partition, last_offset, remaining):
+        if await replica_manager.wait_for_replication(partition, last_offset, remaining):
+            if partition.under_min_isr():
+                # Replicated to the whole ISR, but the ISR shrank below
+                # min.insync.replicas meanwhile (Kafka's DelayedProduce).
+                result.error_code = _NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                result.error_message = (
+                    f"the ISR of {len(partition.state.isr)} is below min.insync.replicas="
+                    f"{partition.log.config.min_insync_replicas}"
+                )
+        elif not partition.is_leader or partition.leader_epoch != epoch:
+            result.error_code = _NOT_LEADER_OR_FOLLOWER
+            result.error_message = "leadership moved before the in-sync replicas had the records"
+        else:
             result.error_code = _REQUEST_TIMED_OUT
             result.error_message = (
                 f"the in-sync replicas did not confirm offset {last_offset} in time"

@@ -1,0 +1,374 @@
+"""Followers fetching from their leaders (Kafka's ReplicaFetcherManager and
+ReplicaFetcherThread, with KIP-101 / KIP-279 truncation).
+
+How it works: the replica manager tells :class:`ReplicaFetcherManager` which partitions
+this broker follows, from which leader and at which leader epoch (:meth:`add`), and which
+it stopped following (:meth:`remove`). There is one :class:`ReplicaFetcher` per leader
+broker, an asyncio task carrying every partition followed from that leader in one Fetch
+request (``replica_id`` = this broker, ``max_wait`` = ``replica.fetch.wait.max.ms``,
+``min_bytes`` = ``replica.fetch.min.bytes``), as Kafka's fetcher threads do.
+
+Each partition starts *truncating*: before it fetches, the fetcher asks the leader
+OffsetForLeaderEpoch for the latest leader epoch in this replica's log. The leader answers
+where that epoch (or the newest epoch it knows below it) ended in its log; the follower
+truncates to the smaller of that and where the same epoch ends in its own log. What is
+left is a prefix of the leader's log, so the replicas never diverge; records the old
+leader appended but never committed are dropped here and fetched again from the new
+leader. A log without any epoch (nothing written with a leader epoch) truncates to its
+high watermark, Kafka's pre-KIP-101 rule.
+
+Then it fetches from its log end offset and appends the leader's batches unchanged (same
+bytes, offsets and leader epochs: :meth:`PartitionLog.append_as_follower`), and takes the
+leader's high watermark and log start offset from the response. A fetch offset below the
+leader's log start (retention removed it) starts the log again at the leader's log start;
+one past the leader's log end (an unclean election) truncates again. Leadership errors
+(NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, ...) back the partition
+off for ``replica.fetch.backoff.ms`` until the controller's next decision moves it; a lost
+connection backs the whole fetcher off and reconnects (the leader's address is looked up
+again each time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.offset_for_leader_epoch.v4 import request as ofle_v4
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from odradek.cluster.partition import Partition
+from odradek.storage import TopicPartition
+from odradek.storage.leader_epoch import UNDEFINED_EPOCH
+
+__all__ = ["FetcherConfig", "ReplicaFetcher", "ReplicaFetcherManager", "complete_batches"]
+
+log = logging.getLogger(__name__)
+
+_LEADERSHIP_ERRORS = frozenset({
+    ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition,
+    ErrorCode.leader_not_available, ErrorCode.kafka_storage_error,
+})
+
+
+class Connection(Protocol):
+    async def send(self, request: Any) -> Any: ...
+
+    async def close(self) -> None: ...
+
+
+Connect = Callable[[int], Awaitable[Connection | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    """Kafka's ``replica.fetch.*`` broker configs."""
+
+    max_bytes: int = 1048576            # replica.fetch.max.bytes (per partition)
+    response_max_bytes: int = 10485760  # replica.fetch.response.max.bytes
+    min_bytes: int = 1                  # replica.fetch.min.bytes
+    max_wait_ms: int = 500              # replica.fetch.wait.max.ms
+    backoff_ms: int = 1000              # replica.fetch.backoff.ms
+
+    @classmethod
+    def from_broker(cls, config: Any) -> FetcherConfig:
+        return cls(
+            max_bytes=int(config["replica.fetch.max.bytes"]),
+            response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
+            min_bytes=int(config["replica.fetch.min.bytes"]),
+            max_wait_ms=int(config["replica.fetch.wait.max.ms"]),
+            backoff_ms=int(config["replica.fetch.backoff.ms"]),
+        )
+
+
+@dataclass(slots=True)
+class _FetchState:
+    partition: Partition
+    leader_epoch: int
+    truncating: bool = True
+    delayed_until: float = 0.0
+
+
+def complete_batches(records: bytes | memoryview) -> memoryview:
+    """The whole batches at the front of ``records``: a fetch response may end inside a
+    batch (cut at ``partition_max_bytes``), which the next fetch asks for again. One step
+    per batch (baseOffset int64, batchLength int32), never per record."""
+    view = memoryview(records)
+    pos = 0
+    end = len(view)
+    while end - pos >= 12:
+        size = 12 + int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
+        if size <= 12 or pos + size > end:
+            break
+        pos += size
+    return view[:pos]
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows from one leader broker."""
+
+    def __init__(self, manager: ReplicaFetcherManager, leader: int) -> None:
+        self.manager = manager
+        self.leader = leader
+        self.partitions: dict[TopicPartition, _FetchState] = {}
+        self._wake = asyncio.Event()
+        self._conn: Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.fetches = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"replica-fetcher-{self.manager.broker_id}-from-{self.leader}"
+        )
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self._close()
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+
+    async def _run(self) -> None:
+        backoff = self.manager.config.backoff_ms / 1000
+        while True:
+            if not self.partitions:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                if self._conn is None:
+                    self._conn = await self.manager.connect(self.leader)
+                    if self._conn is None:
+                        await self._sleep(backoff)
+                        continue
+                now = time.monotonic()
+                truncating = [(tp, s) for tp, s in self.partitions.items()
+                              if s.truncating and s.delayed_until <= now]
+                if truncating:
+                    await self._truncate(self._conn, truncating)
+                fetchable = [(tp, s) for tp, s in self.partitions.items()
+                             if not s.truncating and s.delayed_until <= now]
+                if not fetchable:
+                    waits = [s.delayed_until for s in self.partitions.values()]
+                    await self._sleep(max(0.01, min(waits, default=now + backoff) - now))
+                    continue
+                await self._fetch(self._conn, fetchable)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("broker %d: fetching from broker %d failed (%s); retrying in %.1f s",
+                         self.manager.broker_id, self.leader, exc, backoff)
+                await self._close()
+                await self._sleep(backoff)
+
+    # -- truncation (KIP-101, KIP-279) ---------------------------------------------------
+    async def _truncate(
+        self, conn: Connection, truncating: list[tuple[TopicPartition, _FetchState]]
+    ) -> None:
+        asked: list[tuple[TopicPartition, _FetchState, int]] = []
+        for tp, state in truncating:
+            partition_log = state.partition.log
+            epoch = partition_log.leader_epoch_cache.latest_epoch
+            if epoch == UNDEFINED_EPOCH:
+                partition_log.truncate_to(partition_log.high_watermark)
+                state.truncating = False
+                continue
+            asked.append((tp, state, epoch))
+        if not asked:
+            return
+        by_topic: dict[str, list[ofle_v4.OffsetForLeaderPartition]] = {}
+        for tp, state, epoch in asked:
+            by_topic.setdefault(tp.topic, []).append(ofle_v4.OffsetForLeaderPartition(
+                partition=i32(tp.partition), current_leader_epoch=i32(state.leader_epoch),
+                leader_epoch=i32(epoch),
+            ))
+        response = await conn.send(ofle_v4.OffsetForLeaderEpochRequest(
+            replica_id=BrokerId(self.manager.broker_id),
+            topics=tuple(ofle_v4.OffsetForLeaderTopic(topic=TopicName(t), partitions=tuple(ps))
+                         for t, ps in by_topic.items()),
+        ))
+        answers = {
+            TopicPartition(str(t.topic), int(p.partition)): p
+            for t in response.topics for p in t.partitions
+        }
+        backoff = self.manager.config.backoff_ms / 1000
+        for tp, state, epoch in asked:
+            if self.partitions.get(tp) is not state:
+                continue  # moved while we asked
+            answer = answers.get(tp)
+            if answer is None or answer.error_code != ErrorCode.none:
+                state.delayed_until = time.monotonic() + backoff
+                continue
+            partition_log = state.partition.log
+            end = self._truncation_offset(state.partition, epoch, int(answer.leader_epoch),
+                                          int(answer.end_offset))
+            if end < partition_log.log_end_offset:
+                log.info("broker %d: truncating %s from %d to %d (leader %d, epoch %d)",
+                         self.manager.broker_id, tp, partition_log.log_end_offset, end,
+                         self.leader, state.leader_epoch)
+                partition_log.truncate_to(end)
+            state.truncating = False
+
+    @staticmethod
+    def _truncation_offset(
+        partition: Partition, asked_epoch: int, leader_epoch: int, leader_end: int
+    ) -> int:
+        """Where this replica's log stops agreeing with the leader's."""
+        partition_log = partition.log
+        if leader_epoch == UNDEFINED_EPOCH or leader_end < 0:
+            return partition_log.high_watermark  # the leader knows no such epoch
+        if leader_epoch == asked_epoch:
+            return min(leader_end, partition_log.log_end_offset)
+        # The leader's newest epoch at or below ours is older: ours ended where that
+        # one ends in our log, if we have it at all.
+        ours_epoch, ours_end = partition_log.leader_epoch_cache.end_offset_for(
+            leader_epoch, partition_log.log_end_offset
+        )
+        if ours_epoch == UNDEFINED_EPOCH:
+            return min(partition_log.high_watermark, leader_end)
+        return min(leader_end, ours_end)
+
+    # -- fetching ------------------------------------------------------------------------
+    async def _fetch(
+        self, conn: Connection, fetchable: list[tuple[TopicPartition, _FetchState]]
+    ) -> None:
+        config = self.manager.config
+        by_topic: dict[str, list[fetch_v12.FetchPartition]] = {}
+        asked: dict[TopicPartition, tuple[_FetchState, int]] = {}
+        for tp, state in fetchable:
+            partition_log = state.partition.log
+            offset = partition_log.log_end_offset
+            asked[tp] = (state, offset)
+            by_topic.setdefault(tp.topic, []).append(fetch_v12.FetchPartition(
+                partition=i32(tp.partition), current_leader_epoch=i32(state.leader_epoch),
+                fetch_offset=i64(offset),
+                last_fetched_epoch=i32(partition_log.leader_epoch_cache.latest_epoch),
+                log_start_offset=i64(partition_log.log_start_offset),
+                partition_max_bytes=i32(config.max_bytes),
+            ))
+        response = await conn.send(fetch_v12.FetchRequest(
+            cluster_id=None, replica_id=BrokerId(self.manager.broker_id),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=config.max_wait_ms)),
+            min_bytes=i32(config.min_bytes), max_bytes=i32(config.response_max_bytes),
+            isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1),
+            topics=tuple(fetch_v12.FetchTopic(topic=TopicName(t), partitions=tuple(ps))
+                         for t, ps in by_topic.items()),
+            forgotten_topics_data=(), rack_id="",
+        ))
+        self.fetches += 1
+        if response.error_code != ErrorCode.none:
+            raise RuntimeError(f"fetch answered {response.error_code.name}")
+        backoff = config.backoff_ms / 1000
+        for topic in response.responses:
+            for data in topic.partitions:
+                tp = TopicPartition(str(topic.topic), int(data.partition_index))
+                entry = asked.get(tp)
+                if entry is None:
+                    continue
+                state, offset = entry
+                if self.partitions.get(tp) is not state or state.truncating:
+                    continue  # moved, or to truncate again, while we fetched
+                partition = state.partition
+                if partition.is_leader:
+                    continue
+                code = data.error_code
+                if code == ErrorCode.none:
+                    self._append(tp, partition, offset, data)
+                elif code == ErrorCode.offset_out_of_range:
+                    self._out_of_range(tp, state, offset, int(data.log_start_offset))
+                else:
+                    if code not in _LEADERSHIP_ERRORS:
+                        log.warning("broker %d: fetching %s from broker %d: %s",
+                                    self.manager.broker_id, tp, self.leader, code.name)
+                    state.delayed_until = time.monotonic() + backoff
+
+    def _append(self, tp: TopicPartition, partition: Partition, offset: int, data: Any) -> None:
+        partition_log = partition.log
+        if partition_log.log_end_offset != offset:
+            return  # truncated meanwhile: the next fetch asks again
+        records = data.records
+        if records:
+            batches = complete_batches(records)
+            if len(batches):
+                partition_log.append_as_follower(batches)
+        partition.update_follower_high_watermark(int(data.high_watermark))
+        leader_start = int(data.log_start_offset)
+        if leader_start > partition_log.log_start_offset:
+            new_start = min(leader_start, partition_log.high_watermark)
+            if new_start > partition_log.log_start_offset:
+                partition_log.maybe_increment_log_start_offset(new_start)
+
+    def _out_of_range(
+        self, tp: TopicPartition, state: _FetchState, offset: int, leader_start: int
+    ) -> None:
+        partition_log = state.partition.log
+        if leader_start >= 0 and offset < leader_start:
+            log.info("broker %d: %s at %d is below the leader's log start %d: starting over",
+                     self.manager.broker_id, tp, offset, leader_start)
+            partition_log.truncate_fully_and_start_at(leader_start)
+        else:
+            state.truncating = True  # past the leader's log end: an unclean election
+
+
+class ReplicaFetcherManager:
+    def __init__(self, broker_id: int, connect: Connect, config: FetcherConfig) -> None:
+        self.broker_id = broker_id
+        self.connect = connect
+        self.config = config
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._following: dict[TopicPartition, tuple[int, int]] = {}
+
+    def following(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """(leader, leader epoch) ``tp`` is fetched from, or None."""
+        return self._following.get(tp)
+
+    def add(self, tp: TopicPartition, partition: Partition, leader: int, leader_epoch: int) -> None:
+        """Follow ``tp`` from ``leader`` at ``leader_epoch`` (truncating first); a no-op when
+        already following it so."""
+        if self._following.get(tp) == (leader, leader_epoch):
+            return
+        self.remove(tp)
+        self._following[tp] = (leader, leader_epoch)
+        fetcher = self.fetchers.get(leader)
+        if fetcher is None:
+            fetcher = self.fetchers[leader] = ReplicaFetcher(self, leader)
+            fetcher.start()
+        fetcher.partitions[tp] = _FetchState(partition, leader_epoch)
+        fetcher.wake()
+
+    def remove(self, tp: TopicPartition) -> None:
+        found = self._following.pop(tp, None)
+        if found is None:
+            return
+        fetcher = self.fetchers.get(found[0])
+        if fetcher is not None:
+            fetcher.partitions.pop(tp, None)
+
+    async def shutdown(self) -> None:
+        self._following.clear()
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        for fetcher in fetchers:
+            await fetcher.stop()
