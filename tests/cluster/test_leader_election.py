@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from odradek.cluster.leader_election import NO_LEADER, LeaderAndIsr, decide, decode_state
+from odradek.cluster.leader_election import (
+    NO_LEADER,
+    LeaderAndIsr,
+    decide,
+    decide_preferred,
+    decode_state,
+    isr_change,
+)
 
 
 def state(leader: int, epoch: int, isr: tuple[int, ...], version: int = 3) -> LeaderAndIsr:
@@ -19,7 +26,34 @@ def test_first_state_with_no_live_replica_is_offline() -> None:
 
 
 def test_live_leader_stands() -> None:
-    assert decide((0, 1, 2), state(1, 4, (1, 2)), {1}, 5) is None
+    assert decide((0, 1, 2), state(1, 4, (1, 2)), {1, 2}, 5) is None
+
+
+def test_lost_follower_leaves_the_isr_with_leader_and_epoch_unchanged() -> None:
+    assert decide((0, 1, 2), state(1, 4, (1, 2)), {1}, 5) == LeaderAndIsr(1, 4, (1,), 5, 3)
+    # the leader itself always stays in its ISR
+    assert decide((0, 1, 2), state(1, 4, (1, 2, 0)), {1, 0}, 5) == LeaderAndIsr(
+        1, 4, (1, 0), 5, 3)
+
+
+def test_unclean_election_takes_the_first_live_replica_alone() -> None:
+    current = state(0, 4, (0, 1))
+    assert decide((0, 1, 2), current, {2}, 5) == LeaderAndIsr(NO_LEADER, 5, (0, 1), 5, 3)
+    assert decide((0, 1, 2), current, {2}, 5, unclean=True) == LeaderAndIsr(2, 5, (2,), 5, 3)
+    # with a live ISR replica the election stays clean
+    assert decide((0, 1, 2), current, {1, 2}, 5, unclean=True) == LeaderAndIsr(1, 5, (1,), 5, 3)
+
+
+def test_preferred_replica_takes_leadership_back_when_in_sync() -> None:
+    assert decide_preferred((0, 1, 2), state(1, 4, (1, 2, 0)), {0, 1, 2}, 5) == LeaderAndIsr(
+        0, 5, (1, 2, 0), 5, 3)
+    assert decide_preferred((0, 1, 2), state(1, 4, (1, 2)), {0, 1, 2}, 5) is None  # not in ISR
+    assert decide_preferred((0, 1, 2), state(1, 4, (1, 2, 0)), {1, 2}, 5) is None  # not live
+    assert decide_preferred((0, 1, 2), state(0, 4, (0, 1)), {0, 1}, 5) is None  # leads already
+
+
+def test_isr_change_keeps_leader_epoch_and_version() -> None:
+    assert isr_change(state(1, 4, (1, 2)), (1, 2, 0)) == LeaderAndIsr(1, 4, (1, 2, 0), 1, 3)
 
 
 def test_lost_leader_moves_to_the_first_live_isr_replica_in_assignment_order() -> None:

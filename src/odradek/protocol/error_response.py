@@ -109,6 +109,11 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
     ApiKey.DESCRIBE_CONFIGS: {"results": Echo(("resources",), _RESOURCE)},
     ApiKey.ALTER_CONFIGS: {"responses": Echo(("resources",), _RESOURCE)},
     ApiKey.INCREMENTAL_ALTER_CONFIGS: {"responses": Echo(("resources",), _RESOURCE)},
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: {
+        "topics": Echo(("topics",), (("topic", "topic"),), {
+            "partitions": Echo(("partitions",), (("partition", "partition"),)),
+        }),
+    },
 }
 """API key -> top-level response collection -> the request collection it echoes."""
 
@@ -122,6 +127,8 @@ VALUES: Final[Mapping[int, Mapping[str, Any]]] = {
     ApiKey.FIND_COORDINATOR: _NO_NODE,
     # RecordBatch.NO_PRODUCER_ID and NO_PRODUCER_EPOCH.
     ApiKey.INIT_PRODUCER_ID: {"producer_id": -1, "producer_epoch": -1},
+    # EpochEndOffset's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: {"leader_epoch": -1, "end_offset": -1},
 }
 """API key -> response field name (at any depth) -> the value Kafka puts there."""
 
