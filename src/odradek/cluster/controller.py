@@ -557,7 +557,10 @@ class Controller:
 
     def elect_preferred(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Leadership of ``tps`` back to their preferred replicas where it is live and in
-        sync (Kafka's PreferredReplicaLeaderElection); the partitions written."""
+        sync (Kafka's PreferredReplicaLeaderElection); the partitions written. Their states
+        are read again first: leaders change ISRs without telling the controller."""
+        tps = [tp for tp in tps if tp.topic in self._topics]
+        self._load_states(tps)
         changes = []
         for tp in tps:
             topic = self._topics.get(tp.topic)
@@ -604,10 +607,12 @@ class Controller:
                 continue
             current = self._states.get(tp)
             new = decide(replicas, current, self._live, self.epoch)
-            if (new is not None and new.leader == NO_LEADER and current is not None
-                    and current.leader != NO_LEADER and self._unclean(tp.topic)):
-                new = decide(replicas, current, self._live, self.epoch, unclean=True)
-                if new is not None and new.leader != NO_LEADER:
+            after = new if new is not None else current
+            if (current is not None and after is not None and after.leader == NO_LEADER
+                    and self._unclean(tp.topic)):
+                unclean = decide(replicas, current, self._live, self.epoch, unclean=True)
+                if unclean is not None and unclean.leader != NO_LEADER:
+                    new = unclean
                     log.warning("controller %d: unclean election of %d for %s-%d: records "
                                 "only the lost ISR %s held are lost", self.broker_id,
                                 new.leader, tp.topic, tp.partition, list(current.isr))

@@ -296,7 +296,16 @@ class ReplicaFetcher:
                     continue
                 code = data.error_code
                 if code == ErrorCode.none:
-                    self._append(tp, partition, offset, data)
+                    try:
+                        self._append(tp, partition, offset, data)
+                    except Exception as exc:
+                        # One partition's bad answer (or a failed disk) must not stop the
+                        # others: check where the logs agree again, after a pause.
+                        log.warning("broker %d: appending %s fetched from broker %d failed "
+                                    "(%s); truncating again", self.manager.broker_id, tp,
+                                    self.leader, exc)
+                        state.truncating = True
+                        state.delayed_until = time.monotonic() + backoff
                 elif code == ErrorCode.offset_out_of_range:
                     self._out_of_range(tp, state, offset, int(data.log_start_offset))
                 else:
@@ -312,7 +321,18 @@ class ReplicaFetcher:
         records = data.records
         if records:
             batches = complete_batches(records)
-            if len(batches):
+            if len(batches) >= 27:
+                base = int.from_bytes(batches[0:8], "big", signed=True)
+                last = base + int.from_bytes(batches[23:27], "big", signed=True)
+                if base < offset <= last:
+                    # Our log ends inside one of the leader's batches: our last batch was
+                    # batched differently (another leader's). Drop it and take the
+                    # leader's whole (Kafka answers from the batch holding the offset).
+                    partition_log.truncate_to(base)
+                if base != partition_log.log_end_offset:
+                    # Never a gap: fetch again from where this log ends.
+                    raise ValueError(f"the leader's batch starts at {base}, this log ends at "
+                                     f"{partition_log.log_end_offset}")
                 partition_log.append_as_follower(batches)
         partition.update_follower_high_watermark(int(data.high_watermark))
         leader_start = int(data.log_start_offset)

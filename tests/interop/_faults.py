@@ -1,0 +1,303 @@
+"""The fault-injection harness of issue 15: a real ZooKeeper, three broker processes,
+idempotent acks=all producers and a consumer, while faults are injected.
+
+Used by the short run in the suite (``tests/interop/test_faults.py``) and the long one
+(``bench/faults.py``). The oracle, checked by :meth:`FaultRun.verify`:
+
+- every acknowledged record is read back exactly once, at the offset its acknowledgement
+  named, in order per partition (offsets unchanged);
+- every record a consumer saw during the run is still there at the same offset at the end
+  (what was visible below the high watermark is never taken back);
+- no value appears twice (the idempotent producer's retries are deduplicated);
+- the replicas of every partition hold the same bytes (no divergence);
+
+and it counts, per fault, the time from the fault to the next acknowledged produce.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._cluster import SESSION_TIMEOUT_MS, Cluster
+
+TOPIC_CONFIG = {"min.insync.replicas": "2"}
+
+
+@dataclass
+class Report:
+    faults: list[tuple[str, float]] = field(default_factory=list)  # (what, s to next ack)
+    acknowledged: int = 0
+    failed_sends: int = 0
+    lost: int = 0
+    moved: int = 0
+    duplicated: int = 0
+    retracted: int = 0
+    diverged: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.moved or self.duplicated or self.retracted
+                    or self.diverged)
+
+    def summary(self) -> str:
+        times = [t for _, t in self.faults]
+        worst = max(times, default=0.0)
+        return (f"faults {len(self.faults)}, acknowledged {self.acknowledged}, failed sends "
+                f"{self.failed_sends}, lost {self.lost}, moved {self.moved}, duplicated "
+                f"{self.duplicated}, retracted {self.retracted}, diverged "
+                f"{len(self.diverged)}; fault to next ack: worst {worst:.1f} s, mean "
+                f"{sum(times) / max(1, len(times)):.1f} s")
+
+
+def partition_state(cluster: Cluster, topic: str, partition: int) -> dict[str, Any] | None:
+    raw = cluster.zk_get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+    return json.loads(raw) if raw else None
+
+
+class FaultRun:
+    """One topic (replication factor 3, ``min.insync.replicas`` 2), a producer thread and
+    a consumer thread on ``cluster``; :meth:`inject` runs faults, :meth:`verify` checks."""
+
+    def __init__(self, cluster: Cluster, topic: str, partitions: int = 3,
+                 rate_per_s: float = 500.0) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.partitions = partitions
+        self.rate_per_s = rate_per_s
+        self.acked: dict[int, dict[int, bytes]] = defaultdict(dict)
+        self.seen: dict[int, dict[int, bytes]] = defaultdict(dict)
+        self.failed = 0
+        self.last_ack_of: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self.errors: list[str] = []
+        self.report = Report()
+
+    # -- set-up ---------------------------------------------------------------------------
+    def create_topic(self) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
+        futures = admin.create_topics(
+            [NewTopic(self.topic, self.partitions, 3, config=TOPIC_CONFIG)],
+            operation_timeout=30, request_timeout=30)
+        futures[self.topic].result(60)
+        self.cluster.wait_for(self.fully_in_sync, 60, f"{self.topic} fully in sync")
+
+    def fully_in_sync(self) -> bool:
+        for p in range(self.partitions):
+            state = partition_state(self.cluster, self.topic, p)
+            if state is None or state["leader"] < 0 or len(state["isr"]) != 3:
+                return False
+        return True
+
+    def leader(self, partition: int = 0) -> int:
+        state = partition_state(self.cluster, self.topic, partition)
+        assert state is not None
+        return int(state["leader"])
+
+    # -- load -----------------------------------------------------------------------------
+    def start(self) -> None:
+        for target in (self._produce, self._consume):
+            thread = threading.Thread(target=target, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self.wait_acks(1, 60)
+
+    def _produce(self) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({
+            "bootstrap.servers": self.cluster.bootstrap, "acks": "all",
+            "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120000,
+            "log_level": 3,
+        })
+
+        def delivered(err: Any, msg: Any) -> None:
+            with self._lock:
+                if err is not None:
+                    self.failed += 1
+                    return
+                self.acked[msg.partition()][msg.offset()] = msg.value()
+                self.last_ack_of[msg.partition()] = time.monotonic()
+
+        sequence = 0
+        interval = 1.0 / self.rate_per_s
+        next_send = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                value = f"v-{sequence}".encode()
+                producer.produce(self.topic, value=value, partition=sequence % self.partitions,
+                                 on_delivery=delivered)
+                sequence += 1
+                next_send += interval
+                producer.poll(max(0.0, next_send - time.monotonic()))
+            remaining = producer.flush(120)
+            if remaining:
+                self.errors.append(f"{remaining} records never answered")
+        except Exception as exc:
+            self.errors.append(f"producer: {exc!r}")
+
+    def _consume(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({
+            "bootstrap.servers": self.cluster.bootstrap, "group.id": f"{self.topic}-watch",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 3,
+        })
+        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
+        try:
+            while not self._stop.is_set():
+                for msg in consumer.consume(500, 0.2):
+                    if msg.error() is None:
+                        with self._lock:
+                            self.seen[msg.partition()][msg.offset()] = msg.value()
+        except Exception as exc:
+            self.errors.append(f"consumer: {exc!r}")
+        finally:
+            consumer.close()
+
+    def acks(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self.acked.values())
+
+    def wait_acks(self, more: int, timeout: float) -> float:
+        """Wait for ``more`` acknowledgements from now; the seconds it took."""
+        started = time.monotonic()
+        target = self.acks() + more
+        self.cluster.wait_for(lambda: self.acks() >= target, timeout,
+                              f"{more} more acknowledged records")
+        return time.monotonic() - started
+
+    # -- faults ---------------------------------------------------------------------------
+    def inject(self, name: str, fault: Callable[[], None]) -> float:
+        """Run ``fault``; return (and report) the seconds from its start until every
+        partition had a produce acknowledged again."""
+        started = time.monotonic()
+        fault()
+
+        def resumed() -> bool:
+            with self._lock:
+                return all(self.last_ack_of.get(p, 0.0) > started
+                           for p in range(self.partitions))
+
+        self.cluster.wait_for(resumed, 4 * SESSION_TIMEOUT_MS / 1000 + 60,
+                              f"acknowledgements on every partition after {name}")
+        took = time.monotonic() - started
+        self.report.faults.append((name, took))
+        return took
+
+    def heal(self, timeout: float = 90.0) -> None:
+        self.cluster.restore()
+        self.cluster.wait_for(self.fully_in_sync, timeout, f"{self.topic} back in sync")
+
+    def kill9_leader(self) -> None:
+        self.cluster.kill9(self.leader(random.randrange(self.partitions)))
+
+    def kill9_controller(self) -> None:
+        controller, _ = self.cluster.wait_controller()
+        self.cluster.kill9(controller)
+
+    def pause_past_session(self) -> None:
+        """SIGSTOP a partition leader until ZooKeeper expires its session, then SIGCONT."""
+        victim = self.leader(random.randrange(self.partitions))
+        self.cluster.sigstop(victim)
+        try:
+            self.cluster.wait_for(lambda: not self.cluster.registered(victim),
+                                  2 * SESSION_TIMEOUT_MS / 1000 + 10, f"{victim} expired")
+        finally:
+            self.cluster.sigcont(victim)
+
+    def rolling_restart(self) -> None:
+        """SIGTERM each broker in turn (a controlled shutdown), waiting for it to rejoin
+        and every partition to be fully in sync before the next."""
+        for broker_id in sorted(self.cluster.brokers):
+            self.cluster.stop(broker_id)
+            self.cluster.start(broker_id)
+            self.cluster.wait_for(self.fully_in_sync, 90, f"in sync after restarting "
+                                                          f"{broker_id}")
+
+    # -- the oracle -----------------------------------------------------------------------
+    def finish(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(180)
+
+    def verify(self) -> Report:
+        """Read everything back and compare (every broker must be up and in sync)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        report = self.report
+        report.acknowledged = self.acks()
+        report.failed_sends = self.failed
+        ends = self._end_offsets()
+        final: dict[int, dict[int, bytes]] = defaultdict(dict)
+        consumer = Consumer({
+            "bootstrap.servers": self.cluster.bootstrap, "group.id": f"{self.topic}-verify",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 3,
+        })
+        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
+        deadline = time.monotonic() + 120
+        try:
+            while (any(len(final[p]) < ends[p] for p in range(self.partitions))
+                   and time.monotonic() < deadline):
+                for msg in consumer.consume(1000, 1.0):
+                    if msg.error() is None:
+                        final[msg.partition()][msg.offset()] = msg.value()
+        finally:
+            consumer.close()
+        values: dict[bytes, int] = defaultdict(int)
+        for p in range(self.partitions):
+            for value in final[p].values():
+                values[value] += 1
+            for offset, value in self.acked[p].items():
+                found = final[p].get(offset)
+                if found is None:
+                    report.lost += 1
+                elif found != value:
+                    report.moved += 1
+            for offset, value in self.seen[p].items():
+                if final[p].get(offset) != value:
+                    report.retracted += 1
+        report.duplicated = sum(n - 1 for n in values.values() if n > 1)
+        report.diverged = self._diverged()
+        return report
+
+    def _end_offsets(self) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.cluster.bootstrap,
+                             "group.id": f"{self.topic}-ends", "log_level": 3})
+        try:
+            return {p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), 30)[1]
+                    for p in range(self.partitions)}
+        finally:
+            consumer.close()
+
+    def _log_bytes(self, broker_id: int, partition: int) -> bytes:
+        directory: Path = self.cluster.data_dir(broker_id) / f"{self.topic}-{partition}"
+        return b"".join(f.read_bytes() for f in sorted(directory.glob("*.log")))
+
+    def _diverged(self) -> list[str]:
+        """Partitions whose replicas' logs differ once followers caught up (waited for)."""
+        out = []
+        for p in range(self.partitions):
+            def same(p: int = p) -> bool:
+                logs = {b: self._log_bytes(b, p) for b in sorted(self.cluster.brokers)}
+                return len(set(logs.values())) == 1
+
+            try:
+                self.cluster.wait_for(same, 60, f"replicas of {self.topic}-{p} equal")
+            except AssertionError:
+                sizes = {b: len(self._log_bytes(b, p)) for b in sorted(self.cluster.brokers)}
+                out.append(f"{self.topic}-{p}: {sizes}")
+        return out

@@ -1,0 +1,283 @@
+"""Acceptance of issue 15: replication between three brokers over a real ZooKeeper, driven
+by real clients.
+
+- A partition leader killed -9 under load: a new leader within the session timeout, no
+  acknowledged record lost; the old leader restarts, truncates, catches up, rejoins the
+  ISR, and (``auto.leader.rebalance.enable``) leads its preferred partitions again.
+- ``min.insync.replicas``: acks=all refused with NOT_ENOUGH_REPLICAS while the ISR is too
+  small, acks=1 accepted, acks=all back once the followers return.
+- ``unclean.leader.election.enable``: with it, an out-of-sync replica leads and what only
+  the lost leader held is gone (counted); without it, the partition waits offline.
+- Every client's round trip holds while leadership moves (a rolling restart).
+
+All tests share one module-scoped cluster; a broker a test kills is restarted before the
+next test.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ._cluster import SESSION_TIMEOUT_MS, Cluster, running_cluster
+from .test_cluster import ROUNDTRIPS, expected_records
+
+pytestmark = pytest.mark.interop
+
+OVERRIDES = {
+    "offsets.topic.replication.factor": 3,
+    "replica.lag.time.max.ms": 5000,
+    "leader.imbalance.check.interval.seconds": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("replication"), 3, OVERRIDES) as c:
+        yield c
+
+
+@pytest.fixture
+def rcluster(cluster: Cluster) -> Cluster:
+    cluster.restore()
+    return cluster
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def state(cluster: Cluster, topic: str, partition: int) -> dict[str, Any]:
+    raw = cluster.zk_get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+    return json.loads(raw) if raw else {"leader": -1, "isr": [], "leader_epoch": -1}
+
+
+def replicas(cluster: Cluster, topic: str) -> dict[int, list[int]]:
+    raw = cluster.zk_get(f"/brokers/topics/{topic}")
+    assert raw is not None
+    return {int(p): r for p, r in json.loads(raw)["partitions"].items()}
+
+
+def create(cluster: Cluster, topic: str, partitions: int, rf: int,
+           config: dict[str, str] | None = None) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, rf, config=config or {})],
+                                  operation_timeout=30, request_timeout=30)
+    futures[topic].result(60)
+    cluster.wait_for(lambda: all(len(state(cluster, topic, p)["isr"]) == rf
+                                 for p in range(partitions)), 60, f"{topic} in sync")
+
+
+def producer(cluster: Cluster, **config: Any) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": cluster.bootstrap, "log_level": 3,
+                     "linger.ms": 2, **config})
+
+
+def send(p: Any, topic: str, values: list[bytes], partition: int = 0) -> list[Any]:
+    """Produce ``values`` and flush; the delivery results (errors or offsets)."""
+    results: list[Any] = []
+    for v in values:
+        p.produce(topic, value=v, partition=partition,
+                  on_delivery=lambda err, msg: results.append(err or msg.offset()))
+    p.flush(60)
+    return results
+
+
+def read_all(cluster: Cluster, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique("r"),
+                         "enable.auto.commit": False, "log_level": 3})
+    try:
+        def high_watermark() -> int | None:
+            try:
+                return int(consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                          10)[1]) + 1
+            except KafkaException:  # metadata not known yet, or the leader moving
+                return None
+
+        end = cluster.wait_for(high_watermark, 60, f"the end of {topic}-{partition}") - 1
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        out: list[tuple[int, bytes]] = []
+
+        def more() -> bool:
+            for msg in consumer.consume(500, 0.5):
+                if msg.error() is None:
+                    out.append((msg.offset(), msg.value()))
+            return not out or out[-1][0] >= end - 1
+
+        cluster.wait_for(more, 60, f"{topic}-{partition} read to {end}")
+        return out
+    finally:
+        consumer.close()
+
+
+def test_leader_killed_under_load_loses_nothing_and_comes_back_as_preferred(
+    rcluster: Cluster,
+) -> None:
+    cluster = rcluster
+    topic = unique("kill")
+    create(cluster, topic, 1, 3, {"min.insync.replicas": "2"})
+    preferred = replicas(cluster, topic)[0][0]
+    assert state(cluster, topic, 0)["leader"] == preferred
+    p = producer(cluster, acks="all", **{"enable.idempotence": True})
+    acked: dict[int, bytes] = {}
+    stop = threading.Event()
+
+    def load() -> None:
+        i = 0
+        while not stop.is_set():
+            value = f"r-{i}".encode()
+            p.produce(topic, value=value, partition=0,
+                      on_delivery=lambda err, msg, v=value: err or acked.__setitem__(
+                          msg.offset(), v))
+            p.poll(0.002)
+            i += 1
+        p.flush(60)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    try:
+        cluster.wait_for(lambda: len(acked) > 200, 30, "load running")
+        epoch = state(cluster, topic, 0)["leader_epoch"]
+        cluster.kill9(preferred)
+        moved = cluster.wait_for(
+            lambda: (s := state(cluster, topic, 0))["leader"] not in (-1, preferred) and s,
+            SESSION_TIMEOUT_MS / 1000 + 10, "a new leader")
+        assert moved["leader_epoch"] > epoch
+        assert preferred not in moved["isr"]
+        count = len(acked)
+        cluster.wait_for(lambda: len(acked) > count + 200, 30, "producing to the new leader")
+        cluster.start(preferred)
+        # it truncates, catches up, rejoins the ISR, and leads again (auto rebalance)
+        cluster.wait_for(lambda: preferred in state(cluster, topic, 0)["isr"], 60,
+                         f"broker {preferred} back in the ISR")
+        cluster.wait_for(lambda: state(cluster, topic, 0)["leader"] == preferred, 60,
+                         f"broker {preferred} leading again")
+        count = len(acked)
+        cluster.wait_for(lambda: len(acked) > count + 200, 30, "producing to it again")
+    finally:
+        stop.set()
+        thread.join(90)
+    log = dict(read_all(cluster, topic))
+    lost = [o for o, v in acked.items() if log.get(o) != v]
+    assert not lost, f"{len(lost)} acknowledged records lost or moved, e.g. {lost[:5]}"
+    assert len(set(log.values())) == len(log), "a record was written twice"
+    # the replicas hold the same bytes
+    def same() -> bool:
+        logs = {b: b"".join(f.read_bytes() for f in sorted(
+            (cluster.data_dir(b) / f"{topic}-0").glob("*.log"))) for b in (1, 2, 3)}
+        return len(set(logs.values())) == 1
+
+    cluster.wait_for(same, 60, "the three replicas byte for byte equal")
+
+
+def test_isr_below_min_insync_refuses_acks_all_and_accepts_acks_1(rcluster: Cluster) -> None:
+    from confluent_kafka import KafkaError
+
+    cluster = rcluster
+    topic = unique("minisr")
+    create(cluster, topic, 1, 3, {"min.insync.replicas": "2"})
+    leader = state(cluster, topic, 0)["leader"]
+    followers = [b for b in (1, 2, 3) if b != leader]
+    for b in followers:
+        cluster.kill9(b)
+    cluster.wait_for(lambda: state(cluster, topic, 0)["isr"] == [leader],
+                     SESSION_TIMEOUT_MS / 1000 + 15, "the ISR shrunk to the leader")
+    strict = producer(cluster, acks="all", retries=0, **{"message.timeout.ms": 10000})
+    (refused,) = send(strict, topic, [b"all"])
+    assert isinstance(refused, KafkaError), refused
+    assert refused.code() == KafkaError.NOT_ENOUGH_REPLICAS, refused
+    (offset,) = send(producer(cluster, acks=1), topic, [b"one"])
+    assert isinstance(offset, int), offset
+    for b in followers:
+        cluster.start(b)
+    cluster.wait_for(lambda: len(state(cluster, topic, 0)["isr"]) == 3, 60, "ISR whole again")
+    (offset2,) = send(strict, topic, [b"all-again"])
+    assert isinstance(offset2, int) and offset2 == offset + 1, offset2
+    assert [v for _, v in read_all(cluster, topic)] == [b"one", b"all-again"]
+
+
+@pytest.mark.parametrize("unclean", [False, True], ids=["clean", "unclean"])
+def test_unclean_leader_election_trades_records_for_availability(
+    rcluster: Cluster, unclean: bool
+) -> None:
+    cluster = rcluster
+    topic = unique("unclean" if unclean else "clean")
+    create(cluster, topic, 1, 2, {"unclean.leader.election.enable": str(unclean).lower(),
+                                  "min.insync.replicas": "1"})
+    leader = state(cluster, topic, 0)["leader"]
+    (follower,) = (b for b in replicas(cluster, topic)[0] if b != leader)
+    send(producer(cluster, acks="all"), topic, [b"both-1", b"both-2"])
+    cluster.kill9(follower)
+    cluster.wait_for(lambda: state(cluster, topic, 0)["isr"] == [leader],
+                     SESSION_TIMEOUT_MS / 1000 + 15, "the ISR shrunk to the leader")
+    results = send(producer(cluster, acks="all"), topic, [b"leader-only-1", b"leader-only-2"])
+    assert all(isinstance(r, int) for r in results), results
+    cluster.kill9(leader)
+    cluster.wait_for(lambda: not cluster.registered(leader), SESSION_TIMEOUT_MS / 1000 + 10,
+                     f"broker {leader} gone")
+    cluster.start(follower)
+    if not unclean:
+        # offline: the only in-sync replica is gone and the out-of-sync one may not lead
+        cluster.wait_for(lambda: cluster.registered(follower), 30, "follower back")
+        assert state(cluster, topic, 0)["leader"] == -1
+        cluster.start(leader)
+        cluster.wait_for(lambda: state(cluster, topic, 0)["leader"] == leader, 30,
+                         "the in-sync replica leading again")
+        values = [v for _, v in read_all(cluster, topic)]
+        assert values == [b"both-1", b"both-2", b"leader-only-1", b"leader-only-2"]
+        return
+    cluster.wait_for(lambda: state(cluster, topic, 0)["leader"] == follower, 30,
+                     "the out-of-sync replica elected")
+    (offset,) = send(producer(cluster, acks="all"), topic, [b"after"])
+    assert offset == 2  # written over the offsets only the lost leader held
+    cluster.start(leader)
+    cluster.wait_for(lambda: len(state(cluster, topic, 0)["isr"]) == 2, 60,
+                     "the old leader truncated and back in sync")
+    values = [v for _, v in read_all(cluster, topic)]
+    # As Kafka documents: what only the lost ISR held is gone.
+    assert values == [b"both-1", b"both-2", b"after"]
+    old_log = b"".join(f.read_bytes() for f in sorted(
+        (cluster.data_dir(leader) / f"{topic}-0").glob("*.log")))
+    assert b"leader-only" not in old_log  # truncated away on the old leader too
+
+
+@pytest.mark.parametrize("client", list(ROUNDTRIPS))
+def test_every_client_round_trip_holds_while_leadership_moves(
+    rcluster: Cluster, client: str
+) -> None:
+    """A rolling restart (SIGTERM: controlled shutdown, then start) runs during the client's
+    round trip on a topic of replication factor 3."""
+    cluster = rcluster
+    topic = unique(f"move-{client}")
+    create(cluster, topic, 6, 3)
+    moves: list[int] = []
+
+    def roll() -> None:
+        for broker in (1, 2, 3):
+            cluster.stop(broker)
+            cluster.start(broker)
+            moves.append(broker)
+
+    mover = threading.Thread(target=roll, daemon=True)
+    mover.start()  # broker 1 is stopping (handing its leaderships over) from here on
+    try:
+        got = ROUNDTRIPS[client](cluster.address(3), topic)  # restarted last
+    finally:
+        mover.join(180)
+    assert moves == [1, 2, 3], moves
+    everything = set().union(*got.values())
+    if client == "java":
+        assert everything == set().union(*expected_records().values()), got
+    else:
+        assert got == expected_records(), {p: len(r) for p, r in got.items()}
