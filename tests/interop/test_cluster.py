@@ -143,13 +143,13 @@ def roundtrip_confluent(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes
 def roundtrip_kafka_python(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    producer = KafkaProducer(bootstrap_servers=[bootstrap], linger_ms=5)
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), linger_ms=5)
     for p, records in expected_records().items():
         for key, value in records:
             producer.send(topic, key=key, value=value, partition=p)
     producer.flush(30)
     producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=[bootstrap], enable_auto_commit=False)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False)
     parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     consumer.assign(parts)
     consumer.seek_to_beginning(*parts)
@@ -166,14 +166,28 @@ def roundtrip_kafka_python(bootstrap: str, topic: str) -> dict[int, set[tuple[by
 
 def roundtrip_aiokafka(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.errors import KafkaError
 
     async def run() -> dict[int, set[tuple[bytes, bytes]]]:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
         await producer.start()
         try:
-            sent = [await producer.send(topic, key=key, value=value, partition=p)
-                    for p, records in expected_records().items() for key, value in records]
-            await asyncio.gather(*sent)
+            async def send(key: bytes, value: bytes, p: int) -> None:
+                # aiokafka raises retriable errors (a broker restarting: NodeNotReady) to
+                # the application, which retries them, as its documentation says.
+                deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        await (await producer.send(topic, key=key, value=value, partition=p))
+                        return
+                    except KafkaError as exc:
+                        if not exc.retriable or time.monotonic() > deadline:
+                            raise
+                        await asyncio.sleep(0.1)
+
+            await asyncio.gather(*(send(key, value, p)
+                                   for p, records in expected_records().items()
+                                   for key, value in records))
         finally:
             await producer.stop()
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)

@@ -65,12 +65,24 @@ def replicas(cluster: Cluster, topic: str) -> dict[int, list[int]]:
 
 def create(cluster: Cluster, topic: str, partitions: int, rf: int,
            config: dict[str, str] | None = None) -> None:
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, rf, config=config or {})],
-                                  operation_timeout=30, request_timeout=30)
-    futures[topic].result(60)
+
+    def created() -> bool:
+        futures = admin.create_topics([NewTopic(topic, partitions, rf, config=config or {})],
+                                      operation_timeout=30, request_timeout=30)
+        try:
+            futures[topic].result(60)
+        except KafkaException as exc:
+            # a broker just restarted may not be in every broker's live list yet
+            if exc.args[0].code() != KafkaError.INVALID_REPLICATION_FACTOR:
+                raise
+            return False
+        return True
+
+    cluster.wait_for(created, 30, f"{topic} created")
     cluster.wait_for(lambda: all(len(state(cluster, topic, p)["isr"]) == rf
                                  for p in range(partitions)), 60, f"{topic} in sync")
 
@@ -272,7 +284,7 @@ def test_every_client_round_trip_holds_while_leadership_moves(
     mover = threading.Thread(target=roll, daemon=True)
     mover.start()  # broker 1 is stopping (handing its leaderships over) from here on
     try:
-        got = ROUNDTRIPS[client](cluster.address(3), topic)  # restarted last
+        got = ROUNDTRIPS[client](cluster.bootstrap, topic)
     finally:
         mover.join(180)
     assert moves == [1, 2, 3], moves
