@@ -1,0 +1,79 @@
+"""The long fault run of issue 15: hundreds of faults against three brokers on a real
+ZooKeeper while an idempotent acks=all producer and a consumer run (the harness of
+``tests/interop/_faults.py``; the short run is ``tests/interop/test_faults.py``).
+
+Usage: ``.venv/bin/python bench/faults.py [--faults 200] [--seed 1]``
+
+Each round picks one fault at random (kill -9 of a partition leader, kill -9 of the
+controller, SIGSTOP of a leader past its session timeout, a rolling restart of every
+broker), waits until every partition acknowledges again (timed), then heals the cluster
+(every broker up, every partition fully in sync). At the end everything is read back and
+checked (lost, moved, duplicated, retracted, diverged replicas). Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.interop._cluster import running_cluster  # noqa: E402
+from tests.interop._faults import FaultRun  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--faults", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=300.0, help="records per second")
+    args = parser.parse_args()
+    random.seed(args.seed)
+    started = time.monotonic()
+    overrides = {"offsets.topic.replication.factor": 3, "replica.lag.time.max.ms": 5000}
+    with tempfile.TemporaryDirectory() as tmp, running_cluster(Path(tmp), 3, overrides) as c:
+        run = FaultRun(c, f"faults-{uuid.uuid4().hex[:8]}", partitions=3,
+                       rate_per_s=args.rate)
+        run.create_topic()
+        run.start()
+        kinds = {
+            "kill -9 of a leader": run.kill9_leader,
+            "kill -9 of the controller": run.kill9_controller,
+            "SIGSTOP of a leader past its session": run.pause_past_session,
+            "rolling restart": run.rolling_restart,
+        }
+        weights = [6, 3, 2, 1]
+        try:
+            for i in range(args.faults):
+                name = random.choices(list(kinds), weights)[0]
+                took = run.inject(name, kinds[name])
+                run.heal()
+                print(f"{i + 1}/{args.faults} {name}: {took:.1f} s", file=sys.stderr)
+        finally:
+            run.finish()
+        report = run.verify()
+    by_kind: dict[str, list[float]] = collections.defaultdict(list)
+    for name, took in report.faults:
+        by_kind[name].append(took)
+    print(json.dumps({
+        "faults": len(report.faults), "acknowledged": report.acknowledged,
+        "failed_sends": report.failed_sends, "lost": report.lost, "moved": report.moved,
+        "duplicated": report.duplicated, "retracted": report.retracted,
+        "diverged": report.diverged, "client_errors": run.errors,
+        "seconds_to_next_ack": {
+            k: {"count": len(v), "median": round(sorted(v)[len(v) // 2], 2),
+                "max": round(max(v), 2)} for k, v in sorted(by_kind.items())
+        },
+        "wall_s": round(time.monotonic() - started),
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
