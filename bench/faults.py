@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.interop._cluster import running_cluster  # noqa: E402
-from tests.interop._faults import FaultRun  # noqa: E402
+from tests.interop._cluster import running_cluster
+from tests.interop._faults import FaultRun
 
 
 def main() -> None:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.interop._cluster import SESSION_TIMEOUT_MS, running_cluster  # noqa: E402
-from tests.interop._faults import partition_state  # noqa: E402
+from tests.interop._cluster import SESSION_TIMEOUT_MS, running_cluster
+from tests.interop._faults import partition_state
 
 
 def create(bootstrap: str, topic: str, rf: int, config: dict[str, str]) -> None:
