@@ -189,3 +189,77 @@ def test_repr(log_manager: LogManager) -> None:
     assert repr(_partition(log_manager, WITH_FOLLOWER)) == (
         "Partition(t-0, leader=1, leader_epoch=3, isr=[1, 2])"
     )
+
+
+# -- followers, seen from the leader (replication) -------------------------------------
+THREE = PartitionState(ME, 3, (ME, 2, 3), (ME, 2, 3))
+
+
+def test_high_watermark_is_the_smallest_log_end_offset_over_the_isr(
+    log_manager: LogManager,
+) -> None:
+    moved: list[int] = []
+    partition = _partition(log_manager, THREE, moved)
+    partition.append_records_as_leader(make_batch(10))
+    assert partition.high_watermark == 0
+    assert not partition.update_follower_fetch_state(2, 6, now=1000)  # 3 still unknown
+    assert partition.update_follower_fetch_state(3, 4, now=1000)
+    assert partition.high_watermark == 4
+    assert partition.update_follower_fetch_state(3, 10, now=1001)
+    assert partition.high_watermark == 6
+    assert partition.update_follower_fetch_state(2, 10, now=1002)
+    assert partition.high_watermark == 10 and moved == [4, 6, 10]
+    # a follower fetching from an older offset never moves it back
+    assert not partition.update_follower_fetch_state(2, 3, now=1003)
+    assert partition.high_watermark == 10
+
+
+def test_follower_caught_up_time_and_isr_shrink(log_manager: LogManager) -> None:
+    partition = _partition(log_manager, THREE)
+    partition.make_leader(now=0)
+    partition.append_records_as_leader(make_batch(5))
+    partition.update_follower_fetch_state(2, 5, now=100)  # at the log end: caught up now
+    partition.update_follower_fetch_state(3, 2, now=100)  # behind
+    # becoming leader counted the ISR as caught up at that time (0)
+    assert partition.out_of_sync_replicas(now=90, max_lag_ms=100) == []
+    assert partition.out_of_sync_replicas(now=150, max_lag_ms=100) == [3]
+    partition.update_follower_fetch_state(3, 5, now=260)  # at the log end now
+    assert partition.out_of_sync_replicas(now=300, max_lag_ms=100) == [2]
+    partition.append_records_as_leader(make_batch(5))
+    # 3 fetches from where the log ended at its previous fetch (5): it was caught up at
+    # that previous fetch (260), not now
+    partition.update_follower_fetch_state(3, 5, now=400)
+    assert 3 not in partition.out_of_sync_replicas(now=350, max_lag_ms=100)
+    assert partition.out_of_sync_replicas(now=400, max_lag_ms=100) == [2, 3]
+
+
+def test_a_follower_joins_the_isr_once_at_the_high_watermark(log_manager: LogManager) -> None:
+    state = PartitionState(ME, 3, (ME, 2), (ME, 2, 3))
+    partition = _partition(log_manager, state)
+    partition.append_records_as_leader(make_batch(8))
+    partition.update_follower_fetch_state(2, 8, now=10)
+    assert partition.high_watermark == 8
+    partition.update_follower_fetch_state(3, 5, now=10)
+    assert not partition.expand_candidate(3)
+    partition.update_follower_fetch_state(3, 8, now=20)
+    assert partition.expand_candidate(3)
+    assert not partition.expand_candidate(2)  # in already
+    # while the expansion is being written the new member counts for the high watermark
+    partition.pending_isr = (ME, 2, 3)
+    partition.append_records_as_leader(make_batch(2))
+    partition.update_follower_fetch_state(2, 10, now=30)
+    assert partition.high_watermark == 8
+    partition.update_follower_fetch_state(3, 10, now=30)
+    assert partition.high_watermark == 10
+
+
+def test_becoming_leader_records_the_epoch_at_the_log_end(log_manager: LogManager) -> None:
+    follower = _partition(log_manager, PartitionState(2, 4, (2, ME), (2, ME)))
+    follower.log.append_as_leader(make_batch(3), leader_epoch=4)
+    follower.update_follower_high_watermark(10)
+    assert follower.high_watermark == 3  # bounded by its own log end
+    follower.update_state(PartitionState(ME, 5, (ME,), (2, ME)))
+    cache = follower.log.leader_epoch_cache
+    assert cache.entries[-1] == (5, 3)
+    assert cache.end_offset_for(4, follower.log.log_end_offset) == (4, 3)
+    assert follower.high_watermark == 3

@@ -329,10 +329,10 @@ class ReplicaFetcher:
                     # batched differently (another leader's). Drop it and take the
                     # leader's whole (Kafka answers from the batch holding the offset).
                     partition_log.truncate_to(base)
-                if base != partition_log.log_end_offset:
-                    # Never a gap: fetch again from where this log ends.
-                    raise ValueError(f"the leader's batch starts at {base}, this log ends at "
-                                     f"{partition_log.log_end_offset}")
+                    if partition_log.log_end_offset != base:
+                        return  # cut lower than that: fetch again from where it ends
+                # A batch starting past our log end is the leader's compacted log (the
+                # cleaner removed the records between): appended with the same gap.
                 partition_log.append_as_follower(batches)
         partition.update_follower_high_watermark(int(data.high_watermark))
         leader_start = int(data.log_start_offset)
