@@ -119,6 +119,12 @@ class Cluster:
         old = self.brokers.get(broker_id)
         if old is not None and old.alive():
             raise AssertionError(f"broker {broker_id} is already running")
+        if old is not None:
+            # killed -9: its registration lives until ZooKeeper expires the session, and a
+            # broker id a live registration holds is refused (seed 000)
+            self.wait_for(lambda: not self.registered(broker_id),
+                          2 * SESSION_TIMEOUT_MS / 1000 + 10,
+                          f"the old registration of broker {broker_id} expired")
         broker = start_broker(
             self.root, port=self.ports.get(broker_id), data_dir=self.data_dir(broker_id),
             overrides=self.broker_overrides(broker_id),

@@ -9,8 +9,9 @@ What it starts, under ``--data-dir`` (default ``./dev-cluster``)::
 
 Broker ``id`` (1..N) runs ``odradek serve`` with ``broker.id=<id>``,
 ``listeners=PLAINTEXT://127.0.0.1:<base-port + id - 1>``, ``log.dirs=<data-dir>/broker-<id>``
-and ``zookeeper.connect=127.0.0.1:<zk port>/odradek``; ``--override k=v`` goes to every
-broker. A second run on the same data dir finds the same topics and records.
+and ``zookeeper.connect=127.0.0.1:<zk port>/odradek``, and
+``offsets.topic.replication.factor`` = min(3, N); ``--override k=v`` goes to every broker.
+A second run on the same data dir finds the same topics and records.
 
 It prints a table of what it started and the bootstrap string, waits until every broker
 accepts connections, then watches them. Ctrl-C or SIGTERM stops the brokers (SIGTERM, a
@@ -112,7 +113,11 @@ class DevCluster:
         self.zookeeper_port: int | None = args.zookeeper_port
         self.data_dir = Path(args.data_dir).resolve()
         self.stop_grace: float = args.stop_grace
-        self.overrides = overrides
+        # __consumer_offsets replicated as Kafka's default (3) where the cluster allows it,
+        # so a group survives the loss of its coordinator; --override wins.
+        self.overrides = {
+            "offsets.topic.replication.factor": str(min(3, self.count)), **overrides,
+        }
         self.zookeeper: LocalZooKeeper | None = None
         self.brokers: list[DevBroker] = []
         self.stopping = threading.Event()
