@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import random
 import sys
@@ -34,11 +35,16 @@ def main() -> None:
     parser.add_argument("--faults", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rate", type=float, default=300.0, help="records per second")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="keep ZooKeeper's and the brokers' data and logs here")
     args = parser.parse_args()
     random.seed(args.seed)
     started = time.monotonic()
     overrides = {"offsets.topic.replication.factor": 3, "replica.lag.time.max.ms": 5000}
-    with tempfile.TemporaryDirectory() as tmp, running_cluster(Path(tmp), 3, overrides) as c:
+    with contextlib.ExitStack() as stack:
+        root = args.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        root.mkdir(parents=True, exist_ok=True)
+        c = stack.enter_context(running_cluster(root, 3, overrides))
         run = FaultRun(c, f"faults-{uuid.uuid4().hex[:8]}", partitions=3,
                        rate_per_s=args.rate)
         run.create_topic()

@@ -78,6 +78,7 @@ class FetcherConfig:
     min_bytes: int = 1                  # replica.fetch.min.bytes
     max_wait_ms: int = 500              # replica.fetch.wait.max.ms
     backoff_ms: int = 1000              # replica.fetch.backoff.ms
+    socket_timeout_ms: int = 30000      # replica.socket.timeout.ms (an answer's deadline)
 
     @classmethod
     def from_broker(cls, config: Any) -> FetcherConfig:
@@ -87,6 +88,7 @@ class FetcherConfig:
             min_bytes=int(config["replica.fetch.min.bytes"]),
             max_wait_ms=int(config["replica.fetch.wait.max.ms"]),
             backoff_ms=int(config["replica.fetch.backoff.ms"]),
+            socket_timeout_ms=int(config["replica.socket.timeout.ms"]),
         )
 
 
@@ -184,6 +186,13 @@ class ReplicaFetcher:
                 await self._close()
                 await self._sleep(backoff)
 
+    async def _send(self, conn: Connection, request: Any) -> Any:
+        """One exchange, bounded by replica.socket.timeout.ms past the fetch's own wait: a
+        leader paused (SIGSTOP) or cut off must not hold the fetcher forever."""
+        config = self.manager.config
+        timeout = (config.socket_timeout_ms + config.max_wait_ms) / 1000
+        return await asyncio.wait_for(conn.send(request), timeout)
+
     # -- truncation (KIP-101, KIP-279) ---------------------------------------------------
     async def _truncate(
         self, conn: Connection, truncating: list[tuple[TopicPartition, _FetchState]]
@@ -205,7 +214,7 @@ class ReplicaFetcher:
                 partition=i32(tp.partition), current_leader_epoch=i32(state.leader_epoch),
                 leader_epoch=i32(epoch),
             ))
-        response = await conn.send(ofle_v4.OffsetForLeaderEpochRequest(
+        response = await self._send(conn, ofle_v4.OffsetForLeaderEpochRequest(
             replica_id=BrokerId(self.manager.broker_id),
             topics=tuple(ofle_v4.OffsetForLeaderTopic(topic=TopicName(t), partitions=tuple(ps))
                          for t, ps in by_topic.items()),
@@ -269,7 +278,7 @@ class ReplicaFetcher:
                 log_start_offset=i64(partition_log.log_start_offset),
                 partition_max_bytes=i32(config.max_bytes),
             ))
-        response = await conn.send(fetch_v12.FetchRequest(
+        response = await self._send(conn, fetch_v12.FetchRequest(
             cluster_id=None, replica_id=BrokerId(self.manager.broker_id),
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=config.max_wait_ms)),
             min_bytes=i32(config.min_bytes), max_bytes=i32(config.response_max_bytes),

@@ -133,6 +133,8 @@ _OWN: tuple[ConfigDef, ...] = (
               "how long a follower's fetch waits for data", _ge(0)),
     ConfigDef("replica.fetch.backoff.ms", "int", 1000, None,
               "pause of a follower after a fetch error", _ge(0)),
+    ConfigDef("replica.socket.timeout.ms", "int", 30000, None,
+              "how long a follower waits for its leader's answer", _ge(1)),
     ConfigDef("auto.leader.rebalance.enable", "boolean", True, None,
               "the controller moves leadership back to preferred replicas"),
     ConfigDef("leader.imbalance.check.interval.seconds", "long", 300, None,
