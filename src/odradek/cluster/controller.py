@@ -407,6 +407,13 @@ class Controller:
         log.info("controller %d: brokers %s gone, %s back (live: %s)", self.broker_id,
                  gone, back, sorted(live))
         self._live = live
+        # Leaders change ISRs with writes of their own: read again the states this change
+        # decides on (pipelined), so that the writes below rarely fail on a stale version.
+        changed = set(gone) | set(back)
+        self._load_states([
+            tp for tp in self._all_partitions()
+            if changed.intersection(self._topics[tp.topic].partitions[tp.partition])
+        ])
         self._elect(self._all_partitions())
 
     def _on_topic_change(self) -> None:
