@@ -51,6 +51,10 @@ class BrokerConnection:
         self._ids = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
+        # Why the connection ended (the reader saw it close), or None while it is open:
+        # a request sent after that fails at once instead of waiting for an answer that
+        # cannot come.
+        self._closed: ClientError | None = None
 
     @classmethod
     async def open(cls, bootstrap: str, timeout: float = 10.0, **kw: Any) -> BrokerConnection:
@@ -84,6 +88,8 @@ class BrokerConnection:
     async def send(self, request: Any, expect_response: bool = True) -> Any:
         if self._writer is None:
             raise ClientError("not connected")
+        if self._closed is not None:
+            raise self._closed
         correlation_id = next(self._ids)
         header_type = request.__header_schema__
         buf = io.BytesIO()
@@ -138,6 +144,7 @@ class BrokerConnection:
             error = exc if isinstance(exc, ClientError) else ClientError(
                 f"connection to {self.host}:{self.port} closed"
             )
+            self._closed = error
             for future, _, _ in self._pending.values():
                 if not future.done():
                     future.set_exception(error)
