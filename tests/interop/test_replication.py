@@ -9,6 +9,8 @@ by real clients.
 - ``unclean.leader.election.enable``: with it, an out-of-sync replica leads and what only
   the lost leader held is gone (counted); without it, the partition waits offline.
 - Every client's round trip holds while leadership moves (a rolling restart).
+- A compacted topic replicates: a follower that was away fetches the leader's compacted
+  log (offsets with gaps) and, leading later, serves the same latest value of every key.
 
 All tests share one module-scoped cluster; a broker a test kills is restarted before the
 next test.
@@ -33,6 +35,7 @@ OVERRIDES = {
     "offsets.topic.replication.factor": 3,
     "replica.lag.time.max.ms": 5000,
     "leader.imbalance.check.interval.seconds": 2,
+    "log.cleaner.backoff.ms": 50,
 }
 
 
@@ -293,3 +296,50 @@ def test_every_client_round_trip_holds_while_leadership_moves(
         assert everything == set().union(*expected_records().values()), got
     else:
         assert got == expected_records(), {p: len(r) for p, r in got.items()}
+
+
+def test_a_compacted_log_replicates_with_its_gaps(rcluster: Cluster) -> None:
+    cluster = rcluster
+    topic = unique("compact")
+    create(cluster, topic, 1, 2, {
+        "cleanup.policy": "compact", "segment.bytes": "2048",
+        "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "0",
+        "file.delete.delay.ms": "0",
+    })
+    leader = state(cluster, topic, 0)["leader"]
+    (follower,) = (b for b in replicas(cluster, topic)[0] if b != leader)
+    cluster.kill9(follower)
+    cluster.wait_for(lambda: state(cluster, topic, 0)["isr"] == [leader],
+                     SESSION_TIMEOUT_MS / 1000 + 15, "the ISR shrunk to the leader")
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 2,
+                  "log_level": 3})
+    latest: dict[bytes, bytes] = {}
+    for round_ in range(40):
+        for k in range(20):
+            key, value = f"k{k}".encode(), f"v{round_}-{k}".encode() * 4
+            p.produce(topic, key=key, value=value, partition=0)
+            latest[key] = value
+        p.flush(30)
+    produced = 40 * 20
+
+    def compacted_on_leader() -> bool:
+        return len(read_all(cluster, topic)) < produced // 2
+
+    cluster.wait_for(compacted_on_leader, 60, "the leader's log compacted")
+    before = dict((v, o) for o, v in read_all(cluster, topic))
+    cluster.start(follower)  # fetches the compacted log, gaps and all
+    cluster.wait_for(lambda: sorted(state(cluster, topic, 0)["isr"]) == sorted(
+        [leader, follower]), 60, "the follower back in sync")
+    cluster.kill9(leader)
+    cluster.wait_for(lambda: state(cluster, topic, 0)["leader"] == follower,
+                     SESSION_TIMEOUT_MS / 1000 + 15, "the follower leading")
+    records = read_all(cluster, topic)
+    offsets = [o for o, _ in records]
+    assert offsets == sorted(offsets) and offsets[-1] == produced - 1
+    served = dict((v, o) for o, v in records)
+    # every key's latest value is there, at the offset the old leader had it at
+    for value in latest.values():
+        assert value in before, value
+        assert served.get(value) == before[value], value
