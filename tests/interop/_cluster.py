@@ -41,6 +41,7 @@ from kazoo.exceptions import NoNodeError
 from odradek.cluster.local_zookeeper import LocalZooKeeper, ZooKeeperNotInstalled, start_zookeeper
 
 from ._broker import BrokerProcess, BrokerStartError, free_port, start_broker
+from ._proxy import Proxy
 
 T = TypeVar("T")
 
@@ -72,8 +73,13 @@ class Cluster:
     """ZooKeeper + brokers ``1..size``; everything started is stopped by :meth:`close`."""
 
     def __init__(self, root: Path, size: int = 3,
-                 overrides: Mapping[str, Any] | None = None) -> None:
+                 overrides: Mapping[str, Any] | None = None, proxied: bool = False) -> None:
         self.root = root
+        # With ``proxied``, each broker advertises a Proxy in front of its listener and
+        # reaches ZooKeeper through another: :meth:`isolate` cuts it off the network.
+        self.proxied = proxied
+        self.proxies: dict[int, Proxy] = {}
+        self.zk_proxies: dict[int, Proxy] = {}
         self.size = size
         self.chroot = f"/odradek-{uuid.uuid4().hex[:8]}"
         self.overrides = dict(overrides or {})
@@ -95,6 +101,8 @@ class Cluster:
         return self.zookeeper.connect_string(self.chroot)
 
     def address(self, broker_id: int) -> str:
+        if broker_id in self.proxies:
+            return f"127.0.0.1:{self.proxies[broker_id].port}"
         return f"127.0.0.1:{self.ports[broker_id]}"
 
     @property
@@ -106,12 +114,33 @@ class Cluster:
         return self.root / f"broker-{broker_id}"
 
     def broker_overrides(self, broker_id: int) -> dict[str, Any]:
-        return {
+        overrides: dict[str, Any] = {
             "broker.id": broker_id,
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS,
-            **self.overrides,
         }
+        if self.proxied:
+            if broker_id not in self.proxies:
+                port = self.ports.setdefault(broker_id, free_port())
+                self.proxies[broker_id] = Proxy(port)
+                assert self.zookeeper is not None
+                self.zk_proxies[broker_id] = Proxy(self.zookeeper.port)
+            overrides["advertised.listeners"] = (
+                f"PLAINTEXT://127.0.0.1:{self.proxies[broker_id].port}")
+            overrides["zookeeper.connect"] = (
+                f"127.0.0.1:{self.zk_proxies[broker_id].port}{self.chroot}")
+        return {**overrides, **self.overrides}
+
+    def isolate(self, broker_id: int, zookeeper: bool = False) -> None:
+        """Cut broker ``broker_id`` off from clients and the other brokers (and, with
+        ``zookeeper``, from ZooKeeper too) until :meth:`reconnect`."""
+        self.proxies[broker_id].cut()
+        if zookeeper:
+            self.zk_proxies[broker_id].cut()
+
+    def reconnect(self, broker_id: int) -> None:
+        self.proxies[broker_id].heal()
+        self.zk_proxies[broker_id].heal()
 
     # ---- lifecycle of one broker
     def start(self, broker_id: int, wait_registered: bool = True) -> BrokerProcess:
@@ -125,9 +154,10 @@ class Cluster:
             self.wait_for(lambda: not self.registered(broker_id),
                           2 * SESSION_TIMEOUT_MS / 1000 + 10,
                           f"the old registration of broker {broker_id} expired")
+        overrides = self.broker_overrides(broker_id)  # (picks the port of a proxied one)
         broker = start_broker(
             self.root, port=self.ports.get(broker_id), data_dir=self.data_dir(broker_id),
-            overrides=self.broker_overrides(broker_id),
+            overrides=overrides,
         )
         self.brokers[broker_id] = broker
         self.ports[broker_id] = broker.port
@@ -165,6 +195,8 @@ class Cluster:
         for broker_id in range(1, self.size + 1):
             if broker_id in self.brokers:
                 self.sigcont(broker_id)
+            if broker_id in self.proxies:
+                self.reconnect(broker_id)
             if not self.alive(broker_id):
                 self.start(broker_id)
 
@@ -228,6 +260,8 @@ class Cluster:
     def close(self) -> None:
         for broker_id in list(self.brokers):
             self.sigcont(broker_id)
+            if broker_id in self.proxies:
+                self.reconnect(broker_id)
         for broker in self.brokers.values():
             broker.stop()
         if self._zk is not None:
@@ -235,6 +269,8 @@ class Cluster:
             self._zk.close()
         if self.zookeeper is not None:
             self.zookeeper.stop()
+        for proxy in [*self.proxies.values(), *self.zk_proxies.values()]:
+            proxy.close()
 
     def __enter__(self) -> Cluster:
         return self
@@ -245,8 +281,9 @@ class Cluster:
 
 @contextlib.contextmanager
 def running_cluster(root: Path, size: int = 3,
-                    overrides: Mapping[str, Any] | None = None) -> Iterator[Cluster]:
-    with Cluster(root, size, overrides) as cluster:
+                    overrides: Mapping[str, Any] | None = None,
+                    proxied: bool = False) -> Iterator[Cluster]:
+    with Cluster(root, size, overrides, proxied) as cluster:
         cluster.start_all()
         yield cluster
     if os.environ.get("ODRADEK_KEEP_CLUSTER_DIR") is None:

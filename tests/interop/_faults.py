@@ -100,6 +100,10 @@ class FaultRun:
                 return False
         return True
 
+    def _state(self, partition: int) -> dict[str, Any]:
+        return partition_state(self.cluster, self.topic, partition) or {"leader": -1,
+                                                                        "isr": []}
+
     def leader(self, partition: int = 0) -> int:
         state = partition_state(self.cluster, self.topic, partition)
         assert state is not None
@@ -216,6 +220,29 @@ class FaultRun:
                                   2 * SESSION_TIMEOUT_MS / 1000 + 10, f"{victim} expired")
         finally:
             self.cluster.sigcont(victim)
+
+    def isolate_leader(self, zookeeper: bool = False) -> None:
+        """Cut a partition leader off from clients and the other brokers (and, with
+        ``zookeeper``, from ZooKeeper) until the cut has had its effect, then reconnect it.
+        Without ZooKeeper cut it stays registered and keeps its leadership: the cut lasts
+        until its followers have left its ISR (with min.insync.replicas 2 it then refuses
+        acks=all). With it, the cut lasts until the controller has moved its leadership
+        away; back, it truncates what it alone held."""
+        partition = random.randrange(self.partitions)
+        victim = self.leader(partition)
+        self.cluster.isolate(victim, zookeeper)
+        try:
+            if zookeeper:
+                self.cluster.wait_for(
+                    lambda: self._state(partition)["leader"] not in (victim, -1),
+                    2 * SESSION_TIMEOUT_MS / 1000 + 20,
+                    f"leadership of partition {partition} moved off the isolated {victim}")
+            else:
+                self.cluster.wait_for(
+                    lambda: self._state(partition)["isr"] == [victim], 60,
+                    f"the isolated {victim} alone in its ISR")
+        finally:
+            self.cluster.reconnect(victim)
 
     def rolling_restart(self) -> None:
         """SIGTERM each broker in turn (a controlled shutdown), waiting for it to rejoin

@@ -1,9 +1,11 @@
 """The short fault run of issue 15 (the long one is ``bench/faults.py``): three brokers on a
 real ZooKeeper, an idempotent acks=all producer and a consumer on a topic of replication
 factor 3 and ``min.insync.replicas`` 2, while a partition leader is killed -9, the
-controller is killed -9, a leader is paused past its session timeout, and every broker is
-restarted in turn. The oracle is :meth:`tests.interop._faults.FaultRun.verify`: nothing
-acknowledged lost or moved, nothing seen retracted, nothing doubled, no replica diverged.
+controller is killed -9, a leader is paused past its session timeout, every broker is
+restarted in turn, and a leader is cut off the network (a proxy in front of its listener,
+and of its ZooKeeper connection for the second cut). The oracle is
+:meth:`tests.interop._faults.FaultRun.verify`: nothing acknowledged lost or moved, nothing
+seen retracted, nothing doubled, no replica diverged.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ OVERRIDES = {
 
 
 def test_no_acknowledged_write_is_lost_through_faults() -> None:
-    with tempfile.TemporaryDirectory() as tmp, running_cluster(Path(tmp), 3, OVERRIDES) as c:
+    with tempfile.TemporaryDirectory() as tmp, running_cluster(
+        Path(tmp), 3, OVERRIDES, proxied=True
+    ) as c:
         run = FaultRun(c, f"faults-{uuid.uuid4().hex[:8]}", partitions=3, rate_per_s=300)
         run.create_topic()
         run.start()
@@ -39,6 +43,11 @@ def test_no_acknowledged_write_is_lost_through_faults() -> None:
             run.inject("SIGSTOP of a leader past its session", run.pause_past_session)
             run.heal()
             run.inject("rolling restart", run.rolling_restart)
+            run.heal()
+            run.inject("a leader cut off from the others", run.isolate_leader)
+            run.heal()
+            run.inject("a leader cut off from the others and ZooKeeper",
+                       lambda: run.isolate_leader(zookeeper=True))
             run.heal()
             run.wait_acks(100, 60)
         finally:
