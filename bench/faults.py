@@ -6,7 +6,8 @@ Usage: ``.venv/bin/python bench/faults.py [--faults 200] [--seed 1]``
 
 Each round picks one fault at random (kill -9 of a partition leader, kill -9 of the
 controller, SIGSTOP of a leader past its session timeout, a rolling restart of every
-broker), waits until every partition acknowledges again (timed), then heals the cluster
+broker, a leader cut off the network by a proxy, with or without its ZooKeeper
+connection), waits until every partition acknowledges again (timed), then heals the cluster
 (every broker up, every partition fully in sync). At the end everything is read back and
 checked (lost, moved, duplicated, retracted, diverged replicas). Prints one JSON document.
 """
@@ -44,7 +45,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         root = args.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         root.mkdir(parents=True, exist_ok=True)
-        c = stack.enter_context(running_cluster(root, 3, overrides))
+        c = stack.enter_context(running_cluster(root, 3, overrides, proxied=True))
         run = FaultRun(c, f"faults-{uuid.uuid4().hex[:8]}", partitions=3,
                        rate_per_s=args.rate)
         run.create_topic()
@@ -54,8 +55,11 @@ def main() -> None:
             "kill -9 of the controller": run.kill9_controller,
             "SIGSTOP of a leader past its session": run.pause_past_session,
             "rolling restart": run.rolling_restart,
+            "a leader cut off from the others": run.isolate_leader,
+            "a leader cut off from the others and ZooKeeper":
+                lambda: run.isolate_leader(zookeeper=True),
         }
-        weights = [6, 3, 2, 1]
+        weights = [6, 3, 2, 1, 2, 2]
         try:
             for i in range(args.faults):
                 name = random.choices(list(kinds), weights)[0]
