@@ -343,3 +343,53 @@ def test_a_compacted_log_replicates_with_its_gaps(rcluster: Cluster) -> None:
     for value in latest.values():
         assert value in before, value
         assert served.get(value) == before[value], value
+
+
+def test_reassignment_moves_a_partition_to_other_brokers(rcluster: Cluster,
+                                                         tmp_path_factory: Any) -> None:
+    import subprocess
+    import sys
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = rcluster
+    topic = unique("move")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]],
+                                  config={"min.insync.replicas": "2"})],
+                        request_timeout=30)[topic].result(60)
+    cluster.wait_for(lambda: sorted(state(cluster, topic, 0)["isr"]) == [1, 2], 30,
+                     "both replicas in sync")
+    values = [f"m{i}".encode() for i in range(500)]
+    assert all(isinstance(r, int) for r in send(producer(cluster, acks="all"), topic, values))
+    plan = tmp_path_factory.mktemp("reassign") / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [3, 2], "log_dirs": ["any", "any"]}]}))
+
+    def tool(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "odradek.cli.main", "reassign", "--bootstrap-server",
+             cluster.bootstrap, "--reassignment-json-file", str(plan), *args],
+            capture_output=True, text=True, timeout=60)
+
+    started = tool("--execute")
+    assert started.returncode == 0, started.stderr
+    assert '"replicas": [1, 2]' in started.stdout  # the rollback plan
+    assert f"Successfully started partition reassignments for {topic}-0" in started.stdout
+    cluster.wait_for(lambda: tool("--verify").returncode == 0, 60, "the move completed")
+    assert "is completed" in tool("--verify").stdout
+    assert replicas(cluster, topic)[0] == [3, 2]
+    final = state(cluster, topic, 0)
+    assert final["leader"] in (2, 3) and sorted(final["isr"]) == [2, 3], final
+    # broker 1 no longer holds the partition; broker 3 holds the same bytes as broker 2
+    cluster.wait_for(lambda: not (cluster.data_dir(1) / f"{topic}-0").exists(), 30,
+                     "broker 1's replica deleted")
+
+    def log_of(b: int) -> bytes:
+        return b"".join(f.read_bytes()
+                        for f in sorted((cluster.data_dir(b) / f"{topic}-0").glob("*.log")))
+
+    cluster.wait_for(lambda: log_of(2) == log_of(3), 30, "the new replica equal to the old")
+    assert [v for _, v in read_all(cluster, topic)] == values
+    # produce with acks=all against the new replica set
+    assert all(isinstance(r, int) for r in send(producer(cluster, acks="all"), topic, [b"x"]))

@@ -20,6 +20,9 @@ Events (Kafka's ControllerEvent subclasses):
   ``/brokers/topics/<t>`` recursively, states included).
 - :class:`PartitionModifications` (PartitionModifications): a topic's assignment changed;
   new partitions get their first states.
+- :class:`ReassignmentChange`: ``/admin/reassign_partitions`` changed, or the state of a
+  partition being moved did: each move takes its next step (:mod:`odradek.cluster.
+  reassignment`).
 - :class:`Resync`: re-read (some topics or everything) after a write whose outcome is
   unknown or that failed on a concurrent change, then elect again.
 
@@ -77,6 +80,14 @@ from odradek.cluster.leader_election import (
 )
 from odradek.cluster.membership import BROKER_IDS_PATH
 from odradek.cluster.metadata import decode_topic_id
+from odradek.cluster.reassignment import (
+    REASSIGN_PATH,
+    Reassignment,
+    completion,
+    decode_reassignments,
+    encode_reassignments,
+    expanded,
+)
 from odradek.cluster.store import (
     BadVersionError,
     CreateOp,
@@ -98,6 +109,7 @@ __all__ = [
     "PartitionModifications",
     "PreferredElection",
     "ProcessedEvent",
+    "ReassignmentChange",
     "Resync",
     "Startup",
     "TopicChange",
@@ -163,12 +175,17 @@ class PreferredElection:
 
 
 @dataclass(frozen=True, slots=True)
+class ReassignmentChange:
+    """``/admin/reassign_partitions`` changed, or the state of a partition being moved."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Purge:
     pass
 
 
 ControllerEvent = (Startup | BrokerChange | TopicChange | PartitionModifications | Resync
-                   | PreferredElection | _Purge)
+                   | PreferredElection | ReassignmentChange | _Purge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +308,9 @@ class Controller:
             self._armed.discard(path)
         if path == BROKER_IDS_PATH:
             self._enqueue(BrokerChange())
+        elif path == REASSIGN_PATH or (path.startswith(TOPICS_PATH + "/")
+                                       and path.endswith("/state")):
+            self._enqueue(ReassignmentChange())
         elif path == TOPICS_PATH:
             self._enqueue(TopicChange())
         elif path.startswith(TOPICS_PATH + "/"):
@@ -360,6 +380,8 @@ class Controller:
             self._on_partition_modifications(event.topic)
         elif isinstance(event, Resync):
             self._on_resync(event.topics)
+        elif isinstance(event, ReassignmentChange):
+            self._on_reassignments()
         elif isinstance(event, PreferredElection):
             done = self.elect_preferred(
                 self._all_partitions() if event.partitions is None else event.partitions
@@ -382,6 +404,7 @@ class Controller:
                  "%.3f s", self.broker_id, self.epoch, len(self._live), len(self._topics),
                  sum(len(t.partitions) for t in self._topics.values()), self.load_s)
         self._elect(self._all_partitions())
+        self._on_reassignments()
         self.startup_s = self._clock() - started
         self._ready.set()
 
@@ -460,6 +483,82 @@ class Controller:
         present = sorted(topics & names)
         self._load_topics(present)
         self._elect(self._partitions_of(present))
+
+    # -- reassignments (cluster/reassignment.py) ------------------------------------------
+    def _on_reassignments(self) -> None:
+        watch = self._on_watch if self._arm(REASSIGN_PATH) else None
+        try:
+            node = self.store.get(REASSIGN_PATH, watch)
+        except StoreError:
+            self._disarm([REASSIGN_PATH])
+            raise
+        if node is None:
+            return
+        try:
+            entries = decode_reassignments(node.data)
+        except StoreError as exc:
+            log.error("controller %d: ignoring %s", self.broker_id, exc)
+            return
+        done = [key for key, entry in entries.items() if self._reassign(entry)]
+        if not done:
+            return
+        left = [e for key, e in entries.items() if key not in done]
+        op: Op = (SetOp(REASSIGN_PATH, encode_reassignments(left), node.version) if left
+                  else DeleteOp(REASSIGN_PATH, node.version))
+        try:
+            self.elector.fenced_multi([op], epoch=self.epoch)
+        except (BadVersionError, NoNodeError):
+            self._enqueue(ReassignmentChange())  # changed meanwhile: read it again
+        log.info("controller %d: %d reassignments done, %d under way", self.broker_id,
+                 len(done), len(left))
+
+    def _reassign(self, entry: Reassignment) -> bool:
+        """One step of moving a partition; True once it is where it should be (or gone)."""
+        tp = TopicPartition(entry.topic, entry.partition)
+        topic = self._topics.get(tp.topic)
+        if topic is None or tp.partition not in topic.partitions:
+            return True
+        destination = entry.destination
+        moving = expanded(entry.original, destination)
+        current = topic.partitions[tp.partition]
+        if current == destination:
+            return True
+        if current != moving:
+            self._write_assignment(tp, moving)
+        path = state_path(*tp)
+        watch = self._on_watch if self._arm(path) else None
+        try:
+            self.store.get(path, watch)  # told when the leader grows the ISR
+        except StoreError:
+            self._disarm([path])
+            raise
+        self._load_states([tp])
+        state = self._states.get(tp)
+        if state is None:
+            return False
+        new = completion(destination, state, self._live, self.epoch)
+        if new is None:
+            return False
+        if new is not state:
+            self._write_states([(tp, new)])
+            if self._states.get(tp) is state:
+                return False  # not written (a concurrent change): the next event retries
+        self._write_assignment(tp, destination)
+        log.info("controller %d: %s-%d moved from %s to %s", self.broker_id, tp.topic,
+                 tp.partition, list(entry.original), list(destination))
+        return True
+
+    def _write_assignment(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
+        """Set one partition's replicas in ``/brokers/topics/<t>``, conditionally."""
+        path = topic_path(tp.topic)
+        node = self.store.get(path)
+        if node is None:
+            raise NoNodeError(path)
+        doc = json.loads(node.data)
+        doc["partitions"][str(tp.partition)] = list(replicas)
+        self.elector.fenced_multi([SetOp(path, json.dumps(doc).encode(), node.version)],
+                                  epoch=self.epoch)
+        self._topics[tp.topic].partitions[tp.partition] = replicas
 
     # -- reading ---------------------------------------------------------------------------
     def _read_live(self) -> frozenset[int]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import logging
 import random
@@ -272,8 +273,8 @@ class ClusterMetadata:
         self._notify(name, info)
 
     def apply_partition_states(self, states: Mapping[tuple[str, int], PartitionState]) -> None:
-        """States written by the controller; stale ones (an older leader epoch, or an older
-        controller's at the same epoch) are ignored."""
+        """States written by the controller or a leader; stale ones (an older leader epoch,
+        or an older version of the state znode at the same epoch) are ignored."""
         if self.partition_states is None:
             self.partition_states = {}
         changed = []
@@ -282,7 +283,7 @@ class ClusterMetadata:
             if old is not None and (
                 state.leader_epoch < old.leader_epoch
                 or (state.leader_epoch == old.leader_epoch
-                    and state.controller_epoch < old.controller_epoch)
+                    and state.partition_epoch < old.partition_epoch)
             ):
                 continue
             if old != state:
@@ -358,6 +359,8 @@ class ClusterMetadata:
             found = self.partition_states.get((name, partition))
             if found is None:
                 return PartitionState(-1, -1, (), replicas)
+            if found.replicas != replicas:  # reassigned since the state was written
+                return dataclasses.replace(found, replicas=replicas)
             return found
         return PartitionState(replicas[0], 0, replicas, replicas)
 

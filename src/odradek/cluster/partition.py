@@ -171,6 +171,13 @@ class Partition:
             self.make_leader(now_ms() if now is None else now)
         elif state.leader != self.broker_id:
             self.replicas = {}
+        elif state.replicas != previous.replicas:
+            # reassigned: a replica added is tracked from its first fetch, one removed is
+            # forgotten
+            self.replicas = {
+                r: self.replicas.get(r) or ReplicaState()
+                for r in state.replicas if r != self.broker_id
+            }
         self.maybe_increment_high_watermark()
 
     def make_leader(self, now: int) -> None:

@@ -413,6 +413,7 @@ class ReplicaManager:
         config = self.metadata.log_config(info.name)
         for index, replicas in info.partitions.items():
             if self.broker_id not in replicas:
+                self._drop_replica(TopicPartition(info.name, index))
                 continue
             tp = TopicPartition(info.name, index)
             existing = self.log_manager.get_log(tp)
@@ -426,6 +427,22 @@ class ReplicaManager:
                 self._pending.add(tp)
             else:
                 self._adopt(self.log_manager.get_or_create_log(tp, config))
+
+    def _drop_replica(self, tp: TopicPartition) -> None:
+        """A partition reassigned away from this broker: stop fetching it, delete its log
+        (Kafka's StopReplica with deletion)."""
+        if self.log_manager.get_log(tp) is None:
+            return
+        partition = self.partitions.pop(tp, None)
+        if self.fetchers is not None:
+            self.fetchers.remove(tp)
+        self.log_manager.delete_log(tp)
+        self.fetch_watchers.wake_all(tp)
+        self.produce_watchers.wake_all(tp)
+        log.info("%s was reassigned away from broker %d: its log is deleted", tp,
+                 self.broker_id)
+        if partition is not None and partition.is_leader and self.on_leadership_change:
+            self.on_leadership_change([tp])
 
     def _adopt(self, partition_log: PartitionLog) -> Partition:
         """The Partition of ``partition_log``, made on first sight; its state refreshed."""

@@ -139,6 +139,7 @@ class Broker:
             advertised_endpoint=self._advertised_endpoint,
             live_brokers=self._live_brokers,
             controller_id=self._controller_id,
+            reassignments=self._cluster,
         )
         register_all(self.registry, self.services)
         net = NetworkConfig(

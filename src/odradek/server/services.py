@@ -11,9 +11,9 @@ constructor.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.replica_manager import ReplicaManager
@@ -24,9 +24,18 @@ from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.purgatory import Purgatory
 
 if TYPE_CHECKING:
+    from odradek.cluster.reassignment import Reassignment
     from odradek.coordinator.group_coordinator import GroupCoordinator
 
-__all__ = ["BrokerServices"]
+__all__ = ["BrokerServices", "ReassignmentStore"]
+
+
+class ReassignmentStore(Protocol):
+    """``/admin/reassign_partitions`` (cluster mode; blocking: call it off the loop)."""
+
+    def read_reassignments(self) -> dict[tuple[str, int], Reassignment]: ...
+
+    def add_reassignments(self, entries: Sequence[Reassignment]) -> None: ...
 
 
 @dataclass(slots=True)
@@ -51,3 +60,5 @@ class BrokerServices:
     """(id, host, port, rack) of every live broker (this one alone on a single node)."""
     controller_id: Callable[[], int]
     """The controller's broker id (-1 while none is known)."""
+    reassignments: ReassignmentStore | None = None
+    """Partition reassignments in progress (None on the single node: nothing can move)."""

@@ -43,7 +43,13 @@ from odradek.cluster.membership import (
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.metadata_sync import MetadataSync
 from odradek.cluster.partition import PartitionState
-from odradek.cluster.store import CreateOp, SetOp
+from odradek.cluster.reassignment import (
+    REASSIGN_PATH,
+    Reassignment,
+    decode_reassignments,
+    encode_reassignments,
+)
+from odradek.cluster.store import BadVersionError, CreateOp, NodeExistsError, NoNodeError, SetOp
 from odradek.cluster.zk_store import ZooKeeperStore
 from odradek.server.config import BrokerConfig
 
@@ -163,6 +169,30 @@ class ZkCluster:
         written = results[0]
         assert written is not None
         return written.version
+
+    # -- reassignments ---------------------------------------------------------------------
+    def read_reassignments(self) -> dict[tuple[str, int], Reassignment]:
+        node = self.store.get(REASSIGN_PATH)
+        return decode_reassignments(node.data) if node is not None else {}
+
+    def add_reassignments(self, entries: Sequence[Reassignment]) -> None:
+        """Merge ``entries`` into ``/admin/reassign_partitions`` (conditionally: retried if
+        the controller or another admin changed it meanwhile); the controller does the
+        rest."""
+        while True:
+            node = self.store.get(REASSIGN_PATH)
+            merged = decode_reassignments(node.data) if node is not None else {}
+            for entry in entries:
+                merged[(entry.topic, entry.partition)] = entry
+            data = encode_reassignments(merged.values())
+            try:
+                if node is None:
+                    self.store.create(REASSIGN_PATH, data)  # with /admin if missing
+                else:
+                    self.store.multi([SetOp(REASSIGN_PATH, data, node.version)])
+                return
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue
 
     def elect_preferred(
         self, partitions: list[tuple[str, int]] | None,

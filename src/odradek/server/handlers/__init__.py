@@ -21,6 +21,7 @@ from odradek.server.handlers.offset_for_leader_epoch import register_offset_for_
 from odradek.server.handlers.offsets import register_offsets
 from odradek.server.handlers.partitions import register_partitions
 from odradek.server.handlers.produce import register_produce
+from odradek.server.handlers.reassignments import register_reassignments
 from odradek.server.handlers.topics import register_topics
 from odradek.server.services import BrokerServices
 
@@ -42,3 +43,4 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_groups(registry, services)
     register_offsets(registry, services)
     register_offset_for_leader_epoch(registry, services)
+    register_reassignments(registry, services)

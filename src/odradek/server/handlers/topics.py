@@ -93,11 +93,9 @@ def _create_one(
             return result(ErrorCode.invalid_request,
                           "give either assignments or partitions and replication factor")
         assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
-        if sorted(assignment) != list(range(len(assignment))) or any(
-            b != services.broker_id for ids in assignment.values() for b in ids
-        ) or any(not ids for ids in assignment.values()):
-            return result(ErrorCode.invalid_replica_assignment,
-                          "assignments must cover partitions 0..n-1 with live brokers")
+        problem = _assignment_problem(assignment, {b[0] for b in services.live_brokers()})
+        if problem is not None:
+            return result(ErrorCode.invalid_replica_assignment, problem)
     try:
         if validate_only:
             n, rf, _ = services.metadata.validate_new_topic(
@@ -119,6 +117,24 @@ def _create_one(
     return result(ErrorCode.none, None, (info.partitions, rf,
                                          topic_config_entries(services, info.configs),
                                          info.topic_id))
+
+
+def _assignment_problem(assignment: dict[int, list[int]], live: set[int]) -> str | None:
+    """Why an explicit replica assignment is refused (Kafka's checks), or None."""
+    if sorted(assignment) != list(range(len(assignment))):
+        return f"partitions {sorted(assignment)} are not 0..{len(assignment) - 1}"
+    sizes = {len(ids) for ids in assignment.values()}
+    if 0 in sizes:
+        return "a partition has no replicas"
+    if len(sizes) > 1:
+        return "all partitions must have the same number of replicas"
+    for p, ids in sorted(assignment.items()):
+        if len(set(ids)) != len(ids):
+            return f"partition {p} names a broker twice: {ids}"
+        unknown = sorted(set(ids) - live)
+        if unknown:
+            return f"partition {p} names brokers {unknown} that are not live"
+    return None
 
 
 def _timed_out(services: BrokerServices, result: Any, timeout: datetime.timedelta) -> Any:

@@ -1,0 +1,156 @@
+"""``odradek reassign``: move partition replicas between brokers, as Kafka's
+kafka-reassign-partitions.sh does (AlterPartitionReassignments / ListPartitionReassignments,
+KIP-455).
+
+The plan is Kafka's JSON (``{"version":1,"partitions":[{"topic","partition","replicas"}]}``;
+``log_dirs`` is accepted and must be ``any``). ``--execute`` prints the current assignment
+(save it to roll back) and starts the moves; ``--verify`` says, per partition, whether its
+move is completed or still in progress; ``--cancel`` cancels the moves under way, returning
+those partitions to their replicas from before; ``--list`` shows every move under way.
+``--verify`` exits 1 while a move of the plan is not completed (Kafka's tool exits 0), so a
+script can wait on it. The
+move copies the log to the new replicas (they fetch from the leader and join the ISR)
+before the old ones are dropped. Not built: ``--generate`` and replication throttles
+(``--throttle``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from odradek.cli._common import add_bootstrap, run_with_admin
+from odradek.client.admin import Admin, check
+from odradek.client.connection import request_class
+
+TIMEOUT = datetime.timedelta(seconds=30)
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "reassign", help="move partition replicas between brokers (kafka-reassign-partitions)")
+    add_bootstrap(parser)
+    parser.add_argument("--reassignment-json-file", type=Path,
+                        help="the plan: {\"version\":1,\"partitions\":[{\"topic\":...,"
+                             "\"partition\":...,\"replicas\":[...]}]}")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--execute", action="store_true", help="start the moves of the plan")
+    action.add_argument("--verify", action="store_true",
+                        help="whether each move of the plan is completed")
+    action.add_argument("--cancel", action="store_true",
+                        help="cancel the moves of the plan still under way")
+    action.add_argument("--list", action="store_true", help="every move under way")
+    parser.set_defaults(func=run)
+
+
+def load_plan(path: Path) -> list[tuple[str, int, list[int]]]:
+    try:
+        doc = json.loads(path.read_text())
+        plan = []
+        for entry in doc["partitions"]:
+            dirs = entry.get("log_dirs")
+            if dirs is not None and any(d != "any" for d in dirs):
+                raise SystemExit("odradek: log_dirs other than \"any\" are not supported")
+            plan.append((str(entry["topic"]), int(entry["partition"]),
+                         [int(r) for r in entry["replicas"]]))
+        return plan
+    except OSError as exc:
+        raise SystemExit(f"odradek: cannot read {path}: {exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"odradek: {path} is not a reassignment plan ({exc!r}); expected "
+                         "{\"version\":1,\"partitions\":[{\"topic\":...,\"partition\":...,"
+                         "\"replicas\":[...]}]}") from None
+
+
+async def alter(admin: Admin, entries: list[tuple[str, int, list[int] | None]]) -> list[str]:
+    """AlterPartitionReassignments; the errors, one line each."""
+    req = request_class("alter_partition_reassignments", 0, "AlterPartitionReassignmentsRequest")
+    topic_cls = request_class("alter_partition_reassignments", 0, "ReassignableTopic")
+    part_cls = request_class("alter_partition_reassignments", 0, "ReassignablePartition")
+    by_topic: dict[str, list[Any]] = {}
+    for topic, partition, replicas in entries:
+        by_topic.setdefault(topic, []).append(part_cls(
+            partition_index=partition, replicas=None if replicas is None else tuple(replicas)))
+    response = await admin.conn.send(req(timeout=TIMEOUT, topics=tuple(
+        topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
+    check(response.error_code, "AlterPartitionReassignments", response.error_message)
+    return [f"{t.name}-{p.partition_index}: {p.error_code.name.upper()}"
+            + (f" ({p.error_message})" if p.error_message else "")
+            for t in response.responses for p in t.partitions if p.error_code.value]
+
+
+async def ongoing(admin: Admin) -> dict[tuple[str, int], Any]:
+    req = request_class("list_partition_reassignments", 0, "ListPartitionReassignmentsRequest")
+    response = await admin.conn.send(req(timeout=TIMEOUT, topics=None))
+    check(response.error_code, "ListPartitionReassignments", response.error_message)
+    return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.list and args.reassignment_json_file is None:
+        raise SystemExit("odradek reassign: --reassignment-json-file is required with "
+                         "--execute, --verify and --cancel")
+    plan = load_plan(args.reassignment_json_file) if not args.list else []
+
+    async def body(admin: Admin) -> int:
+        if args.list:
+            for (topic, partition), p in sorted((await ongoing(admin)).items()):
+                print(f"{topic}-{partition}: replicas {list(p.replicas)}, adding "
+                      f"{list(p.adding_replicas)}, removing {list(p.removing_replicas)}")
+            return 0
+        if args.execute:
+            described = {t.name: t for t in await admin.metadata(sorted({p[0] for p in plan}))}
+            current = []
+            for topic, partition, _ in plan:
+                found = described.get(topic)
+                parts = {p.partition: p for p in found.partitions} if found else {}
+                if partition in parts:
+                    current.append({"topic": topic, "partition": partition,
+                                    "replicas": list(parts[partition].replicas),
+                                    "log_dirs": ["any"] * len(parts[partition].replicas)})
+            print("Current partition replica assignment\n")
+            print(json.dumps({"version": 1, "partitions": current}))
+            print("\nSave this to use as the --reassignment-json-file option during rollback")
+            errors = await alter(admin, [(t, p, r) for t, p, r in plan])
+            if errors:
+                print("Error reassigning partitions:\n" + "\n".join(errors), file=sys.stderr)
+                return 1
+            print("Successfully started partition reassignments for "
+                  + ",".join(f"{t}-{p}" for t, p, _ in plan))
+            return 0
+        if args.cancel:
+            under_way = await ongoing(admin)
+            wanted: list[tuple[str, int, list[int] | None]] = [
+                (t, p, None) for t, p, _ in plan if (t, p) in under_way]
+            errors = await alter(admin, wanted) if wanted else []
+            if errors:
+                print("Error cancelling reassignments:\n" + "\n".join(errors), file=sys.stderr)
+                return 1
+            print("Successfully cancelled partition reassignments for: "
+                  + ",".join(f"{t}-{p}" for t, p, _ in wanted))
+            return 0
+        under_way = await ongoing(admin)
+        described = {t.name: t for t in await admin.metadata(sorted({p[0] for p in plan}))}
+        print("Status of partition reassignment:")
+        pending = 0
+        for topic, partition, replicas in plan:
+            found = described.get(topic)
+            parts = {p.partition: p for p in found.partitions} if found else {}
+            if (topic, partition) in under_way:
+                pending += 1
+                print(f"Reassignment of partition {topic}-{partition} is still in progress.")
+            elif partition in parts and list(parts[partition].replicas) == replicas:
+                print(f"Reassignment of partition {topic}-{partition} is completed.")
+            else:
+                pending += 1
+                print(f"There is no active reassignment of partition {topic}-{partition}, "
+                      f"but replica set is "
+                      f"{list(parts[partition].replicas) if partition in parts else []} "
+                      f"rather than {replicas}.")
+        return 1 if pending else 0
+
+    return run_with_admin(args, body)
