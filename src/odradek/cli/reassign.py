@@ -90,6 +90,15 @@ async def ongoing(admin: Admin) -> dict[tuple[str, int], Any]:
     return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
 
 
+def _replicas(described: dict[str, Any], topic: str, partition: int) -> list[int] | None:
+    """The partition's replicas in a Metadata answer, or None when it has no such one."""
+    found = described.get(topic)
+    for p in found.partitions if found is not None else ():
+        if p.partition == partition:
+            return list(p.replicas)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.list and args.reassignment_json_file is None:
         raise SystemExit("odradek reassign: --reassignment-json-file is required with "
@@ -106,12 +115,10 @@ def run(args: argparse.Namespace) -> int:
             described = {t.name: t for t in await admin.metadata(sorted({p[0] for p in plan}))}
             current = []
             for topic, partition, _ in plan:
-                found = described.get(topic)
-                parts = {p.partition: p for p in found.partitions} if found else {}
-                if partition in parts:
-                    current.append({"topic": topic, "partition": partition,
-                                    "replicas": list(parts[partition].replicas),
-                                    "log_dirs": ["any"] * len(parts[partition].replicas)})
+                now = _replicas(described, topic, partition)
+                if now is not None:
+                    current.append({"topic": topic, "partition": partition, "replicas": now,
+                                    "log_dirs": ["any"] * len(now)})
             print("Current partition replica assignment\n")
             print(json.dumps({"version": 1, "partitions": current}))
             print("\nSave this to use as the --reassignment-json-file option during rollback")
@@ -138,19 +145,16 @@ def run(args: argparse.Namespace) -> int:
         print("Status of partition reassignment:")
         pending = 0
         for topic, partition, replicas in plan:
-            found = described.get(topic)
-            parts = {p.partition: p for p in found.partitions} if found else {}
+            now = _replicas(described, topic, partition)
             if (topic, partition) in under_way:
                 pending += 1
                 print(f"Reassignment of partition {topic}-{partition} is still in progress.")
-            elif partition in parts and list(parts[partition].replicas) == replicas:
+            elif now == replicas:
                 print(f"Reassignment of partition {topic}-{partition} is completed.")
             else:
                 pending += 1
                 print(f"There is no active reassignment of partition {topic}-{partition}, "
-                      f"but replica set is "
-                      f"{list(parts[partition].replicas) if partition in parts else []} "
-                      f"rather than {replicas}.")
+                      f"but replica set is {now or []} rather than {replicas}.")
         return 1 if pending else 0
 
     return run_with_admin(args, body)

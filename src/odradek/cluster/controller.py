@@ -60,7 +60,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from odradek.cluster.controller_election import ControllerElector, ControllerMovedError
 from odradek.cluster.leader_election import (
@@ -98,6 +98,7 @@ from odradek.cluster.store import (
     Op,
     SetOp,
     StoreError,
+    Watcher,
 )
 
 __all__ = [
@@ -117,6 +118,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Ops in one transaction (the fence check included): ZooKeeper applies a multi as one
 # request, so a bounded batch keeps each one quick and within jute.maxbuffer.
@@ -486,12 +488,7 @@ class Controller:
 
     # -- reassignments (cluster/reassignment.py) ------------------------------------------
     def _on_reassignments(self) -> None:
-        watch = self._on_watch if self._arm(REASSIGN_PATH) else None
-        try:
-            node = self.store.get(REASSIGN_PATH, watch)
-        except StoreError:
-            self._disarm([REASSIGN_PATH])
-            raise
+        node = self._watched(REASSIGN_PATH, self.store.get)
         if node is None:
             return
         try:
@@ -525,13 +522,7 @@ class Controller:
             return True
         if current != moving:
             self._write_assignment(tp, moving)
-        path = state_path(*tp)
-        watch = self._on_watch if self._arm(path) else None
-        try:
-            self.store.get(path, watch)  # told when the leader grows the ISR
-        except StoreError:
-            self._disarm([path])
-            raise
+        self._watched(state_path(*tp), self.store.get)  # told when the leader grows the ISR
         self._load_states([tp])
         state = self._states.get(tp)
         if state is None:
@@ -561,22 +552,22 @@ class Controller:
         self._topics[tp.topic].partitions[tp.partition] = replicas
 
     # -- reading ---------------------------------------------------------------------------
-    def _read_live(self) -> frozenset[int]:
-        watch = self._on_watch if self._arm(BROKER_IDS_PATH) else None
+    def _watched(self, path: str, read: Callable[[str, Watcher | None], T]) -> T:
+        """``read(path, watch)``, arming our watch on ``path`` unless it is armed already
+        (a failed read leaves it to be armed by the next one)."""
+        watch = self._on_watch if self._arm(path) else None
         try:
-            names = self.store.children(BROKER_IDS_PATH, watch)
+            return read(path, watch)
         except StoreError:
-            self._disarm([BROKER_IDS_PATH])
+            self._disarm([path])
             raise
+
+    def _read_live(self) -> frozenset[int]:
+        names = self._watched(BROKER_IDS_PATH, self.store.children)
         return frozenset(int(n) for n in names if n.isdigit())
 
     def _read_topic_names(self) -> list[str]:
-        watch = self._on_watch if self._arm(TOPICS_PATH) else None
-        try:
-            return self.store.children(TOPICS_PATH, watch)
-        except StoreError:
-            self._disarm([TOPICS_PATH])
-            raise
+        return self._watched(TOPICS_PATH, self.store.children)
 
     def _load_topics(self, names: Sequence[str]) -> None:
         """Read the assignments of ``names`` (arming their data watches), then their states."""
