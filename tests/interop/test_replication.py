@@ -393,3 +393,47 @@ def test_reassignment_moves_a_partition_to_other_brokers(rcluster: Cluster,
     assert [v for _, v in read_all(cluster, topic)] == values
     # produce with acks=all against the new replica set
     assert all(isinstance(r, int) for r in send(producer(cluster, acks="all"), topic, [b"x"]))
+
+
+def test_a_throttled_reassignment_copies_at_the_rate_and_verify_lifts_it(
+    rcluster: Cluster, tmp_path_factory: Any
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    cluster = rcluster
+    topic = unique("throttle")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1]])],
+                        request_timeout=30)[topic].result(60)
+    value = b"x" * 10_000
+    assert all(isinstance(r, int)
+               for r in send(producer(cluster, acks="all"), topic, [value] * 300))  # ~3 MB
+    rate = 400_000
+    plan = tmp_path_factory.mktemp("throttle") / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2]}]}))
+
+    def tool(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "odradek.cli.main", "reassign", "--bootstrap-server",
+             cluster.bootstrap, "--reassignment-json-file", str(plan), *args],
+            capture_output=True, text=True, timeout=60)
+
+    started = time.monotonic()
+    result = tool("--execute", "--throttle", str(rate))
+    assert result.returncode == 0, result.stderr
+    assert f"The inter-broker throttle limit was set to {rate} B/s" in result.stdout
+    cluster.wait_for(lambda: replicas(cluster, topic)[0] == [2], 120, "the move done")
+    took = time.monotonic() - started
+    # ~3 MB at 400 KB/s, less the first fetch (1 MB, before anything was measured)
+    assert took > 2.0 / 0.4 * 0.8, f"a 3 MB copy throttled to {rate} B/s took {took:.1f} s"
+    verify = tool("--verify")
+    assert verify.returncode == 0 and "Throttle was removed." in verify.stdout, verify.stdout
+    configs = admin.describe_configs([ConfigResource("topic", topic)])
+    (found,) = [f.result(30) for f in configs.values()]
+    assert found["follower.replication.throttled.replicas"].value in ("", None)
+    assert [v for _, v in read_all(cluster, topic)] == [value] * 300

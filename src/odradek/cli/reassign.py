@@ -10,8 +10,11 @@ those partitions to their replicas from before; ``--list`` shows every move unde
 ``--verify`` exits 1 while a move of the plan is not completed (Kafka's tool exits 0), so a
 script can wait on it. The
 move copies the log to the new replicas (they fetch from the leader and join the ISR)
-before the old ones are dropped. Not built: ``--generate`` and replication throttles
-(``--throttle``).
+before the old ones are dropped. ``--throttle B`` caps that copy (KIP-73): it sets
+``leader.replication.throttled.rate`` and ``follower.replication.throttled.rate`` (as the
+cluster-wide broker default) and names the moving replicas in the topics'
+``*.replication.throttled.replicas``; ``--verify`` removes them once every move is done.
+Not built: ``--generate``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.cli._common import add_bootstrap, run_with_admin
-from odradek.client.admin import Admin, check
+from odradek.client.admin import BROKER_RESOURCE, Admin, check
 from odradek.client.connection import request_class
 
 TIMEOUT = datetime.timedelta(seconds=30)
@@ -44,6 +47,9 @@ def add_parser(sub: Any) -> None:
     action.add_argument("--cancel", action="store_true",
                         help="cancel the moves of the plan still under way")
     action.add_argument("--list", action="store_true", help="every move under way")
+    parser.add_argument("--throttle", type=int, default=None, metavar="BYTES_PER_S",
+                        help="with --execute: cap the moves' replication at this rate "
+                             "(KIP-73); --verify removes the throttle once every move is done")
     parser.set_defaults(func=run)
 
 
@@ -122,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
             print("Current partition replica assignment\n")
             print(json.dumps({"version": 1, "partitions": current}))
             print("\nSave this to use as the --reassignment-json-file option during rollback")
+            if args.throttle is not None:
+                await throttle(admin, plan, described, args.throttle)
             errors = await alter(admin, [(t, p, r) for t, p, r in plan])
             if errors:
                 print("Error reassigning partitions:\n" + "\n".join(errors), file=sys.stderr)
@@ -155,6 +163,44 @@ def run(args: argparse.Namespace) -> int:
                 pending += 1
                 print(f"There is no active reassignment of partition {topic}-{partition}, "
                       f"but replica set is {now or []} rather than {replicas}.")
+        if not pending:
+            await unthrottle(admin, plan)
         return 1 if pending else 0
 
     return run_with_admin(args, body)
+
+
+THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+THROTTLED_REPLICAS = ("leader.replication.throttled.replicas",
+                      "follower.replication.throttled.replicas")
+
+
+async def throttle(admin: Admin, plan: list[tuple[str, int, list[int]]],
+                   described: dict[str, Any], rate: int) -> None:
+    """Kafka's --throttle: the rate (set here as the cluster-wide broker default, which one
+    connection can change; Kafka's tool sets it on each broker of the moves), the current
+    replicas throttled as leaders and the new ones as followers, per topic."""
+    leaders: dict[str, list[str]] = {}
+    followers: dict[str, list[str]] = {}
+    for topic, partition, target in plan:
+        now = _replicas(described, topic, partition) or []
+        leaders.setdefault(topic, []).extend(f"{partition}:{b}" for b in now)
+        followers.setdefault(topic, []).extend(
+            f"{partition}:{b}" for b in target if b not in now)
+    await admin.alter_configs(BROKER_RESOURCE, "", dict.fromkeys(THROTTLE_RATES, str(rate)),
+                              [])
+    for topic in sorted(leaders):
+        await admin.alter_topic_configs(topic, {
+            THROTTLED_REPLICAS[0]: ",".join(leaders[topic]),
+            THROTTLED_REPLICAS[1]: ",".join(followers[topic]),
+        }, [])
+    print(f"The inter-broker throttle limit was set to {rate} B/s")
+
+
+async def unthrottle(admin: Admin, plan: list[tuple[str, int, list[int]]]) -> None:
+    """--verify, every move done: the throttle configs of the plan's topics and the
+    cluster-wide rates are removed."""
+    await admin.alter_configs(BROKER_RESOURCE, "", {}, list(THROTTLE_RATES))
+    for topic in sorted({t for t, _, _ in plan}):
+        await admin.alter_topic_configs(topic, {}, list(THROTTLED_REPLICAS))
+    print("Throttle was removed.")

@@ -15,6 +15,9 @@ from kio.schema.errors import ErrorCode
 
 from odradek.client.connection import BrokerConnection, ClientError, request_class
 
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
 
 def check(code: Any, what: str, message: str | None = None) -> None:
     if code != ErrorCode.none:
@@ -144,6 +147,12 @@ class Admin:
     async def alter_topic_configs(
         self, name: str, set_: dict[str, str], delete: list[str]
     ) -> None:
+        await self.alter_configs(TOPIC_RESOURCE, name, set_, delete)
+
+    async def alter_configs(
+        self, resource_type: int, name: str, set_: dict[str, str], delete: list[str]
+    ) -> None:
+        """IncrementalAlterConfigs SET and DELETE on one resource (2: topic, 4: broker)."""
         version = self.conn.version(44, (0, 1))
         cls = request_class("incremental_alter_configs", version,
                             "IncrementalAlterConfigsRequest")
@@ -152,7 +161,8 @@ class Admin:
         configs = [cfg_cls(name=k, config_operation=0, value=v) for k, v in set_.items()]
         configs += [cfg_cls(name=k, config_operation=1, value=None) for k in delete]
         response = await self.conn.send(cls(
-            resources=(res_cls(resource_type=2, resource_name=name, configs=tuple(configs)),),
+            resources=(res_cls(resource_type=resource_type, resource_name=name,
+                               configs=tuple(configs)),),
             validate_only=False,
         ))
         result = response.responses[0]

@@ -25,7 +25,9 @@ one past the leader's log end (an unclean election) truncates again. Leadership 
 (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, ...) back the partition
 off for ``replica.fetch.backoff.ms`` until the controller's next decision moves it; a lost
 connection backs the whole fetcher off and reconnects (the leader's address is looked up
-again each time).
+again each time). Partitions named in their topic's
+``follower.replication.throttled.replicas`` share ``follower.replication.throttled.rate``
+(KIP-73, :mod:`odradek.cluster.replication_quota`): over it, they sit out fetches.
 """
 
 from __future__ import annotations
@@ -46,12 +48,16 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from odradek.cluster.partition import Partition
+from odradek.cluster.replication_quota import ReplicationQuota, is_throttled
 from odradek.storage import TopicPartition
 from odradek.storage.leader_epoch import UNDEFINED_EPOCH
 
 __all__ = ["FetcherConfig", "ReplicaFetcher", "ReplicaFetcherManager", "complete_batches"]
 
 log = logging.getLogger(__name__)
+
+# How long a throttled partition waits before it is considered for a fetch again.
+THROTTLE_PAUSE_S = 0.1
 
 _LEADERSHIP_ERRORS = frozenset({
     ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
@@ -267,8 +273,20 @@ class ReplicaFetcher:
         config = self.manager.config
         by_topic: dict[str, list[fetch_v12.FetchPartition]] = {}
         asked: dict[TopicPartition, tuple[_FetchState, int]] = {}
+        quota = self.manager.quota
+        now = time.monotonic()
+        over_quota = quota is not None and quota.exceeded(now)
+        throttled: set[TopicPartition] = set()
         for tp, state in fetchable:
             partition_log = state.partition.log
+            if quota is not None and is_throttled(
+                partition_log.config["follower.replication.throttled.replicas"],
+                tp.partition, self.manager.broker_id,
+            ):
+                if over_quota:  # left out of this fetch (KIP-73); the others go on
+                    state.delayed_until = now + THROTTLE_PAUSE_S
+                    continue
+                throttled.add(tp)
             offset = partition_log.log_end_offset
             asked[tp] = (state, offset)
             by_topic.setdefault(tp.topic, []).append(fetch_v12.FetchPartition(
@@ -278,6 +296,8 @@ class ReplicaFetcher:
                 log_start_offset=i64(partition_log.log_start_offset),
                 partition_max_bytes=i32(config.max_bytes),
             ))
+        if not asked:
+            return
         response = await self._send(conn, fetch_v12.FetchRequest(
             cluster_id=None, replica_id=BrokerId(self.manager.broker_id),
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=config.max_wait_ms)),
@@ -304,6 +324,8 @@ class ReplicaFetcher:
                 if partition.is_leader:
                     continue
                 code = data.error_code
+                if quota is not None and tp in throttled and data.records:
+                    quota.record(len(data.records), time.monotonic())
                 if code == ErrorCode.none:
                     try:
                         self._append(tp, partition, offset, data)
@@ -363,10 +385,14 @@ class ReplicaFetcher:
 
 
 class ReplicaFetcherManager:
-    def __init__(self, broker_id: int, connect: Connect, config: FetcherConfig) -> None:
+    def __init__(self, broker_id: int, connect: Connect, config: FetcherConfig,
+                 quota: ReplicationQuota | None = None) -> None:
         self.broker_id = broker_id
         self.connect = connect
         self.config = config
+        # follower.replication.throttled.rate over the partitions named in their topic's
+        # follower.replication.throttled.replicas (cluster/replication_quota.py)
+        self.quota = quota
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._following: dict[TopicPartition, tuple[int, int]] = {}
 

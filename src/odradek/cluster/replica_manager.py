@@ -58,6 +58,7 @@ from odradek.cluster.partition import (
     PartitionState,
     now_ms,
 )
+from odradek.cluster.replication_quota import UNLIMITED, ReplicationQuota, is_throttled
 from odradek.storage import LogManager, PartitionLog, TopicPartition, checkpoint, files
 from odradek.storage.checkpoint import CheckpointError
 from odradek.storage.config import LogConfig
@@ -139,6 +140,11 @@ class ReplicaManager:
         self.fetchers: ReplicaFetcherManager | None = None
         self.isr_writer: IsrWriter | None = None
         self.replica_lag_time_max_ms = 30000
+        # leader.replication.throttled.rate over the followers named in their topic's
+        # leader.replication.throttled.replicas (KIP-73)
+        self.leader_quota = ReplicationQuota(
+            lambda: int(metadata.broker_defaults.get("leader.replication.throttled.rate",
+                                                     UNLIMITED)))
         self.isr_shrinks = 0
         self.isr_expands = 0
         self._isr_tasks: set[asyncio.Task[None]] = set()
@@ -253,6 +259,11 @@ class ReplicaManager:
                 and partition.expand_candidate(replica_id)):
             isr = [*partition.state.isr, replica_id]
             self._change_isr(partition, tuple(r for r in partition.state.replicas if r in isr))
+
+    def leader_throttled(self, partition: Partition, replica_id: int) -> bool:
+        """Is this follower's fetch of ``partition`` throttled (KIP-73)?"""
+        return is_throttled(partition.log.config["leader.replication.throttled.replicas"],
+                            partition.partition, replica_id)
 
     def shrink_isrs(self) -> None:
         """Take followers not caught up for ``replica.lag.time.max.ms`` out of the ISRs

@@ -32,6 +32,7 @@ from odradek.cluster.membership import EndPoint
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from odradek.cluster.replica_manager import ReplicaManager
+from odradek.cluster.replication_quota import UNLIMITED, ReplicationQuota
 from odradek.cluster.store import EmbeddedStore, MetadataStore
 from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
@@ -209,8 +210,11 @@ class Broker:
     def _start_replication(self, cluster: ZkCluster) -> None:
         """Cluster mode: followers fetch from leaders; leaders change their ISRs."""
         rm = self.replica_manager
+        metadata = self.metadata
         rm.fetchers = ReplicaFetcherManager(
-            self.broker_id, self._connect_to_broker, FetcherConfig.from_broker(self.config)
+            self.broker_id, self._connect_to_broker, FetcherConfig.from_broker(self.config),
+            ReplicationQuota(lambda: int(metadata.broker_defaults.get(
+                "follower.replication.throttled.rate", UNLIMITED))),
         )
         rm.isr_writer = cluster.write_isr
         rm.replica_lag_time_max_ms = int(self.config["replica.lag.time.max.ms"])

@@ -27,10 +27,10 @@ __all__ = ["DYNAMIC_BROKER_KEYS", "DynamicBrokerConfig", "parse_dynamic"]
 log = logging.getLogger(__name__)
 
 # The broker configs that can change without a restart: every topic config's broker-level
-# default (Kafka's DynamicLogConfig).
+# default (Kafka's DynamicLogConfig), and the replication throttles (DynamicReplicationQuota).
 DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
     d.broker_key for d in TOPIC_CONFIGS.values() if d.broker_key
-)
+) | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
 
 
 def parse_dynamic(entity: Mapping[str, str], where: str) -> dict[str, Any]:

@@ -53,6 +53,17 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
     return check
 
 
+def _throttled_replicas(value: Any) -> str | None:
+    """KIP-73's list: ``*``, or ``partition:broker`` pairs."""
+    for item in value:
+        if item == "*":
+            continue
+        partition, sep, broker = item.partition(":")
+        if not sep or not partition.isdigit() or not broker.isdigit():
+            return "must be * or a list of partition:broker pairs"
+    return None
+
+
 def _ratio(value: Any) -> str | None:
     return None if 0.0 <= value <= 1.0 else "must be between 0 and 1"
 
@@ -114,6 +125,12 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("unclean.leader.election.enable", "boolean", False,
                   "unclean.leader.election.enable",
                   "allow an out-of-sync replica to become leader", None),
+        ConfigDef("leader.replication.throttled.replicas", "list", (), None,
+                  "partition:broker pairs (or *) whose replication the leader throttles to "
+                  "leader.replication.throttled.rate", _throttled_replicas),
+        ConfigDef("follower.replication.throttled.replicas", "list", (), None,
+                  "partition:broker pairs (or *) whose replication the follower throttles to "
+                  "follower.replication.throttled.rate", _throttled_replicas),
     )
 }
 

@@ -260,10 +260,20 @@ def _read_one(
         return FetchPartition(cp.partition, code)
     limit = min(cp.max_bytes, remaining)
     follower = replica_id >= 0
+    throttled = False
     try:
         if follower:
             replica_manager.record_follower_fetch(partition, replica_id, cp.fetch_offset)
+            if replica_manager.leader_throttled(partition, replica_id):
+                # KIP-73: over leader.replication.throttled.rate, no records this time
+                now = time.monotonic()
+                if replica_manager.leader_quota.exceeded(now):
+                    limit, min_one = 0, False
+                else:
+                    throttled = True
         info = partition.read(cp.fetch_offset, limit, min_one, follower)
+        if throttled and info.size:
+            replica_manager.leader_quota.record(info.size, time.monotonic())
         if info.size and not min_one and info.size >= limit and _first_incomplete(info):
             # Kafka (v3+): a partition whose first batch does not fit is sent empty, not
             # as a partial batch the client could not make progress with.
