@@ -7,7 +7,8 @@ How it works:
   partition that names this broker among its replicas it makes sure a log exists and wraps
   it in a :class:`~odradek.cluster.partition.Partition` carrying the partition's state
   (leader, leader epoch, ISR: :meth:`ClusterMetadata.partition_state`). Partitions of a
-  deleted topic lose their logs. Logs asked for by an admin request are created in a
+  deleted topic lose their logs, and so do partitions reassigned away from this broker.
+  Logs asked for by an admin request are created in a
   worker thread (:meth:`change_topics`); until one lands, its partition answers
   LEADER_NOT_AVAILABLE, as Kafka answers for a partition whose leader has not taken it yet.
 - *The door.* Handlers ask :meth:`leader_partition` for a partition they want to append
@@ -15,8 +16,9 @@ How it works:
   LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
   UNKNOWN_LEADER_EPOCH). :meth:`wait_for_replication` parks an acks=all Produce until the
   high watermark passes its last offset (Kafka's ``DelayedProduce``).
-- *Events.* Each append tells the fetch purgatory how many bytes arrived (a Fetch waiting
-  for ``min_bytes`` counts them), each high-watermark move tells the produce purgatory
+- *Events.* Each append tells the followers' fetches waiting in the fetch purgatory how
+  many bytes arrived; each high-watermark move tells the consumers' fetches (the bytes
+  appended since the previous move: what became visible) and the produce purgatory
   (acks=all waiters re-check their offset): events, never polling.
 - *Roles* (Kafka's ``becomeLeaderOrFollower``). A partition this broker leads takes no
   fetcher and tracks its followers (:class:`~odradek.cluster.partition.Partition`); one it
@@ -31,8 +33,6 @@ How it works:
   version of the state read (the partition epoch): a concurrent decision of the controller
   wins and this broker takes it from the next notification. One change per partition is
   under way at a time.
-- *Fetch waiters.* Followers wait for appends (:class:`FollowerKey`), consumers for the
-  high watermark: the bytes appended since the previous move are counted when it moves.
 - *High watermarks* are checkpointed in each log dir's ``replication-offset-checkpoint``
   (Kafka's ``ReplicaManager.checkpointHighWatermarks``), every
   ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown, and restored when a
