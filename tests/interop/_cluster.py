@@ -200,6 +200,36 @@ class Cluster:
             if not self.alive(broker_id):
                 self.start(broker_id)
 
+    # ---- topics
+    def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 3,
+                     config: Mapping[str, str] | None = None,
+                     replica_assignment: list[list[int]] | None = None) -> None:
+        """CreateTopics through any broker (confluent-kafka's admin client). A broker
+        that has just started may not be in every broker's live list yet: a refusal for
+        too few brokers is retried until it is."""
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        new = (NewTopic(topic, partitions, replica_assignment=replica_assignment,
+                        config=dict(config or {}))
+               if replica_assignment is not None
+               else NewTopic(topic, partitions, replication_factor, config=dict(config or {})))
+
+        def created() -> bool:
+            futures = admin.create_topics([new], operation_timeout=30, request_timeout=30)
+            try:
+                futures[topic].result(60)
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if code not in (KafkaError.INVALID_REPLICATION_FACTOR,
+                                KafkaError.INVALID_REPLICA_ASSIGNMENT):
+                    raise
+                return False
+            return True
+
+        self.wait_for(created, 30, f"{topic} created")
+
     # ---- ZooKeeper's view
     @property
     def zk(self) -> KazooClient:

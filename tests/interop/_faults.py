@@ -84,13 +84,7 @@ class FaultRun:
 
     # -- set-up ---------------------------------------------------------------------------
     def create_topic(self) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
-        futures = admin.create_topics(
-            [NewTopic(self.topic, self.partitions, 3, config=TOPIC_CONFIG)],
-            operation_timeout=30, request_timeout=30)
-        futures[self.topic].result(60)
+        self.cluster.create_topic(self.topic, self.partitions, 3, TOPIC_CONFIG)
         self.cluster.wait_for(self.fully_in_sync, 60, f"{self.topic} fully in sync")
 
     def fully_in_sync(self) -> bool:

@@ -68,24 +68,7 @@ def replicas(cluster: Cluster, topic: str) -> dict[int, list[int]]:
 
 def create(cluster: Cluster, topic: str, partitions: int, rf: int,
            config: dict[str, str] | None = None) -> None:
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-
-    def created() -> bool:
-        futures = admin.create_topics([NewTopic(topic, partitions, rf, config=config or {})],
-                                      operation_timeout=30, request_timeout=30)
-        try:
-            futures[topic].result(60)
-        except KafkaException as exc:
-            # a broker just restarted may not be in every broker's live list yet
-            if exc.args[0].code() != KafkaError.INVALID_REPLICATION_FACTOR:
-                raise
-            return False
-        return True
-
-    cluster.wait_for(created, 30, f"{topic} created")
+    cluster.create_topic(topic, partitions, rf, config)
     cluster.wait_for(lambda: all(len(state(cluster, topic, p)["isr"]) == rf
                                  for p in range(partitions)), 60, f"{topic} in sync")
 
@@ -350,14 +333,11 @@ def test_reassignment_moves_a_partition_to_other_brokers(rcluster: Cluster,
     import subprocess
     import sys
 
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     cluster = rcluster
     topic = unique("move")
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]],
-                                  config={"min.insync.replicas": "2"})],
-                        request_timeout=30)[topic].result(60)
+    cluster.create_topic(topic, 1, config={"min.insync.replicas": "2"},
+                         replica_assignment=[[1, 2]])
     cluster.wait_for(lambda: sorted(state(cluster, topic, 0)["isr"]) == [1, 2], 30,
                      "both replicas in sync")
     values = [f"m{i}".encode() for i in range(500)]
@@ -402,13 +382,12 @@ def test_a_throttled_reassignment_copies_at_the_rate_and_verify_lifts_it(
     import sys
     import time
 
-    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+    from confluent_kafka.admin import AdminClient, ConfigResource
 
     cluster = rcluster
     topic = unique("throttle")
+    cluster.create_topic(topic, 1, replica_assignment=[[1]])
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1]])],
-                        request_timeout=30)[topic].result(60)
     value = b"x" * 10_000
     assert all(isinstance(r, int)
                for r in send(producer(cluster, acks="all"), topic, [value] * 300))  # ~3 MB
