@@ -465,3 +465,61 @@ def test_deleting_a_topic_wakes_its_waiters(node: Node) -> None:
         return await produce, await fetch
 
     assert _run(main()) == (False, False)  # woken, not satisfied
+
+
+# -- ISR changes of unknown outcome ----------------------------------------------------------
+@pytest.mark.parametrize("applied", [True, False], ids=["written", "not-written"])
+def test_an_isr_change_of_unknown_outcome_is_read_back(tmp_path: Path, applied: bool) -> None:
+    """A timed-out ISR write may have been applied: until the state is read again the high
+    watermark counts the replica being added, and afterwards the stored state decides."""
+    node = _node(tmp_path)
+    node.metadata.partition_states = {}
+    _topic(node, "t", {0: [ME, OTHER]})
+    node.metadata.apply_partition_states({("t", 0): PartitionState(ME, 1, (ME,), (ME, OTHER),
+                                                                   5, 1)})
+    released = asyncio.Event()
+    reads: list[int] = []
+
+    def writer(topic: str, index: int, new: Any) -> int:
+        raise TimeoutError("no answer from ZooKeeper")
+
+    def reader(topic: str, index: int) -> PartitionState:
+        reads.append(index)
+        isr = (ME, OTHER) if applied else (ME,)
+        return PartitionState(ME, 1, isr, (), 6 if applied else 5, 1)
+
+    async def main() -> None:
+        rm = node.replicas
+        rm.isr_writer = writer
+
+        async def slow_reader(topic: str, index: int) -> PartitionState:
+            await released.wait()
+            return reader(topic, index)
+
+        def blocking_reader(topic: str, index: int) -> PartitionState:
+            future = asyncio.run_coroutine_threadsafe(slow_reader(topic, index), loop)
+            return future.result(LONG)
+
+        loop = asyncio.get_running_loop()
+        rm.isr_reader = blocking_reader
+        partition = rm.get_partition("t", 0)
+        assert partition is not None
+        partition.append_records_as_leader(make_batch(10))
+        assert partition.high_watermark == 10  # alone in the ISR
+        rm.record_follower_fetch(partition, OTHER, 10)  # caught up: joins the ISR
+        await _until(lambda: bool(rm._isr_tasks), "the ISR write under way")
+        partition.append_records_as_leader(make_batch(5))
+        # outcome unknown: OTHER (at 10) still holds the high watermark
+        assert partition.pending_isr == (ME, OTHER) and partition.high_watermark == 10
+        released.set()
+        await _until(lambda: partition.pending_isr is None, "the outcome resolved")
+        if applied:
+            assert partition.state.isr == (ME, OTHER) and partition.state.partition_epoch == 6
+            assert partition.high_watermark == 10
+        else:
+            assert partition.state.isr == (ME,)
+            assert partition.high_watermark == 15
+
+    _run(main())
+    assert reads == [0]
+    node.log_manager.shutdown()

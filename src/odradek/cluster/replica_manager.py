@@ -32,7 +32,8 @@ How it works:
   ``maybeShrinkIsr``). Both changes go through ``isr_writer``, a write conditional on the
   version of the state read (the partition epoch): a concurrent decision of the controller
   wins and this broker takes it from the next notification. One change per partition is
-  under way at a time.
+  under way at a time, and until its outcome is known (a write that timed out is resolved
+  by reading the state again) the high watermark counts the old and the new ISR alike.
 - *High watermarks* are checkpointed in each log dir's ``replication-offset-checkpoint``
   (Kafka's ``ReplicaManager.checkpointHighWatermarks``), every
   ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown, and restored when a
@@ -44,6 +45,7 @@ How it works:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 from collections.abc import Callable, Hashable
@@ -59,6 +61,7 @@ from odradek.cluster.partition import (
     now_ms,
 )
 from odradek.cluster.replication_quota import UNLIMITED, ReplicationQuota, is_throttled
+from odradek.cluster.store import BadVersionError
 from odradek.storage import LogManager, PartitionLog, TopicPartition, checkpoint, files
 from odradek.storage.checkpoint import CheckpointError
 from odradek.storage.config import LogConfig
@@ -94,6 +97,8 @@ class FollowerKey(NamedTuple):
 IsrWriter = Callable[[str, int, LeaderAndIsr], int]
 """Writes a leader's ISR change conditionally (blocking; run in a worker thread) and
 returns the state's new version; raises the store's error otherwise."""
+IsrReader = Callable[[str, int], PartitionState | None]
+"""Reads a partition's state as stored now (blocking), or None when it has none."""
 
 
 class Watchers(Protocol):
@@ -139,6 +144,7 @@ class ReplicaManager:
         # Cluster mode: the followers' fetchers, and the ISR writer of the leader side.
         self.fetchers: ReplicaFetcherManager | None = None
         self.isr_writer: IsrWriter | None = None
+        self.isr_reader: IsrReader | None = None
         self.replica_lag_time_max_ms = 30000
         # leader.replication.throttled.rate over the followers named in their topic's
         # leader.replication.throttled.replicas (KIP-73)
@@ -292,11 +298,20 @@ class ReplicaManager:
         async def write() -> None:
             try:
                 version = await asyncio.to_thread(writer, topic, index, new)
+            except BadVersionError:
+                # Someone wrote a newer state (the controller): it arrives with its
+                # notification; until then the high watermark keeps counting both ISRs.
+                log.info("ISR change of %s-%d to %s not written: a newer state stands",
+                         topic, index, list(isr))
+                return
             except Exception as exc:
-                log.info("ISR change of %s-%d to %s not written (%s): the controller's "
-                         "state stands", topic, index, list(isr), exc)
-                if partition.state is state:
-                    partition.pending_isr = None
+                # The write may or may not have been applied (a timeout, a lost session):
+                # treating it as failed could let the high watermark pass a replica that
+                # ZooKeeper now lists in the ISR. Keep counting both until the state is
+                # read again.
+                log.warning("ISR change of %s-%d to %s: outcome unknown (%s); reading the "
+                            "state again", topic, index, list(isr), exc)
+                await self._resolve_isr_change(partition, state)
                 return
             grew = len(isr) > len(state.isr)
             if grew:
@@ -315,6 +330,30 @@ class ReplicaManager:
         task = asyncio.get_running_loop().create_task(write())
         self._isr_tasks.add(task)
         task.add_done_callback(self._isr_tasks.discard)
+
+    async def _resolve_isr_change(self, partition: Partition, state: PartitionState) -> None:
+        """After an ISR write of unknown outcome: read the state until the store answers,
+        then take it (written: a newer version) or drop the change (not written)."""
+        reader = self.isr_reader
+        topic, index = partition.topic, partition.partition
+        delay = 0.2
+        while partition.state is state and reader is not None:
+            try:
+                fresh = await asyncio.to_thread(reader, topic, index)
+            except Exception as exc:
+                log.info("reading the state of %s-%d failed (%s); retrying", topic, index, exc)
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
+                continue
+            if partition.state is not state:
+                return  # a newer state arrived meanwhile
+            if fresh is None or fresh.partition_epoch == state.partition_epoch:
+                partition.pending_isr = None  # not written
+                partition.maybe_increment_high_watermark()
+            else:
+                self.metadata.apply_partition_states({(topic, index): dataclasses.replace(
+                    fresh, replicas=state.replicas)})
+            return
 
     def _apply_role(self, tp: TopicPartition, partition: Partition) -> None:
         """Lead (no fetcher) or follow (a fetcher from the leader) as the state says."""

@@ -29,6 +29,7 @@ from odradek.cluster.leader_election import (
     NOTIFICATION_PATH,
     NOTIFICATION_PREFIX,
     LeaderAndIsr,
+    decode_state,
     notification_data,
     state_path,
 )
@@ -193,6 +194,15 @@ class ZkCluster:
                 return
             except (BadVersionError, NodeExistsError, NoNodeError):
                 continue
+
+    def read_state(self, topic: str, partition: int) -> PartitionState | None:
+        """A partition's state as stored now (blocking); its replicas are left empty."""
+        node = self.store.get(state_path(topic, partition))
+        if node is None:
+            return None
+        stored = decode_state(node.data, node.version)
+        return PartitionState(stored.leader, stored.leader_epoch, stored.isr, (),
+                              node.version, stored.controller_epoch)
 
     def elect_preferred(
         self, partitions: list[tuple[str, int]] | None,
