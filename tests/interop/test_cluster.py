@@ -39,6 +39,10 @@ PARTITIONS = 6
 PER_PARTITION = 10
 RECORDS = PARTITIONS * PER_PARTITION
 BROKER_IDS = (1, 2, 3)
+# How long a client round trip may take to read everything back: long enough for a rolling
+# restart of the cluster under a loaded machine (test_replication.py runs one meanwhile);
+# a round trip that works ends as soon as it has every record.
+CONSUME_DEADLINE_S = 90
 
 
 def unique(prefix: str) -> str:
@@ -122,7 +126,7 @@ def consume_confluent(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, 
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     got: dict[int, set[tuple[bytes, bytes]]] = {p: set() for p in range(PARTITIONS)}
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + CONSUME_DEADLINE_S
     try:
         while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
@@ -154,7 +158,7 @@ def roundtrip_kafka_python(bootstrap: str, topic: str) -> dict[int, set[tuple[by
     consumer.assign(parts)
     consumer.seek_to_beginning(*parts)
     got: dict[int, set[tuple[bytes, bytes]]] = {p: set() for p in range(PARTITIONS)}
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + CONSUME_DEADLINE_S
     try:
         while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
             for tp, msgs in consumer.poll(timeout_ms=500).items():
@@ -175,7 +179,7 @@ def roundtrip_aiokafka(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes,
             async def send(key: bytes, value: bytes, p: int) -> None:
                 # aiokafka raises retriable errors (a broker restarting: NodeNotReady) to
                 # the application, which retries them, as its documentation says.
-                deadline = time.monotonic() + 30
+                deadline = time.monotonic() + CONSUME_DEADLINE_S
                 while True:
                     try:
                         await (await producer.send(topic, key=key, value=value, partition=p))
@@ -197,7 +201,7 @@ def roundtrip_aiokafka(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes,
             parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
             consumer.assign(parts)
             await consumer.seek_to_beginning(*parts)
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + CONSUME_DEADLINE_S
             while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
                 batches = await consumer.getmany(timeout_ms=500)
                 for tp, msgs in batches.items():
