@@ -72,11 +72,14 @@ class Cluster:
     """ZooKeeper + brokers ``1..size``; everything started is stopped by :meth:`close`."""
 
     def __init__(self, root: Path, size: int = 3,
-                 overrides: Mapping[str, Any] | None = None) -> None:
+                 overrides: Mapping[str, Any] | None = None,
+                 per_broker: Mapping[int, Mapping[str, Any]] | None = None) -> None:
         self.root = root
         self.size = size
         self.chroot = f"/odradek-{uuid.uuid4().hex[:8]}"
         self.overrides = dict(overrides or {})
+        # Overrides of one broker only (e.g. its broker.rack), over ``overrides``.
+        self.per_broker = {b: dict(o) for b, o in (per_broker or {}).items()}
         self.brokers: dict[int, BrokerProcess] = {}
         self.ports: dict[int, int] = {}
         self.zookeeper: LocalZooKeeper | None = None
@@ -111,6 +114,7 @@ class Cluster:
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS,
             **self.overrides,
+            **self.per_broker.get(broker_id, {}),
         }
 
     # ---- lifecycle of one broker
@@ -239,8 +243,10 @@ class Cluster:
 
 @contextlib.contextmanager
 def running_cluster(root: Path, size: int = 3,
-                    overrides: Mapping[str, Any] | None = None) -> Iterator[Cluster]:
-    with Cluster(root, size, overrides) as cluster:
+                    overrides: Mapping[str, Any] | None = None,
+                    per_broker: Mapping[int, Mapping[str, Any]] | None = None,
+                    ) -> Iterator[Cluster]:
+    with Cluster(root, size, overrides, per_broker) as cluster:
         cluster.start_all()
         yield cluster
     if os.environ.get("ODRADEK_KEEP_CLUSTER_DIR") is None:

@@ -139,6 +139,7 @@ class Broker:
             advertised_endpoint=self._advertised_endpoint,
             live_brokers=self._live_brokers,
             controller_id=self._controller_id,
+            elect_preferred=self._elect_preferred,
         )
         register_all(self.registry, self.services)
         net = NetworkConfig(
@@ -284,6 +285,27 @@ class Broker:
 
     def _controller_id(self) -> int:
         return self.broker_id if self._cluster is None else self._cluster.controller_id
+
+    async def _elect_preferred(
+        self, partitions: list[tuple[str, int]]
+    ) -> list[tuple[str, int]] | None:
+        """A preferred leader election by this broker's controller (None: not the
+        controller). The single node leads every partition it has: nothing to move."""
+        if self._cluster is None:
+            return []
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[tuple[str, int]]] = loop.create_future()
+
+        def settle(moved: list[tuple[str, int]]) -> None:
+            if not done.done():
+                done.set_result(moved)
+
+        def on_done(moved: list[tuple[str, int]]) -> None:  # on the controller's thread
+            loop.call_soon_threadsafe(settle, moved)
+
+        if not self._cluster.elect_preferred(partitions, on_done):
+            return None
+        return await done
 
     def _on_leadership_change(self, moved: list[TopicPartition]) -> None:
         if any(tp.topic == OFFSETS_TOPIC for tp in moved):

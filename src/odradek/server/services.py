@@ -11,7 +11,7 @@ constructor.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,3 +51,7 @@ class BrokerServices:
     """(id, host, port, rack) of every live broker (this one alone on a single node)."""
     controller_id: Callable[[], int]
     """The controller's broker id (-1 while none is known)."""
+    elect_preferred: Callable[[list[tuple[str, int]]], Awaitable[list[tuple[str, int]] | None]]
+    """Ask this broker's controller to move leadership of the partitions to their
+    preferred replicas; resolves to the partitions whose new state it wrote, or None when
+    this broker is not the controller (ElectLeaders answers NOT_CONTROLLER)."""
