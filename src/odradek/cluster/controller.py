@@ -558,6 +558,12 @@ class Controller:
     def elect_preferred(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Leadership of ``tps`` back to their preferred replicas where it is live and in
         sync (Kafka's PreferredReplicaLeaderElection); the partitions written."""
+        tps = [tp for tp in tps if tp.topic in self._topics
+               and tp.partition in self._topics[tp.topic].partitions]
+        if tps:
+            # Leaders change their ISR themselves (conditional writes): read it fresh, or a
+            # replica back in sync would look out of it here.
+            self._load_states(tps)
         changes = []
         for tp in tps:
             topic = self._topics.get(tp.topic)
