@@ -26,7 +26,7 @@ import pytest
 
 from odradek.client.connection import BrokerConnection, request_class
 
-from ._broker import java_client, odradek_executable
+from ._broker import java_client, odradek_executable, start_broker
 from ._cluster import Cluster, running_cluster, wait_for
 
 pytestmark = pytest.mark.interop
@@ -86,26 +86,27 @@ def create_topic(cluster: Cluster, topic: str, rf: int = 3, n: int = PARTITIONS,
     return cluster.wait_for(settled, 60, f"{topic}: every replica in sync, preferred leaders")
 
 
-def produce(bootstrap: str, topic: str, count: int, tag: str) -> None:
+def produce(bootstrap: str, topic: str, count: int, tag: str, n: int = PARTITIONS) -> None:
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "enable.idempotence": True, "message.timeout.ms": 60000})
     errors: list[Any] = []
     for i in range(count):
-        producer.produce(topic, value=f"{tag}-{i}".encode(), partition=i % PARTITIONS,
+        producer.produce(topic, value=f"{tag}-{i}".encode(), partition=i % n,
                          on_delivery=lambda err, _msg: err and errors.append(err))
     assert producer.flush(90) == 0
     assert errors == []
 
 
-def consume_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+def consume_all(bootstrap: str, topic: str, expected: int,
+                n: int = PARTITIONS) -> list[bytes]:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"),
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(n)])
         values: list[bytes] = []
 
         def enough() -> bool:
@@ -357,7 +358,7 @@ def test_losing_a_whole_rack_keeps_every_partition_available(tmp_path: Path) -> 
                                       configs={"min.insync.replicas": "1"})
             for replicas in assignment.values():  # one replica in each rack
                 assert {racks[b] for b in replicas} == {"a", "b"}, assignment
-            produce(c.bootstrap, topic, RECORDS, "both-racks")
+            produce(c.bootstrap, topic, RECORDS, "both-racks", n=4)
         c.kill9(1)
         c.kill9(2)
         rack_b = ",".join(c.address(b) for b in (3, 4))
@@ -366,6 +367,32 @@ def test_losing_a_whole_rack_keeps_every_partition_available(tmp_path: Path) -> 
                 lambda t=topic: (found := partitions(rack_b, t))
                 and all(leader in (3, 4) for leader, _, _ in found.values()),
                 30, f"{topic}: every partition led in rack b")
-            produce(rack_b, topic, RECORDS, "rack-b-only")
-            values = consume_all(rack_b, topic, 2 * RECORDS)
+            produce(rack_b, topic, RECORDS, "rack-b-only", n=4)
+            values = consume_all(rack_b, topic, 2 * RECORDS, n=4)
             assert len(set(values)) == 2 * RECORDS
+
+
+# ---- a single node -----------------------------------------------------------------------
+def test_single_node_elect_leaders_v0(tmp_path: Path) -> None:
+    """No controller to ask: the only replica leads already (ELECTION_NOT_NEEDED), at the
+    oldest version too (v0: no election type, no top-level error)."""
+    with start_broker(tmp_path, overrides={"num.partitions": 2}) as broker:
+        from confluent_kafka.admin import NewTopic
+
+        client = admin(broker.bootstrap)
+        client.create_topics([NewTopic("solo", 2, 1)])["solo"].result(30)
+
+        async def elect() -> Any:
+            cls = request_class("elect_leaders", 0, "ElectLeadersRequest")
+            tp_cls = request_class("elect_leaders", 0, "TopicPartitions")
+            async with await BrokerConnection.open(broker.bootstrap) as conn:
+                return await conn.send(cls(
+                    topic_partitions=(tp_cls(topic="solo", partitions=(0, 1, 7)),),
+                    timeout=datetime.timedelta(seconds=5)))
+
+        response = asyncio.run(elect())
+        assert sorted((p.partition_id, p.error_code)
+                      for r in response.replica_election_results
+                      for p in r.partition_result) == [
+            (0, ELECTION_NOT_NEEDED), (1, ELECTION_NOT_NEEDED),
+            (7, UNKNOWN_TOPIC_OR_PARTITION)]
