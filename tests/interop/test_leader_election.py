@@ -191,8 +191,9 @@ def test_confluent_elect_leaders_moves_leadership_back(cluster3: Cluster) -> Non
 
 
 def test_elect_leaders_all_partitions_and_errors(cluster3: Cluster) -> None:
-    """``null`` partitions (every partition), NOT_CONTROLLER from another broker, and
-    UNCLEAN refused with INVALID_REQUEST, over the wire with our own client."""
+    """``null`` partitions (every partition), NOT_CONTROLLER from another broker, UNCLEAN
+    with live leaders (nothing to do) and an unknown election type, over the wire with our
+    own client."""
     topic = unique("elect-all")
     create_topic(cluster3, topic)
     controller, _ = cluster3.wait_controller()
@@ -221,10 +222,49 @@ def test_elect_leaders_all_partitions_and_errors(cluster3: Cluster) -> None:
             for p in r.partition_result} == {NOT_CONTROLLER}
 
     unclean = asyncio.run(elect(controller, 1, [topic]))
-    assert unclean.error_code == INVALID_REQUEST
-    messages = {p.error_message for r in unclean.replica_election_results
-                for p in r.partition_result}
-    assert len(messages) == 1 and "unclean" in next(iter(messages))
+    assert unclean.error_code == 0
+    assert {p.error_code for r in unclean.replica_election_results
+            for p in r.partition_result} == {ELECTION_NOT_NEEDED}
+
+    unknown = asyncio.run(elect(controller, 5, [topic]))
+    assert unknown.error_code == INVALID_REQUEST
+    assert {p.error_code for r in unknown.replica_election_results
+            for p in r.partition_result} == {INVALID_REQUEST}
+
+
+def test_unclean_election_brings_an_offline_partition_back(cluster3: Cluster) -> None:
+    """KIP-460: a partition whose whole ISR is gone comes back led by an out-of-sync
+    replica when an UNCLEAN election is asked for, losing what only the ISR held, as Kafka
+    documents; without it (unclean.leader.election.enable=false) it stays offline."""
+    from confluent_kafka import ElectionType, TopicPartition
+
+    topic = unique("unclean")
+    (first, second), = create_topic(cluster3, topic, rf=2, n=1).values()
+    bystander = next(b for b in (1, 2, 3) if b not in (first, second))
+    produce(cluster3.bootstrap, topic, RECORDS, "kept", n=1)
+    cluster3.kill9(second)
+    cluster3.wait_for(lambda: partitions(live_bootstrap(cluster3), topic)[0][2] == [first],
+                      30, f"ISR of {topic} down to {first}")
+    produce(live_bootstrap(cluster3), topic, RECORDS, "only-on-the-leader", n=1)
+    cluster3.kill9(first)
+    cluster3.wait_for(lambda: partitions(cluster3.address(bystander), topic)[0][0] == -1,
+                      30, f"{topic} offline")
+    cluster3.start(second)
+    client = admin(live_bootstrap(cluster3))
+    tp = TopicPartition(topic, 0)
+    # Not in the ISR: a preferred election cannot bring it back, an unclean one does.
+    preferred = client.elect_leaders(ElectionType.PREFERRED, [tp]).result(60)
+    assert preferred[tp] is not None
+    assert partitions(cluster3.address(bystander), topic)[0][0] == -1
+    unclean = client.elect_leaders(ElectionType.UNCLEAN, [tp]).result(60)
+    assert unclean[tp] is None, unclean
+    cluster3.wait_for(lambda: partitions(live_bootstrap(cluster3), topic)[0][0] == second,
+                      30, f"{second} leading {topic}")
+    # Writable again; what only the lost ISR held is gone (offsets 30.. are "after-*").
+    produce(live_bootstrap(cluster3), topic, RECORDS, "after", n=1)
+    values = consume_all(live_bootstrap(cluster3), topic, 2 * RECORDS, n=1)
+    assert values == [f"{tag}-{i}".encode() for tag in ("kept", "after")
+                      for i in range(RECORDS)]
 
 
 # ---- the Java admin client ------------------------------------------------------------

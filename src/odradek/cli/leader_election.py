@@ -10,8 +10,8 @@ moved), asks again until ``--timeout`` passes. It prints what kafka-leader-elect
 prints: the partitions elected, those whose preferred replica already led ("Valid replica
 already elected"), and one line per failure; it exits 1 if any partition failed.
 
-``--election-type unclean`` is sent as asked; Odradek's broker refuses it with
-INVALID_REQUEST (see docs/operations.md).
+``--election-type unclean`` gives partitions whose leader is gone a leader even out of the
+ISR (KIP-460; see docs/operations.md for what that loses).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def add_parser(sub: Any) -> None:
     add_bootstrap(p)
     p.add_argument("--election-type", required=True, type=str.upper,
                    choices=sorted(ELECTION_TYPES),
-                   help="PREFERRED: the first replica of the assignment leads again")
+                   help="PREFERRED: the first replica of the assignment leads again; "
+                        "UNCLEAN: a leaderless partition gets a leader even out of the ISR")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--all-topic-partitions", action="store_true",
                        help="every partition of the cluster")

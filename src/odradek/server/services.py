@@ -55,3 +55,9 @@ class BrokerServices:
     """Ask this broker's controller to move leadership of the partitions to their
     preferred replicas; resolves to the partitions whose new state it wrote, or None when
     this broker is not the controller (ElectLeaders answers NOT_CONTROLLER)."""
+    elect_unclean: Callable[
+        [list[tuple[str, int]]], Awaitable[dict[tuple[str, int], int] | None]
+    ]
+    """Ask this broker's controller to give leaderless partitions a leader, out of the ISR
+    if no ISR replica is live; resolves to the new leaders written (None: not the
+    controller)."""

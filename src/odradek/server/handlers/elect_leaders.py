@@ -16,13 +16,17 @@ metadata cache knows). Each one is answered on its own:
 - partitions not moved: ELECTION_NOT_NEEDED when the preferred replica leads already,
   else PREFERRED_LEADER_NOT_AVAILABLE (it is down or out of the ISR).
 
+``election_type`` UNCLEAN (1, v1+; KIP-460) asks the controller
+(``BrokerServices.elect_unclean``) for a leader for each partition whose leader is gone:
+the first live ISR replica, else the first live replica even out of sync (whatever only
+the lost ISR held is lost, as Kafka documents), whatever the topic's
+``unclean.leader.election.enable``. A partition with a live leader is
+ELECTION_NOT_NEEDED; one with no live replica ELIGIBLE_LEADERS_NOT_AVAILABLE; the answer
+waits for the new leaders as above. Other election types are INVALID_REQUEST.
+
 A broker that is not the controller answers NOT_CONTROLLER, per partition and (v1+) at the
 top level, as a ZooKeeper-era Kafka broker whose controller is elsewhere did: admin clients
 send ElectLeaders to the controller named in Metadata, and retry there after a refresh.
-
-``election_type`` UNCLEAN (1, v1+) is refused with INVALID_REQUEST naming why: Odradek's
-controller elects an out-of-sync replica only through the topic's
-``unclean.leader.election.enable`` (the automatic election on broker loss), not on demand.
 """
 
 from __future__ import annotations
@@ -76,16 +80,19 @@ def register_elect_leaders(registry: HandlerRegistry, services: BrokerServices) 
         wanted = preferred(tp)
         return wanted is not None and metadata.partition_state(*tp).leader == wanted
 
-    async def wait_led(tps: list[TopicPartition], deadline: float) -> set[TopicPartition]:
-        """Those of ``tps`` the preferred replica leads by ``deadline`` (monotonic)."""
+    async def wait_led(moved: dict[TopicPartition, int],
+                       deadline: float) -> set[TopicPartition]:
+        """Those of ``moved`` this broker sees led by their new leader by ``deadline``
+        (monotonic): the state written has come back through ZooKeeper."""
         event = asyncio.Event()
         changed.append(event)
         try:
             while True:
                 event.clear()
-                done = {tp for tp in tps if leads(tp)}
+                done = {tp for tp, leader in moved.items()
+                        if metadata.partition_state(*tp).leader == leader}
                 remaining = deadline - time.monotonic()
-                if len(done) == len(tps) or remaining <= 0:
+                if len(done) == len(moved) or remaining <= 0:
                     return done
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), remaining)
@@ -102,6 +109,22 @@ def register_elect_leaders(registry: HandlerRegistry, services: BrokerServices) 
                 seen[(str(topic.topic), int(p))] = None
         return list(seen)
 
+    def live_leader(tp: TopicPartition) -> bool:
+        leader = metadata.partition_state(*tp).leader
+        return leader >= 0 and any(b[0] == leader for b in services.live_brokers())
+
+    async def ask(election_type: int, tps: list[TopicPartition], deadline: float,
+                  ) -> dict[TopicPartition, int] | None:
+        """The controller's answer: the new leader of each partition it moved (None: not
+        the controller; TimeoutError past the deadline)."""
+        remaining = max(0.0, deadline - time.monotonic())
+        if election_type == PREFERRED:
+            moved = await asyncio.wait_for(services.elect_preferred(tps), remaining)
+            if moved is None:
+                return None
+            return {tp: leader for tp in moved if (leader := preferred(tp)) is not None}
+        return await asyncio.wait_for(services.elect_unclean(tps), remaining)
+
     async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
         m = response_module("elect_leaders", ctx.api_version)
         tps = wanted_partitions(request)
@@ -115,45 +138,41 @@ def register_elect_leaders(registry: HandlerRegistry, services: BrokerServices) 
         for tp in tps:
             if preferred(tp) is None:
                 results[tp] = (ErrorCode.unknown_topic_or_partition, _UNKNOWN)
-        if election_type != PREFERRED:
-            why = ("unclean elections on demand are not supported: a replica out of the "
-                   "ISR leads only through the topic's unclean.leader.election.enable"
-                   if election_type == UNCLEAN else f"unknown election type {election_type}")
+        if election_type not in (PREFERRED, UNCLEAN):
             top = ErrorCode.invalid_request
             for tp in known:
-                results[tp] = (ErrorCode.invalid_request, why)
+                results[tp] = (ErrorCode.invalid_request,
+                               f"unknown election type {election_type}")
         elif known:
             try:
-                moved = await asyncio.wait_for(
-                    services.elect_preferred(known), max(0.0, deadline - time.monotonic())
-                )
-            except TimeoutError:
-                moved = []
-                timed_out = True
-            else:
+                moved = await ask(election_type, known, deadline)
                 timed_out = False
+            except TimeoutError:
+                moved, timed_out = {}, True
             if moved is None:
                 top = ErrorCode.not_controller
                 for tp in known:
                     results[tp] = (ErrorCode.not_controller, "this broker is not the "
                                    f"controller (the controller is {services.controller_id()})")
             else:
-                moved_set = set(moved)
-                led = await wait_led([tp for tp in known if tp in moved_set], deadline)
+                led = await wait_led(moved, deadline)
                 for tp in known:
-                    if tp in moved_set:
+                    if tp in moved:
                         results[tp] = ((ErrorCode.none, None) if tp in led else (
                             ErrorCode.request_timed_out,
                             f"the new leader of {tp[0]}-{tp[1]} was not known within "
                             f"{timeout.total_seconds() * 1000:.0f} ms"))
-                    elif leads(tp):
-                        results[tp] = (ErrorCode.election_not_needed, _NOT_NEEDED)
                     elif timed_out:
                         results[tp] = (ErrorCode.request_timed_out,
                                        "the controller did not answer in time")
-                    else:
+                    elif leads(tp) if election_type == PREFERRED else live_leader(tp):
+                        results[tp] = (ErrorCode.election_not_needed, _NOT_NEEDED)
+                    elif election_type == PREFERRED:
                         results[tp] = (ErrorCode.preferred_leader_not_available,
                                        _not_available(tp))
+                    else:
+                        results[tp] = (ErrorCode.eligible_leaders_not_available,
+                                       f"no replica of {tp[0]}-{tp[1]} is live")
         by_topic: dict[str, list[Any]] = {}
         for (topic, partition), (code, message) in results.items():
             by_topic.setdefault(topic, []).append(make(
