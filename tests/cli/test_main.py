@@ -14,8 +14,8 @@ from odradek.cli import main
 
 SRC = REPO / "src"
 #: every sub-command ``odradek --help`` must list
-SUBCOMMANDS = ("serve", "dump-log", "topics", "produce", "consume", "groups", "status",
-               "dev-cluster", "reassign")
+SUBCOMMANDS = ("serve", "dump-log", "topics", "produce", "consume", "groups", "leader-election",
+               "status", "dev-cluster", "reassign")
 CLI_TIMEOUT_S = 60.0
 
 

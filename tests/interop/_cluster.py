@@ -73,7 +73,9 @@ class Cluster:
     """ZooKeeper + brokers ``1..size``; everything started is stopped by :meth:`close`."""
 
     def __init__(self, root: Path, size: int = 3,
-                 overrides: Mapping[str, Any] | None = None, proxied: bool = False) -> None:
+                 overrides: Mapping[str, Any] | None = None,
+                 per_broker: Mapping[int, Mapping[str, Any]] | None = None,
+                 proxied: bool = False) -> None:
         self.root = root
         # With ``proxied``, each broker advertises a Proxy in front of its listener and
         # reaches ZooKeeper through another: :meth:`isolate` cuts it off the network.
@@ -83,6 +85,8 @@ class Cluster:
         self.size = size
         self.chroot = f"/odradek-{uuid.uuid4().hex[:8]}"
         self.overrides = dict(overrides or {})
+        # Overrides of one broker only (e.g. its broker.rack), over ``overrides``.
+        self.per_broker = {b: dict(o) for b, o in (per_broker or {}).items()}
         self.brokers: dict[int, BrokerProcess] = {}
         self.ports: dict[int, int] = {}
         self.zookeeper: LocalZooKeeper | None = None
@@ -129,7 +133,7 @@ class Cluster:
                 f"PLAINTEXT://127.0.0.1:{self.proxies[broker_id].port}")
             overrides["zookeeper.connect"] = (
                 f"127.0.0.1:{self.zk_proxies[broker_id].port}{self.chroot}")
-        return {**overrides, **self.overrides}
+        return {**overrides, **self.overrides, **self.per_broker.get(broker_id, {})}
 
     def isolate(self, broker_id: int, zookeeper: bool = False) -> None:
         """Cut broker ``broker_id`` off from clients and the other brokers (and, with
@@ -312,8 +316,9 @@ class Cluster:
 @contextlib.contextmanager
 def running_cluster(root: Path, size: int = 3,
                     overrides: Mapping[str, Any] | None = None,
+                    per_broker: Mapping[int, Mapping[str, Any]] | None = None,
                     proxied: bool = False) -> Iterator[Cluster]:
-    with Cluster(root, size, overrides, proxied) as cluster:
+    with Cluster(root, size, overrides, per_broker, proxied) as cluster:
         cluster.start_all()
         yield cluster
     if os.environ.get("ODRADEK_KEEP_CLUSTER_DIR") is None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from odradek.cli._common import add_bootstrap, parse_pairs, print_table, run_with_admin
-from odradek.client.admin import Admin
+from odradek.client.admin import Admin, PartitionInfo
 from odradek.client.connection import ClientError
 
 
@@ -25,6 +26,15 @@ def add_parser(sub: Any) -> None:
     lst.set_defaults(func=_list)
     describe = verbs.add_parser("describe", help="partitions, leaders, replicas, configs")
     describe.add_argument("--topic", help="default: every topic")
+    only = describe.add_mutually_exclusive_group()
+    only.add_argument("--under-replicated-partitions", action="store_true",
+                      help="only partitions whose ISR is smaller than their replicas")
+    only.add_argument("--unavailable-partitions", action="store_true",
+                      help="only partitions without a leader")
+    only.add_argument("--under-min-isr-partitions", action="store_true",
+                      help="only partitions whose ISR is smaller than min.insync.replicas")
+    only.add_argument("--at-min-isr-partitions", action="store_true",
+                      help="only partitions whose ISR is exactly min.insync.replicas")
     describe.set_defaults(func=_describe)
     alter = verbs.add_parser("alter", help="add partitions or change configs")
     alter.add_argument("--topic", required=True)
@@ -61,7 +71,25 @@ def _list(args: argparse.Namespace) -> int:
     return run_with_admin(args, body)
 
 
+def _partition_filter(
+    args: argparse.Namespace,
+) -> Callable[[PartitionInfo, int], bool] | None:
+    """kafka-topics.sh's partition filters: (partition, min.insync.replicas) -> shown?
+    None: no filter (the topic header and configs are printed too)."""
+    if args.under_replicated_partitions:
+        return lambda p, _m: len(p.isr) < len(p.replicas)
+    if args.unavailable_partitions:
+        return lambda p, _m: p.leader < 0
+    if args.under_min_isr_partitions:
+        return lambda p, m: len(p.isr) < m
+    if args.at_min_isr_partitions:
+        return lambda p, m: len(p.isr) == m
+    return None
+
+
 def _describe(args: argparse.Namespace) -> int:
+    keep = _partition_filter(args)
+
     async def body(admin: Admin) -> int:
         topics = await admin.metadata([args.topic] if args.topic else None)
         status = 0
@@ -75,16 +103,23 @@ def _describe(args: argparse.Namespace) -> int:
             except ClientError as exc:
                 print(f"(configs unavailable: {exc})")
                 configs = []
-            overrides = ",".join(f"{k}={v}" for k, v, dynamic in configs if dynamic)
-            rf = len(topic.partitions[0].replicas) if topic.partitions else 0
-            print(f"Topic: {topic.name}\tTopicId: {topic.topic_id}\t"
-                  f"PartitionCount: {len(topic.partitions)}\tReplicationFactor: {rf}\t"
-                  f"Configs: {overrides}")
+            shown = list(topic.partitions)
+            if keep is not None:
+                min_isr = next((int(v) for k, v, _ in configs
+                                if k == "min.insync.replicas" and v is not None), 1)
+                shown = [p for p in shown if keep(p, min_isr)]
+            else:
+                overrides = ",".join(f"{k}={v}" for k, v, dynamic in configs if dynamic)
+                rf = len(topic.partitions[0].replicas) if topic.partitions else 0
+                print(f"Topic: {topic.name}\tTopicId: {topic.topic_id}\t"
+                      f"PartitionCount: {len(topic.partitions)}\tReplicationFactor: {rf}\t"
+                      f"Configs: {overrides}")
             print_table([
-                ["", f"Topic: {topic.name}", f"Partition: {p.partition}", f"Leader: {p.leader}",
+                ["", f"Topic: {topic.name}", f"Partition: {p.partition}",
+                 f"Leader: {p.leader if p.leader >= 0 else 'none'}",
                  f"Replicas: {','.join(map(str, p.replicas))}",
                  f"Isr: {','.join(map(str, p.isr))}"]
-                for p in topic.partitions
+                for p in shown
             ])
         return status
 

@@ -226,3 +226,39 @@ class Admin:
                     bytes(p.records or b""),
                 )
         return out
+
+    async def controller(self) -> tuple[int, str, int]:
+        """(id, host, port) of the controller the broker knows (ClientError if none)."""
+        cls = request_class("metadata", 12, "MetadataRequest")
+        response = await self.conn.send(cls(
+            topics=(), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        ))
+        for b in response.brokers:
+            if int(b.node_id) == int(response.controller_id):
+                return int(b.node_id), b.host, int(b.port)
+        raise ClientError("no controller is known to the cluster yet",
+                          int(ErrorCode.not_controller.value))
+
+    async def elect_leaders(
+        self, election_type: int, partitions: list[tuple[str, int]] | None,
+        timeout: datetime.timedelta = datetime.timedelta(seconds=60),
+    ) -> tuple[int, list[tuple[str, int, int, str | None]]]:
+        """ElectLeaders (v1+: ``election_type`` 0 preferred, 1 unclean; None: every
+        partition): (top-level error code, [(topic, partition, error code, message)])."""
+        version = self.conn.version(43, (1, 2))
+        cls = request_class("elect_leaders", version, "ElectLeadersRequest")
+        topic_cls = request_class("elect_leaders", version, "TopicPartitions")
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions or []:
+            by_topic.setdefault(topic, []).append(partition)
+        response = await self.conn.send(cls(
+            election_type=election_type,
+            topic_partitions=None if partitions is None else tuple(
+                topic_cls(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            timeout=timeout,
+        ))
+        return int(ErrorCode(response.error_code).value), [
+            (r.topic, int(p.partition_id), int(ErrorCode(p.error_code).value), p.error_message)
+            for r in response.replica_election_results for p in r.partition_result
+        ]

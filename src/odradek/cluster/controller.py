@@ -115,6 +115,7 @@ __all__ = [
     "Startup",
     "TopicChange",
     "TopicPartition",
+    "UncleanElection",
 ]
 
 log = logging.getLogger(__name__)
@@ -182,12 +183,21 @@ class ReassignmentChange:
 
 
 @dataclass(frozen=True, slots=True)
+class UncleanElection:
+    """Give offline ``partitions`` a leader even out of the ISR (KIP-460's UNCLEAN
+    election type); ``on_done`` is called (on the worker thread) with the new leaders."""
+
+    partitions: tuple[TopicPartition, ...]
+    on_done: Callable[[dict[TopicPartition, int]], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class _Purge:
     pass
 
 
 ControllerEvent = (Startup | BrokerChange | TopicChange | PartitionModifications | Resync
-                   | PreferredElection | ReassignmentChange | _Purge)
+                   | PreferredElection | ReassignmentChange | UncleanElection | _Purge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +400,10 @@ class Controller:
             )
             if event.on_done is not None:
                 event.on_done(done)
+        elif isinstance(event, UncleanElection):
+            leaders = self.elect_unclean(event.partitions)
+            if event.on_done is not None:
+                event.on_done(leaders)
         if self._next_rebalance is not None and self._clock() >= self._next_rebalance:
             assert self.auto_rebalance_interval_s is not None
             self._next_rebalance = self._clock() + self.auto_rebalance_interval_s
@@ -654,10 +668,13 @@ class Controller:
 
     def elect_preferred(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Leadership of ``tps`` back to their preferred replicas where it is live and in
-        sync (Kafka's PreferredReplicaLeaderElection); the partitions written. Their states
-        are read again first: leaders change ISRs without telling the controller."""
-        tps = [tp for tp in tps if tp.topic in self._topics]
-        self._load_states(tps)
+        sync (Kafka's PreferredReplicaLeaderElection); the partitions written."""
+        tps = [tp for tp in tps if tp.topic in self._topics
+               and tp.partition in self._topics[tp.topic].partitions]
+        if tps:
+            # Leaders change their ISR themselves (conditional writes): read it fresh, or a
+            # replica back in sync would look out of it here.
+            self._load_states(tps)
         changes = []
         for tp in tps:
             topic = self._topics.get(tp.topic)
@@ -670,6 +687,33 @@ class Controller:
         if changes:
             self._write_states(changes)
         return [tp for tp, _ in changes]
+
+    def elect_unclean(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """A leader for each of ``tps`` whose leader is gone: the first live ISR replica,
+        else the first live replica, out of sync or not (Kafka's unclean election asked
+        for with ElectLeaders); the new leaders written."""
+        tps = [tp for tp in tps if tp.topic in self._topics
+               and tp.partition in self._topics[tp.topic].partitions]
+        if tps:
+            self._load_states(tps)
+        changes = []
+        for tp in tps:
+            current = self._states.get(tp)
+            if (current is None or tp in self._unreadable
+                    or (current.leader != NO_LEADER and current.leader in self._live)):
+                continue
+            replicas = self._topics[tp.topic].partitions[tp.partition]
+            new = decide(replicas, current, self._live, self.epoch, unclean=True)
+            if new is not None and new.leader != NO_LEADER:
+                if new.leader not in current.isr:
+                    log.warning("controller %d: unclean election of %d for %s-%d asked for: "
+                                "records only the lost ISR %s held are lost",
+                                self.broker_id, new.leader, tp.topic, tp.partition,
+                                list(current.isr))
+                changes.append((tp, new))
+        if changes:
+            self._write_states(changes)
+        return {tp: new.leader for tp, new in changes}
 
     def _check_imbalance(self) -> None:
         """auto.leader.rebalance.enable: for each broker whose share of partitions it

@@ -114,6 +114,12 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
             "partitions": Echo(("partitions",), (("partition", "partition"),)),
         }),
     },
+    # ElectLeadersRequest.getErrorResponse: every partition named (none when null).
+    ApiKey.ELECT_LEADERS: {
+        "replica_election_results": Echo(("topic_partitions",), (("topic", "topic"),), {
+            "partition_result": Echo(("partitions",), (("partition_id", ""),)),
+        }),
+    },
 }
 """API key -> top-level response collection -> the request collection it echoes."""
 

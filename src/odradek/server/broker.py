@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from odradek.client.connection import BrokerConnection, ClientError
 from odradek.cluster.membership import EndPoint
@@ -53,6 +53,7 @@ from odradek.storage.files import META_PROPERTIES, atomic_write
 from odradek.storage.segment import MAX_OPEN_COLD_SEGMENTS
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 METADATA_FILE = "odradek-metadata.json"
 # Open files a partition's log holds at most (its active segment's .log, .index and
@@ -141,6 +142,8 @@ class Broker:
             live_brokers=self._live_brokers,
             controller_id=self._controller_id,
             reassignments=self._cluster,
+            elect_preferred=self._elect_preferred,
+            elect_unclean=self._elect_unclean,
         )
         register_all(self.registry, self.services)
         net = NetworkConfig(
@@ -290,6 +293,41 @@ class Broker:
 
     def _controller_id(self) -> int:
         return self.broker_id if self._cluster is None else self._cluster.controller_id
+
+    async def _elect_preferred(
+        self, partitions: list[tuple[str, int]]
+    ) -> list[tuple[str, int]] | None:
+        """A preferred leader election by this broker's controller (None: not the
+        controller). The single node leads every partition it has: nothing to move."""
+        if self._cluster is None:
+            return []
+        return await self._ask_controller(self._cluster.elect_preferred, partitions)
+
+    async def _elect_unclean(
+        self, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], int] | None:
+        """An unclean election by this broker's controller (None: not the controller)."""
+        if self._cluster is None:
+            return {}
+        return await self._ask_controller(self._cluster.elect_unclean, partitions)
+
+    async def _ask_controller(
+        self, ask: Callable[[list[tuple[str, int]], Callable[[T], None]], bool],
+        partitions: list[tuple[str, int]],
+    ) -> T | None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[T] = loop.create_future()
+
+        def settle(result: T) -> None:
+            if not done.done():
+                done.set_result(result)
+
+        def on_done(result: T) -> None:  # on the controller's thread
+            loop.call_soon_threadsafe(settle, result)
+
+        if not ask(partitions, on_done):
+            return None
+        return await done
 
     def _on_leadership_change(self, moved: list[TopicPartition]) -> None:
         if any(tp.topic == OFFSETS_TOPIC for tp in moved):

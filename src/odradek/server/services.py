@@ -11,7 +11,7 @@ constructor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -60,5 +60,15 @@ class BrokerServices:
     """(id, host, port, rack) of every live broker (this one alone on a single node)."""
     controller_id: Callable[[], int]
     """The controller's broker id (-1 while none is known)."""
+    elect_preferred: Callable[[list[tuple[str, int]]], Awaitable[list[tuple[str, int]] | None]]
+    """Ask this broker's controller to move leadership of the partitions to their
+    preferred replicas; resolves to the partitions whose new state it wrote, or None when
+    this broker is not the controller (ElectLeaders answers NOT_CONTROLLER)."""
+    elect_unclean: Callable[
+        [list[tuple[str, int]]], Awaitable[dict[tuple[str, int], int] | None]
+    ]
+    """Ask this broker's controller to give leaderless partitions a leader, out of the ISR
+    if no ISR replica is live; resolves to the new leaders written (None: not the
+    controller)."""
     reassignments: ReassignmentStore | None = None
     """Partition reassignments in progress (None on the single node: nothing can move)."""

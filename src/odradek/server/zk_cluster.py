@@ -22,7 +22,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from odradek.cluster.controller import Controller, PreferredElection
+from odradek.cluster.controller import Controller, PreferredElection, UncleanElection
 from odradek.cluster.controller import TopicPartition as ControllerPartition
 from odradek.cluster.controller_election import ControllerElector
 from odradek.cluster.leader_election import (
@@ -217,6 +217,21 @@ class ZkCluster:
             None if partitions is None
             else tuple(ControllerPartition(t, p) for t, p in partitions),
             lambda done: on_done([(tp.topic, tp.partition) for tp in done]),
+        ))
+        return True
+
+    def elect_unclean(
+        self, partitions: list[tuple[str, int]],
+        on_done: Callable[[dict[tuple[str, int], int]], None],
+    ) -> bool:
+        """Ask this broker's controller for an unclean election of the offline
+        ``partitions``; False when this broker is not the controller."""
+        controller = self._controller
+        if controller is None or controller.stopped:
+            return False
+        controller.submit(UncleanElection(
+            tuple(ControllerPartition(t, p) for t, p in partitions),
+            lambda done: on_done({(tp.topic, tp.partition): b for tp, b in done.items()}),
         ))
         return True
 

@@ -129,6 +129,9 @@ public final class OdradekInterop {
                 case "delete":
                     app.delete();
                     break;
+                case "elect-preferred":
+                    app.electPreferred(intArg(args, 0, 1));
+                    break;
                 default:
                     usage("unknown mode " + mode);
             }
@@ -156,7 +159,8 @@ public final class OdradekInterop {
         System.err.println("OdradekInterop: " + why);
         System.err.println("usage: OdradekInterop <bootstrap> <mode> <topic> [args] [-Xkey=value ...]");
         System.err.println("modes: roundtrip [N] | produce N [codec] | consume-count [expected] |"
-                + " group-consume <group> <expected> | create [partitions] [rf] | delete");
+                + " group-consume <group> <expected> | create [partitions] [rf] | delete |"
+                + " elect-preferred [partitions]");
         System.exit(2);
     }
 
@@ -627,6 +631,26 @@ public final class OdradekInterop {
             get(admin.deleteTopics(List.of(topic)).all());
         }
         summary.put("deleted", true);
+    }
+
+    /** Admin.electLeaders(PREFERRED) for partitions 0..n-1; each partition's outcome
+     * ("none" or the exception's class) in summary.elected. */
+    void electPreferred(int partitions) throws Exception {
+        Set<TopicPartition> tps = new java.util.HashSet<>();
+        for (int p = 0; p < partitions; p++) {
+            tps.add(new TopicPartition(topic, p));
+        }
+        Map<String, Object> outcome = new TreeMap<>();
+        try (Admin admin = admin()) {
+            Map<TopicPartition, java.util.Optional<Throwable>> result =
+                get(admin.electLeaders(org.apache.kafka.common.ElectionType.PREFERRED, tps)
+                    .partitions());
+            for (Map.Entry<TopicPartition, java.util.Optional<Throwable>> e : result.entrySet()) {
+                outcome.put(String.valueOf(e.getKey().partition()),
+                    e.getValue().map(t -> t.getClass().getSimpleName()).orElse("none"));
+            }
+        }
+        summary.put("elected", outcome);
     }
 
     // ---------------------------------------------------------------- tiny JSON writer

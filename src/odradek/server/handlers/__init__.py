@@ -12,6 +12,7 @@ from odradek.server.handlers.api_versions import register_api_versions
 from odradek.server.handlers.configs import register_configs
 from odradek.server.handlers.delete_records import register_delete_records
 from odradek.server.handlers.describe_cluster import register_describe_cluster
+from odradek.server.handlers.elect_leaders import register_elect_leaders
 from odradek.server.handlers.fetch import register_fetch
 from odradek.server.handlers.groups import register_groups
 from odradek.server.handlers.init_producer_id import register_init_producer_id
@@ -44,3 +45,4 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_offsets(registry, services)
     register_offset_for_leader_epoch(registry, services)
     register_reassignments(registry, services)
+    register_elect_leaders(registry, services)

@@ -1,0 +1,189 @@
+"""ElectLeaders (key 43, v0-2): move leadership back to the preferred replicas (KIP-183,
+KIP-460), as Kafka's ``KafkaApis.handleElectLeaders`` with the ZooKeeper controller's
+``KafkaController.onReplicaElection``.
+
+How it works: the request names partitions, or none (v1+: ``null``, every partition the
+metadata cache knows). Each one is answered on its own:
+
+- not in the metadata cache: UNKNOWN_TOPIC_OR_PARTITION;
+- otherwise the controller (``BrokerServices.elect_preferred``) runs one preferred
+  election for all of them (:func:`~odradek.cluster.leader_election.decide_preferred`:
+  the first replica of the assignment leads when it is live and in the ISR) and returns
+  the partitions whose new state it wrote. The answer then waits, at most the request's
+  ``timeout``, until this broker's metadata cache shows the preferred replica leading each
+  of them (the written state has come back through the ZooKeeper notification): NONE, or
+  REQUEST_TIMED_OUT if it has not by then, as Kafka's DelayedElectLeader purgatory;
+- partitions not moved: ELECTION_NOT_NEEDED when the preferred replica leads already,
+  else PREFERRED_LEADER_NOT_AVAILABLE (it is down or out of the ISR).
+
+``election_type`` UNCLEAN (1, v1+; KIP-460) asks the controller
+(``BrokerServices.elect_unclean``) for a leader for each partition whose leader is gone:
+the first live ISR replica, else the first live replica even out of sync (whatever only
+the lost ISR held is lost, as Kafka documents), whatever the topic's
+``unclean.leader.election.enable``. A partition with a live leader is
+ELECTION_NOT_NEEDED; one with no live replica ELIGIBLE_LEADERS_NOT_AVAILABLE; the answer
+waits for the new leaders as above. Other election types are INVALID_REQUEST.
+
+A broker that is not the controller answers NOT_CONTROLLER, per partition and (v1+) at the
+top level, as a ZooKeeper-era Kafka broker whose controller is elsewhere did: admin clients
+send ElectLeaders to the controller named in Metadata, and retry there after a refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import time
+from typing import TYPE_CHECKING, Any
+
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+
+if TYPE_CHECKING:
+    from odradek.server.services import BrokerServices
+
+VERSIONS = (0, 2)
+PREFERRED = 0
+UNCLEAN = 1
+
+TopicPartition = tuple[str, int]
+
+_NOT_NEEDED = "Leader election not needed for topic partition."
+_UNKNOWN = "The partition does not exist."
+
+
+def _not_available(tp: TopicPartition) -> str:
+    return (f"Failed to elect leader for partition {tp[0]}-{tp[1]}: the preferred replica "
+            "is not live or not in the ISR")
+
+
+def register_elect_leaders(registry: HandlerRegistry, services: BrokerServices) -> None:
+    metadata = services.metadata
+    # Set on every partition state change; waiters re-check their partitions then.
+    changed: list[asyncio.Event] = []
+
+    def on_states(_keys: list[TopicPartition]) -> None:
+        for event in changed:
+            event.set()
+
+    metadata.add_state_listener(on_states)
+
+    def preferred(tp: TopicPartition) -> int | None:
+        info = metadata.get(tp[0])
+        replicas = info.partitions.get(tp[1]) if info is not None else None
+        return replicas[0] if replicas else None
+
+    def leads(tp: TopicPartition) -> bool:
+        wanted = preferred(tp)
+        return wanted is not None and metadata.partition_state(*tp).leader == wanted
+
+    async def wait_led(moved: dict[TopicPartition, int],
+                       deadline: float) -> set[TopicPartition]:
+        """Those of ``moved`` this broker sees led by their new leader by ``deadline``
+        (monotonic): the state written has come back through ZooKeeper."""
+        event = asyncio.Event()
+        changed.append(event)
+        try:
+            while True:
+                event.clear()
+                done = {tp for tp, leader in moved.items()
+                        if metadata.partition_state(*tp).leader == leader}
+                remaining = deadline - time.monotonic()
+                if len(done) == len(moved) or remaining <= 0:
+                    return done
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), remaining)
+        finally:
+            changed.remove(event)
+
+    def wanted_partitions(request: Any) -> list[TopicPartition]:
+        if request.topic_partitions is None:
+            return sorted((name, p) for name, info in metadata.topics.items()
+                          for p in info.partitions)
+        seen: dict[TopicPartition, None] = {}
+        for topic in request.topic_partitions:
+            for p in topic.partitions:
+                seen[(str(topic.topic), int(p))] = None
+        return list(seen)
+
+    def live_leader(tp: TopicPartition) -> bool:
+        leader = metadata.partition_state(*tp).leader
+        return leader >= 0 and any(b[0] == leader for b in services.live_brokers())
+
+    async def ask(election_type: int, tps: list[TopicPartition], deadline: float,
+                  ) -> dict[TopicPartition, int] | None:
+        """The controller's answer: the new leader of each partition it moved (None: not
+        the controller; TimeoutError past the deadline)."""
+        remaining = max(0.0, deadline - time.monotonic())
+        if election_type == PREFERRED:
+            moved = await asyncio.wait_for(services.elect_preferred(tps), remaining)
+            if moved is None:
+                return None
+            return {tp: leader for tp in moved if (leader := preferred(tp)) is not None}
+        return await asyncio.wait_for(services.elect_unclean(tps), remaining)
+
+    async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
+        m = response_module("elect_leaders", ctx.api_version)
+        tps = wanted_partitions(request)
+        election_type = int(getattr(request, "election_type", PREFERRED))
+        timeout: datetime.timedelta = request.timeout
+        deadline = time.monotonic() + max(0.0, timeout.total_seconds())
+        results: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+        top = ErrorCode.none
+
+        known = [tp for tp in tps if preferred(tp) is not None]
+        for tp in tps:
+            if preferred(tp) is None:
+                results[tp] = (ErrorCode.unknown_topic_or_partition, _UNKNOWN)
+        if election_type not in (PREFERRED, UNCLEAN):
+            top = ErrorCode.invalid_request
+            for tp in known:
+                results[tp] = (ErrorCode.invalid_request,
+                               f"unknown election type {election_type}")
+        elif known:
+            try:
+                moved = await ask(election_type, known, deadline)
+                timed_out = False
+            except TimeoutError:
+                moved, timed_out = {}, True
+            if moved is None:
+                top = ErrorCode.not_controller
+                for tp in known:
+                    results[tp] = (ErrorCode.not_controller, "this broker is not the "
+                                   f"controller (the controller is {services.controller_id()})")
+            else:
+                led = await wait_led(moved, deadline)
+                for tp in known:
+                    if tp in moved:
+                        results[tp] = ((ErrorCode.none, None) if tp in led else (
+                            ErrorCode.request_timed_out,
+                            f"the new leader of {tp[0]}-{tp[1]} was not known within "
+                            f"{timeout.total_seconds() * 1000:.0f} ms"))
+                    elif timed_out:
+                        results[tp] = (ErrorCode.request_timed_out,
+                                       "the controller did not answer in time")
+                    elif leads(tp) if election_type == PREFERRED else live_leader(tp):
+                        results[tp] = (ErrorCode.election_not_needed, _NOT_NEEDED)
+                    elif election_type == PREFERRED:
+                        results[tp] = (ErrorCode.preferred_leader_not_available,
+                                       _not_available(tp))
+                    else:
+                        results[tp] = (ErrorCode.eligible_leaders_not_available,
+                                       f"no replica of {tp[0]}-{tp[1]} is live")
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), (code, message) in results.items():
+            by_topic.setdefault(topic, []).append(make(
+                m.PartitionResult, partition_id=partition, error_code=code,
+                error_message=message))
+        return make(
+            m.ElectLeadersResponse, throttle_time=ZERO_THROTTLE, error_code=top,
+            replica_election_results=tuple(
+                make(m.ReplicaElectionResult, topic=topic, partition_result=tuple(parts))
+                for topic, parts in by_topic.items()
+            ),
+        )
+
+    registry.register(ApiKey.ELECT_LEADERS, VERSIONS[0], VERSIONS[1], elect_leaders)
