@@ -158,3 +158,28 @@ def test_progress_bar_draws_only_on_a_terminal(capsys: pytest.CaptureFixture[str
     quiet = ProgressBar(100, "records", enabled=False)
     quiet.update(50, now=1e12)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("path", ["native", "librdkafka"])
+def test_consume_every_partition_through_either_read_path(broker: BrokerProcess,
+                                                          path: str) -> None:
+    topic, n = f"perf-multi-{path}", 30_000
+    created = _odradek("topics", "create", "-b", broker.bootstrap, "--topic", topic,
+                       "--partitions", "3")
+    assert created.returncode == 0, created.stderr
+    produced = _odradek("perf", "produce", "--topic", topic, "--num-records", str(n),
+                        "--record-size", "33", "--throughput", "-1", "-b", broker.bootstrap)
+    assert produced.returncode == 0, produced.stderr
+    assert _stored(broker.bootstrap, topic) == n
+    extra = ["--librdkafka-fetch"] if path == "librdkafka" else []
+    consumed = _odradek("perf", "consume", "-b", broker.bootstrap, "--topic", topic,
+                        "--messages", str(n), "--group", f"g-{path}", *extra)
+    assert consumed.returncode == 0, consumed.stderr
+    m = CONSUMER_RE.match(consumed.stdout.splitlines()[1])
+    assert m and int(m[5]) == n
+    assert float(m[3]) == pytest.approx(n * 33 / MB, abs=1e-4)
+    # the group's positions are committed: its lag shows in groups describe / export
+    exported = _odradek("groups", "export-offsets", "-b", broker.bootstrap, "--group",
+                        f"g-{path}")
+    assert exported.returncode == 0, exported.stderr
+    assert sum(int(line.split(",")[2]) for line in exported.stdout.splitlines()) == n

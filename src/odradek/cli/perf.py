@@ -1,10 +1,10 @@
 """``odradek perf produce`` / ``odradek perf consume``: kafka-producer-perf-test and
 kafka-consumer-perf-test.
 
-How it works: both tools drive librdkafka through confluent-kafka, so the load generator
-costs what librdkafka costs plus one Python call per record (``produce``) or one list of
-records per ``consume`` call; they must not be the bottleneck of a broker benchmark
-(bench/README.md, "perf tools", compares them with librdkafka's rdkafka_performance).
+How it works: both tools drive librdkafka through confluent-kafka, so the producer costs
+what librdkafka costs plus one Python call per record; they must not be the bottleneck of
+a broker benchmark (bench/README.md, "Perf tools", compares them with librdkafka's
+rdkafka_performance).
 
 ``perf produce`` follows Kafka's ProducerPerformance: it sends ``--num-records`` records of
 ``--record-size`` random bytes (or lines of ``--payload-file``), paced to ``--throughput``
@@ -17,7 +17,9 @@ the end the totals with the 50th, 95th, 99th and 99.9th percentiles, in Kafka's 
 subscribes to the topic, reads ``--messages`` records (or until ``--timeout`` ms pass
 without one) and prints Kafka's CSV line: start and end time, MB and records consumed and
 per second, rebalance time (subscribe until the first assignment), fetch time (the rest)
-and the rates over the fetch time.
+and the rates over the fetch time. The group is librdkafka's, but the records are read by
+the native batch reader of ``_perf_fetch.py`` (no Python object per record) unless
+``--librdkafka-fetch`` is given or a setting asks for what that reader lacks (TLS, SASL).
 
 On a terminal (standard error is a TTY) a progress bar is redrawn below the output.
 ``--histogram FILE.png`` plots the latency distribution; it needs matplotlib (the
@@ -337,10 +339,7 @@ def consumer_line(start: float, end: float, nbytes: int, count: int, rebalance_s
             f"{int(fetch * 1000)}, {fetch_mb_s:.4f}, {fetch_n_s:.4f}")
 
 
-def _perf_consume(args: argparse.Namespace) -> int:
-    ck = _confluent()
-    if args.messages <= 0:
-        raise SystemExit("odradek: --messages must be positive")
+def _consumer_config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {}
     if args.consumer_config is not None:
         config.update(_read_properties(args.consumer_config))
@@ -351,6 +350,22 @@ def _perf_consume(args: argparse.Namespace) -> int:
     config.setdefault("enable.auto.commit", "true")
     if args.fetch_size is not None:
         config["max.partition.fetch.bytes"] = args.fetch_size
+    return config
+
+
+def _perf_consume(args: argparse.Namespace) -> int:
+    if args.messages <= 0:
+        raise SystemExit("odradek: --messages must be positive")
+    config = _consumer_config(args)
+    if not args.librdkafka_fetch and fast_path_possible(config):
+        from odradek.cli._perf_fetch import consume_fast
+
+        return consume_fast(args, config, _confluent())
+    return _consume_librdkafka(args, config)
+
+
+def _consume_librdkafka(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    ck = _confluent()
     try:
         consumer = ck.Consumer(config)
     except ck.KafkaException as exc:
@@ -417,6 +432,22 @@ def _perf_consume(args: argparse.Namespace) -> int:
     return 0
 
 
+#: settings the native batch reader honours; any other key sends the read through librdkafka
+FAST_PATH_KEYS = frozenset({
+    "bootstrap.servers", "group.id", "auto.offset.reset", "enable.auto.commit", "client.id",
+    "max.partition.fetch.bytes", "fetch.max.bytes", "session.timeout.ms",
+    "heartbeat.interval.ms", "max.poll.interval.ms", "partition.assignment.strategy",
+    "group.instance.id",
+})
+
+
+def fast_path_possible(config: dict[str, Any]) -> bool:
+    """Plaintext, read_uncommitted, nothing the batch reader does not implement."""
+    from odradek.records.columnar import native_available
+
+    return native_available() and set(config) <= FAST_PATH_KEYS
+
+
 def _print_detailed(t: float, win_start: float, win_count: int, win_bytes: int, count: int,
                     nbytes: int, rebalance_s: float, date_format: str) -> None:
     span = max(t - win_start, 1e-9)
@@ -472,9 +503,12 @@ def add_parser(sub: Any) -> None:
                    help="a line every --reporting-interval instead of one at the end")
     c.add_argument("--reporting-interval", type=int, default=5000, help="ms (default 5000)")
     c.add_argument("--hide-header", action="store_true")
+    c.add_argument("--librdkafka-fetch", action="store_true",
+                   help="read the records through librdkafka too (one Python object per "
+                        "record: slower) instead of the native batch reader")
     c.add_argument("--date-format", default="kafka",
                    help="strftime pattern (default: Kafka's yyyy-MM-dd HH:mm:ss:SSS)")
     c.set_defaults(func=_perf_consume)
 
 
-__all__ = ["add_parser", "consumer_line", "final_line", "percentile"]
+__all__ = ["add_parser", "consumer_line", "fast_path_possible", "final_line", "percentile"]
