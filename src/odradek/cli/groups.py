@@ -1,4 +1,5 @@
-"""``odradek groups list|describe|delete|reset-offsets`` (Kafka's kafka-consumer-groups.sh).
+"""``odradek groups list|describe|delete|reset-offsets`` (and export-offsets|import-offsets,
+in _group_offsets.py) (Kafka's kafka-consumer-groups.sh).
 
 ``describe`` is the successor of the ConsumerOffsetChecker of seed 001: per partition the
 committed offset, the log end offset and the lag, with the member that owns the
@@ -18,6 +19,7 @@ import datetime
 import sys
 from typing import Any
 
+from odradek.cli import _group_offsets
 from odradek.cli._common import add_bootstrap, print_table, run_with_admin
 from odradek.client.admin import Admin
 from odradek.client.connection import ClientError
@@ -60,6 +62,7 @@ def add_parser(sub: Any) -> None:
     reset.set_defaults(func=_reset)
     for parser in (lst, describe, delete, reset):
         add_bootstrap(parser)
+    _group_offsets.add_verbs(verbs, add_bootstrap)
 
 
 def _list(args: argparse.Namespace) -> int:
