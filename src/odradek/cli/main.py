@@ -23,7 +23,9 @@ from pathlib import Path
 from odradek import __version__
 
 #: Modules of ``odradek.cli`` that register sub-commands, in the order ``--help`` lists them.
-SUBCOMMAND_MODULES = ("dump_log", "topics", "console", "groups", "status", "dev_cluster")
+SUBCOMMAND_MODULES = (
+    "dump_log", "topics", "console", "groups", "status", "dev_cluster", "webconsole",
+)
 
 
 class SubcommandImportError(Exception):
