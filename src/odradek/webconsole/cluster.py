@@ -20,16 +20,17 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import confluent_kafka.admin as _admin
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewPartitions,
-    NewTopic,
-    OffsetSpec,
-)
+from confluent_kafka.admin import AdminClient
+
+# confluent-kafka's stubs leave these untyped or unexported; they are used as plain objects.
+AlterConfigOpType: Any = _admin.AlterConfigOpType  # type: ignore[attr-defined]
+ConfigEntry: Any = _admin.ConfigEntry  # type: ignore[attr-defined]
+ConfigResource: Any = _admin.ConfigResource  # type: ignore[attr-defined]
+NewPartitions: Any = _admin.NewPartitions  # type: ignore[attr-defined]
+NewTopic: Any = _admin.NewTopic  # type: ignore[attr-defined]
+OffsetSpec: Any = _admin.OffsetSpec  # type: ignore[attr-defined]
 
 #: librdkafka's request timeout for every admin call (seconds).
 TIMEOUT = 15.0
@@ -339,7 +340,7 @@ class ClusterClient:
             while len(out) < limit and time.monotonic() < deadline:
                 if end >= 0 and offset + len(out) >= end and time.monotonic() > deadline - 5.0:
                     break  # caught up with the log end and waited long enough
-                msgs = consumer.consume(min(limit - len(out), 500), timeout=0.2)
+                msgs: list[Any] = consumer.consume(min(limit - len(out), 500), timeout=0.2)
                 eof = False
                 for m in msgs:
                     if m.error() is not None:
