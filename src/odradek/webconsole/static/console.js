@@ -59,6 +59,9 @@ function startLagChart() {
       const body = await res.json();
       if (body.history) {
         chart.data.datasets[0].data = body.history.map(([t, v]) => ({ x: t, y: v }));
+        const last = body.history.length ? body.history[body.history.length - 1][0] : Date.now();
+        chart.options.scales.x.min = last - 5 * 60 * 1000;  // the last five minutes
+        chart.options.scales.x.max = last;
         chart.update();
         document.getElementById("total-lag").textContent = String(body.total);
       }
@@ -81,6 +84,7 @@ function startMetrics() {
     try {
       const body = await (await fetch("/api/metrics")).json();
       const at = body.at * 1000;
+      for (const c of [brokerChart, topicChart]) { c.options.scales.x.min = at - 10 * 60 * 1000; c.options.scales.x.max = at; }
       for (const [url, rates] of Object.entries(body.brokers)) {
         for (const [meter, v] of Object.entries(rates)) { push(brokerChart, url + " " + meter, at, v); }
       }
