@@ -131,7 +131,7 @@ def _lags(driver: Any) -> list[str]:
 
 
 def test_group_lag_and_offset_reset(setup: tuple[str, str, Any]) -> None:
-    bootstrap, url, driver = setup
+    _bootstrap, url, driver = setup
     driver.get(url + "/groups")
     groups = wait_for("the group list", lambda: [
         a.text for a in driver.find_elements(By.CSS_SELECTOR, "#groups a.group")])

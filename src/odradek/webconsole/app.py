@@ -133,7 +133,7 @@ def create_app(bootstrap: str, metrics_urls: list[str] | None = None,
                 offset = int(q["offset"])
             else:
                 offset = max(part.earliest, part.latest - limit)
-            records = await run_in_threadpool(cluster.read, name, partition, offset, limit, 0.0)
+            records = await run_in_threadpool(cluster.read, name, partition, offset, limit)
         except (ConsoleError, ValueError) as exc:
             return page("messages.html", request, 400, t=t, records=[], fmt=fmt, partition=0,
                         offset=0, limit=50, timestamp="", failure=str(exc), render=render_bytes)
@@ -148,7 +148,7 @@ def create_app(bootstrap: str, metrics_urls: list[str] | None = None,
         try:
             partition, offset = int(q["partition"]), int(q["offset"])
             limit = min(max(int(q.get("limit", "100")), 1), MAX_RECORDS)
-            records = await run_in_threadpool(cluster.read, name, partition, offset, limit, 0.0)
+            records = await run_in_threadpool(cluster.read, name, partition, offset, limit)
         except (ConsoleError, ValueError, KeyError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse({"records": [

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import confluent_kafka.admin as _admin
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 # confluent-kafka's stubs leave these untyped or unexported; they are used as plain objects.
@@ -321,39 +327,39 @@ class ClusterClient:
             offset = self.offsets([(topic, partition)], OffsetSpec.latest())[(topic, partition)]
         return offset
 
-    def read(self, topic: str, partition: int, offset: int, limit: int,
-             wait_s: float = 1.0) -> list[Record]:
-        """Up to ``limit`` records of one partition from ``offset``, waiting at most ``wait_s``
-        for records that are not there yet (the live tail asks with a short wait)."""
+    def read(self, topic: str, partition: int, offset: int, limit: int) -> list[Record]:
+        """Up to ``limit`` records of one partition from ``offset``, up to the log end as it
+        is now (the live tail asks again from the next offset a second later). Below the log
+        start the read starts at the log start; a compacted gap ends at the partition end."""
         end = self.offsets([(topic, partition)], OffsetSpec.latest()).get((topic, partition), -1)
-        if end >= 0 and offset >= end and wait_s <= 0:
+        if end < 0:
+            raise ConsoleError(f"{topic}-{partition} has no leader to read from")
+        if offset >= end:
             return []
+        want = min(limit, end - max(offset, 0))
         consumer = Consumer({
             "bootstrap.servers": self.bootstrap, "group.id": "odradek-console-browser",
             "enable.auto.commit": False, "enable.partition.eof": True,
-            "client.id": "odradek-console", "fetch.wait.max.ms": 100,
+            "auto.offset.reset": "earliest", "client.id": "odradek-console",
+            "fetch.wait.max.ms": 100,
         })
         try:
-            consumer.assign([TopicPartition(topic, partition, offset)])
+            consumer.assign([TopicPartition(topic, partition, max(offset, 0))])
             out: list[Record] = []
-            deadline = time.monotonic() + max(wait_s, 0.05) + 5.0
-            while len(out) < limit and time.monotonic() < deadline:
-                if end >= 0 and offset + len(out) >= end and time.monotonic() > deadline - 5.0:
-                    break  # caught up with the log end and waited long enough
-                msgs: list[Any] = consumer.consume(min(limit - len(out), 500), timeout=0.2)
-                eof = False
+            deadline = time.monotonic() + TIMEOUT
+            eof = False
+            while not eof and len(out) < want and time.monotonic() < deadline:
+                msgs: list[Any] = consumer.consume(want - len(out), timeout=0.5)
                 for m in msgs:
-                    if m.error() is not None:
-                        if m.error().code() == -191:  # _PARTITION_EOF
+                    error = m.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
                             eof = True
                             continue
-                        raise ConsoleError(f"reading {topic}-{partition}: {m.error().str()}")
-                    ts = m.timestamp()[1]
-                    out.append(Record(m.partition(), m.offset(), ts, m.key(), m.value(),
-                                      tuple((k, v) for k, v in (m.headers() or ()))))
-                if eof and wait_s <= 1.0 and (end < 0 or offset + len(out) >= end):
-                    break
-            return out[:limit]
+                        raise ConsoleError(f"reading {topic}-{partition}: {error.str()}")
+                    out.append(Record(m.partition(), m.offset(), m.timestamp()[1], m.key(),
+                                      m.value(), tuple((k, v) for k, v in (m.headers() or ()))))
+            return out[:want]
         finally:
             consumer.close()
 
