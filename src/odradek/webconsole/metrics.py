@@ -8,7 +8,8 @@ starts with ``kafka_server_BrokerTopicMetrics_`` and contains ``BytesInPerSec``,
 any other suffix are accepted); a sample with a ``topic`` label counts for that topic, a
 sample without one is the broker total (summed over topics when a broker only exports per
 topic samples). A rate is the difference of two readings divided by the time between them,
-so the first reading of a URL gives no rate yet. Anything else on the page is ignored, and
+so the first reading of a URL gives no rate yet; a counter that appears between two
+readings started at 0, and one that went down (a broker restarted) counts as 0 once. Anything else on the page is ignored, and
 an unreachable URL or a page that does not parse is reported in the answer, not raised.
 """
 
@@ -84,10 +85,10 @@ class MetricsReader:
             if before is None:
                 continue
             dt = max(reading.at - before.at, 1e-3)
-            brokers[url] = {m: max(v - before.broker.get(m, v), 0.0) / dt
+            brokers[url] = {m: max(v - before.broker.get(m, 0.0), 0.0) / dt
                             for m, v in reading.broker.items()}
             for (meter, topic), v in reading.topics.items():
-                rate = max(v - before.topics.get((meter, topic), v), 0.0) / dt
+                rate = max(v - before.topics.get((meter, topic), 0.0), 0.0) / dt
                 per = topics.setdefault(topic, {})
                 per[meter] = per.get(meter, 0.0) + rate
         return {"at": time.time(), "brokers": brokers, "topics": topics, "errors": errors}
