@@ -119,26 +119,29 @@ def create_app(bootstrap: str, metrics_urls: list[str] | None = None,
         name = request.path_params["name"]
         q = request.query_params
         fmt = q.get("format", "text") if q.get("format") in FORMATS else "text"
-        t = await run_in_threadpool(cluster.topic, name)
+        t = await run_in_threadpool(cluster.topic, name, False)
         try:
             partition = int(q.get("partition", "0"))
             limit = min(max(int(q.get("limit", "50")), 1), MAX_RECORDS)
             if partition not in {p.id for p in t.partitions}:
                 raise ConsoleError(f"{name} has no partition {partition}")
-            part = next(p for p in t.partitions if p.id == partition)
+            earliest, latest = await run_in_threadpool(
+                cluster.log_range, name, partition)
             if q.get("timestamp"):
                 offset = await run_in_threadpool(cluster.offset_for_time, name, partition,
                                                  parse_time(q["timestamp"]))
             elif q.get("offset", "") != "":
                 offset = int(q["offset"])
             else:
-                offset = max(part.earliest, part.latest - limit)
+                offset = max(earliest, latest - limit)
             records = await run_in_threadpool(cluster.read, name, partition, offset, limit)
         except (ConsoleError, ValueError) as exc:
             return page("messages.html", request, 400, t=t, records=[], fmt=fmt, partition=0,
-                        offset=0, limit=50, timestamp="", failure=str(exc), render=render_bytes)
+                        offset=0, limit=50, timestamp="", failure=str(exc), render=render_bytes,
+                        log_range=None)
         return page("messages.html", request, t=t, records=records, fmt=fmt,
                     partition=partition, offset=offset, limit=limit,
+                    log_range=(earliest, latest),
                     timestamp=q.get("timestamp", ""), failure=None, render=render_bytes)
 
     async def api_messages(request: Request) -> Response:

@@ -254,14 +254,18 @@ class ClusterClient:
                               key=lambda t: t.name))
         return Overview(described.cluster_id, controller, brokers, topics)
 
-    def topic(self, name: str) -> TopicSummary:
+    def topic(self, name: str, with_offsets: bool = True) -> TopicSummary:
+        """The topic's partitions; with ``with_offsets``, their earliest and latest offsets
+        too (both asked at once)."""
         meta = self._metadata(name)
         t = meta.topics.get(name)
         if t is None or t.error is not None:
             raise ConsoleError(f"topic {name}: {t.error if t is not None else 'not found'}")
         summary = self._topic(t)
-        earliest = self.offsets([(name, p.id) for p in summary.partitions], OffsetSpec.earliest())
-        latest = self.offsets([(name, p.id) for p in summary.partitions], OffsetSpec.latest())
+        if not with_offsets:
+            return summary
+        wanted = [(name, p.id) for p in summary.partitions]
+        earliest, latest = self.offsets_many(wanted, [OffsetSpec.earliest(), OffsetSpec.latest()])
         parts = tuple(
             Partition(p.id, p.leader, p.replicas, p.isr, earliest.get((name, p.id), -1),
                       latest.get((name, p.id), -1))
@@ -271,17 +275,31 @@ class ClusterClient:
 
     def offsets(self, partitions: list[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
         """One offset per partition (earliest, latest or for a timestamp), in one call."""
+        return self.offsets_many(partitions, [spec])[0]
+
+    def offsets_many(self, partitions: list[tuple[str, int]],
+                     specs: list[Any]) -> list[dict[tuple[str, int], int]]:
+        """Like :meth:`offsets` for several specs, all sent before any answer is awaited."""
         if not partitions:
-            return {}
-        futures = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
-                                          request_timeout=TIMEOUT)
-        out: dict[tuple[str, int], int] = {}
-        for tp, fut in futures.items():
-            try:
-                out[(tp.topic, tp.partition)] = fut.result(timeout=TIMEOUT).offset
-            except KafkaException:  # e.g. leader not available: shown as unknown (-1)
-                out[(tp.topic, tp.partition)] = -1
-        return out
+            return [{} for _ in specs]
+        pending = [self.admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
+                                           request_timeout=TIMEOUT) for spec in specs]
+        answers: list[dict[tuple[str, int], int]] = []
+        for futures in pending:
+            out: dict[tuple[str, int], int] = {}
+            for tp, fut in futures.items():
+                try:
+                    out[(tp.topic, tp.partition)] = fut.result(timeout=TIMEOUT).offset
+                except KafkaException:  # e.g. leader not available: shown as unknown (-1)
+                    out[(tp.topic, tp.partition)] = -1
+            answers.append(out)
+        return answers
+
+    def log_range(self, topic: str, partition: int) -> tuple[int, int]:
+        """(earliest, latest) offsets of one partition."""
+        tp = [(topic, partition)]
+        earliest, latest = self.offsets_many(tp, [OffsetSpec.earliest(), OffsetSpec.latest()])
+        return earliest[tp[0]], latest[tp[0]]
 
     def configs(self, name: str) -> list[ConfigValue]:
         res = ConfigResource(ConfigResource.Type.TOPIC, name)
@@ -415,8 +433,8 @@ class ClusterClient:
         targets = [(o.topic, o.partition) for o in detail.offsets if o.committed is not None]
         if not targets:
             raise ConsoleError(f"group {group_id} has no committed offsets to reset")
-        earliest = self.offsets(targets, OffsetSpec.earliest())
-        latest = self.offsets(targets, OffsetSpec.latest())
+        earliest, latest = self.offsets_many(targets,
+                                             [OffsetSpec.earliest(), OffsetSpec.latest()])
         current = {(o.topic, o.partition): o.committed for o in detail.offsets}
         if how == "earliest":
             wanted = dict(earliest)

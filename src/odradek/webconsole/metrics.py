@@ -9,8 +9,9 @@ any other suffix are accepted); a sample with a ``topic`` label counts for that 
 sample without one is the broker total (summed over topics when a broker only exports per
 topic samples). A rate is the difference of two readings divided by the time between them,
 so the first reading of a URL gives no rate yet; a counter that appears between two
-readings started at 0, and one that went down (a broker restarted) counts as 0 once. Anything else on the page is ignored, and
-an unreachable URL or a page that does not parse is reported in the answer, not raised.
+readings started at 0, and one that went down (a broker restarted) counts as 0 once.
+Anything else on the page is ignored, and an unreachable URL or a page that does not parse
+is reported in the answer, not raised.
 """
 
 from __future__ import annotations
