@@ -15,7 +15,7 @@ from odradek.cli import main
 SRC = REPO / "src"
 #: every sub-command ``odradek --help`` must list
 SUBCOMMANDS = ("serve", "dump-log", "topics", "produce", "consume", "groups", "status",
-               "dev-cluster")
+               "dev-cluster", "console")
 CLI_TIMEOUT_S = 60.0
 
 

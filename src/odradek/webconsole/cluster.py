@@ -26,6 +26,7 @@ from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
@@ -257,11 +258,14 @@ class ClusterClient:
     def topic(self, name: str, with_offsets: bool = True) -> TopicSummary:
         """The topic's partitions; with ``with_offsets``, their earliest and latest offsets
         too (both asked at once)."""
-        meta = self._metadata(name)
-        t = meta.topics.get(name)
-        if t is None or t.error is not None:
-            raise ConsoleError(f"topic {name}: {t.error if t is not None else 'not found'}")
-        summary = self._topic(t)
+        # DescribeTopics, not list_topics(name): librdkafka's Metadata request for a named
+        # topic allows auto-creation, and opening a page must never create a topic.
+        futures = self.admin.describe_topics(TopicCollection([name]), request_timeout=TIMEOUT)
+        described = _result(futures[name], f"describing topic {name}")
+        summary = TopicSummary(name, bool(described.is_internal), tuple(sorted(
+            (Partition(p.id, p.leader.id if p.leader is not None else -1,
+                       tuple(n.id for n in p.replicas), tuple(n.id for n in p.isr))
+             for p in described.partitions), key=lambda p: p.id)))
         if not with_offsets:
             return summary
         wanted = [(name, p.id) for p in summary.partitions]
