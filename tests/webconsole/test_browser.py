@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client import CollectorRegistry, Counter, start_http_server
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from tests.interop._broker import start_broker
+from tests.interop._broker import free_port, start_broker
 from tests.webconsole._console import ARTIFACTS, chromium_driver, running_console, wait_for
 
 pytestmark = pytest.mark.interop
@@ -52,17 +53,31 @@ def _seed(bootstrap: str) -> None:
     consumer.close()
 
 
+#: A Prometheus exporter standing in for a broker's metrics listener (prometheus_client's
+#: own HTTP server), with Kafka's BrokerTopicMetrics names.
+EXPORTER = CollectorRegistry()
+BYTES_IN = Counter("kafka_server_BrokerTopicMetrics_BytesInPerSec", "bytes in", ["topic"],
+                   registry=EXPORTER)
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any]]:
     tmp = tmp_path_factory.mktemp("webconsole")
-    with start_broker(tmp) as broker:
-        _seed(broker.bootstrap)
-        with running_console(broker.bootstrap) as url:
-            driver = chromium_driver()
-            try:
-                yield broker.bootstrap, url, driver
-            finally:
-                driver.quit()
+    metrics_port = free_port()
+    server, thread = start_http_server(metrics_port, addr="127.0.0.1", registry=EXPORTER)
+    try:
+        with start_broker(tmp) as broker:
+            _seed(broker.bootstrap)
+            with running_console(broker.bootstrap, "--metrics-url",
+                                 f"http://127.0.0.1:{metrics_port}/metrics") as url:
+                driver = chromium_driver()
+                try:
+                    yield broker.bootstrap, url, driver
+                finally:
+                    driver.quit()
+    finally:
+        server.shutdown()
+        thread.join(5)
 
 
 def _shot(driver: Any, name: str) -> Path:
@@ -210,3 +225,20 @@ def test_create_a_topic_through_the_form(setup: tuple[str, str, Any]) -> None:
     assert "deleted topic made-in-browser" in wait_for(
         "the deletion message", lambda: _text(driver, "#message"))
     print(f"artifacts: {ARTIFACTS}")
+
+
+def test_metrics_charts(setup: tuple[str, str, Any]) -> None:
+    _bootstrap, url, driver = setup
+    driver.get(url + "/metrics")
+
+    def charted() -> bool:
+        BYTES_IN.labels(TOPIC).inc(1000)  # traffic between the page's scrapes (every 5 s)
+        return bool(driver.execute_script(
+            "const c = Chart.getChart('topic-chart'); return !!c && c.data.datasets.some("
+            "d => d.label === 'orders bytes_in' && d.data.some(p => p.y > 0))"))
+
+    wait_for("a bytes-in rate for orders on the topic chart", charted, timeout=30)
+    assert driver.execute_script(
+        "return Chart.getChart('broker-chart').data.datasets.length") >= 1
+    assert _text(driver, "#metrics-errors") == ""
+    _shot(driver, "metrics")

@@ -231,9 +231,10 @@ class ClusterClient:
 
     # -- cluster and topics -------------------------------------------------------------------
 
-    def _metadata(self, topic: str | None = None) -> Any:
+    def _metadata(self) -> Any:
+        """Metadata of every topic (no topic named: a named one may be auto-created)."""
         try:
-            return self.admin.list_topics(topic=topic, timeout=TIMEOUT)
+            return self.admin.list_topics(timeout=TIMEOUT)
         except KafkaException as exc:
             raise ConsoleError(f"reading metadata failed: {exc.args[0]}") from exc
 
