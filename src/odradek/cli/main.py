@@ -24,7 +24,7 @@ from odradek import __version__
 
 #: Modules of ``odradek.cli`` that register sub-commands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES = ("dump_log", "topics", "console", "groups", "leader_election", "status",
-                      "dev_cluster", "reassign", "perf")
+                      "dev_cluster", "reassign", "perf", "webconsole")
 
 
 class SubcommandImportError(Exception):

@@ -1,0 +1,231 @@
+"""The web console's pages and JSON endpoints (Starlette, Jinja2 templates).
+
+How it works: every page handler runs the blocking cluster calls of
+:class:`~odradek.webconsole.cluster.ClusterClient` in Starlette's thread pool and renders a
+Jinja2 template with autoescaping on, so record keys, values, headers, topic and group names
+are always HTML-escaped. Forms post and redirect back (post/redirect/get) with a message
+in the query string. The live parts (message tail, lag chart, metrics charts) poll small
+JSON endpoints from the page's script, which writes text with ``textContent`` only; the
+charts use Chart.js, served from the package's static directory (no CDN).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from odradek.webconsole.cluster import ClusterClient, ConsoleError, parse_time, render_bytes
+from odradek.webconsole.metrics import MetricsReader
+
+HERE = Path(__file__).resolve().parent
+#: Records one page of the message browser shows at most.
+MAX_RECORDS = 500
+FORMATS = ("text", "json", "hex")
+
+
+def _env() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"),
+                      autoescape=select_autoescape(["html"], default=True))
+    env.filters["urlpart"] = lambda s: quote(str(s), safe="")
+    return env
+
+
+def create_app(bootstrap: str, metrics_urls: list[str] | None = None,
+               client: ClusterClient | None = None) -> Starlette:
+    cluster = client or ClusterClient(bootstrap)
+    metrics = MetricsReader(list(metrics_urls or []))
+    env = _env()
+
+    def page(name: str, request: Request, status: int = 200, **ctx: Any) -> HTMLResponse:
+        html = env.get_template(name).render(
+            bootstrap=bootstrap, message=request.query_params.get("msg"),
+            error=request.query_params.get("err"), has_metrics=bool(metrics.urls), **ctx)
+        return HTMLResponse(html, status_code=status)
+
+    def back(path: str, **params: str) -> RedirectResponse:
+        return RedirectResponse(f"{path}?{urlencode(params)}" if params else path,
+                                status_code=303)
+
+    async def overview(request: Request) -> Response:
+        ov = await run_in_threadpool(cluster.overview)
+        return page("overview.html", request, ov=ov)
+
+    async def topics(request: Request) -> Response:
+        ov = await run_in_threadpool(cluster.overview)
+        show_internal = request.query_params.get("internal") == "1"
+        shown = [t for t in ov.topics if show_internal or not t.internal]
+        return page("topics.html", request, ov=ov, topics=shown, show_internal=show_internal)
+
+    async def create_topic(request: Request) -> Response:
+        form = await request.form()
+        name = str(form.get("name", "")).strip()
+        try:
+            partitions = int(str(form.get("partitions", "1")))
+            rf = int(str(form.get("replication_factor", "1")))
+            configs = _parse_configs(str(form.get("configs", "")))
+            await run_in_threadpool(cluster.create_topic, name, partitions, rf, configs)
+        except (ConsoleError, ValueError) as exc:
+            return back("/topics", err=str(exc))
+        return back(f"/topics/{quote(name, safe='')}", msg=f"created topic {name}")
+
+    async def topic(request: Request) -> Response:
+        name = request.path_params["name"]
+        t = await run_in_threadpool(cluster.topic, name)
+        configs = await run_in_threadpool(cluster.configs, name)
+        return page("topic.html", request, t=t, configs=configs)
+
+    async def topic_partitions(request: Request) -> Response:
+        name = request.path_params["name"]
+        form = await request.form()
+        try:
+            await run_in_threadpool(cluster.add_partitions, name, int(str(form.get("count"))))
+        except (ConsoleError, ValueError) as exc:
+            return back(f"/topics/{quote(name, safe='')}", err=str(exc))
+        return back(f"/topics/{quote(name, safe='')}", msg="partitions added")
+
+    async def topic_config(request: Request) -> Response:
+        name = request.path_params["name"]
+        form = await request.form()
+        key = str(form.get("key", "")).strip()
+        value = None if form.get("reset") else str(form.get("value", ""))
+        try:
+            await run_in_threadpool(cluster.alter_config, name, key, value)
+        except ConsoleError as exc:
+            return back(f"/topics/{quote(name, safe='')}", err=str(exc))
+        return back(f"/topics/{quote(name, safe='')}", msg=f"{key} updated")
+
+    async def topic_delete(request: Request) -> Response:
+        name = request.path_params["name"]
+        form = await request.form()
+        if str(form.get("confirm", "")) != name:
+            return back(f"/topics/{quote(name, safe='')}",
+                        err="type the topic's name to confirm its deletion")
+        try:
+            await run_in_threadpool(cluster.delete_topic, name)
+        except ConsoleError as exc:
+            return back(f"/topics/{quote(name, safe='')}", err=str(exc))
+        return back("/topics", msg=f"deleted topic {name}")
+
+    async def messages(request: Request) -> Response:
+        name = request.path_params["name"]
+        q = request.query_params
+        fmt = q.get("format", "text") if q.get("format") in FORMATS else "text"
+        t = await run_in_threadpool(cluster.topic, name, False)
+        try:
+            partition = int(q.get("partition", "0"))
+            limit = min(max(int(q.get("limit", "50")), 1), MAX_RECORDS)
+            if partition not in {p.id for p in t.partitions}:
+                raise ConsoleError(f"{name} has no partition {partition}")
+            earliest, latest = await run_in_threadpool(
+                cluster.log_range, name, partition)
+            if q.get("timestamp"):
+                offset = await run_in_threadpool(cluster.offset_for_time, name, partition,
+                                                 parse_time(q["timestamp"]))
+            elif q.get("offset", "") != "":
+                offset = int(q["offset"])
+            else:
+                offset = max(earliest, latest - limit)
+            records = await run_in_threadpool(cluster.read, name, partition, offset, limit)
+        except (ConsoleError, ValueError) as exc:
+            return page("messages.html", request, 400, t=t, records=[], fmt=fmt, partition=0,
+                        offset=0, limit=50, timestamp="", failure=str(exc), render=render_bytes,
+                        log_range=None)
+        return page("messages.html", request, t=t, records=records, fmt=fmt,
+                    partition=partition, offset=offset, limit=limit,
+                    log_range=(earliest, latest),
+                    timestamp=q.get("timestamp", ""), failure=None, render=render_bytes)
+
+    async def api_messages(request: Request) -> Response:
+        name = request.path_params["name"]
+        q = request.query_params
+        fmt = q.get("format", "text") if q.get("format") in FORMATS else "text"
+        try:
+            partition, offset = int(q["partition"]), int(q["offset"])
+            limit = min(max(int(q.get("limit", "100")), 1), MAX_RECORDS)
+            records = await run_in_threadpool(cluster.read, name, partition, offset, limit)
+        except (ConsoleError, ValueError, KeyError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse({"records": [
+            {"partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+             "key": render_bytes(r.key, fmt), "value": render_bytes(r.value, fmt),
+             "headers": [[k, render_bytes(v, fmt)] for k, v in r.headers]}
+            for r in records]})
+
+    async def groups(request: Request) -> Response:
+        listing = await run_in_threadpool(cluster.groups)
+        return page("groups.html", request, groups=listing)
+
+    async def group(request: Request) -> Response:
+        detail = await run_in_threadpool(cluster.group, request.path_params["group"])
+        return page("group.html", request, g=detail)
+
+    async def group_reset(request: Request) -> Response:
+        group_id = request.path_params["group"]
+        form = await request.form()
+        try:
+            plan = await run_in_threadpool(cluster.reset_offsets, group_id,
+                                           str(form.get("how", "")), str(form.get("value", "")))
+        except ConsoleError as exc:
+            return back(f"/groups/{quote(group_id, safe='')}", err=str(exc))
+        return back(f"/groups/{quote(group_id, safe='')}",
+                    msg=f"committed new offsets for {len(plan)} partitions")
+
+    async def api_lag(request: Request) -> Response:
+        group_id = request.path_params["group"]
+        try:
+            detail = await run_in_threadpool(cluster.group, group_id)
+        except ConsoleError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse({"total": detail.total_lag, "state": detail.state,
+                             "history": cluster.lag_history.get(group_id)})
+
+    async def metrics_page(request: Request) -> Response:
+        return page("metrics.html", request, urls=metrics.urls)
+
+    async def api_metrics(request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(metrics.scrape))
+
+    async def on_console_error(request: Request, exc: Exception) -> Response:
+        return page("error.html", request, 400, failure=str(exc))
+
+    routes = [
+        Route("/", overview),
+        Route("/topics", topics),
+        Route("/topics", create_topic, methods=["POST"]),
+        Route("/topics/{name}", topic),
+        Route("/topics/{name}/partitions", topic_partitions, methods=["POST"]),
+        Route("/topics/{name}/config", topic_config, methods=["POST"]),
+        Route("/topics/{name}/delete", topic_delete, methods=["POST"]),
+        Route("/topics/{name}/messages", messages),
+        Route("/api/topics/{name}/messages", api_messages),
+        Route("/groups", groups),
+        Route("/groups/{group}", group),
+        Route("/groups/{group}/reset", group_reset, methods=["POST"]),
+        Route("/api/groups/{group}/lag", api_lag),
+        Route("/metrics", metrics_page),
+        Route("/api/metrics", api_metrics),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes, exception_handlers={ConsoleError: on_console_error})
+
+
+def _parse_configs(text: str) -> dict[str, str]:
+    """``key=value`` pairs, one a line or comma-separated."""
+    out: dict[str, str] = {}
+    for item in text.replace(",", "\n").splitlines():
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConsoleError(f"a config is key=value, not {item.strip()!r}")
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,244 @@
+"""The web console in a real browser (headless Chromium + Selenium) against a real broker.
+
+One broker with real data (records written by librdkafka, a group's offsets committed by a
+librdkafka consumer) and one ``odradek console`` subprocess; the browser opens each page,
+checks what it shows, clicks through a topic creation and an offset reset, and saves a
+screenshot of each page under ``tmp/artifacts/webconsole`` (printed by the test).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from tests.interop._broker import free_port, start_broker
+from tests.webconsole._console import ARTIFACTS, chromium_driver, running_console, wait_for
+
+pytestmark = pytest.mark.interop
+
+TOPIC = "orders"
+PARTITIONS = 3
+PER_PARTITION = 10
+EVIL = '{"note": "<script>window.__pwned = 1; alert(1)</script>", "n": 7}'
+COMMITTED = {0: 2, 1: 5, 2: 10}  # lag 8, 5, 0
+TAIL_TOPIC = "tailed"
+
+
+def _seed(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for name, count in ((TOPIC, PARTITIONS), (TAIL_TOPIC, 1)):
+        admin.create_topics([NewTopic(name, count, 1)])[name].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for p in range(PARTITIONS):
+        for i in range(PER_PARTITION):
+            value = EVIL if (p, i) == (0, 3) else json.dumps({"p": p, "i": i})
+            producer.produce(TOPIC, key=f"k{p}-{i}", value=value, partition=p,
+                             headers=[("source", b"test")])
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "billing",
+                         "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in COMMITTED.items()],
+                    asynchronous=False)
+    consumer.close()
+
+
+#: A Prometheus exporter standing in for a broker's metrics listener (prometheus_client's
+#: own HTTP server), with Kafka's BrokerTopicMetrics names.
+EXPORTER = CollectorRegistry()
+BYTES_IN = Counter("kafka_server_BrokerTopicMetrics_BytesInPerSec", "bytes in", ["topic"],
+                   registry=EXPORTER)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any]]:
+    tmp = tmp_path_factory.mktemp("webconsole")
+    metrics_port = free_port()
+    server, thread = start_http_server(metrics_port, addr="127.0.0.1", registry=EXPORTER)
+    try:
+        with start_broker(tmp) as broker:
+            _seed(broker.bootstrap)
+            with running_console(broker.bootstrap, "--metrics-url",
+                                 f"http://127.0.0.1:{metrics_port}/metrics") as url:
+                driver = chromium_driver()
+                try:
+                    yield broker.bootstrap, url, driver
+                finally:
+                    driver.quit()
+    finally:
+        server.shutdown()
+        thread.join(5)
+
+
+def _shot(driver: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    print(f"screenshot: {path}")
+    return path
+
+
+def _text(driver: Any, css: str) -> str:
+    return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+def test_pages_show_the_cluster(setup: tuple[str, str, Any]) -> None:
+    bootstrap, url, driver = setup
+    driver.get(url + "/")
+    assert wait_for("the broker count", lambda: _text(driver, "#broker-count")) == "1"
+    assert _text(driver, "#urp") == "0" and _text(driver, "#offline") == "0"
+    assert int(_text(driver, "#partition-count")) >= PARTITIONS
+    _shot(driver, "overview")
+
+    driver.get(url + "/topics")
+    names = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#topics a.topic")]
+    assert TOPIC in names
+    _shot(driver, "topics")
+
+    driver.get(f"{url}/topics/{TOPIC}")
+    assert wait_for("the topic page", lambda: _text(driver, "#topic-name")) == TOPIC
+    rows = driver.find_elements(By.CSS_SELECTOR, "#partitions tr")[1:]
+    assert len(rows) == PARTITIONS
+    assert _text(driver, "#total-messages") == str(PARTITIONS * PER_PARTITION)
+    assert "cleanup.policy" in _text(driver, "#configs")
+    _shot(driver, "topic")
+
+    # The record holding <script> shows as text and runs nothing.
+    driver.get(f"{url}/topics/{TOPIC}/messages?partition=0&offset=0&limit=20")
+    values = wait_for("the records", lambda: [
+        e.text for e in driver.find_elements(By.CSS_SELECTOR, "#records pre.value")])
+    assert len(values) == PER_PARTITION
+    assert values[3] == EVIL
+    assert driver.find_elements(By.CSS_SELECTOR, "#records script") == []
+    assert driver.execute_script("return window.__pwned === undefined") is True
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert.text  # noqa: B018 -- raises when no alert is open
+    assert "source: test" in _text(driver, "#records tr:nth-child(2)").replace("\n", " ")
+    _shot(driver, "messages")
+
+    # Hex view of the same record.
+    driver.get(f"{url}/topics/{TOPIC}/messages?partition=0&offset=3&limit=1&format=hex")
+    assert wait_for("the hex value", lambda: _text(driver, "#records pre.value")) == \
+        EVIL.encode().hex(" ")
+
+    # Live tail: a record produced after the page opened appears, escaped.
+    driver.get(f"{url}/topics/{TAIL_TOPIC}/messages?partition=0&limit=5")
+    wait_for("the tail checkbox", lambda: driver.find_element(By.ID, "tail")).click()
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(TAIL_TOPIC, value="<b>tailed</b>", partition=0)
+    assert producer.flush(30) == 0
+    wait_for("the tailed record", lambda: "<b>tailed</b>" in [
+        e.text for e in driver.find_elements(By.CSS_SELECTOR, "#records pre")], timeout=20)
+
+
+def _lags(driver: Any) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#offsets td.lag")]
+
+
+def test_group_lag_and_offset_reset(setup: tuple[str, str, Any]) -> None:
+    _bootstrap, url, driver = setup
+    driver.get(url + "/groups")
+    groups = wait_for("the group list", lambda: [
+        a.text for a in driver.find_elements(By.CSS_SELECTOR, "#groups a.group")])
+    assert "billing" in groups
+    driver.get(url + "/groups/billing")
+    expected = [str(PER_PARTITION - COMMITTED[p]) for p in range(PARTITIONS)]
+    assert wait_for("the lags", lambda: _lags(driver)) == expected
+    assert _text(driver, "#total-lag") == str(sum(map(int, expected)))
+    # the lag chart has drawn at least one point
+    wait_for("the lag chart", lambda: driver.execute_script(
+        "const c = Chart.getChart('lag-chart'); return c && c.data.datasets[0].data.length > 0"))
+    _shot(driver, "group")
+
+    Select(driver.find_element(By.ID, "reset-how")).select_by_value("earliest")
+    driver.find_element(By.ID, "reset").click()
+    assert "committed new offsets for 3 partitions" in wait_for(
+        "the reset message", lambda: _text(driver, "#message"))
+    assert wait_for("the new lags", lambda: _lags(driver)) == [str(PER_PARTITION)] * PARTITIONS
+    _shot(driver, "group-after-reset")
+
+
+def test_reset_refused_while_the_group_has_members(setup: tuple[str, str, Any]) -> None:
+    bootstrap, url, driver = setup
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "live",
+                         "auto.offset.reset": "earliest"})
+    stop = threading.Event()
+    assigned = threading.Event()
+    consumer.subscribe([TOPIC], on_assign=lambda c, parts: assigned.set())
+
+    def poll() -> None:
+        while not stop.is_set():
+            consumer.poll(0.2)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        assert assigned.wait(30), "the consumer never got its assignment"
+
+        def stable_page() -> str | None:
+            driver.get(url + "/groups/live")
+            return _text(driver, "#state") if _text(driver, "#state") == "STABLE" else None
+
+        wait_for("the live group to be stable", stable_page, timeout=30)
+        assert "stop its consumers" in _text(driver, "#reset-refused")
+        assert driver.find_elements(By.ID, "reset-offsets") == []
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#members tr")) == 2
+    finally:
+        stop.set()
+        thread.join(10)
+        consumer.close()
+
+
+def test_create_a_topic_through_the_form(setup: tuple[str, str, Any]) -> None:
+    bootstrap, url, driver = setup
+    driver.get(url + "/topics")
+    wait_for("the create form", lambda: driver.find_element(By.ID, "new-name")).send_keys(
+        "made-in-browser")
+    partitions = driver.find_element(By.ID, "new-partitions")
+    partitions.clear()
+    partitions.send_keys("4")
+    driver.find_element(By.ID, "create").click()
+    assert wait_for("the new topic's page", lambda: _text(driver, "#topic-name")) == \
+        "made-in-browser"
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#partitions tr")) == 1 + 4
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics("made-in-browser", timeout=10)
+    assert len(meta.topics["made-in-browser"].partitions) == 4
+    _shot(driver, "topic-created")
+
+    # Deleting asks for the name: a wrong one is refused, the right one deletes.
+    driver.find_element(By.CSS_SELECTOR, "#delete-topic input[name=confirm]").send_keys("nope")
+    driver.find_element(By.CSS_SELECTOR, "#delete-topic button").click()
+    assert "confirm" in wait_for("the refusal", lambda: _text(driver, "#error"))
+    driver.find_element(By.CSS_SELECTOR, "#delete-topic input[name=confirm]").send_keys(
+        "made-in-browser")
+    driver.find_element(By.CSS_SELECTOR, "#delete-topic button").click()
+    assert "deleted topic made-in-browser" in wait_for(
+        "the deletion message", lambda: _text(driver, "#message"))
+    print(f"artifacts: {ARTIFACTS}")
+
+
+def test_metrics_charts(setup: tuple[str, str, Any]) -> None:
+    _bootstrap, url, driver = setup
+    driver.get(url + "/metrics")
+
+    def charted() -> bool:
+        BYTES_IN.labels(TOPIC).inc(1000)  # traffic between the page's scrapes (every 5 s)
+        return bool(driver.execute_script(
+            "const c = Chart.getChart('topic-chart'); return !!c && c.data.datasets.some("
+            "d => d.label === 'orders bytes_in' && d.data.some(p => p.y > 0))"))
+
+    wait_for("a bytes-in rate for orders on the topic chart", charted, timeout=30)
+    assert driver.execute_script(
+        "return Chart.getChart('broker-chart').data.datasets.length") >= 1
+    assert _text(driver, "#metrics-errors") == ""
+    _shot(driver, "metrics")
