@@ -279,3 +279,26 @@ def test_kafka_python_consumer_after_delete_records(rb: RunningBroker, admin: Ad
         assert offsets == [4, 5]
     finally:
         consumer.close()
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_confluent_list_offsets_max_timestamp_names_the_record(
+    rb: RunningBroker, admin: AdminClient, codec: str
+) -> None:
+    """ListOffsets MAX_TIMESTAMP (KIP-734): the offset and timestamp of the record with the
+    largest timestamp, not its batch's last offset (KAFKA-16310), timestamps out of order
+    within one batch."""
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    name = create(admin)
+    producer = Producer({"bootstrap.servers": rb.bootstrap, "linger.ms": 500,
+                         "compression.type": codec})
+    base = 1_700_000_000_000
+    for i, dt in enumerate([5, 900, 30, 900, 7]):
+        producer.produce(name, value=f"v{i}".encode(), partition=0, timestamp=base + dt)
+    assert producer.flush(30) == 0
+    result = admin.list_offsets({TopicPartition(name, 0): OffsetSpec.max_timestamp()},
+                                request_timeout=15)
+    (info,) = [f.result(30) for f in result.values()]
+    assert (info.offset, info.timestamp) == (1, base + 900)

@@ -198,8 +198,9 @@ def _check_against_brute_force(plog, data) -> None:
     max_ts = max(ts for _, ts in records)
     got = plog.fetch_offset_by_timestamp(MAX_TIMESTAMP)
     assert got is not None and got.timestamp == max_ts
-    holder = next(h for h in headers if h.max_timestamp == max_ts)
-    assert got.offset == holder.last_offset
+    # the record itself, the first one at that timestamp (KIP-734), not its batch's last
+    # offset (KAFKA-16310)
+    assert got.offset == next(off for off, ts in records if ts == max_ts)
     assert plog.fetch_offset_by_timestamp(EARLIEST_TIMESTAMP).offset == 0
     assert plog.fetch_offset_by_timestamp(LATEST_TIMESTAMP).offset == leo
 
@@ -562,3 +563,18 @@ def test_read_passes_segments_left_with_only_an_empty_batch(tmp_path: Path) -> N
     log.high_watermark = 20
     data = log.read(10, 1 << 20, max_offset=20).read()
     assert (len(data), BatchHeader.parse(data).base_offset) == (BATCH_HEADER_SIZE, 10)
+
+
+@pytest.mark.parametrize("codec", list(CompressionType))
+def test_max_timestamp_names_the_record_not_its_batch(tmp_path: Path,
+                                                      codec: CompressionType) -> None:
+    """ListOffsets -3 (KIP-734) on a batch whose timestamps are out of offset order."""
+    plog = open_log(tmp_path)
+    builder = BatchBuilder(compression=codec)
+    for i, dt in enumerate([5, 900, 30, 900, 7]):
+        builder.append(f"k{i}".encode(), b"v", NOW + dt, [])
+    plog.append_as_leader(make_batch(3, timestamp=NOW - 50))
+    plog.append_as_leader(builder.build())
+    got = plog.fetch_offset_by_timestamp(MAX_TIMESTAMP)
+    assert got is not None and (got.timestamp, got.offset) == (NOW + 900, 3 + 1)
+    plog.close()

@@ -556,7 +556,18 @@ class PartitionLog:
                 best = max(self.segments, key=lambda s: s.max_timestamp_so_far)
                 if best.max_timestamp_so_far < 0:
                     return None
-                return TimestampOffset(
+                # The segment knows the batch holding the largest timestamp, not the
+                # record: the first record of the log at that timestamp is it (KIP-734;
+                # answering the batch's last offset was Kafka's KAFKA-16310).
+                try:
+                    found = best.find_offset_by_timestamp(
+                        best.max_timestamp_so_far, self.log_start_offset
+                    )
+                except InvalidRecordError as exc:
+                    raise CorruptRecordError(
+                        f"{self.name}: a stored batch does not decode: {exc}"
+                    ) from exc
+                return found if found is not None else TimestampOffset(
                     best.max_timestamp_so_far, best.offset_of_max_timestamp_so_far
                 )
             for segment in self.segments:
