@@ -666,15 +666,20 @@ class Controller:
                           self.broker_id, topic)
             return False
 
+    def _fresh(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """The known partitions of ``tps``, their states read again: leaders change their
+        ISR themselves (conditional writes), so a replica back in sync would look out of
+        it in what this controller read before."""
+        known = [tp for tp in tps if tp.topic in self._topics
+                 and tp.partition in self._topics[tp.topic].partitions]
+        if known:
+            self._load_states(known)
+        return known
+
     def elect_preferred(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Leadership of ``tps`` back to their preferred replicas where it is live and in
         sync (Kafka's PreferredReplicaLeaderElection); the partitions written."""
-        tps = [tp for tp in tps if tp.topic in self._topics
-               and tp.partition in self._topics[tp.topic].partitions]
-        if tps:
-            # Leaders change their ISR themselves (conditional writes): read it fresh, or a
-            # replica back in sync would look out of it here.
-            self._load_states(tps)
+        tps = self._fresh(tps)
         changes = []
         for tp in tps:
             topic = self._topics.get(tp.topic)
@@ -692,10 +697,7 @@ class Controller:
         """A leader for each of ``tps`` whose leader is gone: the first live ISR replica,
         else the first live replica, out of sync or not (Kafka's unclean election asked
         for with ElectLeaders); the new leaders written."""
-        tps = [tp for tp in tps if tp.topic in self._topics
-               and tp.partition in self._topics[tp.topic].partitions]
-        if tps:
-            self._load_states(tps)
+        tps = self._fresh(tps)
         changes = []
         for tp in tps:
             current = self._states.get(tp)
