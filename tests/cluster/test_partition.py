@@ -263,3 +263,33 @@ def test_becoming_leader_records_the_epoch_at_the_log_end(log_manager: LogManage
     assert cache.entries[-1] == (5, 3)
     assert cache.end_offset_for(4, follower.log.log_end_offset) == (4, 3)
     assert follower.high_watermark == 3
+
+
+def test_a_new_leader_lags_its_epoch_start_until_the_isr_has_fetched(
+    log_manager: LogManager,
+) -> None:
+    """A follower learns the leader's high watermark one fetch late: elected, it does not
+    know where the committed records end until its ISR fetches from it (KIP-207)."""
+    follower = _partition(log_manager, PartitionState(2, 4, (2, ME), (2, ME)))
+    follower.log.append_as_leader(make_batch(5), leader_epoch=4)
+    follower.update_follower_high_watermark(2)
+    assert not follower.high_watermark_lags_epoch_start()  # only a leader can lag
+    follower.update_state(PartitionState(ME, 5, (ME, 2), (2, ME)))
+    assert follower.leader_epoch_start_offset == 5
+    assert follower.high_watermark == 2 and follower.high_watermark_lags_epoch_start()
+    follower.update_follower_fetch_state(2, 4, now=10)
+    assert follower.high_watermark == 4 and follower.high_watermark_lags_epoch_start()
+    follower.update_follower_fetch_state(2, 5, now=20)
+    assert follower.high_watermark == 5 and not follower.high_watermark_lags_epoch_start()
+    follower.update_state(PartitionState(2, 6, (2, ME), (2, ME)))
+    assert follower.leader_epoch_start_offset is None
+
+
+def test_a_leader_alone_never_lags(log_manager: LogManager) -> None:
+    partition = _partition(log_manager, ALONE)
+    partition.append_records_as_leader(make_batch(3))
+    assert partition.leader_epoch_start_offset == 0
+    assert not partition.high_watermark_lags_epoch_start()
+    partition.update_state(PartitionState(ME, 4, (ME,), (ME,)))
+    assert partition.leader_epoch_start_offset == 3
+    assert not partition.high_watermark_lags_epoch_start()

@@ -354,3 +354,60 @@ def test_current_leader_epoch_checked_by_fetch_and_list_offsets(
             await conn.close()
 
     asyncio.run(scenario())
+
+
+def test_list_offsets_of_a_new_leader_lagging_its_epoch_start(broker: RunningBroker) -> None:
+    """KIP-207: a leader just elected whose high watermark lags the start of its epoch
+    answers a client's ListOffsets OFFSET_NOT_AVAILABLE (a stale end would make a consumer
+    stop short, as the Java client's endOffsets did during a rolling restart), a replica or
+    debugging tool (replica_id -2) its log end offset, and the earlier records by time."""
+    from odradek.cluster.partition import PartitionState
+
+    name, _ = _topic(broker, 1)
+    partition = broker.broker.replica_manager.get_partition(name, 0)
+    assert partition is not None
+    me, other = partition.broker_id, partition.broker_id + 100
+    _append(broker, name, 0, 3)  # offsets 0-2, committed: the leader is alone
+    started = int(time.time() * 1000) + 60_000  # later than the first three records'
+    early = started - 120_000
+    # Follower of broker `other` for a while: it appends three records the old leader had,
+    # learning a high watermark of 3; then it leads at epoch 2 with `other` in its ISR.
+    broker.call(partition.update_state, PartitionState(other, 1, (other, me), (me, other)))
+    log = broker.broker.get_log(name, 0)
+    assert log is not None
+    broker.call(lambda: log.append_as_leader(
+        build_batch([(b"k", b"v")] * 3, timestamp=started), leader_epoch=1))
+    broker.call(partition.update_state, PartitionState(me, 2, (me, other), (me, other)))
+    assert partition.high_watermark == 3 and partition.leader_epoch_start_offset == 6
+
+    def ask(timestamp: int, replica_id: int = -1) -> tuple[int, int]:
+        async def one() -> tuple[int, int]:
+            conn = await BrokerConnection.open(broker.bootstrap)
+            try:
+                m = importlib.import_module("kio.schema.list_offsets.v7.request")
+                r = await conn.send(make(
+                    m.ListOffsetsRequest, replica_id=replica_id, isolation_level=0,
+                    topics=(make(m.ListOffsetsTopic, name=name, partitions=(make(
+                        m.ListOffsetsPartition, partition_index=0, current_leader_epoch=-1,
+                        timestamp=timestamp),)),),
+                ))
+                p = r.topics[0].partitions[0]
+                return int(p.error_code.value), int(p.offset)
+            finally:
+                await conn.close()
+
+        return asyncio.run(one())
+
+    try:
+        not_available = int(ErrorCode.offset_not_available.value)
+        assert ask(-1) == (not_available, -1)
+        assert ask(started) == (not_available, -1)  # offset 3, above the high watermark
+        assert ask(early) == (0, 0)  # found below the high watermark: answered
+        assert ask(-2) == (0, 0)
+        assert ask(-1, replica_id=-2) == (0, 6)  # a debugging tool sees the log end
+        # The follower fetches from the new leader: the high watermark reaches the epoch.
+        broker.call(partition.update_follower_fetch_state, other, 6, 0)
+        assert ask(-1) == (0, 6)
+        assert ask(started) == (0, 3)
+    finally:
+        broker.call(partition.update_state, PartitionState(me, 3, (me,), (me,)))

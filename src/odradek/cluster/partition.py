@@ -117,8 +117,8 @@ class ReplicaState:
 
 
 class Partition:
-    __slots__ = ("_on_high_watermark", "broker_id", "log", "partition", "pending_isr",
-                 "replicas", "state", "topic")
+    __slots__ = ("_on_high_watermark", "broker_id", "leader_epoch_start_offset", "log",
+                 "partition", "pending_isr", "replicas", "state", "topic")
 
     def __init__(
         self,
@@ -137,6 +137,9 @@ class Partition:
         self.replicas: dict[int, ReplicaState] = {}
         # An ISR change written but not yet confirmed (Kafka's PendingExpandIsr/ShrinkIsr).
         self.pending_isr: tuple[int, ...] | None = None
+        # Where this broker's leadership began (Kafka's leaderEpochStartOffsetOpt): the
+        # log end offset when it became leader; None while it does not lead.
+        self.leader_epoch_start_offset: int | None = None
         if state.leader == broker_id:
             self.make_leader(now_ms())
         log.high_watermark_managed = True
@@ -171,6 +174,7 @@ class Partition:
             self.make_leader(now_ms() if now is None else now)
         elif state.leader != self.broker_id:
             self.replicas = {}
+            self.leader_epoch_start_offset = None
         elif state.replicas != previous.replicas:
             # reassigned: a replica added is tracked from its first fetch, one removed is
             # forgotten
@@ -192,6 +196,7 @@ class Partition:
             for r in state.replicas if r != self.broker_id
         }
         self.pending_isr = None
+        self.leader_epoch_start_offset = self.log.log_end_offset
         self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
 
     def check_leader(self, current_leader_epoch: int = -1) -> None:
@@ -305,6 +310,16 @@ class Partition:
         if self._on_high_watermark is not None:
             self._on_high_watermark(self)
         return True
+
+    def high_watermark_lags_epoch_start(self) -> bool:
+        """A new leader whose high watermark has not yet reached the offset where its
+        leadership began: it learnt the old leader's high watermark late (followers hear
+        it one fetch behind), and until the ISR's followers fetch from it, offsets below
+        its log end offset may be committed without its knowing. Kafka answers a client's
+        ListOffsets OFFSET_NOT_AVAILABLE meanwhile (KIP-207), so that no client takes the
+        stale value for the end of the partition."""
+        start = self.leader_epoch_start_offset
+        return start is not None and start > self.log.high_watermark
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         """On a follower: the leader's high watermark, bounded by this log's end."""
