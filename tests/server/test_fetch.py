@@ -411,3 +411,21 @@ def test_list_offsets_of_a_new_leader_lagging_its_epoch_start(broker: RunningBro
         assert ask(started) == (0, 3)
     finally:
         broker.call(partition.update_state, PartitionState(me, 3, (me,), (me,)))
+
+
+def test_metadata_names_no_leader_it_does_not_know_alive(broker: RunningBroker) -> None:
+    """Kafka's MetadataCache: a partition whose leader is not among the live brokers of
+    the answer (a broker whose registration this one has not seen yet) is
+    LEADER_NOT_AVAILABLE with leader -1, never a node id missing from the brokers list."""
+    from odradek.server.handlers.metadata import _topic as _topic_of
+
+    name, _ = _topic(broker, 2)
+    services = broker.broker.services
+    info = services.metadata.get(name)
+    assert info is not None
+    me = services.broker_id
+    seen = broker.call(_topic_of, services, info, {me})
+    assert [(p.error_code, p.leader_id) for p in seen.partitions] == [(0, me), (0, me)]
+    unseen = broker.call(_topic_of, services, info, {me + 1})
+    assert [(p.error_code, p.leader_id) for p in unseen.partitions] == [
+        (int(ErrorCode.leader_not_available.value), -1)] * 2

@@ -42,9 +42,11 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
         topics: list[MetadataTopic] = []
         info: TopicInfo | None
         requested = request.topics
+        live_brokers = services.live_brokers()
+        live = {b[0] for b in live_brokers}
         if requested is None or (version == 0 and not requested):
             for info in sorted(services.metadata.topics.values(), key=lambda i: i.name):
-                topics.append(_topic(services, info))
+                topics.append(_topic(services, info, live))
         else:
             allow = getattr(request, "allow_auto_topic_creation", True) and bool(
                 services.config["auto.create.topics.enable"]
@@ -57,7 +59,7 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
                     if info is None:
                         topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id))
                     else:
-                        topics.append(_topic(services, info))
+                        topics.append(_topic(services, info, live))
                     continue
                 info = services.metadata.get(name)
                 if info is None and allow:
@@ -74,9 +76,8 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
                 if info is None:
                     topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
                 else:
-                    topics.append(_topic(services, info))
-        brokers = [MetadataBroker(b, host, port, rack)
-                   for b, host, port, rack in services.live_brokers()]
+                    topics.append(_topic(services, info, live))
+        brokers = [MetadataBroker(b, host, port, rack) for b, host, port, rack in live_brokers]
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
         return Send((write_metadata_response(
             version, brokers, services.metadata.cluster_id, services.controller_id(), topics,
@@ -90,9 +91,13 @@ _NONE = int(ErrorCode.none.value)
 _LEADER_NOT_AVAILABLE = int(ErrorCode.leader_not_available.value)
 
 
-def _topic(services: BrokerServices, info: TopicInfo) -> MetadataTopic:
+def _topic(services: BrokerServices, info: TopicInfo, live: set[int]) -> MetadataTopic:
     """Each partition's leader, leader epoch and ISR as decided (the metadata's partition
-    state); a partition led here whose log is not in place yet is LEADER_NOT_AVAILABLE."""
+    state); a partition led here whose log is not in place yet, or whose leader is not
+    among the live brokers of this answer (this broker has not yet seen it register), is
+    LEADER_NOT_AVAILABLE with no leader, as Kafka's MetadataCache answers: a leader id
+    missing from the brokers list leaves some clients (aiokafka) retrying a node they
+    cannot resolve."""
     partitions = []
     me = services.broker_id
     hosted = services.replica_manager.get_partition
@@ -101,7 +106,8 @@ def _topic(services: BrokerServices, info: TopicInfo) -> MetadataTopic:
     for index, replicas in sorted(info.partitions.items()):
         nodes = tuple(replicas)
         state = state_of(name, index)
-        if state.leader < 0 or (state.leader == me and hosted(name, index) is None):
+        leader = state.leader
+        if leader < 0 or leader not in live or (leader == me and hosted(name, index) is None):
             partitions.append(
                 MetadataPartition(_LEADER_NOT_AVAILABLE, index, -1, state.leader_epoch,
                                   nodes, (), nodes)
