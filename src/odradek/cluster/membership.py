@@ -243,7 +243,8 @@ class BrokerRegistration:
 
 class BrokerChangeWatcher:
     """Calls ``on_change(brokers)`` with the live brokers whenever the set changes
-    (the controller's BrokerChangeHandler on ``/brokers/ids``)."""
+    (the controller's BrokerChangeHandler on ``/brokers/ids``). ``on_change`` runs under
+    the watcher's lock, so it must only hand the change on (post it to a loop)."""
 
     def __init__(
         self, store: MetadataStore, on_change: Callable[[dict[int, BrokerInfo]], None]
@@ -273,7 +274,10 @@ class BrokerChangeWatcher:
             if brokers == self._last:
                 return
             self._last = brokers
-        self._on_change(dict(brokers))
+            # Reported under the lock: a watch and a session event refreshing at once
+            # must report in the order they read, or the older read lands last and
+            # stays until the next change.
+            self._on_change(dict(brokers))
 
     def _on_session(self, event: SessionEvent) -> None:
         if event in (SessionEvent.RECONNECTED, SessionEvent.NEW_SESSION):
