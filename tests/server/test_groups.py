@@ -373,3 +373,58 @@ def test_cli_refuses_to_reset_an_active_group(rb: RunningBroker) -> None:
     described = cli(rb, "describe", "--group", group)
     assert described.returncode == 0
     assert joined.member_id in described.stdout
+
+
+def test_sync_and_commit_wait_for_the_isr_of_the_group_partition() -> None:
+    """Group records are stored with acks=-1 (Kafka's appendForGroup): while a follower of
+    the group's __consumer_offsets partition lags, SyncGroup answers
+    COORDINATOR_NOT_AVAILABLE and OffsetCommit REQUEST_TIMED_OUT after
+    offsets.commit.timeout.ms, never success; once it has caught up, both succeed."""
+    from odradek.cluster.partition import PartitionState
+
+    overrides = {"offsets.commit.timeout.ms": "300", "group.min.session.timeout.ms": "100"}
+    with running_broker(overrides=overrides) as broker:
+        group = "g-isr"
+        (first,) = call(broker, join_request(9, group))
+        (joined,) = call(broker, join_request(9, group, first.member_id))
+        assert joined.error_code == ErrorCode.none
+        member = joined.member_id
+        index = broker.broker.group_coordinator.manager.partition_for(group)
+        partition = broker.broker.replica_manager.get_partition(OFFSETS_TOPIC, index)
+        assert partition is not None and partition.is_leader
+        me = partition.broker_id
+        other = me + 1
+        broker.call(partition.update_state, PartitionState(me, 1, (me, other), (me, other)))
+        s = req("sync_group", 5)
+        sync = s.SyncGroupRequest(
+            group_id=group, generation_id=1, member_id=member, group_instance_id=None,
+            protocol_type="consumer", protocol_name="range",
+            assignments=(s.SyncGroupRequestAssignment(member_id=member, assignment=b"A"),))
+        topic = new_topic(broker, 1)
+        commit = commit_request(8, group, topic, {0: 5}, generation=1, member=member)
+        synced, committed = call(broker, sync, commit)
+        assert synced.error_code == ErrorCode.coordinator_not_available
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.request_timed_out
+        # The follower fetches up to the log end: the high watermark passes both records.
+        end = partition.log.log_end_offset
+        broker.call(partition.update_follower_fetch_state, other, end, 0)
+        assert partition.high_watermark == end
+        (synced,) = call(broker, sync)
+        assert synced.error_code == ErrorCode.none and bytes(synced.assignment) == b"A"
+
+        async def commit_while_the_follower_fetches() -> Any:
+            conn = await BrokerConnection.open(broker.bootstrap, client_id="test-client")
+            try:
+                pending = asyncio.ensure_future(conn.send(commit))
+                deadline = time.monotonic() + 10
+                while not pending.done():  # a follower fetching up to the log end
+                    assert time.monotonic() < deadline
+                    broker.call(lambda: partition.update_follower_fetch_state(
+                        other, partition.log.log_end_offset, 0))
+                    await asyncio.sleep(0.01)
+                return await pending
+            finally:
+                await conn.close()
+
+        committed = asyncio.run(commit_while_the_follower_fetches())
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.none

@@ -32,6 +32,7 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._group_log import group_log_replicated
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
@@ -157,6 +158,17 @@ def register_groups(registry: HandlerRegistry, services: BrokerServices) -> None
             protocol_name=getattr(request, "protocol_name", None),
             assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
         )
+        if result.error == ErrorCode.none:
+            # The generation's group record is stored with acks=-1: no member is told its
+            # assignment before the ISR has it (Kafka's storeGroup callback maps a timeout
+            # to COORDINATOR_NOT_AVAILABLE; the member finds the coordinator and rejoins).
+            stored = await group_log_replicated(services, request.group_id)
+            if stored != ErrorCode.none:
+                if stored == ErrorCode.request_timed_out:
+                    stored = ErrorCode.coordinator_not_available
+                return make(m.SyncGroupResponse, throttle_time=ZERO_THROTTLE,
+                            error_code=stored, protocol_type=result.protocol_type,
+                            protocol_name=result.protocol_name, assignment=b"")
         return make(
             m.SyncGroupResponse, throttle_time=ZERO_THROTTLE, error_code=result.error,
             protocol_type=result.protocol_type, protocol_name=result.protocol_name,

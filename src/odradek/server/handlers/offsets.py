@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.coordinator.group_metadata import CommittedOffset
-from odradek.coordinator.offsets_topic import OFFSETS_TOPIC
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._group_log import group_log_replicated
 
 if TYPE_CHECKING:
     import uuid
@@ -67,24 +67,13 @@ def register_offsets(registry: HandlerRegistry, services: BrokerServices) -> Non
 
     # -- OffsetCommit ------------------------------------------------------------------
     async def replicated(group_id: str, results: dict[tuple[str, int], ErrorCode]) -> None:
-        """Kafka commits offsets with acks=-1: the answer waits until the ISR of the group's
-        __consumer_offsets partition has the commit (``offsets.commit.timeout.ms``), so a
-        coordinator failover cannot lose an acknowledged commit. Leadership lost meanwhile
-        is NOT_COORDINATOR; the ISR too slow, REQUEST_TIMED_OUT (the client retries)."""
-        manager = coordinator().manager
-        partition = services.replica_manager.get_partition(
-            OFFSETS_TOPIC, manager.partition_for(group_id))
-        if partition is None or not partition.is_leader:
-            return
-        last = partition.log.log_end_offset - 1
-        timeout_s = int(services.config["offsets.commit.timeout.ms"]) / 1000
-        if await services.replica_manager.wait_for_replication(partition, last, timeout_s):
-            return
-        failed = (ErrorCode.request_timed_out if partition.is_leader
-                  else ErrorCode.not_coordinator)
-        for key, code in results.items():
-            if code == ErrorCode.none:
-                results[key] = failed
+        """Offsets are committed with acks=-1: a commit the ISR did not take in time is
+        REQUEST_TIMED_OUT (the client retries), NOT_COORDINATOR if leadership was lost."""
+        failed = await group_log_replicated(services, group_id)
+        if failed != ErrorCode.none:
+            for key, code in results.items():
+                if code == ErrorCode.none:
+                    results[key] = failed
 
     async def offset_commit(ctx: RequestContext, request: Any) -> Any:
         m = response_module("offset_commit", ctx.api_version)

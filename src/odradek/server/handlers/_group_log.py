@@ -1,0 +1,36 @@
+"""Waiting for the ISR of a group's ``__consumer_offsets`` partition.
+
+How it works: Kafka appends a group's records (its committed offsets, and the group
+metadata stored when a generation's assignment is synced) with acks=-1
+(``GroupMetadataManager.appendForGroup``) and answers the client only once the ISR of the
+group's partition has them, within ``offsets.commit.timeout.ms``. So a coordinator
+failover cannot lose what a client was told had been stored. The coordinator appends at
+once; the handler then waits here for the partition's high watermark to pass the log end
+offset it saw (the replica manager's produce purgatory, as an acks=all Produce).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from odradek.coordinator.offsets_topic import OFFSETS_TOPIC
+from odradek.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from odradek.server.services import BrokerServices
+
+
+async def group_log_replicated(services: BrokerServices, group_id: str) -> ErrorCode:
+    """NONE once the ISR of ``group_id``'s partition holds everything appended to it so
+    far; NOT_COORDINATOR if this broker stopped leading it meanwhile; REQUEST_TIMED_OUT
+    when the ISR did not catch up within ``offsets.commit.timeout.ms``."""
+    manager = services.group_coordinator.manager
+    partition = services.replica_manager.get_partition(
+        OFFSETS_TOPIC, manager.partition_for(group_id))
+    if partition is None or not partition.is_leader:
+        return ErrorCode.none  # the append itself answered that
+    last = partition.log.log_end_offset - 1
+    timeout_s = int(services.config["offsets.commit.timeout.ms"]) / 1000
+    if await services.replica_manager.wait_for_replication(partition, last, timeout_s):
+        return ErrorCode.none
+    return ErrorCode.request_timed_out if partition.is_leader else ErrorCode.not_coordinator
