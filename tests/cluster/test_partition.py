@@ -293,17 +293,3 @@ def test_a_leader_alone_never_lags(log_manager: LogManager) -> None:
     partition.update_state(PartitionState(ME, 4, (ME,), (ME,)))
     assert partition.leader_epoch_start_offset == 3
     assert not partition.high_watermark_lags_epoch_start()
-
-
-def test_a_follower_is_told_each_high_watermark_once(log_manager: LogManager) -> None:
-    partition = _partition(log_manager, WITH_FOLLOWER)
-    assert partition.tell_follower_high_watermark(2, 0)  # first answer since leading
-    assert not partition.tell_follower_high_watermark(2, 0)
-    partition.append_records_as_leader(make_batch(3))
-    partition.update_follower_fetch_state(2, 3, now=10)
-    assert partition.high_watermark == 3
-    assert partition.tell_follower_high_watermark(2, 3)
-    assert not partition.tell_follower_high_watermark(2, 3)
-    assert not partition.tell_follower_high_watermark(9, 3)  # not a replica
-    partition.update_state(PartitionState(ME, 4, (ME, 2), (ME, 2)))  # a new epoch
-    assert partition.tell_follower_high_watermark(2, 3)

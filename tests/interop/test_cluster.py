@@ -219,7 +219,11 @@ def roundtrip_kcat(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, byt
     for p, records in expected_records().items():
         lines = "".join(f"{k.decode()}:{v.decode()}\n" for k, v in sorted(records))
         kcat("-b", bootstrap, "-P", "-t", topic, "-p", str(p), "-K", ":", input=lines)
-    out = kcat("-b", bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-J", "-q").stdout
+    # Read until every record is in (-c), not to the first end of partition (-e): while
+    # leadership moves, a new leader's high watermark can lag until its followers fetch
+    # (as in Kafka), and librdkafka reports the end of a partition at that high watermark.
+    out = kcat("-b", bootstrap, "-C", "-t", topic, "-o", "beginning", "-c", str(RECORDS),
+               "-J", "-q", timeout=CONSUME_DEADLINE_S).stdout
     got: dict[int, set[tuple[bytes, bytes]]] = {p: set() for p in range(PARTITIONS)}
     for line in out.splitlines():
         if line.strip():

@@ -54,7 +54,7 @@ class Fetcher:
     def request(self, offsets: dict[int, int], session_id: int = 0, epoch: int = -1,
                 forgotten: tuple[int, ...] = (), max_wait_ms: int = 20, min_bytes: int = 1,
                 max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20,
-                leader_epoch: int = -1, replica_id: int = -1) -> Any:
+                leader_epoch: int = -1) -> Any:
         m = self.m
         topics: tuple[Any, ...] = ()
         if offsets:
@@ -68,8 +68,8 @@ class Fetcher:
             forgotten_data = (make(m.ForgottenTopic, topic=self.name, topic_id=self.topic_id,
                                    partitions=forgotten),)
         return make(
-            m.FetchRequest, replica_id=replica_id,
-            replica_state=make(m.ReplicaState, replica_id=replica_id, replica_epoch=-1)
+            m.FetchRequest, replica_id=-1,
+            replica_state=make(m.ReplicaState, replica_id=-1, replica_epoch=-1)
             if hasattr(m, "ReplicaState") else None,
             max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=min_bytes,
             max_bytes=max_bytes, isolation_level=0, session_id=session_id,
@@ -429,58 +429,3 @@ def test_metadata_names_no_leader_it_does_not_know_alive(broker: RunningBroker) 
     unseen = broker.call(_topic_of, services, info, {me + 1})
     assert [(p.error_code, p.leader_id) for p in unseen.partitions] == [
         (int(ErrorCode.leader_not_available.value), -1)] * 2
-
-
-def test_followers_are_told_a_high_watermark_move_without_waiting(
-    broker: RunningBroker,
-) -> None:
-    """A follower's fetch waits for appends; when the high watermark moves, a follower
-    is answered at once (the one whose fetch moved it, and one waiting), instead of after
-    its max_wait: a follower elected leader then knows where the committed records end."""
-    from odradek.cluster.partition import PartitionState
-    from odradek.cluster.replica_manager import FollowerKey
-    from odradek.storage import TopicPartition
-
-    name, tid = _topic(broker, 1)
-    partition = broker.broker.replica_manager.get_partition(name, 0)
-    assert partition is not None
-    me = partition.broker_id
-    a, b = me + 100, me + 200
-    broker.call(partition.update_state, PartitionState(me, 1, (me, a, b), (me, a, b)))
-    _append(broker, name, 0, 3)
-    assert partition.high_watermark == 0  # a and b have not fetched
-    f = Fetcher(12, name, tid)
-    wait_ms = 20_000
-    purgatory = broker.broker.services.fetch_purgatory
-    key = FollowerKey(TopicPartition(name, 0))
-
-    async def scenario() -> None:
-        conn_a = await BrokerConnection.open(broker.bootstrap)
-        conn_b = await BrokerConnection.open(broker.bootstrap)
-        try:
-            for conn, replica in ((conn_a, a), (conn_b, b)):  # both copy the records
-                r = await conn.send(f.request({0: 0}, max_wait_ms=wait_ms, replica_id=replica))
-                assert _parts(r)[0].records
-            # a has all three records and has been told the high watermark (0): nothing
-            # new for it, its next fetch waits.
-            started = time.monotonic()
-            waiting = asyncio.ensure_future(
-                conn_a.send(f.request({0: 3}, max_wait_ms=wait_ms, replica_id=a)))
-            while broker.call(purgatory.watching, key) == 0:
-                assert time.monotonic() - started < 10, "a's fetch never waited"
-                await asyncio.sleep(0.01)
-            # b's fetch at 3 moves the high watermark: b is answered at once with it,
-            # and a's waiting fetch is woken.
-            r = await conn_b.send(f.request({0: 3}, max_wait_ms=wait_ms, replica_id=b))
-            assert _parts(r)[0].high_watermark == 3
-            r = await asyncio.wait_for(waiting, wait_ms / 1000)
-            assert _parts(r)[0].high_watermark == 3
-            assert time.monotonic() - started < wait_ms / 2000
-        finally:
-            await conn_a.close()
-            await conn_b.close()
-
-    try:
-        asyncio.run(scenario())
-    finally:
-        broker.call(partition.update_state, PartitionState(me, 2, (me,), (me,)))

@@ -114,8 +114,6 @@ class ReplicaState:
     last_caught_up_ms: int = 0
     last_fetch_leader_log_end_offset: int = -1
     last_fetch_ms: int = 0
-    high_watermark_sent: int = -1
-    """The high watermark in the last fetch response read for it."""
 
 
 class Partition:
@@ -254,19 +252,6 @@ class Partition:
         replica.last_fetch_leader_log_end_offset = leader_end
         replica.last_fetch_ms = now
         return self.maybe_increment_high_watermark()
-
-    def tell_follower_high_watermark(self, replica_id: int, high_watermark: int) -> bool:
-        """A fetch response to ``replica_id`` carries ``high_watermark``: True when that
-        is news to it. Such a fetch is answered without waiting for appends, so that a
-        follower knows the high watermark within one round trip of its move rather than
-        after ``replica.fetch.wait.max.ms``: elected leader, it then starts from the
-        committed end the old leader had, and consumers see no step back (Kafka leaves it
-        to the next fetch; KIP-207's OFFSET_NOT_AVAILABLE covers what is left)."""
-        replica = self.replicas.get(replica_id)
-        if replica is None or high_watermark <= replica.high_watermark_sent:
-            return False
-        replica.high_watermark_sent = high_watermark
-        return True
 
     def out_of_sync_replicas(self, now: int, max_lag_ms: int) -> list[int]:
         """Followers of the ISR not caught up for longer than ``max_lag_ms``

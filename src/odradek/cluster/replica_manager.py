@@ -18,11 +18,8 @@ How it works:
   high watermark passes its last offset (Kafka's ``DelayedProduce``).
 - *Events.* Each append tells the followers' fetches waiting in the fetch purgatory how
   many bytes arrived; each high-watermark move tells the consumers' fetches (the bytes
-  appended since the previous move: what became visible), the produce purgatory
-  (acks=all waiters re-check their offset) and the followers' waiting fetches, which are
-  answered at once so that every follower knows the high watermark within a round trip
-  (a follower is also answered without waiting when its fetch finds a high watermark it
-  was not told: ``Partition.tell_follower_high_watermark``): events, never polling.
+  appended since the previous move: what became visible) and the produce purgatory
+  (acks=all waiters re-check their offset): events, never polling.
 - *Roles* (Kafka's ``becomeLeaderOrFollower``). A partition this broker leads takes no
   fetcher and tracks its followers (:class:`~odradek.cluster.partition.Partition`); one it
   follows is handed to the :class:`~odradek.cluster.replica_fetcher.ReplicaFetcherManager`
@@ -91,8 +88,8 @@ class UnknownTopicOrPartitionError(Exception):
 
 
 class FollowerKey(NamedTuple):
-    """The fetch purgatory key followers of ``tp`` wait on: appends by their bytes, and a
-    move of the high watermark wakes them all."""
+    """The fetch purgatory key followers of ``tp`` wait on (appends, not the high
+    watermark)."""
 
     tp: TopicPartition
 
@@ -522,7 +519,6 @@ class ReplicaManager:
     def _new_partition(self, partition_log: PartitionLog, state: PartitionState) -> Partition:
         tp = TopicPartition(partition_log.topic, partition_log.partition)
         fetch_notify = self.fetch_watchers.notify
-        wake_followers = self.fetch_watchers.wake_all
         produce_notify = self.produce_watchers.notify
         follower_key = FollowerKey(tp)
         # Bytes appended since the high watermark last moved: what consumers are told of
@@ -537,8 +533,6 @@ class ReplicaManager:
             nbytes, unreplicated[0] = unreplicated[0], 0
             fetch_notify(tp, nbytes)
             produce_notify(tp, 0)
-            # Followers waiting for appends are told the new high watermark at once.
-            wake_followers(follower_key)
 
         partition_log.add_append_listener(on_append)
         return Partition(self.broker_id, partition_log, state,

@@ -135,12 +135,10 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
         max_bytes = min(request.max_bytes, int(services.config["fetch.max.bytes"]))
         replica_id = _replica_id(request)
         follower = replica_id >= 0
-        infos, total, answer_now = _read_all(replica_manager, parts, max_bytes, by_id,
-                                             replica_id)
+        infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-        if total < request.min_bytes and max_wait_ms > 0 and not answer_now and parts:
-            # Followers wait for appends (or the high watermark they have not been told
-            # yet); consumers for the high watermark to move.
+        if total < request.min_bytes and max_wait_ms > 0 and not errors and parts:
+            # Followers wait for appends; consumers for the high watermark to move.
             keys: list[Hashable] = [
                 FollowerKey(TopicPartition(cp.topic, cp.partition)) if follower
                 else TopicPartition(cp.topic, cp.partition)
@@ -149,7 +147,8 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
             await services.fetch_purgatory.wait(
                 keys, request.min_bytes, total, max_wait_ms / 1000
             )
-            infos, total, _ = _read_all(replica_manager, parts, max_bytes, by_id, replica_id)
+            infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id,
+                                             replica_id)
 
         session_id = 0
         incremental = context.kind is ContextKind.INCREMENTAL
@@ -227,42 +226,38 @@ def _read_all(
     replica_manager: ReplicaManager, parts: list[CachedPartition], max_bytes: int, by_id: bool,
     replica_id: int,
 ) -> tuple[list[FetchPartition | FetchDataInfo], int, int]:
-    """Read every partition; also returns how many partitions want an answer at once: an
-    error, or (to a follower) a high watermark it has not been told."""
     results: list[FetchPartition | FetchDataInfo] = []
     remaining = max_bytes
     total = 0
-    answer_now = 0
+    errors = 0
     min_one = True
     for cp in parts:
-        result, news = _read_one(replica_manager, cp, remaining, min_one, by_id, replica_id)
-        answer_now += news
+        result = _read_one(replica_manager, cp, remaining, min_one, by_id, replica_id)
         if isinstance(result, FetchPartition):
-            answer_now += 1
+            errors += 1
         elif result.size:
             min_one = False
             remaining = max(0, remaining - result.size)
             total += result.size
         results.append(result)
-    return results, total, answer_now
+    return results, total, errors
 
 
 def _read_one(
     replica_manager: ReplicaManager, cp: CachedPartition, remaining: int, min_one: bool,
     by_id: bool, replica_id: int,
-) -> tuple[FetchPartition | FetchDataInfo, bool]:
-    """The log region to send, or a FetchPartition carrying an error; and whether a
-    follower is told a high watermark it did not know (answered without waiting)."""
+) -> FetchPartition | FetchDataInfo:
+    """The log region to send, or a FetchPartition carrying an error."""
     if cp.topic is None:
-        return FetchPartition(cp.partition, ErrorCode.unknown_topic_id), False
+        return FetchPartition(cp.partition, ErrorCode.unknown_topic_id)
     try:
         partition = replica_manager.leader_partition(cp.topic, cp.partition, cp.leader_epoch)
     except UnknownTopicOrPartitionError:
         code = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
-        return FetchPartition(cp.partition, code), False
+        return FetchPartition(cp.partition, code)
     except Exception as exc:
         code, _ = error_code_for(exc, f"fetching {cp.topic}-{cp.partition}")
-        return FetchPartition(cp.partition, code), False
+        return FetchPartition(cp.partition, code)
     limit = min(cp.max_bytes, remaining)
     follower = replica_id >= 0
     throttled = False
@@ -277,15 +272,13 @@ def _read_one(
                 else:
                     throttled = True
         info = partition.read(cp.fetch_offset, limit, min_one, follower)
-        news = follower and partition.tell_follower_high_watermark(
-            replica_id, info.high_watermark)
         if throttled and info.size:
             replica_manager.leader_quota.record(info.size, time.monotonic())
         if info.size and not min_one and info.size >= limit and _first_incomplete(info):
             # Kafka (v3+): a partition whose first batch does not fit is sent empty, not
             # as a partial batch the client could not make progress with.
-            return dataclasses.replace(info, size=0), news
-        return info, news
+            return dataclasses.replace(info, size=0)
+        return info
     except Exception as exc:
         code, _ = error_code_for(exc, f"fetching {cp.topic}-{cp.partition}")
         if code == ErrorCode.request_timed_out:
@@ -294,7 +287,7 @@ def _read_one(
             # (IllegalStateException) but retries UNKNOWN_SERVER_ERROR.
             code = ErrorCode.unknown_server_error
         hw = partition.high_watermark
-        return FetchPartition(cp.partition, code, hw, hw, partition.log.log_start_offset), False
+        return FetchPartition(cp.partition, code, hw, hw, partition.log.log_start_offset)
 
 
 def _first_incomplete(info: FetchDataInfo) -> bool:
