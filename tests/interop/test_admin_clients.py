@@ -302,3 +302,59 @@ def test_confluent_list_offsets_max_timestamp_names_the_record(
                                 request_timeout=15)
     (info,) = [f.result(30) for f in result.values()]
     assert (info.offset, info.timestamp) == (1, base + 900)
+
+
+# -- authorized operations (KIP-430) -----------------------------------------------------
+# With no authorizer Kafka allows every operation that applies to a resource type
+# (AclEntry.supportedOperations), and says so when asked.
+TOPIC_OPERATIONS = ["ALTER", "ALTER_CONFIGS", "CREATE", "DELETE", "DESCRIBE",
+                    "DESCRIBE_CONFIGS", "READ", "WRITE"]
+CLUSTER_OPERATIONS = ["ALTER", "ALTER_CONFIGS", "CLUSTER_ACTION", "CREATE", "DESCRIBE",
+                      "DESCRIBE_CONFIGS", "IDEMPOTENT_WRITE"]
+GROUP_OPERATIONS = ["DELETE", "DESCRIBE", "READ"]
+
+
+def _group_with_a_commit(rb: RunningBroker, topic: str) -> str:
+    """An Empty group holding a committed offset."""
+    group = f"ops-{uuid.uuid4().hex[:8]}"
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": rb.bootstrap, "group.id": group})
+    try:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 1)],
+                        asynchronous=False)
+    finally:
+        consumer.close()
+    return group
+
+
+def test_confluent_authorized_operations(rb: RunningBroker, admin: AdminClient) -> None:
+    topic = create(admin)
+    group = _group_with_a_commit(rb, topic)
+
+    def names(ops: Any) -> list[str] | None:
+        return None if ops is None else sorted(op.name for op in ops)
+
+    for include in (True, False):
+        described = admin.describe_topics(confluent_kafka.TopicCollection([topic]),
+                                          include_authorized_operations=include)
+        td = described[topic].result(10)
+        cluster = admin.describe_cluster(include_authorized_operations=include).result(10)
+        gd = admin.describe_consumer_groups(
+            [group], include_authorized_operations=include)[group].result(10)
+        expected = ((TOPIC_OPERATIONS, CLUSTER_OPERATIONS, GROUP_OPERATIONS) if include
+                    else (None, None, None))
+        assert (names(td.authorized_operations), names(cluster.authorized_operations),
+                names(gd.authorized_operations)) == expected, include
+
+
+def test_java_authorized_operations(rb: RunningBroker, admin: AdminClient) -> None:
+    from ._broker import java_client
+
+    topic = create(admin)
+    group = _group_with_a_commit(rb, topic)
+    res = java_client()(rb.bootstrap, "authorized-operations", topic, group)
+    assert res.ok, res.describe()
+    got = {k: res.summary[k] for k in ("topic", "cluster", "group", "topic_not_asked",
+                                       "cluster_not_asked", "group_not_asked")}
+    assert got == {"topic": TOPIC_OPERATIONS, "cluster": CLUSTER_OPERATIONS,
+                   "group": GROUP_OPERATIONS, "topic_not_asked": None,
+                   "cluster_not_asked": None, "group_not_asked": None}

@@ -432,3 +432,28 @@ def test_describe_cluster_controller_endpoint(rb: RunningBroker) -> None:
                                                  endpoint_type=2))
     assert response.error_code == ErrorCode.mismatched_endpoint_type
     assert response.brokers == ()
+
+
+@pytest.mark.parametrize("version", range(8, 13))
+def test_metadata_authorized_operations_every_version(rb: RunningBroker, version: int) -> None:
+    """KIP-430 without an authorizer: every operation that applies, as Kafka's bit field
+    (AclOperation codes); the cluster's only up to v10, where it left for DescribeCluster;
+    the "not requested" marker when not asked."""
+    name = new_topic(rb)
+    m = req("metadata", version)
+    fields: dict[str, Any] = {"allow_auto_topic_creation": False,
+                              "include_topic_authorized_operations": True}
+    if version <= 10:
+        fields["include_cluster_authorized_operations"] = True
+    topic = (make(m.MetadataRequestTopic, name=name, topic_id=None)
+             if version >= 10 else make(m.MetadataRequestTopic, name=name))
+    asked = send(rb, make(m.MetadataRequest, topics=(topic,), **fields))
+    not_asked = send(rb, make(m.MetadataRequest, topics=(topic,), **{
+        k: False if k.startswith("include") else v for k, v in fields.items()}))
+    topic_ops = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))  # 3576
+    assert asked.topics[0].topic_authorized_operations == topic_ops
+    assert not_asked.topics[0].topic_authorized_operations == -(1 << 31)
+    if version <= 10:
+        cluster_ops = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))  # 8096
+        assert asked.cluster_authorized_operations == cluster_ops
+        assert not_asked.cluster_authorized_operations == -(1 << 31)

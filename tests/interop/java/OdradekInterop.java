@@ -15,6 +15,9 @@
 //   group-consume <group> <expected>
 //                            subscribe with group.id, poll until `expected` records arrived,
 //                            commitSync, report committed offsets.
+//   authorized-operations <group>
+//                            describeTopics, describeCluster and describeConsumerGroups with
+//                            and without includeAuthorizedOperations; report the operations.
 //   create [partitions] [rf] create the topic.
 //   delete                   delete the topic.
 //
@@ -131,6 +134,12 @@ public final class OdradekInterop {
                     break;
                 case "elect-preferred":
                     app.electPreferred(intArg(args, 0, 1));
+                    break;
+                case "authorized-operations":
+                    if (args.isEmpty()) {
+                        usage("authorized-operations needs <group>");
+                    }
+                    app.authorizedOperations(args.get(0));
                     break;
                 default:
                     usage("unknown mode " + mode);
@@ -651,6 +660,41 @@ public final class OdradekInterop {
             }
         }
         summary.put("elected", outcome);
+    }
+
+    static Object opNames(Set<org.apache.kafka.common.acl.AclOperation> ops) {
+        if (ops == null) {
+            return null;
+        }
+        List<String> names = new ArrayList<>();
+        for (org.apache.kafka.common.acl.AclOperation op : ops) {
+            names.add(op.name());
+        }
+        java.util.Collections.sort(names);
+        return names;
+    }
+
+    void authorizedOperations(String group) throws Exception {
+        try (Admin admin = admin()) {
+            for (boolean include : new boolean[] {true, false}) {
+                String suffix = include ? "" : "_not_asked";
+                TopicDescription td = get(admin.describeTopics(List.of(topic),
+                        new org.apache.kafka.clients.admin.DescribeTopicsOptions()
+                            .includeAuthorizedOperations(include))
+                        .allTopicNames()).get(topic);
+                summary.put("topic" + suffix, opNames(td.authorizedOperations()));
+                summary.put("cluster" + suffix, opNames(get(admin.describeCluster(
+                        new org.apache.kafka.clients.admin.DescribeClusterOptions()
+                            .includeAuthorizedOperations(include))
+                        .authorizedOperations())));
+                org.apache.kafka.clients.admin.ConsumerGroupDescription gd = get(
+                        admin.describeConsumerGroups(List.of(group),
+                            new org.apache.kafka.clients.admin.DescribeConsumerGroupsOptions()
+                                .includeAuthorizedOperations(include))
+                        .all()).get(group);
+                summary.put("group" + suffix, opNames(gd.authorizedOperations()));
+            }
+        }
     }
 
     // ---------------------------------------------------------------- tiny JSON writer

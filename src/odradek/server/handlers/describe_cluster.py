@@ -3,9 +3,9 @@
 A single node is its own controller, so ``controller_id`` is this broker's id. Only the
 BROKER endpoint type (1) is served; asking a broker for CONTROLLER endpoints (2, v1+) is
 MISMATCHED_ENDPOINT_TYPE, as Kafka's brokers answer. With
-``include_cluster_authorized_operations`` the answer carries every operation Kafka defines
-on the CLUSTER resource (there is no authorizer: everything is allowed), else the
-"not requested" marker ``-2147483648``. The one broker is never fenced.
+``include_cluster_authorized_operations`` the answer carries the operations allowed on the
+CLUSTER resource (``server/authorization.py``), else the "not requested" marker
+``-2147483648``. The one broker is never fenced.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized_operations
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
 if TYPE_CHECKING:
@@ -22,18 +23,14 @@ if TYPE_CHECKING:
 
 VERSIONS = (0, 2)
 ENDPOINT_BROKERS = 1
-NOT_REQUESTED = -(1 << 31)
-# Kafka's AclOperation codes allowed on the CLUSTER resource: CREATE 5, ALTER 7,
-# DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
 def register_describe_cluster(registry: HandlerRegistry, services: BrokerServices) -> None:
     async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
         m = response_module("describe_cluster", ctx.api_version)
         endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
-        operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
-                      else NOT_REQUESTED)
+        operations = (authorized_operations(ResourceType.CLUSTER)
+                      if request.include_cluster_authorized_operations else NOT_REQUESTED)
         if endpoint_type != ENDPOINT_BROKERS:
             return make(m.DescribeClusterResponse, throttle_time=ZERO_THROTTLE,
                         error_code=ErrorCode.mismatched_endpoint_type,

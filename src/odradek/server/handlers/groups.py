@@ -31,6 +31,7 @@ from odradek.coordinator.offsets_topic import OffsetsTopicUnavailableError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized_operations
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated
 
@@ -48,8 +49,6 @@ DELETE_GROUPS_VERSIONS = (0, 2)
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
-# DescribeGroups v3+: authorized operations are not computed without an authorizer.
-NO_AUTHORIZED_OPERATIONS = -(1 << 31)
 CLASSIC_GROUP_TYPE = "classic"
 
 
@@ -205,6 +204,7 @@ def register_groups(registry: HandlerRegistry, services: BrokerServices) -> None
     # -- DescribeGroups ------------------------------------------------------------------
     async def describe_groups(ctx: RequestContext, request: Any) -> Any:
         m = response_module("describe_groups", ctx.api_version)
+        asked_operations = getattr(request, "include_authorized_operations", False)
         groups = []
         for group_id in request.groups:
             summary = coordinator().describe_group(group_id)
@@ -226,7 +226,8 @@ def register_groups(registry: HandlerRegistry, services: BrokerServices) -> None
                 m.DescribedGroup, error_code=error, error_message=message, group_id=group_id,
                 group_state=summary.state, protocol_type=summary.protocol_type,
                 protocol_data=summary.protocol, members=members,
-                authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                authorized_operations=authorized_operations(ResourceType.GROUP, group_id)
+                if error == ErrorCode.none and asked_operations else NOT_REQUESTED,
             ))
         return make(m.DescribeGroupsResponse, throttle_time=ZERO_THROTTLE,
                     groups=tuple(groups))

@@ -6,7 +6,9 @@ both the request (``allow_auto_topic_creation``, v4+) and the broker
 (``auto.create.topics.enable``) allow it, otherwise UNKNOWN_TOPIC_OR_PARTITION; an illegal
 name is INVALID_TOPIC_EXCEPTION; topics asked by id (v10+) that do not exist get
 UNKNOWN_TOPIC_ID. Creation here is synchronous, so the new topic is answered with its
-partitions at once instead of LEADER_NOT_AVAILABLE.
+partitions at once instead of LEADER_NOT_AVAILABLE. ``include_cluster_authorized_operations``
+(v8-10) and ``include_topic_authorized_operations`` (v8+) are answered from
+``server/authorization.py`` (KIP-430).
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ from odradek.protocol.metadata_writer import (
 )
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.protocol.send import Send
+from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized_operations
 from odradek.server.handlers._errors import code_of
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
 VERSIONS = (0, 12)
-NO_AUTHORIZED_OPERATIONS = -(1 << 31)
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -44,9 +46,13 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
         requested = request.topics
         live_brokers = services.live_brokers()
         live = {b[0] for b in live_brokers}
+        # KIP-430 (v8+): the operations the caller may perform, when asked
+        ops = (authorized_operations(ResourceType.TOPIC)
+               if getattr(request, "include_topic_authorized_operations", False)
+               else NOT_REQUESTED)
         if requested is None or (version == 0 and not requested):
             for info in sorted(services.metadata.topics.values(), key=lambda i: i.name):
-                topics.append(_topic(services, info, live))
+                topics.append(_topic(services, info, live, ops))
         else:
             allow = getattr(request, "allow_auto_topic_creation", True) and bool(
                 services.config["auto.create.topics.enable"]
@@ -59,7 +65,7 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
                     if info is None:
                         topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id))
                     else:
-                        topics.append(_topic(services, info, live))
+                        topics.append(_topic(services, info, live, ops))
                     continue
                 info = services.metadata.get(name)
                 if info is None and allow:
@@ -70,18 +76,20 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
                             info = services.metadata.create_topic(name)
                     except MetadataError as exc:
                         if exc.kafka_error != "TOPIC_ALREADY_EXISTS":
-                            topics.append(_error_topic(name, code_of(exc.kafka_error)))
+                            topics.append(_error_topic(name, code_of(exc.kafka_error), ops=ops))
                             continue
                         info = services.metadata.get(name)
                 if info is None:
-                    topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
+                    topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition, ops=ops))
                 else:
-                    topics.append(_topic(services, info, live))
+                    topics.append(_topic(services, info, live, ops))
         brokers = [MetadataBroker(b, host, port, rack) for b, host, port, rack in live_brokers]
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
         return Send((write_metadata_response(
             version, brokers, services.metadata.cluster_id, services.controller_id(), topics,
-            NO_AUTHORIZED_OPERATIONS,
+            authorized_operations(ResourceType.CLUSTER)
+            if getattr(request, "include_cluster_authorized_operations", False)
+            else NOT_REQUESTED,
         ),))
 
     registry.register(ApiKey.METADATA, VERSIONS[0], VERSIONS[1], metadata)
@@ -91,7 +99,9 @@ _NONE = int(ErrorCode.none.value)
 _LEADER_NOT_AVAILABLE = int(ErrorCode.leader_not_available.value)
 
 
-def _topic(services: BrokerServices, info: TopicInfo, live: set[int]) -> MetadataTopic:
+def _topic(
+    services: BrokerServices, info: TopicInfo, live: set[int], ops: int = NOT_REQUESTED
+) -> MetadataTopic:
     """Each partition's leader, leader epoch and ISR as decided (the metadata's partition
     state); a partition led here whose log is not in place yet, or whose leader is not
     among the live brokers of this answer (this broker has not yet seen it register), is
@@ -117,11 +127,15 @@ def _topic(services: BrokerServices, info: TopicInfo, live: set[int]) -> Metadat
                 _NONE, index, state.leader, state.leader_epoch, nodes, state.isr, ()
             ))
     return MetadataTopic(
-        _NONE, info.name, info.topic_id, info.is_internal, partitions, NO_AUTHORIZED_OPERATIONS
+        _NONE, info.name, info.topic_id, info.is_internal, partitions, ops
     )
 
 
-def _error_topic(name: str | None, code: ErrorCode, topic_id: Any = None) -> MetadataTopic:
+def _error_topic(
+    name: str | None, code: ErrorCode, topic_id: Any = None, ops: int = NOT_REQUESTED
+) -> MetadataTopic:
+    """A topic answered with an error. Kafka gives the authorized operations of a topic
+    named in the request (its Describe was authorized) but not of an unknown topic id."""
     return MetadataTopic(
-        int(code.value), name, topic_id or ZERO_UUID, False, (), NO_AUTHORIZED_OPERATIONS
+        int(code.value), name, topic_id or ZERO_UUID, False, (), ops
     )
