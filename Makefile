@@ -14,7 +14,7 @@ $(BIN)/odradek: pyproject.toml
 install: $(BIN)/odradek
 
 serve: install
-	$(BIN)/odradek serve $(ARGS)
+	$(BIN)/odradek serve --config config/server.properties $(ARGS)
 
 install-test:
 	scripts/bootstrap --test

@@ -9,6 +9,9 @@ real sockets, exactly as they would to a deployed broker::
     with running_broker(overrides={"num.partitions": "3"}) as broker:
         producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
 
+Unlike a broker's default, a new group's first rebalance is not delayed
+(``group.initial.rebalance.delay.ms`` = 0, as Kafka's own test harness sets it).
+
 With pytest, the ``odradek_broker`` fixture (registered by this module as a plugin: add
 ``pytest_plugins = ["odradek.testing"]`` to your conftest.py) yields the same object.
 """
@@ -61,6 +64,8 @@ def running_broker(
     raw = {
         "listeners": "PLAINTEXT://127.0.0.1:0",
         "log.dirs": str(directory / "data"),
+        # A test's group forms at once, as in Kafka's own test harness; overridable.
+        "group.initial.rebalance.delay.ms": "0",
         **(overrides or {}),
     }
     config = BrokerConfig.from_raw(raw)

@@ -263,6 +263,7 @@ def start_broker(
         conf: dict[str, Any] = {
             "listeners": f"PLAINTEXT://{host}:{chosen}",
             "log.dirs": str(data),
+            "group.initial.rebalance.delay.ms": 0,  # as config/server.properties
         }
         conf.update(merged)
         argv = [str(odradek_executable()), "serve", *_override_args(conf), *extra_args]

@@ -114,9 +114,11 @@ class DevCluster:
         self.data_dir = Path(args.data_dir).resolve()
         self.stop_grace: float = args.stop_grace
         # __consumer_offsets replicated as Kafka's default (3) where the cluster allows it,
-        # so a group survives the loss of its coordinator; --override wins.
+        # so a group survives the loss of its coordinator; a new group's first rebalance
+        # not delayed, as config/server.properties for development; --override wins.
         self.overrides = {
-            "offsets.topic.replication.factor": str(min(3, self.count)), **overrides,
+            "offsets.topic.replication.factor": str(min(3, self.count)),
+            "group.initial.rebalance.delay.ms": "0", **overrides,
         }
         self.zookeeper: LocalZooKeeper | None = None
         self.brokers: list[DevBroker] = []

@@ -9,9 +9,11 @@ Keys Kafka has but Odradek does not need (thread pool sizes of the JVM broker) a
 and reported as not applicable.
 
 Odradek's defaults differ from Kafka's in three places, for the embedded single node:
-``listeners`` binds 127.0.0.1:9092, ``log.dirs`` is ./data, and the group coordinator uses
-``group.initial.rebalance.delay.ms`` = 0 and ``offsets.topic.replication.factor`` = 1, as
-Kafka's own shipped ``config/server.properties`` does.
+``listeners`` binds 127.0.0.1:9092, ``log.dirs`` is ./data, and
+``offsets.topic.replication.factor`` is 1. ``group.initial.rebalance.delay.ms`` keeps
+Kafka's 3000; the shipped ``config/server.properties`` that ``make serve`` uses sets it to
+0 for development, as Kafka's own does, and so do the test harnesses
+(``odradek.testing``) and ``odradek dev-cluster``.
 """
 
 from __future__ import annotations
@@ -110,8 +112,9 @@ _OWN: tuple[ConfigDef, ...] = (
               "offset expiry check period", _ge(1)),
     ConfigDef("offsets.commit.timeout.ms", "int", 5000, None, "offset commit wait", _ge(1)),
     ConfigDef("offset.metadata.max.bytes", "int", 4096, None, "commit metadata size"),
-    ConfigDef("group.initial.rebalance.delay.ms", "int", 0, None,
-              "delay of a new group's first rebalance (Kafka default 3000; 0 as shipped)"),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, None,
+              "delay of a new group's first rebalance (0 in config/server.properties)",
+              _ge(0)),
     ConfigDef("group.min.session.timeout.ms", "int", 6000, None, "smallest session timeout"),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, None, "largest session timeout"),
     ConfigDef("group.max.size", "int", 2147483647, None, "members per group", _ge(1)),
