@@ -358,3 +358,36 @@ def test_java_authorized_operations(rb: RunningBroker, admin: AdminClient) -> No
     assert got == {"topic": TOPIC_OPERATIONS, "cluster": CLUSTER_OPERATIONS,
                    "group": GROUP_OPERATIONS, "topic_not_asked": None,
                    "cluster_not_asked": None, "group_not_asked": None}
+
+
+# -- per-record produce errors (KIP-467) ---------------------------------------------------
+def test_java_producer_is_told_which_records_broke_the_rule(
+    rb: RunningBroker, admin: AdminClient
+) -> None:
+    """100 records in one batch to a compacted topic, 10 without a key: the Java producer
+    fails those 10 with the broker's reason (InvalidRecordException) and the other 90 as
+    refused only for sharing the batch (Sender's KIP-467 handling)."""
+    from ._broker import java_client
+
+    topic = create(admin, config={"cleanup.policy": "compact"})
+    res = java_client()(rb.bootstrap, "produce-keyless", topic, "100")
+    assert res.ok, res.describe()
+    assert res.summary["named"] == list(range(5, 100, 10))
+    assert res.summary["outcomes"] == {"InvalidRecordException (named)": 10,
+                                       "KafkaException": 90}
+
+
+def test_confluent_producer_fails_the_batch_with_the_reason(
+    rb: RunningBroker, admin: AdminClient
+) -> None:
+    topic = create(admin, config={"cleanup.policy": "compact"})
+    producer = confluent_kafka.Producer({"bootstrap.servers": rb.bootstrap,
+                                         "linger.ms": 1000, "enable.idempotence": False})
+    errors: list[Any] = []
+    for i in range(100):
+        producer.produce(topic, b"v", None if i % 10 == 5 else b"k%d" % i, partition=0,
+                         on_delivery=lambda err, _msg: errors.append(err))
+    assert producer.flush(30) == 0
+    assert len(errors) == 100
+    assert {e.code() if e else None for e in errors} == {
+        confluent_kafka.KafkaError.INVALID_RECORD}

@@ -29,6 +29,9 @@ partition = st.builds(
     log_append_time_ms=st.one_of(st.just(-1), st.integers(0, 2**41)),
     log_start_offset=st.integers(-1, 2**62),
     error_message=st.one_of(st.none(), st.text(max_size=40)),
+    record_errors=st.lists(st.tuples(st.integers(0, 2**31 - 1),
+                                     st.one_of(st.none(), st.text(max_size=20))),
+                           max_size=3).map(tuple),
 )
 topics = st.lists(
     st.tuples(st.text(min_size=1, max_size=30), st.lists(partition, max_size=5)), max_size=4
@@ -49,7 +52,10 @@ def _kio(version: int, data: list[tuple[str, list[PartitionResult]]], throttle: 
             make(m.PartitionProduceResponse, index=p.index, error_code=ErrorCode(p.error_code),
                  base_offset=p.base_offset,
                  log_append_time=ms_to_datetime(p.log_append_time_ms),
-                 log_start_offset=p.log_start_offset, record_errors=(),
+                 log_start_offset=p.log_start_offset, record_errors=tuple(
+                     nested(m, "BatchIndexAndErrorMessage", batch_index=i,
+                            batch_index_error_message=message)
+                     for i, message in p.record_errors),
                  error_message=p.error_message,
                  current_leader=nested(m, "LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1))
             for p in parts))

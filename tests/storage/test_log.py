@@ -275,6 +275,39 @@ def test_compacted_log_refuses_a_keyless_record(tmp_path: Path) -> None:
     plog.close()
 
 
+def test_refused_records_are_named(tmp_path: Path) -> None:
+    """KIP-467: the records a rule refuses are named by their index in the batch, with
+    Kafka's messages (LogValidator), and nothing is written."""
+    plog = open_log(tmp_path, config(cleanup_policy="compact"))
+    batch = BatchBuilder(compression=CompressionType.LZ4)
+    for i in range(100):
+        batch.append(None if i % 10 == 5 else b"k%d" % i, b"v", NOW)
+    with pytest.raises(InvalidRecordBatchError) as caught:
+        plog.append_as_leader(batch.build())
+    keyless = f"Compacted topic cannot accept message without key in topic partition {plog.name}."
+    assert caught.value.record_errors == tuple((i, keyless) for i in range(5, 100, 10))
+    assert str(caught.value).startswith(
+        "One or more records have been rejected due to 10 record errors in total, and only "
+        "showing the first three errors at most: [RecordError(batchIndex=5, ")
+    assert plog.log_end_offset == 0
+    plog.close()
+
+
+def test_records_out_of_the_timestamp_bounds_are_named(tmp_path: Path) -> None:
+    plog = open_log(tmp_path, config(message_timestamp_after_max_ms=1000))
+    batch = BatchBuilder()
+    for ts in (NOW + 5000, NOW, NOW + 999, NOW + 7000):
+        batch.append(b"k", b"v", ts)
+    with pytest.raises(InvalidTimestampError) as caught:
+        plog.append_as_leader(batch.build())
+    assert [i for i, _ in caught.value.record_errors] == [0, 3]
+    assert caught.value.record_errors[0][1].startswith(
+        f"Timestamp {NOW + 5000} of message with offset 0 is out of range.")
+    assert str(caught.value) == "One or more records have been rejected due to invalid timestamp"
+    assert plog.log_end_offset == 0
+    plog.close()
+
+
 def test_past_timestamp_bound(tmp_path: Path) -> None:
     plog = open_log(tmp_path, config(message_timestamp_before_max_ms=1000))
     with pytest.raises(InvalidTimestampError):

@@ -24,8 +24,9 @@ batches. This writer packs the same bytes directly with ``struct``. Layout (Kafk
       throttle_time_ms      int32
       <tagged fields>       v9+; tag 0 node_endpoints (v10+) only when not empty
 
-The broker never sets record_errors, current_leader or node_endpoints yet (single broker,
-no per-record validation), so they are written as their defaults. A partition without
+record_errors name the records a rule refused (KIP-467: a key missing on a compacted
+topic, a timestamp out of range). The broker never sets current_leader or node_endpoints
+yet, so they are written as their defaults. A partition without
 an error message (the common case) is one ``struct`` pack of its fixed fields plus the
 version's constant tail (empty record_errors, null error_message, no tagged fields). The
 unit tests check the output byte for byte against kio's encoding for every version.
@@ -76,6 +77,8 @@ class PartitionResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    record_errors: tuple[tuple[int, str | None], ...] = ()
+    """(batch_index, batch_index_error_message) of each record refused (v8+)."""
 
 
 def write_produce_response(
@@ -90,7 +93,7 @@ def write_produce_response(
         out += string(name, flexible)
         out += array_length(len(partitions), flexible)
         for p in partitions:
-            if p.error_message is None and version >= _LOG_START_OFFSET:
+            if p.error_message is None and not p.record_errors and version >= _LOG_START_OFFSET:
                 out += _PART_V5.pack(p.index, p.error_code, p.base_offset,
                                      p.log_append_time_ms, p.log_start_offset)
                 out += tail
@@ -99,7 +102,12 @@ def write_produce_response(
             if version >= _LOG_START_OFFSET:
                 out += _I64.pack(p.log_start_offset)
             if version >= _ERROR_DETAILS:
-                out += array_length(0, flexible)  # record_errors
+                out += array_length(len(p.record_errors), flexible)
+                for batch_index, message in p.record_errors:
+                    out += I32.pack(batch_index)
+                    out += nullable_string(message, flexible)
+                    if flexible:
+                        out += b"\x00"  # record error tagged fields
                 out += nullable_string(p.error_message, flexible)
             if flexible:
                 out += b"\x00"  # partition tagged fields: current_leader is the default

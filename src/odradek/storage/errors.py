@@ -9,6 +9,9 @@ from __future__ import annotations
 
 class StorageError(Exception):
     kafka_error = "UNKNOWN_SERVER_ERROR"
+    record_errors: tuple[tuple[int, str], ...] = ()
+    """The records a rule refused, as (index of the record in its batch, why): Produce v8+
+    answers them per record (KIP-467, Kafka's RecordValidationException)."""
 
 
 class KafkaStorageError(StorageError):
@@ -56,6 +59,22 @@ class InvalidRecordBatchError(StorageError):
 
 class InvalidTimestampError(StorageError):
     kafka_error = "INVALID_TIMESTAMP"
+
+
+def with_record_errors(
+    exc: StorageError, record_errors: list[tuple[int, str]]
+) -> StorageError:
+    """``exc`` carrying the records it refused (KIP-467)."""
+    exc.record_errors = tuple(record_errors)
+    return exc
+
+
+def record_errors_summary(record_errors: list[tuple[int, str]]) -> str:
+    """Kafka's message for a batch refused record by record (LogValidator)."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')"
+                      for i, m in record_errors[:3])
+    return (f"One or more records have been rejected due to {len(record_errors)} record "
+            f"errors in total, and only showing the first three errors at most: [{shown}]")
 
 
 class LogDirNotFoundError(StorageError):

@@ -56,6 +56,8 @@ from odradek.storage.errors import (
     InvalidTimestampError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    record_errors_summary,
+    with_record_errors,
 )
 from odradek.storage.index import TimestampOffset
 from odradek.storage.leader_epoch import LeaderEpochCache
@@ -132,19 +134,24 @@ def _require_keys(
     records: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], name: str
 ) -> None:
     """Refuse a producer's batch holding a record without a key on a compacted topic
-    (Kafka's LogValidator rule). Iterates records: compacted topics only."""
+    (Kafka's LogValidator rule), naming every such record (KIP-467). Iterates records:
+    compacted topics only."""
     view = memoryview(records)
+    refused: list[tuple[int, str]] = []
+    message = f"{COMPACTED_KEYLESS_MESSAGE} in topic partition {name}."
     for header in headers:
         if header.is_control:
             continue
         try:
-            for record in iter_records(view[header.position : header.position + header.size]):
+            batch = view[header.position : header.position + header.size]
+            for index, record in enumerate(iter_records(batch)):
                 if record.key is None:
-                    raise InvalidRecordBatchError(
-                        f"{COMPACTED_KEYLESS_MESSAGE} in topic partition {name}."
-                    )
+                    refused.append((index, message))
         except InvalidRecordError as exc:
             raise CorruptRecordError(f"a record of {name} does not decode: {exc}") from exc
+    if refused:
+        raise with_record_errors(
+            InvalidRecordBatchError(record_errors_summary(refused)), refused)
 
 
 class PartitionLog:
@@ -295,19 +302,36 @@ class PartitionLog:
             _require_keys(records, info.batches, self.name)
         return info
 
-    def _check_timestamps(self, headers: tuple[BatchHeader, ...], now: int) -> None:
-        """Per batch (Kafka checks per record; a batch's first record has the base
-        timestamp and none is later than the max timestamp)."""
+    def _check_timestamps(
+        self, records: bytes | bytearray | memoryview, headers: tuple[BatchHeader, ...],
+        now: int,
+    ) -> None:
+        """Per batch on the way in (Kafka checks per record; a batch's first record has the
+        base timestamp and none is later than the max timestamp); a batch that fails is
+        then read record by record to name the records out of range (KIP-467)."""
         config = self.config
         before = config.timestamp_before_max_ms
         after = config.timestamp_after_max_ms
+        low, high = now - before, now + after
+        refused: list[tuple[int, str]] = []
+        failed = False
         for header in headers:
-            if header.max_timestamp > now + after or header.base_timestamp < now - before:
-                raise InvalidTimestampError(
-                    f"timestamps {header.base_timestamp}..{header.max_timestamp} are outside "
-                    f"[now - message.timestamp.before.max.ms, now + "
-                    f"message.timestamp.after.max.ms] of now={now}"
-                )
+            if header.max_timestamp > high or header.base_timestamp < low:
+                failed = True
+                batch = memoryview(records)[header.position : header.position + header.size]
+                try:
+                    for index, record in enumerate(iter_records(batch)):
+                        if not low <= record.timestamp <= high:
+                            refused.append((index, (
+                                f"Timestamp {record.timestamp} of message with offset "
+                                f"{record.offset} is out of range. The timestamp should be "
+                                f"within [{low}, {high}]")))
+                except InvalidRecordError as exc:
+                    raise CorruptRecordError(
+                        f"a record of {self.name} does not decode: {exc}") from exc
+        if failed:
+            raise with_record_errors(InvalidTimestampError(
+                "One or more records have been rejected due to invalid timestamp"), refused)
 
     def _apply_topic_compression(
         self, records: bytes | bytearray | memoryview, info: BatchesInfo
@@ -345,7 +369,7 @@ class PartitionLog:
         log_append = config.log_append_time
         batches = info.batches
         if not log_append:
-            self._check_timestamps(batches, now)
+            self._check_timestamps(records, batches, now)
         buf: bytearray | memoryview
         if isinstance(records, memoryview) and not records.readonly:
             buf = records

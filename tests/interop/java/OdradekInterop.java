@@ -18,6 +18,8 @@
 //   authorized-operations <group>
 //                            describeTopics, describeCluster and describeConsumerGroups with
 //                            and without includeAuthorizedOperations; report the operations.
+//   produce-keyless N        produce N records in one batch to partition 0, every tenth
+//                            (i % 10 == 5) without a key; report how each send failed.
 //   create [partitions] [rf] create the topic.
 //   delete                   delete the topic.
 //
@@ -134,6 +136,9 @@ public final class OdradekInterop {
                     break;
                 case "elect-preferred":
                     app.electPreferred(intArg(args, 0, 1));
+                    break;
+                case "produce-keyless":
+                    app.produceKeyless(intArg(args, 0, 100));
                     break;
                 case "authorized-operations":
                     if (args.isEmpty()) {
@@ -660,6 +665,42 @@ public final class OdradekInterop {
             }
         }
         summary.put("elected", outcome);
+    }
+
+    void produceKeyless(int n) throws Exception {
+        Properties p = base();
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "1000");
+        p.put(ProducerConfig.BATCH_SIZE_CONFIG, "1000000");
+        p.putAll(extra);
+        Map<String, Object> outcomes = new TreeMap<>();
+        List<Object> named = new ArrayList<>();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            List<Future<RecordMetadata>> futures = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                byte[] key = i % 10 == 5 ? null : utf8("key-" + i);
+                futures.add(producer.send(new ProducerRecord<>(topic, 0, key, utf8("v" + i))));
+            }
+            producer.flush();
+            for (int i = 0; i < n; i++) {
+                String outcome;
+                try {
+                    get(futures.get(i));
+                    outcome = "ok";
+                } catch (ExecutionException e) {
+                    Throwable c = e.getCause();
+                    outcome = c.getClass().getSimpleName();
+                    if (c.getMessage() != null && c.getMessage().contains("without key")) {
+                        named.add(i);
+                        outcome += " (named)";
+                    }
+                }
+                outcomes.merge(outcome, 1, (a, b) -> (Integer) a + (Integer) b);
+            }
+        }
+        summary.put("outcomes", outcomes);
+        summary.put("named", named);
     }
 
     static Object opNames(Set<org.apache.kafka.common.acl.AclOperation> ops) {

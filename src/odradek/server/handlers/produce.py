@@ -4,15 +4,17 @@ Follows Kafka's ``KafkaApis.handleProduceRequest`` and ``ReplicaManager.appendRe
 ``acks`` must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition); an unknown
 topic or partition is UNKNOWN_TOPIC_OR_PARTITION; the log validates each batch (CRC,
 magic, sizes, offsets, timestamps) and the precise error comes back per partition
-(CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, …), with nothing of
-a refused partition written. Partitions are reached through the replica manager: a
-partition this broker does not lead is NOT_LEADER_OR_FOLLOWER, one whose log is still
-being created LEADER_NOT_AVAILABLE. acks=0 sends no response at all. acks=-1 is refused
-with NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replicas``, and its
-answer waits until the high watermark passes the appended records (the ISR has them) or
-the request's timeout runs out (REQUEST_TIMED_OUT); with the leader alone in the ISR it
-passes them at once. Idempotent batches go through the partition's producer state
-(sequence checks, duplicate detection) before the append.
+(CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, …), with nothing
+of a refused partition written; a rule that refuses records one by one (a key missing on a
+compacted topic, a timestamp out of range) names them in ``record_errors`` (v8+, KIP-467).
+Partitions are reached through the replica manager: a partition this broker does not lead
+is NOT_LEADER_OR_FOLLOWER, one whose log is still being created LEADER_NOT_AVAILABLE.
+acks=0 sends no response at all. acks=-1 is refused with NOT_ENOUGH_REPLICAS when the ISR
+is smaller than ``min.insync.replicas``, and its answer waits until the high watermark
+passes the appended records (the ISR has them) or the request's timeout runs out
+(REQUEST_TIMED_OUT); with the leader alone in the ISR it passes them at once. Idempotent
+batches go through the partition's producer state (sequence checks, duplicate detection)
+before the append.
 
 The handler is registered ``serial``: requests of one connection are applied in order, as
 idempotent producers with several requests in flight require.
@@ -106,7 +108,8 @@ def _append(
     except Exception as exc:
         code, message = error_code_for(exc, f"appending to {topic}-{index}")
         return PartitionResult(
-            index, int(code.value), error_message=message if code != ErrorCode.none else None
+            index, int(code.value), error_message=message if code != ErrorCode.none else None,
+            record_errors=getattr(exc, "record_errors", ()),
         )
     result = PartitionResult(
         index, _NONE, info.first_offset, info.log_append_time, info.log_start_offset
