@@ -377,17 +377,20 @@ def test_java_producer_is_told_which_records_broke_the_rule(
                                        "KafkaException": 90}
 
 
-def test_confluent_producer_fails_the_batch_with_the_reason(
+def test_confluent_producer_is_told_which_records_broke_the_rule(
     rb: RunningBroker, admin: AdminClient
 ) -> None:
+    """librdkafka reads record_errors too: the 10 keyless records fail with INVALID_RECORD,
+    the other 90 with _INVALID_DIFFERENT_RECORD (refused for sharing the batch)."""
     topic = create(admin, config={"cleanup.policy": "compact"})
     producer = confluent_kafka.Producer({"bootstrap.servers": rb.bootstrap,
                                          "linger.ms": 1000, "enable.idempotence": False})
-    errors: list[Any] = []
+    codes: dict[int, int | None] = {}
     for i in range(100):
-        producer.produce(topic, b"v", None if i % 10 == 5 else b"k%d" % i, partition=0,
-                         on_delivery=lambda err, _msg: errors.append(err))
+        producer.produce(
+            topic, b"v", None if i % 10 == 5 else b"k%d" % i, partition=0,
+            on_delivery=lambda err, _msg, i=i: codes.__setitem__(i, err and err.code()))
     assert producer.flush(30) == 0
-    assert len(errors) == 100
-    assert {e.code() if e else None for e in errors} == {
-        confluent_kafka.KafkaError.INVALID_RECORD}
+    assert codes == {i: confluent_kafka.KafkaError.INVALID_RECORD if i % 10 == 5
+                     else confluent_kafka.KafkaError._INVALID_DIFFERENT_RECORD
+                     for i in range(100)}
