@@ -95,3 +95,24 @@ def test_serve_on_a_locked_log_dir_or_a_taken_port_says_so_in_one_line(tmp_path:
     assert busy.returncode == 1
     assert "odradek: cannot listen:" in busy.stderr and "in use" in busy.stderr
     assert "Traceback" not in busy.stderr
+
+
+def test_a_mistyped_flag_is_named_with_the_nearest_one_under_its_command() -> None:
+    """Issue 19: `--topc`, `--from-begining`: the sub-command's usage, the flag, and the
+    flag meant; exit 2 and nothing done. Unique prefixes still work as in argparse."""
+    for args, usage, wrong, meant in (
+        (("consume", "--topc", "t"), "usage: odradek consume", "--topc", "--topic"),
+        (("consume", "--topic", "t", "--from-begining"), "usage: odradek consume",
+         "--from-begining", "--from-beginning"),
+        (("topics", "list", "--bootstrap-servr", "x:1"), "usage: odradek topics list",
+         "--bootstrap-servr", "--bootstrap-server"),
+    ):
+        res = _odradek(*args)
+        assert res.returncode == 2, res
+        assert res.stderr.startswith(usage), res.stderr
+        assert f"error: unrecognized argument {wrong} (did you mean {meant}?)" in res.stderr
+    res = _odradek("topics", "list", "--zzzz")
+    assert res.returncode == 2 and res.stderr.rstrip().endswith(
+        "error: unrecognized argument --zzzz")
+    res = _odradek("topics", "list", "--boot", "127.0.0.1:1")  # a prefix: not a typo
+    assert "unrecognized" not in res.stderr

@@ -4,6 +4,7 @@ config/server.properties that `make serve` uses."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from odradek.server.config import BrokerConfig
 from odradek.testing import running_broker
@@ -34,3 +35,26 @@ def test_the_test_harness_forms_groups_at_once_unless_told_otherwise() -> None:
         assert broker.broker.config["group.initial.rebalance.delay.ms"] == 0
     with running_broker({"group.initial.rebalance.delay.ms": "250"}) as broker:
         assert broker.broker.config["group.initial.rebalance.delay.ms"] == 250
+
+
+def test_a_bad_value_says_what_the_key_expects() -> None:
+    import pytest
+
+    from odradek.storage.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        BrokerConfig.load(overrides=["num.partitions=abc"])
+    assert str(caught.value) == (
+        "invalid value 'abc' for num.partitions: not a number of type INT")
+    with pytest.raises(ConfigError, match="not a number of type LONG"):
+        BrokerConfig.load(overrides=["log.retention.ms=soon"])
+
+
+def test_an_unknown_key_near_a_known_one_is_suggested(caplog: Any) -> None:
+    config = BrokerConfig.load(overrides=["num.partitons=3", "no.such.thing=1"])
+    assert config.unknown == ["no.such.thing", "num.partitons"]
+    with caplog.at_level("WARNING", logger="odradek.server.config"):
+        config.report_unknown()
+    assert ("unknown configuration key 'num.partitons' is ignored (did you mean "
+            "num.partitions?)") in caplog.text
+    assert "unknown configuration key 'no.such.thing' is ignored\n" in caplog.text + "\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import errno
 import importlib
 import logging
@@ -86,8 +87,31 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+class OdradekArgumentParser(argparse.ArgumentParser):
+    """argparse, with a mistyped flag named under the usage of the (sub)command it was given
+    to, and the nearest known flag suggested (``--topc`` -> ``--topic``). Sub-commands get
+    this class too (argparse makes sub-parsers of the parent's class). A flag is unknown
+    when it is not a prefix of any of the command's flags (argparse takes unique
+    prefixes)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if args is not None and self._subparsers is None:  # a leaf command
+            known = [o for o in self._option_string_actions if o.startswith("--")]
+            for token in args:
+                if token == "--":
+                    break
+                flag = token.split("=", 1)[0]
+                if flag.startswith("--") and not any(o.startswith(flag) for o in known):
+                    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+                    hint = f" (did you mean {close[0]}?)" if close else ""
+                    self.error(f"unrecognized argument {flag}{hint}")
+        return super().parse_known_args(args, namespace)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="odradek", description="A Kafka-compatible broker.")
+    parser = OdradekArgumentParser(prog="odradek", description="A Kafka-compatible broker.")
     parser.add_argument("--version", action="version", version=f"odradek {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker (defaults: 127.0.0.1:9092, ./data)")

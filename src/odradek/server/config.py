@@ -18,6 +18,7 @@ Kafka's 3000; the shipped ``config/server.properties`` that ``make serve`` uses 
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -232,6 +233,12 @@ def parse_properties(text: str) -> dict[str, str]:
     return props
 
 
+def suggest_key(key: str) -> str:
+    """``" (did you mean num.partitions?)"`` for a key close to a known one, else ``""``."""
+    close = difflib.get_close_matches(key, list(BROKER_CONFIGS), n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 @dataclass(slots=True)
 class BrokerConfig:
     values: dict[str, Any]
@@ -260,6 +267,7 @@ class BrokerConfig:
 
     @classmethod
     def from_raw(cls, raw: Mapping[str, str]) -> BrokerConfig:
+        """Parse and validate ``raw``; a ConfigError names the key and what it expects."""
         values: dict[str, Any] = {name: d.default for name, d in BROKER_CONFIGS.items()}
         unknown: list[str] = []
         for key, value in raw.items():
@@ -306,7 +314,7 @@ class BrokerConfig:
 
     def report_unknown(self) -> None:
         for key in self.unknown:
-            log.warning("unknown configuration key %r is ignored", key)
+            log.warning("unknown configuration key %r is ignored%s", key, suggest_key(key))
         for key in sorted(set(self.raw) & NOT_APPLICABLE):
             log.info("configuration key %r does not apply to Odradek and is ignored", key)
 

@@ -151,6 +151,10 @@ def parse_value(d: ConfigDef, raw: Any) -> Any:
         else:
             value = raw.strip()
     except ValueError as exc:
+        if d.type in ("int", "long", "double"):  # Kafka's words, with its type name
+            raise ConfigError(
+                f"invalid value {raw!r} for {d.name}: not a number of type {d.type.upper()}"
+            ) from None
         raise ConfigError(f"invalid value {raw!r} for {d.name}: {exc}") from exc
     if d.type == "int" and not -(1 << 31) <= value < (1 << 31):
         raise ConfigError(f"invalid value {raw!r} for {d.name}: out of int32 range")
