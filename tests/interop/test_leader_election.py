@@ -66,13 +66,8 @@ def create_topic(cluster: Cluster, topic: str, rf: int = 3, n: int = PARTITIONS,
                  configs: dict[str, str] | None = None) -> dict[int, list[int]]:
     """Create ``topic``; return its assignment once every replica is in every ISR and the
     preferred replica leads everywhere."""
-    from confluent_kafka.admin import NewTopic
-
-    client = admin(cluster.bootstrap)  # held: a collected client fails its futures
-    futures = client.create_topics(
-        [NewTopic(topic, num_partitions=n, replication_factor=rf, config=configs or {})],
-        operation_timeout=30, request_timeout=30)
-    futures[topic].result(timeout=60)
+    # retried while a broker just restarted by the previous test is not in every live list
+    cluster.create_topic(topic, n, rf, configs)
 
     def settled() -> dict[int, list[int]] | None:
         found = partitions(live_bootstrap(cluster), topic)

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from ._cluster import SESSION_TIMEOUT_MS, Cluster, running_cluster
-from .test_cluster import ROUNDTRIPS, expected_records
+from .test_cluster import ROUNDTRIPS, expected_records, metadata
 
 pytestmark = pytest.mark.interop
 
@@ -204,6 +204,14 @@ def test_isr_below_min_insync_refuses_acks_all_and_accepts_acks_1(rcluster: Clus
         cluster.kill9(b)
     cluster.wait_for(lambda: state(cluster, topic, 0)["isr"] == [leader],
                      SESSION_TIMEOUT_MS / 1000 + 15, "the ISR shrunk to the leader")
+
+    def leader_knows() -> bool:  # the controller wrote it; the leader learns it next
+        t = metadata(cluster.address(leader), topic).topics.get(topic)
+        return t is not None and t.partitions[0].isrs == [leader]
+
+    # Until then an acks=all append is accepted and answered
+    # NOT_ENOUGH_REPLICAS_AFTER_APPEND, as in Kafka.
+    cluster.wait_for(leader_knows, 15, "the leader knowing its ISR shrunk")
     strict = producer(cluster, acks="all", retries=0, **{"message.timeout.ms": 10000})
     (refused,) = send(strict, topic, [b"all"])
     assert isinstance(refused, KafkaError), refused
