@@ -93,8 +93,52 @@ def test_serve_on_a_locked_log_dir_or_a_taken_port_says_so_in_one_line(tmp_path:
         busy = _odradek("serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
                         "--override", f"log.dirs={tmp_path / 'other'}")
     assert busy.returncode == 1
-    assert "odradek: cannot listen:" in busy.stderr and "in use" in busy.stderr
-    assert "Traceback" not in busy.stderr
+    assert busy.stderr.splitlines() == [
+        f"odradek: cannot listen: Address already in use (binding 127.0.0.1:{port})"]
+    assert not (tmp_path / "other").exists()  # the port is bound before anything is created
+
+
+def _serve_fails(*args: str, limit_file_size: bool = False) -> str:
+    """Run ``odradek serve`` that must fail to start; its stderr."""
+    import resource
+
+    def no_file_growth() -> None:  # writes fail as on a full disk (EFBIG instead of ENOSPC)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    result = subprocess.run(
+        [str(odradek_executable()), "serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+         *args], capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT_S, check=False,
+        preexec_fn=no_file_growth if limit_file_size else None,
+    )
+    assert result.returncode != 0, result
+    assert "Traceback" not in result.stderr
+    return result.stderr
+
+
+def test_every_start_up_failure_is_one_line(tmp_path: Path) -> None:
+    """Issue 19: a bad log dir, one the broker may not create, a disk that refuses writes,
+    an unreadable config file: one line naming the cause and the file, a non-zero exit."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    assert _serve_fails("--override", f"log.dirs={a_file}") == (
+        f"odradek: cannot start: not a directory: {a_file}\n")
+    assert _serve_fails("--override", f"log.dirs={a_file}/sub") == (
+        f"odradek: cannot start: Not a directory: {a_file}/sub\n")
+    # /sys refuses new directories to everyone, root included (EPERM, or EACCES)
+    assert _serve_fails("--override", "log.dirs=/sys/odradek-data").startswith(
+        "odradek: cannot start: ")
+    full = tmp_path / "full"
+    assert _serve_fails("--override", f"log.dirs={full}", limit_file_size=True) == (
+        f"odradek: cannot start: File too large: {full}/odradek-metadata.json\n")
+    assert list(full.iterdir()) == []  # no temporary file left behind
+    assert _serve_fails("--config", str(tmp_path)) == (
+        f"odradek: invalid configuration: cannot read config file {tmp_path}: Is a directory\n")
+    latin = tmp_path / "latin.properties"
+    latin.write_bytes(b"broker.id=0\nlog.dirs=caf\xe9\n")
+    assert _serve_fails("--config", str(latin)) == (
+        f"odradek: invalid configuration: cannot read config file {latin}: "
+        "not UTF-8 text (byte 24)\n")
 
 
 def test_a_mistyped_flag_is_named_with_the_nearest_one_under_its_command() -> None:

@@ -76,15 +76,27 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"odradek: cannot start: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
-            print(f"odradek: cannot listen: {exc}", file=sys.stderr)
-        else:
-            logging.getLogger("odradek").critical("broker failed: %s", exc, exc_info=True)
+        # Start-up failures an operator can fix (a port in use, a log dir that is a file,
+        # not writable, on a full disk): one line naming the file, no traceback.
+        print(f"odradek: {_os_error_line(exc)}", file=sys.stderr)
+        logging.getLogger("odradek").debug("start-up failed", exc_info=True)
         return 1
     except Exception as exc:
         logging.getLogger("odradek").critical("broker failed: %s", exc, exc_info=True)
         return 1
     return 0
+
+
+def _os_error_line(exc: OSError) -> str:
+    """``cannot listen: ...`` for the listeners (their bind names the address), else
+    ``cannot start: <reason>: <file>``."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL) or "(binding " in reason:
+        return f"cannot listen: {reason}"
+    if exc.errno == errno.EEXIST and exc.filename and not Path(exc.filename).is_dir():
+        reason = "not a directory"  # a log dir that is a file
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"cannot start: {reason}{where}"
 
 
 class OdradekArgumentParser(argparse.ArgumentParser):

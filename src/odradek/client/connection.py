@@ -51,6 +51,7 @@ class BrokerConnection:
         self._ids = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self._answered = False  # a first response frame arrived: the peer speaks Kafka
         # Why the connection ended (the reader saw it close), or None while it is open:
         # a request sent after that fails at once instead of waiting for an answer that
         # cannot come.
@@ -58,16 +59,33 @@ class BrokerConnection:
 
     @classmethod
     async def open(cls, bootstrap: str, timeout: float = 10.0, **kw: Any) -> BrokerConnection:
+        """Connect and exchange ApiVersions. Every failure is a :class:`ClientError` that
+        says why: refused, timed out, or not a Kafka broker (it closed the connection or
+        answered something that is not a Kafka response); refusals and wrong answers
+        fail at once, only silence waits for ``timeout``."""
         host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
         conn = cls(host or "127.0.0.1", int(port), **kw)
-        await asyncio.wait_for(conn.connect(), timeout)
+        try:
+            await asyncio.wait_for(conn.connect(), timeout)
+        except TimeoutError:
+            connected = conn._writer is not None
+            await conn.close()
+            if not connected:
+                raise ClientError(f"timed out connecting after {timeout:g} s") from None
+            raise ClientError(f"no answer to ApiVersions within {timeout:g} s "
+                              "(not a Kafka broker?)") from None
+        except ClientError:
+            await conn.close()
+            raise
         return conn
 
     async def connect(self) -> None:
         try:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        except ConnectionRefusedError as exc:
+            raise ClientError("connection refused (is a broker listening there?)") from exc
         except OSError as exc:
-            raise ClientError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+            raise ClientError(exc.strerror or str(exc)) from exc
         self._task = asyncio.create_task(self._read_loop())
         module = __import__("kio.schema.api_versions.v3.request", fromlist=["ApiVersionsRequest"])
         response = await self.send(
@@ -121,8 +139,12 @@ class BrokerConnection:
                 head = await self._reader.readexactly(4)
                 (size,) = _SIZE.unpack(head)
                 if size < 4 or size > self.max_frame_size:
+                    if not self._answered:  # the first answer: ApiVersions
+                        more = await _read_some(self._reader)
+                        raise ClientError(f"not a Kafka broker: it answered {head + more!r}")
                     raise ClientError(f"invalid response size {size}")
                 payload = await self._reader.readexactly(size)
+                self._answered = True
                 (correlation_id,) = _SIZE.unpack_from(payload)
                 entry = self._pending.pop(correlation_id, None)
                 if entry is None:
@@ -143,6 +165,9 @@ class BrokerConnection:
         except (asyncio.IncompleteReadError, ConnectionError, ClientError) as exc:
             error = exc if isinstance(exc, ClientError) else ClientError(
                 f"connection to {self.host}:{self.port} closed"
+                if self._answered else
+                "the connection was closed without an answer to ApiVersions "
+                "(not a Kafka broker?)"
             )
             self._closed = error
             for future, _, _ in self._pending.values():
@@ -170,6 +195,14 @@ class BrokerConnection:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def _read_some(reader: asyncio.StreamReader) -> bytes:
+    """Up to 60 more bytes already sent, to show what a non-Kafka server answered."""
+    try:
+        return await asyncio.wait_for(reader.read(60), 0.2)
+    except (TimeoutError, ConnectionError):
+        return b""
 
 
 def _after_header_tags(payload: bytes, pos: int) -> int:

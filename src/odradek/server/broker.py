@@ -89,6 +89,26 @@ class Broker:
     # -- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:
         self.config.report_unknown()
+        # Listeners are bound first (accepting only once everything is loaded): a port in
+        # use fails start-up before the log dirs or the metadata are touched.
+        net = NetworkConfig(
+            socket_request_max_bytes=self.config["socket.request.max.bytes"],
+            queued_max_requests=self.config["queued.max.requests"],
+            connections_max_idle_ms=self.config["connections.max.idle.ms"],
+            socket_send_buffer_bytes=self.config["socket.send.buffer.bytes"],
+            socket_receive_buffer_bytes=self.config["socket.receive.buffer.bytes"],
+            listen_backlog=self.config["socket.listen.backlog.size"],
+            max_connections=self.config["max.connections"],
+            max_connections_per_ip=self.config["max.connections.per.ip"],
+            max_connections_per_ip_overrides=parse_per_ip_overrides(
+                self.config["max.connections.per.ip.overrides"]
+            ),
+            max_connection_creation_rate=self.config["max.connection.creation.rate"],
+        )
+        for listener in self.config.listeners:
+            server = KafkaServer(self.registry, listener.host, listener.port, net)
+            self.servers.append(server)
+            await server.bind()
         store: MetadataStore
         if self.config["zookeeper.connect"]:
             store = await self._join_cluster()
@@ -146,24 +166,8 @@ class Broker:
             elect_unclean=self._elect_unclean,
         )
         register_all(self.registry, self.services)
-        net = NetworkConfig(
-            socket_request_max_bytes=self.config["socket.request.max.bytes"],
-            queued_max_requests=self.config["queued.max.requests"],
-            connections_max_idle_ms=self.config["connections.max.idle.ms"],
-            socket_send_buffer_bytes=self.config["socket.send.buffer.bytes"],
-            socket_receive_buffer_bytes=self.config["socket.receive.buffer.bytes"],
-            listen_backlog=self.config["socket.listen.backlog.size"],
-            max_connections=self.config["max.connections"],
-            max_connections_per_ip=self.config["max.connections.per.ip"],
-            max_connections_per_ip_overrides=parse_per_ip_overrides(
-                self.config["max.connections.per.ip.overrides"]
-            ),
-            max_connection_creation_rate=self.config["max.connection.creation.rate"],
-        )
-        for listener in self.config.listeners:
-            server = KafkaServer(self.registry, listener.host, listener.port, net)
+        for listener, server in zip(self.config.listeners, self.servers, strict=True):
             await server.start()
-            self.servers.append(server)
             log.info("listening on %s://%s:%d", listener.name, listener.host, server.port)
         if self._cluster is not None:
             await self._cluster.register(self._endpoints())
@@ -385,7 +389,8 @@ class Broker:
             await asyncio.to_thread(self._cluster.close)
         elif self._store is not None:
             self._store.close()
-        log.info("broker %d stopped cleanly", self.broker_id)
+        if self.started.is_set():
+            log.info("broker %d stopped cleanly", self.broker_id)
 
     async def _every(self, name: str, interval_ms: int, fn: Any) -> None:
         while True:

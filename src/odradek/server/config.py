@@ -254,7 +254,11 @@ class BrokerConfig:
             try:
                 raw.update(parse_properties(Path(path).read_text()))
             except OSError as exc:
-                raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+                raise ConfigError(f"cannot read config file {path}: "
+                                  f"{exc.strerror or exc}") from exc
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"cannot read config file {path}: not UTF-8 text "
+                                  f"(byte {exc.start})") from exc
         if isinstance(overrides, Mapping):
             raw.update(overrides)
         else:

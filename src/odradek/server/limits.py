@@ -26,7 +26,7 @@ def raise_open_files_limit() -> tuple[int, int]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else max(soft, _NOFILE_CEILING)
     if soft == resource.RLIM_INFINITY or soft >= target:
-        log.info("open files limit: soft %s, hard %s", _show(soft), _show(hard))
+        log.debug("open files limit: soft %s, hard %s", _show(soft), _show(hard))
         return soft, hard
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -804,6 +804,7 @@ class KafkaServer:
         self.rejections = RejectionLog(self.config.rejection_log_window_ms / 1000)
         self._summary_timer: asyncio.TimerHandle | None = None
         self._listener: socket.socket | None = None
+        self._bound: socket.socket | None = None
         self._acceptor: asyncio.Task[None] | None = None
         self._slot_freed: asyncio.Event | None = None
         self._connections: set[KafkaConnection] = set()
@@ -814,9 +815,10 @@ class KafkaServer:
 
     @property
     def port(self) -> int:
-        if self._listener is None:
+        sock = self._listener or self._bound
+        if sock is None:
             return self._requested_port
-        return int(self._listener.getsockname()[1])
+        return int(sock.getsockname()[1])
 
     @property
     def connections(self) -> frozenset[KafkaConnection]:
@@ -829,29 +831,50 @@ class KafkaServer:
         accepted connections being set up."""
         return frozenset(self._tasks)
 
-    async def start(self) -> None:
-        if self._listener is not None:
-            raise RuntimeError("server already started")
+    async def bind(self) -> None:
+        """Bind the listening address without accepting yet: a broker binds first, so a
+        port in use fails start-up before anything is created on disk. Connections are
+        refused until :meth:`start` (the socket does not listen before)."""
+        if self._bound is not None or self._listener is not None:
+            raise RuntimeError("server already bound")
         loop = asyncio.get_running_loop()
-        backlog = self.config.listen_backlog
+        address: Any
         if not self.host and socket.has_dualstack_ipv6():  # every address, IPv4 and IPv6
-            listener = socket.create_server(
-                ("", self._requested_port), family=socket.AF_INET6, backlog=backlog,
-                dualstack_ipv6=True,
-            )
+            family, address = socket.AF_INET6, ("", self._requested_port)
         else:
             infos = await loop.getaddrinfo(
                 self.host or None, self._requested_port, type=socket.SOCK_STREAM,
                 flags=socket.AI_PASSIVE,
             )
             family, _, _, _, address = infos[0]
-            listener = socket.create_server(address, family=family, backlog=backlog)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            # as socket.create_server does: reuse a port in TIME_WAIT, dual-stack on ""
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and not self.host:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind(address)
+        except OSError as exc:
+            sock.close()
+            raise OSError(exc.errno, f"{exc.strerror} (binding {self.host}:"
+                                     f"{self._requested_port})") from exc
+        self._bound = sock
+
+    async def start(self) -> None:
+        if self._listener is not None:
+            raise RuntimeError("server already started")
+        loop = asyncio.get_running_loop()
+        if self._bound is None:
+            await self.bind()
+        assert self._bound is not None
+        listener, self._bound = self._bound, None
+        listener.listen(self.config.listen_backlog)
         listener.setblocking(False)
         self._listener = listener
         self._slot_freed = asyncio.Event()
         self.quotas.add_release_listener(self._slot_freed.set)
         self._acceptor = loop.create_task(self._accept_loop(listener))
-        log.info("listening on %s:%s", self.host, self.port)
+        log.debug("listening on %s:%s", self.host, self.port)
 
     async def stop(self, timeout: float | None = None) -> None:
         """Graceful shutdown: stop accepting, finish in-flight requests, close.
@@ -860,6 +883,9 @@ class KafkaServer:
         requests to be answered, then aborts the remaining connections and cancels the
         handler tasks still running.
         """
+        if self._bound is not None:  # bound, never started
+            self._bound.close()
+            self._bound = None
         if self._listener is None:
             return
         if timeout is None:

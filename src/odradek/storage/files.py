@@ -75,7 +75,10 @@ def atomic_write(path: Path, data: bytes) -> None:
             written = os.write(fd, view)
             view = view[written:]
         os.fsync(fd)
-    finally:
+    except OSError as exc:  # a full disk: no tmp file left behind, and the error names it
         os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
