@@ -103,3 +103,95 @@ def test_a_silent_peer_is_reported_as_such_after_the_timeout() -> None:
     silent = r"^no answer to ApiVersions within 0.5 s \(not a Kafka broker\?\)$"
     with tcp_server(lambda conn: None) as port, pytest.raises(ClientError, match=silent):
         asyncio.run(BrokerConnection.open(f"127.0.0.1:{port}", timeout=0.5))
+
+
+def readme_commands(after: str) -> list[str]:
+    """The ``odradek`` lines of the first ``sh`` block after the line holding ``after`` in
+    README.md, as written, with ``# comments`` dropped."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index(after):].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].rstrip() for line in block.splitlines()
+            if ".venv/bin/odradek " in line]
+
+
+def run_as_written(line: str, bootstrap: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """One README line run by bash in ``cwd`` (where ``.venv`` is the repo's), pointed at
+    the test's broker (the README's commands take the default 127.0.0.1:9092)."""
+    return subprocess.run(["bash", "-c", f"{line} --bootstrap-server {bootstrap}"],
+                          capture_output=True, text=True, cwd=cwd, timeout=CLI_TIMEOUT_S,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")}, check=False)
+
+
+def test_the_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
+    """"Five minutes with it", then the consumer groups walkthrough: every command of the
+    README, as written, exits 0; the group made by ``consume --group`` has committed every
+    record (lag 0), which the later commands move, export, import and delete."""
+    from tests.interop._broker import start_broker
+
+    five_minutes = readme_commands("In another, with the tools in `.venv/bin`:")
+    groups = readme_commands("`odradek groups` (Kafka's `kafka-consumer-groups.sh`)")
+    assert len(five_minutes) == 4 and len(groups) == 8, (five_minutes, groups)
+    assert "--group my-app" in groups[0] and groups[0].startswith(".venv/bin/odradek consume")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".venv").symlink_to(REPO / ".venv")
+    with start_broker(tmp_path) as broker:
+        results = []
+        for line in five_minutes + groups:
+            res = run_as_written(line, broker.bootstrap, work)
+            assert res.returncode == 0, (line, res.stdout, res.stderr)
+            results.append(res)
+            if line == groups[1]:  # groups describe, right after consume --group
+                described = run_as_written(groups[2], broker.bootstrap, work)
+        consumed = results[2]
+        assert sorted(consumed.stdout.splitlines()) == ["alice\thello", "bob\thi"]
+        assert consumed.stderr.endswith("Processed a total of 2 messages\n")
+        group_consumed = results[4]
+        assert sorted(group_consumed.stdout.splitlines()) == ["hello", "hi"]
+        assert group_consumed.stderr.endswith("Processed a total of 2 messages\n")
+        assert "my-app" in results[5].stdout  # groups list
+        rows = [line.split() for line in described.stdout.splitlines() if "greetings" in line]
+        header = next(line.split() for line in described.stdout.splitlines()
+                      if "LAG" in line)
+        assert sum(int(row[header.index("CURRENT-OFFSET")]) for row in rows) == 2, rows
+        assert all(row[header.index("LAG")] == "0" for row in rows), described.stdout
+        assert (work / "my-app.csv").read_text().count("greetings,") == len(rows)
+
+
+@pytest.mark.parametrize("group", [None, "ctrl-c-group"])
+def test_ctrl_c_ends_consume_with_kafkas_summary(tmp_path: Path, group: str | None) -> None:
+    """Stopped with Ctrl-C, `odradek consume` (with and without --group) prints
+    "Processed a total of N messages" as Kafka's console consumer does, and exits 130."""
+    import signal
+
+    from tests.interop._broker import start_broker
+
+    with start_broker(tmp_path) as broker:
+        sent = odradek("produce", "--topic", "t", "-b", broker.bootstrap, stdin="one\n")
+        assert sent.returncode == 0, sent.stderr
+        extra = ["--group", group] if group else []
+        proc = subprocess.Popen(
+            [str(odradek_executable()), "consume", "--topic", "t", "--from-beginning",
+             "-b", broker.bootstrap, *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        )
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "one\n"  # blocks until the record is printed
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, err
+    assert err.endswith("Processed a total of 1 messages\n"), err
+    assert "Traceback" not in err
+
+
+def test_consume_group_takes_no_partition_or_offset() -> None:
+    res = odradek("consume", "--topic", "t", "--group", "g", "--partition", "0")
+    assert res.returncode == 1
+    assert res.stderr == ("odradek: --group takes no --partition or --offset: the group "
+                          "assigns partitions and keeps the offsets\n")

@@ -7,6 +7,15 @@ the key, else round robin per batch) unless ``--partition`` is given, and sends 
 of up to ``--batch-size`` records. consume prints records from the start offset
 (``--from-beginning``, ``--offset``), optionally with key, headers, partition and offset,
 until ``--max-messages`` or ``--timeout-ms`` without new data.
+
+``consume --group G`` is kafka-console-consumer.sh's ``--group``: a member of the group that
+subscribes to the topic, is assigned partitions by the group, starts from the group's
+committed offsets (else the earliest with ``--from-beginning``, the latest without: Kafka's
+``auto.offset.reset``), commits what it printed (auto commit, and on exit) and leaves the
+group. The member is librdkafka's (confluent-kafka, the ``perf`` extra), as in ``odradek
+perf consume``: a real client's group protocol rather than a second one of ours. Either
+way, the end (``--max-messages``, ``--timeout-ms`` or Ctrl-C) prints Kafka's
+"Processed a total of N messages".
 """
 
 from __future__ import annotations
@@ -14,6 +23,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import logging
+import signal
 import sys
 import time
 from typing import Any
@@ -50,17 +61,24 @@ def add_parser(sub: Any) -> None:
     add_bootstrap(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--partition", type=int, help="default: every partition")
+    consume.add_argument("--group", help="consume as a member of this consumer group: "
+                         "subscribe, start from its committed offsets, commit (needs "
+                         "confluent-kafka: pip install 'odradek[perf]')")
     start = consume.add_mutually_exclusive_group()
-    start.add_argument("--from-beginning", action="store_true")
+    start.add_argument("--from-beginning", action="store_true",
+                       help="start at the earliest offset (with --group: when the group "
+                            "has no committed offset)")
     start.add_argument("--offset", help="earliest, latest or an offset (needs --partition)")
-    consume.add_argument("--max-messages", type=int)
+    consume.add_argument("--max-messages", type=int, help="exit after this many records")
     consume.add_argument("--timeout-ms", type=int,
                          help="exit after this long without a new record")
-    consume.add_argument("--print-key", action="store_true")
-    consume.add_argument("--print-headers", action="store_true")
+    consume.add_argument("--print-key", action="store_true", help="print each record's key")
+    consume.add_argument("--print-headers", action="store_true",
+                         help="print each record's headers (k=v,...)")
     consume.add_argument("--print-offset", action="store_true",
                          help="prefix each record with partition and offset")
-    consume.add_argument("--key-separator", default="\t")
+    consume.add_argument("--key-separator", default="\t",
+                         help="between the printed fields (default a tab)")
     consume.set_defaults(func=_consume)
 
 
@@ -116,12 +134,41 @@ def _produce(args: argparse.Namespace) -> int:
     return run_with_admin(args, body)
 
 
+def _format(args: argparse.Namespace, partition: int, offset: int,
+            headers: list[tuple[str, bytes | None]], key: bytes | None,
+            value: bytes | None) -> bytes:
+    parts: list[bytes] = []
+    if args.print_offset:
+        parts.append(f"{partition}:{offset}".encode())
+    if args.print_headers:
+        parts.append(b",".join(k.encode() + b"=" + (v or b"") for k, v in headers)
+                     or b"NO_HEADERS")
+    if args.print_key:
+        parts.append(key if key is not None else b"null")
+    parts.append(value if value is not None else b"null")
+    separator: bytes = args.key_separator.encode()
+    return separator.join(parts) + b"\n"
+
+
+def _summary(printed: int) -> None:
+    # Kafka's console consumer's words, "messages" whatever the count (scripts parse it)
+    print(f"Processed a total of {printed} messages", file=sys.stderr)
+
+
 def _consume(args: argparse.Namespace) -> int:
+    if args.group is not None:
+        if args.partition is not None or args.offset is not None:
+            raise SystemExit("odradek: --group takes no --partition or --offset: "
+                             "the group assigns partitions and keeps the offsets")
+        return _consume_group(args)
     if args.offset is not None and args.offset not in ("earliest", "latest") and (
         args.partition is None
     ):
         raise SystemExit("odradek: --offset N needs --partition")
+    return _consume_partitions(args)
 
+
+def _consume_partitions(args: argparse.Namespace) -> int:
     async def body(admin: Admin) -> int:
         topics = await admin.metadata([args.topic])
         if not topics or topics[0].error != "none":
@@ -143,45 +190,108 @@ def _consume(args: argparse.Namespace) -> int:
         printed = 0
         last_data = time.monotonic()
         out = sys.stdout.buffer
-        while args.max_messages is None or printed < args.max_messages:
-            wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
-            result = await admin.fetch(args.topic, offsets, max_wait_ms=wait)
-            got = False
-            for p, (code, _hw, records) in sorted(result.items()):
-                if code == OFFSET_OUT_OF_RANGE:
-                    offsets[p], _ = await admin.list_offset(args.topic, p, EARLIEST_TIMESTAMP)
-                    continue
-                if code:
-                    raise ClientError(f"fetch from partition {p} failed with error {code}")
-                for header in iter_batches(records):
-                    batch = memoryview(records)[header.position : header.position + header.size]
-                    for record in iter_records(batch):
-                        if record.offset < offsets[p]:
-                            continue
-                        if args.max_messages is not None and printed >= args.max_messages:
-                            break
-                        parts = []
-                        if args.print_offset:
-                            parts.append(f"{p}:{record.offset}".encode())
-                        if args.print_headers:
-                            parts.append(b",".join(h.key.encode() + b"=" + (h.value or b"")
-                                                   for h in record.headers) or b"NO_HEADERS")
-                        if args.print_key:
-                            parts.append(record.key if record.key is not None else b"null")
-                        parts.append(record.value if record.value is not None else b"null")
-                        out.write(args.key_separator.encode().join(parts) + b"\n")
-                        printed += 1
-                        got = True
-                    offsets[p] = max(offsets[p], header.next_offset)
-            out.flush()
-            if got:
-                last_data = time.monotonic()
-            elif args.timeout_ms is not None and (
-                time.monotonic() - last_data
-            ) * 1000 >= args.timeout_ms:
-                break
-            await asyncio.sleep(0)
-        print(f"Processed a total of {printed} messages", file=sys.stderr)
+        try:
+            while args.max_messages is None or printed < args.max_messages:
+                wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
+                result = await admin.fetch(args.topic, offsets, max_wait_ms=wait)
+                got = False
+                for p, (code, _hw, records) in sorted(result.items()):
+                    if code == OFFSET_OUT_OF_RANGE:
+                        offsets[p], _ = await admin.list_offset(args.topic, p, EARLIEST_TIMESTAMP)
+                        continue
+                    if code:
+                        raise ClientError(f"fetch from partition {p} failed with error {code}")
+                    for header in iter_batches(records):
+                        batch = memoryview(records)[header.position : header.position + header.size]
+                        for record in iter_records(batch):
+                            if record.offset < offsets[p]:
+                                continue
+                            if args.max_messages is not None and printed >= args.max_messages:
+                                break
+                            out.write(_format(
+                                args, p, record.offset,
+                                [(h.key, h.value) for h in record.headers],
+                                record.key, record.value,
+                            ))
+                            printed += 1
+                            got = True
+                        offsets[p] = max(offsets[p], header.next_offset)
+                out.flush()
+                if got:
+                    last_data = time.monotonic()
+                elif args.timeout_ms is not None and (
+                    time.monotonic() - last_data
+                ) * 1000 >= args.timeout_ms:
+                    break
+                await asyncio.sleep(0)
+        finally:  # also on Ctrl-C (the task is cancelled)
+            _summary(printed)
         return 0
 
     return run_with_admin(args, body)
+
+
+def _consume_group(args: argparse.Namespace) -> int:
+    try:
+        from confluent_kafka import Consumer, KafkaError, KafkaException
+    except ImportError:
+        raise SystemExit("odradek: consume --group needs confluent-kafka: "
+                         "pip install 'odradek[perf]'") from None
+    consumer = Consumer({
+        "bootstrap.servers": args.bootstrap_server,
+        "group.id": args.group,
+        "client.id": "odradek-console-consumer",
+        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        "enable.auto.commit": True,
+        # librdkafka's own log lines go through logging (warnings and up are shown)
+        "logger": logging.getLogger("odradek.cli.librdkafka"),
+    })
+    out = sys.stdout.buffer
+    printed = 0
+    interrupted = False
+
+    def on_sigint(_signum: int, _frame: Any) -> None:  # checked between polls: no record
+        nonlocal interrupted  # is printed and left uncounted
+        interrupted = True
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        last_data = time.monotonic()
+
+        def assigned(_consumer: Any, _partitions: Any) -> None:
+            nonlocal last_data  # --timeout-ms counts from the join, not from the start
+            last_data = time.monotonic()
+
+        consumer.subscribe([args.topic], on_assign=assigned)
+        while not interrupted and (args.max_messages is None or printed < args.max_messages):
+            msg = consumer.poll(0.2)
+            if msg is None:
+                if args.timeout_ms is not None and (
+                    time.monotonic() - last_data
+                ) * 1000 >= args.timeout_ms:
+                    break
+                continue
+            error = msg.error()
+            if error is not None:
+                if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise KafkaException(error)
+                print(f"odradek: {error.str()}", file=sys.stderr)
+                continue
+            headers: list[tuple[str, bytes | None]] = [
+                (str(h[0]), h[1] if isinstance(h[1], bytes) else None)
+                for h in msg.headers() or []
+            ]
+            key, value = msg.key(), msg.value()
+            out.write(_format(args, int(msg.partition() or 0), int(msg.offset() or 0), headers,
+                              key if isinstance(key, bytes) else None,
+                              value if isinstance(value, bytes) else None))
+            out.flush()
+            printed += 1
+            last_data = time.monotonic()
+    except KafkaException as exc:
+        print(f"odradek: {exc.args[0].str()}", file=sys.stderr)
+        return 1
+    finally:
+        consumer.close()  # commits what was printed and leaves the group
+        _summary(printed)
+    return 130 if interrupted else 0
