@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -195,3 +196,57 @@ def test_consume_group_takes_no_partition_or_offset() -> None:
     assert res.returncode == 1
     assert res.stderr == ("odradek: --group takes no --partition or --offset: the group "
                           "assigns partitions and keeps the offsets\n")
+
+
+def _log_lines(text: str) -> list[str]:
+    """The messages of the broker's log lines (after ``LEVEL logger:``), with the level."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(" ", 4)  # date time LEVEL logger: message
+        if len(parts) == 5 and parts[3].endswith(":"):
+            out.append(f"{parts[2]} {parts[4]}")
+    return out
+
+
+def test_the_broker_logs_one_line_per_phase_and_warns_only_when_something_is_wrong(
+    tmp_path: Path,
+) -> None:
+    """A new data dir says so (not "unclean shutdown"); the first group join does not log
+    a line per __consumer_offsets partition; after kill -9, logs that never held data (and
+    those that did) are recovered in one summary line, without a WARNING; counts are in
+    the right number."""
+    from tests.interop._broker import start_broker
+
+    data = tmp_path / "data"
+    broker = start_broker(tmp_path, data_dir=data)
+    try:
+        created = odradek("topics", "create", "--topic", "one", "--partitions", "1",
+                          "-b", broker.bootstrap)
+        assert created.returncode == 0, created.stderr
+        sent = odradek("produce", "--topic", "one", "-b", broker.bootstrap, stdin="a\nb\n")
+        assert sent.stderr == "Sent 2 records to one.\n"
+        grouped = odradek("consume", "--topic", "one", "--group", "g", "--from-beginning",
+                          "--max-messages", "2", "-b", broker.bootstrap)
+        assert grouped.returncode == 0, grouped.stderr
+        port = int(broker.bootstrap.rsplit(":", 1)[1])
+        broker.kill9()
+        first = _log_lines(broker.stderr())
+    finally:
+        broker.stop()
+    assert f"INFO new log dir {data}" in first, first
+    assert not any("unclean" in line for line in first), first
+    assert not any("created log for" in line for line in first), first
+    assert "INFO created topic one with 1 partition" in first
+    assert "INFO created topic __consumer_offsets with 50 partitions" in first
+    assert any(line.startswith("INFO group g: generation 1 with 1 member, ") for line in first)
+    again = start_broker(tmp_path, data_dir=data, port=port)
+    try:
+        second = _log_lines(again.stderr())
+    finally:
+        again.stop()
+    recovered = [line for line in second if line.startswith("INFO recovered ")]
+    assert len(recovered) == 1, second
+    assert re.fullmatch(rf"INFO recovered 51 logs from {re.escape(str(data))} in \d+ ms "
+                        r"after an unclean shutdown( \(indexes of \d+ segments? rebuilt\))?",
+                        recovered[0]), recovered
+    assert not [line for line in second if line.startswith(("WARNING", "ERROR"))], second

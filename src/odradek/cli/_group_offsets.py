@@ -26,6 +26,7 @@ from odradek.cli._common import print_table, run_with_admin
 from odradek.client.admin import Admin
 from odradek.client.connection import ClientError
 from odradek.client.groups import GroupsClient
+from odradek.text import plural
 
 EARLIEST = -2
 LATEST = -1
@@ -133,7 +134,8 @@ def _import(args: argparse.Namespace) -> int:
         description = await client.describe_group(args.group)
         if args.execute and description.state not in INACTIVE_STATES:
             print(f"odradek: group {args.group} is {description.state} with "
-                  f"{len(description.members)} members; stop its consumers before importing "
+                  f"{plural(len(description.members), 'member')}; stop its consumers before "
+                  "importing "
                   "offsets", file=sys.stderr)
             return 1
         topics = sorted({t for t, _ in wanted})

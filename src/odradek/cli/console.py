@@ -37,6 +37,7 @@ from odradek.records.batch import iter_batches, iter_records
 from odradek.records.builder import BatchBuilder
 from odradek.records.compression import CompressionType
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from odradek.text import plural
 
 _CODECS = {"none": CompressionType.NONE, "gzip": CompressionType.GZIP,
            "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4,
@@ -128,7 +129,7 @@ def _produce(args: argparse.Namespace) -> int:
                     unkeyed_partition = next(round_robin)
         for partition in list(pending):
             await flush(partition)
-        print(f"Sent {sent} records to {args.topic}.", file=sys.stderr)
+        print(f"Sent {plural(sent, 'record')} to {args.topic}.", file=sys.stderr)
         return 0
 
     return run_with_admin(args, body)

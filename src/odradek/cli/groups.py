@@ -24,6 +24,7 @@ from odradek.cli._common import add_bootstrap, print_table, run_with_admin
 from odradek.client.admin import Admin
 from odradek.client.connection import ClientError
 from odradek.client.groups import GroupDescription, GroupsClient
+from odradek.text import plural
 
 EARLIEST = -2
 LATEST = -1
@@ -187,7 +188,8 @@ def _reset(args: argparse.Namespace) -> int:
         description = await client.describe_group(args.group)
         if args.execute and description.state not in INACTIVE_STATES:
             print(f"odradek: group {args.group} is {description.state} with "
-                  f"{len(description.members)} members; stop its consumers before resetting "
+                  f"{plural(len(description.members), 'member')}; stop its consumers before "
+                  "resetting "
                   "offsets", file=sys.stderr)
             return 1
         committed = {(c.topic, c.partition): c.offset
@@ -232,7 +234,8 @@ def _reset(args: argparse.Namespace) -> int:
             return 0
         if plan:
             await client.commit_offsets(args.group, plan)
-        print(f"Committed new offsets for {len(plan)} partitions of group {args.group}.")
+        print(f"Committed new offsets for {plural(len(plan), 'partition')} of group "
+              f"{args.group}.")
         return 0
 
     return run_with_admin(args, body)

@@ -9,6 +9,7 @@ from typing import Any
 from odradek.cli._common import add_bootstrap, parse_pairs, print_table, run_with_admin
 from odradek.client.admin import Admin, PartitionInfo
 from odradek.client.connection import ClientError
+from odradek.text import plural
 
 
 def add_parser(sub: Any) -> None:
@@ -134,7 +135,7 @@ def _alter(args: argparse.Namespace) -> int:
     async def body(admin: Admin) -> int:
         if args.partitions is not None:
             await admin.create_partitions(args.topic, args.partitions)
-            print(f"Topic {args.topic} now has {args.partitions} partitions.")
+            print(f"Topic {args.topic} now has {plural(args.partitions, 'partition')}.")
         if configs or args.delete_config:
             await admin.alter_topic_configs(args.topic, configs, args.delete_config or [])
             print(f"Updated configs of topic {args.topic}.")

@@ -100,6 +100,7 @@ from odradek.cluster.store import (
     StoreError,
     Watcher,
 )
+from odradek.text import plural
 
 __all__ = [
     "NOTIFICATION_PATH",
@@ -416,9 +417,10 @@ class Controller:
         self._ensure_notification_parent()
         self._reload_everything()
         self.load_s = self._clock() - started
-        log.info("controller %d (epoch %d) read %d brokers, %d topics, %d partitions in "
-                 "%.3f s", self.broker_id, self.epoch, len(self._live), len(self._topics),
-                 sum(len(t.partitions) for t in self._topics.values()), self.load_s)
+        log.info("controller %d (epoch %d) read %s, %s, %s in %.3f s", self.broker_id,
+                 self.epoch, plural(len(self._live), "broker"), plural(len(self._topics), "topic"),
+                 plural(sum(len(t.partitions) for t in self._topics.values()), "partition"),
+                 self.load_s)
         self._elect(self._all_partitions())
         self._on_reassignments()
         self.startup_s = self._clock() - started

@@ -28,6 +28,7 @@ from odradek.cluster import topic_names
 from odradek.cluster.partition import PartitionState
 from odradek.cluster.store import CreateOp, MetadataStore, NodeExistsError
 from odradek.storage.config import ConfigError, LogConfig
+from odradek.text import plural
 
 log = logging.getLogger(__name__)
 
@@ -472,7 +473,7 @@ class ClusterMetadata:
             self.store.multi(ops)
         except NodeExistsError as exc:
             raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists") from exc
-        log.info("created topic %s with %d partitions", name, len(replicas))
+        log.info("created topic %s with %s", name, plural(len(replicas), "partition"))
         self.apply_locally(lambda: self.apply_topic(name, info))
         return info
 

@@ -65,6 +65,7 @@ from odradek.cluster.store import BadVersionError
 from odradek.storage import LogManager, PartitionLog, TopicPartition, checkpoint, files
 from odradek.storage.checkpoint import CheckpointError
 from odradek.storage.config import LogConfig
+from odradek.text import plural
 
 if TYPE_CHECKING:
     from odradek.cluster.metadata import ClusterMetadata, TopicInfo
@@ -432,7 +433,7 @@ class ReplicaManager:
                 self.fetch_watchers.wake_all(tp)
                 self.produce_watchers.wake_all(tp)
         if moved:
-            log.info("leadership changed for %d partitions hosted here", len(moved))
+            log.info("leadership changed for %s hosted here", plural(len(moved), "partition"))
         if moved and self.on_leadership_change is not None:
             self.on_leadership_change(moved)
 

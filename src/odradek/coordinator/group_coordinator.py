@@ -54,6 +54,7 @@ from odradek.coordinator.group_metadata_manager import GroupMetadataManager, Off
 from odradek.coordinator.group_state import GroupState
 from odradek.coordinator.offsets_topic import OffsetsTopic, OffsetsTopicUnavailableError
 from odradek.protocol.errors import ErrorCode
+from odradek.text import plural
 
 __all__ = [
     "CoordinatorConfig",
@@ -550,9 +551,9 @@ class GroupCoordinator:
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
             self.manager.store_group(group)
             return
-        log.info("group %s: generation %d with %d members, protocol %s, leader %s",
-                 group.group_id, group.generation_id, len(group.members), group.protocol_name,
-                 group.leader_id)
+        log.info("group %s: generation %d with %s, protocol %s, leader %s",
+                 group.group_id, group.generation_id, plural(len(group.members), "member"),
+                 group.protocol_name, group.leader_id)
         joins = self._joins.get(group.group_id, {})
         members = self._member_list(group)
         for member in group.members.values():

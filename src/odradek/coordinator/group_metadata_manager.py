@@ -52,6 +52,7 @@ from odradek.coordinator.group_records import (
 from odradek.coordinator.group_state import LOAD_PATHS, GroupState, IllegalStateTransitionError
 from odradek.coordinator.offsets_topic import OffsetsTopic
 from odradek.protocol.errors import ErrorCode
+from odradek.text import plural
 
 __all__ = ["GroupMetadataManager", "OffsetConfig"]
 
@@ -135,8 +136,9 @@ class GroupMetadataManager:
             on_group_loaded(group)
         self._owned.add(partition)
         if groups:
-            log.info("loaded %d groups from __consumer_offsets-%d in %.0f ms", len(groups),
-                     partition, (time.monotonic() - started) * 1000)
+            log.info("loaded %s from __consumer_offsets-%d in %.0f ms",
+                     plural(len(groups), "group"), partition,
+                     (time.monotonic() - started) * 1000)
 
     def unload_partition(
         self, partition: int, on_group_unloaded: Callable[[GroupMetadata], None]

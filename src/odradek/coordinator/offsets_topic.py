@@ -27,6 +27,7 @@ from odradek.cluster.metadata import ClusterMetadata, MetadataError
 from odradek.records.batch import iter_batches, iter_records
 from odradek.records.builder import BatchBuilder
 from odradek.storage.log import LogAppendInfo, PartitionLog
+from odradek.text import plural
 
 __all__ = ["OFFSETS_TOPIC", "OffsetsTopic", "OffsetsTopicUnavailableError"]
 
@@ -84,7 +85,8 @@ class OffsetsTopic:
             if exc.kafka_error == "TOPIC_ALREADY_EXISTS":
                 return False
             raise OffsetsTopicUnavailableError(f"cannot create {OFFSETS_TOPIC}: {exc}") from exc
-        log.info("created %s with %d partitions", OFFSETS_TOPIC, self.configured_partitions)
+        log.info("created %s with %s", OFFSETS_TOPIC,
+                 plural(self.configured_partitions, "partition"))
         return True
 
     def leader_of(self, partition: int) -> int | None:

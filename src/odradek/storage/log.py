@@ -281,7 +281,8 @@ class PartitionLog:
 
     # -- load ----------------------------------------------------------------------------
     def _load(self, had_clean_shutdown: bool) -> None:
-        log_loader.load(self, had_clean_shutdown)
+        #: segments whose indexes were rebuilt at load (the log manager's summary line)
+        self.indexes_rebuilt = log_loader.load(self, had_clean_shutdown)
 
     # -- append --------------------------------------------------------------------------
     def validate(

@@ -38,7 +38,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def load(plog: PartitionLog, had_clean_shutdown: bool) -> None:
+def load(plog: PartitionLog, had_clean_shutdown: bool) -> int:
+    """Load ``plog``; returns how many segments had their indexes rebuilt. After an
+    unclean shutdown that is expected (the active segment's indexes were not trimmed, or
+    not written), so it is logged at DEBUG and counted in the log manager's summary; after
+    a clean one it means damage, a WARNING."""
+    rebuilt = 0
     for path in list(plog.dir.iterdir()):
         name = path.name
         if name.endswith((files.TMP_SUFFIX, files.CLEANED_SUFFIX, files.DELETED_SUFFIX)):
@@ -62,8 +67,10 @@ def load(plog: PartitionLog, had_clean_shutdown: bool) -> None:
             segment.sanity_check()
             segment.load_timestamps()
         except IndexCorruptError as exc:
-            log.warning("%s: rebuilding indexes of segment %d (%s)", plog.name, base, exc)
+            log.log(logging.WARNING if had_clean_shutdown else logging.DEBUG,
+                    "%s: rebuilding indexes of segment %d (%s)", plog.name, base, exc)
             recover_segment(plog, segment)
+            rebuilt += 1
         plog._add_segment(segment)
     for path in plog.dir.glob("*" + files.INDEX_SUFFIX):
         if not files.log_file(plog.dir, files.offset_from_filename(path.name)).exists():
@@ -87,6 +94,7 @@ def load(plog: PartitionLog, had_clean_shutdown: bool) -> None:
     plog.leader_epoch_cache.truncate_from_end(leo)
     plog.leader_epoch_cache.truncate_from_start(plog.log_start_offset)
     plog.producer_state.load(plog.segments, plog.log_start_offset, leo)
+    return rebuilt
 
 def complete_swaps(plog: PartitionLog) -> None:
     """Finish a cleaner swap interrupted by a crash: a ``.swap`` log replaces the

@@ -39,6 +39,7 @@ from odradek.storage.dir_failure import LogDirFailureChannel
 from odradek.storage.errors import KafkaStorageError, LogDirNotFoundError, StorageError
 from odradek.storage.log import PartitionLog, now_ms, parse_topic_partition
 from odradek.storage.segment import LogSegment
+from odradek.text import plural
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class LogManager:
         with self.failure_channel.guard(log_dir, "loading log dir"):
             log_dir.mkdir(parents=True, exist_ok=True)
             self._lock_dir(log_dir)
-            checkpoint.read_meta_properties(log_dir / files.META_PROPERTIES)  # or refuse
+            meta = checkpoint.read_meta_properties(log_dir / files.META_PROPERTIES)  # or refuse
             marker = log_dir / files.CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
             recovery = self._read_checkpoint(log_dir / files.RECOVERY_POINT_CHECKPOINT)
@@ -109,7 +110,7 @@ class LogManager:
             starts = self._read_checkpoint(log_dir / files.LOG_START_OFFSET_CHECKPOINT) or {}
             self.had_clean_shutdown[log_dir] = clean
             started = time.monotonic()
-            count = 0
+            count = rebuilt = 0
             for child in sorted(log_dir.iterdir()):
                 if not child.is_dir():
                     continue
@@ -129,13 +130,20 @@ class LogManager:
                     had_clean_shutdown=clean, time_ms=self.time_ms,
                 ))
                 count += 1
+                rebuilt += self.logs[tp].indexes_rebuilt
             if clean:
                 marker.unlink()
                 files.fsync_dir(log_dir)
-            log.info(
-                "loaded %d logs from %s in %.0f ms (%s shutdown)", count, log_dir,
-                (time.monotonic() - started) * 1000, "clean" if clean else "unclean",
-            )
+            took_ms = (time.monotonic() - started) * 1000
+            if not meta and count == 0:  # nothing to load, nothing to recover from
+                log.info("new log dir %s", log_dir)
+            elif clean:
+                log.info("loaded %s from %s in %.0f ms (clean shutdown)",
+                         plural(count, "log"), log_dir, took_ms)
+            else:
+                log.info("recovered %s from %s in %.0f ms after an unclean shutdown%s",
+                         plural(count, "log"), log_dir, took_ms,
+                         f" (indexes of {plural(rebuilt, 'segment')} rebuilt)" if rebuilt else "")
 
     @staticmethod
     def _read_checkpoint(path: Path) -> dict[tuple[str, int], int] | None:
@@ -235,7 +243,8 @@ class LogManager:
             if prepare is not None:
                 prepare(partition_log)
             self.logs[tp] = partition_log
-            log.info("created log for %s in %s", tp, log_dir)
+            # DEBUG: the topic's creation is logged once with its partition count
+            log.debug("created log for %s in %s", tp, log_dir)
             return partition_log
 
     def _discard_half_made(self, dir: Path) -> None:

@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from odradek.text import plural
 from odradek.webconsole.cluster import ClusterClient, ConsoleError, parse_time, render_bytes
 from odradek.webconsole.metrics import MetricsReader
 
@@ -177,7 +178,7 @@ def create_app(bootstrap: str, metrics_urls: list[str] | None = None,
         except ConsoleError as exc:
             return back(f"/groups/{quote(group_id, safe='')}", err=str(exc))
         return back(f"/groups/{quote(group_id, safe='')}",
-                    msg=f"committed new offsets for {len(plan)} partitions")
+                    msg=f"committed new offsets for {plural(len(plan), 'partition')}")
 
     async def api_lag(request: Request) -> Response:
         group_id = request.path_params["group"]

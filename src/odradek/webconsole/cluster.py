@@ -31,6 +31,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from odradek.text import plural
+
 # confluent-kafka's stubs leave these untyped or unexported; they are used as plain objects.
 AlterConfigOpType: Any = _admin.AlterConfigOpType  # type: ignore[attr-defined]
 ConfigEntry: Any = _admin.ConfigEntry  # type: ignore[attr-defined]
@@ -433,7 +435,7 @@ class ClusterClient:
         detail = self.group(group_id)
         if not detail.resettable:
             raise ConsoleError(
-                f"group {group_id} is {detail.state} with {len(detail.members)} members; "
+                f"group {group_id} is {detail.state} with {plural(len(detail.members), 'member')}; "
                 "stop its consumers before resetting offsets")
         targets = [(o.topic, o.partition) for o in detail.offsets if o.committed is not None]
         if not targets:
