@@ -250,3 +250,55 @@ def test_the_broker_logs_one_line_per_phase_and_warns_only_when_something_is_wro
                         r"after an unclean shutdown( \(indexes of \d+ segments? rebuilt\))?",
                         recovered[0]), recovered
     assert not [line for line in second if line.startswith(("WARNING", "ERROR"))], second
+
+
+def test_status_defaults_to_data_and_checks_the_broker_with_b(tmp_path: Path) -> None:
+    """`odradek status` in the directory of `make serve` reads ./data; with -b it says
+    whether the broker answers (exit 1 when it does not)."""
+    from tests.interop._broker import start_broker
+
+    broker = start_broker(tmp_path)  # data in tmp_path/data
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "data" / "cleaner-status.json").exists():
+            assert time.monotonic() < deadline, "no cleaner-status.json"
+            time.sleep(0.1)
+        plain = odradek("status", cwd=tmp_path)
+        assert plain.returncode == 0, plain.stderr
+        assert plain.stdout.startswith("log cleaner: healthy"), plain.stdout
+        checked = odradek("status", "-b", broker.bootstrap, cwd=tmp_path)
+        assert checked.returncode == 0, checked.stderr
+        host, port = broker.bootstrap.rsplit(":", 1)
+        assert checked.stdout.startswith(
+            f"broker {broker.bootstrap}: up (controller: broker 0 at {host}:{port})\n"
+            "log cleaner: healthy"), checked.stdout
+    finally:
+        broker.stop()
+    down = odradek("status", "-b", broker.bootstrap, cwd=tmp_path)
+    assert down.returncode == 1
+    assert down.stdout.startswith(f"broker {broker.bootstrap}: DOWN (connection refused "
+                                  "(is a broker listening there?))\n"), down.stdout
+    elsewhere = odradek("status", cwd=tmp_path / "data")
+    assert elsewhere.returncode == 2
+    assert elsewhere.stderr.startswith("odradek: no cleaner-status.json under ./data")
+
+
+def test_serve_help_points_at_the_config_keys_and_every_flag_is_explained() -> None:
+    """`odradek serve --help` names the example server.properties (which exists, in
+    Kafka's layout) and where every key is; serve, produce and consume explain each flag."""
+    import argparse
+
+    from odradek.cli.main import build_parser
+
+    res = odradek("serve", "--help")
+    assert res.returncode == 0
+    assert "config/server.properties" in res.stdout
+    assert "src/odradek/server/config.py" in res.stdout
+    assert (REPO / "config" / "server.properties").read_text().count(
+        "############################# ") >= 5  # Kafka's section banners
+    sub = next(a for a in build_parser()._actions
+               if isinstance(a, argparse._SubParsersAction))
+    for command in ("serve", "produce", "consume"):
+        silent = [a.option_strings for a in sub.choices[command]._actions
+                  if a.option_strings and not a.help]
+        assert silent == [], (command, silent)

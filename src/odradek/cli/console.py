@@ -48,19 +48,22 @@ OFFSET_OUT_OF_RANGE = 1
 def add_parser(sub: Any) -> None:
     produce = sub.add_parser("produce", help="send lines of standard input as records")
     add_bootstrap(produce)
-    produce.add_argument("--topic", required=True)
+    produce.add_argument("--topic", required=True, help="the topic (created if missing, "
+                         "when the broker auto-creates topics)")
     produce.add_argument("--partition", type=int, help="default: by key, else round robin")
     produce.add_argument("--key-separator", help="split each line into KEY<sep>VALUE")
     produce.add_argument("--header", action="append", metavar="KEY=VALUE",
                          help="a header added to every record (repeatable)")
-    produce.add_argument("--compression", choices=sorted(_CODECS), default="none")
-    produce.add_argument("--acks", type=int, choices=[-1, 0, 1], default=-1)
+    produce.add_argument("--compression", choices=sorted(_CODECS), default="none",
+                         help="the batches' codec (default none)")
+    produce.add_argument("--acks", type=int, choices=[-1, 0, 1], default=-1,
+                         help="-1: every in-sync replica (default), 1: the leader, 0: none")
     produce.add_argument("--batch-size", type=int, default=1000,
                          help="records per batch (default 1000)")
     produce.set_defaults(func=_produce)
     consume = sub.add_parser("consume", help="print records of a topic")
     add_bootstrap(consume)
-    consume.add_argument("--topic", required=True)
+    consume.add_argument("--topic", required=True, help="the topic to read")
     consume.add_argument("--partition", type=int, help="default: every partition")
     consume.add_argument("--group", help="consume as a member of this consumer group: "
                          "subscribe, start from its committed offsets, commit (needs "

@@ -28,6 +28,17 @@ SUBCOMMAND_MODULES = ("dump_log", "topics", "console", "groups", "leader_electio
                       "dev_cluster", "reassign", "perf", "webconsole")
 
 
+SERVE_EPILOG = """\
+configuration:
+  Keys are Kafka's server.properties names, with Kafka's defaults (listeners, log.dirs,
+  num.partitions, log.retention.hours, zookeeper.connect, ...).
+  config/server.properties  an example in Kafka's layout, each key explained (make serve)
+  src/odradek/server/config.py  every key the broker knows, its type, default and meaning
+  A key the broker does not know is reported at start-up with the nearest known one; an
+  invalid value refuses to start, naming the type Kafka expects.
+"""
+
+
 class SubcommandImportError(Exception):
     """A sub-command's module failed to import; the original error is ``__cause__``."""
 
@@ -126,12 +137,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OdradekArgumentParser(prog="odradek", description="A Kafka-compatible broker.")
     parser.add_argument("--version", action="version", version=f"odradek {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run a broker (defaults: 127.0.0.1:9092, ./data)")
-    serve.add_argument("--config", type=Path, help="a server.properties file")
+    serve = sub.add_parser(
+        "serve", help="run a broker (defaults: 127.0.0.1:9092, ./data)",
+        description="Run a broker until SIGTERM or Ctrl-C. Without --config it listens on\n"
+                    "127.0.0.1:9092 with its logs in ./data and Kafka's defaults.",
+        epilog=SERVE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--config", type=Path, metavar="FILE",
+                       help="a server.properties file (Kafka's keys; e.g. the repository's "
+                            "config/server.properties, which make serve uses)")
     serve.add_argument("--override", action="append", metavar="KEY=VALUE",
                        help="set a config key (repeatable), wins over --config")
     serve.add_argument("--log-level", default="info",
-                       choices=["debug", "info", "warning", "error"])
+                       choices=["debug", "info", "warning", "error"],
+                       help="the broker's log level (default info; debug adds per-log "
+                            "details)")
     serve.add_argument("--ready-file", type=Path, help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
     for name in SUBCOMMAND_MODULES:

@@ -1,22 +1,31 @@
-"""``odradek status --data-dir DIR``: the broker's health as it last wrote it to disk.
+"""``odradek status [--data-dir DIR] [-b HOST:PORT]``: the broker's health as it last
+wrote it to disk, and with ``-b`` whether it answers on the network.
 
 The broker's log cleaner rewrites ``cleaner-status.json`` in its first log dir after every
 pass or failure and every few seconds (see :mod:`odradek.storage.cleaner_manager`). This
 command reads it without talking to the broker, prints threads, uncleanable partitions
 and Kafka's cleaner metrics, and exits 0 when healthy, 1 when not (a dead cleaner thread
 or an uncleanable partition), 2 when there is no status file. A file older than
-``--stale-seconds`` is flagged: the broker may not be running.
+``--stale-seconds`` is flagged: the broker may not be running. ``--data-dir`` defaults to
+``./data``, the log dir of ``make serve``.
+
+With ``--bootstrap-server``/``-b`` it first asks the broker over the Kafka protocol
+(ApiVersions, then Metadata for the controller) and says whether it is up, or why not
+(refused, not a Kafka broker, ...); a broker that does not answer makes the exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from odradek.client.admin import Admin
+from odradek.client.connection import BrokerConnection, ClientError
 from odradek.storage.cleaner_manager import STATUS_FILE
 
 
@@ -50,23 +59,55 @@ def render(status: dict[str, Any], out: TextIO, stale_seconds: float) -> None:
                   f"{info['bytes_read']} -> {info['bytes_written']} bytes\n")
 
 
+def broker_up(bootstrap: str, out: TextIO) -> bool:
+    """One line: is the broker at ``bootstrap`` up (and which broker is the controller)."""
+
+    async def ask() -> str:
+        conn = await BrokerConnection.open(bootstrap, client_id="odradek-status")
+        try:
+            controller, host, port = await Admin(conn).controller()
+        except ClientError as exc:
+            return f"up, but {exc}"
+        finally:
+            await conn.close()
+        return f"up (controller: broker {controller} at {host}:{port})"
+
+    try:
+        answer = asyncio.run(ask())
+    except (ClientError, OSError) as exc:
+        out.write(f"broker {bootstrap}: DOWN ({exc})\n")
+        return False
+    out.write(f"broker {bootstrap}: {answer}\n")
+    return True
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    up = True
+    if args.bootstrap_server is not None:
+        up = broker_up(args.bootstrap_server, out)
     path = find_status(Path(args.data_dir))
     if path is None:
-        print(f"odradek: no {STATUS_FILE} under {args.data_dir}", file=sys.stderr)
+        print(f"odradek: no {STATUS_FILE} under {args.data_dir} (the broker writes it "
+              "there once started; --data-dir is its first log dir)", file=sys.stderr)
         return 2
     status = json.loads(path.read_text())
     if args.json:
         out.write(json.dumps(status, indent=2, sort_keys=True) + "\n")
     else:
         render(status, out, args.stale_seconds)
-    return 0 if status.get("healthy") else 1
+    return 0 if status.get("healthy") and up else 1
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser("status", help="broker health from its data dir (log cleaner)")
-    parser.add_argument("--data-dir", required=True, help="a log dir (or its parent)")
+    parser = subparsers.add_parser(
+        "status", help="broker health: its log cleaner (from the data dir), and with -b "
+                       "whether it answers on the network")
+    parser.add_argument("--data-dir", default="./data",
+                        help="a log dir (or its parent); default ./data, as make serve uses")
+    parser.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT",
+                        help="also check over the network that the broker answers")
     parser.add_argument("--json", action="store_true", help="print the raw status JSON")
-    parser.add_argument("--stale-seconds", type=float, default=60.0)
+    parser.add_argument("--stale-seconds", type=float, default=60.0,
+                        help="flag a status file older than this (default 60)")
     parser.set_defaults(func=run)
