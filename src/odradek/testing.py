@@ -12,25 +12,41 @@ real sockets, exactly as they would to a deployed broker::
 Unlike a broker's default, a new group's first rebalance is not delayed
 (``group.initial.rebalance.delay.ms`` = 0, as Kafka's own test harness sets it).
 
-With pytest, the ``odradek_broker`` fixture (registered by this module as a plugin: add
-``pytest_plugins = ["odradek.testing"]`` to your conftest.py) yields the same object.
+With pytest, register this module as a plugin in your top-level ``conftest.py``::
+
+    pytest_plugins = ["odradek.testing"]
+
+(a string, so linters keep it; an imported fixture looks unused to them and gets removed).
+Then take ``odradek_broker``, a fresh broker per test; give it config keys with a marker,
+or start several with the factory::
+
+    @pytest.mark.odradek_broker_config({"num.partitions": "3"})
+    def test_three(odradek_broker): ...
+
+    def test_two(odradek_broker_factory):
+        a = odradek_broker_factory({"auto.create.topics.enable": "false"})
+        b = odradek_broker_factory()
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from odradek.server.broker import Broker
 from odradek.server.config import BrokerConfig
 
-__all__ = ["RunningBroker", "odradek_broker", "running_broker"]
+__all__ = ["RunningBroker", "odradek_broker", "odradek_broker_factory", "running_broker"]
+
+#: the marker that gives ``odradek_broker`` config keys
+CONFIG_MARKER = "odradek_broker_config"
 
 
 class RunningBroker:
@@ -113,8 +129,33 @@ except ImportError:  # pytest is optional for users of the context manager
     pass
 else:
 
+    def pytest_configure(config: pytest.Config) -> None:
+        config.addinivalue_line(
+            "markers", f"{CONFIG_MARKER}(overrides): broker config keys (a dict of Kafka's "
+                       "names to values) for this test's odradek_broker")
+
     @pytest.fixture
-    def odradek_broker(tmp_path: Path) -> Iterator[RunningBroker]:
-        """A fresh broker per test, data under the test's tmp_path."""
-        with running_broker(data_dir=tmp_path) as broker:
+    def odradek_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunningBroker]:
+        """A fresh broker per test, data under the test's tmp_path; config keys from the
+        test's ``@pytest.mark.odradek_broker_config({...})``, if any."""
+        overrides: dict[str, str] = {}
+        marker = request.node.get_closest_marker(CONFIG_MARKER)
+        if marker is not None:
+            for arg in marker.args:
+                overrides.update({str(k): str(v) for k, v in dict(arg).items()})
+        with running_broker(overrides=overrides, data_dir=tmp_path) as broker:
             yield broker
+
+    @pytest.fixture
+    def odradek_broker_factory(
+        tmp_path: Path,
+    ) -> Iterator[Callable[..., RunningBroker]]:
+        """``start(overrides=None)`` starts another broker (each with its own data dir
+        under tmp_path); all are stopped when the test ends."""
+        numbers = itertools.count(1)
+        with ExitStack() as stack:
+            def start(overrides: Mapping[str, str] | None = None) -> RunningBroker:
+                directory = tmp_path / f"odradek-{next(numbers)}"
+                return stack.enter_context(running_broker(overrides, data_dir=directory))
+
+            yield start

@@ -302,3 +302,57 @@ def test_serve_help_points_at_the_config_keys_and_every_flag_is_explained() -> N
         silent = [a.option_strings for a in sub.choices[command]._actions
                   if a.option_strings and not a.help]
         assert silent == [], (command, silent)
+
+
+def test_the_readme_pytest_recipe_survives_ruff_and_takes_broker_config(
+    tmp_path: Path,
+) -> None:
+    """The README's conftest.py line, in a project of its own: ruff's F401 fix leaves it
+    as it is, and pytest runs tests on the fixture, its marker and the factory."""
+    text = (REPO / "README.md").read_text()
+    recipe = text[text.index("# conftest.py\n"):].split("\n\n", 1)[0]
+    assert recipe == '# conftest.py\npytest_plugins = ["odradek.testing"]'
+    project = tmp_path / "app"
+    project.mkdir()
+    (project / "conftest.py").write_text(recipe + "\n")
+    fixed = subprocess.run([str(REPO / ".venv" / "bin" / "ruff"), "check", "--select", "F401",
+                            "--fix", "--isolated", "conftest.py"],
+                           cwd=project, capture_output=True, text=True, check=False)
+    assert fixed.returncode == 0, fixed.stdout
+    assert (project / "conftest.py").read_text() == recipe + "\n"
+    (project / "test_app.py").write_text('''
+import confluent_kafka
+import pytest
+
+
+def partitions_of(bootstrap, topic):
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, b"x")  # auto-creates the topic
+    assert producer.flush(30) == 0
+    return len(producer.list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+def test_default(odradek_broker):
+    assert partitions_of(odradek_broker.bootstrap, "t") == 1
+
+
+@pytest.mark.odradek_broker_config({"num.partitions": "3"})
+def test_marker(odradek_broker):
+    assert partitions_of(odradek_broker.bootstrap, "t") == 3
+
+
+def test_factory(odradek_broker_factory):
+    a = odradek_broker_factory({"num.partitions": "2"})
+    b = odradek_broker_factory()
+    assert a.bootstrap != b.bootstrap
+    assert partitions_of(a.bootstrap, "t") == 2
+    assert partitions_of(b.bootstrap, "t") == 1
+''')
+    res = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "--strict-markers", "-W", "error::pytest.PytestUnknownMarkWarning"],
+        cwd=project, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "3 passed" in res.stdout, res.stdout
