@@ -1,8 +1,10 @@
 """A worked Spark pipeline over Odradek, runnable with one command:
 
-    .venv/bin/python examples/spark_pipeline.py
+    .venv/bin/python examples/spark_pipeline.py [--bootstrap-server 127.0.0.1:9092]
 
-It starts its own broker (odradek.testing, free port, temporary directory), creates an
+It starts its own broker (odradek.testing, free port, temporary directory), or with
+``--bootstrap-server`` uses a running one (then the topics get a suffix of this run,
+``events-<id>``, so earlier runs do not count), creates an
 ``events`` topic (3 partitions) and a compacted ``totals`` topic, produces purchase events,
 then runs a Structured Streaming aggregation (total and count per user) from ``events`` to
 ``totals`` in two rounds with the same checkpoint — more events arrive between the rounds —
@@ -11,11 +13,14 @@ and finally reads ``totals`` back as a batch DataFrame, latest value per key.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
-import os
+import logging
 import random
-import sys
 import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -27,26 +32,46 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+import odradek.spark  # noqa: F401  (before the session: PYSPARK_PYTHON, see the README)
 from odradek.testing import running_broker
+
+#: librdkafka's log lines go through logging instead of raw to stderr
+CLIENT_LOG = logging.getLogger("spark_pipeline.librdkafka")
 
 USERS = ["ada", "bob", "cy", "dee", "eve"]
 
 
-def produce_events(bootstrap: str, n: int, seed: int) -> dict[str, float]:
+def produce_events(bootstrap: str, topic: str, n: int, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
-    producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                            "logger": CLIENT_LOG})
     sums: dict[str, float] = {}
     for _ in range(n):
         user = rng.choice(USERS)
         amount = round(rng.uniform(1, 100), 2)
         sums[user] = sums.get(user, 0.0) + amount
-        producer.produce("events", json.dumps({"user": user, "amount": amount}), user)
+        producer.produce(topic, json.dumps({"user": user, "amount": amount}), user)
     assert producer.flush(30) == 0
     return sums
 
 
+@contextlib.contextmanager
+def broker(bootstrap: str | None) -> Iterator[str]:
+    """The running broker at ``bootstrap``, else one of our own for the run."""
+    if bootstrap is not None:
+        yield bootstrap
+        return
+    with running_broker() as own:
+        yield own.bootstrap
+
+
 def main() -> None:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help="a running broker (default: start one for this run)")
+    args = parser.parse_args()
+    suffix = f"-{uuid.uuid4().hex[:8]}" if args.bootstrap_server else ""
+    events_topic, totals_topic = f"events{suffix}", f"totals{suffix}"
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("odradek-pipeline")
@@ -56,23 +81,25 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="odradek-pipeline-"))
-    with running_broker() as broker:
-        boot = broker.bootstrap
-        admin = AdminClient({"bootstrap.servers": boot})
+    with broker(args.bootstrap_server) as boot:
+        print(f"broker {boot}: topics {events_topic}, {totals_topic}")
+        admin = AdminClient({"bootstrap.servers": boot,
+                             "logger": CLIENT_LOG})  # type: ignore[dict-item]
         futures = admin.create_topics(
             [
-                NewTopic("events", 3, 1),
-                NewTopic("totals", 1, 1, config={"cleanup.policy": "compact"}),
+                NewTopic(events_topic, 3, 1),
+                NewTopic(totals_topic, 1, 1, config={"cleanup.policy": "compact"}),
             ]
         )
         for f in futures.values():
             f.result(30)
+        del admin, futures  # closed now, not after the broker has stopped
 
         schema = "user string, amount double"
         events = (
             spark.readStream.format("odradek")  # found automatically: module pyspark_odradek
             .option("kafka.bootstrap.servers", boot)
-            .option("subscribe", "events")
+            .option("subscribe", events_topic)
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", "500")
             .load()
@@ -90,14 +117,14 @@ def main() -> None:
             .writeStream.format("odradek")
             .outputMode("complete")  # Python data sources: append or complete
             .option("kafka.bootstrap.servers", boot)
-            .option("topic", "totals")
+            .option("topic", totals_topic)
             .option("checkpointLocation", str(work / "checkpoint"))
         )
 
-        expected = produce_events(boot, 1000, seed=1)
+        expected = produce_events(boot, events_topic, 1000, seed=1)
         query.trigger(availableNow=True).start().awaitTermination(300)
         print("round 1 done: 1000 events aggregated")
-        for user, amount in produce_events(boot, 700, seed=2).items():
+        for user, amount in produce_events(boot, events_topic, 700, seed=2).items():
             expected[user] = expected.get(user, 0.0) + amount
         query.trigger(availableNow=True).start().awaitTermination(300)
         print("round 2 done: 700 more events aggregated")
@@ -106,7 +133,7 @@ def main() -> None:
         latest = (
             spark.read.format("odradek")
             .option("kafka.bootstrap.servers", boot)
-            .option("subscribe", "totals")
+            .option("subscribe", totals_topic)
             .load()
             .withColumn("rank", F.row_number().over(by_key))
             .where("rank = 1")

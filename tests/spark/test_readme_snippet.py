@@ -1,0 +1,42 @@
+"""The README's Spark snippet, run as written by a plain ``python`` of the project's venv with
+no ``PYSPARK_PYTHON`` set (issue 19): ``format("odradek")`` must be found. Its own
+process, since the shared session of this directory sets ``PYSPARK_PYTHON`` itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import confluent_kafka
+
+from odradek.testing import running_broker
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def readme_snippet() -> str:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Spark"):]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_snippet_finds_the_data_source_from_a_plain_python(tmp_path: Path) -> None:
+    snippet = readme_snippet()
+    assert snippet.startswith("import odradek.spark")
+    assert 'format("odradek")' in snippet and "127.0.0.1:9092" in snippet
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
+    with running_broker() as broker:
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(3):
+            producer.produce("events", f"e{i}".encode())
+        assert producer.flush(30) == 0
+        del producer
+        program = snippet.replace("127.0.0.1:9092", broker.bootstrap) + (
+            "print('rows', events.count())\nspark.stop()\n")
+        res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "rows 3" in res.stdout.splitlines(), res.stdout
