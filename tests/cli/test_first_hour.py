@@ -213,8 +213,8 @@ def test_the_broker_logs_one_line_per_phase_and_warns_only_when_something_is_wro
 ) -> None:
     """A new data dir says so (not "unclean shutdown"); the first group join does not log
     a line per __consumer_offsets partition; after kill -9, logs that never held data (and
-    those that did) are recovered in one summary line, without a WARNING; counts are in
-    the right number."""
+    those that did) are recovered in one summary line, without a WARNING, and the groups
+    in one more; counts are in the right number."""
     from tests.interop._broker import start_broker
 
     data = tmp_path / "data"
@@ -237,7 +237,8 @@ def test_the_broker_logs_one_line_per_phase_and_warns_only_when_something_is_wro
     assert not any("unclean" in line for line in first), first
     assert not any("created log for" in line for line in first), first
     assert "INFO created topic one with 1 partition" in first
-    assert "INFO created topic __consumer_offsets with 50 partitions" in first
+    assert [line for line in first if "50 partitions" in line] == [
+        "INFO created topic __consumer_offsets with 50 partitions"]
     assert any(line.startswith("INFO group g: generation 1 with 1 member, ") for line in first)
     again = start_broker(tmp_path, data_dir=data, port=port)
     try:
@@ -250,6 +251,10 @@ def test_the_broker_logs_one_line_per_phase_and_warns_only_when_something_is_wro
                         r"after an unclean shutdown( \(indexes of \d+ segments? rebuilt\))?",
                         recovered[0]), recovered
     assert not [line for line in second if line.startswith(("WARNING", "ERROR"))], second
+    offsets_lines = [line for line in second if "__consumer_offsets" in line]
+    assert len(offsets_lines) == 1, second
+    assert re.fullmatch(r"INFO loaded 1 group from 50 partitions of __consumer_offsets in "
+                        r"\d+ ms", offsets_lines[0]), offsets_lines
 
 
 def test_status_defaults_to_data_and_checks_the_broker_with_b(tmp_path: Path) -> None:

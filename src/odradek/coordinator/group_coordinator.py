@@ -194,9 +194,20 @@ class GroupCoordinator:
             self.on_resigned(partition)
 
     def _elect_led_partitions(self) -> None:
+        """Load every partition led here and not loaded yet; one summary line for them
+        all (each partition's own line is at DEBUG)."""
+        started = time.monotonic()
+        before = len(self.manager.groups)
+        elected = 0
         for partition in self.topic.led_partitions():
             if not self.manager.is_partition_owned(partition):
                 self.on_elected(partition)
+                elected += 1
+        loaded = len(self.manager.groups) - before
+        if loaded > 0:
+            log.info("loaded %s from %s of __consumer_offsets in %.0f ms",
+                     plural(loaded, "group"), plural(elected, "partition"),
+                     (time.monotonic() - started) * 1000)
 
     def refresh_leadership(self) -> None:
         """Leadership of ``__consumer_offsets`` partitions moved (cluster mode): load the

@@ -136,7 +136,7 @@ class GroupMetadataManager:
             on_group_loaded(group)
         self._owned.add(partition)
         if groups:
-            log.info("loaded %s from __consumer_offsets-%d in %.0f ms",
+            log.debug("loaded %s from __consumer_offsets-%d in %.0f ms",
                      plural(len(groups), "group"), partition,
                      (time.monotonic() - started) * 1000)
 

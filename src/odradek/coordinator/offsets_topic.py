@@ -85,7 +85,7 @@ class OffsetsTopic:
             if exc.kafka_error == "TOPIC_ALREADY_EXISTS":
                 return False
             raise OffsetsTopicUnavailableError(f"cannot create {OFFSETS_TOPIC}: {exc}") from exc
-        log.info("created %s with %s", OFFSETS_TOPIC,
+        log.debug("created %s with %s", OFFSETS_TOPIC,  # the metadata logs it too
                  plural(self.configured_partitions, "partition"))
         return True
 
