@@ -442,8 +442,8 @@ def partition_limit(configured: int) -> int:
     reserved = max(256, int(soft * RESERVED_DESCRIPTORS_SHARE)) + 3 * MAX_OPEN_COLD_SEGMENTS
     fits = max(1, (soft - reserved) // DESCRIPTORS_PER_LOG)
     if fits < configured:
-        log.info("at most %d partitions on this broker: %d open files allowed, %d per log",
-                 fits, soft, DESCRIPTORS_PER_LOG)
+        log.debug("at most %d partitions on this broker: %d open files allowed, %d per log",
+                  fits, soft, DESCRIPTORS_PER_LOG)
     return min(configured, fits)
 
 
