@@ -124,9 +124,10 @@ def run_as_written(line: str, bootstrap: str, cwd: Path) -> subprocess.Completed
 
 
 def test_the_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
-    """"Five minutes with it", then the consumer groups walkthrough: every command of the
-    README, as written, exits 0; the group made by ``consume --group`` has committed every
-    record (lag 0), which the later commands move, export, import and delete."""
+    """"Five minutes with it" (Odradek's tools, then kcat), then the consumer groups
+    walkthrough: every command of the README, as written, exits 0; the group made by
+    ``consume --group`` has committed every record (lag 0), which the later commands move,
+    export, import and delete."""
     from tests.interop._broker import start_broker
 
     five_minutes = readme_commands("In another, with the tools in `.venv/bin`:")
@@ -144,6 +145,16 @@ def test_the_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
             results.append(res)
             if line == groups[1]:  # groups describe, right after consume --group
                 described = run_as_written(groups[2], broker.bootstrap, work)
+        text = (REPO / "README.md").read_text()
+        kcat_block = text[text.index("or with kcat"):].split("```sh\n", 1)[1].split("```")[0]
+        kcat_lines = [line.replace("127.0.0.1:9092", broker.bootstrap)
+                      for line in kcat_block.splitlines() if line.strip()]
+        assert len(kcat_lines) == 2, kcat_lines
+        for line in kcat_lines:
+            res = subprocess.run(["bash", "-c", line], capture_output=True, text=True,
+                                 cwd=work, timeout=CLI_TIMEOUT_S, check=False)
+            assert res.returncode == 0, (line, res.stderr)
+        assert "k1 v1" in " ".join(res.stdout.split()), res.stdout  # partition offset key value
         consumed = results[2]
         assert sorted(consumed.stdout.splitlines()) == ["alice\thello", "bob\thi"]
         assert consumed.stderr.endswith("Processed a total of 2 messages\n")
