@@ -40,13 +40,13 @@ class OffsetsFileError(ValueError):
 def add_verbs(verbs: Any, add_bootstrap: Callable[[argparse.ArgumentParser], None]) -> None:
     export = verbs.add_parser("export-offsets",
                               help="write a group's committed offsets as topic,partition,offset")
-    export.add_argument("--group", required=True)
+    export.add_argument("--group", required=True, help="the group to export")
     export.add_argument("--output", "-o", type=Path, help="file to write (default: stdout)")
     export.set_defaults(func=_export)
     imp = verbs.add_parser("import-offsets",
                            help="commit offsets from a topic,partition,offset file "
                                 "(dry run unless --execute; only while the group is empty)")
-    imp.add_argument("--group", required=True)
+    imp.add_argument("--group", required=True, help="the group to commit into")
     imp.add_argument("--from-file", required=True, type=Path,
                      help="CSV as written by export-offsets or kafka-consumer-groups.sh "
                           "--reset-offsets --export")

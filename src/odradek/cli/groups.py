@@ -44,17 +44,18 @@ def add_parser(sub: Any) -> None:
     delete.add_argument("--group", action="append", required=True, help="(repeatable)")
     delete.set_defaults(func=_delete)
     reset = verbs.add_parser("reset-offsets", help="plan or apply new committed offsets")
-    reset.add_argument("--group", required=True)
+    reset.add_argument("--group", required=True, help="the group whose offsets move")
     which = reset.add_mutually_exclusive_group(required=True)
     which.add_argument("--topic", action="append",
                        help="TOPIC or TOPIC:P,P,... (repeatable)")
     which.add_argument("--all-topics", action="store_true",
                        help="every topic the group has committed offsets for")
     how = reset.add_mutually_exclusive_group(required=True)
-    how.add_argument("--to-earliest", action="store_true")
-    how.add_argument("--to-latest", action="store_true")
-    how.add_argument("--to-offset", type=int)
-    how.add_argument("--shift-by", type=int)
+    how.add_argument("--to-earliest", action="store_true", help="to the log start")
+    how.add_argument("--to-latest", action="store_true", help="to the log end")
+    how.add_argument("--to-offset", type=int, help="to this offset (clamped to the log)")
+    how.add_argument("--shift-by", type=int,
+                     help="by this many records (negative: back)")
     how.add_argument("--to-datetime", help="ISO 8601, e.g. 2024-01-31T12:00:00 (local time "
                                            "unless an offset like +00:00 is given)")
     mode = reset.add_mutually_exclusive_group()

@@ -468,41 +468,47 @@ def add_parser(sub: Any) -> None:
     p = verbs.add_parser("produce", help="send records as fast as asked, report latency")
     p.add_argument("--bootstrap-server", "-b",
                    help="host:port of a broker (or bootstrap.servers in --producer-props)")
-    p.add_argument("--topic", required=True)
-    p.add_argument("--num-records", type=int, required=True)
+    p.add_argument("--topic", required=True, help="the topic to produce to")
+    p.add_argument("--num-records", type=int, required=True, help="records to send")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--record-size", type=int, help="bytes per record")
     size.add_argument("--payload-file", type=Path,
                       help="payloads to pick from at random, split by --payload-delimiter")
-    p.add_argument("--payload-delimiter", default="\\n")
+    p.add_argument("--payload-delimiter", default="\\n",
+                   help="between payloads in --payload-file (default a newline)")
     p.add_argument("--throughput", type=float, required=True,
                    help="records/s to aim at; -1 for no limit")
     p.add_argument("--producer-props", nargs="+", metavar="KEY=VALUE",
                    help="librdkafka producer properties")
     p.add_argument("--producer.config", dest="producer_config", type=Path,
                    help="a properties file of producer settings")
-    p.add_argument("--acks", choices=["-1", "0", "1", "all"])
+    p.add_argument("--acks", choices=["-1", "0", "1", "all"],
+                   help="the producer's acks (default librdkafka's: all)")
     p.add_argument("--reporting-interval", type=int, default=5000, help="ms (default 5000)")
     p.add_argument("--histogram", type=Path, metavar="FILE.png",
                    help="plot the latency distribution (needs matplotlib)")
     p.set_defaults(func=_perf_produce)
 
     c = verbs.add_parser("consume", help="read records as fast as possible, report rates")
-    c.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
-    c.add_argument("--topic", required=True)
+    c.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092",
+                   help="host:port of a broker (default 127.0.0.1:9092)")
+    c.add_argument("--topic", required=True, help="the topic to read")
     c.add_argument("--messages", type=int, required=True, help="records to consume")
     c.add_argument("--group", help="consumer group (default perf-consumer-<random>)")
     c.add_argument("--fetch-size", type=int, help="max.partition.fetch.bytes")
-    c.add_argument("--from-latest", action="store_true")
+    c.add_argument("--from-latest", action="store_true",
+                   help="start at the log end (default: the start)")
     c.add_argument("--timeout", type=int, default=10000,
                    help="ms without a record before giving up (default 10000)")
     c.add_argument("--consumer-props", nargs="+", metavar="KEY=VALUE",
                    help="librdkafka consumer properties")
-    c.add_argument("--consumer.config", dest="consumer_config", type=Path)
+    c.add_argument("--consumer.config", dest="consumer_config", type=Path,
+                   help="a properties file of consumer settings")
     c.add_argument("--show-detailed-stats", action="store_true",
                    help="a line every --reporting-interval instead of one at the end")
     c.add_argument("--reporting-interval", type=int, default=5000, help="ms (default 5000)")
-    c.add_argument("--hide-header", action="store_true")
+    c.add_argument("--hide-header", action="store_true",
+                   help="print the stats without their header line")
     c.add_argument("--librdkafka-fetch", action="store_true",
                    help="read the records through librdkafka too (one Python object per "
                         "record: slower) instead of the native batch reader")

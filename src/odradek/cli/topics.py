@@ -16,14 +16,17 @@ def add_parser(sub: Any) -> None:
     topics = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
     verbs = topics.add_subparsers(dest="verb", required=True)
     create = verbs.add_parser("create", help="create a topic")
-    create.add_argument("--topic", required=True)
+    create.add_argument("--topic", required=True, help="the topic to create")
     create.add_argument("--partitions", type=int, default=-1,
                         help="default: the broker's num.partitions")
-    create.add_argument("--replication-factor", type=int, default=-1)
-    create.add_argument("--config", action="append", metavar="KEY=VALUE")
+    create.add_argument("--replication-factor", type=int, default=-1,
+                        help="default: the broker's default.replication.factor")
+    create.add_argument("--config", action="append", metavar="KEY=VALUE",
+                        help="a topic config, e.g. cleanup.policy=compact (repeatable)")
     create.set_defaults(func=_create)
     lst = verbs.add_parser("list", help="list topic names")
-    lst.add_argument("--exclude-internal", action="store_true")
+    lst.add_argument("--exclude-internal", action="store_true",
+                     help="leave out internal topics (__consumer_offsets)")
     lst.set_defaults(func=_list)
     describe = verbs.add_parser("describe", help="partitions, leaders, replicas, configs")
     describe.add_argument("--topic", help="default: every topic")
@@ -38,14 +41,14 @@ def add_parser(sub: Any) -> None:
                       help="only partitions whose ISR is exactly min.insync.replicas")
     describe.set_defaults(func=_describe)
     alter = verbs.add_parser("alter", help="add partitions or change configs")
-    alter.add_argument("--topic", required=True)
+    alter.add_argument("--topic", required=True, help="the topic to change")
     alter.add_argument("--partitions", type=int, help="new, larger partition count")
     alter.add_argument("--config", action="append", metavar="KEY=VALUE", help="set a config")
     alter.add_argument("--delete-config", action="append", metavar="KEY",
                        help="remove a config override")
     alter.set_defaults(func=_alter)
     delete = verbs.add_parser("delete", help="delete a topic")
-    delete.add_argument("--topic", required=True)
+    delete.add_argument("--topic", required=True, help="the topic to delete")
     delete.set_defaults(func=_delete)
     for parser in (create, lst, describe, alter, delete):
         add_bootstrap(parser)
