@@ -6,10 +6,13 @@ query and one driver thread):
 
 * The query reads the source cluster through this connector (``subscribePattern`` from
   ``--include`` / ``--exclude``, ``includeHeaders``, from the earliest offsets) and hands
-  each micro-batch to ``foreachBatch``. One Spark task is one source offset range of one
-  partition; it writes the range's records to the same partition number of
-  ``prefix + topic`` on the target with key, value, headers and timestamp, through an
-  idempotent producer (acks=all), so a partition's records land in order and once.
+  each micro-batch to ``foreachBatch``, which writes it with :class:`MirrorSink` (a
+  Python data source, so tasks get the connector's Arrow batches). One Spark task is one
+  source offset range of one partition; it writes the range's records to the same
+  partition number of ``prefix + topic`` on the target with key, value, headers and
+  timestamp, through an idempotent producer (acks=all), so a partition's records land in
+  order and once. The writer's ``commit`` hands the tasks' offset syncs to the driver
+  through a file in the checkpoint directory.
 * Before the tasks run, the driver makes sure every matching source topic exists on the
   target (created with the source's partition count and its topic-level configs; partitions
   added at the source are added at the target) and saves the micro-batch's *plan*, the
@@ -62,6 +65,7 @@ EXCLUDED_CONFIGS = frozenset({
     "follower.replication.throttled.replicas",
     "leader.replication.throttled.replicas",
     "message.timestamp.difference.max.ms",
+    "message.timestamp.type",  # the target keeps the source's timestamps as CreateTime
     "message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms",
     "unclean.leader.election.enable",
