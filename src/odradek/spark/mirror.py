@@ -119,12 +119,22 @@ def combined_pattern(include: str, exclude: str | None) -> str:
 # ----------------------------------------------------------------------- worker side
 
 
-def _producer(conf: dict[str, str], timeout_ms: int, errors: list[str]) -> ck.Producer:
+#: producers kept by a Python worker between tasks (Spark reuses its workers): one
+#: InitProducerId and one connection set per worker instead of one per task
+_PRODUCERS: dict[str, tuple[ck.Producer, list[str]]] = {}
+
+
+def _producer(conf: dict[str, str], timeout_ms: int) -> tuple[ck.Producer, list[str]]:
+    key = json.dumps([conf, timeout_ms], sort_keys=True)
+    if key in _PRODUCERS:
+        return _PRODUCERS[key]
+    errors: list[str] = []
+
     def on_delivery(err: Any, msg: Any) -> None:
         if err is not None:
             errors.append(f"{msg.topic()}-{msg.partition()}: {err}")
 
-    return ck.Producer({
+    producer = ck.Producer({
         "enable.idempotence": True,  # in order and once per partition: the fence needs it
         "acks": "all",
         "linger.ms": 5,
@@ -137,6 +147,8 @@ def _producer(conf: dict[str, str], timeout_ms: int, errors: list[str]) -> ck.Pr
         "log_level": 2,
         **conf,
     })
+    _PRODUCERS[key] = (producer, errors)
+    return producer, errors
 
 
 def _target_end(conf: dict[str, str], topic: str, partition: int, timeout_ms: int) -> int:
@@ -156,10 +168,13 @@ def write_range(
     timeout_ms: int,
     plan: dict[tuple[str, int], int],
     batches: Iterator[pa.RecordBatch],
+    check: bool = True,
 ) -> TaskResult | None:
     """One Spark task: the rows of one source offset range (one partition, offset order)
     to the same partition of ``prefix + topic``, skipping the records an earlier attempt of
-    this micro-batch already wrote (``plan`` holds the target end offsets before it)."""
+    this micro-batch already wrote (``plan`` holds the target end offsets before it).
+    ``check=False`` (the first attempt of a micro-batch that was never planned before)
+    knows that nothing was written and skips asking the target for its end offset."""
     tp: tuple[str, int] | None = None
     producer: ck.Producer | None = None
     errors: list[str] = []
@@ -183,14 +198,16 @@ def write_range(
             if tp not in plan:
                 raise MirrorError(f"{tp[0]}-{tp[1]} is not in the micro-batch's plan")
             t_from = plan[tp]
-            end = _target_end(target_conf, target, tp[1], timeout_ms)
-            skip = end - t_from
-            if skip < 0:
-                raise MirrorError(
-                    f"target partition {target}-{tp[1]} ends at {end}, before {t_from} where "
-                    "this micro-batch began (target topic deleted or truncated?)"
-                )
-            producer = _producer(target_conf, timeout_ms, errors)
+            if check:
+                end = _target_end(target_conf, target, tp[1], timeout_ms)
+                skip = end - t_from
+                if skip < 0:
+                    raise MirrorError(
+                        f"target partition {target}-{tp[1]} ends at {end}, before {t_from} "
+                        "where this micro-batch began (target topic deleted or truncated?)"
+                    )
+            producer, errors = _producer(target_conf, timeout_ms)
+            errors.clear()
         elif this != tp:
             raise MirrorError("a mirror task got rows of several partitions")
         assert producer is not None
@@ -224,10 +241,13 @@ def write_range(
         return None
     assert producer is not None
     left = producer.flush(timeout_ms / 1000)
-    if errors:
-        raise MirrorError(f"{len(errors)} record(s) not written, first: {errors[0]}")
-    if left:
-        raise MirrorError(f"{left} record(s) not acknowledged by the target within {timeout_ms} ms")
+    if errors or left:
+        _PRODUCERS.clear()  # a producer in trouble is not reused
+        if errors:
+            raise MirrorError(f"{len(errors)} record(s) not written, first: {errors[0]}")
+        raise MirrorError(
+            f"{left} record(s) not acknowledged by the target within {timeout_ms} ms"
+        )
     if skip > 0:
         raise MirrorError(
             f"target partition {target}-{tp[1]} has {skip} more record(s) than the mirror "
@@ -248,8 +268,9 @@ class TaskResult(WriterCommitMessage):
 class MirrorSink(DataSource):
     """The mirror's writer, a Python data source (``format("odradek-mirror")``) so that
     tasks get Arrow batches. Options: ``target`` (JSON librdkafka config), ``prefix``,
-    ``timeoutMs``, ``plan`` (JSON ``[[topic, partition, target offset], ...]``) and
-    ``results`` (a file that ``commit`` writes the tasks' results to, for the driver)."""
+    ``timeoutMs``, ``plan`` (JSON ``[[topic, partition, target offset], ...]``), ``replay``
+    (whether the plan was saved by an earlier attempt) and ``results`` (a file that
+    ``commit`` writes the tasks' results to, for the driver)."""
 
     @classmethod
     def name(cls) -> str:
@@ -267,9 +288,15 @@ class MirrorWriter(DataSourceArrowWriter):
         self.timeout_ms = int(options["timeoutms"])
         self.plan = {(str(t), int(p)): int(o) for t, p, o in json.loads(options["plan"])}
         self.results = options["results"]
+        self.replay = options.get("replay", "true") == "true"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        result = write_range(self.target, self.prefix, self.timeout_ms, self.plan, iterator)
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        retry = tc is None or tc.attemptNumber() > 0  # a retried task may have written some
+        result = write_range(self.target, self.prefix, self.timeout_ms, self.plan, iterator,
+                             check=self.replay or retry)
         return result if result is not None else WriterCommitMessage()
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -410,19 +437,22 @@ class MirrorJob:
 
     # -- one micro-batch
 
-    def plan(self, batch_id: int, source: dict[str, int]) -> dict[tuple[str, int], int]:
-        """The saved plan of a replayed micro-batch, or the target ends now (saved first)."""
+    def plan(
+        self, batch_id: int, source: dict[str, int]
+    ) -> tuple[dict[tuple[str, int], int], bool]:
+        """The saved plan of a replayed micro-batch (and True), or the target ends now,
+        saved before any task runs (and False)."""
         plan = self.state.load_plan(batch_id)
-        if plan is None:
-            plan = self._target_ends([(t, p) for t, n in source.items() for p in range(n)])
-            self.state.save_plan(batch_id, plan)
-        else:
+        if plan is not None:
             log.info("micro-batch %d is a replay: resuming from its saved plan", batch_id)
-        return plan
+            return plan, True
+        plan = self._target_ends([(t, p) for t, n in source.items() for p in range(n)])
+        self.state.save_plan(batch_id, plan)
+        return plan, False
 
     def process_batch(self, df: Any, batch_id: int) -> None:
         source = self.sync_topics()
-        plan = self.plan(batch_id, source)
+        plan, replay = self.plan(batch_id, source)
         results = self.state.dir / "results.json"
         results.unlink(missing_ok=True)
         (
@@ -432,6 +462,7 @@ class MirrorJob:
             .option("timeoutMs", str(self.cfg.api_timeout_ms))
             .option("plan", json.dumps([[t, p, o] for (t, p), o in plan.items()]))
             .option("results", str(results))
+            .option("replay", "true" if replay else "false")
             .mode("append")
             .save()
         )

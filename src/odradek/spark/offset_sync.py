@@ -9,11 +9,13 @@ with its gaps (compacted or aborted offsets) closed up. Two facts follow:
   checkpoint directory: for every target partition, its end offset ``t_from`` at that
   moment (the previous micro-batches are complete, so nothing of B is there yet). A replay
   of B (after kill -9, Spark re-runs the micro-batch it had planned but not committed, over
-  the same source offset ranges) reuses the saved plan. A task then reads the target
-  partition's end ``H``: the first ``H - t_from`` records of its range are already there
-  (the idempotent producer writes a partition's records in order and once, so what
-  reached the target is a prefix), and it writes only the rest. Hence neither lost nor
-  doubled, even for a task killed half-way through its records.
+  the same source offset ranges) reuses the saved plan. A task of a replayed micro-batch,
+  or a retried task (attempt > 0), then reads the target partition's end ``H``: the first
+  ``H - t_from`` records of its range are already there (the idempotent producer writes a
+  partition's records in order and once, so what reached the target is a prefix), and it
+  writes only the rest. Hence neither lost nor doubled, even for a task killed half-way
+  through its records. (Speculative execution, two attempts of one task at once, must
+  stay off: Spark's default.)
 * Offset translation, as MirrorMaker 2's offset syncs (KIP-382, ``OffsetSyncStore``) but
   exact: each task reports its records as *runs* ``(source start, target start, length)``
   of consecutive source offsets; a committed source offset ``c`` ("next to read is the
