@@ -328,3 +328,17 @@ def test_include_exclude_pattern() -> None:
     rx = combined_pattern(r"m\..*", r"m\.skip|m\.tmp.*")
     assert [t for t in ("m.a", "m.skip", "m.skipper", "m.tmp1", "x.a")
             if re.fullmatch(rx, t)] == ["m.a", "m.skipper"]
+
+
+def test_missing_pyspark_names_the_extra(tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "pyspark"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no pyspark here')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "shadow")}
+    out = subprocess.run(
+        [str(odradek_executable()), "mirror", "--source-bootstrap-server", "127.0.0.1:1",
+         "--target-bootstrap-server", "127.0.0.1:2", "--include", "x"],
+        capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert out.returncode == 1
+    assert "needs pyspark" in out.stderr
+    assert "pip install 'odradek[spark]'" in out.stderr
