@@ -110,8 +110,8 @@ def main() -> None:
     with serve_broker(work) as src, serve_broker(work) as dst:
         conf = {"message.timestamp.type": "LogAppendTime"}
         for boot in (src, dst):
-            AdminClient({"bootstrap.servers": boot}).create_topics(
-                [NewTopic(TOPIC, n_parts, 1, config=conf)])[TOPIC].result(30)
+            admin = AdminClient({"bootstrap.servers": boot})
+            admin.create_topics([NewTopic(TOPIC, n_parts, 1, config=conf)])[TOPIC].result(30)
         p = ck.Producer({"bootstrap.servers": src, "linger.ms": 20, "batch.size": 1_000_000,
                          "queue.buffering.max.messages": 2_000_000})
         payload = os.urandom(args.size)

@@ -39,6 +39,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,13 @@ from pyspark.sql.types import StructType
 from odradek.spark.offset_sync import MirrorState, runs_of
 
 __all__ = [
-    "MirrorConfig", "MirrorError", "MirrorJob", "MirrorSink", "TaskResult", "combined_pattern",
+    "MirrorConfig",
+    "MirrorError",
+    "MirrorJob",
+    "MirrorSink",
+    "TaskResult",
+    "TransientMirrorError",
+    "combined_pattern",
     "write_range",
 ]
 
@@ -72,10 +79,16 @@ EXCLUDED_CONFIGS = frozenset({
     "min.insync.replicas",
 })
 _QUEUE_FULL_POLL_S = 0.05
+#: how long the driver keeps retrying a cluster that does not answer before a micro-batch
+RIDE_OUT_S = 300.0
 
 
 class MirrorError(RuntimeError):
     """Something the mirror cannot go on with; the message says what and where."""
+
+
+class TransientMirrorError(MirrorError):
+    """A cluster that did not answer in time: fatal at start, retried by the sync loop."""
 
 
 @dataclass(frozen=True)
@@ -317,9 +330,9 @@ def _result(future: Any, timeout_s: float, what: str) -> Any:
     try:
         return future.result(timeout=timeout_s)
     except ck.KafkaException as exc:
-        raise MirrorError(f"{what}: {exc.args[0]}") from None
+        raise TransientMirrorError(f"{what}: {exc.args[0]}") from None
     except Exception as exc:  # concurrent.futures.TimeoutError and friends
-        raise MirrorError(f"{what}: {exc!r}") from None
+        raise TransientMirrorError(f"{what}: {exc!r}") from None
 
 
 class MirrorJob:
@@ -347,7 +360,7 @@ class MirrorJob:
         try:
             md = admin.list_topics(timeout=self.timeout_s)
         except ck.KafkaException as exc:
-            raise MirrorError(
+            raise TransientMirrorError(
                 f"cannot reach the {which} cluster at {address} within "
                 f"{self.cfg.api_timeout_ms} ms: {exc.args[0]}"
             ) from None
@@ -450,9 +463,22 @@ class MirrorJob:
         self.state.save_plan(batch_id, plan)
         return plan, False
 
+    def _retrying(self, what: str, fn: Any) -> Any:
+        """``fn()``, retried while a cluster does not answer, for up to
+        :data:`RIDE_OUT_S`: a broker restarting or a leader moving is ridden out."""
+        deadline = time.monotonic() + RIDE_OUT_S
+        while True:
+            try:
+                return fn()
+            except TransientMirrorError as exc:
+                if time.monotonic() > deadline or self.stopping.is_set():
+                    raise
+                log.warning("%s: %s; retrying", what, exc)
+                time.sleep(1)
+
     def process_batch(self, df: Any, batch_id: int) -> None:
-        source = self.sync_topics()
-        plan, replay = self.plan(batch_id, source)
+        source = self._retrying("topic sync", self.sync_topics)
+        plan, replay = self._retrying("planning", lambda: self.plan(batch_id, source))
         results = self.state.dir / "results.json"
         results.unlink(missing_ok=True)
         (
@@ -569,6 +595,8 @@ class MirrorJob:
             try:
                 self.sync_topics()
                 self.sync_groups()
+            except TransientMirrorError as exc:  # a broker away: try again next round
+                log.warning("sync skipped this round: %s", exc)
             except Exception as exc:  # reported by run(): ends the mirror
                 self.failure = exc
                 self.stopping.set()
