@@ -83,12 +83,19 @@ def partition_count(admin: Any, topic: str) -> int:
     return 0 if tm is None or tm.error is not None else len(tm.partitions)
 
 
+def mirror(source: str, target: str, ckpt: Path, log: Path) -> Any:
+    return mirror_of(source, target, ckpt, log, r"m\..*", "--exclude", r"m\.skip",
+                     "--topic-prefix", PREFIX)
+
+
 @contextlib.contextmanager
-def mirror(source: str, target: str, ckpt: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def mirror_of(
+    source: str, target: str, ckpt: Path, log: Path, include: str, *extra: str
+) -> Iterator[subprocess.Popen[bytes]]:
     cmd = [
         str(odradek_executable()), "mirror",
         "--source-bootstrap-server", source, "--target-bootstrap-server", target,
-        "--include", r"m\..*", "--exclude", r"m\.skip", "--topic-prefix", PREFIX,
+        "--include", include, *extra,
         "--checkpoint-dir", str(ckpt), "--master", "local[2]",
         "--sync-interval", "1", "--max-records-per-batch", "20000",
     ]
@@ -342,3 +349,49 @@ def test_missing_pyspark_names_the_extra(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert "needs pyspark" in out.stderr
     assert "pip install 'odradek[spark]'" in out.stderr
+
+
+@pytest.mark.timeout(900)
+def test_mirror_rides_out_the_target_broker_killed_and_restarted(tmp_path: Path) -> None:
+    """kill -9 of the (only) target broker while the mirror writes; the broker comes back
+    on the same port and log, and the mirror carries on without a restart of its own."""
+    from tests.interop._broker import free_port, start_broker
+
+    port = free_port()
+    with running_broker(data_dir=tmp_path / "a") as a:
+        target = start_broker(tmp_path, port=port, data_dir=tmp_path / "b")
+        producer = Producer(a.bootstrap)
+        try:
+            src = AdminClient({"bootstrap.servers": a.bootstrap})
+            src.create_topics([NewTopic("r.t", 2, 1)])["r.t"].result(30)
+            producer.topics = {"r.t": 2}
+            producer.start()
+            ckpt, log = tmp_path / "ckpt", tmp_path / "mirror.log"
+            cmd_target = target.bootstrap
+            with mirror_of(a.bootstrap, cmd_target, ckpt, log, r"r\..*") as proc:
+                wait_until(lambda: sum(ends(cmd_target, "r.t", 2)) > 0, "mirrored records")
+                target.kill9()
+                sent = producer.sent
+                wait_until(lambda: producer.sent > sent + 500, "records while the target is down")
+                target = start_broker(tmp_path, port=port, data_dir=tmp_path / "b")
+                sent = producer.sent
+                wait_until(lambda: producer.sent > sent + 500, "records after it is back")
+                producer.stop.set()
+                producer.join(60)
+                assert producer.error is None, producer.error
+                source = [read_all(a.bootstrap, "r.t", q) for q in (0, 1)]
+                wait_until(lambda: ends(cmd_target, "r.t", 2) == [len(s) for s in source],
+                           "the target to catch up")
+                for q in (0, 1):
+                    got = read_all(cmd_target, "r.t", q)
+                    assert [r[1:] for r in got] == [r[1:] for r in source[q]], q
+                assert proc.poll() is None, "the mirror rode the outage out"
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(120) == 0
+        except BaseException:
+            with contextlib.suppress(OSError):
+                print((tmp_path / "mirror.log").read_text(errors="replace")[-6000:])
+            raise
+        finally:
+            producer.stop.set()
+            target.stop()
