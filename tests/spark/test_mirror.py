@@ -352,46 +352,51 @@ def test_missing_pyspark_names_the_extra(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_mirror_rides_out_the_target_broker_killed_and_restarted(tmp_path: Path) -> None:
-    """kill -9 of the (only) target broker while the mirror writes; the broker comes back
-    on the same port and log, and the mirror carries on without a restart of its own."""
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_mirror_rides_out_a_broker_killed_and_restarted(tmp_path: Path, side: str) -> None:
+    """kill -9 of the (only) broker of one side while the mirror runs; the broker comes
+    back on the same port and log, and the mirror carries on without a restart of its
+    own: every record once, in order, on the target."""
     from tests.interop._broker import free_port, start_broker
 
-    port = free_port()
-    with running_broker(data_dir=tmp_path / "a") as a:
-        target = start_broker(tmp_path, port=port, data_dir=tmp_path / "b")
-        producer = Producer(a.bootstrap)
-        try:
-            src = AdminClient({"bootstrap.servers": a.bootstrap})
-            src.create_topics([NewTopic("r.t", 2, 1)])["r.t"].result(30)
-            producer.topics = {"r.t": 2}
-            producer.start()
-            ckpt, log = tmp_path / "ckpt", tmp_path / "mirror.log"
-            cmd_target = target.bootstrap
-            with mirror_of(a.bootstrap, cmd_target, ckpt, log, r"r\..*") as proc:
-                wait_until(lambda: sum(ends(cmd_target, "r.t", 2)) > 0, "mirrored records")
-                target.kill9()
+    ports = {"source": free_port(), "target": free_port()}
+    brokers = {name: start_broker(tmp_path / name, port=port, data_dir=tmp_path / name / "d")
+               for name, port in ports.items()}
+    src_boot, dst_boot = brokers["source"].bootstrap, brokers["target"].bootstrap
+    producer = Producer(src_boot)
+    try:
+        src = AdminClient({"bootstrap.servers": src_boot})
+        src.create_topics([NewTopic("r.t", 2, 1)])["r.t"].result(30)
+        producer.topics = {"r.t": 2}
+        producer.start()
+        ckpt, log = tmp_path / "ckpt", tmp_path / "mirror.log"
+        with mirror_of(src_boot, dst_boot, ckpt, log, r"r\..*") as proc:
+            wait_until(lambda: sum(ends(dst_boot, "r.t", 2)) > 0, "mirrored records")
+            brokers[side].kill9()
+            if side == "target":  # the source goes on growing meanwhile
                 sent = producer.sent
-                wait_until(lambda: producer.sent > sent + 500, "records while the target is down")
-                target = start_broker(tmp_path, port=port, data_dir=tmp_path / "b")
-                sent = producer.sent
-                wait_until(lambda: producer.sent > sent + 500, "records after it is back")
-                producer.stop.set()
-                producer.join(60)
-                assert producer.error is None, producer.error
-                source = [read_all(a.bootstrap, "r.t", q) for q in (0, 1)]
-                wait_until(lambda: ends(cmd_target, "r.t", 2) == [len(s) for s in source],
-                           "the target to catch up")
-                for q in (0, 1):
-                    got = read_all(cmd_target, "r.t", q)
-                    assert [r[1:] for r in got] == [r[1:] for r in source[q]], q
-                assert proc.poll() is None, "the mirror rode the outage out"
-                proc.send_signal(signal.SIGTERM)
-                assert proc.wait(120) == 0
-        except BaseException:
-            with contextlib.suppress(OSError):
-                print((tmp_path / "mirror.log").read_text(errors="replace")[-6000:])
-            raise
-        finally:
+                wait_until(lambda: producer.sent > sent + 500, "records while it is down")
+            brokers[side] = start_broker(tmp_path / side, port=ports[side],
+                                         data_dir=tmp_path / side / "d")
+            sent = producer.sent
+            wait_until(lambda: producer.sent > sent + 500, "records after it is back")
             producer.stop.set()
-            target.stop()
+            producer.join(60)
+            assert producer.error is None, producer.error
+            source = [read_all(src_boot, "r.t", q) for q in (0, 1)]
+            wait_until(lambda: ends(dst_boot, "r.t", 2) == [len(s) for s in source],
+                       "the target to catch up")
+            for q in (0, 1):
+                got = read_all(dst_boot, "r.t", q)
+                assert [r[1:] for r in got] == [r[1:] for r in source[q]], q
+            assert proc.poll() is None, "the mirror rode the outage out"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(120) == 0
+    except BaseException:
+        with contextlib.suppress(OSError):
+            print((tmp_path / "mirror.log").read_text(errors="replace")[-6000:])
+        raise
+    finally:
+        producer.stop.set()
+        for b in brokers.values():
+            b.stop()
