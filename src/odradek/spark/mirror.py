@@ -28,6 +28,9 @@ query and one driver thread):
   offsets (MirrorMaker 2's ``sync.group.offsets.enabled``): for each group on the source
   with offsets on mirrored topics, the translated offsets are committed to the same group
   on the target, only while that group has no active members there, and only forward.
+* A cluster that does not answer is waited for: the driver retries its topic sync and plan
+  for up to :data:`RIDE_OUT_S`, the sync thread skips a round, the tasks' clients retry
+  within their timeouts; beyond that the query fails and a restart resumes exactly.
 """
 
 from __future__ import annotations
