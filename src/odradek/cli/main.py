@@ -4,7 +4,7 @@
 :data:`SUBCOMMAND_MODULES`, with an ``add_parser(subparsers)`` function. A listed module
 that fails to import is an error of the whole command line, naming the module and the
 error (exit status 1): a broken install must not quietly lose a sub-command. A sub-command
-that needs an optional extra (none does today) imports it where it runs, not at module
+that needs an optional extra (mirror: spark) imports it where it runs, not at module
 level, and says which extra to install when it is missing.
 """
 
@@ -25,7 +25,7 @@ from odradek import __version__
 
 #: Modules of ``odradek.cli`` that register sub-commands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES = ("dump_log", "topics", "console", "groups", "leader_election", "status",
-                      "dev_cluster", "reassign", "perf", "webconsole")
+                      "dev_cluster", "reassign", "perf", "webconsole", "mirror")
 
 
 SERVE_EPILOG = """\

@@ -92,7 +92,9 @@ def _lz4_compress(data: bytes | memoryview) -> bytes:
     # Independent blocks and no content checksum, as Kafka's KafkaLZ4BlockOutputStream
     # writes: the Java reader rejects linked blocks, cramjam's default frame preference.
     compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
-    compressor.compress(data)
+    # the streaming compressor takes bytes only (a memoryview raises TypeError); a topic's
+    # compression.type=lz4 recompresses batches from views of the request
+    compressor.compress(bytes(data) if isinstance(data, memoryview) else data)
     return bytes(compressor.finish())
 
 

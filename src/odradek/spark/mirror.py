@@ -1,0 +1,667 @@
+"""``odradek mirror``: MirrorMaker as a Spark Structured Streaming job.
+
+How it works (Kafka's MirrorMaker 2, KIP-382: MirrorSourceConnector for the records and the
+topic configs, MirrorCheckpointConnector for the consumer-group offsets; here one Spark
+query and one driver thread):
+
+* The query reads the source cluster through this connector (``subscribePattern`` from
+  ``--include`` / ``--exclude``, ``includeHeaders``, from the earliest offsets) and hands
+  each micro-batch to ``foreachBatch``, which writes it with :class:`MirrorSink` (a
+  Python data source, so tasks get the connector's Arrow batches). One Spark task is one
+  source offset range of one partition; it writes the range's records to the same
+  partition number of ``prefix + topic`` on the target with key, value, headers and
+  timestamp, through an idempotent producer (acks=all), so a partition's records land in
+  order and once. The writer's ``commit`` hands the tasks' offset syncs to the driver
+  through a file in the checkpoint directory.
+* Before the tasks run, the driver makes sure every matching source topic exists on the
+  target (created with the source's partition count and its topic-level configs; partitions
+  added at the source are added at the target) and saves the micro-batch's *plan*, the
+  end offsets of the target partitions; the tasks use it to skip what an earlier attempt
+  of the same micro-batch already wrote (:mod:`odradek.spark.offset_sync`). With Spark's
+  own checkpoint (which replays the last planned micro-batch over the same offsets), that
+  makes a restart after kill -9 neither lose nor double a record.
+* After the tasks, the driver records their offset syncs, and commits the micro-batch's
+  end offsets on the source under the group ``--group`` (``odradek-mirror``), so
+  ``odradek groups describe`` on the source shows the mirror's lag.
+* A driver thread, every ``--sync-interval`` seconds, picks up new source topics and
+  partitions (also while no records flow) and translates consumer groups' committed
+  offsets (MirrorMaker 2's ``sync.group.offsets.enabled``): for each group on the source
+  with offsets on mirrored topics, the translated offsets are committed to the same group
+  on the target, only while that group has no active members there, and only forward.
+* A cluster that does not answer is waited for: the driver retries its topic sync and plan
+  for up to :data:`RIDE_OUT_S`, the sync thread skips a round, the tasks' clients retry
+  within their timeouts; beyond that the query fails and a restart resumes exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from odradek.spark.offset_sync import MirrorState, runs_of
+
+__all__ = [
+    "MirrorConfig",
+    "MirrorError",
+    "MirrorJob",
+    "MirrorSink",
+    "TaskResult",
+    "TransientMirrorError",
+    "combined_pattern",
+    "write_range",
+]
+
+log = logging.getLogger("odradek.mirror")
+
+#: topic configs not copied to the target (as MirrorMaker 2's DefaultConfigPropertyFilter:
+#: they belong to the target cluster's operation, not to the data)
+EXCLUDED_CONFIGS = frozenset({
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "message.timestamp.difference.max.ms",
+    "message.timestamp.type",  # the target keeps the source's timestamps as CreateTime
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+    "unclean.leader.election.enable",
+    "min.insync.replicas",
+})
+_QUEUE_FULL_POLL_S = 0.05
+#: how long the driver keeps retrying a cluster that does not answer before a micro-batch
+RIDE_OUT_S = 300.0
+
+
+class MirrorError(RuntimeError):
+    """Something the mirror cannot go on with; the message says what and where."""
+
+
+class TransientMirrorError(MirrorError):
+    """A cluster that did not answer in time: fatal at start, retried by the sync loop."""
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    source: str
+    target: str
+    include: str
+    exclude: str | None = None
+    topic_prefix: str = ""
+    checkpoint_dir: Path = Path("odradek-mirror-checkpoint")
+    master: str = "local[*]"
+    group: str = "odradek-mirror"
+    sync_interval_s: float = 5.0
+    max_records_per_batch: int = 500_000
+    replication_factor: int = -1
+    api_timeout_ms: int = 30_000
+    source_client: dict[str, str] = field(default_factory=dict)
+    target_client: dict[str, str] = field(default_factory=dict)
+
+    def source_conf(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.source, **self.source_client}
+
+    def target_conf(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.target, **self.target_client}
+
+
+def combined_pattern(include: str, exclude: str | None) -> str:
+    """One regex (matched on the whole topic name) for ``--include`` minus ``--exclude``."""
+    for name, rx in (("--include", include), ("--exclude", exclude)):
+        if rx is None:
+            continue
+        try:
+            re.compile(rx)
+        except re.error as exc:
+            raise MirrorError(f"{name} is not a valid regex: {exc}") from None
+    if exclude is None:
+        return include
+    return f"(?!(?:{exclude})\\Z)(?:{include})"
+
+
+# ----------------------------------------------------------------------- worker side
+
+
+#: producers kept by a Python worker between tasks (Spark reuses its workers): one
+#: InitProducerId and one connection set per worker instead of one per task
+_PRODUCERS: dict[str, tuple[ck.Producer, list[str]]] = {}
+
+
+def _producer(conf: dict[str, str], timeout_ms: int) -> tuple[ck.Producer, list[str]]:
+    key = json.dumps([conf, timeout_ms], sort_keys=True)
+    if key in _PRODUCERS:
+        return _PRODUCERS[key]
+    errors: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(f"{msg.topic()}-{msg.partition()}: {err}")
+
+    producer = ck.Producer({
+        "enable.idempotence": True,  # in order and once per partition: the fence needs it
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        "delivery.report.only.error": True,
+        "on_delivery": on_delivery,
+        "message.timeout.ms": timeout_ms,
+        "log_level": 2,
+        **conf,
+    })
+    _PRODUCERS[key] = (producer, errors)
+    return producer, errors
+
+
+def _target_end(conf: dict[str, str], topic: str, partition: int, timeout_ms: int) -> int:
+    c = ck.Consumer({"group.id": "odradek-mirror-fence", "enable.auto.commit": False,
+                     "log_level": 2, **conf})
+    try:
+        _, high = c.get_watermark_offsets(ck.TopicPartition(topic, partition),
+                                          timeout=timeout_ms / 1000)
+        return int(high)
+    finally:
+        c.close()
+
+
+def write_range(
+    target_conf: dict[str, str],
+    prefix: str,
+    timeout_ms: int,
+    plan: dict[tuple[str, int], int],
+    batches: Iterator[pa.RecordBatch],
+    check: bool = True,
+) -> TaskResult | None:
+    """One Spark task: the rows of one source offset range (one partition, offset order)
+    to the same partition of ``prefix + topic``, skipping the records an earlier attempt of
+    this micro-batch already wrote (``plan`` holds the target end offsets before it).
+    ``check=False`` (the first attempt of a micro-batch that was never planned before)
+    knows that nothing was written and skips asking the target for its end offset."""
+    tp: tuple[str, int] | None = None
+    producer: ck.Producer | None = None
+    errors: list[str] = []
+    skip = 0
+    offsets: list[int] = []
+    written = 0
+    t_from = 0
+    target = ""
+    for rb in batches:
+        n = rb.num_rows
+        if n == 0:
+            continue
+        topics = pc.unique(rb.column("topic"))
+        parts = pc.unique(rb.column("partition"))
+        if len(topics) != 1 or len(parts) != 1:
+            raise MirrorError("a mirror task got rows of several partitions")
+        this = (str(topics[0].as_py()), int(parts[0].as_py()))
+        if tp is None:
+            tp = this
+            target = prefix + tp[0]
+            if tp not in plan:
+                raise MirrorError(f"{tp[0]}-{tp[1]} is not in the micro-batch's plan")
+            t_from = plan[tp]
+            if check:
+                end = _target_end(target_conf, target, tp[1], timeout_ms)
+                skip = end - t_from
+                if skip < 0:
+                    raise MirrorError(
+                        f"target partition {target}-{tp[1]} ends at {end}, before {t_from} "
+                        "where this micro-batch began (target topic deleted or truncated?)"
+                    )
+            producer, errors = _producer(target_conf, timeout_ms)
+            errors.clear()
+        elif this != tp:
+            raise MirrorError("a mirror task got rows of several partitions")
+        assert producer is not None
+        offsets.extend(rb.column("offset").to_pylist())
+        k = min(skip, n)
+        skip -= k
+        if k == n:
+            continue
+        rb = rb.slice(k)
+        keys = rb.column("key").to_pylist()
+        values = rb.column("value").to_pylist()
+        stamps = pc.divide(rb.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+        headers = rb.column("headers").to_pylist()
+        produce = producer.produce
+        p = tp[1]
+        for i in range(rb.num_rows):
+            hs = headers[i]
+            while True:
+                try:
+                    if hs:
+                        produce(target, values[i], keys[i], p, timestamp=stamps[i],
+                                headers=[(h["key"], h["value"]) for h in hs])
+                    else:
+                        produce(target, values[i], keys[i], p, timestamp=stamps[i])
+                    break
+                except BufferError:
+                    producer.poll(_QUEUE_FULL_POLL_S)
+        producer.poll(0)
+        written += rb.num_rows
+    if tp is None:
+        return None
+    assert producer is not None
+    left = producer.flush(timeout_ms / 1000)
+    if errors or left:
+        _PRODUCERS.clear()  # a producer in trouble is not reused
+        if errors:
+            raise MirrorError(f"{len(errors)} record(s) not written, first: {errors[0]}")
+        raise MirrorError(
+            f"{left} record(s) not acknowledged by the target within {timeout_ms} ms"
+        )
+    if skip > 0:
+        raise MirrorError(
+            f"target partition {target}-{tp[1]} has {skip} more record(s) than the mirror "
+            "wrote: another producer writes to it"
+        )
+    return TaskResult(tp[0], tp[1], len(offsets), written, runs_of(offsets, t_from))
+
+
+@dataclass
+class TaskResult(WriterCommitMessage):
+    topic: str
+    partition: int
+    records: int
+    written: int
+    runs: list[tuple[int, int, int]]
+
+
+class MirrorSink(DataSource):
+    """The mirror's writer, a Python data source (``format("odradek-mirror")``) so that
+    tasks get Arrow batches. Options: ``target`` (JSON librdkafka config), ``prefix``,
+    ``timeoutMs``, ``plan`` (JSON ``[[topic, partition, target offset], ...]``), ``replay``
+    (whether the plan was saved by an earlier attempt) and ``results`` (a file that
+    ``commit`` writes the tasks' results to, for the driver)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "odradek-mirror"
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        return MirrorWriter(dict(self.options))
+
+
+class MirrorWriter(DataSourceArrowWriter):
+    def __init__(self, raw: dict[str, str]) -> None:
+        options = {str(k).lower(): str(v) for k, v in raw.items()}  # Spark's are case-blind
+        self.target = json.loads(options["target"])
+        self.prefix = options.get("prefix", "")
+        self.timeout_ms = int(options["timeoutms"])
+        self.plan = {(str(t), int(p)): int(o) for t, p, o in json.loads(options["plan"])}
+        self.results = options["results"]
+        self.replay = options.get("replay", "true") == "true"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        retry = tc is None or tc.attemptNumber() > 0  # a retried task may have written some
+        result = write_range(self.target, self.prefix, self.timeout_ms, self.plan, iterator,
+                             check=self.replay or retry)
+        return result if result is not None else WriterCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        out = [
+            [m.topic, m.partition, m.records, m.written, m.runs]
+            for m in messages if isinstance(m, TaskResult)
+        ]
+        path = Path(self.results)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(out), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------- driver side
+
+
+def _result(future: Any, timeout_s: float, what: str) -> Any:
+    try:
+        return future.result(timeout=timeout_s)
+    except ck.KafkaException as exc:
+        raise TransientMirrorError(f"{what}: {exc.args[0]}") from None
+    except Exception as exc:  # concurrent.futures.TimeoutError and friends
+        raise TransientMirrorError(f"{what}: {exc!r}") from None
+
+
+class MirrorJob:
+    def __init__(self, cfg: MirrorConfig) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.cfg = cfg
+        self.pattern = combined_pattern(cfg.include, cfg.exclude)
+        self.timeout_s = cfg.api_timeout_ms / 1000
+        self.src = AdminClient({"log_level": 2, **cfg.source_conf()})
+        self.tgt = AdminClient({"log_level": 2, **cfg.target_conf()})
+        self.state = MirrorState(cfg.checkpoint_dir)
+        self.syncs = self.state.load_syncs()
+        self.managed = self.state.load_topics()
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.failure: BaseException | None = None
+        self.batches = 0
+        self.records = 0
+        self._committer: ck.Consumer | None = None
+
+    # -- clusters and topics
+
+    def _topics(self, admin: Any, which: str, address: str) -> dict[str, int]:
+        try:
+            md = admin.list_topics(timeout=self.timeout_s)
+        except ck.KafkaException as exc:
+            raise TransientMirrorError(
+                f"cannot reach the {which} cluster at {address} within "
+                f"{self.cfg.api_timeout_ms} ms: {exc.args[0]}"
+            ) from None
+        return {
+            name: len(tm.partitions) for name, tm in md.topics.items()
+            if tm.error is None or tm.error.code() == ck.KafkaError.NO_ERROR
+        }
+
+    def matching(self, source_topics: dict[str, int]) -> dict[str, int]:
+        return {
+            t: n for t, n in source_topics.items()
+            if not t.startswith("__") and re.fullmatch(self.pattern, t) is not None
+        }
+
+    def _source_configs(self, topic: str) -> dict[str, str]:
+        from confluent_kafka.admin import ConfigResource, ConfigSource  # type: ignore[attr-defined]
+
+        res = ConfigResource("topic", topic)
+        entries = _result(self.src.describe_configs([res])[res], self.timeout_s,
+                          f"cannot read the configs of source topic {topic!r}")
+        return {
+            name: e.value for name, e in entries.items()
+            if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+            and name not in EXCLUDED_CONFIGS and e.value is not None
+        }
+
+    def sync_topics(self) -> dict[str, int]:
+        """Create missing target topics, add partitions the source gained; returns the
+        mirrored source topics with their partition counts."""
+        from confluent_kafka.admin import NewPartitions, NewTopic  # type: ignore[attr-defined]
+
+        with self.lock:
+            source = self.matching(self._topics(self.src, "source", self.cfg.source))
+            target = self._topics(self.tgt, "target", self.cfg.target)
+            changed = False
+            for topic, n in sorted(source.items()):
+                name = self.cfg.topic_prefix + topic
+                have = target.get(name)
+                if have is None:
+                    configs = self._source_configs(topic)
+                    new = NewTopic(name, n, self.cfg.replication_factor, config=configs)
+                    try:
+                        self.tgt.create_topics([new])[name].result(timeout=self.timeout_s)
+                    except ck.KafkaException as exc:
+                        if exc.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                            raise MirrorError(
+                                f"cannot create target topic {name!r}: {exc.args[0]}"
+                            ) from None
+                    log.info("created target topic %s (%d partitions, %s)", name, n, configs)
+                    self.managed.add(name)
+                    changed = True
+                elif have < n:
+                    if name not in self.managed:
+                        raise MirrorError(
+                            f"target topic {name!r} exists with {have} partition(s), fewer than "
+                            f"the {n} of source topic {topic!r}: records keep their partition, "
+                            f"so add partitions to it (odradek topics alter) or mirror "
+                            "elsewhere (--topic-prefix)"
+                        )
+                    _result(
+                        self.tgt.create_partitions([NewPartitions(name, n)])[name],
+                        self.timeout_s, f"cannot add partitions to target topic {name!r}",
+                    )
+                    log.info("target topic %s: %d -> %d partitions", name, have, n)
+                elif name not in self.managed:
+                    self.managed.add(name)  # adopted: same layout
+                    changed = True
+            if changed:
+                self.state.save_topics(self.managed)
+            return source
+
+    def _target_ends(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        if not tps:
+            return {}
+        prefix = self.cfg.topic_prefix
+        request = {ck.TopicPartition(prefix + t, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+                   for t, p in tps}
+        futures = self.tgt.list_offsets(request, request_timeout=self.timeout_s)
+        out = {}
+        for tp, fut in futures.items():
+            info = _result(fut, self.timeout_s,
+                           f"cannot list the end offset of {tp.topic}-{tp.partition}")
+            out[(tp.topic[len(prefix):], tp.partition)] = int(info.offset)
+        return out
+
+    # -- one micro-batch
+
+    def plan(
+        self, batch_id: int, source: dict[str, int]
+    ) -> tuple[dict[tuple[str, int], int], bool]:
+        """The saved plan of a replayed micro-batch (and True), or the target ends now,
+        saved before any task runs (and False)."""
+        plan = self.state.load_plan(batch_id)
+        if plan is not None:
+            log.info("micro-batch %d is a replay: resuming from its saved plan", batch_id)
+            return plan, True
+        plan = self._target_ends([(t, p) for t, n in source.items() for p in range(n)])
+        self.state.save_plan(batch_id, plan)
+        return plan, False
+
+    def _retrying(self, what: str, fn: Any) -> Any:
+        """``fn()``, retried while a cluster does not answer, for up to
+        :data:`RIDE_OUT_S`: a broker restarting or a leader moving is ridden out."""
+        deadline = time.monotonic() + RIDE_OUT_S
+        while True:
+            try:
+                return fn()
+            except TransientMirrorError as exc:
+                if time.monotonic() > deadline or self.stopping.is_set():
+                    raise
+                log.warning("%s: %s; retrying", what, exc)
+                time.sleep(1)
+
+    def process_batch(self, df: Any, batch_id: int) -> None:
+        source = self._retrying("topic sync", self.sync_topics)
+        plan, replay = self._retrying("planning", lambda: self.plan(batch_id, source))
+        results = self.state.dir / "results.json"
+        results.unlink(missing_ok=True)
+        (
+            df.write.format(MirrorSink.name())
+            .option("target", json.dumps(self.cfg.target_conf()))
+            .option("prefix", self.cfg.topic_prefix)
+            .option("timeoutMs", str(self.cfg.api_timeout_ms))
+            .option("plan", json.dumps([[t, p, o] for (t, p), o in plan.items()]))
+            .option("results", str(results))
+            .option("replay", "true" if replay else "false")
+            .mode("append")
+            .save()
+        )
+        records = written = 0
+        with self.lock:
+            for topic, partition, n, w, runs in json.loads(results.read_text(encoding="utf-8")):
+                self.syncs.add((topic, partition), [(a, b, c) for a, b, c in runs])
+                records += n
+                written += w
+            self.state.save_syncs(self.syncs)
+        self._commit_progress(batch_id)
+        self.batches += 1
+        self.records += written
+        print(f"odradek mirror: micro-batch {batch_id}: {records} record(s), {written} written"
+              + (f", {records - written} already there (replay)" if written < records else ""),
+              file=sys.stderr, flush=True)
+
+    def _commit_progress(self, batch_id: int) -> None:
+        """Commit the micro-batch's end offsets (Spark's offset log) on the source."""
+        path = self.cfg.checkpoint_dir / "offsets" / str(batch_id)
+        try:
+            ends = json.loads(path.read_text(encoding="utf-8").strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError) as exc:
+            log.warning("cannot read Spark's offset log %s: %s", path, exc)
+            return
+        offsets = [ck.TopicPartition(t, int(p), int(off))
+                   for t, parts in ends.items() for p, off in parts.items()]
+        if not offsets:
+            return
+        if self._committer is None:
+            self._committer = ck.Consumer({
+                "group.id": self.cfg.group, "enable.auto.commit": False, "log_level": 2,
+                **self.cfg.source_conf(),
+            })
+        try:
+            self._committer.commit(offsets=offsets, asynchronous=False)
+        except ck.KafkaException as exc:
+            log.warning("cannot commit the mirror's offsets on the source: %s", exc.args[0])
+
+    # -- consumer-group offsets
+
+    def sync_groups(self) -> int:
+        """Translate the committed offsets of the source's groups onto the target; returns
+        the number of offsets committed."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        listed = _result(self.src.list_consumer_groups(request_timeout=self.timeout_s),
+                         self.timeout_s, "cannot list the source's consumer groups")
+        done = 0
+        for listing in listed.valid:
+            group = listing.group_id
+            if group == self.cfg.group:
+                continue
+            req = [ConsumerGroupTopicPartitions(group)]
+            got = _result(self.src.list_consumer_group_offsets(req)[group], self.timeout_s,
+                          f"cannot fetch the offsets of group {group!r} on the source")
+            wanted: dict[tuple[str, int], int] = {}
+            with self.lock:
+                for tp in got.topic_partitions or []:
+                    if tp.offset < 0 or (tp.topic, tp.partition) not in self.syncs.runs:
+                        continue
+                    off = self.syncs.translate((tp.topic, tp.partition), tp.offset)
+                    if off is not None:
+                        wanted[(tp.topic, tp.partition)] = off
+            if wanted:
+                done += self._commit_translated(group, wanted)
+        return done
+
+    def _commit_translated(self, group: str, wanted: dict[tuple[str, int], int]) -> int:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        try:
+            desc = self.tgt.describe_consumer_groups([group])[group].result(
+                timeout=self.timeout_s)
+            if desc.members:
+                log.debug("group %s is active on the target: offsets not synced", group)
+                return 0
+        except ck.KafkaException:
+            pass  # the group does not exist on the target yet
+        prefix = self.cfg.topic_prefix
+        current: dict[tuple[str, int], int] = {}
+        try:
+            have = self.tgt.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)])[group].result(timeout=self.timeout_s)
+            current = {(tp.topic, tp.partition): tp.offset
+                       for tp in have.topic_partitions or [] if tp.offset >= 0}
+        except ck.KafkaException:
+            pass
+        commit = [
+            ck.TopicPartition(prefix + t, p, off) for (t, p), off in sorted(wanted.items())
+            if current.get((prefix + t, p), -1) < off
+        ]
+        if not commit:
+            return 0
+        _result(
+            self.tgt.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group, commit)])[group],
+            self.timeout_s, f"cannot commit translated offsets of group {group!r} on the target",
+        )
+        return len(commit)
+
+    def _sync_loop(self) -> None:
+        while not self.stopping.wait(self.cfg.sync_interval_s):
+            try:
+                self.sync_topics()
+                self.sync_groups()
+            except TransientMirrorError as exc:  # a broker away: try again next round
+                log.warning("sync skipped this round: %s", exc)
+            except Exception as exc:  # reported by run(): ends the mirror
+                self.failure = exc
+                self.stopping.set()
+
+    # -- the whole job
+
+    def run(self) -> int:
+        self.sync_topics()  # fails early: unreachable clusters, a target too small
+        from pyspark.sql import SparkSession
+
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        spark = (
+            SparkSession.builder.master(self.cfg.master)
+            .appName("odradek-mirror")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.streaming.stopTimeout", "30s")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(MirrorSink)
+        reader = (
+            spark.readStream.format("odradek")
+            .option("kafka.bootstrap.servers", self.cfg.source)
+            .option("kafka.default.api.timeout.ms", str(self.cfg.api_timeout_ms))
+            .option("subscribePattern", self.pattern)
+            .option("startingOffsets", "earliest")
+            .option("includeHeaders", "true")
+            .option("maxOffsetsPerTrigger", str(self.cfg.max_records_per_batch))
+        )
+        for k, v in self.cfg.source_client.items():
+            reader = reader.option(f"kafka.{k}", v)
+        stream = reader.load()
+        query = (
+            stream.writeStream.foreachBatch(self.process_batch)
+            .option("checkpointLocation", str(self.cfg.checkpoint_dir))
+            .queryName("odradek-mirror")
+            .start()
+        )
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stopping.set())
+        syncer = threading.Thread(target=self._sync_loop, name="odradek-mirror-sync",
+                                  daemon=True)
+        syncer.start()
+        print(f"odradek mirror: {self.cfg.source} -> {self.cfg.target}, topics matching "
+              f"{self.pattern!r}, checkpoint {self.cfg.checkpoint_dir}", file=sys.stderr,
+              flush=True)
+        try:
+            while query.isActive and not self.stopping.is_set():
+                query.awaitTermination(1)
+            error = query.exception()
+        finally:
+            self.stopping.set()
+            if query.isActive:
+                query.stop()
+            syncer.join(self.timeout_s)
+            if self._committer is not None:
+                self._committer.close()
+            spark.stop()
+        if error is not None:
+            raise MirrorError(f"the mirror's Spark query failed: {error}")
+        if self.failure is not None:
+            raise MirrorError(str(self.failure))
+        return 0
