@@ -38,6 +38,7 @@ from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordi
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.registry import HandlerRegistry
+from odradek.server.client_quotas import ClientQuotas, QuotaWindow
 from odradek.server.config import BrokerConfig
 from odradek.server.connection_quotas import parse_per_ip_overrides
 from odradek.server.dynamic_config import DynamicBrokerConfig
@@ -144,6 +145,7 @@ class Broker:
             reassignments=self._cluster,
             elect_preferred=self._elect_preferred,
             elect_unclean=self._elect_unclean,
+            client_quotas=self._client_quotas(),
         )
         register_all(self.registry, self.services)
         net = NetworkConfig(
@@ -184,6 +186,16 @@ class Broker:
                         self.log_cleaner.check_threads)
         ))
         self.started.set()
+
+    def _client_quotas(self) -> ClientQuotas:
+        """The quota managers, kept in step with the stored client quotas."""
+        quotas = ClientQuotas(
+            QuotaWindow(self.config["quota.window.num"], self.config["quota.window.size.seconds"]),
+            QuotaWindow(self.config["controller.quota.window.num"],
+                        self.config["controller.quota.window.size.seconds"]),
+        )
+        self.metadata.add_client_quota_listener(quotas.apply)
+        return quotas
 
     async def _join_cluster(self) -> MetadataStore:
         """Cluster mode: connect to ZooKeeper, read the cluster's topics, states and live

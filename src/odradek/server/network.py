@@ -39,6 +39,10 @@ asyncio event loop instead of threads:
    connection are in flight and resumes at half that (frames already buffered are still
    dispatched as slots free, so the bound is exact); the writer awaits the transport's drain (see
    :mod:`odradek.server.flow_control`).
+   A handler over a client quota calls :meth:`KafkaConnection.throttle` (KIP-219): its
+   response goes out at once, carrying ``throttle_time_ms``, and nothing more is read or
+   dispatched from the connection until the throttle time has passed (Kafka's channel
+   muting, ``RequestChannel.throttle``; see :mod:`odradek.server.client_quotas`).
 7. *Idle.* A connection with nothing in flight and no traffic for
    ``connections.max.idle.ms`` is closed (Kafka's ``Selector`` idle expiry); so is one
    whose client closed its side, even with requests in flight (Kafka closes at once on
@@ -207,6 +211,8 @@ class KafkaConnection(asyncio.Protocol):
         # A frame could not be served: nothing more is read, and the connection closes
         # once the requests before that frame are answered (see _refuse).
         self._refused = False
+        # Client quota throttle (KIP-219): reading is muted until this timer fires.
+        self._throttle_timer: asyncio.TimerHandle | None = None
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self.peer: tuple[str, int] = ("", 0)
         self.connection_id = ""
@@ -253,6 +259,8 @@ class KafkaConnection(asyncio.Protocol):
         self._closing = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
         if self._flow is not None:
             self._flow.release()
         if self._writer is not None and not self._writer.done():
@@ -278,6 +286,29 @@ class KafkaConnection(asyncio.Protocol):
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    def throttle(self, throttle_ms: int) -> None:
+        """Mute the connection for ``throttle_ms``: requests already read are served, no
+        more are read or dispatched until then (KIP-219; a later, longer throttle
+        extends it)."""
+        if throttle_ms <= 0 or self._closing or self._flow is None:
+            return
+        until = self._loop.time() + throttle_ms / 1000
+        timer = self._throttle_timer
+        if timer is not None:
+            if timer.when() >= until:
+                return
+            timer.cancel()
+        self._throttle_timer = self._loop.call_at(until, self._unthrottle)
+        self._flow.pause_reading()
+
+    def _unthrottle(self) -> None:
+        self._throttle_timer = None
+        if self._closing or self._draining or self._refused or self._flow is None:
+            return
+        if len(self._in_flight) <= self._resume_at:
+            self._flow.resume_reading()
+        self._pump()
 
     def close(self, reason: str, level: int = logging.INFO, cause: str | None = None) -> None:
         """Close the connection now, logging ``reason`` (a rejection of the peer's input,
@@ -314,7 +345,7 @@ class KafkaConnection(asyncio.Protocol):
         limit = self._config.queued_max_requests
         while (
             not self._closing and not self._draining and not self._refused
-            and len(self._in_flight) < limit
+            and len(self._in_flight) < limit and self._throttle_timer is None
         ):
             try:
                 frame = self._decoder.next_frame()
@@ -364,6 +395,8 @@ class KafkaConnection(asyncio.Protocol):
             connection_id=self.connection_id,
             header_version=header.header_version,
             received_ns=received_ns,
+            size=len(frame),
+            channel=self,
         )
         prior: list[asyncio.Future[_Outcome]] = []
         if registration.serial:
@@ -561,7 +594,10 @@ class KafkaConnection(asyncio.Protocol):
                 if ready_bytes >= COALESCE_BYTES:
                     _write_all(transport, ready)
                     ready_bytes = 0
-            if not self._draining and not self._closing and not self._refused:
+            if (
+                not self._draining and not self._closing and not self._refused
+                and self._throttle_timer is None
+            ):
                 # Hysteresis: resume reading at half the bound, so a client that keeps
                 # the pipe full does not cost a pause/resume pair per response. Frames
                 # already buffered are dispatched as soon as a slot frees.

@@ -1,0 +1,290 @@
+"""Client quotas (KIP-13, KIP-219, KIP-546) with real clients against a broker subprocess.
+
+- A confluent-kafka producer throttled to ``producer_byte_rate`` is slowed to the quota
+  (measured once the first 10-second window has filled) and loses nothing.
+- A confluent-kafka consumer throttled to ``consumer_byte_rate`` likewise.
+- ``odradek configs`` alters and describes client quotas (and refuses user entities and
+  unknown keys); the Java Admin's alterClientQuotas / describeClientQuotas work, its user
+  entity is refused; quotas survive a restart (the embedded metadata store).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import confluent_kafka
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from tests.interop._broker import (
+    BrokerProcess,
+    JavaRunner,
+    java_client,
+    odradek_executable,
+    start_broker,
+)
+
+RATE = 400_000  # bytes/s
+VALUE = 1000  # bytes a record
+# Kafka's sampled rate lets a client that always has more to send burst once per window
+# cycle (when its oldest sample expires) and crawl in between; with the default 11 samples
+# of 1 s that is an 11-s sawtooth. The tests shorten the cycle to 3 s so that a 20-s run
+# averages over several of them (the slope is fitted past the first cycle).
+WINDOW_NUM = 3
+SKIP_S = 4.0
+
+
+def configs(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(odradek_executable()), "configs", "--bootstrap-server", broker.bootstrap, *args],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def set_quota(broker: BrokerProcess, client_id: str, key: str, value: int) -> None:
+    done = configs(broker, "--entity-type", "clients", "--entity-name", client_id,
+                   "--alter", "--add-config", f"{key}={value}")
+    assert done.returncode == 0, done.stderr
+
+
+def create_topic(broker: BrokerProcess) -> str:
+    name = f"quota-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.create_topics([NewTopic(name, 1, 1)]).values():
+        f.result(30)
+    return name
+
+
+def steady_rate(marks: list[tuple[float, int]], skip_s: float) -> float:
+    """Bytes per second: the least-squares slope of bytes done against time, past the
+    first ``skip_s`` seconds (the burst a new client is allowed)."""
+    t0 = marks[0][0]
+    points = [(t - t0, b) for t, b in marks if t - t0 >= skip_s]
+    assert len(points) > 100, f"{len(points)} points past {skip_s} s"
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_b = sum(b for _, b in points) / n
+    cov = sum((t - mean_t) * (b - mean_b) for t, b in points)
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    return cov / var
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    with start_broker(tmp_path, overrides={"quota.window.num": WINDOW_NUM}) as b:
+        yield b
+
+
+def test_producer_throttled_to_byte_rate_loses_nothing(broker: BrokerProcess) -> None:
+    topic = create_topic(broker)
+    set_quota(broker, "slow-producer", "producer_byte_rate", RATE)
+    n = 9_000  # 9 MB: 0.8 MB at once (the first window), the rest ~20 s at the quota
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": broker.bootstrap, "client.id": "slow-producer",
+        "batch.size": 64 * 1024, "linger.ms": 5,
+    })
+    marks: list[tuple[float, int]] = []
+    failed: list[str] = []
+    delivered = 0
+
+    def on_delivery(err: object, msg: object) -> None:
+        nonlocal delivered
+        if err is not None:
+            failed.append(str(err))
+            return
+        delivered += VALUE
+        marks.append((time.monotonic(), delivered))
+
+    payload = b"x" * (VALUE - 8)
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, b"%08d" % i + payload, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(180) == 0
+    assert not failed, failed[:5]
+    rate = steady_rate(marks, SKIP_S)
+    print(f"steady rate {rate:,.0f} B/s, quota {RATE:,}")
+    assert 0.9 * RATE <= rate <= 1.1 * RATE, f"steady rate {rate:,.0f} B/s, quota {RATE:,}"
+
+    # nothing lost, nothing duplicated
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+    })
+    consumer.subscribe([topic])
+    seen: set[int] = set()
+    deadline = time.monotonic() + 120
+    while len(seen) < n and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 1.0):
+            assert msg.error() is None, msg.error()
+            value = msg.value()
+            assert value is not None
+            seen.add(int(value[:8]))
+    consumer.close()
+    assert seen == set(range(n))
+
+
+def test_consumer_throttled_to_byte_rate(broker: BrokerProcess) -> None:
+    topic = create_topic(broker)
+    n = 9_000
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    payload = b"y" * (VALUE - 8)
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, b"%08d" % i + payload)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(60) == 0
+    set_quota(broker, "slow-consumer", "consumer_byte_rate", RATE)
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": broker.bootstrap, "client.id": "slow-consumer",
+        "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "max.partition.fetch.bytes": 64 * 1024,
+        "fetch.queue.backoff.ms": 10,
+    })
+    consumer.subscribe([topic])
+    seen: set[int] = set()
+    marks: list[tuple[float, int]] = []
+    received = 0
+    deadline = time.monotonic() + 180
+    while len(seen) < n and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 0.5):
+            assert msg.error() is None, msg.error()
+            value = msg.value()
+            assert value is not None
+            seen.add(int(value[:8]))
+            received += len(value)
+            marks.append((time.monotonic(), received))
+    consumer.close()
+    assert seen == set(range(n))
+    rate = steady_rate(marks, SKIP_S)
+    print(f"steady rate {rate:,.0f} B/s, quota {RATE:,}")
+    assert 0.9 * RATE <= rate <= 1.1 * RATE, f"steady rate {rate:,.0f} B/s, quota {RATE:,}"
+
+
+def test_unthrottled_client_is_not_slowed(broker: BrokerProcess) -> None:
+    """A quota for one client id leaves another alone (no default set)."""
+    topic = create_topic(broker)
+    set_quota(broker, "someone-else", "producer_byte_rate", 10_000)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "client.id": "free-producer"})
+    started = time.monotonic()
+    for i in range(2_000):  # 2 MB: 200 s at the other client's quota
+        while True:
+            try:
+                producer.produce(topic, b"%08d" % i + b"z" * (VALUE - 8))
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(60) == 0
+    assert time.monotonic() - started < 30
+
+
+def test_configs_cli_client_quotas(tmp_path: Path) -> None:
+    with start_broker(tmp_path) as broker:
+        set_quota(broker, "app-1", "producer_byte_rate", 1_048_576)
+        done = configs(broker, "--entity-type", "clients", "--entity-default", "--alter",
+                       "--add-config", "consumer_byte_rate=2097152,controller_mutation_rate=10")
+        assert done.returncode == 0, done.stderr
+        assert "default client-id" in done.stdout
+        described = configs(broker, "--entity-type", "clients", "--describe")
+        assert described.returncode == 0, described.stderr
+        assert described.stdout.splitlines() == [
+            "Quota configs for the default client-id are consumer_byte_rate=2097152.0, "
+            "controller_mutation_rate=10.0",
+            "Quota configs for client-id 'app-1' are producer_byte_rate=1048576.0",
+        ]
+        one = configs(broker, "--entity-type", "clients", "--entity-name", "app-1", "--describe")
+        assert one.stdout.splitlines() == [
+            "Quota configs for client-id 'app-1' are producer_byte_rate=1048576.0"]
+        bad = configs(broker, "--entity-type", "clients", "--entity-name", "app-1", "--alter",
+                      "--add-config", "request_percentage=50")
+        assert bad.returncode == 1
+        assert "INVALID_REQUEST" in bad.stderr and "request_percentage" in bad.stderr
+        fraction = configs(broker, "--entity-type", "clients", "--entity-name", "app-1",
+                           "--alter", "--add-config", "producer_byte_rate=10.5")
+        assert fraction.returncode == 1 and "whole number" in fraction.stderr
+        users = configs(broker, "--entity-type", "users", "--entity-name", "alice", "--describe")
+        assert users.returncode == 2 and "authenticated users" in users.stderr
+        removed = configs(broker, "--entity-type", "clients", "--entity-name", "app-1",
+                          "--alter", "--delete-config", "producer_byte_rate")
+        assert removed.returncode == 0, removed.stderr
+        port, data_dir = broker.port, broker.data_dir
+    # persisted: the embedded metadata store keeps them across a restart
+    with start_broker(tmp_path, port=port, data_dir=data_dir) as again:
+        described = configs(again, "--entity-type", "clients", "--describe")
+        assert described.stdout.splitlines() == [
+            "Quota configs for the default client-id are consumer_byte_rate=2097152.0, "
+            "controller_mutation_rate=10.0",
+        ]
+
+
+def test_configs_cli_brokers_and_topics(broker: BrokerProcess) -> None:
+    topic = create_topic(broker)
+    done = configs(broker, "--entity-type", "topics", "--entity-name", topic, "--alter",
+                   "--add-config", "retention.ms=3600000,cleanup.policy=[compact,delete]")
+    assert done.returncode == 0, done.stderr
+    described = configs(broker, "--entity-type", "topics", "--entity-name", topic, "--describe")
+    assert f"Dynamic configs for topic {topic} are:" in described.stdout
+    assert "  retention.ms=3600000 sensitive=false source=DYNAMIC_TOPIC_CONFIG" in \
+        described.stdout
+    assert "  cleanup.policy=compact,delete sensitive=false source=DYNAMIC_TOPIC_CONFIG" in \
+        described.stdout
+    done = configs(broker, "--entity-type", "brokers", "--entity-name", "0", "--alter",
+                   "--add-config", "log.retention.ms=7200000")
+    assert done.returncode == 0, done.stderr
+    dynamic = configs(broker, "--entity-type", "brokers", "--entity-name", "0", "--describe")
+    assert dynamic.stdout.splitlines() == [
+        "Dynamic configs for broker 0 are:",
+        "  log.retention.ms=7200000 sensitive=false source=DYNAMIC_BROKER_CONFIG",
+    ]
+    everything = configs(broker, "--entity-type", "brokers", "--entity-name", "0",
+                         "--describe", "--all")
+    assert everything.stdout.startswith("All configs for broker 0 are:\n")
+    assert "  log.retention.ms=7200000 sensitive=false source=DYNAMIC_BROKER_CONFIG" in \
+        everything.stdout
+    assert "  quota.window.num=11 sensitive=false source=DEFAULT_CONFIG" in everything.stdout
+
+
+def test_java_admin_client_quotas(broker: BrokerProcess) -> None:
+    java: JavaRunner = java_client()
+    res = java(broker.bootstrap, "client-quotas", "unused-topic", "java-app")
+    assert res.ok, res.describe()
+    s = res.summary
+    assert s["exact"] == {"java-app": {"consumer_byte_rate": 2097152.0,
+                                       "producer_byte_rate": 1048576.0}}
+    assert s["default"] == {"<default>": {"controller_mutation_rate": 5.0}}
+    assert s["all"] == {**s["exact"], **s["default"]}
+    assert s["user_error"] == "InvalidRequestException"
+    assert s["after_removal"] == s["default"]
+
+
+def test_quota_applies_while_client_is_connected(broker: BrokerProcess) -> None:
+    """A quota set while a producer is connected slows it from then on (the managers
+    follow the metadata store at once)."""
+    topic = create_topic(broker)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "client.id": "late-quota", "linger.ms": 5})
+    producer.produce(topic, b"warm-up")
+    assert producer.flush(30) == 0
+    set_quota(broker, "late-quota", "producer_byte_rate", 50_000)
+    started = time.monotonic()
+    for i in range(600):  # 0.6 MB: 0.1 MB in the first window, the rest ~10 s at 50 kB/s
+        while True:
+            try:
+                producer.produce(topic, b"%08d" % i + b"q" * (VALUE - 8))
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0
+    assert time.monotonic() - started >= 5.0
