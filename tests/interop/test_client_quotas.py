@@ -30,6 +30,10 @@ from tests.interop._broker import (
 
 RATE = 400_000  # bytes/s
 VALUE = 1000  # bytes a record
+# A batch of one such record without key or headers: the 61-byte batch header, the record's
+# length (2 bytes), attributes, timestamp delta, offset delta, key length (1 each), value
+# length (2), the value, the header count (1).
+BATCH_BYTES = 61 + 2 + 4 + 2 + VALUE + 1
 # Kafka's sampled rate lets a client that always has more to send burst once per window
 # cycle (when its oldest sample expires) and crawl in between; with the default 11 samples
 # of 1 s that is an 11-s sawtooth. The tests shorten the cycle to 3 s so that a 20-s run
@@ -135,7 +139,11 @@ def test_producer_throttled_to_byte_rate_loses_nothing(broker: BrokerProcess) ->
 def test_consumer_throttled_to_byte_rate(broker: BrokerProcess) -> None:
     topic = create_topic(broker)
     n = 9_000
-    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    # One record a batch: the bytes a fetch counts are then known on the consumer's side
+    # (BATCH_BYTES a record), and the partial batch a fetch ends with, which the client
+    # drops and fetches again, is small (Kafka counts every byte it sends, as here).
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "batch.num.messages": 1})
     payload = b"y" * (VALUE - 8)
     for i in range(n):
         while True:
@@ -163,7 +171,8 @@ def test_consumer_throttled_to_byte_rate(broker: BrokerProcess) -> None:
             value = msg.value()
             assert value is not None
             seen.add(int(value[:8]))
-            received += len(value)
+            assert len(value) == VALUE
+            received += BATCH_BYTES
             marks.append((time.monotonic(), received))
     consumer.close()
     assert seen == set(range(n))
@@ -253,7 +262,10 @@ def test_configs_cli_brokers_and_topics(broker: BrokerProcess) -> None:
     assert everything.stdout.startswith("All configs for broker 0 are:\n")
     assert "  log.retention.ms=7200000 sensitive=false source=DYNAMIC_BROKER_CONFIG" in \
         everything.stdout
-    assert "  quota.window.num=11 sensitive=false source=DEFAULT_CONFIG" in everything.stdout
+    assert f"  quota.window.num={WINDOW_NUM} sensitive=false source=STATIC_BROKER_CONFIG" in \
+        everything.stdout
+    assert "  quota.window.size.seconds=1 sensitive=false source=DEFAULT_CONFIG" in \
+        everything.stdout
 
 
 def test_java_admin_client_quotas(broker: BrokerProcess) -> None:
@@ -274,7 +286,8 @@ def test_quota_applies_while_client_is_connected(broker: BrokerProcess) -> None:
     follow the metadata store at once)."""
     topic = create_topic(broker)
     producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
-                                         "client.id": "late-quota", "linger.ms": 5})
+                                         "client.id": "late-quota", "linger.ms": 5,
+                                         "batch.size": 16 * 1024})
     producer.produce(topic, b"warm-up")
     assert producer.flush(30) == 0
     set_quota(broker, "late-quota", "producer_byte_rate", 50_000)
@@ -288,3 +301,44 @@ def test_quota_applies_while_client_is_connected(broker: BrokerProcess) -> None:
                 producer.poll(0.1)
     assert producer.flush(120) == 0
     assert time.monotonic() - started >= 5.0
+
+
+def test_controller_mutation_quota_java_strict(broker: BrokerProcess) -> None:
+    """KIP-599 at CreateTopics v7 / DeleteTopics v6 (the Java Admin's): a token bucket of
+    rate x controller.quota.window.num x size = 11 partitions. In one request, topics are
+    created while the bucket is not below zero (the one that takes it below may), the rest
+    are THROTTLING_QUOTA_EXCEEDED with the time to wait; the client then waits that long
+    (the broker mutes the connection meanwhile), so its next request gets through."""
+    set_quota(broker, "mutator", "controller_mutation_rate", 1)
+    java: JavaRunner = java_client()
+    topic = f"mq-{uuid.uuid4().hex[:6]}"
+    res = java(broker.bootstrap, "mutation-quota", topic, 5, 5, props={"client.id": "mutator"})
+    assert res.ok, res.describe()
+    s = res.summary
+    refused = "ThrottlingQuotaExceededException"
+    # 11 -> 6 -> 1 -> -4: the third overdraws, the fourth and fifth are refused
+    assert s["created"] == {f"{topic}-0": "ok", f"{topic}-1": "ok", f"{topic}-2": "ok",
+                            f"{topic}-3": refused, f"{topic}-4": refused}, s
+    assert 3_000 <= s["throttle_time_ms"] <= 4_000, s
+    assert s["retried_ms"] >= 2_000, s  # the throttle was waited out, then created (-> -5)
+    # after waiting that throttle out too, the first deletion passes (-> -5), the next not
+    assert s["deleted"] == {f"{topic}-0": "ok", f"{topic}-1": refused}, s
+
+
+def test_controller_mutation_quota_permissive(broker: BrokerProcess) -> None:
+    """At versions below KIP-599's error (librdkafka's CreateTopics) every topic is created
+    and the client is throttled: its next request waits for the throttle time."""
+    set_quota(broker, "old-admin", "controller_mutation_rate", 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": "old-admin"})
+    prefix = f"mqp-{uuid.uuid4().hex[:6]}"
+    topics = [NewTopic(f"{prefix}-{i}", 5, 1) for i in range(4)]  # 20 partitions: 11 - 20
+    for f in admin.create_topics(topics, request_timeout=30).values():
+        f.result(60)
+    started = time.monotonic()
+    for f in admin.create_topics([NewTopic(f"{prefix}-late", 1, 1)],
+                                 request_timeout=60).values():
+        f.result(90)
+    waited = time.monotonic() - started
+    assert waited >= 5.0, f"the next creation took {waited:.1f} s (throttle: ~9 s)"
+    names = set(admin.list_topics(timeout=30).topics)
+    assert {t.topic for t in topics} | {f"{prefix}-late"} <= names

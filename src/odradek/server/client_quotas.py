@@ -24,6 +24,17 @@ Follows Kafka's ``ClientQuotaManager`` (KIP-13, KIP-219), ``ControllerMutationQu
   empty response: the data is read again after the throttle) and takes the value back
   out, as Kafka does; a fetch asks for at most what the quota allows in one window
   (``quota * (num - 1) * size``), so a large ``fetch.max.bytes`` cannot throttle forever.
+- *Controller mutations (KIP-599).* ``controller_mutation_rate`` is partitions created,
+  added or deleted a second (CreateTopics, CreatePartitions, DeleteTopics), measured by a
+  token bucket (:class:`ControllerMutationQuotaManager`, Kafka's ``TokenBucket``): it holds
+  at most ``quota * controller.quota.window.num * controller.quota.window.size.seconds``
+  tokens, refills at the quota, and each mutation takes its partitions' worth; below zero
+  the client is over its quota, for ``-tokens / quota`` seconds. Requests at versions that
+  know THROTTLING_QUOTA_EXCEEDED (CreateTopics v6+, CreatePartitions v3+, DeleteTopics
+  v5+) are strict: a topic reached while the bucket is below zero is refused with that
+  error (one already started may take the bucket below zero). Older versions are
+  permissive: everything is done and recorded. Either way the answer carries the throttle
+  time and the channel is muted for it.
 - *Hot path.* With no quota of a kind set, :attr:`ClientQuotaManager.active` is False and
   the handler's only cost is reading that attribute.
 - *Bounded.* A client id's rate unused for a whole window is back to its initial state, so
@@ -34,6 +45,7 @@ Follows Kafka's ``ClientQuotaManager`` (KIP-13, KIP-219), ``ControllerMutationQu
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -52,6 +64,8 @@ __all__ = [
     "USER",
     "ClientQuotaManager",
     "ClientQuotas",
+    "ControllerMutationQuotaManager",
+    "MutationQuota",
     "QuotaWindow",
     "Rate",
 ]
@@ -227,6 +241,101 @@ class ClientQuotaManager:
             del self._rates[client_id]
 
 
+class _TokenBucket:
+    __slots__ = ("last_ms", "tokens")
+
+    def __init__(self, tokens: float, now_ms: float) -> None:
+        self.tokens = tokens
+        self.last_ms = now_ms
+
+
+class ControllerMutationQuotaManager:
+    """``controller_mutation_rate`` per client id: a token bucket each (KIP-599)."""
+
+    __slots__ = ("_buckets", "_default", "_lock", "_overrides", "active", "key", "window")
+
+    def __init__(self, window: QuotaWindow) -> None:
+        self.key = CONTROLLER_MUTATION_RATE
+        self.window = window
+        self._overrides: dict[str, float] = {}
+        self._default: float | None = None
+        self._buckets: dict[str, _TokenBucket] = {}
+        # Topic changes may run in a worker thread (cluster mode).
+        self._lock = threading.Lock()
+        self.active = False
+
+    def set_quotas(self, overrides: Mapping[str, float], default: float | None) -> None:
+        with self._lock:
+            self._overrides = dict(overrides)
+            self._default = default
+            self.active = bool(self._overrides) or default is not None
+            if not self.active:
+                self._buckets.clear()
+
+    def quota(self, client_id: str | None) -> float | None:
+        bound = self._overrides.get(client_id or "")
+        return self._default if bound is None else bound
+
+    def _bucket(self, client_id: str, quota: float, now_ms: float) -> _TokenBucket:
+        burst = quota * self.window.samples * self.window.size_s
+        bucket = self._buckets.get(client_id)
+        if bucket is None:
+            if len(self._buckets) >= 1024:  # full buckets carry no state: drop them
+                for key in [k for k, b in self._buckets.items() if b.tokens >= burst]:
+                    del self._buckets[key]
+            bucket = self._buckets[client_id] = _TokenBucket(burst, now_ms)
+        else:
+            elapsed_s = max(now_ms - bucket.last_ms, 0.0) / 1000.0
+            bucket.tokens = min(burst, bucket.tokens + quota * elapsed_s)
+            bucket.last_ms = now_ms
+        return bucket
+
+    def throttle_time(self, client_id: str | None, now_ms: float | None = None) -> int:
+        """ms until ``client_id`` is back within its quota (0: it is)."""
+        quota = self.quota(client_id)
+        if quota is None:
+            return 0
+        now_ms = time.monotonic() * 1000.0 if now_ms is None else now_ms
+        with self._lock:
+            bucket = self._bucket(client_id or "", quota, now_ms)
+            return 0 if bucket.tokens >= 0 else math.ceil(-bucket.tokens / quota * 1000.0)
+
+    def record(self, client_id: str | None, partitions: int, now_ms: float | None = None) -> None:
+        quota = self.quota(client_id)
+        if quota is None:
+            return
+        now_ms = time.monotonic() * 1000.0 if now_ms is None else now_ms
+        with self._lock:
+            self._bucket(client_id or "", quota, now_ms).tokens -= partitions
+
+    def for_request(self, client_id: str | None, strict: bool) -> MutationQuota:
+        return MutationQuota(self, client_id, strict)
+
+
+class MutationQuota:
+    """One request's view of its client's mutation quota (Kafka's
+    ``StrictControllerMutationQuota`` / ``PermissiveControllerMutationQuota``)."""
+
+    __slots__ = ("client_id", "manager", "strict")
+
+    def __init__(
+        self, manager: ControllerMutationQuotaManager, client_id: str | None, strict: bool
+    ) -> None:
+        self.manager = manager
+        self.client_id = client_id
+        self.strict = strict
+
+    def exceeded(self) -> bool:
+        """Strict requests: must the next mutation be refused?"""
+        return self.strict and self.manager.throttle_time(self.client_id) > 0
+
+    def record(self, partitions: int) -> None:
+        self.manager.record(self.client_id, partitions)
+
+    def throttle_time(self) -> int:
+        return self.manager.throttle_time(self.client_id)
+
+
 class ClientQuotas:
     """The broker's quota managers, fed with the stored client-id entities."""
 
@@ -238,11 +347,11 @@ class ClientQuotas:
         window = window or QuotaWindow()
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, window)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, window)
-        self.controller_mutation = ClientQuotaManager(
-            CONTROLLER_MUTATION_RATE, controller_window or QuotaWindow()
+        self.controller_mutation = ControllerMutationQuotaManager(
+            controller_window or QuotaWindow()
         )
 
-    def managers(self) -> dict[str, ClientQuotaManager]:
+    def managers(self) -> dict[str, ClientQuotaManager | ControllerMutationQuotaManager]:
         return {m.key: m for m in (self.produce, self.fetch, self.controller_mutation)}
 
     def apply(self, entities: Mapping[str, Mapping[str, str]]) -> None:

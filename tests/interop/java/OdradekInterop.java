@@ -25,6 +25,13 @@
 //                            rates, the default client id's mutation rate), then
 //                            describeClientQuotas of each and of all; a user entity (refused);
 //                            remove the client id's quotas and describe again.
+//   mutation-quota <count> <partitions>
+//                            create <count> topics <topic>-<i> of <partitions> partitions in
+//                            one request with retryOnQuotaViolation(false) (report each
+//                            topic's outcome and a ThrottlingQuotaExceededException's
+//                            throttleTimeMs); then create one more with the default retries
+//                            (report how long it took); then delete the first two in one
+//                            request without retries (report each topic's outcome).
 //   create [partitions] [rf] create the topic.
 //   delete                   delete the topic.
 //
@@ -144,6 +151,9 @@ public final class OdradekInterop {
                     break;
                 case "produce-keyless":
                     app.produceKeyless(intArg(args, 0, 100));
+                    break;
+                case "mutation-quota":
+                    app.mutationQuota(intArg(args, 0, 4), intArg(args, 1, 5));
                     break;
                 case "client-quotas":
                     if (args.isEmpty()) {
@@ -784,6 +794,50 @@ public final class OdradekInterop {
                             new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(
                                     "consumer_byte_rate", null))))).all());
             summary.put("after_removal", describedQuotas(admin, org.apache.kafka.common.quota.ClientQuotaFilter.all()));
+        }
+    }
+
+    void mutationQuota(int count, int partitions) throws Exception {
+        try (Admin admin = admin()) {
+            List<NewTopic> topics = new ArrayList<>();
+            for (int i = 0; i < count; i++) {
+                topics.add(new NewTopic(topic + "-" + i, partitions, (short) 1));
+            }
+            org.apache.kafka.clients.admin.CreateTopicsResult created = admin.createTopics(topics,
+                    new org.apache.kafka.clients.admin.CreateTopicsOptions().retryOnQuotaViolation(false));
+            Map<String, Object> outcome = new TreeMap<>();
+            for (Map.Entry<String, org.apache.kafka.common.KafkaFuture<Void>> e : created.values().entrySet()) {
+                try {
+                    e.getValue().get(FUTURE_TIMEOUT_S, TimeUnit.SECONDS);
+                    outcome.put(e.getKey(), "ok");
+                } catch (ExecutionException ex) {
+                    Throwable cause = ex.getCause();
+                    outcome.put(e.getKey(), cause.getClass().getSimpleName());
+                    if (cause instanceof org.apache.kafka.common.errors.ThrottlingQuotaExceededException) {
+                        summary.put("throttle_time_ms",
+                                ((org.apache.kafka.common.errors.ThrottlingQuotaExceededException) cause)
+                                    .throttleTimeMs());
+                    }
+                }
+            }
+            summary.put("created", outcome);
+            long started = System.nanoTime();
+            get(admin.createTopics(List.of(new NewTopic(topic + "-retried", partitions, (short) 1))).all());
+            summary.put("retried_ms", (System.nanoTime() - started) / 1_000_000);
+            Map<String, Object> deleted = new TreeMap<>();
+            org.apache.kafka.clients.admin.DeleteTopicsResult result = admin.deleteTopics(
+                    List.of(topic + "-0", topic + "-1"),
+                    new org.apache.kafka.clients.admin.DeleteTopicsOptions().retryOnQuotaViolation(false));
+            for (Map.Entry<String, org.apache.kafka.common.KafkaFuture<Void>> e
+                    : result.topicNameValues().entrySet()) {
+                try {
+                    e.getValue().get(FUTURE_TIMEOUT_S, TimeUnit.SECONDS);
+                    deleted.put(e.getKey(), "ok");
+                } catch (ExecutionException ex) {
+                    deleted.put(e.getKey(), ex.getCause().getClass().getSimpleName());
+                }
+            }
+            summary.put("deleted", deleted);
         }
     }
 
