@@ -43,6 +43,7 @@ from odradek.server.config import BrokerConfig
 from odradek.server.connection_quotas import parse_per_ip_overrides
 from odradek.server.dynamic_config import DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
+from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.handlers import register_all
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
@@ -151,6 +152,7 @@ class Broker:
         net = NetworkConfig(
             socket_request_max_bytes=self.config["socket.request.max.bytes"],
             queued_max_requests=self.config["queued.max.requests"],
+            queued_max_request_bytes=self.config["queued.max.request.bytes"],
             connections_max_idle_ms=self.config["connections.max.idle.ms"],
             socket_send_buffer_bytes=self.config["socket.send.buffer.bytes"],
             socket_receive_buffer_bytes=self.config["socket.receive.buffer.bytes"],
@@ -162,8 +164,12 @@ class Broker:
             ),
             max_connection_creation_rate=self.config["max.connection.creation.rate"],
         )
+        # queued.max.request.bytes is broker-wide: one pool for every listener
+        pool = (RequestMemoryPool(net.queued_max_request_bytes)
+                if net.queued_max_request_bytes > 0 else None)
         for listener in self.config.listeners:
-            server = KafkaServer(self.registry, listener.host, listener.port, net)
+            server = KafkaServer(self.registry, listener.host, listener.port, net,
+                                 memory_pool=pool)
             await server.start()
             self.servers.append(server)
             log.info("listening on %s://%s:%d", listener.name, listener.host, server.port)

@@ -37,8 +37,10 @@ asyncio event loop instead of threads:
    regions with ``loop.sendfile`` (``os.sendfile`` on plain TCP, read+write on TLS).
 6. *Backpressure.* Reading pauses when ``queued.max.requests`` requests of the
    connection are in flight and resumes at half that (frames already buffered are still
-   dispatched as slots free, so the bound is exact); the writer awaits the transport's drain (see
-   :mod:`odradek.server.flow_control`).
+   dispatched as slots free, so the bound is exact), while the connection's requests in
+   flight hold ``socket.request.max.bytes``, and while the broker's hold
+   ``queued.max.request.bytes`` (unbounded by default, as in Kafka); the writer awaits the
+   transport's drain (see :mod:`odradek.server.flow_control`).
    A handler over a client quota calls :meth:`KafkaConnection.throttle` (KIP-219): its
    response goes out at once, carrying ``throttle_time_ms``, and nothing more is read or
    dispatched from the connection until the throttle time has passed (Kafka's channel
@@ -95,7 +97,7 @@ from odradek.protocol.headers import (
 from odradek.protocol.registry import HandlerRegistry, Registration, RequestContext
 from odradek.protocol.send import FileRegion, Send
 from odradek.server.connection_quotas import INT_MAX, ConnectionLimits, ConnectionQuotas
-from odradek.server.flow_control import FlowControl
+from odradek.server.flow_control import FlowControl, RequestMemoryPool
 from odradek.server.handlers.api_versions import unsupported_version_response
 from odradek.server.log_summary import RejectionLog, Summary
 
@@ -125,6 +127,9 @@ class NetworkConfig:
     """``socket.request.max.bytes``: largest request frame accepted."""
     queued_max_requests: int = 500
     """``queued.max.requests``: in-flight requests per connection before reading pauses."""
+    queued_max_request_bytes: int = -1
+    """``queued.max.request.bytes``: bytes of requests in flight broker-wide before reading
+    pauses; -1 (Kafka's default): unbounded."""
     connections_max_idle_ms: int = 600_000
     """``connections.max.idle.ms``: close connections idle this long."""
     socket_send_buffer_bytes: int = 102_400
@@ -180,6 +185,7 @@ _Outcome = None | bytes | tuple[bytes, Send] | _Close
 class _InFlight:
     ctx: RequestContext | None
     task: asyncio.Future[_Outcome]
+    size: int = 0  # frame bytes held until the response is written
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -193,6 +199,9 @@ class KafkaConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._decoder = FrameDecoder(self._config.socket_request_max_bytes)
         self._resume_at = self._config.queued_max_requests // 2
+        self._pool = server.memory_pool  # None: queued.max.request.bytes unbounded
+        self._bytes_in_flight = 0
+        self._max_bytes_in_flight = self._config.socket_request_max_bytes
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         # Serial requests wait for everything received before them. The last serial task
         # already waited for all before it, so a new one waits only for that task and
@@ -261,6 +270,10 @@ class KafkaConnection(asyncio.Protocol):
             self._idle_timer.cancel()
         if self._throttle_timer is not None:
             self._throttle_timer.cancel()
+        if self._pool is not None:
+            self._pool.forget(self)
+            self._pool.release(self._bytes_in_flight)
+            self._bytes_in_flight = 0
         if self._flow is not None:
             self._flow.release()
         if self._writer is not None and not self._writer.done():
@@ -304,11 +317,29 @@ class KafkaConnection(asyncio.Protocol):
 
     def _unthrottle(self) -> None:
         self._throttle_timer = None
+        self._wake()
+
+    def _wake(self) -> None:
+        """A reason to stop reading went away (throttle over, pool bytes freed)."""
         if self._closing or self._draining or self._refused or self._flow is None:
             return
-        if len(self._in_flight) <= self._resume_at:
+        if self._flow.read_paused and self._may_read():
             self._flow.resume_reading()
         self._pump()
+
+    def _may_read(self) -> bool:
+        """Whether reading may resume: under the in-flight bounds, not throttled, and the
+        broker's request bytes not exhausted (or else wait for them)."""
+        if (
+            len(self._in_flight) > self._resume_at or self._throttle_timer is not None
+            or self._bytes_in_flight >= self._max_bytes_in_flight
+        ):
+            return False
+        pool = self._pool
+        if pool is not None and pool.exhausted:
+            pool.wait(self, self._wake)
+            return False
+        return True
 
     def close(self, reason: str, level: int = logging.INFO, cause: str | None = None) -> None:
         """Close the connection now, logging ``reason`` (a rejection of the peer's input,
@@ -343,10 +374,16 @@ class KafkaConnection(asyncio.Protocol):
         """Dispatch buffered frames while the in-flight bound allows."""
         assert self._flow is not None
         limit = self._config.queued_max_requests
+        pool = self._pool
         while (
             not self._closing and not self._draining and not self._refused
             and len(self._in_flight) < limit and self._throttle_timer is None
+            and self._bytes_in_flight < self._max_bytes_in_flight
         ):
+            if pool is not None and pool.exhausted:
+                pool.wait(self, self._wake)
+                self._flow.pause_reading()
+                return
             try:
                 frame = self._decoder.next_frame()
             except RemoteProtocolError as e:
@@ -355,7 +392,10 @@ class KafkaConnection(asyncio.Protocol):
             if frame is None:
                 break
             self._dispatch(frame)
-        if len(self._in_flight) >= limit:
+        if (
+            len(self._in_flight) >= limit
+            or self._bytes_in_flight >= self._max_bytes_in_flight
+        ):
             self._flow.pause_reading()
 
     def _dispatch(self, frame: bytes | bytearray) -> None:
@@ -415,7 +455,11 @@ class KafkaConnection(asyncio.Protocol):
             task.add_done_callback(self._since_barrier.discard)
         if not task.done():
             self._server._track(task)
-        self._push(_InFlight(ctx, task))
+        size = len(frame)
+        self._bytes_in_flight += size
+        if self._pool is not None:
+            self._pool.take(size)
+        self._push(_InFlight(ctx, task, size))
 
     def _answer_unsupported_api_versions(
         self, frame: bytes | bytearray, api_version: int, correlation_id: int
@@ -564,7 +608,11 @@ class KafkaConnection(asyncio.Protocol):
                         raise
             if self._closing:
                 return
-            in_flight.popleft()
+            entry = in_flight.popleft()
+            if entry.size:
+                self._bytes_in_flight -= entry.size
+                if self._pool is not None:
+                    self._pool.release(entry.size)
             if task.cancelled():
                 _write_all(transport, ready)
                 self.close("request handler was cancelled", logging.WARNING)
@@ -601,7 +649,7 @@ class KafkaConnection(asyncio.Protocol):
                 # Hysteresis: resume reading at half the bound, so a client that keeps
                 # the pipe full does not cost a pause/resume pair per response. Frames
                 # already buffered are dispatched as soon as a slot frees.
-                if flow.read_paused and len(in_flight) <= self._resume_at:
+                if flow.read_paused and self._may_read():
                     flow.resume_reading()
                 if self._decoder.buffered >= 4:
                     self._pump()
@@ -821,7 +869,8 @@ class KafkaServer:
 
     ``port=0`` picks a free port; read it back from :attr:`port` after :meth:`start`.
     ``quotas`` may be shared by the listeners of one broker, making the connection limits
-    broker-wide across them; by default each server has its own, from ``config``.
+    broker-wide across them; by default each server has its own, from ``config``; so may
+    ``memory_pool`` (``queued.max.request.bytes``).
     """
 
     def __init__(
@@ -831,12 +880,16 @@ class KafkaServer:
         port: int = 9092,
         config: NetworkConfig | None = None,
         quotas: ConnectionQuotas | None = None,
+        memory_pool: RequestMemoryPool | None = None,
     ) -> None:
         self.registry = registry
         self.host = host
         self._requested_port = port
         self.config = config or NetworkConfig()
         self.quotas = quotas or ConnectionQuotas(self.config.connection_limits())
+        if memory_pool is None and self.config.queued_max_request_bytes > 0:
+            memory_pool = RequestMemoryPool(self.config.queued_max_request_bytes)
+        self.memory_pool = memory_pool
         self.rejections = RejectionLog(self.config.rejection_log_window_ms / 1000)
         self._summary_timer: asyncio.TimerHandle | None = None
         self._listener: socket.socket | None = None
