@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 import pytest
@@ -342,3 +343,61 @@ def test_controller_mutation_quota_permissive(broker: BrokerProcess) -> None:
     assert waited >= 5.0, f"the next creation took {waited:.1f} s (throttle: ~9 s)"
     names = set(admin.list_topics(timeout=30).topics)
     assert {t.topic for t in topics} | {f"{prefix}-late"} <= names
+
+
+def _produce_to(
+    bootstrap: str, client_id: str, topics: list[str], throttles: list[float] | None = None
+) -> dict[str, int | None]:
+    """One record to each topic (auto-created); the error code of each delivery. The
+    throttle times the client reports (librdkafka's throttle_cb) go to ``throttles``."""
+    outcome: dict[str, int | None] = {}
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "client.id": client_id,
+                              "message.timeout.ms": 60_000}
+    if throttles is not None:
+        config["throttle_cb"] = lambda event: throttles.append(event.throttle_time)
+    producer = confluent_kafka.Producer(config)
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        outcome[msg.topic()] = None if err is None else err.code()
+
+    for topic in topics:
+        producer.produce(topic, b"v", on_delivery=on_delivery)
+    assert producer.flush(90) == 0
+    producer.poll(0.5)  # serve the throttle callbacks of the last responses
+    return outcome
+
+
+def test_auto_creation_validates_names(broker: BrokerProcess) -> None:
+    """Names auto-creation would make follow the rules of explicit creation: legal
+    characters, at most 249 of them, no '.'/'_' collision (INVALID_TOPIC_EXCEPTION)."""
+    suffix = uuid.uuid4().hex[:6]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.create_topics([NewTopic(f"dots_{suffix}", 1, 1)]).values():
+        f.result(30)
+    bad = ["bad name!", "x" * 250, f"dots.{suffix}"]
+    good = ["y" * 249, f"fine-{suffix}"]
+    outcome = _produce_to(broker.bootstrap, "namer", bad + good)
+    invalid_topic = confluent_kafka.KafkaError.TOPIC_EXCEPTION
+    assert outcome == {**{name: invalid_topic for name in bad}, **{name: None for name in good}}
+    names = set(admin.list_topics(timeout=30).topics)
+    assert not set(bad) & names
+    assert set(good) <= names
+
+
+def test_auto_creation_counts_against_the_mutation_quota(tmp_path: Path) -> None:
+    """Auto-created partitions count against the client's controller_mutation_rate
+    permissively (Kafka's auto-creation): the topics are created and the client is
+    throttled (the client is told how long to wait, and that connection is muted for it).
+    4 topics x 5 partitions from a bucket of 11 at 1/s."""
+    with start_broker(tmp_path, overrides={"num.partitions": 5}) as broker:
+        set_quota(broker, "auto-maker", "controller_mutation_rate", 1)
+        topics = [f"auto-{uuid.uuid4().hex[:6]}-{i}" for i in range(4)]
+        throttles: list[float] = []
+        outcome = _produce_to(broker.bootstrap, "auto-maker", topics, throttles)
+        assert outcome == {t: None for t in topics}
+        # the Metadata answer that created the last topics told the client to wait
+        # (-tokens / rate: 4 to 9 s, as librdkafka may ask for the topics one by one)
+        assert throttles and 3.0 <= max(throttles) <= 9.5, throttles
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        described = admin.list_topics(timeout=30).topics
+        assert all(len(described[t].partitions) == 5 for t in topics)

@@ -27,7 +27,7 @@ from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.client_quotas import MutationQuota
 from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import code_of
-from odradek.server.handlers.topics import THROTTLED_MESSAGE, mutation_quota, throttle_after
+from odradek.server.handlers._quotas import THROTTLED_MESSAGE, mutation_quota, throttle_after
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices

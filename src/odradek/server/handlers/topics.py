@@ -30,8 +30,9 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.client_quotas import MutationQuota
-from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import code_of
+from odradek.server.handlers._quotas import THROTTLED_MESSAGE, mutation_quota, throttle_after
 from odradek.server.handlers.configs import topic_config_entries
 
 if TYPE_CHECKING:
@@ -43,27 +44,7 @@ ZERO_UUID = uuid.UUID(int=0)
 # The first versions whose clients know THROTTLING_QUOTA_EXCEEDED (KIP-599).
 CREATE_STRICT_VERSION = 6
 DELETE_STRICT_VERSION = 5
-THROTTLED_MESSAGE = "The throttling quota has been exceeded."
 
-
-def mutation_quota(
-    services: BrokerServices, ctx: RequestContext, strict_from: int
-) -> MutationQuota | None:
-    """The request's view of its client's controller mutation quota; None: none set."""
-    manager = services.client_quotas.controller_mutation
-    if not manager.active or manager.quota(ctx.client_id) is None:
-        return None
-    return manager.for_request(ctx.client_id, ctx.api_version >= strict_from)
-
-
-def throttle_after(ctx: RequestContext, quota: MutationQuota | None) -> datetime.timedelta:
-    """The answer's throttle time; the connection is muted for as long (KIP-599)."""
-    if quota is None:
-        return ZERO_THROTTLE
-    throttle_ms = quota.throttle_time()
-    if throttle_ms and ctx.channel is not None:
-        ctx.channel.throttle(throttle_ms)
-    return datetime.timedelta(milliseconds=throttle_ms)
 
 def register_topics(registry: HandlerRegistry, services: BrokerServices) -> None:
     async def create_topics(ctx: RequestContext, request: Any) -> Any:
