@@ -19,7 +19,7 @@ from typing import Any
 
 import confluent_kafka
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
 from tests.interop._broker import (
     BrokerProcess,
@@ -218,9 +218,9 @@ def test_configs_cli_client_quotas(tmp_path: Path) -> None:
         assert one.stdout.splitlines() == [
             "Quota configs for client-id 'app-1' are producer_byte_rate=1048576.0"]
         bad = configs(broker, "--entity-type", "clients", "--entity-name", "app-1", "--alter",
-                      "--add-config", "request_percentage=50")
+                      "--add-config", "produce_byte_rate=50")  # a typo
         assert bad.returncode == 1
-        assert "INVALID_REQUEST" in bad.stderr and "request_percentage" in bad.stderr
+        assert "INVALID_REQUEST" in bad.stderr and "produce_byte_rate" in bad.stderr
         fraction = configs(broker, "--entity-type", "clients", "--entity-name", "app-1",
                            "--alter", "--add-config", "producer_byte_rate=10.5")
         assert fraction.returncode == 1 and "whole number" in fraction.stderr
@@ -401,3 +401,31 @@ def test_auto_creation_counts_against_the_mutation_quota(tmp_path: Path) -> None
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         described = admin.list_topics(timeout=30).topics
         assert all(len(described[t].partitions) == 5 for t in topics)
+
+
+def test_request_percentage_throttles_a_busy_client(broker: BrokerProcess) -> None:
+    """request_percentage (KIP-124): a client whose requests keep the broker busy longer
+    than its share is throttled, at most one quota window (1 s) at a time; the answer says
+    so (librdkafka's throttle_cb) and the next request waits. Another client is not."""
+    topic = create_topic(broker)
+    set_quota(broker, "busy", "request_percentage", 1)  # 1 % of a thread: 10 ms a second
+    set_quota(broker, "idle", "request_percentage", 1_000)
+
+    def describe_repeatedly(client_id: str, times: int) -> tuple[list[float], float]:
+        throttles: list[float] = []
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": client_id,
+                             "throttle_cb": lambda e: throttles.append(e.throttle_time)})
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)  # type: ignore[attr-defined]
+        started = time.monotonic()
+        for _ in range(times):
+            for f in admin.describe_configs([resource]).values():
+                f.result(30)
+        admin.poll(0.5)
+        return throttles, time.monotonic() - started
+
+    throttles, took = describe_repeatedly("busy", 200)
+    assert throttles, f"no throttle reported in {took:.1f} s"
+    assert max(throttles) <= 1.0, throttles  # capped at quota.window.size.seconds
+    assert took >= 1.0
+    free, _ = describe_repeatedly("idle", 20)
+    assert not [t for t in free if t > 0], free

@@ -44,7 +44,7 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "configs", help="describe and alter topic, broker and client-quota configs",
         description="Kafka's kafka-configs.sh: configs of topics and brokers, and client "
-                    "quotas (producer_byte_rate, consumer_byte_rate, "
+                    "quotas (producer_byte_rate, consumer_byte_rate, request_percentage, "
                     "controller_mutation_rate).",
     )
     add_bootstrap(parser)

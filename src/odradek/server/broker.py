@@ -169,7 +169,8 @@ class Broker:
                 if net.queued_max_request_bytes > 0 else None)
         for listener in self.config.listeners:
             server = KafkaServer(self.registry, listener.host, listener.port, net,
-                                 memory_pool=pool)
+                                 memory_pool=pool,
+                                 request_quota=self.services.client_quotas.request)
             await server.start()
             self.servers.append(server)
             log.info("listening on %s://%s:%d", listener.name, listener.host, server.port)

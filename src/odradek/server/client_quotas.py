@@ -1,4 +1,4 @@
-"""Client quotas: byte rates and mutation rates per client id, enforced by throttling.
+"""Client quotas: byte rates, request time and mutation rates per client id, by throttling.
 
 Follows Kafka's ``ClientQuotaManager`` (KIP-13, KIP-219), ``ControllerMutationQuotaManager``
 (KIP-599) and the ``Rate`` / ``SampledStat`` metrics they rest on:
@@ -24,6 +24,16 @@ Follows Kafka's ``ClientQuotaManager`` (KIP-13, KIP-219), ``ControllerMutationQu
   empty response: the data is read again after the throttle) and takes the value back
   out, as Kafka does; a fetch asks for at most what the quota allows in one window
   (``quota * (num - 1) * size``), so a large ``fetch.max.bytes`` cannot throttle forever.
+- *Request time (KIP-124).* ``request_percentage`` is the share of one thread a client may
+  keep busy (200: two threads' worth), measured as the time its requests take on the event
+  loop, from the frame read to the answer built, in percent-seconds per second; over it,
+  the throttle is at most one ``quota.window.size.seconds`` (Kafka's
+  ``ClientRequestQuotaManager``). ApiVersions and followers' fetches are exempt. Odradek
+  runs a request's steps on one loop, interleaved with others', so only a request answered
+  without waiting is counted (nearly all: a Fetch that waits in the purgatory, an acks=all
+  Produce, a JoinGroup are not); the throttle time goes into the answers built from kio
+  entities, while the hot-path answers (Produce, Fetch, Metadata) carry only their own
+  quotas' and the request quota mutes the connection alone for them.
 - *Controller mutations (KIP-599).* ``controller_mutation_rate`` is partitions created,
   added or deleted a second (CreateTopics, CreatePartitions, DeleteTopics), measured by a
   token bucket (:class:`ControllerMutationQuotaManager`, Kafka's ``TokenBucket``): it holds
@@ -59,11 +69,13 @@ __all__ = [
     "DEFAULT_ENTITY",
     "ENTITY_TYPES",
     "IP",
+    "NANOS_TO_PERCENTAGE",
     "PRODUCER_BYTE_RATE",
     "REQUEST_PERCENTAGE",
     "USER",
     "ClientQuotaManager",
     "ClientQuotas",
+    "ClientRequestQuotaManager",
     "ControllerMutationQuotaManager",
     "MutationQuota",
     "QuotaWindow",
@@ -79,8 +91,12 @@ CONTROLLER_MUTATION_RATE: Final = "controller_mutation_rate"
 CLIENT_QUOTA_KEYS: Final[Mapping[str, bool]] = {
     PRODUCER_BYTE_RATE: True,
     CONSUMER_BYTE_RATE: True,
+    REQUEST_PERCENTAGE: False,
     CONTROLLER_MUTATION_RATE: False,
 }
+# Nanoseconds on the event loop as percent-seconds of one thread (Kafka's
+# ClientQuotaManagerConfig.NanosToPercentagePerSecond).
+NANOS_TO_PERCENTAGE: Final = 100.0 / 1e9
 # KIP-546 entity types.
 USER: Final = "user"
 CLIENT_ID: Final = "client-id"
@@ -336,10 +352,19 @@ class MutationQuota:
         return self.manager.throttle_time(self.client_id)
 
 
+class ClientRequestQuotaManager(ClientQuotaManager):
+    """``request_percentage``: throttles capped at one sample window (Kafka's)."""
+
+    __slots__ = ()
+
+    def record(self, client_id: str | None, value: float, now_ms: float | None = None) -> int:
+        return min(super().record(client_id, value, now_ms), round(self.window.size_ms))
+
+
 class ClientQuotas:
     """The broker's quota managers, fed with the stored client-id entities."""
 
-    __slots__ = ("controller_mutation", "fetch", "produce")
+    __slots__ = ("controller_mutation", "fetch", "produce", "request")
 
     def __init__(
         self, window: QuotaWindow | None = None, controller_window: QuotaWindow | None = None
@@ -347,12 +372,14 @@ class ClientQuotas:
         window = window or QuotaWindow()
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, window)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, window)
+        self.request = ClientRequestQuotaManager(REQUEST_PERCENTAGE, window)
         self.controller_mutation = ControllerMutationQuotaManager(
             controller_window or QuotaWindow()
         )
 
     def managers(self) -> dict[str, ClientQuotaManager | ControllerMutationQuotaManager]:
-        return {m.key: m for m in (self.produce, self.fetch, self.controller_mutation)}
+        return {m.key: m for m in (self.produce, self.fetch, self.request,
+                                    self.controller_mutation)}
 
     def apply(self, entities: Mapping[str, Mapping[str, str]]) -> None:
         """Take the stored quotas: client id (or :data:`DEFAULT_ENTITY`) -> key -> value."""

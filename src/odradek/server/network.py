@@ -67,6 +67,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import datetime
 import errno
 import functools
 import itertools
@@ -96,6 +98,7 @@ from odradek.protocol.headers import (
 )
 from odradek.protocol.registry import HandlerRegistry, Registration, RequestContext
 from odradek.protocol.send import FileRegion, Send
+from odradek.server.client_quotas import NANOS_TO_PERCENTAGE, ClientQuotaManager
 from odradek.server.connection_quotas import INT_MAX, ConnectionLimits, ConnectionQuotas
 from odradek.server.flow_control import FlowControl, RequestMemoryPool
 from odradek.server.handlers.api_versions import unsupported_version_response
@@ -106,6 +109,7 @@ __all__ = ["KafkaConnection", "KafkaServer", "NetworkConfig"]
 log = logging.getLogger(__name__)
 
 _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
+_FETCH: Final = int(ApiKey.FETCH)
 # File regions up to this size are copied with pread instead of sent with sendfile: below
 # it the copy costs less than sendfile's pause-reading / wait-for-empty-buffer / resume.
 COPY_REGION_BYTES: Final = 64 * 1024
@@ -200,6 +204,7 @@ class KafkaConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(self._config.socket_request_max_bytes)
         self._resume_at = self._config.queued_max_requests // 2
         self._pool = server.memory_pool  # None: queued.max.request.bytes unbounded
+        self._request_quota = server.request_quota  # request_percentage (KIP-124)
         self._bytes_in_flight = 0
         self._max_bytes_in_flight = self._config.socket_request_max_bytes
         self._in_flight: collections.deque[_InFlight] = collections.deque()
@@ -505,8 +510,12 @@ class KafkaConnection(asyncio.Protocol):
     ) -> _Outcome:
         if prior:
             await asyncio.wait(prior)
+        quota = self._request_quota
         try:
-            result = await registration.handler(ctx, request)
+            if quota is not None and quota.active and _quota_applies(ctx, request):
+                result = await self._handle_measured(registration, ctx, request, quota)
+            else:
+                result = await registration.handler(ctx, request)
         except KafkaError as e:
             return self._error_outcome(registration, ctx, request, e.code, e)
         except Exception as e:
@@ -521,6 +530,38 @@ class KafkaConnection(asyncio.Protocol):
                 registration, ctx, request, ErrorCode.unknown_server_error, e
             )
         return self._encode(registration, ctx, result)
+
+    async def _handle_measured(
+        self, registration: Registration, ctx: RequestContext, request: Any,
+        quota: ClientQuotaManager,
+    ) -> Any:
+        """Run the handler, charging the time of its first step (all of it for a handler
+        that answers without waiting) to the client's request_percentage. Over the
+        quota, the connection is muted and a kio answer carries the throttle time
+        (KIP-124, KIP-219)."""
+        coro = registration.handler(ctx, request)
+        if not isinstance(coro, Coroutine):  # not an async def: nothing to measure by
+            return await coro
+        started = time.monotonic_ns()
+        result: Any = None
+        try:
+            signal = coro.send(None)
+        except StopIteration as stop:
+            result, suspended = stop.value, False
+        else:
+            suspended = True
+        elapsed_ns = time.monotonic_ns() - started
+        throttle_ms = quota.record(ctx.client_id, elapsed_ns * NANOS_TO_PERCENTAGE)
+        if throttle_ms > 0:
+            self.throttle(throttle_ms)
+        if suspended:
+            result = await _drive(coro, signal)
+        if throttle_ms > 0:
+            current = getattr(result, "throttle_time", None)
+            wanted = datetime.timedelta(milliseconds=throttle_ms)
+            if isinstance(current, datetime.timedelta) and wanted > current:
+                result = dataclasses.replace(result, throttle_time=wanted)
+        return result
 
     def _error_outcome(
         self,
@@ -813,6 +854,47 @@ class _Started(Coroutine[Any, Any, _Outcome]):
         raise TypeError("a started handler is driven by its task, not awaited")
 
 
+class _Yield:
+    """Hands a future a coroutine yielded up to the task driving :func:`_drive`."""
+
+    __slots__ = ("signal",)
+
+    def __init__(self, signal: Any) -> None:
+        self.signal = signal
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return (yield self.signal)
+
+
+async def _drive(coro: Coroutine[Any, Any, Any], signal: Any) -> Any:
+    """Go on with a coroutine whose first step already ran and yielded ``signal``."""
+    while True:
+        try:
+            value = await _Yield(signal)
+        except BaseException as exc:  # cancellation included: the handler sees it
+            try:
+                signal = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            continue
+        try:
+            signal = coro.send(value)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _quota_applies(ctx: RequestContext, request: Any) -> bool:
+    """Exempt from request_percentage: ApiVersions, and followers' fetches (Kafka exempts
+    cluster actions)."""
+    if ctx.api_key == _API_VERSIONS:
+        return False
+    if ctx.api_key == _FETCH:
+        state = getattr(request, "replica_state", None)
+        replica = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+        return int(replica) < 0
+    return True
+
+
 def _write_all(
     transport: asyncio.WriteTransport, ready: list[bytes | bytearray | memoryview]
 ) -> None:
@@ -881,8 +963,10 @@ class KafkaServer:
         config: NetworkConfig | None = None,
         quotas: ConnectionQuotas | None = None,
         memory_pool: RequestMemoryPool | None = None,
+        request_quota: ClientQuotaManager | None = None,
     ) -> None:
         self.registry = registry
+        self.request_quota = request_quota
         self.host = host
         self._requested_port = port
         self.config = config or NetworkConfig()
