@@ -224,6 +224,9 @@ def test_configs_cli_client_quotas(tmp_path: Path) -> None:
         fraction = configs(broker, "--entity-type", "clients", "--entity-name", "app-1",
                            "--alter", "--add-config", "producer_byte_rate=10.5")
         assert fraction.returncode == 1 and "whole number" in fraction.stderr
+        reserved = configs(broker, "--entity-type", "clients", "--entity-name", "<default>",
+                           "--alter", "--add-config", "producer_byte_rate=1")
+        assert reserved.returncode == 1 and "reserved" in reserved.stderr
         users = configs(broker, "--entity-type", "users", "--entity-name", "alice", "--describe")
         assert users.returncode == 2 and "authenticated users" in users.stderr
         removed = configs(broker, "--entity-type", "clients", "--entity-name", "app-1",

@@ -76,6 +76,9 @@ def _client_entity(components: Any) -> str:
     if not components:
         raise _Refused(ErrorCode.invalid_request, "the entity names no component")
     name = components[0].entity_name
+    if name == DEFAULT_ENTITY:  # where the default entity is stored
+        raise _Refused(ErrorCode.invalid_request,
+                       f"the client id {DEFAULT_ENTITY} is reserved for the default entity")
     return DEFAULT_ENTITY if name is None else str(name)
 
 
