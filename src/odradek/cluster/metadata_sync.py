@@ -150,6 +150,11 @@ class MetadataSync:
         except (StoreError, ValueError, KeyError, TypeError):
             log.exception("cannot read client quotas %s/%s", CLIENTS, node)
             return
+        if found is None:
+            # Deleted: the watch just set waits for a creation, which the children watch
+            # reports too; forgetting the node here keeps one watch per node, not two.
+            with self._lock:
+                self._clients.discard(node)
         entity = ClusterMetadata.desanitize(node)
         self.post(lambda: self.metadata.cache_client_quotas(entity, configs))
 
