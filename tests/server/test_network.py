@@ -665,3 +665,88 @@ def test_start_eagerly_runs_a_handler_up_to_its_first_wait() -> None:
         assert cleaned == [True]
 
     run(test)
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def _no_answer_within(client: Client, seconds: float) -> None:
+    """Nothing arrives for ``seconds`` (the bound holds the request back)."""
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(client.reader.readexactly(1), seconds)
+
+
+def test_queued_max_request_bytes_pauses_every_connection() -> None:
+    """queued.max.request.bytes is broker-wide: while one connection's request holds the
+    pool, another connection's request is not read; it is once the first is answered."""
+    async def test() -> None:
+        async with running(NetworkConfig(queued_max_request_bytes=1)) as (server, api):
+            first = await Client.connect(server.port)
+            await first.send(request_frame(_heartbeat("block"), 1))
+            await _until(lambda: api.started == 1, "the blocking request")
+            assert server.memory_pool is not None and server.memory_pool.exhausted
+            second = await Client.connect(server.port)
+            await second.send(request_frame(_heartbeat("ok"), 2))
+            await _no_answer_within(second, 0.5)
+            assert api.started == 1
+            api.gate.set()
+            assert (await first.read_frame()) is not None
+            payload = await second.read_frame()
+            assert payload is not None and decode_response(payload, 12, 4)[0] == 2
+            await _until(lambda: server.memory_pool is not None
+                         and server.memory_pool.used == 0, "the pool to empty")
+            await first.close()
+            await second.close()
+
+    run(test)
+
+
+def test_a_connection_holds_at_most_socket_request_max_bytes_in_flight() -> None:
+    async def test() -> None:
+        frame = request_frame(_heartbeat("block"), 0)
+        size = len(frame) - 4  # what the server holds: the frame without its length
+        config = NetworkConfig(socket_request_max_bytes=3 * size + 1)
+        async with running(config) as (server, api):
+            client = await Client.connect(server.port)
+            await client.send(b"".join(request_frame(_heartbeat("block"), i) for i in range(6)))
+            await _until(lambda: api.started == 4, "four requests")  # 4 x size >= the bound
+            await _no_answer_within(client, 0.3)
+            assert api.started == 4
+            (connection,) = server.connections
+            assert connection.in_flight == 4
+            api.gate.set()
+            for i in range(6):
+                payload = await client.read_frame()
+                assert payload is not None and decode_response(payload, 12, 4)[0] == i
+            assert api.started == 6
+            await client.close()
+
+    run(test)
+
+
+def test_throttle_mutes_the_connection_for_the_throttle_time() -> None:
+    """KIP-219: after a handler throttles its connection, the response goes out at once and
+    nothing more is read from that connection until the throttle time has passed."""
+    async def test() -> None:
+        async with running() as (server, _api):
+            client = await Client.connect(server.port)
+            await client.call(_heartbeat("ok"), 1)
+            (connection,) = server.connections
+            loop = asyncio.get_running_loop()
+            connection.throttle(2000)
+            started = loop.time()
+            muted = asyncio.ensure_future(client.call(_heartbeat("after"), 2))
+            other = await Client.connect(server.port)  # other connections are not muted
+            await other.call(_heartbeat("other"), 3)
+            assert not muted.done()
+            response = await muted
+            assert response.error_code == ErrorCode.none
+            assert loop.time() - started >= 1.95
+            await client.close()
+            await other.close()
+
+    run(test)

@@ -73,6 +73,15 @@ class Admin:
             ))
         return out
 
+    async def brokers(self) -> dict[int, tuple[str, int]]:
+        """Every live broker: id -> (host, port)."""
+        cls = request_class("metadata", 12, "MetadataRequest")
+        response = await self.conn.send(cls(
+            topics=(), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        ))
+        return {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
+
     async def leader(self, topic: str, partition: int) -> tuple[str, int]:
         """(host, port) of the leader of ``topic-partition``."""
         cls = request_class("metadata", 12, "MetadataRequest")
@@ -167,6 +176,67 @@ class Admin:
         ))
         result = response.responses[0]
         check(result.error_code, f"altering configs of {name}", result.error_message)
+
+    async def describe_configs(
+        self, resource_type: int, name: str
+    ) -> list[tuple[str, str | None, int, bool]]:
+        """(name, value, config source, sensitive) of every config of one resource."""
+        version = self.conn.version(32, (1, 4))
+        cls = request_class("describe_configs", version, "DescribeConfigsRequest")
+        res_cls = request_class("describe_configs", version, "DescribeConfigsResource")
+        response = await self.conn.send(cls(
+            resources=(res_cls(resource_type=resource_type, resource_name=name,
+                               configuration_keys=None),),
+            include_synonyms=False,
+        ))
+        result = response.results[0]
+        check(result.error_code, f"describing configs of {name}", result.error_message)
+        return [(c.name, c.value, int(getattr(c, "config_source", 5)), bool(c.is_sensitive))
+                for c in result.configs]
+
+    async def describe_client_quotas(
+        self, client_id: str | None, default: bool
+    ) -> list[tuple[str | None, dict[str, float]]]:
+        """DescribeClientQuotas (KIP-546) of client-id entities: one client id, the
+        default (``default``), or every one (neither); (client id or None, quotas)."""
+        version = self.conn.version(48, (0, 1))
+        cls = request_class("describe_client_quotas", version, "DescribeClientQuotasRequest")
+        comp_cls = request_class("describe_client_quotas", version, "ComponentData")
+        components: tuple[Any, ...] = ()  # every entity
+        if client_id is not None:
+            components = (comp_cls(entity_type="client-id", match_type=0, match=client_id),)
+        elif default:
+            components = (comp_cls(entity_type="client-id", match_type=1, match=None),)
+        response = await self.conn.send(cls(components=components, strict=False))
+        check(response.error_code, "describing client quotas", response.error_message)
+        out: list[tuple[str | None, dict[str, float]]] = []
+        for entry in response.entries or ():
+            name = next((e.entity_name for e in entry.entity if e.entity_type == "client-id"),
+                        None)
+            out.append((name, {v.key: float(v.value) for v in entry.values}))
+        return out
+
+    async def alter_client_quotas(
+        self, entity: tuple[str, str | None], set_: dict[str, float], delete: list[str]
+    ) -> None:
+        """AlterClientQuotas (KIP-546) of one entity: (entity type, name or None: default)."""
+        version = self.conn.version(49, (0, 1))
+        cls = request_class("alter_client_quotas", version, "AlterClientQuotasRequest")
+        entry_cls = request_class("alter_client_quotas", version, "EntryData")
+        entity_cls = request_class("alter_client_quotas", version, "EntityData")
+        op_cls = request_class("alter_client_quotas", version, "OpData")
+        ops = [op_cls(key=k, value=v, remove=False) for k, v in set_.items()]
+        ops += [op_cls(key=k, value=0.0, remove=True) for k in delete]
+        response = await self.conn.send(cls(
+            entries=(entry_cls(entity=(entity_cls(entity_type=entity[0],
+                                                  entity_name=entity[1]),),
+                               ops=tuple(ops)),),
+            validate_only=False,
+        ))
+        result = response.entries[0]
+        shown = entity[1] if entity[1] is not None else "<default>"
+        check(result.error_code, f"altering quotas of {entity[0]} {shown}",
+              result.error_message)
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
         cls = request_class("list_offsets", 7, "ListOffsetsRequest")

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import random
+import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,12 +27,13 @@ from typing import Any
 
 from odradek.cluster import topic_names
 from odradek.cluster.partition import PartitionState
-from odradek.cluster.store import CreateOp, MetadataStore, NodeExistsError
+from odradek.cluster.store import CreateOp, MetadataStore, NodeExistsError, NoNodeError
 from odradek.storage.config import ConfigError, LogConfig
 from odradek.text import plural
 
 log = logging.getLogger(__name__)
 
+DEFAULT_CLIENT_ENTITY = "<default>"
 MAX_PARTITIONS = 100_000  # bound on one topic's partition count
 # Kafka's controller refuses a single user operation of more records than this
 # (QuorumController.MAX_RECORDS_PER_USER_OP): one partition is one record.
@@ -215,6 +217,7 @@ class ClusterMetadata:
     CLUSTER_ID = "/cluster/id"
     BROKER_CONFIGS = "/config/brokers"  # dynamic broker configs: <id> or <default>
     DEFAULT_BROKER_ENTITY = "<default>"
+    CLIENT_CONFIGS = "/config/clients"  # client quotas: <sanitized client id> or <default>
 
     def __init__(
         self, store: MetadataStore, broker_ids: Callable[[], list[int]],
@@ -247,6 +250,9 @@ class ClusterMetadata:
         # Dynamic broker configs by entity, read once (cluster mode: kept by the
         # watches of metadata_sync, so DescribeConfigs never waits on ZooKeeper).
         self._broker_configs: dict[str, dict[str, str]] = {}
+        # Client quotas by client id (or <default>), and who hears of their changes.
+        self.client_quotas: dict[str, dict[str, str]] = {}
+        self._client_quota_listeners: list[Callable[[Mapping[str, Mapping[str, str]]], None]] = []
         self.cluster_id = self._ensure_cluster_id()
         self.reload()
 
@@ -334,6 +340,7 @@ class ClusterMetadata:
             if info is not None:
                 topics[name] = info
         self.topics = topics
+        self.client_quotas = self.read_client_quotas()
 
     # -- queries -------------------------------------------------------------------------
     def get(self, name: str) -> TopicInfo | None:
@@ -608,3 +615,58 @@ class ClusterMetadata:
         self._write_config_doc(f"{self.BROKER_CONFIGS}/{entity}", configs)
         stored = dict(configs)
         self.apply_locally(lambda: self.cache_broker_configs(entity, stored))
+
+    # -- client quotas (Kafka's /config/clients/<client id> and /config/clients/<default>) --
+    @staticmethod
+    def sanitize(name: str) -> str:
+        """A client id as a node name (Kafka's ``Sanitizer``: URL encoding, so ``/`` and
+        ``*`` cannot break the path; ``<default>`` is kept for the default entity)."""
+        return name if name == DEFAULT_CLIENT_ENTITY else urllib.parse.quote(name, safe="")
+
+    @staticmethod
+    def desanitize(node: str) -> str:
+        return node if node == DEFAULT_CLIENT_ENTITY else urllib.parse.unquote(node)
+
+    def add_client_quota_listener(
+        self, listener: Callable[[Mapping[str, Mapping[str, str]]], None]
+    ) -> None:
+        self._client_quota_listeners.append(listener)
+        listener(self.client_quotas)
+
+    def read_client_quotas(self) -> dict[str, dict[str, str]]:
+        """Every stored client entity (blocking: in cluster mode, not on the event loop)."""
+        out: dict[str, dict[str, str]] = {}
+        for node in self.store.children(self.CLIENT_CONFIGS):
+            configs = self.read_client_quota_node(node)
+            if configs:
+                out[self.desanitize(node)] = configs
+        return out
+
+    def read_client_quota_node(self, node: str) -> dict[str, str]:
+        try:
+            found = self.store.get_json(f"{self.CLIENT_CONFIGS}/{node}")
+            return dict(found[0]["config"]) if found else {}  # type: ignore[index]
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring unreadable client quotas in %s/%s", self.CLIENT_CONFIGS, node)
+            return {}
+
+    def cache_client_quotas(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Keep ``entity``'s quotas (empty: none) and tell the listeners."""
+        if configs:
+            self.client_quotas[entity] = dict(configs)
+        else:
+            self.client_quotas.pop(entity, None)
+        for listener in self._client_quota_listeners:
+            listener(self.client_quotas)
+
+    def set_client_quotas(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Replace the quotas of client ``entity`` (a client id or ``<default>``); none
+        left removes its node. Validation is the caller's."""
+        path = f"{self.CLIENT_CONFIGS}/{self.sanitize(entity)}"
+        if configs:
+            self._write_config_doc(path, configs)
+        else:
+            with contextlib.suppress(NoNodeError):
+                self.store.delete(path)
+        stored = dict(configs)
+        self.apply_locally(lambda: self.cache_client_quotas(entity, stored))

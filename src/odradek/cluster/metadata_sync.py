@@ -20,6 +20,10 @@ applies it and tells its listeners (the replica manager hosts logs and updates p
   (notifications may have been purged meanwhile), every state is read once instead.
 - *Dynamic broker configs.* Data watches on ``/config/brokers/<default>`` and
   ``/config/brokers/<id>``: a change made through any broker is layered again here.
+- *Client quotas.* A children watch on ``/config/clients`` finds client entities added or
+  removed; a data watch on each ``/config/clients/<entity>`` finds its quotas changed.
+  What is read is kept in the metadata, whose listeners (the client quota managers) take
+  it at once.
 - *Brokers.* The live brokers (``/brokers/ids``) and the controller are read by
   :class:`~odradek.cluster.membership.BrokerChangeWatcher` and the election; this module
   only carries topics and states.
@@ -44,6 +48,7 @@ log = logging.getLogger(__name__)
 
 TOPICS = ClusterMetadata.TOPICS
 CONFIGS = ClusterMetadata.CONFIGS
+CLIENTS = ClusterMetadata.CLIENT_CONFIGS
 
 Post = Callable[[Callable[[], None]], None]
 
@@ -62,6 +67,7 @@ class MetadataSync:
         self.on_broker_configs = on_broker_configs
         self._lock = threading.RLock()
         self._topics: set[str] = set()  # names whose data and config watches are set
+        self._clients: set[str] = set()  # client quota nodes whose data watch is set
         self._last_notification = ""  # name of the newest notification handled
         self._controller_epoch = 0  # newest controller epoch seen in a notification
         self._closed = False
@@ -74,6 +80,7 @@ class MetadataSync:
         with self._lock:
             self._watch_topics()
             self._watch_broker_configs()
+            self._watch_clients()
             return self._reload_states()
 
     def close(self) -> None:
@@ -113,6 +120,43 @@ class MetadataSync:
 
     def _refresher(self, name: str) -> Callable[[str], None]:
         return lambda path: self._refresh_topic(name, path)
+
+    # -- client quotas -------------------------------------------------------------------
+    def _watch_clients(self, _path: str = "") -> None:
+        if self._closed:
+            return
+        with self._lock:
+            try:
+                nodes = set(self.store.children(CLIENTS, watch=self._watch_clients))
+            except StoreError:
+                log.exception("cannot read %s", CLIENTS)
+                return
+            for node in sorted(nodes - self._clients):
+                self._clients.add(node)
+                self._refresh_client(node)
+            for node in sorted(self._clients - nodes):
+                self._clients.discard(node)
+                entity = ClusterMetadata.desanitize(node)
+                self.post(lambda entity=entity: self.metadata.cache_client_quotas(entity, {}))  # type: ignore[misc]
+
+    def _refresh_client(self, node: str, _path: str = "") -> None:
+        """Read one client entity's quotas, setting its data watch again."""
+        if self._closed or node not in self._clients:
+            return
+        try:
+            found = self.store.get(f"{CLIENTS}/{node}",
+                                   watch=lambda path: self._refresh_client(node, path))
+            configs = dict(json.loads(found.data)["config"]) if found is not None else {}
+        except (StoreError, ValueError, KeyError, TypeError):
+            log.exception("cannot read client quotas %s/%s", CLIENTS, node)
+            return
+        if found is None:
+            # Deleted: the watch just set waits for a creation, which the children watch
+            # reports too; forgetting the node here keeps one watch per node, not two.
+            with self._lock:
+                self._clients.discard(node)
+        entity = ClusterMetadata.desanitize(node)
+        self.post(lambda: self.metadata.cache_client_quotas(entity, configs))
 
     # -- dynamic broker configs ----------------------------------------------------------
     def _watch_broker_configs(self, path: str = "") -> None:

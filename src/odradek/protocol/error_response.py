@@ -109,6 +109,11 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
     ApiKey.DESCRIBE_CONFIGS: {"results": Echo(("resources",), _RESOURCE)},
     ApiKey.ALTER_CONFIGS: {"responses": Echo(("resources",), _RESOURCE)},
     ApiKey.INCREMENTAL_ALTER_CONFIGS: {"responses": Echo(("resources",), _RESOURCE)},
+    # AlterClientQuotasRequest.getErrorResponse: every entry, with its entity.
+    ApiKey.ALTER_CLIENT_QUOTAS: {"entries": Echo(("entries",), (), {
+        "entity": Echo(("entity",), (("entity_type", "entity_type"),
+                                     ("entity_name", "entity_name"))),
+    })},
     ApiKey.OFFSET_FOR_LEADER_EPOCH: {
         "topics": Echo(("topics",), (("topic", "topic"),), {
             "partitions": Echo(("partitions",), (("partition", "partition"),)),

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import kio_versions, schema
@@ -48,6 +48,7 @@ from odradek.protocol.errors import (
 
 __all__ = [
     "ApiVersionRange",
+    "Channel",
     "DuplicateHandlerError",
     "ErrorResponseBuilder",
     "Handler",
@@ -59,12 +60,21 @@ __all__ = [
 ]
 
 
+class Channel(Protocol):
+    """What a handler may ask of the connection its request came on."""
+
+    def throttle(self, throttle_ms: int) -> None:
+        """Mute the connection (read nothing more from it) for ``throttle_ms`` (KIP-219)."""
+
+
 class RequestContext(NamedTuple):
     """Per-request state handed to handlers (Kafka's ``RequestContext`` + ``RequestHeader``).
 
     ``peer`` is (host, port); ``connection_id`` is Kafka-style
     ``"localHost:localPort-peerHost:peerPort-index"``; ``received_ns`` is
-    ``time.monotonic_ns()`` when the frame was complete. A NamedTuple, built in C: one
+    ``time.monotonic_ns()`` when the frame was complete; ``size`` the frame's length (what
+    a produce quota counts); ``channel`` the connection, to throttle (client quotas). A
+    NamedTuple, built in C: one
     is made per request, and a frozen dataclass costs several times more to build.
     """
 
@@ -76,6 +86,8 @@ class RequestContext(NamedTuple):
     connection_id: str
     header_version: int = 1
     received_ns: int = 0
+    size: int = 0
+    channel: Channel | None = None
 
 
 Response: TypeAlias = Any

@@ -38,10 +38,12 @@ from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordi
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.registry import HandlerRegistry
+from odradek.server.client_quotas import ClientQuotas, QuotaWindow
 from odradek.server.config import BrokerConfig
 from odradek.server.connection_quotas import parse_per_ip_overrides
 from odradek.server.dynamic_config import DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
+from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.handlers import register_all
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
@@ -94,6 +96,7 @@ class Broker:
         net = NetworkConfig(
             socket_request_max_bytes=self.config["socket.request.max.bytes"],
             queued_max_requests=self.config["queued.max.requests"],
+            queued_max_request_bytes=self.config["queued.max.request.bytes"],
             connections_max_idle_ms=self.config["connections.max.idle.ms"],
             socket_send_buffer_bytes=self.config["socket.send.buffer.bytes"],
             socket_receive_buffer_bytes=self.config["socket.receive.buffer.bytes"],
@@ -105,8 +108,12 @@ class Broker:
             ),
             max_connection_creation_rate=self.config["max.connection.creation.rate"],
         )
+        # queued.max.request.bytes is broker-wide: one pool for every listener
+        pool = (RequestMemoryPool(net.queued_max_request_bytes)
+                if net.queued_max_request_bytes > 0 else None)
         for listener in self.config.listeners:
-            server = KafkaServer(self.registry, listener.host, listener.port, net)
+            server = KafkaServer(self.registry, listener.host, listener.port, net,
+                                 memory_pool=pool)
             self.servers.append(server)
             await server.bind()
         store: MetadataStore
@@ -164,9 +171,11 @@ class Broker:
             reassignments=self._cluster,
             elect_preferred=self._elect_preferred,
             elect_unclean=self._elect_unclean,
+            client_quotas=self._client_quotas(),
         )
         register_all(self.registry, self.services)
         for listener, server in zip(self.config.listeners, self.servers, strict=True):
+            server.request_quota = self.services.client_quotas.request  # KIP-124
             await server.start()
             log.info("listening on %s://%s:%d", listener.name, listener.host, server.port)
         if self._cluster is not None:
@@ -188,6 +197,16 @@ class Broker:
                         self.log_cleaner.check_threads)
         ))
         self.started.set()
+
+    def _client_quotas(self) -> ClientQuotas:
+        """The quota managers, kept in step with the stored client quotas."""
+        quotas = ClientQuotas(
+            QuotaWindow(self.config["quota.window.num"], self.config["quota.window.size.seconds"]),
+            QuotaWindow(self.config["controller.quota.window.num"],
+                        self.config["controller.quota.window.size.seconds"]),
+        )
+        self.metadata.add_client_quota_listener(quotas.apply)
+        return quotas
 
     async def _join_cluster(self) -> MetadataStore:
         """Cluster mode: connect to ZooKeeper, read the cluster's topics, states and live

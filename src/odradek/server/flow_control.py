@@ -7,6 +7,14 @@ Follows Kafka's ``SocketServer.Processor`` muting and ``queued.max.requests`` (t
   of its requests are in flight (received, response not yet written), and resumes when
   one completes. Frames already received but not yet dispatched stay in the frame
   decoder, so the bound is exact.
+- *Bytes in flight.* ``queued.max.request.bytes`` bounds the bytes of the requests held
+  by the whole broker (Kafka's ``MemoryPool`` behind its Processors; -1, Kafka's default,
+  is unbounded): once the :class:`RequestMemoryPool` holds that many, no connection reads
+  or dispatches another request until a response frees some, then the connections that
+  waited are woken in turn. As with Kafka's pool, the request that crosses the bound is
+  still taken. Each connection also stops reading while its own requests in flight hold
+  ``socket.request.max.bytes`` (the largest one request may be), so that one client cannot
+  take the whole pool with a pipeline of large requests.
 - *Write side.* asyncio calls ``pause_writing`` when the transport's buffer passes its
   high-water mark; the response writer then awaits :meth:`FlowControl.drain` before
   writing more, so a slow reader cannot make us buffer unbounded responses.
@@ -15,8 +23,9 @@ Follows Kafka's ``SocketServer.Processor`` muting and ``queued.max.requests`` (t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-__all__ = ["FlowControl"]
+__all__ = ["FlowControl", "RequestMemoryPool"]
 
 
 class FlowControl:
@@ -73,3 +82,34 @@ class FlowControl:
     def release(self) -> None:
         """Wake any writer waiting on :meth:`drain` (the connection is going away)."""
         self._writable.set()
+
+
+class RequestMemoryPool:
+    """Bytes of requests held broker-wide, against ``queued.max.request.bytes``."""
+
+    __slots__ = ("_waiting", "limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._waiting: dict[object, Callable[[], None]] = {}
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used >= self.limit
+
+    def take(self, size: int) -> None:
+        self.used += size
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        while self._waiting and not self.exhausted:
+            key = next(iter(self._waiting))
+            self._waiting.pop(key)()
+
+    def wait(self, key: object, wake: Callable[[], None]) -> None:
+        """Call ``wake`` once bytes are free (the connection ``key`` waits for them)."""
+        self._waiting[key] = wake
+
+    def forget(self, key: object) -> None:
+        self._waiting.pop(key, None)

@@ -37,8 +37,14 @@ asyncio event loop instead of threads:
    regions with ``loop.sendfile`` (``os.sendfile`` on plain TCP, read+write on TLS).
 6. *Backpressure.* Reading pauses when ``queued.max.requests`` requests of the
    connection are in flight and resumes at half that (frames already buffered are still
-   dispatched as slots free, so the bound is exact); the writer awaits the transport's drain (see
-   :mod:`odradek.server.flow_control`).
+   dispatched as slots free, so the bound is exact), while the connection's requests in
+   flight hold ``socket.request.max.bytes``, and while the broker's hold
+   ``queued.max.request.bytes`` (unbounded by default, as in Kafka); the writer awaits the
+   transport's drain (see :mod:`odradek.server.flow_control`).
+   A handler over a client quota calls :meth:`KafkaConnection.throttle` (KIP-219): its
+   response goes out at once, carrying ``throttle_time_ms``, and nothing more is read or
+   dispatched from the connection until the throttle time has passed (Kafka's channel
+   muting, ``RequestChannel.throttle``; see :mod:`odradek.server.client_quotas`).
 7. *Idle.* A connection with nothing in flight and no traffic for
    ``connections.max.idle.ms`` is closed (Kafka's ``Selector`` idle expiry); so is one
    whose client closed its side, even with requests in flight (Kafka closes at once on
@@ -61,6 +67,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import datetime
 import errno
 import functools
 import itertools
@@ -90,8 +98,9 @@ from odradek.protocol.headers import (
 )
 from odradek.protocol.registry import HandlerRegistry, Registration, RequestContext
 from odradek.protocol.send import FileRegion, Send
+from odradek.server.client_quotas import NANOS_TO_PERCENTAGE, ClientQuotaManager
 from odradek.server.connection_quotas import INT_MAX, ConnectionLimits, ConnectionQuotas
-from odradek.server.flow_control import FlowControl
+from odradek.server.flow_control import FlowControl, RequestMemoryPool
 from odradek.server.handlers.api_versions import unsupported_version_response
 from odradek.server.log_summary import RejectionLog, Summary
 
@@ -100,6 +109,7 @@ __all__ = ["KafkaConnection", "KafkaServer", "NetworkConfig"]
 log = logging.getLogger(__name__)
 
 _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
+_FETCH: Final = int(ApiKey.FETCH)
 # File regions up to this size are copied with pread instead of sent with sendfile: below
 # it the copy costs less than sendfile's pause-reading / wait-for-empty-buffer / resume.
 COPY_REGION_BYTES: Final = 64 * 1024
@@ -121,6 +131,9 @@ class NetworkConfig:
     """``socket.request.max.bytes``: largest request frame accepted."""
     queued_max_requests: int = 500
     """``queued.max.requests``: in-flight requests per connection before reading pauses."""
+    queued_max_request_bytes: int = -1
+    """``queued.max.request.bytes``: bytes of requests in flight broker-wide before reading
+    pauses; -1 (Kafka's default): unbounded."""
     connections_max_idle_ms: int = 600_000
     """``connections.max.idle.ms``: close connections idle this long."""
     socket_send_buffer_bytes: int = 102_400
@@ -176,6 +189,7 @@ _Outcome = None | bytes | tuple[bytes, Send] | _Close
 class _InFlight:
     ctx: RequestContext | None
     task: asyncio.Future[_Outcome]
+    size: int = 0  # frame bytes held until the response is written
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -189,6 +203,10 @@ class KafkaConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._decoder = FrameDecoder(self._config.socket_request_max_bytes)
         self._resume_at = self._config.queued_max_requests // 2
+        self._pool = server.memory_pool  # None: queued.max.request.bytes unbounded
+        self._request_quota = server.request_quota  # request_percentage (KIP-124)
+        self._bytes_in_flight = 0
+        self._max_bytes_in_flight = self._config.socket_request_max_bytes
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         # Serial requests wait for everything received before them. The last serial task
         # already waited for all before it, so a new one waits only for that task and
@@ -207,6 +225,8 @@ class KafkaConnection(asyncio.Protocol):
         # A frame could not be served: nothing more is read, and the connection closes
         # once the requests before that frame are answered (see _refuse).
         self._refused = False
+        # Client quota throttle (KIP-219): reading is muted until this timer fires.
+        self._throttle_timer: asyncio.TimerHandle | None = None
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self.peer: tuple[str, int] = ("", 0)
         self.connection_id = ""
@@ -253,6 +273,12 @@ class KafkaConnection(asyncio.Protocol):
         self._closing = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+        if self._pool is not None:
+            self._pool.forget(self)
+            self._pool.release(self._bytes_in_flight)
+            self._bytes_in_flight = 0
         if self._flow is not None:
             self._flow.release()
         if self._writer is not None and not self._writer.done():
@@ -278,6 +304,47 @@ class KafkaConnection(asyncio.Protocol):
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    def throttle(self, throttle_ms: int) -> None:
+        """Mute the connection for ``throttle_ms``: requests already read are served, no
+        more are read or dispatched until then (KIP-219; a later, longer throttle
+        extends it)."""
+        if throttle_ms <= 0 or self._closing or self._flow is None:
+            return
+        until = self._loop.time() + throttle_ms / 1000
+        timer = self._throttle_timer
+        if timer is not None:
+            if timer.when() >= until:
+                return
+            timer.cancel()
+        self._throttle_timer = self._loop.call_at(until, self._unthrottle)
+        self._flow.pause_reading()
+
+    def _unthrottle(self) -> None:
+        self._throttle_timer = None
+        self._wake()
+
+    def _wake(self) -> None:
+        """A reason to stop reading went away (throttle over, pool bytes freed)."""
+        if self._closing or self._draining or self._refused or self._flow is None:
+            return
+        if self._flow.read_paused and self._may_read():
+            self._flow.resume_reading()
+        self._pump()
+
+    def _may_read(self) -> bool:
+        """Whether reading may resume: under the in-flight bounds, not throttled, and the
+        broker's request bytes not exhausted (or else wait for them)."""
+        if (
+            len(self._in_flight) > self._resume_at or self._throttle_timer is not None
+            or self._bytes_in_flight >= self._max_bytes_in_flight
+        ):
+            return False
+        pool = self._pool
+        if pool is not None and pool.exhausted:
+            pool.wait(self, self._wake)
+            return False
+        return True
 
     def close(self, reason: str, level: int = logging.INFO, cause: str | None = None) -> None:
         """Close the connection now, logging ``reason`` (a rejection of the peer's input,
@@ -312,10 +379,16 @@ class KafkaConnection(asyncio.Protocol):
         """Dispatch buffered frames while the in-flight bound allows."""
         assert self._flow is not None
         limit = self._config.queued_max_requests
+        pool = self._pool
         while (
             not self._closing and not self._draining and not self._refused
-            and len(self._in_flight) < limit
+            and len(self._in_flight) < limit and self._throttle_timer is None
+            and self._bytes_in_flight < self._max_bytes_in_flight
         ):
+            if pool is not None and pool.exhausted:
+                pool.wait(self, self._wake)
+                self._flow.pause_reading()
+                return
             try:
                 frame = self._decoder.next_frame()
             except RemoteProtocolError as e:
@@ -324,7 +397,10 @@ class KafkaConnection(asyncio.Protocol):
             if frame is None:
                 break
             self._dispatch(frame)
-        if len(self._in_flight) >= limit:
+        if (
+            len(self._in_flight) >= limit
+            or self._bytes_in_flight >= self._max_bytes_in_flight
+        ):
             self._flow.pause_reading()
 
     def _dispatch(self, frame: bytes | bytearray) -> None:
@@ -364,6 +440,8 @@ class KafkaConnection(asyncio.Protocol):
             connection_id=self.connection_id,
             header_version=header.header_version,
             received_ns=received_ns,
+            size=len(frame),
+            channel=self,
         )
         prior: list[asyncio.Future[_Outcome]] = []
         if registration.serial:
@@ -382,7 +460,11 @@ class KafkaConnection(asyncio.Protocol):
             task.add_done_callback(self._since_barrier.discard)
         if not task.done():
             self._server._track(task)
-        self._push(_InFlight(ctx, task))
+        size = len(frame)
+        self._bytes_in_flight += size
+        if self._pool is not None:
+            self._pool.take(size)
+        self._push(_InFlight(ctx, task, size))
 
     def _answer_unsupported_api_versions(
         self, frame: bytes | bytearray, api_version: int, correlation_id: int
@@ -428,8 +510,12 @@ class KafkaConnection(asyncio.Protocol):
     ) -> _Outcome:
         if prior:
             await asyncio.wait(prior)
+        quota = self._request_quota
         try:
-            result = await registration.handler(ctx, request)
+            if quota is not None and quota.active and _quota_applies(ctx, request):
+                result = await self._handle_measured(registration, ctx, request, quota)
+            else:
+                result = await registration.handler(ctx, request)
         except KafkaError as e:
             return self._error_outcome(registration, ctx, request, e.code, e)
         except Exception as e:
@@ -444,6 +530,38 @@ class KafkaConnection(asyncio.Protocol):
                 registration, ctx, request, ErrorCode.unknown_server_error, e
             )
         return self._encode(registration, ctx, result)
+
+    async def _handle_measured(
+        self, registration: Registration, ctx: RequestContext, request: Any,
+        quota: ClientQuotaManager,
+    ) -> Any:
+        """Run the handler, charging the time of its first step (all of it for a handler
+        that answers without waiting) to the client's request_percentage. Over the
+        quota, the connection is muted and a kio answer carries the throttle time
+        (KIP-124, KIP-219)."""
+        coro = registration.handler(ctx, request)
+        if not isinstance(coro, Coroutine):  # not an async def: nothing to measure by
+            return await coro
+        started = time.monotonic_ns()
+        result: Any = None
+        try:
+            signal = coro.send(None)
+        except StopIteration as stop:
+            result, suspended = stop.value, False
+        else:
+            suspended = True
+        elapsed_ns = time.monotonic_ns() - started
+        throttle_ms = quota.record(ctx.client_id, elapsed_ns * NANOS_TO_PERCENTAGE)
+        if throttle_ms > 0:
+            self.throttle(throttle_ms)
+        if suspended:
+            result = await _drive(coro, signal)
+        if throttle_ms > 0:
+            current = getattr(result, "throttle_time", None)
+            wanted = datetime.timedelta(milliseconds=throttle_ms)
+            if isinstance(current, datetime.timedelta) and wanted > current:
+                result = dataclasses.replace(result, throttle_time=wanted)
+        return result
 
     def _error_outcome(
         self,
@@ -531,7 +649,11 @@ class KafkaConnection(asyncio.Protocol):
                         raise
             if self._closing:
                 return
-            in_flight.popleft()
+            entry = in_flight.popleft()
+            if entry.size:
+                self._bytes_in_flight -= entry.size
+                if self._pool is not None:
+                    self._pool.release(entry.size)
             if task.cancelled():
                 _write_all(transport, ready)
                 self.close("request handler was cancelled", logging.WARNING)
@@ -561,11 +683,14 @@ class KafkaConnection(asyncio.Protocol):
                 if ready_bytes >= COALESCE_BYTES:
                     _write_all(transport, ready)
                     ready_bytes = 0
-            if not self._draining and not self._closing and not self._refused:
+            if (
+                not self._draining and not self._closing and not self._refused
+                and self._throttle_timer is None
+            ):
                 # Hysteresis: resume reading at half the bound, so a client that keeps
                 # the pipe full does not cost a pause/resume pair per response. Frames
                 # already buffered are dispatched as soon as a slot frees.
-                if flow.read_paused and len(in_flight) <= self._resume_at:
+                if flow.read_paused and self._may_read():
                     flow.resume_reading()
                 if self._decoder.buffered >= 4:
                     self._pump()
@@ -729,6 +854,47 @@ class _Started(Coroutine[Any, Any, _Outcome]):
         raise TypeError("a started handler is driven by its task, not awaited")
 
 
+class _Yield:
+    """Hands a future a coroutine yielded up to the task driving :func:`_drive`."""
+
+    __slots__ = ("signal",)
+
+    def __init__(self, signal: Any) -> None:
+        self.signal = signal
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return (yield self.signal)
+
+
+async def _drive(coro: Coroutine[Any, Any, Any], signal: Any) -> Any:
+    """Go on with a coroutine whose first step already ran and yielded ``signal``."""
+    while True:
+        try:
+            value = await _Yield(signal)
+        except BaseException as exc:  # cancellation included: the handler sees it
+            try:
+                signal = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            continue
+        try:
+            signal = coro.send(value)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _quota_applies(ctx: RequestContext, request: Any) -> bool:
+    """Exempt from request_percentage: ApiVersions, and followers' fetches (Kafka exempts
+    cluster actions)."""
+    if ctx.api_key == _API_VERSIONS:
+        return False
+    if ctx.api_key == _FETCH:
+        state = getattr(request, "replica_state", None)
+        replica = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+        return int(replica) < 0
+    return True
+
+
 def _write_all(
     transport: asyncio.WriteTransport, ready: list[bytes | bytearray | memoryview]
 ) -> None:
@@ -785,7 +951,8 @@ class KafkaServer:
 
     ``port=0`` picks a free port; read it back from :attr:`port` after :meth:`start`.
     ``quotas`` may be shared by the listeners of one broker, making the connection limits
-    broker-wide across them; by default each server has its own, from ``config``.
+    broker-wide across them; by default each server has its own, from ``config``; so may
+    ``memory_pool`` (``queued.max.request.bytes``).
     """
 
     def __init__(
@@ -795,12 +962,18 @@ class KafkaServer:
         port: int = 9092,
         config: NetworkConfig | None = None,
         quotas: ConnectionQuotas | None = None,
+        memory_pool: RequestMemoryPool | None = None,
+        request_quota: ClientQuotaManager | None = None,
     ) -> None:
         self.registry = registry
+        self.request_quota = request_quota
         self.host = host
         self._requested_port = port
         self.config = config or NetworkConfig()
         self.quotas = quotas or ConnectionQuotas(self.config.connection_limits())
+        if memory_pool is None and self.config.queued_max_request_bytes > 0:
+            memory_pool = RequestMemoryPool(self.config.queued_max_request_bytes)
+        self.memory_pool = memory_pool
         self.rejections = RejectionLog(self.config.rejection_log_window_ms / 1000)
         self._summary_timer: asyncio.TimerHandle | None = None
         self._listener: socket.socket | None = None

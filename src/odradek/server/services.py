@@ -12,12 +12,13 @@ constructor.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.replica_manager import ReplicaManager
 from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.server.client_quotas import ClientQuotas
 from odradek.server.config import BrokerConfig
 from odradek.server.dynamic_config import DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
@@ -72,3 +73,5 @@ class BrokerServices:
     controller)."""
     reassignments: ReassignmentStore | None = None
     """Partition reassignments in progress (None on the single node: nothing can move)."""
+    client_quotas: ClientQuotas = field(default_factory=ClientQuotas)
+    """Client quotas (KIP-13, KIP-599): the managers handlers record into and throttle by."""

@@ -20,6 +20,18 @@
 //                            and without includeAuthorizedOperations; report the operations.
 //   produce-keyless N        produce N records in one batch to partition 0, every tenth
 //                            (i % 10 == 5) without a key; report how each send failed.
+//   client-quotas <client-id>
+//                            alterClientQuotas (the client id's producer and consumer byte
+//                            rates, the default client id's mutation rate), then
+//                            describeClientQuotas of each and of all; a user entity (refused);
+//                            remove the client id's quotas and describe again.
+//   mutation-quota <count> <partitions>
+//                            create <count> topics <topic>-<i> of <partitions> partitions in
+//                            one request with retryOnQuotaViolation(false) (report each
+//                            topic's outcome and a ThrottlingQuotaExceededException's
+//                            throttleTimeMs); then create one more with the default retries
+//                            (report how long it took); then delete the first two in one
+//                            request without retries (report each topic's outcome).
 //   create [partitions] [rf] create the topic.
 //   delete                   delete the topic.
 //
@@ -139,6 +151,15 @@ public final class OdradekInterop {
                     break;
                 case "produce-keyless":
                     app.produceKeyless(intArg(args, 0, 100));
+                    break;
+                case "mutation-quota":
+                    app.mutationQuota(intArg(args, 0, 4), intArg(args, 1, 5));
+                    break;
+                case "client-quotas":
+                    if (args.isEmpty()) {
+                        usage("client-quotas needs <client-id>");
+                    }
+                    app.clientQuotas(args.get(0));
                     break;
                 case "authorized-operations":
                     if (args.isEmpty()) {
@@ -713,6 +734,111 @@ public final class OdradekInterop {
         }
         java.util.Collections.sort(names);
         return names;
+    }
+
+    static Map<String, Object> describedQuotas(Admin admin,
+            org.apache.kafka.common.quota.ClientQuotaFilter filter) throws Exception {
+        Map<String, Object> out = new TreeMap<>();
+        Map<org.apache.kafka.common.quota.ClientQuotaEntity, Map<String, Double>> found =
+                get(admin.describeClientQuotas(filter).entities());
+        for (Map.Entry<org.apache.kafka.common.quota.ClientQuotaEntity, Map<String, Double>> e
+                : found.entrySet()) {
+            String name = e.getKey().entries().get(
+                    org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID);
+            out.put(name == null ? "<default>" : name, new TreeMap<>(e.getValue()));
+        }
+        return out;
+    }
+
+    void clientQuotas(String clientId) throws Exception {
+        org.apache.kafka.common.quota.ClientQuotaEntity entity =
+                new org.apache.kafka.common.quota.ClientQuotaEntity(Map.of(
+                        org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID, clientId));
+        Map<String, String> defaultName = new HashMap<>();
+        defaultName.put(org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID, null);
+        org.apache.kafka.common.quota.ClientQuotaEntity defaultEntity =
+                new org.apache.kafka.common.quota.ClientQuotaEntity(defaultName);
+        try (Admin admin = admin()) {
+            get(admin.alterClientQuotas(List.of(
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration(entity, List.of(
+                            new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(
+                                    "producer_byte_rate", 1048576.0),
+                            new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(
+                                    "consumer_byte_rate", 2097152.0))),
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration(defaultEntity, List.of(
+                            new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(
+                                    "controller_mutation_rate", 5.0))))).all());
+            summary.put("exact", describedQuotas(admin, org.apache.kafka.common.quota.ClientQuotaFilter.containsOnly(
+                    List.of(org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(
+                            org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID, clientId)))));
+            summary.put("default", describedQuotas(admin, org.apache.kafka.common.quota.ClientQuotaFilter.containsOnly(
+                    List.of(org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofDefaultEntity(
+                            org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID)))));
+            summary.put("all", describedQuotas(admin, org.apache.kafka.common.quota.ClientQuotaFilter.all()));
+            org.apache.kafka.common.quota.ClientQuotaEntity user =
+                    new org.apache.kafka.common.quota.ClientQuotaEntity(Map.of(
+                            org.apache.kafka.common.quota.ClientQuotaEntity.USER, "alice"));
+            try {
+                get(admin.alterClientQuotas(List.of(
+                        new org.apache.kafka.common.quota.ClientQuotaAlteration(user, List.of(
+                                new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(
+                                        "producer_byte_rate", 1024.0))))).all());
+                summary.put("user_error", "none");
+            } catch (ExecutionException e) {
+                summary.put("user_error", e.getCause().getClass().getSimpleName());
+            }
+            get(admin.alterClientQuotas(List.of(
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration(entity, List.of(
+                            new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(
+                                    "producer_byte_rate", null),
+                            new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(
+                                    "consumer_byte_rate", null))))).all());
+            summary.put("after_removal", describedQuotas(admin, org.apache.kafka.common.quota.ClientQuotaFilter.all()));
+        }
+    }
+
+    void mutationQuota(int count, int partitions) throws Exception {
+        try (Admin admin = admin()) {
+            List<NewTopic> topics = new ArrayList<>();
+            for (int i = 0; i < count; i++) {
+                topics.add(new NewTopic(topic + "-" + i, partitions, (short) 1));
+            }
+            org.apache.kafka.clients.admin.CreateTopicsResult created = admin.createTopics(topics,
+                    new org.apache.kafka.clients.admin.CreateTopicsOptions().retryOnQuotaViolation(false));
+            Map<String, Object> outcome = new TreeMap<>();
+            for (Map.Entry<String, org.apache.kafka.common.KafkaFuture<Void>> e : created.values().entrySet()) {
+                try {
+                    e.getValue().get(FUTURE_TIMEOUT_S, TimeUnit.SECONDS);
+                    outcome.put(e.getKey(), "ok");
+                } catch (ExecutionException ex) {
+                    Throwable cause = ex.getCause();
+                    outcome.put(e.getKey(), cause.getClass().getSimpleName());
+                    if (cause instanceof org.apache.kafka.common.errors.ThrottlingQuotaExceededException) {
+                        summary.put("throttle_time_ms",
+                                ((org.apache.kafka.common.errors.ThrottlingQuotaExceededException) cause)
+                                    .throttleTimeMs());
+                    }
+                }
+            }
+            summary.put("created", outcome);
+            long started = System.nanoTime();
+            get(admin.createTopics(List.of(new NewTopic(topic + "-retried", partitions, (short) 1))).all());
+            summary.put("retried_ms", (System.nanoTime() - started) / 1_000_000);
+            Map<String, Object> deleted = new TreeMap<>();
+            org.apache.kafka.clients.admin.DeleteTopicsResult result = admin.deleteTopics(
+                    List.of(topic + "-0", topic + "-1"),
+                    new org.apache.kafka.clients.admin.DeleteTopicsOptions().retryOnQuotaViolation(false));
+            for (Map.Entry<String, org.apache.kafka.common.KafkaFuture<Void>> e
+                    : result.topicNameValues().entrySet()) {
+                try {
+                    e.getValue().get(FUTURE_TIMEOUT_S, TimeUnit.SECONDS);
+                    deleted.put(e.getKey(), "ok");
+                } catch (ExecutionException ex) {
+                    deleted.put(e.getKey(), ex.getCause().getClass().getSimpleName());
+                }
+            }
+            summary.put("deleted", deleted);
+        }
     }
 
     void authorizedOperations(String group) throws Exception {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from odradek.protocol.registry import HandlerRegistry
 from odradek.server.handlers.api_versions import register_api_versions
+from odradek.server.handlers.client_quotas import register_client_quotas
 from odradek.server.handlers.configs import register_configs
 from odradek.server.handlers.delete_records import register_delete_records
 from odradek.server.handlers.describe_cluster import register_describe_cluster
@@ -39,6 +40,7 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_init_producer_id(registry, services)
     register_partitions(registry, services)
     register_configs(registry, services)
+    register_client_quotas(registry, services)
     register_delete_records(registry, services)
     register_describe_cluster(registry, services)
     register_groups(registry, services)

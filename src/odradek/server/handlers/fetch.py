@@ -28,6 +28,12 @@ Follows Kafka's ``KafkaApis.handleFetchRequest`` / ``ReplicaManager.fetchMessage
   data stays in the segment files and the network layer ``sendfile`` s it (zero copy;
   read+write on TLS).
 
+Client quotas (consumers only; followers have the replication throttles): a fetch asks for
+no more than the client's ``consumer_byte_rate`` allows in one quota window; the bytes it
+would send are recorded, and over the quota the answer is empty, carries the throttle
+time, and the connection is muted for it (KIP-219), the records being read again
+afterwards (:mod:`odradek.server.client_quotas`).
+
 File descriptor lifetime: a ``FileRegion`` is written after the handler returns, maybe
 much later (a slow client). Segments removed by retention are closed only after
 ``file.delete.delay.ms`` (60 s by default), but a deleted *topic* closes its segments at
@@ -94,6 +100,7 @@ def _now_ms() -> int:
 def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
     cache = services.fetch_sessions
     replica_manager = services.replica_manager
+    quota = services.client_quotas.fetch
 
     async def fetch(ctx: RequestContext, request: Any) -> Send:
         version = ctx.api_version
@@ -135,6 +142,9 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
         max_bytes = min(request.max_bytes, int(services.config["fetch.max.bytes"]))
         replica_id = _replica_id(request)
         follower = replica_id >= 0
+        quota_applies = quota.active and not follower
+        if quota_applies:
+            max_bytes = min(max_bytes, max(int(quota.max_value_in_window(ctx.client_id)), 1))
         infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         if total < request.min_bytes and max_wait_ms > 0 and not errors and parts:
@@ -150,8 +160,19 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
             infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id,
                                              replica_id)
 
-        session_id = 0
         incremental = context.kind is ContextKind.INCREMENTAL
+        if quota_applies and total:
+            throttle_ms = quota.record(ctx.client_id, total)
+            if throttle_ms:
+                # Kafka's getThrottledResponse: no data, the session unchanged (a full
+                # fetch creates none), the bytes not counted.
+                quota.unrecord(ctx.client_id, total)
+                if ctx.channel is not None:
+                    ctx.channel.throttle(throttle_ms)
+                kept = context.session.id if incremental and context.session else 0
+                return write_fetch_response(version, [], throttle_time_ms=throttle_ms,
+                                            session_id=kept)
+        session_id = 0
         if context.kind is ContextKind.FULL and parts:
             session = cache.maybe_create(follower, by_id, parts, _now_ms())
             if session is not None:

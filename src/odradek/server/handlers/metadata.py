@@ -8,7 +8,11 @@ name is INVALID_TOPIC_EXCEPTION; topics asked by id (v10+) that do not exist get
 UNKNOWN_TOPIC_ID. Creation here is synchronous, so the new topic is answered with its
 partitions at once instead of LEADER_NOT_AVAILABLE. ``include_cluster_authorized_operations``
 (v8-10) and ``include_topic_authorized_operations`` (v8+) are answered from
-``server/authorization.py`` (KIP-430).
+``server/authorization.py`` (KIP-430). Auto-created topics are validated as explicit
+creations are (legal characters, at most 249 of them, no '.'/'_' collision with an
+existing topic: INVALID_TOPIC_EXCEPTION) and count against the client's
+``controller_mutation_rate`` permissively, as Kafka's auto-creation does: the topic is
+created, and the answer carries the throttle time while the connection is muted for it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from odradek.protocol.metadata_writer import (
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.protocol.send import Send
 from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized_operations
+from odradek.server.client_quotas import MutationQuota
 from odradek.server.handlers._errors import code_of
+from odradek.server.handlers._quotas import PERMISSIVE, mutation_quota, throttle_ms_after
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
@@ -42,6 +48,7 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
     async def metadata(ctx: RequestContext, request: Any) -> Any:
         version = ctx.api_version
         topics: list[MetadataTopic] = []
+        quota: MutationQuota | None = None
         info: TopicInfo | None
         requested = request.topics
         live_brokers = services.live_brokers()
@@ -57,6 +64,7 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
             allow = getattr(request, "allow_auto_topic_creation", True) and bool(
                 services.config["auto.create.topics.enable"]
             )
+            quota = mutation_quota(services, ctx, PERMISSIVE) if allow else None
             for wanted in requested:
                 name = wanted.name
                 if name is None:
@@ -74,6 +82,8 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
                             info = await asyncio.to_thread(services.metadata.create_topic, name)
                         else:
                             info = services.metadata.create_topic(name)
+                        if quota is not None:
+                            quota.record(len(info.partitions))
                     except MetadataError as exc:
                         if exc.kafka_error != "TOPIC_ALREADY_EXISTS":
                             topics.append(_error_topic(name, code_of(exc.kafka_error), ops=ops))
@@ -84,12 +94,14 @@ def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> No
                 else:
                     topics.append(_topic(services, info, live, ops))
         brokers = [MetadataBroker(b, host, port, rack) for b, host, port, rack in live_brokers]
+        throttle_ms = throttle_ms_after(ctx, quota) if quota is not None else 0
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
         return Send((write_metadata_response(
             version, brokers, services.metadata.cluster_id, services.controller_id(), topics,
             authorized_operations(ResourceType.CLUSTER)
             if getattr(request, "include_cluster_authorized_operations", False)
             else NOT_REQUESTED,
+            throttle_ms,
         ),))
 
     registry.register(ApiKey.METADATA, VERSIONS[0], VERSIONS[1], metadata)

@@ -8,7 +8,10 @@ topic's replication factor, no broker twice, and only live brokers, else
 INVALID_REPLICA_ASSIGNMENT. ``validate_only`` checks everything and changes nothing. The new
 partitions' logs are created in a worker thread (see ``ReplicaManager.change_topics``); the answer
 waits for them up to the request's ``timeout_ms`` (0: not at all), after which a topic whose
-logs are incomplete is REQUEST_TIMED_OUT, as in Kafka, while creation goes on.
+logs are incomplete is REQUEST_TIMED_OUT, as in Kafka, while creation goes on. Partitions
+added count against the client's ``controller_mutation_rate`` (KIP-599): from v3 a topic
+reached while the client is over it is THROTTLING_QUOTA_EXCEEDED, below v3 it is grown all
+the same; the answer carries the throttle time (see ``handlers/topics.py``).
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ from odradek.cluster.metadata import MetadataError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
-from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.client_quotas import MutationQuota
+from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import code_of
+from odradek.server.handlers._quotas import THROTTLED_MESSAGE, mutation_quota, throttle_after
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
 VERSIONS = (0, 3)
+STRICT_VERSION = 3  # the first that knows THROTTLING_QUOTA_EXCEEDED (KIP-599)
 
 
 class _Refused(Exception):
@@ -67,7 +73,8 @@ def _assignment(
     return out
 
 
-def _create(services: BrokerServices, topic: Any, validate_only: bool) -> None:
+def _create(services: BrokerServices, topic: Any, validate_only: bool,
+            quota: MutationQuota | None = None) -> None:
     info = services.metadata.get(topic.name)
     if info is None:
         raise _Refused(ErrorCode.unknown_topic_or_partition,
@@ -82,8 +89,12 @@ def _create(services: BrokerServices, topic: Any, validate_only: bool) -> None:
                        f"requested {topic.count}")
     rf = len(next(iter(info.partitions.values())))
     assignment = _assignment(services, topic, current, rf)
+    if quota is not None and not validate_only and quota.exceeded():
+        raise _Refused(ErrorCode.throttling_quota_exceeded, THROTTLED_MESSAGE)
     try:
         services.metadata.create_partitions(topic.name, topic.count, validate_only, assignment)
+        if quota is not None and not validate_only:
+            quota.record(topic.count - current)
     except MetadataError as exc:
         raise _Refused(code_of(exc.kafka_error), str(exc)) from None
 
@@ -105,6 +116,7 @@ def register_partitions(registry: HandlerRegistry, services: BrokerServices) -> 
     async def create_partitions(ctx: RequestContext, request: Any) -> Any:
         m = response_module("create_partitions", ctx.api_version)
         counts = Counter(t.name for t in request.topics)
+        quota = mutation_quota(services, ctx, STRICT_VERSION)
 
         def change() -> list[tuple[ErrorCode, str | None]]:
             outcomes: list[tuple[ErrorCode, str | None]] = []
@@ -112,7 +124,7 @@ def register_partitions(registry: HandlerRegistry, services: BrokerServices) -> 
                 try:
                     if counts[topic.name] > 1:
                         raise _Refused(ErrorCode.invalid_request, "duplicate topic in request")
-                    _create(services, topic, request.validate_only)
+                    _create(services, topic, request.validate_only, quota)
                 except _Refused as exc:
                     outcomes.append((exc.code, str(exc)))
                 else:
@@ -132,6 +144,7 @@ def register_partitions(registry: HandlerRegistry, services: BrokerServices) -> 
                  error_message=message)
             for topic, (code, message) in zip(request.topics, outcomes, strict=True)
         )
-        return make(m.CreatePartitionsResponse, throttle_time=ZERO_THROTTLE, results=results)
+        return make(m.CreatePartitionsResponse, throttle_time=throttle_after(ctx, quota),
+                    results=results)
 
     registry.register(ApiKey.CREATE_PARTITIONS, VERSIONS[0], VERSIONS[1], create_partitions)

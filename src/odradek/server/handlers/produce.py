@@ -16,6 +16,11 @@ passes the appended records (the ISR has them) or the request's timeout runs out
 batches go through the partition's producer state (sequence checks, duplicate detection)
 before the append.
 
+A client over its ``producer_byte_rate`` quota (:mod:`odradek.server.client_quotas`) has
+its records appended all the same; the request's size is recorded, and the answer carries
+the throttle time while the connection is muted for it (KIP-219). acks=0 has no answer:
+the muting alone slows it.
+
 The handler is registered ``serial``: requests of one connection are applied in order, as
 idempotent producers with several requests in flight require.
 """
@@ -55,6 +60,7 @@ _NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower.value)
 
 def register_produce(registry: HandlerRegistry, services: BrokerServices) -> None:
     replica_manager = services.replica_manager
+    quota = services.client_quotas.produce
 
     async def produce(ctx: RequestContext, request: Any) -> Any:
         acks = request.acks
@@ -77,12 +83,17 @@ def register_produce(registry: HandlerRegistry, services: BrokerServices) -> Non
                 for index, records in topic.partition_data
             ]
             topics.append((name, partitions))
+        throttle_ms = 0
+        if quota.active:
+            throttle_ms = quota.record(ctx.client_id, ctx.size)
+            if throttle_ms and ctx.channel is not None:
+                ctx.channel.throttle(throttle_ms)
         if acks == 0:
             return None
         if waiting:
             await _wait_for_replication(replica_manager, waiting, request.timeout_ms)
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
-        return Send((write_produce_response(ctx.api_version, topics),))
+        return Send((write_produce_response(ctx.api_version, topics, throttle_ms),))
 
     # Decoded by the hot-path reader: records stay views of the request frame.
     registry.register(ApiKey.PRODUCE, VERSIONS[0], VERSIONS[1], produce, serial=True,

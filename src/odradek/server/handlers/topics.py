@@ -8,6 +8,11 @@ topic's partition count, replication factor and effective configs with their sou
 The new partitions' logs are created in a worker thread (see ``ReplicaManager.change_topics``);
 the answer waits for them up to the request's ``timeout_ms`` (0: not at all), and a topic
 still incomplete then is REQUEST_TIMED_OUT, as in Kafka, while its creation goes on.
+Both are subject to the client's ``controller_mutation_rate`` (KIP-599, see
+:mod:`odradek.server.client_quotas`): partitions created or deleted are counted; at
+CreateTopics v6+ / DeleteTopics v5+ a topic reached while the client is over its quota is
+THROTTLING_QUOTA_EXCEEDED, at older versions it is done all the same; the answer carries
+the throttle time and the connection is muted for it.
 DeleteTopics (v6 may name topics by id) removes the topic from metadata; logs are renamed
 ``-delete`` and removed asynchronously. Internal topics cannot be deleted.
 """
@@ -24,8 +29,10 @@ from odradek.cluster.metadata import MetadataError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
-from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.client_quotas import MutationQuota
+from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import code_of
+from odradek.server.handlers._quotas import THROTTLED_MESSAGE, mutation_quota, throttle_after
 from odradek.server.handlers.configs import topic_config_entries
 
 if TYPE_CHECKING:
@@ -34,18 +41,25 @@ if TYPE_CHECKING:
 CREATE_VERSIONS = (2, 7)
 DELETE_VERSIONS = (1, 6)
 ZERO_UUID = uuid.UUID(int=0)
+# The first versions whose clients know THROTTLING_QUOTA_EXCEEDED (KIP-599).
+CREATE_STRICT_VERSION = 6
+DELETE_STRICT_VERSION = 5
+
 
 def register_topics(registry: HandlerRegistry, services: BrokerServices) -> None:
     async def create_topics(ctx: RequestContext, request: Any) -> Any:
         m = response_module("create_topics", ctx.api_version)
         counts = Counter(t.name for t in request.topics)
+        quota = mutation_quota(services, ctx, CREATE_STRICT_VERSION)
         results, timed_out = await services.replica_manager.change_topics(lambda: [
-            _create_one(m, services, topic, counts[topic.name] > 1, request.validate_only)
+            _create_one(m, services, topic, counts[topic.name] > 1, request.validate_only,
+                        quota)
             for topic in request.topics
         ], wait=request.timeout)
         if timed_out:
             results = [_timed_out(services, result, request.timeout) for result in results]
-        return make(m.CreateTopicsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(results))
+        return make(m.CreateTopicsResponse, throttle_time=throttle_after(ctx, quota),
+                    topics=tuple(results))
 
     async def delete_topics(ctx: RequestContext, request: Any) -> Any:
         m = response_module("delete_topics", ctx.api_version)
@@ -53,17 +67,20 @@ def register_topics(registry: HandlerRegistry, services: BrokerServices) -> None
             wanted = [(t.name, t.topic_id) for t in request.topics]
         else:
             wanted = [(n, None) for n in request.topic_names]
+        quota = mutation_quota(services, ctx, DELETE_STRICT_VERSION)
         results, _ = await services.replica_manager.change_topics(lambda: [
-            _delete_one(m, services, name, topic_id) for name, topic_id in wanted
+            _delete_one(m, services, name, topic_id, quota) for name, topic_id in wanted
         ])
-        return make(m.DeleteTopicsResponse, throttle_time=ZERO_THROTTLE, responses=tuple(results))
+        return make(m.DeleteTopicsResponse, throttle_time=throttle_after(ctx, quota),
+                    responses=tuple(results))
 
     registry.register(ApiKey.CREATE_TOPICS, CREATE_VERSIONS[0], CREATE_VERSIONS[1], create_topics)
     registry.register(ApiKey.DELETE_TOPICS, DELETE_VERSIONS[0], DELETE_VERSIONS[1], delete_topics)
 
 
 def _create_one(
-    m: Any, services: BrokerServices, topic: Any, duplicate: bool, validate_only: bool
+    m: Any, services: BrokerServices, topic: Any, duplicate: bool, validate_only: bool,
+    quota: MutationQuota | None = None,
 ) -> Any:
     def result(code: ErrorCode, message: str | None = None, info: Any = None) -> Any:
         configs: tuple[Any, ...] = ()
@@ -106,11 +123,15 @@ def _create_one(
             )
             return result(ErrorCode.none, None, (range(n), rf,
                                                  _preview_configs(services, configs), ZERO_UUID))
+        if quota is not None and quota.exceeded():
+            return result(ErrorCode.throttling_quota_exceeded, THROTTLED_MESSAGE)
         info = services.metadata.create_topic(
             topic.name, topic.num_partitions if not assignment else len(assignment),
             topic.replication_factor if not assignment else len(assignment[0]),
             configs, assignment,
         )
+        if quota is not None:
+            quota.record(len(info.partitions))
     except MetadataError as exc:
         return result(code_of(exc.kafka_error), str(exc))
     rf = len(next(iter(info.partitions.values())))
@@ -157,7 +178,8 @@ def _preview_configs(
 
 
 def _delete_one(
-    m: Any, services: BrokerServices, name: str | None, topic_id: uuid.UUID | None
+    m: Any, services: BrokerServices, name: str | None, topic_id: uuid.UUID | None,
+    quota: MutationQuota | None = None,
 ) -> Any:
     has_id = topic_id is not None and topic_id != ZERO_UUID
     if name is not None and has_id:  # Kafka's ControllerApis.deleteTopics
@@ -184,8 +206,14 @@ def _delete_one(
         return make(m.DeletableTopicResult, name=name, topic_id=tid,
                     error_code=ErrorCode.invalid_request,
                     error_message=f"internal topic {name} cannot be deleted")
+    if quota is not None and info is not None and quota.exceeded():
+        return make(m.DeletableTopicResult, name=name, topic_id=tid,
+                    error_code=ErrorCode.throttling_quota_exceeded,
+                    error_message=THROTTLED_MESSAGE)
     try:
         services.metadata.delete_topic(name)
+        if quota is not None and info is not None:
+            quota.record(len(info.partitions))
     except MetadataError as exc:
         return make(m.DeletableTopicResult, name=name, topic_id=tid,
                     error_code=code_of(exc.kafka_error), error_message=str(exc))

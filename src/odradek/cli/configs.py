@@ -1,0 +1,212 @@
+"""``odradek configs`` (Kafka's kafka-configs.sh): describe and alter configs and quotas.
+
+    odradek configs --bootstrap-server H:P --entity-type clients|topics|brokers
+        [--entity-name N | --entity-default]
+        --describe [--all] | --alter [--add-config k=v,...] [--delete-config k,...]
+
+Topics and brokers go through DescribeConfigs and IncrementalAlterConfigs, client quotas
+through DescribeClientQuotas and AlterClientQuotas (KIP-546). As with kafka-configs.sh, a
+broker's ``--describe`` lists its dynamic configs, ``--describe --all`` every config in
+effect with where its value comes from; ``--entity-default`` is the cluster-wide default
+broker (or client id). ``users`` and ``ips`` entities are refused: Odradek has no
+authenticated users, and per-address connection quotas are broker configs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from odradek.cli._common import add_bootstrap, run_with_admin
+from odradek.client.admin import BROKER_RESOURCE, TOPIC_RESOURCE, Admin
+from odradek.client.connection import BrokerConnection
+
+# DescribeConfigs config sources (Kafka's ConfigSource).
+SOURCES = {
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+}
+ENTITY_TYPES = ("topics", "clients", "brokers", "users", "ips")
+_REFUSED = {
+    "users": "user quotas need authenticated users, which Odradek does not have yet; "
+             "use --entity-type clients",
+    "ips": "ip quotas are not supported; use the broker configs max.connections.per.ip, "
+           "max.connections.per.ip.overrides and max.connection.creation.rate",
+}
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "configs", help="describe and alter topic, broker and client-quota configs",
+        description="Kafka's kafka-configs.sh: configs of topics and brokers, and client "
+                    "quotas (producer_byte_rate, consumer_byte_rate, request_percentage, "
+                    "controller_mutation_rate).",
+    )
+    add_bootstrap(parser)
+    parser.add_argument("--entity-type", required=True, choices=ENTITY_TYPES)
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("--entity-name", help="topic name, broker id or client id")
+    who.add_argument("--entity-default", action="store_true",
+                     help="the default broker or client id")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--describe", action="store_true")
+    what.add_argument("--alter", action="store_true")
+    parser.add_argument("--all", action="store_true",
+                        help="with --describe of a broker: every config, not only dynamic ones")
+    parser.add_argument("--add-config", metavar="K=V,...",
+                        help="configs to set, comma-separated (a list value in [a,b])")
+    parser.add_argument("--delete-config", metavar="K,...", help="configs to remove")
+    parser.set_defaults(func=_run)
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """``k=v,k2=[a,b]`` as kafka-configs.sh reads it: commas inside brackets belong to
+    the value, and the brackets go."""
+    out: dict[str, str] = {}
+    items: list[str] = []
+    depth = 0
+    current = ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    items.append(current)
+    for item in items:
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SystemExit(f"odradek: invalid --add-config entry {item!r}: expected key=value")
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out[key] = value
+    return out
+
+
+def _keys(text: str | None) -> list[str]:
+    return [k.strip() for k in (text or "").split(",") if k.strip()]
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.entity_type in _REFUSED:
+        print(f"odradek: {_REFUSED[args.entity_type]}", file=sys.stderr)
+        return 2
+    if args.entity_type == "topics" and args.entity_default:
+        print("odradek: --entity-default is not valid for topics", file=sys.stderr)
+        return 2
+    if args.alter:
+        if args.entity_name is None and not args.entity_default:
+            print("odradek: --alter needs --entity-name or --entity-default", file=sys.stderr)
+            return 2
+        if not args.add_config and not args.delete_config:
+            print("odradek: --alter needs --add-config or --delete-config", file=sys.stderr)
+            return 2
+        set_ = parse_add_config(args.add_config or "")
+        delete = _keys(args.delete_config)
+        return run_with_admin(args, lambda admin: _alter(admin, args, set_, delete))
+    if args.add_config or args.delete_config:
+        print("odradek: --add-config and --delete-config go with --alter", file=sys.stderr)
+        return 2
+    return run_with_admin(args, lambda admin: _describe(admin, args))
+
+
+async def _alter(admin: Admin, args: argparse.Namespace, set_: dict[str, str],
+                 delete: list[str]) -> int:
+    if args.entity_type == "clients":
+        values: dict[str, float] = {}
+        for key, text in set_.items():
+            try:
+                values[key] = float(text)
+            except ValueError:
+                print(f"odradek: quota {key} must be a number, not {text!r}", file=sys.stderr)
+                return 2
+        name = None if args.entity_default else args.entity_name
+        await admin.alter_client_quotas(("client-id", name), values, delete)
+        shown = "the default client-id" if name is None else f"client-id {name}"
+        print(f"Completed updating config for {shown}.")
+        return 0
+    if args.entity_type == "topics":
+        await admin.alter_configs(TOPIC_RESOURCE, args.entity_name, set_, delete)
+        print(f"Completed updating config for topic {args.entity_name}.")
+        return 0
+    name = "" if args.entity_default else args.entity_name
+    await admin.alter_configs(BROKER_RESOURCE, name, set_, delete)
+    if args.entity_default:
+        print("Completed updating default config for brokers in the cluster.")
+    else:
+        print(f"Completed updating config for broker {name}.")
+    return 0
+
+
+async def _describe(admin: Admin, args: argparse.Namespace) -> int:
+    if args.entity_type == "clients":
+        entries = await admin.describe_client_quotas(args.entity_name, args.entity_default)
+        for name, quotas in entries:
+            shown = "the default client-id" if name is None else f"client-id '{name}'"
+            values = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
+            print(f"Quota configs for {shown} are {values}")
+        return 0
+    if args.entity_type == "topics":
+        names = [args.entity_name] if args.entity_name else sorted(
+            t.name for t in await admin.metadata())
+        for name in names:
+            configs = await admin.describe_configs(TOPIC_RESOURCE, name)
+            print(f"Dynamic configs for topic {name} are:")
+            _print(configs, lambda source: source == 1)
+        return 0
+    brokers = await admin.brokers()
+    if args.entity_default:
+        names = [""]
+    elif args.entity_name:
+        names = [args.entity_name]
+    else:
+        names = [str(node) for node in sorted(brokers)]
+    for name in names:
+        configs = await _broker_configs(admin, brokers, name)
+        if args.all:
+            print(f"All configs for broker {name} are:" if name else
+                  "All configs for the default broker are:")
+            _print(configs, lambda _source: True)
+        elif name:
+            print(f"Dynamic configs for broker {name} are:")
+            _print(configs, lambda source: source in (2, 3))
+        else:
+            print("Default configs for brokers in the cluster are:")
+            _print(configs, lambda source: source == 3)
+    return 0
+
+
+async def _broker_configs(
+    admin: Admin, brokers: dict[int, tuple[str, int]], name: str
+) -> list[tuple[str, str | None, int, bool]]:
+    """A broker's configs are described by that broker (as Kafka's Admin client asks the
+    broker itself); the default broker's by any."""
+    endpoint = brokers.get(int(name)) if name.isdigit() else None
+    if endpoint is None:
+        return await admin.describe_configs(BROKER_RESOURCE, name)
+    conn = await BrokerConnection.open(f"{endpoint[0]}:{endpoint[1]}", client_id="odradek-cli")
+    try:
+        return await Admin(conn).describe_configs(BROKER_RESOURCE, name)
+    finally:
+        await conn.close()
+
+
+def _print(configs: list[tuple[str, str | None, int, bool]], shown: Any) -> None:
+    for name, value, source, sensitive in sorted(configs):
+        if shown(source):
+            text = "null" if sensitive or value is None else value
+            print(f"  {name}={text} sensitive={str(sensitive).lower()} "
+                  f"source={SOURCES.get(source, str(source))}")
