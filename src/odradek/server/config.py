@@ -4,9 +4,12 @@ How it works: values come from, in increasing precedence, Kafka's defaults (the 
 below and every topic config's broker-level key from :data:`TOPIC_CONFIGS`), a properties
 file, then ``--override key=value``. Every value is parsed and validated up front: an
 invalid value refuses to start with a message naming the key. Unknown keys are reported
-(logged once at start, and kept in :attr:`BrokerConfig.unknown`), never silently dropped.
-Keys Kafka has but Odradek does not need (thread pool sizes of the JVM broker) are accepted
-and reported as not applicable.
+(logged once at start with the nearest known key, and kept in :attr:`BrokerConfig.unknown`),
+never silently dropped. Keys of Kafka's broker that Odradek does not serve
+(:mod:`odradek.server.kafka_config_support`) are accepted, their values checked against
+Kafka's type, and reported with the reason: the feature Odradek lacks (a warning, e.g.
+"SASL is not supported by Odradek yet") or why the key does not apply (thread pools of the
+JVM broker …).
 
 Odradek's defaults differ from Kafka's in three places, for the embedded single node:
 ``listeners`` binds 127.0.0.1:9092, ``log.dirs`` is ./data, and
@@ -27,11 +30,21 @@ from pathlib import Path
 from typing import Any
 
 from odradek.server.connection_quotas import INT_MAX, parse_per_ip_overrides
+from odradek.server.kafka_config_support import (
+    KAFKA_BROKER_CONFIGS,
+    KafkaBrokerKey,
+    is_not_applicable,
+    kafka_key,
+    unserved_reason,
+)
 from odradek.storage.config import LONG_MAX, TOPIC_CONFIGS, ConfigDef, ConfigError, parse_value
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BROKER_CONFIGS", "BrokerConfig", "ConfigError", "Listener", "parse_properties"]
+__all__ = [
+    "BROKER_CONFIGS", "BrokerConfig", "ConfigError", "Listener", "parse_kafka_value",
+    "parse_properties",
+]
 
 
 def _ge(minimum: int) -> Any:
@@ -167,15 +180,6 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9, None, "offset map load factor"),
 )
 
-# Keys of Kafka's broker that Odradek accepts but has no use for (JVM thread pools …).
-NOT_APPLICABLE = frozenset({
-    "num.network.threads", "num.io.threads", "num.replica.fetchers",
-    "background.threads", "log.cleaner.io.buffer.load.factor.unused",
-    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
-    "group.coordinator.rebalance.protocols",
-    "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
-})
-
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _OWN}
 for _topic_def in TOPIC_CONFIGS.values():
     if _topic_def.broker_key and _topic_def.broker_key not in BROKER_CONFIGS:
@@ -235,8 +239,37 @@ def parse_properties(text: str) -> dict[str, str]:
 
 def suggest_key(key: str) -> str:
     """``" (did you mean num.partitions?)"`` for a key close to a known one, else ``""``."""
-    close = difflib.get_close_matches(key, list(BROKER_CONFIGS), n=1, cutoff=0.8)
+    known = list(BROKER_CONFIGS) + [k for k in KAFKA_BROKER_CONFIGS if k not in BROKER_CONFIGS]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+_KAFKA_NUMBER_RANGES = {"short": 16, "int": 32, "long": 64}
+
+
+def parse_kafka_value(k: KafkaBrokerKey, name: str, text: str) -> None:
+    """Check ``text`` against Kafka's type of a config Odradek does not serve, as Kafka's
+    ConfigDef parses it: ConfigError (Kafka's words) if it is not of that type."""
+    value = text.strip()
+    problem = None
+    if k.type in _KAFKA_NUMBER_RANGES:
+        bits = _KAFKA_NUMBER_RANGES[k.type]
+        try:
+            number = int(value)
+        except ValueError:
+            problem = f"Not a number of type {k.type.upper()}"
+        else:
+            if not -(1 << (bits - 1)) <= number < (1 << (bits - 1)):
+                problem = f"Not a number of type {k.type.upper()}"
+    elif k.type == "double":
+        try:
+            float(value)
+        except ValueError:
+            problem = "Not a number of type DOUBLE"
+    elif k.type == "boolean" and value.lower() not in ("true", "false"):
+        problem = "Expected value to be either true or false"
+    if problem:
+        raise ConfigError(f"Invalid value {text} for configuration {name}: {problem}")
 
 
 @dataclass(slots=True)
@@ -244,6 +277,8 @@ class BrokerConfig:
     values: dict[str, Any]
     unknown: list[str] = field(default_factory=list)
     raw: dict[str, str] = field(default_factory=dict)
+    unserved: dict[str, str] = field(default_factory=dict)
+    """Kafka keys Odradek does not serve, set in the config: key -> why."""
 
     @classmethod
     def load(
@@ -270,14 +305,21 @@ class BrokerConfig:
         """Parse and validate ``raw``; a ConfigError names the key and what it expects."""
         values: dict[str, Any] = {name: d.default for name, d in BROKER_CONFIGS.items()}
         unknown: list[str] = []
+        unserved: dict[str, str] = {}
         for key, value in raw.items():
             d = BROKER_CONFIGS.get(key)
             if d is None:
-                if key not in NOT_APPLICABLE:
+                reason = unserved_reason(key)
+                if reason is None:
                     unknown.append(key)
+                    continue
+                k = kafka_key(key)
+                if k is not None:  # a bad value refuses to start, as in Kafka
+                    parse_kafka_value(k, key, value)
+                unserved[key] = reason
                 continue
             values[key] = parse_value(d, value)
-        config = cls(values, sorted(unknown), dict(raw))
+        config = cls(values, sorted(unknown), dict(raw), dict(sorted(unserved.items())))
         config._derive()
         return config
 
@@ -315,8 +357,13 @@ class BrokerConfig:
     def report_unknown(self) -> None:
         for key in self.unknown:
             log.warning("unknown configuration key %r is ignored%s", key, suggest_key(key))
-        for key in sorted(set(self.raw) & NOT_APPLICABLE):
-            log.info("configuration key %r does not apply to Odradek and is ignored", key)
+        for key, reason in self.unserved.items():
+            k = KAFKA_BROKER_CONFIGS.get(key)
+            harmless = k is not None and self.raw[key].strip() == (k.default or "")
+            if is_not_applicable(reason) or harmless:
+                log.info("configuration key %r is ignored: %s", key, reason)
+            else:
+                log.warning("configuration key %r is ignored: %s", key, reason)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

@@ -8,7 +8,8 @@ effect are, by increasing precedence: the static config (defaults, server.proper
 overrides), the cluster default, this broker's own. :meth:`DynamicBrokerConfig.apply`
 layers them into the topic defaults of the metadata and of the log manager, so every log
 without a topic override follows at once. A stored value that no longer parses is
-ignored with a warning, never fatal at start.
+ignored with a warning, never fatal at start. Kafka allows custom keys (not Kafka's) in a
+broker's dynamic configs; they are stored, described, and have no effect.
 """
 
 from __future__ import annotations
@@ -34,13 +35,15 @@ DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
 
 
 def parse_dynamic(entity: Mapping[str, str], where: str) -> dict[str, Any]:
-    """The dynamically updatable keys of ``entity``, parsed; others ignored with a warning."""
+    """The dynamically updatable keys of ``entity``, parsed; Odradek's static keys ignored
+    with a warning, custom keys silently (they have no effect)."""
     out: dict[str, Any] = {}
     for key, text in entity.items():
         d = BROKER_CONFIGS.get(key)
         if d is None or key not in DYNAMIC_BROKER_KEYS:
-            log.warning("ignoring dynamic broker config %s in %s: not dynamically updatable",
-                        key, where)
+            if d is not None:
+                log.warning("ignoring dynamic broker config %s in %s: not dynamically "
+                            "updatable", key, where)
             continue
         try:
             out[key] = parse_value(d, text)
