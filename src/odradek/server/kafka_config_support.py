@@ -36,6 +36,7 @@ __all__ = [
     "KAFKA_DYNAMIC_ONLY_BROKER_CONFIGS",
     "KAFKA_VERSION",
     "NOT_APPLICABLE_PREFIX",
+    "ODRADEK_DEFAULTS",
     "PER_LISTENER_SECURITY_CONFIGS",
     "KafkaBrokerKey",
     "is_not_applicable",
@@ -194,6 +195,20 @@ KAFKA_DYNAMIC_ONLY_BROKER_CONFIGS: dict[str, KafkaBrokerKey] = {
         KafkaBrokerKey("replica.alter.log.dirs.io.max.bytes.per.second", "long",
                        "9223372036854775807", "cluster-wide"),
     )
+}
+
+# Served keys whose default (as DescribeConfigs shows it) is not Kafka 3.9's, and why.
+ODRADEK_DEFAULTS: dict[str, str] = {
+    "broker.id": "0: the embedded single node needs no generated id",
+    "listeners": "PLAINTEXT://127.0.0.1:9092: a development broker listens on loopback",
+    "log.dirs": "./data",
+    "log.dir": "empty: log.dirs (./data) is the data directory",
+    "offsets.topic.replication.factor": "1, for the embedded single node",
+    "log.message.timestamp.after.max.ms": "one hour, Kafka 4.0's default (KIP-1030)",
+    "log.retention.ms": "the value in effect (from log.retention.hours), where Kafka says null",
+    "log.roll.ms": "the value in effect (from log.roll.hours), where Kafka says null",
+    "log.roll.jitter.ms": "the value in effect (0), where Kafka says null",
+    "log.flush.interval.ms": "the value in effect (Long.MAX_VALUE), where Kafka says null",
 }
 
 # Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: dynamic only with a listener prefix.

@@ -91,8 +91,8 @@ BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
 }
 
-# Defaults that are "not set" markers rather than values.
-_UNSET_DEFAULTS = {"log.retention.minutes": -2}
+# Defaults that are "not set" markers rather than values (Kafka's null).
+_UNSET_DEFAULTS = {"log.retention.minutes": -2, "zookeeper.connection.timeout.ms": -1}
 
 Synonym = tuple[str, str | None, int]
 
@@ -355,6 +355,9 @@ def _broker_entry(m: Any, services: BrokerServices, key: str, default_entity: bo
         else:
             value = format_value(services.metadata.broker_defaults.get(
                 key, services.config.get(key)))
+            if k is not None and k.default is None and (
+                    value == "" or value == format_value(_UNSET_DEFAULTS.get(key))):
+                value = None  # Odradek's "not set" is Kafka's null
         type_name: str | None = k.type if k is not None else d.type
         doc = d.doc
     else:
@@ -465,17 +468,20 @@ def _apply_op(resource_type: int, configs: dict[str, str], op: int, key: str,
     elif op in (OP_APPEND, OP_SUBTRACT):
         d = _definition(resource_type, key)
         verb = "append" if op == OP_APPEND else "subtract"
-        if d is None:
+        k = kafka_key(key) if resource_type == RESOURCE_BROKER and d is None else None
+        if d is None and k is None:
             raise ConfigRequestError(ErrorCode.invalid_config, f"unknown config {key!r}")
-        if d.type != "list":
+        if (d.type if d is not None else k.type if k is not None else None) != "list":
             raise ConfigRequestError(
                 ErrorCode.invalid_config,
                 f"config value {verb} is not allowed for config key: {key} (not a list)",
             )
         if key in configs:
             current = [v.strip() for v in configs[key].split(",") if v.strip()]
-        else:
+        elif d is not None:
             current = list(d.default or ())
+        else:  # a Kafka key Odradek does not serve: from Kafka's default
+            current = [v for v in ((k.default if k else None) or "").split(",") if v]
         items = [v.strip() for v in (value or "").split(",") if v.strip()]
         if op == OP_APPEND:
             current += [v for v in items if v not in current]
