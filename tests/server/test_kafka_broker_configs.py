@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -201,9 +203,14 @@ PREFIX = "Invalid config value for resource ConfigResource(type=BROKER, name='0'
     ("num.io.threads", "16",
      "num.io.threads: does not apply to Odradek: it has no JVM thread pools (one asyncio "
      "event loop)"),
-    ("log.cleaner.threads", "2",
-     "log.cleaner.threads: Odradek applies it only at start-up yet (set it in "
-     "server.properties and restart)"),
+    ("listeners", "PLAINTEXT://127.0.0.1:9999",
+     "listeners: Odradek applies it only at start-up yet (set it in server.properties and "
+     "restart)"),
+    ("log.cleaner.threads", "3",
+     "Log cleaner threads cannot be increased to more than double the current value 1"),
+    ("max.connections.per.ip", "0",
+     "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
+     "is set"),
     ("listener.name.plaintext.ssl.keystore.location", "/k.jks",
      "listener.name.plaintext.ssl.keystore.location: per-listener configs "
      "(listener.name.<listener>.<config>) are not supported by Odradek yet"),
@@ -261,3 +268,84 @@ def test_custom_keys_are_stored_as_kafka_stores_them(rb: RunningBroker) -> None:
         r = incremental(rb, "0", [("my.plugin.setting", DELETE, None)])
         assert r.error_code == ErrorCode.none
     assert "my.plugin.setting" not in describe(rb)
+
+
+# -- served dynamic keys take effect ------------------------------------------------------------
+def wait_until(condition: Any, what: str, deadline_s: float = 30.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not in time: {what}"
+        time.sleep(0.02)
+
+
+def test_log_cleaner_threads_change_at_runtime(rb: RunningBroker) -> None:
+    cleaner = rb.broker.log_cleaner
+    assert cleaner is not None and cleaner.num_threads == 1
+
+    def alive() -> list[str]:
+        return sorted(t.name for t in threading.enumerate()
+                      if t.name.startswith("kafka-log-cleaner-thread-") and t.is_alive())
+
+    r = incremental(rb, "0", [("log.cleaner.threads", SET, "2"),
+                              ("log.cleaner.backoff.ms", SET, "500")])
+    assert r.error_code == ErrorCode.none, r
+    try:
+        wait_until(lambda: cleaner.num_threads == 2 and len(alive()) >= 2,
+                   "two cleaner threads")
+        assert cleaner.backoff_ms == 500
+        e = describe(rb, keys=("log.cleaner.threads",))["log.cleaner.threads"]
+        assert (e.value, e.config_source) == ("2", DYNAMIC_BROKER_CONFIG)
+    finally:
+        r = incremental(rb, "0", [("log.cleaner.threads", DELETE, None),
+                                  ("log.cleaner.backoff.ms", DELETE, None)])
+        assert r.error_code == ErrorCode.none, r
+    wait_until(lambda: cleaner.num_threads == 1 and cleaner.backoff_ms == 15000,
+               "the cleaner back to its static config")
+    wait_until(lambda: len(alive()) == 1, "one cleaner thread")
+
+
+def test_connection_limits_change_at_runtime(rb: RunningBroker) -> None:
+    from tests.server.test_connection_quotas import _answers
+    from tests.server.test_network import Client
+
+    r = incremental(rb, "0", [("max.connections.per.ip", SET, "1")])
+    assert r.error_code == ErrorCode.none, r
+
+    async def limited() -> None:
+        first = await Client.connect(rb.port)
+        assert await _answers(first, 1)
+        second = await Client.connect(rb.port)
+        assert await second.closed_by_server()
+        for client in (first, second):
+            await client.close()
+
+    try:
+        assert rb.broker.servers[0].quotas.limits.max_connections_per_ip == 1
+        asyncio.run(limited())
+    finally:
+        r = incremental(rb, "0", [("max.connections.per.ip", DELETE, None)])
+        assert r.error_code == ErrorCode.none, r
+    assert rb.broker.servers[0].quotas.limits.max_connections_per_ip == 2**31 - 1
+
+    async def unlimited() -> None:
+        clients = [await Client.connect(rb.port) for _ in range(3)]
+        for i, client in enumerate(clients):
+            assert await _answers(client, i)
+        for client in clients:
+            await client.close()
+
+    asyncio.run(unlimited())
+
+
+def test_update_limits_wakes_a_waiting_acceptor_and_restarts_the_rate() -> None:
+    from odradek.server.connection_quotas import ConnectionLimits, ConnectionQuotas
+
+    quotas = ConnectionQuotas(ConnectionLimits(max_connections=1), clock=lambda: 0.0)
+    woken: list[int] = []
+    quotas.add_release_listener(lambda: woken.append(1))
+    assert quotas.inc("127.0.0.1") is None and not quotas.slot_available()
+    quotas.update_limits(ConnectionLimits(max_connections=2, max_connection_creation_rate=1))
+    assert woken == [1] and quotas.slot_available()
+    assert quotas.accept_delay() == 0.0 and quotas.accept_delay() > 0.0
+    quotas.update_limits(ConnectionLimits(max_connections_per_ip_overrides={"127.0.0.1": 1}))
+    assert quotas.inc("127.0.0.1") == 1 and quotas.accept_delay() == 0.0

@@ -13,13 +13,21 @@ override on the command line), DEFAULT_CONFIG (5). An entry's source is the sour
 first of its synonyms; with ``include_synonyms`` every level that has a value is listed,
 across the broker-level names of the config (``log.retention.ms``, ``…minutes``, ``…hours``).
 
-Dynamic broker configs: only the broker-level defaults of topic configs
-(:data:`DYNAMIC_BROKER_KEYS`, e.g. ``log.retention.ms``, ``log.segment.bytes``,
-``message.max.bytes``, ``log.cleanup.policy``) can change at runtime; they apply at once to
-the defaults of every topic without an override and to the live logs. Any other known
-broker config is refused with INVALID_REQUEST ("cannot be updated dynamically"); an unknown
-key or a bad value is INVALID_CONFIG with a message naming it. ``log.retention.hours`` /
-``minutes`` and ``log.roll.hours`` stay static: set the ``…ms`` key instead.
+Dynamic broker configs (:data:`DYNAMIC_BROKER_KEYS`): the broker-level defaults of topic
+configs (``log.retention.ms``, ``log.segment.bytes``, ``message.max.bytes`` …) apply at
+once to every topic without an override and to the live logs; the log cleaner's restart its
+threads; the connection limits apply to the next connections. A BROKER resource lists
+every key of Kafka's KafkaConfig (:mod:`odradek.server.kafka_config_support`) with Kafka's
+type, default and read-only flag (Kafka's update modes), passwords sensitive. An alter is
+checked as Kafka's DynamicBrokerConfig.validateConfigs checks it, with its messages, all
+INVALID_CONFIG ("Invalid config value for resource ConfigResource(type=BROKER, name='0'):
+…"): a read-only key ("Cannot update these configs dynamically: Set(…)"), an SSL store
+config without a listener prefix, a bad value for Kafka's type, a per-broker key as the
+cluster default. Then Odradek's: a key of a feature Odradek lacks names the feature, a key
+that does not apply says why, a served key Odradek reads only at start-up
+(``listeners``, ``advertised.listeners``, ``num.recovery.threads.per.data.dir``) says so. A
+key that is not Kafka's is stored as Kafka stores custom broker configs.
+``log.retention.hours`` / ``minutes`` and ``log.roll.hours`` stay static (as in Kafka).
 
 AlterConfigs replaces the whole set of overrides of a resource; IncrementalAlterConfigs
 applies SET (0), DELETE (1), APPEND (2) and SUBTRACT (3), the last two on list configs only
@@ -232,6 +240,24 @@ def _validate_broker_configs(
         LogConfig.build(candidate, {})
     except ConfigError as exc:
         raise ConfigRequestError(ErrorCode.invalid_config, str(exc)) from None
+    # Kafka's LogCleaner.validateReconfiguration and KafkaConfig's connection rule.
+    threads = int(candidate["log.cleaner.threads"])
+    current = int(md.broker_defaults.get("log.cleaner.threads", threads))
+    if threads < 1:
+        problem = "Log cleaner threads should be at least 1"
+    elif threads < current // 2:
+        problem = ("Log cleaner threads cannot be reduced to less than half the current "
+                   f"value {current}")
+    elif threads > current * 2:
+        problem = ("Log cleaner threads cannot be increased to more than double the current "
+                   f"value {current}")
+    elif (int(candidate["max.connections.per.ip"]) == 0
+          and not candidate["max.connections.per.ip.overrides"]):
+        problem = ("max.connections.per.ip can be set to zero only if "
+                   "max.connections.per.ip.overrides is set")
+    else:
+        return
+    raise ConfigRequestError(ErrorCode.invalid_config, problem)
 
 
 # -- describe ------------------------------------------------------------------------------
