@@ -75,6 +75,8 @@ ID_GENERATION = ("broker id generation through ZooKeeper is not supported by Odr
 TIMESTAMP_DIFF = ("the deprecated log.message.timestamp.difference.max.ms is not supported "
                   "by Odradek: set log.message.timestamp.before.max.ms and "
                   "log.message.timestamp.after.max.ms (KIP-937)")
+PARALLEL_RECOVERY = ("recovering logs in parallel is not supported by Odradek yet (it recovers "
+                     "them one after another)")
 ROLL_JITTER_HOURS = "log.roll.jitter.hours is not supported by Odradek yet: set log.roll.jitter.ms"
 PER_LISTENER = ("per-listener configs (listener.name.<listener>.<config>) are not supported "
                 "by Odradek yet")
@@ -151,6 +153,8 @@ _EXACT: dict[str, str] = {
     "log.message.timestamp.difference.max.ms": TIMESTAMP_DIFF,
     "log.roll.jitter.hours": ROLL_JITTER_HOURS,
     "num.replica.alter.log.dirs.threads": REPLICA_MOVES,
+    "num.recovery.threads.per.data.dir": PARALLEL_RECOVERY,
+    "transactional.id.expiration.ms": TXN,
     "max.request.partition.size.limit": SHARE,
     # Kafka 4.0 keys of its shipped server.properties, not in 3.9's KafkaConfig.
     "share.coordinator.state.topic.replication.factor": SHARE,
