@@ -388,7 +388,10 @@ def _broker_entry(m: Any, services: BrokerServices, key: str, default_entity: bo
         doc = d.doc
     else:
         synonyms = _static_synonyms(services, key, k.default if k is not None else None)
-        value = synonyms[0][1] if synonyms else None
+        if default_entity:
+            value = services.metadata.broker_configs(ClusterMetadata.DEFAULT_BROKER_ENTITY)[key]
+        else:
+            value = synonyms[0][1] if synonyms else None
         type_name = k.type if k is not None else None
         reason = unserved_reason(key)
         doc = (f"Kafka {KAFKA_VERSION} broker config, not served by Odradek: {reason}"
