@@ -349,3 +349,18 @@ def test_update_limits_wakes_a_waiting_acceptor_and_restarts_the_rate() -> None:
     assert quotas.accept_delay() == 0.0 and quotas.accept_delay() > 0.0
     quotas.update_limits(ConnectionLimits(max_connections_per_ip_overrides={"127.0.0.1": 1}))
     assert quotas.inc("127.0.0.1") == 1 and quotas.accept_delay() == 0.0
+
+
+def test_log_roll_jitter_hours_is_a_synonym_of_the_ms_key() -> None:
+    assert BrokerConfig.load().log_defaults()["log.roll.jitter.ms"] == 0
+    hours = BrokerConfig.load(overrides=["log.roll.jitter.hours=2"])
+    assert hours.log_defaults()["log.roll.jitter.ms"] == 2 * 3600000
+    assert hours.unserved == {} and hours.unknown == []
+    both = BrokerConfig.load(overrides=["log.roll.jitter.hours=2", "log.roll.jitter.ms=5"])
+    assert both.log_defaults()["log.roll.jitter.ms"] == 5
+    with running_broker({"log.roll.jitter.hours": "1"}) as rb:
+        e = describe(rb, keys=("log.roll.jitter.ms",), synonyms=True)["log.roll.jitter.ms"]
+        assert (e.value, e.config_source) == ("3600000", STATIC_BROKER_CONFIG)
+        assert [(s.name, s.value, s.source) for s in e.synonyms] == [
+            ("log.roll.jitter.hours", "1", STATIC_BROKER_CONFIG),
+            ("log.roll.jitter.hours", "0", DEFAULT_CONFIG)]

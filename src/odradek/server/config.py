@@ -104,6 +104,8 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("log.retention.hours", "int", 168, None, "retention in hours"),
     ConfigDef("log.retention.minutes", "int", -2, None, "retention in minutes (wins over hours)"),
     ConfigDef("log.roll.hours", "int", 168, None, "segment age in hours", _ge(1)),
+    ConfigDef("log.roll.jitter.hours", "int", 0, None,
+              "segment roll jitter in hours (log.roll.jitter.ms wins)", _ge(0)),
     ConfigDef("log.retention.check.interval.ms", "long", 300000, None, "retention check period",
               _ge(1)),
     ConfigDef("log.flush.scheduler.interval.ms", "long", LONG_MAX, None, "flush check period",
@@ -190,6 +192,11 @@ BROKER_CONFIGS["log.retention.ms"] = ConfigDef(
 )
 BROKER_CONFIGS["log.roll.ms"] = ConfigDef(
     "log.roll.ms", "long", None, None, "segment age in ms (wins over log.roll.hours)"
+)
+BROKER_CONFIGS["log.roll.jitter.ms"] = ConfigDef(
+    "log.roll.jitter.ms", "long", None, None,
+    "random jitter subtracted from the segment age, in ms (wins over log.roll.jitter.hours)",
+    _ge(0),
 )
 
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
@@ -335,6 +342,8 @@ class BrokerConfig:
             raise ConfigError("invalid value for log.retention.ms: must be -1 or more")
         if v["log.roll.ms"] is None:
             v["log.roll.ms"] = v["log.roll.hours"] * 3600000
+        if v["log.roll.jitter.ms"] is None:
+            v["log.roll.jitter.ms"] = v["log.roll.jitter.hours"] * 3600000
         if v["max.connections.per.ip"] == 0 and not v["max.connections.per.ip.overrides"]:
             # KafkaConfig's rule: a zero default only makes sense with exceptions to it.
             raise ConfigError(

@@ -77,7 +77,6 @@ TIMESTAMP_DIFF = ("the deprecated log.message.timestamp.difference.max.ms is not
                   "log.message.timestamp.after.max.ms (KIP-937)")
 PARALLEL_RECOVERY = ("recovering logs in parallel is not supported by Odradek yet (it recovers "
                      "them one after another)")
-ROLL_JITTER_HOURS = "log.roll.jitter.hours is not supported by Odradek yet: set log.roll.jitter.ms"
 PER_LISTENER = ("per-listener configs (listener.name.<listener>.<config>) are not supported "
                 "by Odradek yet")
 
@@ -151,7 +150,6 @@ _EXACT: dict[str, str] = {
     "metric.reporters": METRICS,
     "log.message.downconversion.enable": DOWN_CONVERSION,
     "log.message.timestamp.difference.max.ms": TIMESTAMP_DIFF,
-    "log.roll.jitter.hours": ROLL_JITTER_HOURS,
     "num.replica.alter.log.dirs.threads": REPLICA_MOVES,
     "num.recovery.threads.per.data.dir": PARALLEL_RECOVERY,
     "transactional.id.expiration.ms": TXN,

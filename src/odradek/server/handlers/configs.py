@@ -27,7 +27,8 @@ cluster default. Then Odradek's: a key of a feature Odradek lacks names the feat
 that does not apply says why, a served key Odradek reads only at start-up
 (``listeners``, ``advertised.listeners``) says so. A
 key that is not Kafka's is stored as Kafka stores custom broker configs.
-``log.retention.hours`` / ``minutes`` and ``log.roll.hours`` stay static (as in Kafka).
+``log.retention.hours`` / ``minutes``, ``log.roll.hours`` and ``log.roll.jitter.hours`` stay
+static (as in Kafka).
 
 AlterConfigs replaces the whole set of overrides of a resource; IncrementalAlterConfigs
 applies SET (0), DELETE (1), APPEND (2) and SUBTRACT (3), the last two on list configs only
@@ -97,6 +98,7 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
     "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
+    "log.roll.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
 }
 
 # Defaults that are "not set" markers rather than values (Kafka's null).
