@@ -25,8 +25,8 @@ INVALID_CONFIG ("Invalid config value for resource ConfigResource(type=BROKER, n
 config without a listener prefix, a bad value for Kafka's type, a per-broker key as the
 cluster default. Then Odradek's: a key of a feature Odradek lacks names the feature, a key
 that does not apply says why, a served key Odradek reads only at start-up
-(``listeners``, ``advertised.listeners``) says so. A
-key that is not Kafka's is stored as Kafka stores custom broker configs.
+(``listeners``, ``advertised.listeners``) says so. A key that is not Kafka's is stored as
+Kafka stores custom broker configs.
 ``log.retention.hours`` / ``minutes``, ``log.roll.hours`` and ``log.roll.jitter.hours`` stay
 static (as in Kafka).
 
