@@ -1,8 +1,8 @@
 """Every broker config key of Kafka 3.9, through real admin clients against ``odradek serve``
 started with a server.properties holding keys of features Odradek lacks.
 
-confluent-kafka's AdminClient (librdkafka) and the Java client's Admin (kafka-clients
-3.9.1): DescribeConfigs of the BROKER resource lists every KafkaConfig key with the value,
+confluent-kafka's AdminClient (librdkafka), the Java client's Admin (kafka-clients
+3.9.1), and kafka-python's KafkaAdminClient for DescribeConfigs: DescribeConfigs of the BROKER resource lists every KafkaConfig key with the value,
 type, read-only flag and sensitivity Kafka documents; IncrementalAlterConfigs of a key of a
 missing feature (e.g. ``sasl.kerberos.min.time.before.relogin``) is INVALID_CONFIG naming
 the feature, of a read-only key is Kafka's "Cannot update these configs dynamically", and a
@@ -214,3 +214,25 @@ def test_java_describe_and_alter_broker_configs(broker: BrokerProcess,
     assert res.ok, res.describe()
     ratio = res.summary["configs"]["log.cleaner.min.cleanable.ratio"]
     assert (ratio["value"], ratio["source"], ratio["type"]) == ("0.5", "DEFAULT_CONFIG", "DOUBLE")
+
+
+# -- kafka-python -------------------------------------------------------------------------------
+def test_kafka_python_describes_every_kafka_key(broker: BrokerProcess) -> None:
+    from kafka.admin import ConfigResource as KpResource  # type: ignore[import-untyped]
+    from kafka.admin import ConfigResourceType, KafkaAdminClient  # type: ignore[import-untyped]
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        described = admin.describe_configs([KpResource(ConfigResourceType.BROKER, "0")],
+                                           include_synonyms=True, config_filter="all")
+    finally:
+        admin.close()
+    configs = described["broker"]["0"]
+    assert set(KAFKA_BROKER_CONFIGS) <= set(configs)
+    for name, k in KAFKA_BROKER_CONFIGS.items():
+        e = configs[name]
+        assert e["config_type"] == JAVA_TYPES[k.type], (name, e)
+        assert e["read_only"] == (k.update_mode == "read-only"), name
+        assert e["is_sensitive"] == (k.type == "password"), name
+    relogin = configs["sasl.kerberos.min.time.before.relogin"]
+    assert (relogin["value"], relogin["config_source"]) == ("90000", "STATIC_BROKER_CONFIG")
