@@ -1,12 +1,13 @@
 """Every broker config key of Kafka 3.9, through real admin clients against ``odradek serve``
 started with a server.properties holding keys of features Odradek lacks.
 
-confluent-kafka's AdminClient (librdkafka), the Java client's Admin (kafka-clients
-3.9.1), and kafka-python's KafkaAdminClient for DescribeConfigs: DescribeConfigs of the BROKER resource lists every KafkaConfig key with the value,
-type, read-only flag and sensitivity Kafka documents; IncrementalAlterConfigs of a key of a
-missing feature (e.g. ``sasl.kerberos.min.time.before.relogin``) is INVALID_CONFIG naming
-the feature, of a read-only key is Kafka's "Cannot update these configs dynamically", and a
-served dynamic key takes effect.
+confluent-kafka's AdminClient (librdkafka), the Java client's Admin (kafka-clients 3.9.1)
+and, for DescribeConfigs, kafka-python's KafkaAdminClient: DescribeConfigs of the BROKER
+resource lists every KafkaConfig key with the value, type, read-only flag and sensitivity
+Kafka documents; IncrementalAlterConfigs of a key of a missing feature (e.g.
+``sasl.kerberos.min.time.before.relogin``) is INVALID_CONFIG naming the feature, of a
+read-only key is Kafka's "Cannot update these configs dynamically", and a served dynamic
+key takes effect.
 """
 
 from __future__ import annotations
