@@ -321,10 +321,14 @@ def test_connection_limits_change_at_runtime(rb: RunningBroker) -> None:
         for client in (first, second):
             await client.close()
 
+    quotas = rb.broker.servers[0].quotas
     try:
-        assert rb.broker.servers[0].quotas.limits.max_connections_per_ip == 1
+        assert quotas.limits.max_connections_per_ip == 1
+        wait_until(lambda: quotas.get("127.0.0.1") == 0, "the alter's connection released")
         asyncio.run(limited())
     finally:
+        # the next request needs the one slot: wait until the closed ones are released
+        wait_until(lambda: quotas.get("127.0.0.1") == 0, "the test's connections released")
         r = incremental(rb, "0", [("max.connections.per.ip", DELETE, None)])
         assert r.error_code == ErrorCode.none, r
     assert rb.broker.servers[0].quotas.limits.max_connections_per_ip == 2**31 - 1
