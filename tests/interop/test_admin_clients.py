@@ -155,7 +155,7 @@ def test_confluent_incremental_alter_configs(rb: RunningBroker, admin: AdminClie
         ConfigEntry("log.dirs", "/elsewhere", incremental_operation=AlterConfigOpType.SET),
     ])
     error = kafka_error(first(admin.incremental_alter_configs([static])))
-    assert error.code() == confluent_kafka.KafkaError.INVALID_REQUEST
+    assert error.code() == confluent_kafka.KafkaError.INVALID_CONFIG
 
 
 def test_confluent_delete_records_and_consumer_reset(rb: RunningBroker,

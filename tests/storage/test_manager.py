@@ -172,3 +172,29 @@ def test_unusable_dir_at_startup_goes_offline_others_load(tmp_path: Path) -> Non
     assert plog.log_dir == good
     plog.append_as_leader(make_batch())
     manager.shutdown()
+
+
+def test_each_checkpoint_has_its_own_interval(tmp_path: Path) -> None:
+    """log.flush.offset.checkpoint.interval.ms drives the recovery points,
+    log.flush.start.offset.checkpoint.interval.ms the log start offsets (Kafka's two tasks)."""
+    log_dir = tmp_path / "d"
+    manager = _manager([log_dir])
+    manager.broker_config = {"log.flush.offset.checkpoint.interval.ms": 1000,
+                             "log.flush.start.offset.checkpoint.interval.ms": 2500}
+    plog = manager.get_or_create_log(TopicPartition("t", 0), config(segment_bytes=300))
+    for i in range(10):
+        plog.append_as_leader(make_batch(2, seed=i))
+    plog.maybe_increment_log_start_offset(4)
+    tasks = {name: (interval, fn) for name, interval, fn in manager.periodic_tasks()}
+    assert tasks["recovery-point-checkpoint"][0] == 1000
+    assert tasks["log-start-offset-checkpoint"][0] == 2500
+    for path in (files.RECOVERY_POINT_CHECKPOINT, files.LOG_START_OFFSET_CHECKPOINT):
+        (log_dir / path).unlink(missing_ok=True)
+    tasks["log-start-offset-checkpoint"][1]()
+    assert checkpoint.read_offsets(log_dir / files.LOG_START_OFFSET_CHECKPOINT) == {("t", 0): 4}
+    assert not (log_dir / files.RECOVERY_POINT_CHECKPOINT).exists()
+    (log_dir / files.LOG_START_OFFSET_CHECKPOINT).unlink()
+    tasks["recovery-point-checkpoint"][1]()
+    assert (log_dir / files.RECOVERY_POINT_CHECKPOINT).exists()
+    assert not (log_dir / files.LOG_START_OFFSET_CHECKPOINT).exists()
+    manager.shutdown()

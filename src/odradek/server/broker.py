@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,8 +41,8 @@ from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.registry import HandlerRegistry
 from odradek.server.client_quotas import ClientQuotas, QuotaWindow
 from odradek.server.config import BrokerConfig
-from odradek.server.connection_quotas import parse_per_ip_overrides
-from odradek.server.dynamic_config import DynamicBrokerConfig
+from odradek.server.connection_quotas import ConnectionLimits, parse_per_ip_overrides
+from odradek.server.dynamic_config import CLEANER_KEYS, DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.handlers import register_all
@@ -87,6 +88,7 @@ class Broker:
         self.replica_manager: ReplicaManager
         self.group_coordinator: GroupCoordinator
         self.services: BrokerServices
+        self._cleaner_values: dict[str, Any] | None = None
 
     # -- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -190,8 +192,10 @@ class Broker:
             if interval_ms < (1 << 40):
                 self._tasks.append(asyncio.create_task(self._every(name, interval_ms, fn)))
         # Compaction runs in its own threads; the loop only checks their health.
-        self.log_cleaner = LogCleaner(self.log_manager, self.config.values)
+        self.log_cleaner = LogCleaner(self.log_manager, dynamic_config.effective_values())
         self.log_cleaner.startup()
+        dynamic_config.add_reconfigurable(self._reconfigure_connections)
+        dynamic_config.add_reconfigurable(self._reconfigure_cleaner)
         self._tasks.append(asyncio.create_task(
             self._every("log-cleaner-health", CLEANER_HEALTH_INTERVAL_MS,
                         self.log_cleaner.check_threads)
@@ -207,6 +211,32 @@ class Broker:
         )
         self.metadata.add_client_quota_listener(quotas.apply)
         return quotas
+
+    def _reconfigure_connections(self, values: Mapping[str, Any]) -> None:
+        """Dynamic max.connections* / max.connection.creation.rate: every listener's."""
+        limits = ConnectionLimits(
+            max_connections=int(values["max.connections"]),
+            max_connections_per_ip=int(values["max.connections.per.ip"]),
+            max_connections_per_ip_overrides=parse_per_ip_overrides(
+                str(values["max.connections.per.ip.overrides"])),
+            max_connection_creation_rate=int(values["max.connection.creation.rate"]),
+        )
+        for server in self.servers:
+            if server.quotas.limits != limits:
+                log.info("connection limits are now %s", limits)
+                server.quotas.update_limits(limits)
+
+    def _reconfigure_cleaner(self, values: Mapping[str, Any]) -> None:
+        """Dynamic log.cleaner.*: restart the cleaner threads off the loop when they
+        changed (Kafka's LogCleaner.reconfigure)."""
+        wanted = {k: values[k] for k in sorted(CLEANER_KEYS)}
+        current = self._cleaner_values
+        self._cleaner_values = wanted
+        cleaner = self.log_cleaner
+        if current is None or current == wanted or cleaner is None:
+            return
+        threading.Thread(target=cleaner.reconfigure, args=(dict(values),),
+                         name="log-cleaner-reconfigure", daemon=True).start()
 
     async def _join_cluster(self) -> MetadataStore:
         """Cluster mode: connect to ZooKeeper, read the cluster's topics, states and live

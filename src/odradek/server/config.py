@@ -4,9 +4,12 @@ How it works: values come from, in increasing precedence, Kafka's defaults (the 
 below and every topic config's broker-level key from :data:`TOPIC_CONFIGS`), a properties
 file, then ``--override key=value``. Every value is parsed and validated up front: an
 invalid value refuses to start with a message naming the key. Unknown keys are reported
-(logged once at start, and kept in :attr:`BrokerConfig.unknown`), never silently dropped.
-Keys Kafka has but Odradek does not need (thread pool sizes of the JVM broker) are accepted
-and reported as not applicable.
+(logged once at start with the nearest known key, and kept in :attr:`BrokerConfig.unknown`),
+never silently dropped. Keys of Kafka's broker that Odradek does not serve
+(:mod:`odradek.server.kafka_config_support`) are accepted, their values checked against
+Kafka's type, and reported with the reason: the feature Odradek lacks (a warning, e.g.
+"SASL is not supported by Odradek yet") or why the key does not apply (thread pools of the
+JVM broker …).
 
 Odradek's defaults differ from Kafka's in three places, for the embedded single node:
 ``listeners`` binds 127.0.0.1:9092, ``log.dirs`` is ./data, and
@@ -27,11 +30,21 @@ from pathlib import Path
 from typing import Any
 
 from odradek.server.connection_quotas import INT_MAX, parse_per_ip_overrides
+from odradek.server.kafka_config_support import (
+    KAFKA_BROKER_CONFIGS,
+    KafkaBrokerKey,
+    is_not_applicable,
+    kafka_key,
+    unserved_reason,
+)
 from odradek.storage.config import LONG_MAX, TOPIC_CONFIGS, ConfigDef, ConfigError, parse_value
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BROKER_CONFIGS", "BrokerConfig", "ConfigError", "Listener", "parse_properties"]
+__all__ = [
+    "BROKER_CONFIGS", "BrokerConfig", "ConfigError", "Listener", "parse_kafka_value",
+    "parse_properties",
+]
 
 
 def _ge(minimum: int) -> Any:
@@ -102,6 +115,8 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("log.retention.hours", "int", 168, None, "retention in hours"),
     ConfigDef("log.retention.minutes", "int", -2, None, "retention in minutes (wins over hours)"),
     ConfigDef("log.roll.hours", "int", 168, None, "segment age in hours", _ge(1)),
+    ConfigDef("log.roll.jitter.hours", "int", 0, None,
+              "segment roll jitter in hours (log.roll.jitter.ms wins)", _ge(0)),
     ConfigDef("log.retention.check.interval.ms", "long", 300000, None, "retention check period",
               _ge(1)),
     ConfigDef("log.flush.scheduler.interval.ms", "long", LONG_MAX, None, "flush check period",
@@ -110,8 +125,6 @@ _OWN: tuple[ConfigDef, ...] = (
               "recovery point checkpoint period", _ge(1)),
     ConfigDef("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, None,
               "log start offset checkpoint period", _ge(1)),
-    ConfigDef("num.recovery.threads.per.data.dir", "int", 1, None, "threads for log recovery",
-              _ge(1)),
     ConfigDef("offsets.topic.num.partitions", "int", 50, None, "__consumer_offsets partitions",
               _ge(1)),
     ConfigDef("offsets.topic.replication.factor", "int", 1, None,
@@ -131,7 +144,6 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, None, "largest session timeout"),
     ConfigDef("group.max.size", "int", 2147483647, None, "members per group", _ge(1)),
     ConfigDef("producer.id.expiration.ms", "int", 86400000, None, "idle producer id expiry"),
-    ConfigDef("transactional.id.expiration.ms", "int", 604800000, None, "transactional id expiry"),
     ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, None,
               "fetch sessions kept (KIP-227)", _ge(0)),
     ConfigDef("min.incremental.fetch.session.eviction.ms", "int", 120000, None,
@@ -178,15 +190,6 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9, None, "offset map load factor"),
 )
 
-# Keys of Kafka's broker that Odradek accepts but has no use for (JVM thread pools …).
-NOT_APPLICABLE = frozenset({
-    "num.network.threads", "num.io.threads", "num.replica.fetchers",
-    "background.threads", "log.cleaner.io.buffer.load.factor.unused",
-    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
-    "group.coordinator.rebalance.protocols",
-    "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
-})
-
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _OWN}
 for _topic_def in TOPIC_CONFIGS.values():
     if _topic_def.broker_key and _topic_def.broker_key not in BROKER_CONFIGS:
@@ -200,6 +203,11 @@ BROKER_CONFIGS["log.retention.ms"] = ConfigDef(
 )
 BROKER_CONFIGS["log.roll.ms"] = ConfigDef(
     "log.roll.ms", "long", None, None, "segment age in ms (wins over log.roll.hours)"
+)
+BROKER_CONFIGS["log.roll.jitter.ms"] = ConfigDef(
+    "log.roll.jitter.ms", "long", None, None,
+    "random jitter subtracted from the segment age, in ms (wins over log.roll.jitter.hours)",
+    _ge(0),
 )
 
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
@@ -246,8 +254,37 @@ def parse_properties(text: str) -> dict[str, str]:
 
 def suggest_key(key: str) -> str:
     """``" (did you mean num.partitions?)"`` for a key close to a known one, else ``""``."""
-    close = difflib.get_close_matches(key, list(BROKER_CONFIGS), n=1, cutoff=0.8)
+    known = list(BROKER_CONFIGS) + [k for k in KAFKA_BROKER_CONFIGS if k not in BROKER_CONFIGS]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+_KAFKA_NUMBER_RANGES = {"short": 16, "int": 32, "long": 64}
+
+
+def parse_kafka_value(k: KafkaBrokerKey, name: str, text: str) -> None:
+    """Check ``text`` against Kafka's type of a config Odradek does not serve, as Kafka's
+    ConfigDef parses it: ConfigError (Kafka's words) if it is not of that type."""
+    value = text.strip()
+    problem = None
+    if k.type in _KAFKA_NUMBER_RANGES:
+        bits = _KAFKA_NUMBER_RANGES[k.type]
+        try:
+            number = int(value)
+        except ValueError:
+            problem = f"Not a number of type {k.type.upper()}"
+        else:
+            if not -(1 << (bits - 1)) <= number < (1 << (bits - 1)):
+                problem = f"Not a number of type {k.type.upper()}"
+    elif k.type == "double":
+        try:
+            float(value)
+        except ValueError:
+            problem = "Not a number of type DOUBLE"
+    elif k.type == "boolean" and value.lower() not in ("true", "false"):
+        problem = "Expected value to be either true or false"
+    if problem:
+        raise ConfigError(f"Invalid value {text} for configuration {name}: {problem}")
 
 
 @dataclass(slots=True)
@@ -255,6 +292,8 @@ class BrokerConfig:
     values: dict[str, Any]
     unknown: list[str] = field(default_factory=list)
     raw: dict[str, str] = field(default_factory=dict)
+    unserved: dict[str, str] = field(default_factory=dict)
+    """Kafka keys Odradek does not serve, set in the config: key -> why."""
 
     @classmethod
     def load(
@@ -285,14 +324,21 @@ class BrokerConfig:
         """Parse and validate ``raw``; a ConfigError names the key and what it expects."""
         values: dict[str, Any] = {name: d.default for name, d in BROKER_CONFIGS.items()}
         unknown: list[str] = []
+        unserved: dict[str, str] = {}
         for key, value in raw.items():
             d = BROKER_CONFIGS.get(key)
             if d is None:
-                if key not in NOT_APPLICABLE:
+                reason = unserved_reason(key)
+                if reason is None:
                     unknown.append(key)
+                    continue
+                k = kafka_key(key)
+                if k is not None:  # a bad value refuses to start, as in Kafka
+                    parse_kafka_value(k, key, value)
+                unserved[key] = reason
                 continue
             values[key] = parse_value(d, value)
-        config = cls(values, sorted(unknown), dict(raw))
+        config = cls(values, sorted(unknown), dict(raw), dict(sorted(unserved.items())))
         config._derive()
         return config
 
@@ -311,6 +357,8 @@ class BrokerConfig:
             raise ConfigError("invalid value for log.retention.ms: must be -1 or more")
         if v["log.roll.ms"] is None:
             v["log.roll.ms"] = v["log.roll.hours"] * 3600000
+        if v["log.roll.jitter.ms"] is None:
+            v["log.roll.jitter.ms"] = v["log.roll.jitter.hours"] * 3600000
         if v["max.connections.per.ip"] == 0 and not v["max.connections.per.ip.overrides"]:
             # KafkaConfig's rule: a zero default only makes sense with exceptions to it.
             raise ConfigError(
@@ -330,8 +378,13 @@ class BrokerConfig:
     def report_unknown(self) -> None:
         for key in self.unknown:
             log.warning("unknown configuration key %r is ignored%s", key, suggest_key(key))
-        for key in sorted(set(self.raw) & NOT_APPLICABLE):
-            log.info("configuration key %r does not apply to Odradek and is ignored", key)
+        for key, reason in self.unserved.items():
+            k = KAFKA_BROKER_CONFIGS.get(key)
+            harmless = k is not None and self.raw[key].strip() == (k.default or "")
+            if is_not_applicable(reason) or harmless:
+                log.info("configuration key %r is ignored: %s", key, reason)
+            else:
+                log.warning("configuration key %r is ignored: %s", key, reason)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

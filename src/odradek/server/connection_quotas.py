@@ -26,7 +26,8 @@ Every accepted connection is counted by :meth:`ConnectionQuotas.inc` and release
 :meth:`ConnectionQuotas.dec` when it closes; ``dec`` calls the release listeners so that
 an acceptor waiting for a slot wakes up. One instance may be shared by several listeners
 of a broker (``KafkaServer(quotas=...)``), making the limits broker-wide across them, as
-in Kafka; a server given none has its own.
+in Kafka; a server given none has its own. The four limits are dynamic broker configs
+(cluster-wide in Kafka): :meth:`ConnectionQuotas.update_limits` applies new ones at runtime.
 
 Not implemented: per-listener ``listener.name.X.max.connections`` and per-IP connection
 rate quotas (dynamic ``connection_creation_rate`` client quotas of KIP-612).
@@ -116,6 +117,23 @@ class ConnectionQuotas:
         self._tokens = float(rate) if self._rate is not None else 0.0
         self._refilled_at = clock()
         self._release_listeners: list[Callable[[], None]] = []
+
+    def update_limits(self, limits: ConnectionLimits) -> None:
+        """New limits at runtime (a dynamic broker config, Kafka's DynamicConnectionQuota).
+        Connections already held stay even above a lowered limit; new ones follow the new
+        limits. The creation-rate bucket starts full at a new rate."""
+        self.limits = limits
+        self._per_ip_overrides = {
+            _address(host): count for host, count in limits.max_connections_per_ip_overrides.items()
+        }
+        rate = None if limits.max_connection_creation_rate >= INT_MAX else float(
+            limits.max_connection_creation_rate)
+        if rate != self._rate:
+            self._rate = rate
+            self._tokens = rate if rate is not None else 0.0
+            self._refilled_at = self._clock()
+        for listener in list(self._release_listeners):  # a raised max.connections frees slots
+            listener()
 
     # -- the broker-wide limits, before accept ------------------------------------------
 

@@ -23,6 +23,9 @@ How it works:
   before it is retried; other logs keep being cleaned. The thread loop itself catches
   everything; should a thread die anyway, :meth:`LogCleaner.check_threads` (run by the
   broker every few seconds) logs it at CRITICAL, counts it and starts a replacement.
+- **Dynamic configs**: :meth:`LogCleaner.reconfigure` applies new ``log.cleaner.*`` values
+  (threads, backoff, buffers, I/O rate) as Kafka's LogCleaner.reconfigure does: the threads
+  stop (a pass in progress is aborted and redone later), new ones start.
 - **Health view**: ``cleaner-status.json`` in the first online log dir, rewritten
   atomically after every pass or failure and by ``check_threads``: threads alive/dead,
   passes, failures, uncleanable partitions with their reason, Kafka's metric names
@@ -217,30 +220,19 @@ class LogCleaner:
         broker_config: Mapping[str, Any] | None = None,
         time_ms: Callable[[], int] | None = None,
     ) -> None:
-        cfg = dict(broker_config or {})
-
-        def get(key: str, default: Any, kind: Callable[[Any], Any]) -> Any:
-            value = cfg.get(key, default)
-            if isinstance(value, str) and kind is bool:
-                return value.strip().lower() == "true"
-            return kind(value)
-
         self.log_manager = log_manager
-        self.enabled: bool = get("log.cleaner.enable", True, bool)
-        self.num_threads: int = get("log.cleaner.threads", 1, int)
-        self.backoff_ms: int = get("log.cleaner.backoff.ms", 15000, int)
-        self.dedupe_buffer_size: int = get("log.cleaner.dedupe.buffer.size", 134217728, int)
-        self.io_buffer_size: int = get("log.cleaner.io.buffer.size", 524288, int)
-        self.load_factor: float = get("log.cleaner.io.buffer.load.factor", 0.9, float)
-        self.max_io_bytes_per_second: float = get(
-            "log.cleaner.io.max.bytes.per.second", 1.7976931348623157e308, float
-        )
+        self._read_config(broker_config)
         self.time_ms = time_ms or log_manager.time_ms
         self.manager = LogCleanerManager(log_manager, self.time_ms)
         self.stop_event = threading.Event()
         self._threads: list[threading.Thread | None] = []
         self._cleaners: list[Cleaner] = []
         self._status_lock = threading.Lock()
+        # Guards starting threads (startup, check_threads, reconfigure) against each other;
+        # held only briefly, never while joining threads.
+        self._lifecycle_lock = threading.Lock()
+        self._reconfigure_lock = threading.Lock()
+        self._closed = False
         self.passes = 0
         self.failures = 0
         self.thread_crashes = 0
@@ -250,6 +242,25 @@ class LogCleaner:
         self.max_buffer_utilization = 0.0
         self.last_recopy_ratio = 0.0
         self.last_error: str | None = None
+
+    def _read_config(self, broker_config: Mapping[str, Any] | None) -> None:
+        cfg = dict(broker_config or {})
+
+        def get(key: str, default: Any, kind: Callable[[Any], Any]) -> Any:
+            value = cfg.get(key, default)
+            if isinstance(value, str) and kind is bool:
+                return value.strip().lower() == "true"
+            return kind(value)
+
+        self.enabled: bool = get("log.cleaner.enable", True, bool)
+        self.num_threads: int = get("log.cleaner.threads", 1, int)
+        self.backoff_ms: int = get("log.cleaner.backoff.ms", 15000, int)
+        self.dedupe_buffer_size: int = get("log.cleaner.dedupe.buffer.size", 134217728, int)
+        self.io_buffer_size: int = get("log.cleaner.io.buffer.size", 524288, int)
+        self.load_factor: float = get("log.cleaner.io.buffer.load.factor", 0.9, float)
+        self.max_io_bytes_per_second: float = get(
+            "log.cleaner.io.max.bytes.per.second", 1.7976931348623157e308, float
+        )
 
     # -- life cycle ----------------------------------------------------------------------
     @property
@@ -266,6 +277,10 @@ class LogCleaner:
         )
 
     def startup(self) -> None:
+        with self._lifecycle_lock:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
         if not self.enabled or self.num_threads < 1:
             log.info("log cleaner disabled (log.cleaner.enable=%s, log.cleaner.threads=%d)",
                      self.enabled, self.num_threads)
@@ -286,32 +301,57 @@ class LogCleaner:
         thread.start()
 
     def shutdown(self, timeout: float = 30.0) -> None:
+        with self._lifecycle_lock:
+            self._closed = True
+        self._stop_threads(timeout)
+        self.write_status()
+
+    def _stop_threads(self, timeout: float) -> None:
         self.stop_event.set()
         deadline = time.monotonic() + timeout
-        for thread in self._threads:
+        for thread in list(self._threads):
             if thread is not None:
                 thread.join(max(0.0, deadline - time.monotonic()))
-        self.write_status()
+
+    def reconfigure(self, broker_config: Mapping[str, Any], timeout: float = 30.0) -> None:
+        """New cleaner configs at runtime (dynamic broker configs), as Kafka's
+        LogCleaner.reconfigure: stop the threads (a cleaning in progress is aborted and
+        redone later, as at shutdown), read the configs again, start new threads. Blocks
+        while the threads stop: call it off the event loop."""
+        with self._reconfigure_lock:
+            self._stop_threads(timeout)
+            with self._lifecycle_lock:
+                if self._closed:
+                    return
+                self._read_config(broker_config)
+                self.stop_event = threading.Event()
+                self._threads = []
+                self._cleaners = []
+                self._start_locked()
+            log.info("log cleaner reconfigured: %d thread(s), %d-byte offset map each",
+                     self.num_threads, self.map_bytes_per_thread)
 
     def check_threads(self) -> int:
         """Restart dead cleaner threads (logged, counted); rewrite the status file.
         Returns the number restarted."""
         restarted = 0
-        if not self.stop_event.is_set():
-            for i, thread in enumerate(self._threads):
-                if thread is not None and not thread.is_alive():
-                    self.thread_crashes += 1
-                    log.critical("log cleaner thread %s died; restarting it (%d deaths so far)",
-                                 thread.name, self.thread_crashes)
-                    self._start_thread(i)
-                    restarted += 1
+        with self._lifecycle_lock:
+            if not self.stop_event.is_set():
+                for i, thread in enumerate(self._threads):
+                    if thread is not None and not thread.is_alive():
+                        self.thread_crashes += 1
+                        log.critical("log cleaner thread %s died; restarting it (%d deaths so "
+                                     "far)", thread.name, self.thread_crashes)
+                        self._start_thread(i)
+                        restarted += 1
         self.write_status()
         return restarted
 
     # -- the thread ----------------------------------------------------------------------
     def _run(self, i: int) -> None:
         cleaner = self._cleaners[i]
-        while not self.stop_event.is_set():
+        stop = self.stop_event  # this thread's: reconfigure gives new threads a new one
+        while not stop.is_set():
             try:
                 did_work = self.clean_one(cleaner)
             except Exception:  # clean_one handles per-log failures; this is a bug
@@ -319,7 +359,7 @@ class LogCleaner:
                 self.failures += 1
                 did_work = False
             if not did_work:
-                self.stop_event.wait(self.backoff_ms / 1000)
+                stop.wait(self.backoff_ms / 1000)
 
     def clean_one(self, cleaner: Cleaner) -> bool:
         """Clean the filthiest log once; False when no log needs it."""

@@ -10,7 +10,8 @@ How it works:
   000 "Partition Allocation").
 - **Background work** is exposed as plain methods the broker schedules (the manager owns
   no threads): retention (``log.retention.check.interval.ms``), time-based flush
-  (``flush.ms``), checkpoints (``log.flush.offset.checkpoint.interval.ms``), and removal of
+  (``flush.ms``), checkpoints (``log.flush.offset.checkpoint.interval.ms`` and
+  ``log.flush.start.offset.checkpoint.interval.ms``), and removal of
   ``.deleted`` files after ``file.delete.delay.ms``.
 - **Shutdown**: flush and close every log, write checkpoints, then the clean-shutdown marker.
 - **Disk errors** go through one :class:`LogDirFailureChannel`; a failed dir goes offline
@@ -201,7 +202,7 @@ class LogManager:
             for log_dir in self.online_dirs:
                 try:
                     with self.failure_channel.guard(log_dir, "writing the clean-shutdown marker"):
-                        self._checkpoint_dir(log_dir)
+                        self._checkpoint_dir(log_dir, True, True)
                         files.atomic_write(log_dir / files.CLEAN_SHUTDOWN_FILE, b"")
                 except StorageError as exc:
                     log.error("%s", exc)
@@ -353,26 +354,31 @@ class LogManager:
                 except StorageError as exc:
                     log.error("flush of %s failed: %s", partition_log.name, exc)
 
-    def checkpoint(self) -> None:
-        """Write recovery-point and log-start-offset checkpoints of every online dir."""
+    def checkpoint(self, recovery_points: bool = True, log_start_offsets: bool = True) -> None:
+        """Write recovery-point and log-start-offset checkpoints of every online dir (each
+        on its own schedule: ``log.flush.offset.checkpoint.interval.ms`` and
+        ``log.flush.start.offset.checkpoint.interval.ms``; both at shutdown)."""
         for log_dir in self.online_dirs:
             try:
                 with self.failure_channel.guard(log_dir, "writing checkpoints"):
-                    self._checkpoint_dir(log_dir)
+                    self._checkpoint_dir(log_dir, recovery_points, log_start_offsets)
             except StorageError as exc:
                 log.error("%s", exc)
 
-    def _checkpoint_dir(self, log_dir: Path) -> None:
+    def _checkpoint_dir(self, log_dir: Path, recovery_points: bool,
+                        log_start_offsets: bool) -> None:
         with self._lock:
             logs = {tp: lg for tp, lg in self.logs.items() if lg.log_dir == log_dir}
-        checkpoint.write_offsets(
-            log_dir / files.RECOVERY_POINT_CHECKPOINT,
-            {tuple(tp): lg.recovery_point for tp, lg in logs.items()},  # type: ignore[misc]
-        )
-        checkpoint.write_offsets(
-            log_dir / files.LOG_START_OFFSET_CHECKPOINT,
-            {tuple(tp): lg.log_start_offset for tp, lg in logs.items()},  # type: ignore[misc]
-        )
+        if recovery_points:
+            checkpoint.write_offsets(
+                log_dir / files.RECOVERY_POINT_CHECKPOINT,
+                {tuple(tp): lg.recovery_point for tp, lg in logs.items()},  # type: ignore[misc]
+            )
+        if log_start_offsets:
+            checkpoint.write_offsets(
+                log_dir / files.LOG_START_OFFSET_CHECKPOINT,
+                {tuple(tp): lg.log_start_offset for tp, lg in logs.items()},  # type: ignore[misc]
+            )
 
     def remove_expired_producers(self) -> int:
         """Forget idle producers (``producer.id.expiration.ms``) in every log."""
@@ -394,7 +400,10 @@ class LogManager:
             ("log-retention", ms("log.retention.check.interval.ms", 300000), self.cleanup_logs),
             ("log-flusher", ms("log.flush.scheduler.interval.ms", 1 << 62), self.flush_dirty_logs),
             ("recovery-point-checkpoint", ms("log.flush.offset.checkpoint.interval.ms", 60000),
-             self.checkpoint),
+             lambda: self.checkpoint(log_start_offsets=False)),
+            ("log-start-offset-checkpoint",
+             ms("log.flush.start.offset.checkpoint.interval.ms", 60000),
+             lambda: self.checkpoint(recovery_points=False)),
             ("delete-pending", 1000, self.delete_pending),
             ("producer-id-expiration",
              ms("producer.id.expiration.check.interval.ms", 600000),

@@ -32,6 +32,11 @@
 //                            throttleTimeMs); then create one more with the default retries
 //                            (report how long it took); then delete the first two in one
 //                            request without retries (report each topic's outcome).
+//   broker-configs <broker-id> [set:key=value | delete:key ...]
+//                            describeConfigs of the BROKER resource (synonyms and
+//                            documentation asked), then one incrementalAlterConfigs per
+//                            argument; report every entry and how each alter ended (the topic
+//                            argument is not used).
 //   create [partitions] [rf] create the topic.
 //   delete                   delete the topic.
 //
@@ -160,6 +165,12 @@ public final class OdradekInterop {
                         usage("client-quotas needs <client-id>");
                     }
                     app.clientQuotas(args.get(0));
+                    break;
+                case "broker-configs":
+                    if (args.isEmpty()) {
+                        usage("broker-configs needs <broker-id>");
+                    }
+                    app.brokerConfigs(args.get(0), args.subList(1, args.size()));
                     break;
                 case "authorized-operations":
                     if (args.isEmpty()) {
@@ -861,6 +872,66 @@ public final class OdradekInterop {
                         .all()).get(group);
                 summary.put("group" + suffix, opNames(gd.authorizedOperations()));
             }
+        }
+    }
+
+    // ---------------------------------------------------------------- broker configs
+
+    void brokerConfigs(String brokerId, List<String> ops) throws Exception {
+        ConfigResource res = new ConfigResource(ConfigResource.Type.BROKER, brokerId);
+        try (Admin admin = admin()) {
+            Config cfg = get(admin.describeConfigs(List.of(res),
+                    new org.apache.kafka.clients.admin.DescribeConfigsOptions()
+                        .includeSynonyms(true).includeDocumentation(true))
+                    .all()).get(res);
+            Map<String, Object> entries = new TreeMap<>();
+            for (ConfigEntry e : cfg.entries()) {
+                Map<String, Object> j = new LinkedHashMap<>();
+                j.put("value", e.value());
+                j.put("source", e.source().name());
+                j.put("read_only", e.isReadOnly());
+                j.put("sensitive", e.isSensitive());
+                j.put("type", e.type().name());
+                j.put("documented", e.documentation() != null && !e.documentation().isEmpty());
+                List<Object> synonyms = new ArrayList<>();
+                for (ConfigEntry.ConfigSynonym s : e.synonyms()) {
+                    synonyms.add(Arrays.asList(s.name(), s.value(), s.source().name()));
+                }
+                j.put("synonyms", synonyms);
+                entries.put(e.name(), j);
+            }
+            summary.put("configs", entries);
+            Map<String, Object> altered = new LinkedHashMap<>();
+            for (String op : ops) {
+                org.apache.kafka.clients.admin.AlterConfigOp alter;
+                String key;
+                if (op.startsWith("set:") && op.indexOf('=') > 4) {
+                    int eq = op.indexOf('=');
+                    key = op.substring(4, eq);
+                    alter = new org.apache.kafka.clients.admin.AlterConfigOp(
+                        new ConfigEntry(key, op.substring(eq + 1)),
+                        org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET);
+                } else if (op.startsWith("delete:")) {
+                    key = op.substring(7);
+                    alter = new org.apache.kafka.clients.admin.AlterConfigOp(
+                        new ConfigEntry(key, null),
+                        org.apache.kafka.clients.admin.AlterConfigOp.OpType.DELETE);
+                } else {
+                    usage("broker-configs: bad operation " + op);
+                    return;
+                }
+                Map<String, Object> outcome = new LinkedHashMap<>();
+                try {
+                    get(admin.incrementalAlterConfigs(Map.of(res, List.of(alter))).all());
+                    outcome.put("error", null);
+                } catch (ExecutionException ex) {
+                    Throwable cause = ex.getCause() != null ? ex.getCause() : ex;
+                    outcome.put("error", cause.getClass().getSimpleName());
+                    outcome.put("message", cause.getMessage());
+                }
+                altered.put(op, outcome);
+            }
+            summary.put("altered", altered);
         }
     }
 

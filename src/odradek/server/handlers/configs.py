@@ -13,13 +13,22 @@ override on the command line), DEFAULT_CONFIG (5). An entry's source is the sour
 first of its synonyms; with ``include_synonyms`` every level that has a value is listed,
 across the broker-level names of the config (``log.retention.ms``, ``…minutes``, ``…hours``).
 
-Dynamic broker configs: only the broker-level defaults of topic configs
-(:data:`DYNAMIC_BROKER_KEYS`, e.g. ``log.retention.ms``, ``log.segment.bytes``,
-``message.max.bytes``, ``log.cleanup.policy``) can change at runtime; they apply at once to
-the defaults of every topic without an override and to the live logs. Any other known
-broker config is refused with INVALID_REQUEST ("cannot be updated dynamically"); an unknown
-key or a bad value is INVALID_CONFIG with a message naming it. ``log.retention.hours`` /
-``minutes`` and ``log.roll.hours`` stay static: set the ``…ms`` key instead.
+Dynamic broker configs (:data:`DYNAMIC_BROKER_KEYS`): the broker-level defaults of topic
+configs (``log.retention.ms``, ``log.segment.bytes``, ``message.max.bytes`` …) apply at
+once to every topic without an override and to the live logs; the log cleaner's restart its
+threads; the connection limits apply to the next connections. A BROKER resource lists
+every key of Kafka's KafkaConfig (:mod:`odradek.server.kafka_config_support`) with Kafka's
+type, default and read-only flag (Kafka's update modes), passwords sensitive. An alter is
+checked as Kafka's DynamicBrokerConfig.validateConfigs checks it, with its messages, all
+INVALID_CONFIG ("Invalid config value for resource ConfigResource(type=BROKER, name='0'):
+…"): a read-only key ("Cannot update these configs dynamically: Set(…)"), an SSL store
+config without a listener prefix, a bad value for Kafka's type, a per-broker key as the
+cluster default. Then Odradek's: a key of a feature Odradek lacks names the feature, a key
+that does not apply says why, a served key Odradek reads only at start-up
+(``listeners``, ``advertised.listeners``) says so. A key that is not Kafka's is stored as
+Kafka stores custom broker configs.
+``log.retention.hours`` / ``minutes``, ``log.roll.hours`` and ``log.roll.jitter.hours`` stay
+static (as in Kafka).
 
 AlterConfigs replaces the whole set of overrides of a resource; IncrementalAlterConfigs
 applies SET (0), DELETE (1), APPEND (2) and SUBTRACT (3), the last two on list configs only
@@ -34,6 +43,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from odradek.cluster import topic_names
@@ -41,10 +51,17 @@ from odradek.cluster.metadata import ClusterMetadata, MetadataError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
-from odradek.server.config import BROKER_CONFIGS, NOT_APPLICABLE
+from odradek.server.config import BROKER_CONFIGS, parse_kafka_value
 from odradek.server.dynamic_config import DYNAMIC_BROKER_KEYS, parse_dynamic
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import code_of
+from odradek.server.kafka_config_support import (
+    KAFKA_BROKER_CONFIGS,
+    KAFKA_VERSION,
+    PER_LISTENER_SECURITY_CONFIGS,
+    kafka_key,
+    unserved_reason,
+)
 from odradek.storage.config import TOPIC_CONFIGS, ConfigDef, ConfigError, LogConfig, parse_value
 
 if TYPE_CHECKING:
@@ -81,12 +98,32 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
     "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
+    "log.roll.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
 }
 
-# Defaults that are "not set" markers rather than values.
-_UNSET_DEFAULTS = {"log.retention.minutes": -2}
+# Defaults that are "not set" markers rather than values (Kafka's null).
+_UNSET_DEFAULTS = {"log.retention.minutes": -2, "zookeeper.connection.timeout.ms": -1}
 
 Synonym = tuple[str, str | None, int]
+
+
+def java_double(value: float) -> str:
+    """A double as Java's Double.toString writes it (what Kafka's DescribeConfigs gives):
+    the shortest digits, scientific notation outside [1e-3, 1e7)."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if value == 0:
+        return "-0.0" if str(value).startswith("-") else "0.0"
+    sign, digits, exponent = Decimal(repr(value)).as_tuple()
+    text = "".join(map(str, digits)).rstrip("0") or "0"
+    point = len(digits) + int(exponent)  # digits before the decimal point
+    minus = "-" if sign else ""
+    if 1e-3 <= abs(value) < 1e7:
+        if point <= 0:
+            return f"{minus}0.{'0' * -point}{text}"
+        whole, frac = text[:point].ljust(point, "0"), text[point:]
+        return f"{minus}{whole}.{frac or '0'}"
+    return f"{minus}{text[0]}.{text[1:] or '0'}E{point - 1}"
 
 
 def format_value(value: Any) -> str | None:
@@ -96,6 +133,8 @@ def format_value(value: Any) -> str | None:
         return ",".join(value)
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float):
+        return java_double(value)
     return str(value)
 
 
@@ -125,30 +164,70 @@ def broker_entity(services: BrokerServices, name: str) -> str:
     return str(broker_id)
 
 
+def _kafka_set(names: Iterable[str]) -> str:
+    """A set of config names as Kafka's messages print it (Scala's ``Set(a, b)``)."""
+    return f"Set({', '.join(sorted(names))})"
+
+
+def _read_only(key: str) -> bool:
+    """Kafka's rule (DynamicConfig.Broker.nonDynamicProps): a KafkaConfig key that is not
+    dynamically updatable; Odradek's own static keys count too."""
+    k = KAFKA_BROKER_CONFIGS.get(key)
+    if k is not None:
+        return k.update_mode == "read-only"
+    return key in BROKER_CONFIGS and key not in DYNAMIC_BROKER_KEYS
+
+
 def _validate_broker_configs(
     services: BrokerServices, entity: str, configs: Mapping[str, str]
 ) -> None:
-    not_dynamic = []
+    """The checks of Kafka's DynamicBrokerConfig.validateConfigs, in its order, then
+    Odradek's: every key must be one Odradek applies at runtime, or a custom (non-Kafka)
+    key, which is stored as Kafka stores it."""
+    static = [k for k in configs if _read_only(k)]
+    if static:
+        raise ConfigRequestError(ErrorCode.invalid_config,
+                                 f"Cannot update these configs dynamically: {_kafka_set(static)}")
+    listener_only = [k for k in configs if k in PER_LISTENER_SECURITY_CONFIGS]
+    if listener_only:
+        raise ConfigRequestError(
+            ErrorCode.invalid_config,
+            "These security configs can be dynamically updated only per-listener using the "
+            f"listener prefix: {_kafka_set(listener_only)}",
+        )
     for key, text in configs.items():
         d = BROKER_CONFIGS.get(key)
-        if d is None:
-            if key in NOT_APPLICABLE:
-                not_dynamic.append(key)
-                continue
-            raise ConfigRequestError(ErrorCode.invalid_config, f"unknown broker config {key!r}")
-        if key not in DYNAMIC_BROKER_KEYS:
-            not_dynamic.append(key)
-            continue
+        k = kafka_key(key)
         try:
-            parse_value(d, text)
+            if d is not None:
+                parse_value(d, text)
+            elif k is not None:
+                parse_kafka_value(k, key, text)
         except ConfigError as exc:
             raise ConfigRequestError(ErrorCode.invalid_config, str(exc)) from None
-    if not_dynamic:
-        raise ConfigRequestError(
-            ErrorCode.invalid_request,
-            f"cannot update these configs dynamically (not dynamically updatable): "
-            f"{', '.join(sorted(not_dynamic))}",
-        )
+    if entity == ClusterMetadata.DEFAULT_BROKER_ENTITY:
+        per_broker = [key for key in configs
+                      if (k := kafka_key(key)) is not None and (
+                          (k.update_mode == "per-broker" and key not in DYNAMIC_BROKER_KEYS)
+                          or key.startswith("listener.name."))]
+        if per_broker:
+            raise ConfigRequestError(
+                ErrorCode.invalid_config,
+                "Cannot update these configs at default cluster level, broker id must be "
+                f"specified: {_kafka_set(per_broker)}",
+            )
+    problems = []
+    for key in sorted(configs):
+        if key in DYNAMIC_BROKER_KEYS:
+            continue
+        reason = unserved_reason(key)
+        if reason is not None:
+            problems.append(f"{key}: {reason}")
+        elif key in BROKER_CONFIGS:
+            problems.append(f"{key}: Odradek applies it only at start-up yet (set it in "
+                            "server.properties and restart)")
+    if problems:
+        raise ConfigRequestError(ErrorCode.invalid_config, "; ".join(problems))
     # The resulting topic defaults must make a valid log config.
     md = services.metadata
     layers = {
@@ -163,6 +242,24 @@ def _validate_broker_configs(
         LogConfig.build(candidate, {})
     except ConfigError as exc:
         raise ConfigRequestError(ErrorCode.invalid_config, str(exc)) from None
+    # Kafka's LogCleaner.validateReconfiguration and KafkaConfig's connection rule.
+    threads = int(candidate["log.cleaner.threads"])
+    current = int(md.broker_defaults.get("log.cleaner.threads", threads))
+    if threads < 1:
+        problem = "Log cleaner threads should be at least 1"
+    elif threads < current // 2:
+        problem = ("Log cleaner threads cannot be reduced to less than half the current "
+                   f"value {current}")
+    elif threads > current * 2:
+        problem = ("Log cleaner threads cannot be increased to more than double the current "
+                   f"value {current}")
+    elif (int(candidate["max.connections.per.ip"]) == 0
+          and not candidate["max.connections.per.ip.overrides"]):
+        problem = ("max.connections.per.ip can be set to zero only if "
+                   "max.connections.per.ip.overrides is set")
+    else:
+        return
+    raise ConfigRequestError(ErrorCode.invalid_config, problem)
 
 
 # -- describe ------------------------------------------------------------------------------
@@ -185,19 +282,27 @@ def _broker_synonyms(services: BrokerServices, key: str) -> list[Synonym]:
     return out
 
 
-def _entry(m: Any, d: ConfigDef, value: str | None, read_only: bool,
-           synonyms: list[Synonym], include_synonyms: bool, include_docs: bool) -> Any:
+def _make_entry(m: Any, name: str, value: str | None, read_only: bool, sensitive: bool,
+                type_name: str | None, doc: str, synonyms: list[Synonym],
+                include_synonyms: bool, include_docs: bool) -> Any:
     source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
     synonym_cls = getattr(m, "DescribeConfigsSynonym", None)
     listed: tuple[Any, ...] = ()
     if include_synonyms and synonym_cls is not None:
-        listed = tuple(make(synonym_cls, name=n, value=v, source=s) for n, v, s in synonyms)
+        listed = tuple(make(synonym_cls, name=n, value=None if sensitive else v, source=s)
+                       for n, v, s in synonyms)
     return make(
-        m.DescribeConfigsResourceResult, name=d.name, value=value, read_only=read_only,
-        config_source=source, is_sensitive=False, synonyms=listed,
-        config_type=CONFIG_TYPES.get(d.type, 0),
-        documentation=d.doc if include_docs else None,
+        m.DescribeConfigsResourceResult, name=name, value=None if sensitive else value,
+        read_only=read_only, config_source=source, is_sensitive=sensitive, synonyms=listed,
+        config_type=CONFIG_TYPES.get(type_name or "", 0),
+        documentation=doc if include_docs else None,
     )
+
+
+def _entry(m: Any, d: ConfigDef, value: str | None, read_only: bool,
+           synonyms: list[Synonym], include_synonyms: bool, include_docs: bool) -> Any:
+    return _make_entry(m, d.name, value, read_only, False, d.type, d.doc, synonyms,
+                       include_synonyms, include_docs)
 
 
 def _wanted(names: Iterable[str] | None, keys: Iterable[str]) -> list[str]:
@@ -245,25 +350,80 @@ def describe_topic(m: Any, services: BrokerServices, name: str, names: Iterable[
     ]
 
 
+def _static_synonyms(services: BrokerServices, key: str, default: str | None) -> list[Synonym]:
+    """The levels of a key Odradek keeps no value of (unserved or custom): what each dynamic
+    entity stores, server.properties, and Kafka's default."""
+    md = services.metadata
+    out: list[Synonym] = []
+    for entity, source in ((str(services.broker_id), SOURCE_DYNAMIC_BROKER),
+                           (md.DEFAULT_BROKER_ENTITY, SOURCE_DYNAMIC_DEFAULT_BROKER)):
+        stored = md.broker_configs(entity)
+        if key in stored:
+            out.append((key, stored[key], source))
+    if key in services.config.raw:
+        out.append((key, services.config.raw[key].strip(), SOURCE_STATIC_BROKER))
+    if default is not None:
+        out.append((key, default, SOURCE_DEFAULT))
+    return out
+
+
+def _broker_entry(m: Any, services: BrokerServices, key: str, default_entity: bool,
+                  include_synonyms: bool, include_docs: bool) -> Any:
+    """One broker config as Kafka's ConfigHelper.createBrokerConfigEntry describes it: the
+    value in effect (Odradek's for a served key; for another Kafka key the value set, else
+    Kafka's default), read_only by Kafka's dynamic update rules, passwords and keys of no
+    known type sensitive (value null)."""
+    k = kafka_key(key)
+    d = BROKER_CONFIGS.get(key)
+    if d is not None:
+        synonyms = _broker_synonyms(services, key)
+        if default_entity:
+            value: str | None = services.metadata.broker_configs(
+                ClusterMetadata.DEFAULT_BROKER_ENTITY)[key]
+        else:
+            value = format_value(services.metadata.broker_defaults.get(
+                key, services.config.get(key)))
+            if k is not None and k.default is None and (
+                    value == "" or value == format_value(_UNSET_DEFAULTS.get(key))):
+                value = None  # Odradek's "not set" is Kafka's null
+        type_name: str | None = k.type if k is not None else d.type
+        doc = d.doc
+    else:
+        synonyms = _static_synonyms(services, key, k.default if k is not None else None)
+        if default_entity:
+            value = services.metadata.broker_configs(ClusterMetadata.DEFAULT_BROKER_ENTITY)[key]
+        else:
+            value = synonyms[0][1] if synonyms else None
+        type_name = k.type if k is not None else None
+        reason = unserved_reason(key)
+        doc = (f"Kafka {KAFKA_VERSION} broker config, not served by Odradek: {reason}"
+               if reason else "not a Kafka broker config: stored, no effect")
+    if default_entity:
+        synonyms = [s for s in synonyms if s[2] == SOURCE_DYNAMIC_DEFAULT_BROKER]
+    sensitive = type_name in (None, "password")
+    read_only = _read_only(key) if (k is not None or d is not None) else True
+    return _make_entry(m, key, value, read_only, sensitive, type_name, doc, synonyms,
+                       include_synonyms, include_docs)
+
+
+def broker_config_names(services: BrokerServices) -> list[str]:
+    """What DescribeConfigs lists for this broker: every Kafka broker config, Odradek's own,
+    and whatever server.properties or a dynamic entity sets (Kafka's allConfigs)."""
+    md = services.metadata
+    names = set(KAFKA_BROKER_CONFIGS) | set(BROKER_CONFIGS) | set(services.config.raw)
+    names |= set(md.broker_configs(str(services.broker_id)))
+    names |= set(md.broker_configs(md.DEFAULT_BROKER_ENTITY))
+    return sorted(names)
+
+
 def describe_broker(m: Any, services: BrokerServices, name: str, names: Iterable[str] | None,
                     include_synonyms: bool, include_docs: bool) -> list[Any]:
     entity = broker_entity(services, name)
-    entries = []
-    if entity == ClusterMetadata.DEFAULT_BROKER_ENTITY:
-        stored = services.metadata.broker_configs(entity)
-        for key in _wanted(names, stored):
-            d = BROKER_CONFIGS.get(key) or ConfigDef(key, "string", None, None, "")
-            entries.append(_entry(m, d, stored[key], key not in DYNAMIC_BROKER_KEYS,
-                                  [(key, stored[key], SOURCE_DYNAMIC_DEFAULT_BROKER)],
-                                  include_synonyms, include_docs))
-        return entries
-    effective = services.metadata.broker_defaults
-    for key in _wanted(names, BROKER_CONFIGS):
-        d = BROKER_CONFIGS[key]
-        value = effective.get(key, services.config.get(key))
-        entries.append(_entry(m, d, format_value(value), key not in DYNAMIC_BROKER_KEYS,
-                              _broker_synonyms(services, key), include_synonyms, include_docs))
-    return entries
+    default_entity = entity == ClusterMetadata.DEFAULT_BROKER_ENTITY
+    keys = (services.metadata.broker_configs(entity) if default_entity
+            else broker_config_names(services))
+    return [_broker_entry(m, services, key, default_entity, include_synonyms, include_docs)
+            for key in _wanted(names, keys)]
 
 
 # -- alter -----------------------------------------------------------------------------------
@@ -303,7 +463,17 @@ def _commit(services: BrokerServices, resource_type: int, target: str, configs: 
         except MetadataError as exc:
             raise ConfigRequestError(code_of(exc.kafka_error), str(exc)) from None
         return
-    _validate_broker_configs(services, target, configs)
+    try:
+        _validate_broker_configs(services, target, configs)
+    except ConfigRequestError as exc:
+        if exc.code != ErrorCode.invalid_config:
+            raise
+        name = "" if target == ClusterMetadata.DEFAULT_BROKER_ENTITY else target
+        raise ConfigRequestError(  # Kafka's words (ZkAdminManager.alterConfigs)
+            exc.code,
+            f"Invalid config value for resource ConfigResource(type=BROKER, name='{name}'): "
+            f"{exc}",
+        ) from None
     if validate_only:
         return
     services.metadata.set_broker_configs(target, configs)
@@ -329,17 +499,20 @@ def _apply_op(resource_type: int, configs: dict[str, str], op: int, key: str,
     elif op in (OP_APPEND, OP_SUBTRACT):
         d = _definition(resource_type, key)
         verb = "append" if op == OP_APPEND else "subtract"
-        if d is None:
+        k = kafka_key(key) if resource_type == RESOURCE_BROKER and d is None else None
+        if d is None and k is None:
             raise ConfigRequestError(ErrorCode.invalid_config, f"unknown config {key!r}")
-        if d.type != "list":
+        if (d.type if d is not None else k.type if k is not None else None) != "list":
             raise ConfigRequestError(
                 ErrorCode.invalid_config,
                 f"config value {verb} is not allowed for config key: {key} (not a list)",
             )
         if key in configs:
             current = [v.strip() for v in configs[key].split(",") if v.strip()]
-        else:
+        elif d is not None:
             current = list(d.default or ())
+        else:  # a Kafka key Odradek does not serve: from Kafka's default
+            current = [v for v in ((k.default if k else None) or "").split(",") if v]
         items = [v.strip() for v in (value or "").split(",") if v.strip()]
         if op == OP_APPEND:
             current += [v for v in items if v not in current]
