@@ -453,6 +453,67 @@ def test_reassignment_moves_a_partition_to_other_brokers(rcluster: Cluster,
     assert all(isinstance(r, int) for r in send(producer(cluster, acks="all"), topic, [b"x"]))
 
 
+def test_reassign_generate_proposes_moving_whole_topics_and_the_plan_runs(
+    rcluster: Cluster, tmp_path: Path
+) -> None:
+    """kafka-reassign-partitions.sh --generate: the current assignment of the topics and a
+    proposed one on the --broker-list brokers (same partitions and replication factor,
+    placed as CreateTopics does), changing nothing; the proposal then runs with
+    --execute / --verify."""
+    import subprocess
+    import sys
+
+    cluster = rcluster
+    topic = unique("generate")
+    create(cluster, topic, 4, 2)
+    before = replicas(cluster, topic)
+    topics_file = tmp_path / "topics.json"
+    topics_file.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+    plan = tmp_path / "plan.json"
+
+    def tool(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "odradek.cli.main", "reassign", "--bootstrap-server",
+             cluster.bootstrap, *args], capture_output=True, text=True, timeout=60)
+
+    def generate(brokers: str, topics: Path = topics_file) -> subprocess.CompletedProcess[str]:
+        return tool("--generate", "--topics-to-move-json-file", str(topics),
+                    "--broker-list", brokers)
+
+    done = generate("2,3,9")  # an id no broker has is left out, as by Kafka's tool
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    current = json.loads(lines[lines.index("Current partition replica assignment") + 1])
+    proposed = json.loads(
+        lines[lines.index("Proposed partition reassignment configuration") + 1])
+    assert {p["partition"]: p["replicas"] for p in current["partitions"]} == before
+    moves = {p["partition"]: p["replicas"] for p in proposed["partitions"]}
+    assert sorted(moves) == [0, 1, 2, 3]
+    assert all(sorted(r) == [2, 3] for r in moves.values()), moves
+    assert sorted(r[0] for r in moves.values()) == [2, 2, 3, 3], moves  # leaders balanced
+    assert all(p["log_dirs"] == ["any", "any"] for p in proposed["partitions"])
+    assert replicas(cluster, topic) == before  # nothing changed
+
+    plan.write_text(json.dumps(proposed))
+    started = tool("--reassignment-json-file", str(plan), "--execute")
+    assert started.returncode == 0, started.stderr
+    cluster.wait_for(
+        lambda: tool("--reassignment-json-file", str(plan), "--verify").returncode == 0, 90,
+        "the generated plan carried out")
+    assert replicas(cluster, topic) == moves
+
+    # refused with Kafka's reasons
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({"version": 1, "topics": [{"topic": unique("nope")}]}))
+    assert "not found" in (r := generate("1,2,3", unknown)).stderr and r.returncode == 1
+    too_few = generate("3")
+    assert too_few.returncode == 1
+    assert "replication factor 2 is larger than the 1 available brokers" in too_few.stderr
+    twice = generate("2,2")
+    assert twice.returncode != 0
+    assert "Broker list contains duplicate entries: 2" in twice.stderr
+
+
 def test_a_throttled_reassignment_copies_at_the_rate_and_verify_lifts_it(
     rcluster: Cluster, tmp_path_factory: Any
 ) -> None:
