@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from odradek.server.connection_quotas import parse_per_ip_overrides
 from odradek.server.dynamic_config import DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.handlers import register_all
+from odradek.server.handlers._group_log import group_log_replicated
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
 from odradek.server.services import BrokerServices
@@ -145,6 +147,9 @@ class Broker:
             elect_preferred=self._elect_preferred,
             elect_unclean=self._elect_unclean,
         )
+        # The group record a static member's JoinGroup stores waits for the ISR (acks=-1).
+        self.group_coordinator.wait_replicated = functools.partial(
+            group_log_replicated, self.services)
         register_all(self.registry, self.services)
         net = NetworkConfig(
             socket_request_max_bytes=self.config["socket.request.max.bytes"],
