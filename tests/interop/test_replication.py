@@ -8,12 +8,16 @@ by real clients.
   small, acks=1 accepted, acks=all back once the followers return.
 - ``unclean.leader.election.enable``: with it, an out-of-sync replica leads and what only
   the lost leader held is gone (counted); without it, the partition waits offline.
-- Every client's round trip holds while leadership moves (a rolling restart).
+- Every client's round trip holds while leadership moves (a rolling restart); an acks=1
+  record only the old leader held is gone after it hands over, as in Kafka (why the
+  round trips produce with acks=all).
 - A compacted topic replicates: a follower that was away fetches the leader's compacted
   log (offsets with gaps) and, leading later, serves the same latest value of every key.
+- Reassignment (``odradek reassign``): --execute / --verify / throttles, and --generate's
+  proposal carried out.
 
-All tests share one module-scoped cluster; a broker a test kills is restarted before the
-next test.
+All tests share one module-scoped cluster (the acks=1 test starts its own, with a longer
+session and ISR lag); a broker a test kills is restarted before the next test.
 """
 
 from __future__ import annotations
