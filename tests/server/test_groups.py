@@ -428,3 +428,67 @@ def test_sync_and_commit_wait_for_the_isr_of_the_group_partition() -> None:
 
         committed = asyncio.run(commit_while_the_follower_fetches())
         assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+
+
+def test_a_static_member_rejoining_without_a_rebalance_waits_for_the_isr() -> None:
+    """The group record a static member's JoinGroup stores when it rejoins with a new
+    member id and no rebalance is stored with acks=-1 too (Kafka's storeGroup): while a
+    follower of the group's __consumer_offsets partition lags, the JoinGroup answers
+    COORDINATOR_NOT_AVAILABLE after offsets.commit.timeout.ms and the member keeps its old
+    id; once the follower has caught up, the same rejoin succeeds."""
+    from odradek.cluster.partition import PartitionState
+
+    overrides = {"offsets.commit.timeout.ms": "300", "group.min.session.timeout.ms": "100"}
+    with running_broker(overrides=overrides) as broker:
+        group, instance = "g-static-isr", "instance-1"
+        (joined,) = call(broker, join_request(9, group, instance=instance))
+        assert joined.error_code == ErrorCode.none
+        old = joined.member_id
+        s = req("sync_group", 5)
+        (synced,) = call(broker, s.SyncGroupRequest(
+            group_id=group, generation_id=1, member_id=old, group_instance_id=instance,
+            protocol_type="consumer", protocol_name="range",
+            assignments=(s.SyncGroupRequestAssignment(member_id=old, assignment=b"A"),)))
+        assert synced.error_code == ErrorCode.none
+        index = broker.broker.group_coordinator.manager.partition_for(group)
+        partition = broker.broker.replica_manager.get_partition(OFFSETS_TOPIC, index)
+        assert partition is not None and partition.is_leader
+        me = partition.broker_id
+        other = me + 1
+        broker.call(partition.update_state, PartitionState(me, 1, (me, other), (me, other)))
+        h = req("heartbeat", 4)
+
+        def heartbeat(member: str) -> Any:
+            return h.HeartbeatRequest(group_id=group, generation_id=1, member_id=member,
+                                      group_instance_id=instance)
+
+        started = time.monotonic()
+        refused, still = call(broker, join_request(9, group, instance=instance), heartbeat(old))
+        assert refused.error_code == ErrorCode.coordinator_not_available
+        assert refused.member_id == ""
+        assert time.monotonic() - started >= 0.3  # it waited offsets.commit.timeout.ms
+        assert still.error_code == ErrorCode.none  # the old id is the member's again
+        # The follower fetches up to the log end: the high watermark passes the record.
+        broker.call(partition.update_follower_fetch_state, other, partition.log.log_end_offset, 0)
+
+        async def rejoin_while_the_follower_fetches() -> Any:
+            conn = await BrokerConnection.open(broker.bootstrap, client_id="test-client")
+            try:
+                pending = asyncio.ensure_future(
+                    conn.send(join_request(9, group, instance=instance)))
+                deadline = time.monotonic() + 10
+                while not pending.done():
+                    assert time.monotonic() < deadline
+                    broker.call(lambda: partition.update_follower_fetch_state(
+                        other, partition.log.log_end_offset, 0))
+                    await asyncio.sleep(0.01)
+                return await pending
+            finally:
+                await conn.close()
+
+        rejoined = asyncio.run(rejoin_while_the_follower_fetches())
+        assert rejoined.error_code == ErrorCode.none
+        assert rejoined.generation_id == 1 and rejoined.member_id not in ("", old)
+        fresh, fenced = call(broker, heartbeat(rejoined.member_id), heartbeat(old))
+        assert fresh.error_code == ErrorCode.none
+        assert fenced.error_code == ErrorCode.fenced_instance_id

@@ -14,7 +14,12 @@ before the old ones are dropped. ``--throttle B`` caps that copy (KIP-73): it se
 ``leader.replication.throttled.rate`` and ``follower.replication.throttled.rate`` (as the
 cluster-wide broker default) and names the moving replicas in the topics'
 ``*.replication.throttled.replicas``; ``--verify`` removes them once every move is done.
-Not built: ``--generate``.
+``--generate`` proposes a plan moving whole topics (``--topics-to-move-json-file``:
+``{"version":1,"topics":[{"topic":...}]}``) onto the brokers of ``--broker-list``: each
+topic keeps its partition count and replication factor, and its replicas are placed as
+CreateTopics places them (Kafka's ``AdminUtils.assignReplicasToBrokers``: round-robin
+from a random broker, rack-aware unless ``--disable-rack-aware``). It prints the current
+assignment and the proposed one, and changes nothing (as Kafka's tool).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 from odradek.cli._common import add_bootstrap, run_with_admin
 from odradek.client.admin import BROKER_RESOURCE, Admin, check
 from odradek.client.connection import request_class
+from odradek.cluster.metadata import MetadataError, assign_replicas
 
 TIMEOUT = datetime.timedelta(seconds=30)
 
@@ -47,6 +53,15 @@ def add_parser(sub: Any) -> None:
     action.add_argument("--cancel", action="store_true",
                         help="cancel the moves of the plan still under way")
     action.add_argument("--list", action="store_true", help="every move under way")
+    action.add_argument("--generate", action="store_true",
+                        help="propose a plan moving the topics of --topics-to-move-json-file "
+                             "onto the brokers of --broker-list (changes nothing)")
+    parser.add_argument("--topics-to-move-json-file", type=Path,
+                        help="with --generate: {\"version\":1,\"topics\":[{\"topic\":...}]}")
+    parser.add_argument("--broker-list", metavar="IDS",
+                        help="with --generate: the brokers to move the topics to, e.g. 1,2,3")
+    parser.add_argument("--disable-rack-aware", action="store_true",
+                        help="with --generate: place replicas ignoring the brokers' racks")
     parser.add_argument("--throttle", type=int, default=None, metavar="BYTES_PER_S",
                         help="with --execute: cap the moves' replication at this rate "
                              "(KIP-73); --verify removes the throttle once every move is done")
@@ -105,7 +120,94 @@ def _replicas(described: dict[str, Any], topic: str, partition: int) -> list[int
     return None
 
 
+def load_topics(path: Path) -> list[str]:
+    """The topics of Kafka's --topics-to-move-json-file; duplicates refused as Kafka's."""
+    try:
+        topics = [str(entry["topic"]) for entry in json.loads(path.read_text())["topics"]]
+    except OSError as exc:
+        raise SystemExit(f"odradek: cannot read {path}: {exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"odradek: {path} is not a list of topics to move ({exc!r}); "
+                         "expected {\"version\":1,\"topics\":[{\"topic\":...}]}") from None
+    twice = sorted({t for t in topics if topics.count(t) > 1})
+    if twice:
+        raise SystemExit("odradek reassign: List of topics to reassign contains duplicate "
+                         f"entries: {', '.join(twice)}")
+    return topics
+
+
+def parse_broker_list(text: str) -> list[int]:
+    try:
+        ids = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise SystemExit("odradek reassign: --broker-list takes broker ids separated by "
+                         f"commas, e.g. 1,2,3 (got {text!r})") from None
+    twice = sorted({b for b in ids if ids.count(b) > 1})
+    if twice:
+        raise SystemExit("odradek reassign: Broker list contains duplicate entries: "
+                         + ", ".join(map(str, twice)))
+    return ids
+
+
+async def cluster_brokers(admin: Admin) -> dict[int, str | None]:
+    """Every live broker's id and rack (a Metadata request for no topic)."""
+    cls = request_class("metadata", 12, "MetadataRequest")
+    response = await admin.conn.send(cls(topics=(), allow_auto_topic_creation=False,
+                                         include_topic_authorized_operations=False))
+    return {int(b.node_id): b.rack for b in response.brokers}
+
+
+def _plan_json(assignment: dict[tuple[str, int], list[int]]) -> str:
+    return json.dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": r, "log_dirs": ["any"] * len(r)}
+        for (t, p), r in sorted(assignment.items())]})
+
+
+async def generate(admin: Admin, topics: list[str], broker_ids: list[int],
+                   rack_aware: bool) -> int:
+    """Kafka's --generate: each topic's partitions placed afresh on the listed brokers
+    (those of them that are live; Kafka's tool leaves unknown ids out too)."""
+    described = {t.name: t for t in await admin.metadata(topics)}
+    current: dict[tuple[str, int], list[int]] = {}
+    for topic in topics:
+        found = described.get(topic)
+        if found is None or found.error != "none" or not found.partitions:
+            print(f"Topic {topic} not found.", file=sys.stderr)
+            return 1
+        for p in found.partitions:
+            current[(topic, p.partition)] = list(p.replicas)
+    live = await cluster_brokers(admin)
+    brokers = sorted(b for b in broker_ids if b in live)
+    racks = {b: rack for b in brokers if (rack := live[b]) is not None} if rack_aware else {}
+    if racks and len(racks) < len(brokers):
+        print("Not all brokers have rack information. Add --disable-rack-aware in command "
+              "line to make replica assignment without rack information.", file=sys.stderr)
+        return 1
+    proposed: dict[tuple[str, int], list[int]] = {}
+    for topic in topics:
+        partitions = described[topic].partitions
+        try:
+            placed = assign_replicas(brokers, len(partitions), len(partitions[0].replicas),
+                                     racks=racks or None)
+        except MetadataError as exc:
+            print(f"Error: {exc} (--broker-list names {len(brokers)} live broker(s): "
+                  f"{brokers})", file=sys.stderr)
+            return 1
+        proposed.update(((topic, p), r) for p, r in placed.items())
+    print(f"Current partition replica assignment\n{_plan_json(current)}\n")
+    print(f"Proposed partition reassignment configuration\n{_plan_json(proposed)}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.generate:
+        if args.topics_to_move_json_file is None or args.broker_list is None:
+            raise SystemExit("odradek reassign: --generate needs --topics-to-move-json-file "
+                             "and --broker-list")
+        topics = load_topics(args.topics_to_move_json_file)
+        broker_ids = parse_broker_list(args.broker_list)
+        return run_with_admin(args, lambda admin: generate(
+            admin, topics, broker_ids, not args.disable_rack_aware))
     if not args.list and args.reassignment_json_file is None:
         raise SystemExit("odradek reassign: --reassignment-json-file is required with "
                          "--execute, --verify and --cancel")

@@ -29,7 +29,11 @@ How it works:
   passes. Static members (KIP-345, ``group.instance.id``) rejoining with a new member id
   replace the old id; in a Stable group whose selected protocol would not change this
   needs no rebalance: the member gets the current generation back and its old
-  assignment from SyncGroup.
+  assignment from SyncGroup. The group record with its new id is stored as Kafka's
+  ``storeGroup`` does, with acks=-1: the member is answered once the ISR of the group's
+  partition has it (:attr:`GroupCoordinator.wait_replicated`), and on a timeout
+  (COORDINATOR_NOT_AVAILABLE) or a lost leadership (NOT_COORDINATOR) the old id is put
+  back.
 - **Offsets.** The coordinator checks who may commit (a member of the current
   generation, or anyone while the group is Empty and without group management) and which
   partitions OffsetDelete may touch; the manager writes, caches and expires them.
@@ -40,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,6 +177,10 @@ class GroupCoordinator:
         self._join_timers: dict[str, asyncio.TimerHandle] = {}
         self._initial_join: dict[str, int] = {}  # group -> remaining ms of the initial delay
         self._sync_timers: dict[str, asyncio.TimerHandle] = {}
+        # Set by the broker: waits until the ISR of a group's __consumer_offsets partition
+        # holds everything appended to it so far (NONE, REQUEST_TIMED_OUT after
+        # offsets.commit.timeout.ms, or NOT_COORDINATOR). None: nothing to wait for.
+        self.wait_replicated: Callable[[str], Awaitable[ErrorCode]] | None = None
 
     @property
     def groups(self) -> Mapping[str, GroupMetadata]:
@@ -469,6 +477,17 @@ class GroupCoordinator:
         member.awaiting_sync = False
         if group.is_in(GroupState.STABLE) and group.select_protocol() == group.protocol_name:
             error = self.manager.store_group(group)
+            if error == ErrorCode.none and self.wait_replicated is not None:
+                self._schedule_heartbeat(group, member)
+                error = await self.wait_replicated(group.group_id)
+                if error == ErrorCode.request_timed_out:  # as the SyncGroup handler maps it
+                    error = ErrorCode.coordinator_not_available
+                if error != ErrorCode.none and (
+                    self.manager.get_group(group.group_id) is not group
+                    or group.static_member_id(spec.instance_id) != new_id
+                ):
+                    return JoinResult(error, UNKNOWN_MEMBER_ID)  # moved on meanwhile
+                self._cancel_heartbeat(group.group_id, new_id)
             if error != ErrorCode.none:
                 # put the old member back as it was
                 member.protocols = old_protocols

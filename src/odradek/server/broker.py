@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -46,6 +47,7 @@ from odradek.server.dynamic_config import CLEANER_KEYS, DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.handlers import register_all
+from odradek.server.handlers._group_log import group_log_replicated
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
 from odradek.server.services import BrokerServices
@@ -175,6 +177,9 @@ class Broker:
             elect_unclean=self._elect_unclean,
             client_quotas=self._client_quotas(),
         )
+        # The group record a static member's JoinGroup stores waits for the ISR (acks=-1).
+        self.group_coordinator.wait_replicated = functools.partial(
+            group_log_replicated, self.services)
         register_all(self.registry, self.services)
         for listener, server in zip(self.config.listeners, self.servers, strict=True):
             server.request_quota = self.services.client_quotas.request  # KIP-124
