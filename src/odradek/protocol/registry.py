@@ -4,7 +4,9 @@ Replaces the giant ``match`` of Kafka's ``KafkaApis.handle`` with a table, as Ta
 each API family registers its handler once, registering a key twice is an error, and the
 ApiVersions answer (Kafka's ``ApiVersionsResponse.collectApis``) is built from the table,
 so the broker can never advertise a version it does not serve. Every registered version
-must have a kio schema (request and response), checked at registration.
+must have a kio schema (request and response), checked at registration, except the old
+versions kio lacks (``codec.LEGACY_VERSIONS``), whose registration brings its own
+``decode`` and ``error_response`` and whose handler answers with a ``Send``.
 
 A handler is ``async def handler(ctx: RequestContext, request) -> response``, where the
 response is a kio response entity, a pre-encoded :class:`~odradek.protocol.send.Send`, or
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeAlias
 
 from odradek.protocol.api_keys import ApiKey
-from odradek.protocol.codec import kio_versions, schema
+from odradek.protocol.codec import LEGACY_VERSIONS, LegacyBody, kio_versions, schema
 from odradek.protocol.errors import (
     ErrorCode,
     LocalProtocolError,
@@ -149,13 +151,21 @@ class HandlerRegistry:
             raise LocalProtocolError(f"kio has no schemas for API key {key}")
         if min_version > max_version:
             raise LocalProtocolError(f"empty version range {min_version}..{max_version}")
-        if min_version < known[0] or max_version > known[1]:
+        low = min(known[0], LEGACY_VERSIONS.get(key, known)[0])
+        if min_version < low or max_version > known[1]:
             raise LocalProtocolError(
                 f"{_name(key)} versions {min_version}..{max_version} outside the versions "
                 f"kio has schemas for ({known[0]}..{known[1]})"
             )
         for version in range(min_version, max_version + 1):
-            schema(key, version)  # fails loudly now rather than on the first request
+            # fails loudly now rather than on the first request
+            if schema(key, version).request_type is LegacyBody and (
+                decode is None or error_response is None
+            ):
+                raise LocalProtocolError(
+                    f"{_name(key)} v{version} has no kio schema: the registration must "
+                    "bring its own decode and error_response"
+                )
         registration = Registration(
             key, min_version, max_version, handler, error_response, serial, decode
         )
