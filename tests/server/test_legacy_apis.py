@@ -1,0 +1,273 @@
+"""The API versions of old clients (Produce v0-2, Fetch v0-3, ListOffsets v0) against a real
+broker over a real socket. Requests and responses are encoded and decoded by kafka-python's
+old protocol classes (kafka.protocol.old) and its legacy record code: an implementation
+independent of ours."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import uuid
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka.protocol.old.fetch import (
+    FetchRequest_v0,
+    FetchRequest_v1,
+    FetchRequest_v2,
+    FetchRequest_v3,
+    FetchResponse_v0,
+    FetchResponse_v1,
+    FetchResponse_v2,
+    FetchResponse_v3,
+)
+from kafka.protocol.old.list_offsets import ListOffsetsRequest_v0, ListOffsetsResponse_v0
+from kafka.protocol.old.produce import (
+    ProduceRequest_v0,
+    ProduceRequest_v1,
+    ProduceRequest_v2,
+    ProduceResponse_v0,
+    ProduceResponse_v1,
+    ProduceResponse_v2,
+)
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
+
+from odradek.protocol.api_keys import ApiKey
+from odradek.records.builder import BatchBuilder
+from odradek.records.compression import CompressionType, compress
+from odradek.testing import RunningBroker
+
+PRODUCE = {0: (ProduceRequest_v0, ProduceResponse_v0), 1: (ProduceRequest_v1, ProduceResponse_v1),
+           2: (ProduceRequest_v2, ProduceResponse_v2)}
+FETCH = {0: (FetchRequest_v0, FetchResponse_v0), 1: (FetchRequest_v1, FetchResponse_v1),
+         2: (FetchRequest_v2, FetchResponse_v2), 3: (FetchRequest_v3, FetchResponse_v3)}
+CODECS = [0, 1, 2, 3]  # none, gzip, snappy, lz4: what message formats v0/v1 know
+
+
+class OldClient:
+    """One connection speaking request header v1 / response header v0, as 0.9 clients."""
+
+    def __init__(self, broker: RunningBroker) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", broker.port), timeout=30)
+        self.correlation = 0
+
+    def call(self, request: Any, response_cls: Any) -> Any:
+        self.correlation += 1
+        request.with_header(correlation_id=self.correlation, client_id="old-client")
+        self.sock.sendall(request.encode(header=True, framed=True))
+        size = struct.unpack(">i", self._read(4))[0]
+        data = self._read(size)
+        (correlation,) = struct.unpack(">i", data[:4])
+        assert correlation == self.correlation
+        return response_cls.decode(data[4:])
+
+    def _read(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            out += chunk
+        return bytes(out)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def client(shared_broker: RunningBroker) -> Iterator[OldClient]:
+    c = OldClient(shared_broker)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def topic(shared_broker: RunningBroker) -> str:
+    name = f"legacy-{uuid.uuid4().hex[:8]}"
+    shared_broker.call(shared_broker.broker.metadata.create_topic, name, 1, 1, {})
+    deadline = time.monotonic() + 30
+    while shared_broker.broker.get_log(name, 0) is None:
+        assert time.monotonic() < deadline, "log not created"
+        time.sleep(0.02)
+    return name
+
+
+def message_set(magic: int, codec: int, values: list[bytes], timestamp: int = 0) -> bytes:
+    builder = LegacyRecordBatchBuilder(magic, codec, 1 << 24)
+    for i, value in enumerate(values):
+        builder.append(i, timestamp + i, b"key-%d" % i, value)
+    return bytes(builder.build())
+
+
+def produce(client: OldClient, version: int, topic: str, records: bytes) -> tuple[int, int]:
+    request_cls, response_cls = PRODUCE[version]
+    response = client.call(request_cls(required_acks=1, timeout=5000,
+                                       topics=[(topic, [(0, records)])]), response_cls)
+    (_, [(index, error, base_offset, *_)]) = response.topics[0]
+    assert index == 0
+    return error, base_offset
+
+
+def fetch(client: OldClient, version: int, topic: str, offset: int = 0,
+          max_bytes: int = 1 << 20) -> tuple[int, int, list[Any]]:
+    request_cls, response_cls = FETCH[version]
+    args: list[Any] = [-1, 100, 1]
+    if version == 3:
+        args.append(50 << 20)
+    args.append([(topic, [(0, offset, max_bytes)])])
+    response = client.call(request_cls(*args), response_cls)
+    (_, [(index, error, high_watermark, records)]) = response.topics[0]
+    assert index == 0
+    out = []
+    memory = MemoryRecords(records)
+    while memory.has_next():
+        batch = memory.next_batch()
+        if batch is None:
+            break
+        assert batch.magic == (0 if version <= 1 else 1)
+        for record in batch:
+            assert record.validate_crc()
+            out.append(record)
+    return error, high_watermark, out
+
+
+def log_end(broker: RunningBroker, topic: str) -> int:
+    log = broker.broker.get_log(topic, 0)
+    assert log is not None
+    return int(log.log_end_offset)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+@pytest.mark.parametrize("codec", CODECS)
+def test_old_produce_then_old_fetch(client: OldClient, topic: str, version: int,
+                                    codec: int) -> None:
+    magic = 0 if version < 2 else 1
+    now = int(time.time() * 1000)
+    for round_ in range(2):
+        values = [b"value %d-%d" % (round_, i) * 10 for i in range(5)]
+        error, base = produce(client, version, topic, message_set(magic, codec, values, now))
+        assert (error, base) == (0, round_ * 5)
+    for fetch_version in range(4):
+        error, high_watermark, records = fetch(client, fetch_version, topic)
+        assert (error, high_watermark) == (0, 10)
+        assert [r.offset for r in records] == list(range(10))
+        assert [r.value for r in records] == [
+            b"value %d-%d" % (r, i) * 10 for r in range(2) for i in range(5)]
+        assert [r.key for r in records] == [b"key-%d" % i for _ in range(2) for i in range(5)]
+        if fetch_version >= 2:
+            expected = [now + i for _ in range(2) for i in range(5)] if magic else [-1] * 10
+            assert [r.timestamp for r in records] == expected
+    # from an offset in the middle of a batch
+    assert [r.offset for r in fetch(client, 3, topic, offset=7)[2]] == [7, 8, 9]
+
+
+def test_modern_batches_are_down_converted_headers_dropped(
+    shared_broker: RunningBroker, client: OldClient, topic: str
+) -> None:
+    log = shared_broker.broker.get_log(topic, 0)
+    for codec in (CompressionType.NONE, CompressionType.GZIP, CompressionType.LZ4):
+        builder = BatchBuilder(compression=codec)
+        for i in range(3):
+            builder.append(b"k", b"v%d" % i, 1_700_000_000_000 + i, headers=[("h", b"x")])
+        shared_broker.call(log.append_as_leader, builder.build())
+    error, _, records = fetch(client, 2, topic)
+    assert error == 0
+    assert [(r.offset, r.value, r.timestamp) for r in records] == [
+        (3 * b + i, b"v%d" % i, 1_700_000_000_000 + i) for b in range(3) for i in range(3)]
+    assert all(r.headers == [] for r in records)
+    error, _, records = fetch(client, 0, topic, offset=4)
+    assert [r.offset for r in records] == [4, 5, 6, 7, 8]
+
+
+def test_zstd_cannot_be_read_by_old_fetchers(
+    shared_broker: RunningBroker, client: OldClient, topic: str
+) -> None:
+    builder = BatchBuilder(compression=CompressionType.ZSTD)
+    builder.append(None, b"z", int(time.time() * 1000))
+    shared_broker.call(shared_broker.broker.get_log(topic, 0).append_as_leader, builder.build())
+    error, _, records = fetch(client, 3, topic)
+    assert error == 76 and records == []  # UNSUPPORTED_COMPRESSION_TYPE, as Kafka
+
+
+def test_v0_2_partition_limit_is_hard(client: OldClient, topic: str) -> None:
+    produce(client, 2, topic, message_set(1, 0, [b"x" * 500]))
+    request_cls, response_cls = FETCH[1]
+    response = client.call(request_cls(-1, 100, 1, [(topic, [(0, 0, 100)])]), response_cls)
+    records = response.topics[0][1][0][3]
+    assert len(records) == 100  # the first message, cut: the old client reports it
+
+
+def _wrapper(magic: int, codec: int, value: bytes | None) -> bytes:
+    body = struct.pack(">bb", magic, codec)
+    if magic == 1:
+        body += struct.pack(">q", 0)
+    body += b"\xff\xff\xff\xff"
+    body += b"\xff\xff\xff\xff" if value is None else struct.pack(">i", len(value)) + value
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", 0, len(message)) + message
+
+
+BAD = {
+    "bad crc": (lambda: bytes(message_set(1, 0, [b"a", b"b"])[:-1] + b"\x00"), 2),
+    "wrapper in wrapper": (
+        lambda: _wrapper(1, 1, compress(CompressionType.GZIP, message_set(1, 1, [b"a"]))), 87),
+    "truncated inner message": (
+        lambda: _wrapper(0, 1, compress(CompressionType.GZIP, message_set(0, 0, [b"a"])[:-3])),
+        2),
+    "truncated message set": (lambda: message_set(1, 0, [b"a", b"bbbb"])[:-2], 2),
+    "inner magic differs": (
+        lambda: _wrapper(1, 2, compress(CompressionType.SNAPPY, message_set(0, 0, [b"a"]))), 87),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_message_sets_are_refused_nothing_stored(
+    shared_broker: RunningBroker, client: OldClient, topic: str, case: str
+) -> None:
+    make, expected = BAD[case]
+    produce(client, 2, topic, message_set(1, 0, [b"ok"]))
+    error, _ = produce(client, 2, topic, make())
+    assert error == expected
+    assert log_end(shared_broker, topic) == 1
+    # the same connection goes on: the broker answers the next request
+    assert produce(client, 1, topic, message_set(0, 0, [b"ok2"])) == (0, 1)
+
+
+def test_wrong_inner_offsets_are_reassigned(client: OldClient, topic: str) -> None:
+    builder = LegacyRecordBatchBuilder(1, 1, 1 << 20)
+    for offset in (5, 2, 9):
+        builder.append(offset, 1, None, b"v%d" % offset)
+    assert produce(client, 2, topic, bytes(builder.build())) == (0, 0)
+    assert [(r.offset, r.value) for r in fetch(client, 2, topic)[2]] == [
+        (0, b"v5"), (1, b"v2"), (2, b"v9")]
+
+
+def test_list_offsets_v0(shared_broker: RunningBroker, client: OldClient, topic: str) -> None:
+    def offsets(timestamp: int, count: int) -> tuple[int, list[int]]:
+        response = client.call(ListOffsetsRequest_v0(-1, [(topic, [(0, timestamp, count)])]),
+                               ListOffsetsResponse_v0)
+        (_, [(_, error, found)]) = response.topics[0]
+        return error, list(found)
+
+    assert offsets(-1, 1) == (0, [0])
+    assert offsets(-2, 1) == (0, [0])
+    produce(client, 0, topic, message_set(0, 0, [b"a", b"b", b"c"]))
+    assert offsets(-1, 1) == (0, [3])
+    assert offsets(-1, 5) == (0, [3, 0])  # the log end, then the segment's base offset
+    assert offsets(-2, 5) == (0, [0])
+    assert offsets(0, 5) == (0, [])  # nothing modified at or before 1970
+    response = client.call(ListOffsetsRequest_v0(-1, [("no-such-topic-x", [(0, -1, 1)])]),
+                           ListOffsetsResponse_v0)
+    assert response.topics[0][1][0][1] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_api_versions_advertise_the_old_versions(shared_broker: RunningBroker) -> None:
+    table = {r.api_key: (r.min_version, r.max_version)
+             for r in shared_broker.broker.registry.supported_versions()}
+    assert table[int(ApiKey.PRODUCE)][0] == 0
+    assert table[int(ApiKey.FETCH)][0] == 0
+    assert table[int(ApiKey.LIST_OFFSETS)][0] == 0
