@@ -271,3 +271,20 @@ def test_api_versions_advertise_the_old_versions(shared_broker: RunningBroker) -
     assert table[int(ApiKey.PRODUCE)][0] == 0
     assert table[int(ApiKey.FETCH)][0] == 0
     assert table[int(ApiKey.LIST_OFFSETS)][0] == 0
+
+
+def test_v0_messages_without_timestamp_pass_the_timestamp_bounds(
+    shared_broker: RunningBroker, client: OldClient
+) -> None:
+    """Kafka does not check NO_TIMESTAMP (-1) against message.timestamp.before.max.ms."""
+    name = f"legacy-bounded-{uuid.uuid4().hex[:8]}"
+    shared_broker.call(shared_broker.broker.metadata.create_topic, name, 1, 1,
+                       {"message.timestamp.before.max.ms": "3600000"})
+    deadline = time.monotonic() + 30
+    while shared_broker.broker.get_log(name, 0) is None:
+        assert time.monotonic() < deadline, "log not created"
+        time.sleep(0.02)
+    assert produce(client, 0, name, message_set(0, 0, [b"a", b"b"])) == (0, 0)
+    # a v1 message a year old is still refused: INVALID_TIMESTAMP
+    old = int(time.time() * 1000) - 365 * 86_400_000
+    assert produce(client, 2, name, message_set(1, 0, [b"c"], old))[0] == 32

@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 from odradek.records.batch import (
     BATCH_HEADER_SIZE,
+    NO_TIMESTAMP,
     BatchesInfo,
     BatchHeader,
     InvalidRecordError,
@@ -316,7 +317,9 @@ class PartitionLog:
         refused: list[tuple[int, str]] = []
         failed = False
         for header in headers:
-            if header.max_timestamp > high or header.base_timestamp < low:
+            if (header.max_timestamp > high or header.base_timestamp < low) and (
+                header.max_timestamp != NO_TIMESTAMP  # v0 messages have none: not checked
+            ):
                 failed = True
                 batch = memoryview(records)[header.position : header.position + header.size]
                 try:
