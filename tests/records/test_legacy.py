@@ -260,9 +260,14 @@ def test_down_conversion_skips_records_below_the_fetch_offset_and_stops_at_max_b
     log = _v2_log()
     result = legacy.down_convert(log, 1, 6, 1 << 20)
     assert [g[0] for g in kp_read(result.data)] == list(range(6, 16))
-    one = legacy.down_convert(log, 1, 0, 10)
-    assert one.batches == 1 and [g[0] for g in kp_read(one.data)] == [0, 1, 2, 3]
+    one = legacy.down_convert(log, 1, 0, 10)  # the first message, over the limit alone
+    assert one.batches == 1 and [g[0] for g in kp_read(one.data)] == [0]
     assert legacy.down_convert(log, 1, 0, 10, min_one=False).data == b""
+    # an uncompressed batch is cut after whole messages; a compressed one is never cut
+    two = legacy.down_convert(log, 1, 0, 2 * 37 + 5)
+    assert [g[0] for g in kp_read(two.data)] == [0, 1]
+    more = legacy.down_convert(log, 1, 0, 4 * 37 + 10)
+    assert [g[0] for g in kp_read(more.data)] == [0, 1, 2, 3]
     # a region cut inside its last batch: the whole batches before it
     cut = legacy.down_convert(log[:-20], 1, 0, 1 << 20)
     assert cut.messages == 16

@@ -46,7 +46,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from odradek.records.batch import (
     LOG_OVERHEAD,
@@ -55,9 +55,10 @@ from odradek.records.batch import (
     InvalidRecordError,
     TimestampType,
     iter_batches,
-    iter_records,
+    records_payload,
 )
 from odradek.records.builder import BatchBuilder
+from odradek.records.columnar import new_builder
 from odradek.records.compression import (
     DEFAULT_MAX_DECOMPRESSED,
     CompressionError,
@@ -502,24 +503,31 @@ def down_convert(
     (zstd cannot: :class:`InvalidRecordError` "codec", the fetch answers
     UNSUPPORTED_COMPRESSION_TYPE as Kafka does); an uncompressed one, plain messages. The
     output stops before the batch that would take it past ``max_bytes``, except that the
-    first batch is always converted when ``min_one``. v0/v1 entries found in the region
-    (old segments) are passed on as they are, or converted down from v1 to v0."""
+    first batch is always converted when ``min_one`` (an uncompressed one cut after the
+    message that passes ``max_bytes``: whole messages, enough to progress). v0/v1 entries
+    found in the region (old segments) are passed on as they are, or converted down from v1
+    to v0."""
     out: list[bytes] = []
     total = 0
     count = 0
     batches = 0
-    for piece, n in _converted_pieces(records, magic, first_offset, max_size):
+    room = [max_bytes]  # what is left, read by the generator as it converts
+    for piece, n in _converted_pieces(records, magic, first_offset, max_size, room):
         if total + len(piece) > max_bytes and (out or not min_one):
             break
         out.append(piece)
         total += len(piece)
+        room[0] = max_bytes - total
         count += n
         batches += 1
+        if room[0] <= 0:
+            break
     return DownConverted(b"".join(out), count, batches)
 
 
 def _converted_pieces(
-    records: bytes | bytearray | memoryview, magic: int, first_offset: int, max_size: int
+    records: bytes | bytearray | memoryview, magic: int, first_offset: int, max_size: int,
+    room: list[int],
 ) -> Iterator[tuple[bytes, int]]:
     view = memoryview(records)
     end = len(view)
@@ -532,7 +540,7 @@ def _converted_pieces(
                 return  # the region ends inside this batch
             size = batch_header.size
             piece = _batch_to_legacy(view[pos : pos + size], batch_header, magic,
-                                     first_offset, max_size)
+                                     first_offset, max_size, room[0])
             pos += size
         else:
             (_, msg_size) = _ENTRY.unpack_from(view, pos)
@@ -546,26 +554,95 @@ def _converted_pieces(
 
 
 def _batch_to_legacy(
-    batch: memoryview, header: BatchHeader, magic: int, first_offset: int, max_size: int
+    batch: memoryview, header: BatchHeader, magic: int, first_offset: int, max_size: int,
+    limit: int,
 ) -> tuple[bytes, int] | None:
+    """One v2 batch as plain messages or one wrapper. Records are decoded by the native
+    column builder (the Spark connector's), and messages packed with one ``struct`` call
+    and one CRC32 each. Uncompressed output stops once it passes ``limit`` (what follows
+    would be cut off anyway), so a large batch fetched piecewise is not converted whole
+    by every fetch; the first message always goes)."""
     if header.is_control or header.last_offset < first_offset:
         return None
     codec = header.compression
     if int(codec) > _MAX_LEGACY_CODEC:
         raise InvalidRecordError(
             "codec", f"{codec.name} batches cannot be converted to message format v{magic}")
-    log_append = (
-        header.max_timestamp
-        if header.timestamp_type == TimestampType.LOG_APPEND_TIME and magic == MAGIC_V1
-        else None
-    )
-    builder = LegacyBuilder(magic, codec, log_append)
-    for record in iter_records(batch, max_size):
-        if record.offset >= first_offset:
-            builder.append(record.offset, record.timestamp, record.key, record.value)
-    if not len(builder):
+    log_append = header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    builder = new_builder(headers=False)
+    try:
+        rows = builder.add(
+            records_payload(batch, max_size), header.record_count, header.base_offset,
+            header.base_timestamp, header.max_timestamp, 1 if log_append else 0,
+            first_offset, _NO_LIMIT,
+        )
+    except ValueError as exc:
+        raise InvalidRecordError("record", f"batch at offset {header.base_offset}: {exc}") from None
+    if not rows:
         return None
-    return builder.build(), len(builder)
+    _, offsets_buf, timestamps_buf, _, keys, values, _ = builder.finish()
+    offsets = memoryview(offsets_buf).cast("q")
+    timestamps = memoryview(timestamps_buf).cast("q")
+    attributes = _TIMESTAMP_TYPE_MASK if (log_append and magic == MAGIC_V1) else 0
+    compressed = codec != CompressionType.NONE
+    base = offsets[0] if (compressed and magic == MAGIC_V1) else 0
+    parts, count = _pack_messages(magic, attributes, rows, offsets, timestamps, keys, values,
+                                  base, _NO_LIMIT if compressed else limit)
+    inner = b"".join(parts)
+    if not compressed:
+        return inner, count
+    value = compress_legacy(codec, magic, inner)
+    wrapper_ts = max(timestamps) if magic == MAGIC_V1 else NO_TIMESTAMP
+    wrapper = _encode_message(magic, int(codec) | attributes, wrapper_ts, None, value)
+    return _entry(offsets[rows - 1], wrapper), count
+
+
+_NO_LIMIT = (1 << 62)
+_V0_HEAD = struct.Struct(">bbi")  # magic, attributes, key length
+_V1_HEAD = struct.Struct(">bbqi")  # magic, attributes, timestamp, key length
+_ENTRY_CRC = struct.Struct(">qiI")  # offset, message size, crc
+
+
+def _pack_messages(
+    magic: int, attributes: int, rows: int, offsets: memoryview, timestamps: memoryview,
+    keys: tuple[Any, Any, Any, int], values: tuple[Any, Any, Any, int], base: int, limit: int,
+) -> tuple[list[bytes], int]:
+    kvalid, koffs, kdata, _ = keys
+    vvalid, voffs, vdata, _ = values
+    kvalid, vvalid = bytes(kvalid), bytes(vvalid)
+    kdata, vdata = bytes(kdata), bytes(vdata)
+    koff = memoryview(koffs).cast("i")
+    voff = memoryview(voffs).cast("i")
+    pack_entry = _ENTRY_CRC.pack
+    pack_len = _I32.pack
+    crc32 = zlib.crc32
+    parts: list[bytes] = []
+    total = 0
+    count = 0
+    for i in range(rows):
+        bit = 1 << (i & 7)
+        if kvalid[i >> 3] & bit:
+            key = kdata[koff[i] : koff[i + 1]]
+            key_length = len(key)
+        else:
+            key, key_length = b"", -1
+        if vvalid[i >> 3] & bit:
+            value = vdata[voff[i] : voff[i + 1]]
+            value_length = len(value)
+        else:
+            value, value_length = b"", -1
+        if magic == MAGIC_V1:
+            head = _V1_HEAD.pack(1, attributes, timestamps[i], key_length)
+        else:
+            head = _V0_HEAD.pack(0, attributes, key_length)
+        body = head + key + pack_len(value_length) + value
+        total += 16 + len(body)
+        if total > limit and count:
+            break
+        parts.append(pack_entry(offsets[i] - base, len(body) + 4, crc32(body)))
+        parts.append(body)
+        count += 1
+    return parts, count
 
 
 def _legacy_to_legacy(
