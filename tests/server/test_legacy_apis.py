@@ -14,6 +14,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kafka.protocol.old.commit import (
+    OffsetCommitRequest_v0,
+    OffsetCommitRequest_v1,
+    OffsetCommitResponse_v0,
+    OffsetCommitResponse_v1,
+    OffsetFetchRequest_v0,
+    OffsetFetchRequest_v1,
+    OffsetFetchResponse_v0,
+    OffsetFetchResponse_v1,
+)
 from kafka.protocol.old.fetch import (
     FetchRequest_v0,
     FetchRequest_v1,
@@ -271,6 +281,8 @@ def test_api_versions_advertise_the_old_versions(shared_broker: RunningBroker) -
     assert table[int(ApiKey.PRODUCE)][0] == 0
     assert table[int(ApiKey.FETCH)][0] == 0
     assert table[int(ApiKey.LIST_OFFSETS)][0] == 0
+    assert table[int(ApiKey.OFFSET_COMMIT)][0] == 0
+    assert table[int(ApiKey.OFFSET_FETCH)][0] == 0
 
 
 def test_v0_messages_without_timestamp_pass_the_timestamp_bounds(
@@ -288,3 +300,49 @@ def test_v0_messages_without_timestamp_pass_the_timestamp_bounds(
     # a v1 message a year old is still refused: INVALID_TIMESTAMP
     old = int(time.time() * 1000) - 365 * 86_400_000
     assert produce(client, 2, name, message_set(1, 0, [b"c"], old))[0] == 32
+
+
+def test_offset_commit_v0_keeps_offsets_the_old_way(
+    shared_broker: RunningBroker, client: OldClient, topic: str
+) -> None:
+    """v0 writes /consumers/<group>/offsets/<topic>/<partition> (ZooKeeper in Kafka's ZK
+    mode), read back by OffsetFetch v0; the group coordinator's offsets are apart."""
+    group = f"zk-{uuid.uuid4().hex[:8]}"
+
+    def fetch_v0(partitions: list[int]) -> list[tuple[int, int, int]]:
+        response = client.call(OffsetFetchRequest_v0(group, [(topic, partitions)]),
+                               OffsetFetchResponse_v0)
+        return [(p[0], p[1], p[3]) for p in response.topics[0][1]]
+
+    assert fetch_v0([0]) == [(0, -1, 0)]  # nothing committed: -1, no error
+    response = client.call(OffsetCommitRequest_v0(group, [(topic, [(0, 42, "meta"),
+                                                                   (7, 1, "")])]),
+                           OffsetCommitResponse_v0)
+    assert list(response.topics[0][1]) == [(0, 0), (7, 3)]  # partition 7 does not exist
+    assert fetch_v0([0, 7]) == [(0, 42, 0), (7, -1, 3)]
+    node = shared_broker.broker.metadata.store.get(f"/consumers/{group}/offsets/{topic}/0")
+    assert node is not None and node.data == b"42"
+    # again: the node is updated
+    client.call(OffsetCommitRequest_v0(group, [(topic, [(0, 43, "")])]),
+                OffsetCommitResponse_v0)
+    assert fetch_v0([0]) == [(0, 43, 0)]
+    # the coordinator (OffsetFetch v1) has none of it, as with Kafka
+    response = client.call(OffsetFetchRequest_v1(group, [(topic, [0])]), OffsetFetchResponse_v1)
+    assert response.topics[0][1][0][1] == -1
+
+
+def test_offset_commit_v1_goes_to_the_group_coordinator(
+    client: OldClient, topic: str
+) -> None:
+    group = f"v1-{uuid.uuid4().hex[:8]}"
+    response = client.call(
+        OffsetCommitRequest_v1(group, -1, "", [(topic, [(0, 17, -1, "m")])]),
+        OffsetCommitResponse_v1)
+    assert list(response.topics[0][1]) == [(0, 0)]
+    fetched = client.call(OffsetFetchRequest_v1(group, [(topic, [0])]), OffsetFetchResponse_v1)
+    assert tuple(fetched.topics[0][1][0]) == (0, 17, "m", 0)
+    # a wrong generation of a group with no members: ILLEGAL_GENERATION
+    response = client.call(
+        OffsetCommitRequest_v1(group, 5, "nobody", [(topic, [(0, 18, -1, "")])]),
+        OffsetCommitResponse_v1)
+    assert response.topics[0][1][0][1] in (22, 25)  # ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID

@@ -43,6 +43,24 @@ ListOffsets v0 (the offsets "before" a time, Kafka's ``legacyFetchOffsetsBefore`
                        partitions array of {partition_index int32, error_code int16,
                                             old_style_offsets array of int64}}
 
+OffsetCommit v0-1 and OffsetFetch v0 (clients of 0.8.1-0.8.2)::
+
+    OffsetCommitRequest v0-1
+      group_id string, generation_id int32 (v1), member_id string (v1),
+      topics array of {name string,
+                       partitions array of {partition_index int32, committed_offset int64,
+                                            commit_timestamp int64 (v1),
+                                            committed_metadata nullable string}}
+    OffsetCommitResponse v0-1
+      topics array of {name string, partitions array of {partition_index int32,
+                                                         error_code int16}}
+    OffsetFetchRequest v0
+      group_id string, topics array of {name string, partition_indexes array of int32}
+    OffsetFetchResponse v0
+      topics array of {name string,
+                       partitions array of {partition_index int32, committed_offset int64,
+                                            metadata nullable string, error_code int16}}
+
 The records of a v0/v1 fetch are a message set of magic 0 (Fetch v0-1) or 1 (v2-3),
 down-converted by the handler (records/legacy.py). Malformed requests are
 :class:`InvalidRequestError`, as kio's decoding failures are.
@@ -66,11 +84,17 @@ __all__ = [
     "LegacyFetchRequest",
     "LegacyFetchTopic",
     "ListOffsetsV0Request",
+    "OffsetCommitLegacyRequest",
+    "OffsetFetchV0Request",
     "fetch_magic",
     "read_fetch_request",
     "read_list_offsets_v0",
+    "read_offset_commit_legacy",
+    "read_offset_fetch_v0",
     "write_fetch_response",
     "write_list_offsets_v0",
+    "write_offset_commit_legacy",
+    "write_offset_fetch_v0",
     "write_produce_response",
 ]
 
@@ -274,4 +298,131 @@ def write_list_offsets_v0(
             out += _I16_I32.pack(index, code, len(offsets))
             for value in offsets:
                 out += _I64.pack(value)
+    return Send((bytes(out),))
+
+
+class OffsetCommitLegacyPartition(NamedTuple):
+    partition_index: int
+    committed_offset: int
+    commit_timestamp: int
+    committed_metadata: str | None
+
+
+class OffsetCommitLegacyTopic(NamedTuple):
+    name: str
+    partitions: tuple[OffsetCommitLegacyPartition, ...]
+
+
+class OffsetCommitLegacyRequest(NamedTuple):
+    group_id: str
+    generation_id: int
+    member_id: str
+    topics: tuple[OffsetCommitLegacyTopic, ...]
+
+
+class OffsetFetchV0Topic(NamedTuple):
+    name: str
+    partition_indexes: tuple[int, ...]
+
+
+class OffsetFetchV0Request(NamedTuple):
+    group_id: str
+    topics: tuple[OffsetFetchV0Topic, ...]
+
+
+_I32_I64 = struct.Struct(">iq")
+_I32_I64_I64 = struct.Struct(">iqq")
+_I32_I16 = struct.Struct(">ih")
+_I16_BARE = struct.Struct(">h")
+
+
+def _nullable_string(view: memoryview, pos: int) -> tuple[str | None, int]:
+    (n,) = _I16.unpack_from(view, pos)
+    if n == -1:
+        return None, pos + 2
+    return _string(view, pos)
+
+
+def read_offset_commit_legacy(
+    frame: bytes | bytearray | memoryview, offset: int, version: int
+) -> OffsetCommitLegacyRequest:
+    if version not in (0, 1):
+        raise ValueError(f"OffsetCommit request v{version} is not read here")
+    view = memoryview(frame)
+    try:
+        group_id, pos = _string(view, offset)
+        generation_id, member_id = -1, ""
+        if version == 1:
+            (generation_id,) = _I32.unpack_from(view, pos)
+            member_id, pos = _string(view, pos + 4)
+        count, pos = _count(view, pos)
+        topics = []
+        for _ in range(count):
+            name, pos = _string(view, pos)
+            n, pos = _count(view, pos)
+            partitions = []
+            for _ in range(n):
+                timestamp = -1
+                if version == 1:
+                    index, committed, timestamp = _I32_I64_I64.unpack_from(view, pos)
+                    pos += _I32_I64_I64.size
+                else:
+                    index, committed = _I32_I64.unpack_from(view, pos)
+                    pos += _I32_I64.size
+                metadata, pos = _nullable_string(view, pos)
+                partitions.append(
+                    OffsetCommitLegacyPartition(index, committed, timestamp, metadata))
+            topics.append(OffsetCommitLegacyTopic(name, tuple(partitions)))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"cannot decode OffsetCommit v{version} request: {exc!r}"
+                                  ) from exc
+    return OffsetCommitLegacyRequest(group_id, generation_id, member_id, tuple(topics))
+
+
+def write_offset_commit_legacy(
+    topics: Sequence[tuple[str, Sequence[tuple[int, int]]]],
+) -> Send:
+    """(name, [(partition_index, error_code)]) as an OffsetCommit v0-1 body."""
+    out = bytearray(_I32.pack(len(topics)))
+    for name, partitions in topics:
+        out += _pack_string(name)
+        out += _I32.pack(len(partitions))
+        for index, code in partitions:
+            out += _I32_I16.pack(index, code)
+    return Send((bytes(out),))
+
+
+def read_offset_fetch_v0(
+    frame: bytes | bytearray | memoryview, offset: int, version: int
+) -> OffsetFetchV0Request:
+    if version != 0:
+        raise ValueError(f"OffsetFetch request v{version} is not read here")
+    view = memoryview(frame)
+    try:
+        group_id, pos = _string(view, offset)
+        count, pos = _count(view, pos)
+        topics = []
+        for _ in range(count):
+            name, pos = _string(view, pos)
+            n, pos = _count(view, pos)
+            indexes = struct.unpack_from(f">{n}i", view, pos)
+            pos += 4 * n
+            topics.append(OffsetFetchV0Topic(name, tuple(indexes)))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"cannot decode OffsetFetch v0 request: {exc!r}") from exc
+    return OffsetFetchV0Request(group_id, tuple(topics))
+
+
+def write_offset_fetch_v0(
+    topics: Sequence[tuple[str, Sequence[tuple[int, int, str | None, int]]]],
+) -> Send:
+    """(name, [(partition_index, offset, metadata, error_code)]) as an OffsetFetch v0 body."""
+    out = bytearray(_I32.pack(len(topics)))
+    for name, partitions in topics:
+        out += _pack_string(name)
+        out += _I32.pack(len(partitions))
+        for index, committed, metadata, code in partitions:
+            out += _I32_I64.pack(index, committed)
+            out += b"\xff\xff" if metadata is None else _pack_string(metadata)
+            out += _I16_BARE.pack(code)
     return Send((bytes(out),))
