@@ -220,3 +220,24 @@ def test_kcat(broker: tuple[RunningBroker, _Recorder], fallback: str, codec: str
         (i, f"k{i}", f"v{i}") for i in range(N)]
     assert recorder.seen["PRODUCE"] == {1} and recorder.seen["FETCH"] == {1}
     assert "API_VERSIONS" not in recorder.seen
+
+
+def test_kafka_python_admin_0_10_1(broker: tuple[RunningBroker, _Recorder]) -> None:
+    """kafka-python's admin client pinned to 0.10.1 creates and deletes topics with
+    CreateTopics v0 and DeleteTopics v0."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    b, recorder = broker
+    recorder.seen.clear()
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap, api_version=(0, 10, 1))
+    name = f"kp-admin-{uuid.uuid4().hex[:8]}"
+    try:
+        admin.create_topics([NewTopic(name, 3, 1)], timeout_ms=30000)
+        info = b.broker.metadata.get(name)
+        assert info is not None and len(info.partitions) == 3
+        admin.delete_topics([name], timeout_ms=30000)
+        assert b.broker.metadata.get(name) is None
+    finally:
+        admin.close()
+    assert recorder.seen["CREATE_TOPICS"] == {0}
+    assert recorder.seen["DELETE_TOPICS"] == {0}

@@ -346,3 +346,40 @@ def test_offset_commit_v1_goes_to_the_group_coordinator(
         OffsetCommitRequest_v1(group, 5, "nobody", [(topic, [(0, 18, -1, "")])]),
         OffsetCommitResponse_v1)
     assert response.topics[0][1][0][1] in (22, 25)  # ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_create_topics_v0_1_and_delete_topics_v0(
+    shared_broker: RunningBroker, client: OldClient, version: int
+) -> None:
+    from kafka.protocol.old.admin import (
+        CreateTopicsRequest_v0,
+        CreateTopicsRequest_v1,
+        CreateTopicsResponse_v0,
+        CreateTopicsResponse_v1,
+        DeleteTopicsRequest_v0,
+        DeleteTopicsResponse_v0,
+    )
+
+    name = f"legacy-admin-{uuid.uuid4().hex[:8]}"
+    topics = [(name, 2, 1, [], [("cleanup.policy", "compact")]),
+              ("bad/name", 1, 1, [], [])]
+    if version == 0:
+        response = client.call(CreateTopicsRequest_v0(topics, 30000), CreateTopicsResponse_v0)
+        assert list(response.topics) == [(name, 0), ("bad/name", 17)]  # INVALID_TOPIC_EXCEPTION
+    else:
+        # validate_only first: nothing created
+        response = client.call(CreateTopicsRequest_v1(topics[:1], 30000, True),
+                               CreateTopicsResponse_v1)
+        assert list(response.topics) == [(name, 0, None)]
+        assert shared_broker.broker.metadata.get(name) is None
+        response = client.call(CreateTopicsRequest_v1(topics, 30000, False),
+                               CreateTopicsResponse_v1)
+        assert [tuple(t)[:2] for t in response.topics] == [(name, 0), ("bad/name", 17)]
+        assert response.topics[1][2]  # the reason, in error_message
+    info = shared_broker.broker.metadata.get(name)
+    assert info is not None and len(info.partitions) == 2
+    response = client.call(DeleteTopicsRequest_v0([name, "no-such-topic-z"], 30000),
+                           DeleteTopicsResponse_v0)
+    assert list(response.responses) == [(name, 0), ("no-such-topic-z", 3)]
+    assert shared_broker.broker.metadata.get(name) is None

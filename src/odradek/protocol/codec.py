@@ -80,7 +80,8 @@ def kio_versions(api_key: int) -> tuple[int, int] | None:
 
 # Versions Kafka 3.9 still served that kio has no schemas for: Kafka 4.0 removed them from
 # its JSON schemas (KIP-896) and kio is generated from those. They are served by readers
-# and writers of their own (protocol/legacy_api.py); all are non-flexible (request header
+# and writers of their own (protocol/legacy_api.py) or transcoded to a newer version
+# (server/handlers/_transcode.py); all are non-flexible (request header
 # v1, response header v0).
 LEGACY_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     int(ApiKey.PRODUCE): (0, 2),
@@ -88,6 +89,8 @@ LEGACY_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     int(ApiKey.LIST_OFFSETS): (0, 0),
     int(ApiKey.OFFSET_COMMIT): (0, 1),
     int(ApiKey.OFFSET_FETCH): (0, 0),
+    int(ApiKey.CREATE_TOPICS): (0, 1),
+    int(ApiKey.DELETE_TOPICS): (0, 0),
 }
 
 
