@@ -687,3 +687,85 @@ def build_message_set(
         builder.append(offset, timestamp, key, value)
     return builder.build()
 
+
+
+# -- segments of old formats (a log dir left by a Kafka before 0.11) ----------------------
+
+
+def entry_header(data: bytes | bytearray | memoryview, at: int) -> BatchHeader | None:
+    """A :class:`BatchHeader` standing for the v0/v1 entry at the start of ``data`` (read
+    from ``at`` in a file), so that the log walks, indexes and reads old entries as it does
+    batches: base and last offset are the entry's offset (a wrapper's is its last inner
+    message's: Kafka's ``AbstractLegacyRecordBatch.lastOffset``), the max timestamp its
+    timestamp (v1) or -1 (v0), no producer, no leader epoch. None if ``data`` is too short."""
+    if len(data) < _MAGIC_POSITION + 2:
+        return None
+    offset, size = _ENTRY.unpack_from(data, 0)
+    crc, magic, attributes = _HEAD_V0.unpack_from(data, LOG_OVERHEAD)
+    timestamp = NO_TIMESTAMP
+    if magic == MAGIC_V1:
+        if len(data) < LOG_OVERHEAD + _HEAD_V1.size:
+            return None
+        (timestamp,) = struct.unpack_from(">q", data, LOG_OVERHEAD + _HEAD_V0.size)
+    if size < MESSAGE_OVERHEAD_V0:
+        return None
+    return BatchHeader(offset, size, -1, magic, crc, attributes, 0, timestamp, timestamp,
+                       -1, -1, -1, 1, at)
+
+
+def validate_entry(buf: bytes | bytearray | memoryview, position: int) -> BatchHeader:
+    """Check the v0/v1 entry at ``position`` (sizes, CRC32 of the shallow message, as
+    Kafka's ``LegacyRecord.ensureValid`` on recovery) and return its header."""
+    view = memoryview(buf)
+    if position + LOG_OVERHEAD > len(view):
+        raise InvalidRecordError("truncated", "entry header runs past the end", position)
+    (_, size) = _ENTRY.unpack_from(view, position)
+    end = position + LOG_OVERHEAD + size
+    if size < 0 or end > len(view):
+        raise InvalidRecordError("truncated", "message runs past the end", position)
+    entry = view[position:end]
+    list(iter_shallow(entry))
+    header = entry_header(entry, position)
+    if header is None:
+        raise InvalidRecordError("short_header", "message too short", position)
+    return header
+
+
+def up_convert(records: bytes | bytearray | memoryview, first_offset: int) -> bytes:
+    """The v0/v1 entries of a region as RecordBatch v2 (one batch per entry: a wrapper's
+    messages with its codec, LogAppendTime kept; v0 messages with timestamp -1), v2
+    batches as they are: what a modern fetcher reads from a segment an old Kafka wrote.
+    Messages below ``first_offset`` inside a wrapper are kept (clients skip them, as with
+    a v2 batch); a trailing partial entry ends the region."""
+    view = memoryview(records)
+    end = len(view)
+    out: list[bytes | memoryview] = []
+    pos = 0
+    while pos + LOG_OVERHEAD <= end:
+        (_, size) = _ENTRY.unpack_from(view, pos)
+        stop = pos + LOG_OVERHEAD + size
+        if size < 0 or stop > end or pos + _MAGIC_POSITION >= end:
+            break
+        entry = view[pos:stop]
+        if entry[_MAGIC_POSITION] >= 2:
+            out.append(entry)
+        else:
+            ((_, message),) = iter_shallow(entry)
+            inner = iter_deep(message)
+            if inner[-1].offset >= first_offset:
+                log_append = message.timestamp_type == TimestampType.LOG_APPEND_TIME
+                builder = BatchBuilder(
+                    compression=CompressionType(message.compression),
+                    base_offset=inner[0].offset,
+                    timestamp_type=(TimestampType.LOG_APPEND_TIME if log_append
+                                    else TimestampType.CREATE_TIME),
+                )
+                try:
+                    for m in inner:
+                        builder.append(m.key, m.value, m.timestamp,
+                                       offset_delta=m.offset - inner[0].offset)
+                except ValueError as exc:  # inner offsets going backwards
+                    raise InvalidRecordError("inner_offsets", str(exc), pos) from exc
+                out.append(builder.build())
+        pos = stop
+    return b"".join(out)

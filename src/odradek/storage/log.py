@@ -116,6 +116,9 @@ class FetchDataInfo:
     high_watermark: int
     # The segment's FileHandle: keeps ``fd`` open while this answer is in use.
     segment: object = None
+    # The region may hold v0/v1 entries (a segment of a Kafka before 0.11): fetchers get
+    # it up-converted (records/legacy.py ``up_convert``), not as it is.
+    legacy: bool = False
 
     def read(self) -> bytes:
         return os.pread(self.fd, self.size, self.position) if self.size else b""
@@ -566,7 +569,8 @@ class PartitionLog:
                         continue
                     handle = segment.file_handle()  # keeps the fd open (segment.py doc)
                     return FetchDataInfo(
-                        offset, handle.fd, first.position, size, start, leo, hw, handle
+                        offset, handle.fd, first.position, size, start, leo, hw, handle,
+                        segment.legacy,
                     )
                 i += 1
         return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw)

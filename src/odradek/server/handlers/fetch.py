@@ -40,6 +40,10 @@ consumers fetch at once, down-conversion uses one core at most. v0-2 have no res
 limit and a hard partition limit (no KIP-74): a first message larger than
 ``partition_max_bytes`` is sent cut, as Kafka does, and the old client reports it.
 
+A segment left by a Kafka before 0.11 (message formats v0/v1 in a log dir taken over from
+it) is sent to v4+ fetchers up-converted to RecordBatch v2 (one batch per old entry), not
+zero copy: only regions of such segments pay it.
+
 File descriptor lifetime: a ``FileRegion`` is written after the handler returns, maybe
 much later (a slow client). Segments removed by retention are closed only after
 ``file.delete.delay.ms`` (60 s by default), but a deleted *topic* closes its segments at
@@ -80,7 +84,7 @@ from odradek.protocol.legacy_api import write_fetch_response as write_legacy_res
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.protocol.send import Chunk, FileRegion, Send
 from odradek.records.batch import InvalidRecordError
-from odradek.records.legacy import down_convert
+from odradek.records.legacy import down_convert, up_convert
 from odradek.server.fetch_session import CachedPartition, ContextKind, PartitionKey
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage import TopicPartition
@@ -302,7 +306,16 @@ def _replica_id(request: Any) -> int:
 def _region(cp: CachedPartition, info: FetchDataInfo, owned: list[int]) -> FetchPartition:
     """The answer for a successful read: a FileRegion on a dup of the segment's fd."""
     records: FileRegion | bytes = b""
-    if info.size:
+    if info.size and info.legacy:
+        # A segment an old Kafka wrote (formats v0/v1): up-converted, as Kafka 4 serves
+        # such segments to fetchers (KIP-724); per record, only for those segments.
+        try:
+            records = up_convert(info.read(), cp.fetch_offset)
+        except InvalidRecordError:
+            hw = info.high_watermark
+            return FetchPartition(cp.partition, ErrorCode.corrupt_message, hw, hw,
+                                  info.log_start_offset)
+    elif info.size:
         try:
             fd = os.dup(info.fd)
         except OSError as exc:  # out of fds: copy instead of failing the fetch
