@@ -241,3 +241,48 @@ def test_kafka_python_admin_0_10_1(broker: tuple[RunningBroker, _Recorder]) -> N
         admin.close()
     assert recorder.seen["CREATE_TOPICS"] == {0}
     assert recorder.seen["DELETE_TOPICS"] == {0}
+
+
+def test_a_log_dir_left_by_an_old_kafka(tmp_path: Any) -> None:
+    """A partition whose segment holds v0/v1 message sets (written by kafka-python's
+    legacy builder, as an old broker stored them) is served after a restart: to a modern
+    consumer up-converted, to old consumers in their format, and appended to in v2."""
+    from confluent_kafka import Producer
+    from kafka import KafkaConsumer, TopicPartition
+
+    from tests.storage.test_legacy_segments import EXPECTED, _entries
+
+    with running_broker(data_dir=tmp_path) as b:
+        b.call(b.broker.metadata.create_topic, "old", 1, 1, {})
+        deadline = time.monotonic() + 30
+        while b.broker.get_log("old", 0) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    partition_dir = tmp_path / "data" / "old-0"
+    for f in partition_dir.iterdir():
+        if f.suffix in (".log", ".index", ".timeindex"):
+            f.unlink()
+    (partition_dir / f"{0:020d}.log").write_bytes(
+        _entries(0, 0, 0, [(b"a", b"v0-a"), (b"b", b"v0-b")])
+        + _entries(1, 0, 2, [(b"c", b"v1-c")])
+        + _entries(1, 1, 3, [(b"a", b"w-a"), (b"d", b"w-d"), (b"b", b"w-b"), (None, b"w-x")])
+        + _entries(1, 2, 7, [(b"c", b"s-c"), (b"e", b"s-e")])
+    )
+    (tmp_path / "data" / "replication-offset-checkpoint").unlink(missing_ok=True)
+    with running_broker(data_dir=tmp_path) as b:
+        producer = Producer({"bootstrap.servers": b.bootstrap})
+        producer.produce("old", b"new", key=b"n")
+        assert producer.flush(30) == 0
+        want = [v for _, _, v in EXPECTED] + [b"new"]
+        assert [v for v, _ in modern_read(b.bootstrap, "old", len(want))] == want
+        for api_version in ((0, 9), (0, 10, 1)):
+            consumer = KafkaConsumer(bootstrap_servers=b.bootstrap, api_version=api_version,
+                                     auto_offset_reset="earliest", consumer_timeout_ms=15000)
+            consumer.assign([TopicPartition("old", 0)])
+            got = []
+            for message in consumer:
+                got.append((message.offset, message.value))
+                if len(got) == len(want):
+                    break
+            consumer.close()
+            assert got == list(enumerate(want))
