@@ -352,18 +352,19 @@ class LogSegment:
         fd = handle.fd
         position = start
         size = self.size
+        magic_at = MAGIC_OFFSET
         while position + _MIN_ENTRY <= size:
             data = os.pread(fd, BATCH_HEADER_SIZE, position)
-            if len(data) > MAGIC_OFFSET and data[MAGIC_OFFSET] < CURRENT_MAGIC:
-                # A v0/v1 entry (a segment written by a Kafka before 0.11).
+            if len(data) < BATCH_HEADER_SIZE or data[magic_at] < 2:
+                # A v0/v1 entry (a segment written by a Kafka before 0.11), or the end.
+                if len(data) <= magic_at or data[magic_at] >= CURRENT_MAGIC:
+                    return
                 legacy = entry_header(data, position)
                 if legacy is None or position + legacy.size > size:
                     return
                 yield legacy
                 position += legacy.size
                 continue
-            if len(data) < BATCH_HEADER_SIZE:
-                return
             header = BatchHeader.parse(data, 0, at=position)
             if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
                 return
