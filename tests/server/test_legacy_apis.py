@@ -383,3 +383,61 @@ def test_create_topics_v0_1_and_delete_topics_v0(
                            DeleteTopicsResponse_v0)
     assert list(response.responses) == [(name, 0), ("no-such-topic-z", 3)]
     assert shared_broker.broker.metadata.get(name) is None
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["KafkaError", "RuntimeError"])
+def test_old_versions_answer_a_failing_handler(shared_broker: RunningBroker, crash: bool) -> None:
+    """A handler failing at an old version is answered with that version's layout and the
+    error code on every partition (Kafka's getErrorResponse), the connection kept."""
+    import asyncio
+
+    from kafka.protocol.old.admin import (
+        CreateTopicsRequest_v0,
+        CreateTopicsResponse_v0,
+        DeleteTopicsRequest_v0,
+        DeleteTopicsResponse_v0,
+    )
+
+    from tests.server.test_error_responses import RAISED, _raising_registry, serving
+
+    expected = 41 if not crash else -1  # NOT_CONTROLLER (the raised one) / UNKNOWN_SERVER_ERROR
+    assert int(RAISED.value) == 41
+    cases: list[tuple[Any, Any, Any]] = [
+        (ProduceRequest_v0(1, 1000, [("t", [(1, message_set(0, 0, [b"x"]))])]),
+         ProduceResponse_v0, lambda r: [p[1] for t in r.topics for p in t[1]]),
+        (ProduceRequest_v2(1, 1000, [("t", [(1, message_set(1, 0, [b"x"]))])]),
+         ProduceResponse_v2, lambda r: [p[1] for t in r.topics for p in t[1]]),
+        (FetchRequest_v0(-1, 10, 1, [("t", [(1, 0, 100)])]), FetchResponse_v0,
+         lambda r: [p[1] for t in r.topics for p in t[1]]),
+        (FetchRequest_v3(-1, 10, 1, 100, [("t", [(1, 0, 100)])]), FetchResponse_v3,
+         lambda r: [p[1] for t in r.topics for p in t[1]]),
+        (ListOffsetsRequest_v0(-1, [("t", [(1, -1, 1)])]), ListOffsetsResponse_v0,
+         lambda r: [p[1] for t in r.topics for p in t[1]]),
+        (OffsetCommitRequest_v0("g", [("t", [(1, 5, "")])]), OffsetCommitResponse_v0,
+         lambda r: [p[1] for t in r.topics for p in t[1]]),
+        (OffsetCommitRequest_v1("g", -1, "", [("t", [(1, 5, -1, "")])]),
+         OffsetCommitResponse_v1, lambda r: [p[1] for t in r.topics for p in t[1]]),
+        (OffsetFetchRequest_v0("g", [("t", [1])]), OffsetFetchResponse_v0,
+         lambda r: [p[3] for t in r.topics for p in t[1]]),
+        (CreateTopicsRequest_v0([("t", 1, 1, [], [])], 1000), CreateTopicsResponse_v0,
+         lambda r: [t[1] for t in r.topics]),
+        (DeleteTopicsRequest_v0(["t"], 1000), DeleteTopicsResponse_v0,
+         lambda r: [t[1] for t in r.responses]),
+    ]
+
+    async def run() -> None:
+        registry = _raising_registry(shared_broker.broker.registry, crash)
+        async with serving(registry) as server:
+            loop = asyncio.get_running_loop()
+            client = await loop.run_in_executor(None, OldClient.__new__, OldClient)
+            client.sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            client.correlation = 0
+            try:
+                for request, response_cls, codes in cases:
+                    response = await loop.run_in_executor(None, client.call, request,
+                                                           response_cls)
+                    assert codes(response) == [expected], (request, response)
+            finally:
+                client.close()
+
+    asyncio.run(run())

@@ -15,7 +15,9 @@ response is a kio response entity, a pre-encoded :class:`~odradek.protocol.send.
 UNKNOWN_SERVER_ERROR — the network layer answers with the API's error response (Kafka's
 ``AbstractRequest.getErrorResponse``), built for every API from its schema by
 :func:`~odradek.protocol.error_response.build_error_response`. A registration may bring its
-own ``error_response`` builder instead (ApiVersions does).
+own ``error_response`` builder instead (ApiVersions does, and the old versions kio lacks);
+a builder returning :data:`GENERIC_ERROR_RESPONSE` gets the generic one for that request
+(with the error's message).
 
 ``serial=True`` asks the network layer not to start the request until every earlier
 request of the same connection has completed — Kafka's one-request-at-a-time channel
@@ -49,6 +51,7 @@ from odradek.protocol.errors import (
 )
 
 __all__ = [
+    "GENERIC_ERROR_RESPONSE",
     "ApiVersionRange",
     "DuplicateHandlerError",
     "ErrorResponseBuilder",
@@ -79,6 +82,9 @@ class RequestContext(NamedTuple):
     header_version: int = 1
     received_ns: int = 0
 
+
+GENERIC_ERROR_RESPONSE: Any = object()
+"""Returned by a registration's ``error_response``: build the generic error response."""
 
 Response: TypeAlias = Any
 """A kio response entity, a :class:`Send` (pre-encoded body), or ``None`` (no response)."""

@@ -21,6 +21,7 @@ from odradek.protocol.codec import decode_request
 from odradek.protocol.error_response import build_error_response
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import (
+    GENERIC_ERROR_RESPONSE,
     ErrorResponseBuilder,
     Handler,
     HandlerRegistry,
@@ -60,7 +61,7 @@ def register_with_old_versions(
 
     def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         if ctx.api_version >= new:
-            return build_error_response(ctx.api_key, ctx.api_version, request, code)
+            return GENERIC_ERROR_RESPONSE
         response = build_error_response(ctx.api_key, new, request, code)
         return Send((old.response_to_old(response, ctx.api_version),))
 

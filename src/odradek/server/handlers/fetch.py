@@ -71,7 +71,6 @@ from typing import TYPE_CHECKING, Any
 from odradek.cluster.replica_manager import FollowerKey, UnknownTopicOrPartitionError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request
-from odradek.protocol.error_response import build_error_response
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch_writer import FetchPartition, FetchTopic, write_fetch_response
 from odradek.protocol.legacy_api import (
@@ -81,7 +80,7 @@ from odradek.protocol.legacy_api import (
     read_fetch_request,
 )
 from odradek.protocol.legacy_api import write_fetch_response as write_legacy_response
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
 from odradek.protocol.send import Chunk, FileRegion, Send
 from odradek.records.batch import InvalidRecordError
 from odradek.records.legacy import down_convert, up_convert
@@ -236,7 +235,7 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
 
     def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         if ctx.api_version > FETCH_LEGACY_MAX:
-            return build_error_response(ctx.api_key, ctx.api_version, request, code)
+            return GENERIC_ERROR_RESPONSE
         value = int(code.value)
         return write_legacy_response(ctx.api_version, [
             (t.topic, [LegacyFetchAnswer(p.partition, value, -1, b"") for p in t.partitions])

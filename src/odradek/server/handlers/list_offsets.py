@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request
-from odradek.protocol.error_response import build_error_response
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.legacy_api import read_list_offsets_v0, write_list_offsets_v0
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
@@ -75,7 +74,7 @@ def register_list_offsets(registry: HandlerRegistry, services: BrokerServices) -
 
     def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         if ctx.api_version > 0:
-            return build_error_response(ctx.api_key, ctx.api_version, request, code)
+            return GENERIC_ERROR_RESPONSE
         value = int(code.value)
         return write_list_offsets_v0([
             (t.name, [(p.partition_index, value, ()) for p in t.partitions])

@@ -33,7 +33,6 @@ from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.coordinator.group_metadata import CommittedOffset
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request
-from odradek.protocol.error_response import build_error_response
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.legacy_api import (
     read_offset_commit_legacy,
@@ -41,7 +40,7 @@ from odradek.protocol.legacy_api import (
     write_offset_commit_legacy,
     write_offset_fetch_v0,
 )
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated
 
@@ -311,7 +310,7 @@ def register_offsets(registry: HandlerRegistry, services: BrokerServices) -> Non
 
     def commit_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         if ctx.api_version > OLD_COMMIT_MAX:
-            return build_error_response(ctx.api_key, ctx.api_version, request, code)
+            return GENERIC_ERROR_RESPONSE
         value = int(code.value)
         return write_offset_commit_legacy(
             [(t.name, [(p.partition_index, value) for p in t.partitions])
@@ -319,7 +318,7 @@ def register_offsets(registry: HandlerRegistry, services: BrokerServices) -> Non
 
     def fetch_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         if ctx.api_version > 0:
-            return build_error_response(ctx.api_key, ctx.api_version, request, code)
+            return GENERIC_ERROR_RESPONSE
         value = int(code.value)
         return write_offset_fetch_v0(
             [(t.name, [(i, -1, "", value) for i in t.partition_indexes])

@@ -32,13 +32,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
-from odradek.protocol.error_response import build_error_response
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.legacy_api import PRODUCE_LEGACY_MAX
 from odradek.protocol.legacy_api import write_produce_response as write_legacy_response
 from odradek.protocol.produce_reader import read_produce_request
 from odradek.protocol.produce_writer import PartitionResult, write_produce_response
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
 from odradek.protocol.send import Send
 from odradek.records.batch import InvalidRecordError
 from odradek.records.legacy import CORRUPT_REASONS, magic_of, to_record_batch
@@ -108,7 +107,7 @@ def register_produce(registry: HandlerRegistry, services: BrokerServices) -> Non
 
     def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         if ctx.api_version > PRODUCE_LEGACY_MAX:
-            return build_error_response(ctx.api_key, ctx.api_version, request, code)
+            return GENERIC_ERROR_RESPONSE
         if request.acks == 0:
             return None
         value = int(code.value)
