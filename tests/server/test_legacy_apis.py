@@ -397,6 +397,12 @@ def test_old_versions_answer_a_failing_handler(shared_broker: RunningBroker, cra
         DeleteTopicsRequest_v0,
         DeleteTopicsResponse_v0,
     )
+    from kafka.protocol.old.offset_for_leader_epoch import (
+        OffsetForLeaderEpochRequest_v0,
+        OffsetForLeaderEpochRequest_v1,
+        OffsetForLeaderEpochResponse_v0,
+        OffsetForLeaderEpochResponse_v1,
+    )
 
     from tests.server.test_error_responses import RAISED, _raising_registry, serving
 
@@ -423,6 +429,10 @@ def test_old_versions_answer_a_failing_handler(shared_broker: RunningBroker, cra
          lambda r: [t[1] for t in r.topics]),
         (DeleteTopicsRequest_v0(["t"], 1000), DeleteTopicsResponse_v0,
          lambda r: [t[1] for t in r.responses]),
+        (OffsetForLeaderEpochRequest_v0([("t", [(1, 0)])]), OffsetForLeaderEpochResponse_v0,
+         lambda r: [p[0] for t in r.topics for p in t[1]]),
+        (OffsetForLeaderEpochRequest_v1([("t", [(1, 0)])]), OffsetForLeaderEpochResponse_v1,
+         lambda r: [p[0] for t in r.topics for p in t[1]]),
     ]
 
     async def run() -> None:
@@ -441,3 +451,43 @@ def test_old_versions_answer_a_failing_handler(shared_broker: RunningBroker, cra
                 client.close()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_offset_for_leader_epoch_v0_1(
+    shared_broker: RunningBroker, client: OldClient, topic: str, version: int
+) -> None:
+    from kafka.protocol.old import offset_for_leader_epoch as old
+
+    produce(client, 2, topic, message_set(1, 0, [b"a", b"b"]))
+    request_cls = getattr(old, f"OffsetForLeaderEpochRequest_v{version}")
+    response_cls = getattr(old, f"OffsetForLeaderEpochResponse_v{version}")
+    response = client.call(request_cls([(topic, [(0, 0)]), ("no-such-topic-q", [(0, 0)])]),
+                           response_cls)
+    (_, [found]), (_, [missing]) = response.topics
+    if version == 0:
+        assert tuple(found) == (0, 0, 2)  # error, partition, end offset of epoch 0
+        assert missing[0] == 3
+    else:
+        assert tuple(found) == (0, 0, 0, 2)  # ... with the epoch
+        assert missing[0] == 3
+
+
+def test_a_malformed_old_request_closes_the_connection(shared_broker: RunningBroker) -> None:
+    """A truncated OffsetForLeaderEpoch v0 body: closed with a reason, the broker fine."""
+    header = struct.pack(">hhih", 23, 0, 1, 1) + b"x"
+    body = struct.pack(">i", 1) + struct.pack(">h", 5) + b"to"  # a name cut short
+    frame = header + body
+    sock = socket.create_connection(("127.0.0.1", shared_broker.port), timeout=30)
+    try:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        assert sock.recv(100) == b""
+    finally:
+        sock.close()
+    again = OldClient(shared_broker)  # the broker goes on serving
+    try:
+        response = again.call(ListOffsetsRequest_v0(-1, [("no-such-topic-y", [(0, -1, 1)])]),
+                              ListOffsetsResponse_v0)
+        assert response.topics[0][1][0][1] == 3
+    finally:
+        again.close()

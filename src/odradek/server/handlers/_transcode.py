@@ -13,13 +13,14 @@ registration brings this decode and error response (``codec.LEGACY_VERSIONS``).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from odradek.protocol.codec import decode_request
 from odradek.protocol.error_response import build_error_response
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, InvalidRequestError
 from odradek.protocol.registry import (
     GENERIC_ERROR_RESPONSE,
     ErrorResponseBuilder,
@@ -50,7 +51,11 @@ def register_with_old_versions(
     def decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
         if version >= new:
             return decode_request(api_key, version, frame, offset)
-        body = old.request_to_new(bytes(memoryview(frame)[offset:]), version)
+        try:
+            body = old.request_to_new(bytes(memoryview(frame)[offset:]), version)
+        except (struct.error, IndexError, ValueError) as exc:
+            raise InvalidRequestError(
+                f"cannot decode API {api_key} v{version} request body: {exc!r}") from exc
         return decode_request(api_key, new, body, 0)
 
     async def dispatch(ctx: RequestContext, request: Any) -> Any:
