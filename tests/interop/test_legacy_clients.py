@@ -46,8 +46,10 @@ class _Recorder:
         return self._registry.lookup(api_key, version)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def broker() -> Iterator[tuple[RunningBroker, _Recorder]]:
+    """A broker per test: a client of an earlier test still closing (librdkafka's threads)
+    must not be counted as this test's."""
     with running_broker() as b:
         recorder = _Recorder(b.broker.registry)
         for server in b.broker.servers:
