@@ -491,3 +491,29 @@ def test_a_malformed_old_request_closes_the_connection(shared_broker: RunningBro
         assert response.topics[0][1][0][1] == 3
     finally:
         again.close()
+
+
+def test_down_conversion_reads_what_it_can_send(tmp_path: Any) -> None:
+    """A Fetch v0-3 reads at most its limit of the log, or the first batch whole when that
+    is larger: not the whole region the modern read found."""
+    import os
+
+    from odradek.server.handlers.fetch import _read_head
+    from odradek.storage.log import FetchDataInfo
+
+    batches = b""
+    for size in (3000, 500, 500):
+        builder = BatchBuilder(base_offset=len(batches))
+        builder.append(None, b"x" * size, 1)
+        batches += builder.build()
+    path = tmp_path / "log"
+    path.write_bytes(batches)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        info = FetchDataInfo(0, fd, 0, len(batches), 0, 3, 3)
+        first = 12 + int.from_bytes(batches[8:12], "big")
+        assert _read_head(info, 1000) == batches[:first]  # the first batch, whole
+        assert _read_head(info, 3500) == batches[:3500]  # the limit
+        assert _read_head(info, 1 << 20) == batches  # all there is
+    finally:
+        os.close(fd)

@@ -266,8 +266,8 @@ async def _legacy_response(
             data = b""
             error = 0
             if info.size and budget > 0:
-                raw = info.read()
                 limit = min(cp.max_bytes, budget)
+                raw = _read_head(info, limit)
                 try:
                     converted = await loop.run_in_executor(_DOWN_CONVERTER, functools.partial(
                         down_convert, raw, magic, cp.fetch_offset, limit,
@@ -287,6 +287,20 @@ async def _legacy_response(
             answer = LegacyFetchAnswer(cp.partition, error, info.high_watermark, data)
         topics.setdefault(cp.topic or "", []).append(answer)
     return write_legacy_response(version, list(topics.items()))
+
+
+def _read_head(info: FetchDataInfo, limit: int) -> bytes:
+    """At most ``limit`` bytes of the region, or its first entry whole when that is larger
+    (converted, v2 batches hardly ever get smaller, so more would not fit): the memory a
+    down-converted response takes stays near what it sends."""
+    if info.size <= limit:
+        return info.read()
+    head = os.pread(info.fd, limit, info.position)
+    if len(head) >= 12:
+        first = 12 + int.from_bytes(head[8:12], "big", signed=True)
+        if first > limit:
+            return os.pread(info.fd, min(first, info.size), info.position)
+    return head
 
 
 def _topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:
