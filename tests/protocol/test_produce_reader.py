@@ -17,6 +17,8 @@ from kio.static.primitive import i16, i32
 from odradek.protocol.errors import InvalidRequestError
 from odradek.protocol.produce_reader import MAX_VERSION, MIN_VERSION, read_produce_request
 
+KIO_MIN_VERSION = 3  # kio has no schemas for v0-2 (KIP-896); kafka-python's old ones below
+
 requests = st.fixed_dictionaries({
     "transactional_id": st.one_of(st.none(), st.text(max_size=20)),
     "acks": st.sampled_from([-1, 0, 1, 2, -5]),
@@ -48,7 +50,7 @@ def _kio_decode(version: int, body: bytes) -> Any:
     return entity_reader(m.ProduceRequest)(body, 0)[0]
 
 
-@pytest.mark.parametrize("version", range(MIN_VERSION, MAX_VERSION + 1))
+@pytest.mark.parametrize("version", range(KIO_MIN_VERSION, MAX_VERSION + 1))
 @settings(max_examples=60, deadline=None)
 @given(r=requests, prefix=st.binary(max_size=5))
 def test_decodes_what_kio_decodes(version: int, r: dict[str, Any], prefix: bytes) -> None:
@@ -107,3 +109,23 @@ def test_a_negative_length_and_a_long_varint_are_refused() -> None:
     flexible = bytearray(b"\xff\xff\xff\xff\xff\x01")  # transactional id length: 6 bytes
     with pytest.raises(InvalidRequestError, match="varint"):
         read_produce_request(flexible, 0, 9)
+
+
+@pytest.mark.parametrize("version", range(MIN_VERSION, KIO_MIN_VERSION))
+@settings(max_examples=60, deadline=None)
+@given(r=requests, prefix=st.binary(max_size=5))
+def test_decodes_old_versions_as_kafka_python_encodes_them(
+    version: int, r: dict[str, Any], prefix: bytes
+) -> None:
+    from kafka.protocol.old import produce as old
+
+    cls = getattr(old, f"ProduceRequest_v{version}")
+    topics = [(name, [(index, records) for index, records in parts])
+              for name, parts in r["topics"]]
+    acks = max(min(r["acks"], 32767), -32768)
+    body = cls(acks, r["timeout_ms"], topics).encode()
+    got = read_produce_request(bytearray(prefix + body), len(prefix), version)
+    assert got.transactional_id is None
+    assert (got.acks, got.timeout_ms) == (acks, r["timeout_ms"])
+    assert [(t.name, [(i, None if rec is None else bytes(rec)) for i, rec in t.partition_data])
+            for t in got.topic_data] == topics

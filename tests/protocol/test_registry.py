@@ -97,3 +97,23 @@ def test_error_codes() -> None:
         error_code(31_999)
     err = KafkaError(ErrorCode.not_leader_or_follower, "moved")
     assert err.retriable and "NOT_LEADER_OR_FOLLOWER" in str(err).upper()
+
+
+def test_versions_kio_lacks_need_their_own_decoder_and_error_response() -> None:
+    """Produce v0-2 (KIP-896 removed them; kio has no schema) are accepted only with a
+    registration's own decode and error_response; older still is refused."""
+
+    def decode(frame: Any, offset: int, version: int) -> Any:
+        return None
+
+    def error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        return None
+
+    registry = HandlerRegistry()
+    with pytest.raises(LocalProtocolError, match="own decode"):
+        registry.register(ApiKey.PRODUCE, 0, 11, _noop, decode=decode)
+    registry.register(ApiKey.PRODUCE, 0, 11, _noop, decode=decode, error_response=error)
+    assert registry.supported_versions()[0] == ApiVersionRange(0, 0, 11)
+    with pytest.raises(LocalProtocolError):
+        registry.register(ApiKey.DESCRIBE_CONFIGS, 0, 4, _noop, decode=decode,
+                          error_response=error)  # v0 is not among the served old ones

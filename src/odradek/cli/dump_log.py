@@ -7,6 +7,11 @@ How it works:
   and prints every record, ``--print-data-log`` (which implies it) adds keys and values. A
   length that runs past the end of the file (a torn write) or is too small to be a batch
   ends the walk: "Found N invalid bytes at the end of <file>".
+- Entries of message formats v0/v1 (magic 0/1, segments left by a Kafka before 0.11) are
+  printed one per line as the DumpLogSegments of those Kafkas did (seed 004):
+  ``offset: O position: P isvalid: true payloadsize: N magic: 1 compresscodec:
+  NoCompressionCodec crc: C`` (and ``keysize``, ``key``, ``payload``); a wrapper message is
+  one line, and ``--deep-iteration`` prints the messages inside it instead.
 - ``.index``: ``offset: X position: Y`` per entry, each checked against the ``.log`` next
   to it (the batch starting at that position must end at that offset; offsets and
   positions increase).
@@ -48,6 +53,7 @@ from odradek.records.batch import (
     validate_batch,
 )
 from odradek.records.compression import CompressionError
+from odradek.records.legacy import LegacyMessage, iter_deep, iter_shallow
 from odradek.storage import files
 from odradek.storage.index import OffsetIndex, TimeIndex
 
@@ -68,6 +74,9 @@ _CRC_CHUNK = 8 * 1024 * 1024
 _INDEX_READ_CHUNK = 64 * 1024
 _LENGTH = struct.Struct(">i")
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
+_MIN_LEGACY_LENGTH = 14  # a v0 message with null key and value
+_LEGACY_CODECS = {0: "NoCompressionCodec", 1: "GZIPCompressionCodec",
+                  2: "SnappyCompressionCodec", 3: "LZ4CompressionCodec"}
 _LIFECYCLE_SUFFIXES = (
     files.DELETED_SUFFIX, files.CLEANED_SUFFIX, files.SWAP_SUFFIX,
 )
@@ -110,6 +119,14 @@ class BatchRead:
 
 
 @dataclass(slots=True)
+class LegacyRead:
+    """One v0/v1 message entry (maybe a wrapper) read from a log file."""
+
+    position: int
+    data: bytes
+
+
+@dataclass(slots=True)
 class LogWalk:
     """Result of walking a log file: the invalid tail, if any."""
 
@@ -129,7 +146,9 @@ def _crc_in_chunks(fd: int, position: int, size: int) -> int:
     return int(crc)
 
 
-def iter_log_batches(fd: int, limit: int, walk: LogWalk) -> Iterator[BatchRead]:
+def iter_log_batches(
+    fd: int, limit: int, walk: LogWalk
+) -> Iterator[BatchRead | LegacyRead]:
     """Stream the batches of a ``.log`` file up to ``limit`` bytes; fills ``walk`` with
     where it stopped and how many bytes at the end could not be read as a batch."""
     position = 0
@@ -140,6 +159,15 @@ def iter_log_batches(fd: int, limit: int, walk: LogWalk) -> Iterator[BatchRead]:
             break
         (length,) = _LENGTH.unpack_from(head, 8)
         size = length + LOG_OVERHEAD
+        if len(head) > MAGIC_OFFSET and head[MAGIC_OFFSET] in (0, 1):
+            if length < _MIN_LEGACY_LENGTH or size > remaining or size > _MAX_WHOLE_BATCH:
+                break
+            data = os.pread(fd, size, position)
+            if len(data) < size:
+                break
+            yield LegacyRead(position, data)
+            position += size
+            continue
         if length < _MIN_BATCH_LENGTH or size > remaining or len(head) < BATCH_HEADER_SIZE:
             break
         header = BatchHeader.parse(head, 0, at=position)
@@ -263,6 +291,15 @@ def dump_log(path: Path, options: Options, out: TextIO) -> Problems:
         next_offset = -1
         invalid = 0
         for batch in iter_log_batches(fd, limit, walk):
+            if isinstance(batch, LegacyRead):
+                last = _dump_legacy(batch, deep, options.print_data_log, out, problems)
+                if last is not None:
+                    if last < next_offset:
+                        problems.add(f"Offsets go backwards at position {batch.position}")
+                    next_offset = max(next_offset, last + 1)
+                else:
+                    invalid += 1
+                continue
             h = batch.header
             out.write(format_batch(batch) + "\n")
             if not batch.valid:
@@ -287,6 +324,48 @@ def dump_log(path: Path, options: Options, out: TextIO) -> Problems:
     finally:
         os.close(fd)
     return problems
+
+
+def format_legacy(message: LegacyMessage, position: int, valid: bool, print_data: bool) -> str:
+    payload = message.value or b""
+    line = (
+        f"offset: {message.offset} position: {position} isvalid: {_bool(valid)} "
+        f"payloadsize: {len(payload)} magic: {message.magic} "
+        f"compresscodec: {_LEGACY_CODECS.get(message.compression, 'unknown')} "
+        f"crc: {message.crc}"
+    )
+    if message.key is not None:
+        line += f" keysize: {len(message.key)}"
+    if print_data:
+        if message.key is not None:
+            line += f" key: {_text(message.key)}"
+        line += f" payload: {_text(payload)}"
+    return line
+
+
+def _dump_legacy(
+    entry: LegacyRead, deep: bool, print_data: bool, out: TextIO, problems: Problems
+) -> int | None:
+    """Print a v0/v1 entry; its last offset, or None when it is invalid."""
+    try:
+        ((_, message),) = iter_shallow(entry.data)
+    except InvalidRecordError as exc:
+        out.write(f"position: {entry.position} magic: {entry.data[MAGIC_OFFSET]} "
+                  f"isvalid: false\n")
+        problems.add(f"Invalid message at position {entry.position}: {exc}")
+        return None
+    if not deep or message.compression == 0:
+        out.write(format_legacy(message, entry.position, True, print_data) + "\n")
+        return message.offset
+    try:
+        inner = iter_deep(message)
+    except (InvalidRecordError, CompressionError) as exc:
+        out.write(format_legacy(message, entry.position, False, print_data) + "\n")
+        problems.add(f"Invalid wrapper message at position {entry.position}: {exc}")
+        return None
+    for m in inner:
+        out.write(format_legacy(m, entry.position, True, print_data) + "\n")
+    return inner[-1].offset
 
 
 def _dump_records(batch: BatchRead, print_data: bool, out: TextIO, problems: Problems) -> None:

@@ -39,7 +39,9 @@ from odradek.protocol.errors import (
 from odradek.protocol.wire_guard import check_body
 
 __all__ = [
+    "LEGACY_VERSIONS",
     "ApiSchema",
+    "LegacyBody",
     "decode_request",
     "encode_body",
     "kio_versions",
@@ -76,13 +78,45 @@ def kio_versions(api_key: int) -> tuple[int, int] | None:
     return min(versions), max(versions)
 
 
+# Versions Kafka 3.9 still served that kio has no schemas for: Kafka 4.0 removed them from
+# its JSON schemas (KIP-896) and kio is generated from those. They are served by readers
+# and writers of their own (protocol/legacy_api.py) or transcoded to a newer version
+# (server/handlers/_transcode.py); all are non-flexible (request header
+# v1, response header v0).
+LEGACY_VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    int(ApiKey.PRODUCE): (0, 2),
+    int(ApiKey.FETCH): (0, 3),
+    int(ApiKey.LIST_OFFSETS): (0, 0),
+    int(ApiKey.OFFSET_COMMIT): (0, 1),
+    int(ApiKey.OFFSET_FETCH): (0, 0),
+    int(ApiKey.CREATE_TOPICS): (0, 1),
+    int(ApiKey.DELETE_TOPICS): (0, 0),
+    int(ApiKey.OFFSET_FOR_LEADER_EPOCH): (0, 1),
+}
+
+
+class LegacyBody:
+    """Stands for the request and response types of a version kio has no schema for: a
+    registration serving one brings its own ``decode`` and ``error_response`` and answers
+    with a pre-encoded ``Send``."""
+
+
+def _no_kio(*_args: Any) -> Any:
+    raise LocalProtocolError("no kio schema for this version: the handler decodes/encodes it")
+
+
 @cache
 def schema(api_key: int, api_version: int) -> ApiSchema:
-    """The cached :class:`ApiSchema`; ``LocalProtocolError`` if kio has no such schema."""
+    """The cached :class:`ApiSchema`; ``LocalProtocolError`` if kio has no such schema
+    (and it is not one of the :data:`LEGACY_VERSIONS`)."""
     try:
         request_type: type[Any] = load_request_schema(api_key, api_version)
         response_type: type[Any] = load_response_schema(api_key, api_version)
     except Exception as e:  # kio.index.KioIndexError and dynamic-import failures
+        legacy = LEGACY_VERSIONS.get(api_key)
+        if legacy is not None and legacy[0] <= api_version <= legacy[1]:
+            return ApiSchema(api_key, api_version, LegacyBody, LegacyBody, 1, 0, _no_kio,
+                             _no_kio)
         raise LocalProtocolError(f"kio has no schema for API {api_key} v{api_version}") from e
     flexible = bool(request_type.__flexible__)
     response_header: HeaderVersion = (

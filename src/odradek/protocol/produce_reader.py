@@ -1,4 +1,4 @@
-"""Hot-path decoder for Produce request bodies (versions 3-11), without copying records.
+"""Hot-path decoder for Produce request bodies (versions 0-11), without copying records.
 
 How it works
 ------------
@@ -14,7 +14,7 @@ Layout (Kafka's ``ProduceRequest.json``; "flexible" = v9+: compact strings and a
 tagged fields after every struct)::
 
     ProduceRequest
-      transactional_id     nullable string
+      transactional_id     nullable string       v3+
       acks                 int16
       timeout_ms           int32
       topic_data           array of
@@ -47,7 +47,8 @@ __all__ = [
     "read_produce_request",
 ]
 
-MIN_VERSION = 3
+MIN_VERSION = 0
+_TRANSACTIONAL_ID = 3
 MAX_VERSION = 11
 _FLEXIBLE = 9
 
@@ -86,7 +87,7 @@ def read_produce_request(
     try:
         if version >= _FLEXIBLE:
             return _read_flexible(view, offset)
-        return _read_legacy(view, offset)
+        return _read_legacy(view, offset, version >= _TRANSACTIONAL_ID)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise InvalidRequestError(f"cannot decode Produce v{version} request: {exc!r}") from exc
 
@@ -96,16 +97,17 @@ def read_produce_request(
 # generic reader several times slower than kio's native one.
 
 
-def _read_legacy(view: memoryview, pos: int) -> ProduceRequestView:
+def _read_legacy(view: memoryview, pos: int, with_transactional_id: bool) -> ProduceRequestView:
     end = len(view)
-    (n,) = _I16.unpack_from(view, pos)
-    pos += 2
     transactional_id = None
-    if n >= 0:
-        transactional_id = _text(view, pos, n, end)
-        pos += n
-    elif n != -1:
-        raise InvalidRequestError(f"negative string length {n} in a Produce request")
+    if with_transactional_id:
+        (n,) = _I16.unpack_from(view, pos)
+        pos += 2
+        if n >= 0:
+            transactional_id = _text(view, pos, n, end)
+            pos += n
+        elif n != -1:
+            raise InvalidRequestError(f"negative string length {n} in a Produce request")
     acks, timeout_ms, topic_count = _ACKS_TIMEOUT_COUNT.unpack_from(view, pos)
     pos += _ACKS_TIMEOUT_COUNT.size
     _check_count(topic_count)

@@ -4,7 +4,9 @@ Replaces the giant ``match`` of Kafka's ``KafkaApis.handle`` with a table, as Ta
 each API family registers its handler once, registering a key twice is an error, and the
 ApiVersions answer (Kafka's ``ApiVersionsResponse.collectApis``) is built from the table,
 so the broker can never advertise a version it does not serve. Every registered version
-must have a kio schema (request and response), checked at registration.
+must have a kio schema (request and response), checked at registration, except the old
+versions kio lacks (``codec.LEGACY_VERSIONS``), whose registration brings its own
+``decode`` and ``error_response`` and whose handler answers with a ``Send``.
 
 A handler is ``async def handler(ctx: RequestContext, request) -> response``, where the
 response is a kio response entity, a pre-encoded :class:`~odradek.protocol.send.Send`, or
@@ -13,7 +15,9 @@ response is a kio response entity, a pre-encoded :class:`~odradek.protocol.send.
 UNKNOWN_SERVER_ERROR — the network layer answers with the API's error response (Kafka's
 ``AbstractRequest.getErrorResponse``), built for every API from its schema by
 :func:`~odradek.protocol.error_response.build_error_response`. A registration may bring its
-own ``error_response`` builder instead (ApiVersions does).
+own ``error_response`` builder instead (ApiVersions does, and the old versions kio lacks);
+a builder returning :data:`GENERIC_ERROR_RESPONSE` gets the generic one for that request
+(with the error's message).
 
 ``serial=True`` asks the network layer not to start the request until every earlier
 request of the same connection has completed — Kafka's one-request-at-a-time channel
@@ -38,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from odradek.protocol.api_keys import ApiKey
-from odradek.protocol.codec import kio_versions, schema
+from odradek.protocol.codec import LEGACY_VERSIONS, LegacyBody, kio_versions, schema
 from odradek.protocol.errors import (
     ErrorCode,
     LocalProtocolError,
@@ -47,6 +51,7 @@ from odradek.protocol.errors import (
 )
 
 __all__ = [
+    "GENERIC_ERROR_RESPONSE",
     "ApiVersionRange",
     "Channel",
     "DuplicateHandlerError",
@@ -89,6 +94,9 @@ class RequestContext(NamedTuple):
     size: int = 0
     channel: Channel | None = None
 
+
+GENERIC_ERROR_RESPONSE: Any = object()
+"""Returned by a registration's ``error_response``: build the generic error response."""
 
 Response: TypeAlias = Any
 """A kio response entity, a :class:`Send` (pre-encoded body), or ``None`` (no response)."""
@@ -161,13 +169,21 @@ class HandlerRegistry:
             raise LocalProtocolError(f"kio has no schemas for API key {key}")
         if min_version > max_version:
             raise LocalProtocolError(f"empty version range {min_version}..{max_version}")
-        if min_version < known[0] or max_version > known[1]:
+        low = min(known[0], LEGACY_VERSIONS.get(key, known)[0])
+        if min_version < low or max_version > known[1]:
             raise LocalProtocolError(
                 f"{_name(key)} versions {min_version}..{max_version} outside the versions "
                 f"kio has schemas for ({known[0]}..{known[1]})"
             )
         for version in range(min_version, max_version + 1):
-            schema(key, version)  # fails loudly now rather than on the first request
+            # fails loudly now rather than on the first request
+            if schema(key, version).request_type is LegacyBody and (
+                decode is None or error_response is None
+            ):
+                raise LocalProtocolError(
+                    f"{_name(key)} v{version} has no kio schema: the registration must "
+                    "bring its own decode and error_response"
+                )
         registration = Registration(
             key, min_version, max_version, handler, error_response, serial, decode
         )

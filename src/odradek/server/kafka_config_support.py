@@ -67,8 +67,8 @@ LEVELS = "compression levels (KIP-390) are not supported by Odradek yet"
 REPLICA_MOVES = ("moving replicas between log directories (AlterReplicaLogDirs) is not "
                  "supported by Odradek yet")
 RACK_FETCH = "fetching from the closest replica (KIP-392) is not supported by Odradek yet"
-DOWN_CONVERSION = ("down-conversion to message formats v0/v1 is not supported by Odradek "
-                   "(it serves RecordBatch v2 only)")
+DOWN_CONVERSION = ("turning down-conversion off is not supported by Odradek yet (Fetch v0-3 "
+                   "are always answered down-converted, as with Kafka's default true)")
 CONTROL_PLANE = "a separate control plane listener (KIP-291) is not supported by Odradek yet"
 ID_GENERATION = ("broker id generation through ZooKeeper is not supported by Odradek yet "
                  "(set broker.id)")
@@ -84,8 +84,8 @@ NOT_APPLICABLE_PREFIX = "does not apply to Odradek"
 _THREADS = f"{NOT_APPLICABLE_PREFIX}: it has no JVM thread pools (one asyncio event loop)"
 _PURGATORY = (f"{NOT_APPLICABLE_PREFIX}: its purgatories complete requests on events and "
               "need no purge interval")
-_PROTOCOL = (f"{NOT_APPLICABLE_PREFIX}: it speaks the current protocol and record format "
-             "(RecordBatch v2) only")
+_PROTOCOL = (f"{NOT_APPLICABLE_PREFIX}: it stores RecordBatch v2 only (message formats "
+             "v0/v1 are converted on produce and fetch) and needs no protocol pinning")
 _OFFSETS = (f"{NOT_APPLICABLE_PREFIX}: offset commits wait for the acks the "
             "__consumer_offsets partition needs, and its loads are not buffered this way")
 _CLIENT_SIDE = f"{NOT_APPLICABLE_PREFIX}: it has no such setting for its inter-broker client"

@@ -96,7 +96,12 @@ from odradek.protocol.headers import (
     parse_request_header,
     peek_request,
 )
-from odradek.protocol.registry import HandlerRegistry, Registration, RequestContext
+from odradek.protocol.registry import (
+    GENERIC_ERROR_RESPONSE,
+    HandlerRegistry,
+    Registration,
+    RequestContext,
+)
 from odradek.protocol.send import FileRegion, Send
 from odradek.server.client_quotas import NANOS_TO_PERCENTAGE, ClientQuotaManager
 from odradek.server.connection_quotas import INT_MAX, ConnectionLimits, ConnectionQuotas
@@ -574,9 +579,10 @@ class KafkaConnection(asyncio.Protocol):
         # Kafka's sendErrorOrCloseConnection: the request's error response, or closing the
         # connection when there is none (Produce acks=0) or it cannot be built.
         try:
+            response = GENERIC_ERROR_RESPONSE
             if registration.error_response is not None:
                 response = registration.error_response(ctx, request, code)
-            else:
+            if response is GENERIC_ERROR_RESPONSE:
                 message = error.message if isinstance(error, KafkaError) else None
                 response = build_error_response(
                     ctx.api_key, ctx.api_version, request, code, message

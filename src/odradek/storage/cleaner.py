@@ -56,9 +56,11 @@ from dataclasses import dataclass, field
 from odradek.records.batch import (
     BATCH_HEADER_SIZE,
     CRC_OFFSET,
+    CURRENT_MAGIC,
     HEADER_STRUCT,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
     BatchHeader,
     InvalidRecordError,
     compute_crc,
@@ -66,6 +68,7 @@ from odradek.records.batch import (
     validate_batch,
 )
 from odradek.records.builder import BatchBuilder
+from odradek.records.legacy import MESSAGE_OVERHEAD_V0, up_convert
 from odradek.storage import files
 from odradek.storage.errors import StorageError
 from odradek.storage.log import PartitionLog
@@ -73,6 +76,7 @@ from odradek.storage.offset_map import SkimpyOffsetMap
 from odradek.storage.segment import LogSegment
 
 _INT32 = struct.Struct(">i")
+_MIN_ENTRY = LOG_OVERHEAD + MESSAGE_OVERHEAD_V0  # a v0 message, the smallest entry
 _INT32_MAX = (1 << 31) - 1
 _COMPRESSION_MASK = 0x07
 _DELETE_HORIZON_MASK = 0x40
@@ -128,28 +132,48 @@ def read_batches(
         throttler.maybe_throttle(len(data))
         view = memoryview(data)
         off = 0
-        while off + BATCH_HEADER_SIZE <= len(view):
+        while off + _MIN_ENTRY <= len(view):
             (length,) = _INT32.unpack_from(view, off + LENGTH_OFFSET)
             size = length + LOG_OVERHEAD
-            if off + size > len(view):
+            legacy = view[off + MAGIC_OFFSET] < CURRENT_MAGIC
+            if off + size > len(view) or (not legacy and off + BATCH_HEADER_SIZE > len(view)):
                 break
-            yield _validated(view, off, pos, segment), view[off : off + size]
+            if legacy:
+                # A v0/v1 entry of a segment an old Kafka wrote: cleaned as the v2 batch
+                # it converts to, so compaction rewrites old segments in format v2.
+                converted = memoryview(_up_converted(view[off : off + size], pos + off,
+                                                     segment))
+                yield _validated(converted, 0, pos + off, segment), converted
+            else:
+                yield _validated(view, off, pos, segment), view[off : off + size]
             off += size
         if off == 0:  # one batch larger than the buffer (or a torn header)
             head = os.pread(fd, BATCH_HEADER_SIZE, pos)
-            if len(head) < BATCH_HEADER_SIZE:
+            legacy = len(head) > MAGIC_OFFSET and head[MAGIC_OFFSET] < CURRENT_MAGIC
+            if len(head) < (_MIN_ENTRY if legacy else BATCH_HEADER_SIZE):
                 raise CleanerError(f"{segment.log_path}: truncated batch at position {pos}")
             (length,) = _INT32.unpack_from(head, LENGTH_OFFSET)
             size = length + LOG_OVERHEAD
-            if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
+            if size < (_MIN_ENTRY if legacy else BATCH_HEADER_SIZE) or pos + size > end:
                 raise CleanerError(
                     f"{segment.log_path}: invalid batch length {length} at position {pos}"
                 )
             whole = memoryview(os.pread(fd, size, pos))
             throttler.maybe_throttle(size)
+            if legacy:
+                whole = memoryview(_up_converted(whole, pos, segment))
             yield _validated(whole, 0, pos, segment), whole
             off = size
         pos += off
+
+
+def _up_converted(entry: memoryview, position: int, segment: LogSegment) -> bytes:
+    try:
+        return up_convert(entry, 0)
+    except InvalidRecordError as exc:
+        raise CleanerError(
+            f"corrupt message in {segment.log_path} at position {position}: {exc}"
+        ) from exc
 
 
 def _validated(view: memoryview, off: int, base_pos: int, segment: LogSegment) -> BatchHeader:

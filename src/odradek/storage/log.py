@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 from odradek.records.batch import (
     BATCH_HEADER_SIZE,
+    NO_TIMESTAMP,
     BatchesInfo,
     BatchHeader,
     InvalidRecordError,
@@ -115,6 +116,9 @@ class FetchDataInfo:
     high_watermark: int
     # The segment's FileHandle: keeps ``fd`` open while this answer is in use.
     segment: object = None
+    # The region may hold v0/v1 entries (a segment of a Kafka before 0.11): fetchers get
+    # it up-converted (records/legacy.py ``up_convert``), not as it is.
+    legacy: bool = False
 
     def read(self) -> bytes:
         return os.pread(self.fd, self.size, self.position) if self.size else b""
@@ -317,7 +321,9 @@ class PartitionLog:
         refused: list[tuple[int, str]] = []
         failed = False
         for header in headers:
-            if header.max_timestamp > high or header.base_timestamp < low:
+            if (header.max_timestamp > high or header.base_timestamp < low) and (
+                header.max_timestamp != NO_TIMESTAMP  # v0 messages have none: not checked
+            ):
                 failed = True
                 batch = memoryview(records)[header.position : header.position + header.size]
                 try:
@@ -564,7 +570,8 @@ class PartitionLog:
                         continue
                     handle = segment.file_handle()  # keeps the fd open (segment.py doc)
                     return FetchDataInfo(
-                        offset, handle.fd, first.position, size, start, leo, hw, handle
+                        offset, handle.fd, first.position, size, start, leo, hw, handle,
+                        segment.legacy,
                     )
                 i += 1
         return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw)

@@ -43,12 +43,20 @@ from typing import NamedTuple, Protocol
 
 from odradek.records.batch import (
     BATCH_HEADER_SIZE,
+    CURRENT_MAGIC,
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
     BatchHeader,
     InvalidRecordError,
     TimestampType,
     iter_records,
     validate_batch,
+)
+from odradek.records.legacy import (
+    MESSAGE_OVERHEAD_V0,
+    entry_header,
+    iter_messages,
+    validate_entry,
 )
 from odradek.storage import files
 from odradek.storage.errors import StorageError
@@ -58,6 +66,9 @@ from odradek.storage.index import IndexCorruptError, OffsetIndex, TimeIndex, Tim
 # consumers catching up on a few hundred partitions without reopening per fetch, small
 # next to a default soft limit of 1,024 descriptors.
 MAX_OPEN_COLD_SEGMENTS = 128
+# The smallest entry a segment can hold: a v0 message with null key and value (segments
+# of a Kafka before 0.11 hold message sets of formats v0/v1, see records/legacy.py).
+_MIN_ENTRY = LOG_OVERHEAD + MESSAGE_OVERHEAD_V0
 
 
 class FileHandle:
@@ -199,6 +210,7 @@ class LogSegment:
         self.roll_jitter_ms = 0  # set by the log from segment.jitter.ms
         self.created_ms = int(time.time() * 1000)
         self._next_offset: int | None = None if self.size else base_offset
+        self._legacy: bool | None = None if self.size else False
         self._flushed_size = self.size
         # Serialises fsync with close/delete: a rolled segment is flushed by a worker
         # thread and may be deleted (truncation, retention) meanwhile.
@@ -323,9 +335,11 @@ class LogSegment:
 
     # -- read ----------------------------------------------------------------------------
     def _read_header(self, position: int) -> BatchHeader | None:
-        if position + BATCH_HEADER_SIZE > self.size:
+        if position + _MIN_ENTRY > self.size:
             return None
         data = os.pread(self.file_handle().fd, BATCH_HEADER_SIZE, position)
+        if len(data) > MAGIC_OFFSET and data[MAGIC_OFFSET] < CURRENT_MAGIC:
+            return entry_header(data, position)  # a v0/v1 entry of an old Kafka
         if len(data) < BATCH_HEADER_SIZE:
             return None
         header = BatchHeader.parse(data, 0, at=position)
@@ -338,10 +352,19 @@ class LogSegment:
         fd = handle.fd
         position = start
         size = self.size
-        while position + BATCH_HEADER_SIZE <= size:
+        magic_at = MAGIC_OFFSET
+        while position + _MIN_ENTRY <= size:
             data = os.pread(fd, BATCH_HEADER_SIZE, position)
-            if len(data) < BATCH_HEADER_SIZE:
-                return
+            if len(data) < BATCH_HEADER_SIZE or data[magic_at] < 2:
+                # A v0/v1 entry (a segment written by a Kafka before 0.11), or the end.
+                if len(data) <= magic_at or data[magic_at] >= CURRENT_MAGIC:
+                    return
+                legacy = entry_header(data, position)
+                if legacy is None or position + legacy.size > size:
+                    return
+                yield legacy
+                position += legacy.size
+                continue
             header = BatchHeader.parse(data, 0, at=position)
             if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
                 return
@@ -349,6 +372,15 @@ class LogSegment:
                 return
             yield header
             position += header.size
+
+    @property
+    def legacy(self) -> bool:
+        """Does the segment start with a v0/v1 entry (written by a Kafka before 0.11)?
+        Such a segment is up-converted for fetchers (read once, then cached)."""
+        if self._legacy is None:
+            head = os.pread(self.file_handle().fd, MAGIC_OFFSET + 1, 0) if self.size else b""
+            self._legacy = len(head) > MAGIC_OFFSET and head[MAGIC_OFFSET] < CURRENT_MAGIC
+        return self._legacy
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
         """The first batch whose last offset is ≥ ``offset`` (Kafka's translateOffset)."""
@@ -390,6 +422,11 @@ class LogSegment:
             if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
             batch = self.read_bytes(header.position, header.size)
+            if header.magic < CURRENT_MAGIC:  # a v0/v1 entry of an old Kafka
+                for message in iter_messages(batch):
+                    if message.timestamp >= timestamp and message.offset >= start_offset:
+                        return TimestampOffset(message.timestamp, message.offset)
+                continue
             for record in iter_records(batch):
                 if record.timestamp >= timestamp and record.offset >= start_offset:
                     if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
@@ -424,7 +461,12 @@ class LogSegment:
                 try:
                     while valid < self.size:
                         try:
-                            header = validate_batch(view, valid, strict_offsets=False)
+                            if valid + MAGIC_OFFSET < self.size and (
+                                view[valid + MAGIC_OFFSET] < CURRENT_MAGIC
+                            ):
+                                header = validate_entry(view, valid)  # v0/v1, old Kafka
+                            else:
+                                header = validate_batch(view, valid, strict_offsets=False)
                         except InvalidRecordError:
                             break
                         if header.base_offset < next_offset or header.size > max_message_size + (

@@ -1,4 +1,4 @@
-"""Fetch (key 1), versions 4-17: read record batches, waiting for ``min_bytes``; zero copy.
+"""Fetch (key 1), versions 0-17: read record batches, waiting for ``min_bytes``; zero copy.
 
 Follows Kafka's ``KafkaApis.handleFetchRequest`` / ``ReplicaManager.fetchMessages`` /
 ``DelayedFetch``:
@@ -33,6 +33,24 @@ no more than the client's ``consumer_byte_rate`` allows in one quota window; the
 would send are recorded, and over the quota the answer is empty, carries the throttle
 time, and the connection is muted for it (KIP-219), the records being read again
 afterwards (:mod:`odradek.server.client_quotas`).
+(Versions 0-3 below are not subject to client quotas yet: their answers have no
+throttle field Odradek fills.)
+
+Versions 0-3 (clients of Kafka 0.9-0.10; KIP-896 removed them from Kafka 4.0) read
+message sets of magic 0 (v0-1) or 1 (v2-3), so their answers are down-converted, as
+Kafka does with ``message.downconversion.enable`` (records/legacy.py: control batches and
+record headers dropped, zstd refused with UNSUPPORTED_COMPRESSION_TYPE). That costs CPU
+per record, so it is bounded: at most :data:`DOWN_CONVERSION_MAX_BYTES` of log are
+converted per response (the client fetches again for the rest), and the conversion runs
+on one dedicated thread, not on the event loop: the loop keeps serving other connections
+meanwhile (the thread gives the GIL back every switch interval), and however many old
+consumers fetch at once, down-conversion uses one core at most. v0-2 have no response
+limit and a hard partition limit (no KIP-74): a first message larger than
+``partition_max_bytes`` is sent cut, as Kafka does, and the old client reports it.
+
+A segment left by a Kafka before 0.11 (message formats v0/v1 in a log dir taken over from
+it) is sent to v4+ fetchers up-converted to RecordBatch v2 (one batch per old entry), not
+zero copy: only regions of such segments pay it.
 
 File descriptor lifetime: a ``FileRegion`` is written after the handler returns, maybe
 much later (a slow client). Segments removed by retention are closed only after
@@ -46,21 +64,34 @@ also keeps ``sendfile`` (which moves the file offset) away from the segment's ow
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import time
 import uuid
 from collections.abc import Hashable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from odradek.cluster.replica_manager import FollowerKey, UnknownTopicOrPartitionError
 from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.codec import decode_request
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch_writer import FetchPartition, FetchTopic, write_fetch_response
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.legacy_api import (
+    FETCH_LEGACY_MAX,
+    LegacyFetchAnswer,
+    fetch_magic,
+    read_fetch_request,
+)
+from odradek.protocol.legacy_api import write_fetch_response as write_legacy_response
+from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
 from odradek.protocol.send import Chunk, FileRegion, Send
+from odradek.records.batch import InvalidRecordError
+from odradek.records.legacy import down_convert, up_convert
 from odradek.server.fetch_session import CachedPartition, ContextKind, PartitionKey
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage import TopicPartition
@@ -72,8 +103,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VERSIONS = (4, 17)
+VERSIONS = (0, 17)
 ZERO_UUID = uuid.UUID(int=0)
+
+# Log bytes down-converted per Fetch v0-3 response at most (at least one batch): the
+# conversion walks records in Python, so one old consumer's request must stay small.
+DOWN_CONVERSION_MAX_BYTES = 4 * 1024 * 1024
+# One thread for every down-conversion of the broker (see the module docstring).
+_DOWN_CONVERTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="down-conversion")
 
 
 class _OwningSend(Send):
@@ -160,6 +197,9 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
             infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id,
                                              replica_id)
 
+        if version <= FETCH_LEGACY_MAX:  # sessionless: no session fields below v7
+            return await _legacy_response(version, parts, infos, max_bytes)
+
         incremental = context.kind is ContextKind.INCREMENTAL
         if quota_applies and total:
             throttle_ms = quota.record(ctx.client_id, total)
@@ -211,7 +251,79 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
                 os.close(fd)
             raise
 
-    registry.register(ApiKey.FETCH, VERSIONS[0], VERSIONS[1], fetch)
+    def decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
+        if version <= FETCH_LEGACY_MAX:
+            return read_fetch_request(frame, offset, version)
+        return decode_request(ApiKey.FETCH, version, frame, offset)
+
+    def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        if ctx.api_version > FETCH_LEGACY_MAX:
+            return GENERIC_ERROR_RESPONSE
+        value = int(code.value)
+        return write_legacy_response(ctx.api_version, [
+            (t.topic, [LegacyFetchAnswer(p.partition, value, -1, b"") for p in t.partitions])
+            for t in request.topics
+        ])
+
+    registry.register(ApiKey.FETCH, VERSIONS[0], VERSIONS[1], fetch, decode=decode,
+                      error_response=error_response)
+
+
+async def _legacy_response(
+    version: int, parts: list[CachedPartition], infos: list[FetchPartition | FetchDataInfo],
+    max_bytes: int,
+) -> Send:
+    """Fetch v0-3: each partition's v2 batches down-converted to the client's format."""
+    magic = fetch_magic(version)
+    loop = asyncio.get_running_loop()
+    budget = min(max_bytes, DOWN_CONVERSION_MAX_BYTES)
+    first = True
+    topics: dict[str, list[LegacyFetchAnswer]] = {}
+    for cp, info in zip(parts, infos, strict=True):
+        if isinstance(info, FetchPartition):
+            code = info.error_code
+            answer = LegacyFetchAnswer(
+                cp.partition, int(code.value) if isinstance(code, ErrorCode) else int(code),
+                info.high_watermark, b"")
+        else:
+            data = b""
+            error = 0
+            if info.size and budget > 0:
+                limit = min(cp.max_bytes, budget)
+                raw = _read_head(info, limit)
+                try:
+                    converted = await loop.run_in_executor(_DOWN_CONVERTER, functools.partial(
+                        down_convert, raw, magic, cp.fetch_offset, limit,
+                        min_one=first and version >= 3))
+                    data = converted.data
+                    if not data and first and raw:
+                        # v0-2 hard limit: the first message does not fit; sent cut
+                        whole = await loop.run_in_executor(_DOWN_CONVERTER, functools.partial(
+                            down_convert, raw, magic, cp.fetch_offset, limit, min_one=True))
+                        data = whole.data[:limit]
+                except InvalidRecordError as exc:
+                    error = int((ErrorCode.unsupported_compression_type if exc.reason == "codec"
+                                 else ErrorCode.corrupt_message).value)
+                    data = b""
+                budget -= len(data)
+                first = first and not data
+            answer = LegacyFetchAnswer(cp.partition, error, info.high_watermark, data)
+        topics.setdefault(cp.topic or "", []).append(answer)
+    return write_legacy_response(version, list(topics.items()))
+
+
+def _read_head(info: FetchDataInfo, limit: int) -> bytes:
+    """At most ``limit`` bytes of the region, or its first entry whole when that is larger
+    (converted, v2 batches hardly ever get smaller, so more would not fit): the memory a
+    down-converted response takes stays near what it sends."""
+    if info.size <= limit:
+        return info.read()
+    head = os.pread(info.fd, limit, info.position)
+    if len(head) >= 12:
+        first = 12 + int.from_bytes(head[8:12], "big", signed=True)
+        if first > limit:
+            return os.pread(info.fd, min(first, info.size), info.position)
+    return head
 
 
 def _topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:
@@ -230,7 +342,16 @@ def _replica_id(request: Any) -> int:
 def _region(cp: CachedPartition, info: FetchDataInfo, owned: list[int]) -> FetchPartition:
     """The answer for a successful read: a FileRegion on a dup of the segment's fd."""
     records: FileRegion | bytes = b""
-    if info.size:
+    if info.size and info.legacy:
+        # A segment an old Kafka wrote (formats v0/v1): up-converted, as Kafka 4 serves
+        # such segments to fetchers (KIP-724); per record, only for those segments.
+        try:
+            records = up_convert(info.read(), cp.fetch_offset)
+        except InvalidRecordError:
+            hw = info.high_watermark
+            return FetchPartition(cp.partition, ErrorCode.corrupt_message, hw, hw,
+                                  info.log_start_offset)
+    elif info.size:
         try:
             fd = os.dup(info.fd)
         except OSError as exc:  # out of fds: copy instead of failing the fetch

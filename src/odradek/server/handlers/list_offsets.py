@@ -1,4 +1,4 @@
-"""ListOffsets (key 2), versions 1-9: earliest, latest, max timestamp, or by timestamp.
+"""ListOffsets (key 2), versions 0-9: earliest, latest, max timestamp, or by timestamp.
 
 Follows Kafka's ``KafkaApis.handleListOffsetRequest`` / ``UnifiedLog.fetchOffsetByTimestamp``:
 -2 (and -4, earliest local, v8+) is the log start offset, -5 (latest tiered, v9+) is -1
@@ -12,23 +12,35 @@ still lags the start of its epoch answers a client OFFSET_NOT_AVAILABLE (KIP-207
 instead of a stale end, which the client retries. Only the leader
 answers, at the request's ``current_leader_epoch`` (the replica manager's errors), and
 the answer carries the partition's leader epoch.
+
+Version 0 (clients of Kafka 0.9; KIP-896 removed it from Kafka 4.0) asks for up to
+``max_num_offsets`` offsets "before" a time, answered as Kafka's
+``legacyFetchOffsetsBefore``: the base offset of every segment (the first raised to the
+log start offset) with the segment file's last modification time, then the log end with
+the current time if the active segment holds anything; -1 starts from the newest entry,
+-2 from the oldest, another time from the newest entry modified at or before it; the
+offsets go newest first, and a client's answer never goes past the high watermark.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.codec import decode_request
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.legacy_api import read_list_offsets_v0, write_list_offsets_v0
+from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
+    from odradek.storage.log import PartitionLog
 
-VERSIONS = (1, 9)
+VERSIONS = (0, 9)
 # KIP-405/KIP-1005 special timestamps (v8, v9). Without tiered storage every offset is
 # local: -4 is the log start offset and -5 finds nothing (-1).
 EARLIEST_LOCAL_TIMESTAMP = -4
@@ -50,7 +62,70 @@ def register_list_offsets(registry: HandlerRegistry, services: BrokerServices) -
                                partitions=tuple(partitions)))
         return make(m.ListOffsetsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
 
-    registry.register(ApiKey.LIST_OFFSETS, VERSIONS[0], VERSIONS[1], list_offsets)
+    async def dispatch(ctx: RequestContext, request: Any) -> Any:
+        if ctx.api_version == 0:
+            return _v0(services, request)
+        return await list_offsets(ctx, request)
+
+    def decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
+        if version == 0:
+            return read_list_offsets_v0(frame, offset, version)
+        return decode_request(ApiKey.LIST_OFFSETS, version, frame, offset)
+
+    def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        if ctx.api_version > 0:
+            return GENERIC_ERROR_RESPONSE
+        value = int(code.value)
+        return write_list_offsets_v0([
+            (t.name, [(p.partition_index, value, ()) for p in t.partitions])
+            for t in request.topics
+        ])
+
+    registry.register(ApiKey.LIST_OFFSETS, VERSIONS[0], VERSIONS[1], dispatch, decode=decode,
+                      error_response=error_response)
+
+
+def _v0(services: BrokerServices, request: Any) -> Any:
+    client = request.replica_id == CONSUMER_REPLICA_ID
+    topics = []
+    for topic in request.topics:
+        partitions: list[tuple[int, int, list[int]]] = []
+        for p in topic.partitions:
+            try:
+                partition = services.replica_manager.leader_partition(topic.name,
+                                                                      p.partition_index)
+                offsets = _offsets_before(partition.log, p.timestamp, p.max_num_offsets)
+                if client:
+                    hw = partition.high_watermark
+                    if any(o > hw for o in offsets):
+                        offsets = [hw] + [o for o in offsets if o <= hw]
+                partitions.append((p.partition_index, 0, offsets))
+            except Exception as exc:
+                code, _ = error_code_for(exc, f"listing offsets of {topic.name}-"
+                                              f"{p.partition_index}")
+                partitions.append((p.partition_index, int(code.value), []))
+        topics.append((topic.name, partitions))
+    return write_list_offsets_v0(topics)
+
+
+def _offsets_before(log: PartitionLog, timestamp: int, max_num: int) -> list[int]:
+    """Kafka's ``UnifiedLog.legacyFetchOffsetsBefore``."""
+    segments = log.segments
+    start = log.log_start_offset
+    table = [(max(s.base_offset, start), int(s.log_path.stat().st_mtime * 1000))
+             for s in segments]
+    if segments[-1].size > 0:
+        table.append((log.log_end_offset, int(time.time() * 1000)))
+    if timestamp == LATEST_TIMESTAMP:
+        index = len(table) - 1
+    elif timestamp == EARLIEST_TIMESTAMP:
+        index = 0
+    else:
+        index = len(table) - 1
+        while index >= 0 and table[index][1] > timestamp:
+            index -= 1
+    picked = [table[i][0] for i in range(index, max(index - max(max_num, 0), -1), -1)]
+    return sorted(picked, reverse=True)
 
 
 def _one(

@@ -1,4 +1,4 @@
-"""OffsetForLeaderEpoch (key 23), versions 2-4: where a leader epoch ended in the leader's
+"""OffsetForLeaderEpoch (key 23), versions 0-4: where a leader epoch ended in the leader's
 log (KIP-101, KIP-279, KIP-320).
 
 Follows Kafka's ``KafkaApis.handleOffsetForLeaderEpochRequest`` /
@@ -10,11 +10,14 @@ requested epoch, the largest epoch at or below it the log knows and where it end
 is the start of the next epoch, or the log end offset for the latest one; an epoch older
 than every epoch the log holds is answered -1/-1. Followers (``replica_id`` >= 0) use it
 to truncate before they fetch; consumers (KIP-320) to check their position after a
-leader change.
+leader change. v0-1 (replicas of 0.11-1.x; KIP-896 removed them, kio lacks them) are
+transcoded to v2 (``_transcode.py``): no ``current_leader_epoch`` (-1, unchecked), and v0
+answers no leader epoch.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
@@ -22,11 +25,12 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
+from odradek.server.handlers._transcode import OldVersions, register_with_old_versions
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
-VERSIONS = (2, 4)
+VERSIONS = (0, 4)
 
 
 def register_offset_for_leader_epoch(registry: HandlerRegistry, services: BrokerServices) -> None:
@@ -60,5 +64,42 @@ def register_offset_for_leader_epoch(registry: HandlerRegistry, services: Broker
         return make(m.OffsetForLeaderEpochResponse, throttle_time=ZERO_THROTTLE,
                     topics=tuple(topics))
 
-    registry.register(ApiKey.OFFSET_FOR_LEADER_EPOCH, VERSIONS[0], VERSIONS[1],
-                      offset_for_leader_epoch)
+    register_with_old_versions(registry, ApiKey.OFFSET_FOR_LEADER_EPOCH, VERSIONS[1],
+                               offset_for_leader_epoch, OldVersions(0, 2, _to_v2, _from_v2))
+
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def _to_v2(body: bytes, version: int) -> bytes:
+    """v0-1: [topic, [partition, leader_epoch]]; v2 puts current_leader_epoch (-1) before
+    leader_epoch."""
+    out = bytearray(body[:4])
+    (topics,) = _I32.unpack_from(body, 0)
+    pos = 4
+    for _ in range(max(topics, 0)):
+        (n,) = _I16.unpack_from(body, pos)
+        out += body[pos : pos + 2 + max(n, 0) + 4]
+        pos += 2 + max(n, 0)
+        (count,) = _I32.unpack_from(body, pos)
+        pos += 4
+        for _ in range(max(count, 0)):
+            out += body[pos : pos + 4] + b"\xff\xff\xff\xff" + body[pos + 4 : pos + 8]
+            pos += 8
+    return bytes(out)
+
+
+def _from_v2(response: Any, version: int) -> bytes:
+    """v1: v2 without throttle_time_ms; v0 without the leader epoch as well."""
+    out = bytearray(_I32.pack(len(response.topics)))
+    for topic in response.topics:
+        name = topic.topic.encode()
+        out += _I16.pack(len(name)) + name + _I32.pack(len(topic.partitions))
+        for p in topic.partitions:
+            if version >= 1:
+                out += struct.pack(">hiiq", p.error_code.value, p.partition, p.leader_epoch,
+                                   p.end_offset)
+            else:
+                out += struct.pack(">hiq", p.error_code.value, p.partition, p.end_offset)
+    return bytes(out)

@@ -1,4 +1,4 @@
-"""Committed offsets: OffsetCommit (key 8) v2-10, OffsetFetch (9) v1-10, OffsetDelete (47) v0.
+"""Committed offsets: OffsetCommit (key 8) v0-10, OffsetFetch (9) v0-10, OffsetDelete (47) v0.
 
 Follows Kafka's ``KafkaApis.handleOffsetCommitRequest`` / ``handleOffsetFetchRequest`` /
 ``handleOffsetDeleteRequest``: partitions of topics that do not exist get
@@ -13,17 +13,34 @@ answered with its own error. A partition without a committed offset is offset -1
 no error. A null topic list (v2+) asks for every committed offset of the group.
 ``require_stable`` (v7+) can never find a pending transactional commit yet. The
 retention time of v2-4 sets an expire timestamp on the committed offsets (value v1).
+
+The versions of 0.8 clients (KIP-896 removed them from Kafka 4.0; bodies in
+protocol/legacy_api.py): OffsetCommit v1 commits through the group coordinator as v2 does
+(its per-partition ``commit_timestamp`` is not used: the broker stamps the commit, and
+offsets expire after ``offsets.retention.minutes``); OffsetCommit v0 and OffsetFetch v0 keep
+offsets "the old way", as Kafka in ZooKeeper mode did: the offset as decimal text in
+``/consumers/<group>/offsets/<topic>/<partition>`` of the metadata store (ZooKeeper in
+cluster mode), not in ``__consumer_offsets``, so v0 and later versions do not see each
+other's commits, as with Kafka. A missing node is offset -1 with no error.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.coordinator.group_metadata import CommittedOffset
 from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.codec import decode_request
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.legacy_api import (
+    read_offset_commit_legacy,
+    read_offset_fetch_v0,
+    write_offset_commit_legacy,
+    write_offset_fetch_v0,
+)
+from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated
 
@@ -32,8 +49,10 @@ if TYPE_CHECKING:
 
     from odradek.server.services import BrokerServices
 
-OFFSET_COMMIT_VERSIONS = (2, 10)
-OFFSET_FETCH_VERSIONS = (1, 10)
+OFFSET_COMMIT_VERSIONS = (0, 10)
+OFFSET_FETCH_VERSIONS = (0, 10)
+OLD_COMMIT_MAX = 1  # OffsetCommit v0-1 and OffsetFetch v0: no kio schema
+ZK_OFFSETS = "/consumers/{group}/offsets/{topic}/{partition}"
 OFFSET_DELETE_VERSIONS = (0, 0)
 TOPIC_IDS_FROM = 10  # OffsetCommit and OffsetFetch name topics by id from v10
 
@@ -206,6 +225,107 @@ def register_offsets(registry: HandlerRegistry, services: BrokerServices) -> Non
         return make(m.OffsetDeleteResponse, error_code=error, throttle_time=ZERO_THROTTLE,
                     topics=tuple(topics))
 
-    registry.register(ApiKey.OFFSET_COMMIT, *OFFSET_COMMIT_VERSIONS, offset_commit)
-    registry.register(ApiKey.OFFSET_FETCH, *OFFSET_FETCH_VERSIONS, offset_fetch)
+    # -- the versions of 0.8 clients ------------------------------------------------------
+    def zk_path(group: str, topic: str, partition: int) -> str:
+        return ZK_OFFSETS.format(group=group, topic=topic, partition=partition)
+
+    async def offset_commit_old(ctx: RequestContext, request: Any) -> Any:
+        store = services.metadata.store
+        max_metadata = int(services.config["offset.metadata.max.bytes"])
+        results: dict[tuple[str, int], ErrorCode] = {}
+        wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+        for topic in request.topics:
+            for p in topic.partitions:
+                key = (topic.name, p.partition_index)
+                if not partition_exists(*key):
+                    results[key] = ErrorCode.unknown_topic_or_partition
+                elif p.committed_metadata is not None and (
+                    len(p.committed_metadata.encode()) > max_metadata
+                ):
+                    results[key] = ErrorCode.offset_metadata_too_large
+                else:
+                    wanted[key] = (p.committed_offset, -1, p.committed_metadata)
+        if wanted and ctx.api_version == 1:
+            results.update(coordinator().commit_offsets(
+                request.group_id, request.member_id, None, request.generation_id, wanted, -1))
+            if any(code == ErrorCode.none for code in results.values()):
+                await replicated(request.group_id, results)
+        elif wanted:
+            def write() -> None:
+                for (name, index), (committed, _, _) in wanted.items():
+                    path = zk_path(request.group_id, name, index)
+                    data = str(committed).encode()
+                    if store.get(path) is None:
+                        store.create(path, data)
+                    else:
+                        store.set(path, data)
+                    results[(name, index)] = ErrorCode.none
+            await asyncio.to_thread(write)
+        return write_offset_commit_legacy([
+            (t.name, [(p.partition_index,
+                       int(results.get((t.name, p.partition_index), ErrorCode.none).value))
+                      for p in t.partitions])
+            for t in request.topics
+        ])
+
+    async def offset_fetch_v0(ctx: RequestContext, request: Any) -> Any:
+        store = services.metadata.store
+
+        def read() -> list[tuple[str, list[tuple[int, int, str | None, int]]]]:
+            out: list[tuple[str, list[tuple[int, int, str | None, int]]]] = []
+            for t in request.topics:
+                parts: list[tuple[int, int, str | None, int]] = []
+                for index in t.partition_indexes:
+                    if not partition_exists(t.name, index):
+                        parts.append((index, -1, "",
+                                      int(ErrorCode.unknown_topic_or_partition.value)))
+                        continue
+                    node = store.get(zk_path(request.group_id, t.name, index))
+                    committed = int(node.data) if node is not None and node.data else -1
+                    parts.append((index, committed, "", 0))
+                out.append((t.name, parts))
+            return out
+
+        return write_offset_fetch_v0(await asyncio.to_thread(read))
+
+    async def commit_dispatch(ctx: RequestContext, request: Any) -> Any:
+        if ctx.api_version <= OLD_COMMIT_MAX:
+            return await offset_commit_old(ctx, request)
+        return await offset_commit(ctx, request)
+
+    async def fetch_dispatch(ctx: RequestContext, request: Any) -> Any:
+        if ctx.api_version == 0:
+            return await offset_fetch_v0(ctx, request)
+        return await offset_fetch(ctx, request)
+
+    def commit_decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
+        if version <= OLD_COMMIT_MAX:
+            return read_offset_commit_legacy(frame, offset, version)
+        return decode_request(ApiKey.OFFSET_COMMIT, version, frame, offset)
+
+    def fetch_decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
+        if version == 0:
+            return read_offset_fetch_v0(frame, offset, version)
+        return decode_request(ApiKey.OFFSET_FETCH, version, frame, offset)
+
+    def commit_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        if ctx.api_version > OLD_COMMIT_MAX:
+            return GENERIC_ERROR_RESPONSE
+        value = int(code.value)
+        return write_offset_commit_legacy(
+            [(t.name, [(p.partition_index, value) for p in t.partitions])
+             for t in request.topics])
+
+    def fetch_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        if ctx.api_version > 0:
+            return GENERIC_ERROR_RESPONSE
+        value = int(code.value)
+        return write_offset_fetch_v0(
+            [(t.name, [(i, -1, "", value) for i in t.partition_indexes])
+             for t in request.topics])
+
+    registry.register(ApiKey.OFFSET_COMMIT, *OFFSET_COMMIT_VERSIONS, commit_dispatch,
+                      decode=commit_decode, error_response=commit_error)
+    registry.register(ApiKey.OFFSET_FETCH, *OFFSET_FETCH_VERSIONS, fetch_dispatch,
+                      decode=fetch_decode, error_response=fetch_error)
     registry.register(ApiKey.OFFSET_DELETE, *OFFSET_DELETE_VERSIONS, offset_delete)

@@ -1,4 +1,4 @@
-"""Produce (key 0), versions 3-11: append record batches, answer per partition.
+"""Produce (key 0), versions 0-11: append record batches, answer per partition.
 
 Follows Kafka's ``KafkaApis.handleProduceRequest`` and ``ReplicaManager.appendRecords``:
 ``acks`` must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition); an unknown
@@ -21,6 +21,12 @@ its records appended all the same; the request's size is recorded, and the answe
 the throttle time while the connection is muted for it (KIP-219). acks=0 has no answer:
 the muting alone slows it.
 
+Versions 0-2 (clients of Kafka 0.9-0.10, KIP-896 removed them from Kafka 4.0) carry
+message sets of magic 0 or 1: each is validated (CRC32, sizes, wrappers) and converted to
+one RecordBatch v2 before the same append (Kafka 3.x's LogValidator stores v2 whatever the
+client sends); a bad set is CORRUPT_MESSAGE or INVALID_RECORD with nothing stored. Their
+bodies are read and written by protocol/legacy_api.py; v3+ never reaches that code.
+
 The handler is registered ``serial``: requests of one connection are applied in order, as
 idempotent producers with several requests in flight require.
 """
@@ -32,10 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.legacy_api import PRODUCE_LEGACY_MAX
+from odradek.protocol.legacy_api import write_produce_response as write_legacy_response
 from odradek.protocol.produce_reader import read_produce_request
 from odradek.protocol.produce_writer import PartitionResult, write_produce_response
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
 from odradek.protocol.send import Send
+from odradek.records.batch import InvalidRecordError
+from odradek.records.legacy import CORRUPT_REASONS, magic_of, to_record_batch
 from odradek.server.handlers._errors import error_code_for
 
 if TYPE_CHECKING:
@@ -43,13 +53,14 @@ if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.server.services import BrokerServices
 
-VERSIONS = (3, 11)
+VERSIONS = (0, 11)
 VALID_ACKS = (0, 1, -1)
 
 # Error codes as the ints the response writer packs (looked up once, not per partition).
 _NONE = int(ErrorCode.none.value)
 _INVALID_REQUIRED_ACKS = int(ErrorCode.invalid_required_acks.value)
 _CORRUPT_MESSAGE = int(ErrorCode.corrupt_message.value)
+_INVALID_RECORD = int(ErrorCode.invalid_record.value)
 _TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(
     ErrorCode.transactional_id_authorization_failed.value
 )
@@ -75,13 +86,21 @@ def register_produce(registry: HandlerRegistry, services: BrokerServices) -> Non
         waiting: list[tuple[PartitionResult, Partition, int]] | None = (
             [] if acks == -1 else None
         )
+        legacy = ctx.api_version <= PRODUCE_LEGACY_MAX
         for topic in request.topic_data:
             name = topic.name
-            partitions = [
-                _append(replica_manager, acks, name, index, records, refusal, transactional,
-                        waiting)
-                for index, records in topic.partition_data
-            ]
+            if legacy:
+                partitions = [
+                    _append_legacy(replica_manager, acks, name, index, records, refusal,
+                                   waiting)
+                    for index, records in topic.partition_data
+                ]
+            else:
+                partitions = [
+                    _append(replica_manager, acks, name, index, records, refusal,
+                            transactional, waiting)
+                    for index, records in topic.partition_data
+                ]
             topics.append((name, partitions))
         throttle_ms = 0
         if quota.active:
@@ -92,12 +111,25 @@ def register_produce(registry: HandlerRegistry, services: BrokerServices) -> Non
             return None
         if waiting:
             await _wait_for_replication(replica_manager, waiting, request.timeout_ms)
+        if legacy:
+            return write_legacy_response(ctx.api_version, topics)
         # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
         return Send((write_produce_response(ctx.api_version, topics, throttle_ms),))
 
+    def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        if ctx.api_version > PRODUCE_LEGACY_MAX:
+            return GENERIC_ERROR_RESPONSE
+        if request.acks == 0:
+            return None
+        value = int(code.value)
+        return write_legacy_response(ctx.api_version, [
+            (t.name, [PartitionResult(index, value) for index, _ in t.partition_data])
+            for t in request.topic_data
+        ])
+
     # Decoded by the hot-path reader: records stay views of the request frame.
     registry.register(ApiKey.PRODUCE, VERSIONS[0], VERSIONS[1], produce, serial=True,
-                      decode=read_produce_request)
+                      decode=read_produce_request, error_response=error_response)
 
 
 def _append(
@@ -128,6 +160,26 @@ def _append(
     if waiting is not None and partition.high_watermark <= info.last_offset:
         waiting.append((result, partition, info.last_offset))
     return result
+
+
+def _append_legacy(
+    replica_manager: ReplicaManager, acks: int, topic: str, index: int,
+    records: memoryview | bytes | None, refusal: tuple[int, str] | None,
+    waiting: list[tuple[PartitionResult, Partition, int]] | None,
+) -> PartitionResult:
+    """Produce v0-2: a message set of magic 0/1 becomes one RecordBatch v2 (a v2 batch,
+    which old request versions may carry too, is appended as it is)."""
+    if refusal is None and records and magic_of(records) < 2:
+        try:
+            replica_manager.leader_partition(topic, index)
+            records = to_record_batch(records).batch
+        except InvalidRecordError as exc:
+            code = _CORRUPT_MESSAGE if exc.reason in CORRUPT_REASONS else _INVALID_RECORD
+            return PartitionResult(index, code, error_message=str(exc))
+        except Exception as exc:
+            error, message = error_code_for(exc, f"appending to {topic}-{index}")
+            return PartitionResult(index, int(error.value), error_message=message)
+    return _append(replica_manager, acks, topic, index, records, refusal, False, waiting)
 
 
 async def _wait_for_replication(

@@ -1,4 +1,4 @@
-"""CreateTopics (key 19, v2-7) and DeleteTopics (key 20, v1-6).
+"""CreateTopics (key 19, v0-7) and DeleteTopics (key 20, v0-6).
 
 Follows Kafka's ``KafkaApis.handleCreateTopicsRequest`` / ``ZkAdminManager.createTopics``:
 each topic is validated on its own (name, partition count, replication factor, configs,
@@ -15,11 +15,14 @@ THROTTLING_QUOTA_EXCEEDED, at older versions it is done all the same; the answer
 the throttle time and the connection is muted for it.
 DeleteTopics (v6 may name topics by id) removes the topic from metadata; logs are renamed
 ``-delete`` and removed asynchronously. Internal topics cannot be deleted.
+CreateTopics v0-1 and DeleteTopics v0 (KIP-896 removed them from Kafka 4.0; kio lacks
+them) are served by transcoding to v2 / v1 (``_transcode.py``).
 """
 
 from __future__ import annotations
 
 import datetime
+import struct
 import uuid
 from collections import Counter
 from dataclasses import replace
@@ -27,19 +30,21 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.cluster.metadata import MetadataError
 from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.codec import encode_body
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.client_quotas import MutationQuota
 from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import code_of
 from odradek.server.handlers._quotas import THROTTLED_MESSAGE, mutation_quota, throttle_after
+from odradek.server.handlers._transcode import OldVersions, register_with_old_versions
 from odradek.server.handlers.configs import topic_config_entries
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
-CREATE_VERSIONS = (2, 7)
-DELETE_VERSIONS = (1, 6)
+CREATE_VERSIONS = (0, 7)
+DELETE_VERSIONS = (0, 6)
 ZERO_UUID = uuid.UUID(int=0)
 # The first versions whose clients know THROTTLING_QUOTA_EXCEEDED (KIP-599).
 CREATE_STRICT_VERSION = 6
@@ -74,8 +79,41 @@ def register_topics(registry: HandlerRegistry, services: BrokerServices) -> None
         return make(m.DeleteTopicsResponse, throttle_time=throttle_after(ctx, quota),
                     responses=tuple(results))
 
-    registry.register(ApiKey.CREATE_TOPICS, CREATE_VERSIONS[0], CREATE_VERSIONS[1], create_topics)
-    registry.register(ApiKey.DELETE_TOPICS, DELETE_VERSIONS[0], DELETE_VERSIONS[1], delete_topics)
+    # v0-1 of CreateTopics and v0 of DeleteTopics (admin tools of 0.10; KIP-896 removed
+    # them, kio lacks them) are transcoded to v2 / v1, which only add fields.
+    register_with_old_versions(registry, ApiKey.CREATE_TOPICS, CREATE_VERSIONS[1],
+                               create_topics, OldVersions(0, 2, _create_v0_1, _created_v0_1))
+    register_with_old_versions(registry, ApiKey.DELETE_TOPICS, DELETE_VERSIONS[1],
+                               delete_topics, OldVersions(0, 1, _same, _deleted_v0))
+
+
+def _create_v0_1(body: bytes, version: int) -> bytes:
+    """CreateTopics v0 is v1 without ``validate_only`` (false); v1 is v2 byte for byte."""
+    return body + b"\x00" if version == 0 else body
+
+
+def _created_v0_1(response: Any, version: int) -> bytes:
+    """v0: [name, error_code]; v1: [name, error_code, error_message] (v2 adds throttle)."""
+    out = bytearray(struct.pack(">i", len(response.topics)))
+    for t in response.topics:
+        name = t.name.encode()
+        out += struct.pack(">h", len(name)) + name + struct.pack(">h", t.error_code.value)
+        if version >= 1:
+            if t.error_message is None:
+                out += b"\xff\xff"
+            else:
+                message = t.error_message.encode()
+                out += struct.pack(">h", len(message)) + message
+    return bytes(out)
+
+
+def _same(body: bytes, version: int) -> bytes:
+    return body
+
+
+def _deleted_v0(response: Any, version: int) -> bytes:
+    """DeleteTopics v0 is v1 without ``throttle_time_ms`` at the front."""
+    return encode_body(response)[4:]
 
 
 def _create_one(
