@@ -48,14 +48,16 @@ def add_parser(sub: Any) -> None:
                     "controller_mutation_rate).",
     )
     add_bootstrap(parser)
-    parser.add_argument("--entity-type", required=True, choices=ENTITY_TYPES)
+    parser.add_argument("--entity-type", required=True, choices=ENTITY_TYPES,
+                        help="what the configs belong to")
     who = parser.add_mutually_exclusive_group()
     who.add_argument("--entity-name", help="topic name, broker id or client id")
     who.add_argument("--entity-default", action="store_true",
                      help="the default broker or client id")
     what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("--describe", action="store_true")
-    what.add_argument("--alter", action="store_true")
+    what.add_argument("--describe", action="store_true", help="print the configs")
+    what.add_argument("--alter", action="store_true",
+                      help="change them with --add-config and --delete-config")
     parser.add_argument("--all", action="store_true",
                         help="with --describe of a broker: every config, not only dynamic ones")
     parser.add_argument("--add-config", metavar="K=V,...",

@@ -30,8 +30,10 @@ def add_parser(sub: Any) -> None:
                     "group offsets translated. Restart with the same --checkpoint-dir to "
                     "resume exactly where it stopped (see docs/mirror.md).",
     )
-    p.add_argument("--source-bootstrap-server", required=True, metavar="HOST:PORT[,...]")
-    p.add_argument("--target-bootstrap-server", required=True, metavar="HOST:PORT[,...]")
+    p.add_argument("--source-bootstrap-server", required=True, metavar="HOST:PORT[,...]",
+                   help="the cluster mirrored from")
+    p.add_argument("--target-bootstrap-server", required=True, metavar="HOST:PORT[,...]",
+                   help="the cluster mirrored to")
     p.add_argument("--include", required=True, metavar="REGEX",
                    help="topics to mirror (regex on the whole name; '__' topics never)")
     p.add_argument("--exclude", metavar="REGEX", help="topics not to mirror")
