@@ -38,11 +38,13 @@ from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordi
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.registry import HandlerRegistry
-from odradek.server.config import BrokerConfig
+from odradek.server.broker_stats import BrokerTopicStats, RequestStats
+from odradek.server.config import BrokerConfig, parse_metrics_listener
 from odradek.server.connection_quotas import parse_per_ip_overrides
 from odradek.server.dynamic_config import DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.handlers import register_all
+from odradek.server.metrics import MetricsServer, require_prometheus_client
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
 from odradek.server.services import BrokerServices
@@ -85,10 +87,19 @@ class Broker:
         self.replica_manager: ReplicaManager
         self.group_coordinator: GroupCoordinator
         self.services: BrokerServices
+        # metrics.listener: counters for the Prometheus endpoint (None: not counted at all)
+        self.metrics_listener = parse_metrics_listener(config["metrics.listener"])
+        self.topic_stats: BrokerTopicStats | None = None
+        self.request_stats: RequestStats | None = None
+        self.metrics_server: MetricsServer | None = None
 
     # -- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:
         self.config.report_unknown()
+        if self.metrics_listener is not None:
+            require_prometheus_client()  # before anything is loaded: one line, at once
+            self.topic_stats = BrokerTopicStats()
+            self.request_stats = RequestStats()
         store: MetadataStore
         if self.config["zookeeper.connect"]:
             store = await self._join_cluster()
@@ -144,6 +155,7 @@ class Broker:
             reassignments=self._cluster,
             elect_preferred=self._elect_preferred,
             elect_unclean=self._elect_unclean,
+            topic_stats=self.topic_stats,
         )
         register_all(self.registry, self.services)
         net = NetworkConfig(
@@ -161,10 +173,15 @@ class Broker:
             max_connection_creation_rate=self.config["max.connection.creation.rate"],
         )
         for listener in self.config.listeners:
-            server = KafkaServer(self.registry, listener.host, listener.port, net)
+            server = KafkaServer(self.registry, listener.host, listener.port, net,
+                                 request_stats=self.request_stats)
             await server.start()
             self.servers.append(server)
             log.info("listening on %s://%s:%d", listener.name, listener.host, server.port)
+        if self.metrics_listener is not None:
+            self.metrics_server = MetricsServer(self, *self.metrics_listener)
+            self.metrics_server.start()
+            log.info("metrics at %s", self.metrics_server.url)
         if self._cluster is not None:
             await self._cluster.register(self._endpoints())
         periodic = [
@@ -294,6 +311,15 @@ class Broker:
     def _controller_id(self) -> int:
         return self.broker_id if self._cluster is None else self._cluster.controller_id
 
+    def controller_id(self) -> int:
+        """The active controller's broker id as this broker knows it (-1: none)."""
+        return self._controller_id()
+
+    def controller_epoch(self) -> int:
+        """This broker's controller epoch while it is the controller, else -1 (the single
+        node is its own controller, in no ZooKeeper epoch: 0)."""
+        return 0 if self._cluster is None else self._cluster.controller_epoch
+
     async def _elect_preferred(
         self, partitions: list[tuple[str, int]]
     ) -> list[tuple[str, int]] | None:
@@ -375,6 +401,9 @@ class Broker:
             self.group_coordinator.shutdown()
         for server in self.servers:
             await server.stop()
+        if self.metrics_server is not None:
+            await asyncio.to_thread(self.metrics_server.stop)
+            self.metrics_server = None
         if hasattr(self, "replica_manager"):
             await self.replica_manager.shutdown()
         if self.log_cleaner is not None:

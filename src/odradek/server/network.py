@@ -68,9 +68,10 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Coroutine, Generator, Mapping
+import types
+from collections.abc import Awaitable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request, encode_body, request_header_version, schema
@@ -94,6 +95,9 @@ from odradek.server.connection_quotas import INT_MAX, ConnectionLimits, Connecti
 from odradek.server.flow_control import FlowControl
 from odradek.server.handlers.api_versions import unsupported_version_response
 from odradek.server.log_summary import RejectionLog, Summary
+
+if TYPE_CHECKING:
+    from odradek.server.broker_stats import RequestStats
 
 __all__ = ["KafkaConnection", "KafkaServer", "NetworkConfig"]
 
@@ -172,10 +176,20 @@ class _Close:
 _Outcome = None | bytes | tuple[bytes, Send] | _Close
 
 
+class _Timing:
+    """A request's timestamps for the request metrics (only when metrics are on)."""
+
+    __slots__ = ("done", "error", "started", "suspended")
+
+    def __init__(self) -> None:
+        self.started = self.suspended = self.done = self.error = 0
+
+
 @dataclass(slots=True)
 class _InFlight:
     ctx: RequestContext | None
     task: asyncio.Future[_Outcome]
+    timing: _Timing | None = None
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -186,6 +200,7 @@ class KafkaConnection(asyncio.Protocol):
         self._index = index
         self._config = server.config
         self._registry = server.registry
+        self._stats = server.request_stats
         self._loop = asyncio.get_running_loop()
         self._decoder = FrameDecoder(self._config.socket_request_max_bytes)
         self._resume_at = self._config.queued_max_requests // 2
@@ -370,7 +385,8 @@ class KafkaConnection(asyncio.Protocol):
             if self._serial_barrier is not None and not self._serial_barrier.done():
                 prior.append(self._serial_barrier)
             prior.extend(self._since_barrier)
-        coro = self._handle(registration, ctx, request, prior)
+        timing = _Timing() if self._stats is not None else None
+        coro = self._handle(registration, ctx, request, prior, timing)
         task = self._loop.create_task(coro) if prior else _start_eagerly(self._loop, coro)
         if registration.serial:
             self._serial_barrier = task
@@ -382,7 +398,7 @@ class KafkaConnection(asyncio.Protocol):
             task.add_done_callback(self._since_barrier.discard)
         if not task.done():
             self._server._track(task)
-        self._push(_InFlight(ctx, task))
+        self._push(_InFlight(ctx, task, timing))
 
     def _answer_unsupported_api_versions(
         self, frame: bytes | bytearray, api_version: int, correlation_id: int
@@ -425,14 +441,24 @@ class KafkaConnection(asyncio.Protocol):
         ctx: RequestContext,
         request: Any,
         prior: list[asyncio.Future[_Outcome]],
+        timing: _Timing | None = None,
     ) -> _Outcome:
         if prior:
             await asyncio.wait(prior)
         try:
-            result = await registration.handler(ctx, request)
+            if timing is None:
+                result = await registration.handler(ctx, request)
+            else:
+                result = await _timed(registration.handler(ctx, request), timing)
         except KafkaError as e:
+            if timing is not None:
+                timing.done = time.monotonic_ns()
+                timing.error = int(e.code)
             return self._error_outcome(registration, ctx, request, e.code, e)
         except Exception as e:
+            if timing is not None:
+                timing.done = time.monotonic_ns()
+                timing.error = int(ErrorCode.unknown_server_error)
             log.exception(
                 "handler for API %s v%s failed (connection %s, correlation id %s)",
                 ctx.api_key,
@@ -531,7 +557,8 @@ class KafkaConnection(asyncio.Protocol):
                         raise
             if self._closing:
                 return
-            in_flight.popleft()
+            entry = in_flight.popleft()
+            taken = time.monotonic_ns() if entry.timing is not None else 0
             if task.cancelled():
                 _write_all(transport, ready)
                 self.close("request handler was cancelled", logging.WARNING)
@@ -561,6 +588,8 @@ class KafkaConnection(asyncio.Protocol):
                 if ready_bytes >= COALESCE_BYTES:
                     _write_all(transport, ready)
                     ready_bytes = 0
+            if entry.timing is not None:
+                self._record(entry, entry.timing, taken)
             if not self._draining and not self._closing and not self._refused:
                 # Hysteresis: resume reading at half the bound, so a client that keeps
                 # the pipe full does not cost a pause/resume pair per response. Frames
@@ -574,6 +603,14 @@ class KafkaConnection(asyncio.Protocol):
                     _write_all(transport, ready)
                     ready_bytes = 0
                 await flow.drain()
+
+    def _record(self, entry: _InFlight, timing: _Timing, taken: int) -> None:
+        ctx = entry.ctx
+        if ctx is None or self._stats is None:
+            return
+        self._stats.record(ctx.api_key, ctx.api_version, ctx.received_ns, timing.started,
+                           timing.suspended, timing.done, taken, time.monotonic_ns(),
+                           timing.error)
 
     def _copy_region(
         self, part: FileRegion, buffered: list[bytes | bytearray | memoryview]
@@ -701,6 +738,45 @@ def _start_eagerly(
     return loop.create_task(_Started(coro, waiting_on))
 
 
+async def _timed(handler: Awaitable[Any], timing: _Timing) -> Any:
+    """Await ``handler``, noting when it starts, first waits (the end of its local
+    work: Kafka's LocalTimeMs, the rest is RemoteTimeMs, time in a purgatory or a
+    rebalance) and returns, and the error code of an answer that carries one at its top."""
+    timing.started = time.monotonic_ns()
+    result = await _noting_first_wait(cast(Coroutine[Any, Any, Any], handler), timing)
+    timing.done = time.monotonic_ns()
+    code = getattr(result, "error_code", None)
+    if code:
+        timing.error = int(code)
+    return result
+
+
+@types.coroutine
+def _noting_first_wait(coro: Coroutine[Any, Any, Any], timing: _Timing) -> Generator[Any, Any, Any]:
+    """``await coro`` (PEP 380's expansion of ``yield from``), noting its first wait."""
+    try:
+        waiting_on = coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    timing.suspended = time.monotonic_ns()
+    while True:
+        try:
+            value = yield waiting_on
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                waiting_on = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            continue
+        try:
+            waiting_on = coro.send(value)
+        except StopIteration as stop:
+            return stop.value
+
+
 class _Started(Coroutine[Any, Any, _Outcome]):
     """A coroutine that already ran its first step, for a task to drive on: the task's
     first ``send`` gets what the coroutine yielded then (the future it waits on)."""
@@ -795,8 +871,11 @@ class KafkaServer:
         port: int = 9092,
         config: NetworkConfig | None = None,
         quotas: ConnectionQuotas | None = None,
+        request_stats: RequestStats | None = None,
     ) -> None:
         self.registry = registry
+        # Request metrics (metrics.listener set): counted by the connections' writers.
+        self.request_stats = request_stats
         self.host = host
         self._requested_port = port
         self.config = config or NetworkConfig()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.replica_manager import ReplicaManager
 from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.server.broker_stats import BrokerTopicStats
 from odradek.server.config import BrokerConfig
 from odradek.server.dynamic_config import DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
@@ -72,3 +73,5 @@ class BrokerServices:
     controller)."""
     reassignments: ReassignmentStore | None = None
     """Partition reassignments in progress (None on the single node: nothing can move)."""
+    topic_stats: BrokerTopicStats | None = None
+    """Bytes and messages in and out per topic (None: metrics.listener is unset)."""

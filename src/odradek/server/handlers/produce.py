@@ -36,6 +36,7 @@ from odradek.server.handlers._errors import error_code_for
 if TYPE_CHECKING:
     from odradek.cluster.partition import Partition
     from odradek.cluster.replica_manager import ReplicaManager
+    from odradek.server.broker_stats import TopicCounters
     from odradek.server.services import BrokerServices
 
 VERSIONS = (3, 11)
@@ -55,6 +56,7 @@ _NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower.value)
 
 def register_produce(registry: HandlerRegistry, services: BrokerServices) -> None:
     replica_manager = services.replica_manager
+    stats = services.topic_stats
 
     async def produce(ctx: RequestContext, request: Any) -> Any:
         acks = request.acks
@@ -71,12 +73,19 @@ def register_produce(registry: HandlerRegistry, services: BrokerServices) -> Non
         )
         for topic in request.topic_data:
             name = topic.name
+            counters = (stats.topic(name), stats.total) if stats is not None else None
             partitions = [
                 _append(replica_manager, acks, name, index, records, refusal, transactional,
-                        waiting)
+                        waiting, counters)
                 for index, records in topic.partition_data
             ]
             topics.append((name, partitions))
+            if counters is not None:
+                # Kafka's appendToLocalLog: a produce request per partition, and the failed
+                failed = sum(1 for p in partitions if p.error_code != _NONE)
+                for c in counters:
+                    c.produce_requests += len(partitions)
+                    c.failed_produce_requests += failed
         if acks == 0:
             return None
         if waiting:
@@ -93,6 +102,7 @@ def _append(
     replica_manager: ReplicaManager, acks: int, topic: str, index: int,
     records: memoryview | bytes | None, refusal: tuple[int, str] | None, transactional: bool,
     waiting: list[tuple[PartitionResult, Partition, int]] | None,
+    counters: tuple[TopicCounters, TopicCounters] | None = None,
 ) -> PartitionResult:
     if refusal is not None:
         return PartitionResult(index, refusal[0], error_message=refusal[1])
@@ -114,6 +124,11 @@ def _append(
     result = PartitionResult(
         index, _NONE, info.first_offset, info.log_append_time, info.log_start_offset
     )
+    if counters is not None:  # BrokerTopicMetrics: the topic's and the broker's
+        size = len(records)
+        for c in counters:
+            c.bytes_in += size
+            c.messages_in += info.record_count
     if waiting is not None and partition.high_watermark <= info.last_offset:
         waiting.append((result, partition, info.last_offset))
     return result
