@@ -1,7 +1,8 @@
 """The replication and controller gauges of ``/metrics`` in a real 2-broker cluster (real
 ZooKeeper, two ``odradek serve``): one controller among the brokers, with ZooKeeper's
-epoch; a follower stopped makes its leader's partition under-replicated, and back again
-once it has caught up (an ISR expansion); the follower's fetches are replication bytes."""
+epoch; a follower stopped makes its leader's partition under-replicated once the leader
+drops it from the ISR (a shrink), and back again once it has caught up (an expansion); the
+follower's fetches are replication bytes."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ def gauges(port: int) -> dict[str, float]:
 def test_replication_gauges_follow_a_stopped_follower(tmp_path: Path) -> None:
     ports = {1: free_port(), 2: free_port()}
     per_broker = {b: {"metrics.listener": f"http://127.0.0.1:{p}"} for b, p in ports.items()}
-    with running_cluster(tmp_path, size=2, per_broker=per_broker) as cluster:
+    # the leader drops a silent follower from the ISR after replica.lag.time.max.ms
+    with running_cluster(tmp_path, size=2, per_broker=per_broker,
+                         overrides={"replica.lag.time.max.ms": 5000}) as cluster:
         controller, epoch = cluster.wait_controller()
         cluster.create_topic(TOPIC, 1, replica_assignment=[[1, 2]])  # leader 1, follower 2
 
@@ -59,17 +62,21 @@ def test_replication_gauges_follow_a_stopped_follower(tmp_path: Path) -> None:
         assert gauges(ports[1])[
             "kafka_server_brokertopicmetrics_replicationbytesout_total"] >= 500
 
-        expands = gauges(ports[1])["kafka_server_replicamanager_isrexpands_total"]
+        before = gauges(ports[1])
         cluster.stop(2)
         cluster.wait_for(
             lambda: gauges(ports[1])["kafka_server_replicamanager_underreplicatedpartitions"]
-            == 1, 30, "the partition under-replicated on broker 1")
+            == 1, 60, "the partition under-replicated on broker 1")
         page = gauges(ports[1])
         assert page["kafka_server_replicamanager_leadercount"] == 1
+        # (a loaded machine may delay a live follower past the lag time too: at least one)
+        assert page["kafka_server_replicamanager_isrshrinks_total"] >= (
+            before["kafka_server_replicamanager_isrshrinks_total"] + 1)
         assert page["kafka_controller_kafkacontroller_activecontrollercount"] == 1  # now
 
         cluster.start(2)
         cluster.wait_for(
             lambda: gauges(ports[1])["kafka_server_replicamanager_underreplicatedpartitions"]
             == 0, 60, "the follower back in the ISR")
-        assert gauges(ports[1])["kafka_server_replicamanager_isrexpands_total"] == expands + 1
+        assert gauges(ports[1])["kafka_server_replicamanager_isrexpands_total"] >= (
+            before["kafka_server_replicamanager_isrexpands_total"] + 1)
