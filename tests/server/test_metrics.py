@@ -256,3 +256,28 @@ def test_missing_prometheus_client_is_one_line_at_start(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines()[-1] == (
         "odradek: cannot start: metrics.listener is set but prometheus_client is not "
         "installed: pip install 'odradek[metrics]'")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_cleaner_thread_shows(tmp_path: Path) -> None:
+    """Seed 002: a cleaner thread that died silently left compaction off for good. Here
+    its death is on the page until the broker's health check restarts it."""
+    with running_broker(overrides={"metrics.listener": "http://127.0.0.1:0",
+                                   "log.cleaner.backoff.ms": "50"}) as rb:
+        server = rb.broker.metrics_server
+        cleaner = rb.broker.log_cleaner
+        assert server is not None and cleaner is not None
+        dead = "kafka_log_logcleaner_deadthreadcount"
+        assert value(scrape(server.url), dead) == 0
+        real = cleaner.clean_one
+        died: list[bool] = []
+
+        def boom(thread_cleaner: Any) -> bool:
+            if not died:
+                died.append(True)
+                raise SystemExit("simulated cleaner thread death")
+            return real(thread_cleaner)
+
+        cleaner.clean_one = boom  # type: ignore[method-assign]
+        wait_for("the dead thread on the page", lambda: value(scrape(server.url), dead) == 1)
+        wait_for("the thread restarted", lambda: value(scrape(server.url), dead) == 0)

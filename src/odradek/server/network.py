@@ -46,6 +46,12 @@ asyncio event loop instead of threads:
 8. *Shutdown.* :meth:`KafkaServer.stop`: close the listener, stop reading on every
    connection, let in-flight requests finish and their responses flush for up to the
    shutdown timeout, then abort connections and cancel the handlers left.
+9. *Request metrics* (only with ``request_stats``, i.e. ``metrics.listener`` set): each
+   request carries a :class:`_Timing`; the handler's start, first wait and end are noted
+   around it (:func:`_timed`), and the writer adds when it took the response and handed it
+   to the socket, then records the lot in
+   :class:`~odradek.server.broker_stats.RequestStats` (Kafka's ``RequestChannel.Metrics``:
+   RequestQueueTimeMs, LocalTimeMs, RemoteTimeMs, ResponseQueueTimeMs, ResponseSendTimeMs).
 
 A handler that fails is answered, not dropped (Kafka's ``sendErrorOrCloseConnection``): a
 :class:`~odradek.protocol.errors.KafkaError` with its code and message, any other exception
