@@ -122,8 +122,7 @@ def snapshot(broker: Broker) -> Snapshot:
     if requests is not None:
         snap.requests = list(requests.requests.items())
         snap.errors = list(requests.errors.items())
-        snap.times = [(key, [h.snapshot() for h in t.histograms])
-                      for key, t in requests.times.items()]
+        snap.times = [(key, t.snapshot()) for key, t in requests.times.items()]
 
     rm = broker.replica_manager
     broker_id = broker.broker_id

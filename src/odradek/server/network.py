@@ -48,8 +48,8 @@ asyncio event loop instead of threads:
    shutdown timeout, then abort connections and cancel the handlers left.
 9. *Request metrics* (only with ``request_stats``, i.e. ``metrics.listener`` set): each
    request carries a :class:`_Timing`; the handler's start, first wait and end are noted
-   around it (:func:`_timed`), and the writer adds when it took the response and handed it
-   to the socket, then records the lot in
+   around it (in ``_handle``, with :func:`_resume`), and the writer adds when it took
+   the response and handed it to the socket, then records the lot in
    :class:`~odradek.server.broker_stats.RequestStats` (Kafka's ``RequestChannel.Metrics``:
    RequestQueueTimeMs, LocalTimeMs, RemoteTimeMs, ResponseQueueTimeMs, ResponseSendTimeMs).
 
@@ -75,7 +75,7 @@ import os
 import socket
 import time
 import types
-from collections.abc import Awaitable, Coroutine, Generator, Mapping
+from collections.abc import Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -455,7 +455,23 @@ class KafkaConnection(asyncio.Protocol):
             if timing is None:
                 result = await registration.handler(ctx, request)
             else:
-                result = await _timed(registration.handler(ctx, request), timing)
+                # The handler's first step runs here; a handler that waits is resumed
+                # through _resume (PEP 380's expansion of ``await``), its wait noted: the
+                # end of its local work (Kafka's LocalTimeMs), the rest is RemoteTimeMs
+                # (a purgatory, the ISR, a rebalance).
+                timing.started = time.monotonic_ns()
+                coro = cast(Coroutine[Any, Any, Any], registration.handler(ctx, request))
+                try:
+                    waiting_on = coro.send(None)
+                except StopIteration as stop:
+                    result = stop.value
+                else:
+                    timing.suspended = time.monotonic_ns()
+                    result = await _resume(coro, waiting_on)
+                timing.done = time.monotonic_ns()
+                code = getattr(result, "error_code", None)  # a top-level error code
+                if code:
+                    timing.error = int(code)
         except KafkaError as e:
             if timing is not None:
                 timing.done = time.monotonic_ns()
@@ -744,27 +760,10 @@ def _start_eagerly(
     return loop.create_task(_Started(coro, waiting_on))
 
 
-async def _timed(handler: Awaitable[Any], timing: _Timing) -> Any:
-    """Await ``handler``, noting when it starts, first waits (the end of its local
-    work: Kafka's LocalTimeMs, the rest is RemoteTimeMs, time in a purgatory or a
-    rebalance) and returns, and the error code of an answer that carries one at its top."""
-    timing.started = time.monotonic_ns()
-    result = await _noting_first_wait(cast(Coroutine[Any, Any, Any], handler), timing)
-    timing.done = time.monotonic_ns()
-    code = getattr(result, "error_code", None)
-    if code:
-        timing.error = int(code)
-    return result
-
-
 @types.coroutine
-def _noting_first_wait(coro: Coroutine[Any, Any, Any], timing: _Timing) -> Generator[Any, Any, Any]:
-    """``await coro`` (PEP 380's expansion of ``yield from``), noting its first wait."""
-    try:
-        waiting_on = coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    timing.suspended = time.monotonic_ns()
+def _resume(coro: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any, Any, Any]:
+    """Finish awaiting ``coro``, already run up to its first wait on ``waiting_on``
+    (PEP 380's expansion of ``yield from``)."""
     while True:
         try:
             value = yield waiting_on
