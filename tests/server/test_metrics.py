@@ -77,7 +77,9 @@ def test_scrape_matches_what_the_clients_did(broker: RunningBroker) -> None:
     assert server is not None
     url = server.url
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(TOPIC, len(PRODUCED), 1)])[TOPIC].result(30)
+    # flush.messages=1: every append is flushed (fsync), for the flush timer
+    admin.create_topics([NewTopic(TOPIC, len(PRODUCED), 1, config={"flush.messages": "1"})])[
+        TOPIC].result(30)
     before = scrape(url)
 
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
@@ -171,6 +173,9 @@ def test_scrape_matches_what_the_clients_did(broker: RunningBroker) -> None:
         assert value(after, "kafka_log_log_numlogsegments", **labels) == 1
         assert value(after, "kafka_log_log_logendoffset", **labels) == PRODUCED[partition]
 
+    flushes = "kafka_log_logflushstats_logflushrateandtimems_count"
+    assert value(after, flushes) - value(before, flushes) >= records
+
     # the single node: every partition led here, fully replicated, its own controller
     partitions = value(after, "kafka_server_replicamanager_partitioncount")
     assert partitions >= len(PRODUCED)
@@ -185,6 +190,14 @@ def test_scrape_matches_what_the_clients_did(broker: RunningBroker) -> None:
     assert total(after, "kafka_server_socket_server_metrics_connection_count") >= 2
     assert value(after, "process_open_fds") > 0
     assert value(after, "process_resident_memory_bytes") > 0
+
+    # a deleted topic's counters go; the broker's totals keep what they counted
+    admin.delete_topics([TOPIC])[TOPIC].result(30)
+    bytes_in_name = "kafka_server_brokertopicmetrics_bytesin_total"
+    gone = wait_for("the deleted topic's counters gone", lambda: (
+        page if (bytes_in_name, frozenset({("topic", TOPIC)})) not in (page := scrape(url))
+        else None))
+    assert value(gone, bytes_in_name) == value(after, bytes_in_name)
 
 
 def test_errors_are_counted_by_request_and_code(broker: RunningBroker) -> None:

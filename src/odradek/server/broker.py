@@ -122,6 +122,8 @@ class Broker:
             self._cluster.on_broker_configs = dynamic_config.apply
         self.log_manager.startup(self.metadata.log_config)
         self._logs_loaded = True
+        if self.topic_stats is not None:  # a deleted topic's counters go, the totals stay
+            self.metadata.add_listener(self._forget_topic_stats)
         self._write_meta_properties()
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager, self.metadata,
@@ -307,6 +309,10 @@ class Broker:
             rack = self.config["broker.rack"] or None
             return [(self.broker_id, host, port, rack)]
         return self._cluster.live_endpoints()
+
+    def _forget_topic_stats(self, name: str, info: object) -> None:
+        if info is None and self.topic_stats is not None:
+            self.topic_stats.forget(name)
 
     def _controller_id(self) -> int:
         return self.broker_id if self._cluster is None else self._cluster.controller_id

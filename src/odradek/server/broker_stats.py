@@ -5,7 +5,7 @@ How it works: Kafka keeps Yammer meters per topic (``BrokerTopicStats``:
 per request type (``RequestChannel.Metrics`` / ``kafka.network:type=RequestMetrics``:
 RequestsPerSec, ErrorsPerSec and the TotalTimeMs histogram split into RequestQueueTimeMs,
 LocalTimeMs, RemoteTimeMs, ResponseQueueTimeMs and ResponseSendTimeMs). Here they are
-integer attributes and bucket counts (the bounds of :mod:`odradek.histogram`), written only on the
+integer attributes and bucket counts (powers of two of nanoseconds), written only on the
 broker's event loop, with no lock and no per-record work: a Produce adds its partition's
 byte and record counts (the batch headers already counted the records), a Fetch its
 region sizes, the network layer one request's timestamps. Rates are Prometheus' job
@@ -17,12 +17,10 @@ count at all.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from time import monotonic_ns
 
-from odradek.histogram import LATENCY_BOUNDS_MS
-
-__all__ = ["TIME_NAMES", "BrokerTopicStats", "MetricsError", "RequestStats", "RequestTimes",
-           "TopicCounters"]
+__all__ = ["REQUEST_BOUNDS_MS", "TIME_NAMES", "BrokerTopicStats", "MetricsError",
+           "RequestStats", "RequestTimes", "RequestTiming", "TopicCounters"]
 
 
 class MetricsError(RuntimeError):
@@ -71,14 +69,31 @@ class BrokerTopicStats:
 #: The parts of a request's time, Kafka's RequestMetrics histogram names, in order.
 TIME_NAMES = ("RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "ResponseQueueTimeMs",
               "ResponseSendTimeMs", "TotalTimeMs")
-_BOUNDS_NS = [int(b * 1_000_000) for b in LATENCY_BOUNDS_MS]
-_WIDTH = len(_BOUNDS_NS) + 1  # buckets per histogram, the overflow one included
+#: Request time buckets are powers of two of nanoseconds, so that a duration's bucket is
+#: ``(ns >> SHIFT).bit_length()``, one C call (a bisect costs four times more): bucket 0
+#: holds durations below 2**16 ns (65.5 us), bucket i those below 2**(16+i) ns, up to
+#: 2**35 ns (34.4 s); the rest is the overflow (+Inf).
+SHIFT = 16
+BUCKETS = 20
+REQUEST_BOUNDS_MS = tuple((1 << (SHIFT + i)) / 1e6 for i in range(BUCKETS))
+_WIDTH = 64  # counted slots per histogram: every bit_length of a 64-bit duration
+
+
+class RequestTiming:
+    """One request's handler timestamps (``time.monotonic_ns()``), noted by the network
+    layer: started (after earlier requests it had to wait for), suspended (its first wait,
+    0 if it never waited), done; and the error code it answered, 0 for none."""
+
+    __slots__ = ("done", "error", "started", "suspended")
+
+    def __init__(self) -> None:
+        self.started = self.suspended = self.done = self.error = 0
 
 
 class RequestTimes:
     """The six time histograms of one request type, as one flat list of bucket counts
     (histogram i at ``[i * _WIDTH, (i + 1) * _WIDTH)``) and six sums in ns: recording a
-    request is six bisects and twelve additions, with no call per histogram."""
+    request is six ``bit_length`` s and twelve additions, with no call per histogram."""
 
     __slots__ = ("counts", "sums")
 
@@ -87,10 +102,13 @@ class RequestTimes:
         self.sums = [0] * len(TIME_NAMES)
 
     def snapshot(self) -> list[tuple[list[int], int]]:
-        """Per histogram: (bucket counts, sum in ns), copied."""
+        """Per histogram: (counts of the BUCKETS buckets and the overflow, sum in ns)."""
         counts = list(self.counts)
-        return [(counts[i * _WIDTH:(i + 1) * _WIDTH], self.sums[i])
-                for i in range(len(TIME_NAMES))]
+        out = []
+        for i in range(len(TIME_NAMES)):
+            own = counts[i * _WIDTH:(i + 1) * _WIDTH]
+            out.append(([*own[:BUCKETS], sum(own[BUCKETS:])], self.sums[i]))
+        return out
 
 
 class RequestStats:
@@ -101,18 +119,16 @@ class RequestStats:
         self.errors: dict[tuple[int, int], int] = {}       # (api key, error code) -> count
         self.times: dict[int, RequestTimes] = {}           # api key -> histograms
 
-    def record(
-        self, api_key: int, api_version: int, received: int, started: int, suspended: int,
-        done: int, taken: int, sent: int, error: int,
-    ) -> None:
-        """One answered request's timestamps (``time.monotonic_ns()``): received (frame
-        complete), started (handler began, after earlier requests it had to wait for),
-        suspended (the handler's first wait, 0 if it never waited), done (handler
-        returned), taken (the writer took the response, after those before it), sent
-        (handed to the socket). ``error``: the request's error code, 0 for none."""
+    def record(self, api_key: int, api_version: int, received: int, timing: RequestTiming,
+               taken: int) -> None:
+        """An answered request: ``received`` (its frame complete), ``timing`` (its
+        handler), ``taken`` (the writer took its response, after those before it); it is
+        handed to the socket now."""
+        sent = monotonic_ns()
         key = (api_key, api_version)
         requests = self.requests
         requests[key] = requests.get(key, 0) + 1
+        error = timing.error
         if error:
             ekey = (api_key, error)
             self.errors[ekey] = self.errors.get(ekey, 0) + 1
@@ -121,7 +137,9 @@ class RequestStats:
             times = self.times[api_key] = RequestTimes()
         counts = times.counts
         sums = times.sums
-        bounds = _BOUNDS_NS
+        started = timing.started
+        suspended = timing.suspended
+        done = timing.done
         if suspended:
             local = suspended - started
             remote = done - suspended
@@ -132,12 +150,12 @@ class RequestStats:
         response_queue = taken - done
         send = sent - taken
         total = sent - received
-        counts[bisect_left(bounds, queue)] += 1
-        counts[_WIDTH + bisect_left(bounds, local)] += 1
-        counts[2 * _WIDTH + bisect_left(bounds, remote)] += 1
-        counts[3 * _WIDTH + bisect_left(bounds, response_queue)] += 1
-        counts[4 * _WIDTH + bisect_left(bounds, send)] += 1
-        counts[5 * _WIDTH + bisect_left(bounds, total)] += 1
+        counts[(queue >> SHIFT).bit_length()] += 1
+        counts[_WIDTH + (local >> SHIFT).bit_length()] += 1
+        counts[2 * _WIDTH + (remote >> SHIFT).bit_length()] += 1
+        counts[3 * _WIDTH + (response_queue >> SHIFT).bit_length()] += 1
+        counts[4 * _WIDTH + (send >> SHIFT).bit_length()] += 1
+        counts[5 * _WIDTH + (total >> SHIFT).bit_length()] += 1
         sums[0] += queue
         sums[1] += local
         sums[2] += remote

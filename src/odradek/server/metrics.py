@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.histogram import LATENCY_BOUNDS_MS
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
-from odradek.server.broker_stats import TIME_NAMES, MetricsError
+from odradek.server.broker_stats import REQUEST_BOUNDS_MS, TIME_NAMES, MetricsError
 from odradek.storage.log import LOG_FLUSH_STATS
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ class BrokerCollector:
         for (api_key, code), count in sorted(snap.errors):
             errors.add_metric([request_name(api_key), error_name(code)], count)
         yield errors
-        bounds = [str(b) for b in LATENCY_BOUNDS_MS] + ["+Inf"]
+        bounds = [str(b) for b in REQUEST_BOUNDS_MS] + ["+Inf"]
         for part, part_name in enumerate(TIME_NAMES):
             family_h = HistogramMetricFamily(
                 f"kafka_network_requestmetrics_{part_name.lower()}",
@@ -296,7 +296,8 @@ class BrokerCollector:
                                       "time of log flushes (fsync), in milliseconds")
         flushed = 0
         buckets = []
-        for bound, count in zip(bounds, flush_counts, strict=True):
+        flush_bounds = [str(b) for b in LATENCY_BOUNDS_MS] + ["+Inf"]
+        for bound, count in zip(flush_bounds, flush_counts, strict=True):
             flushed += count
             buckets.append((bound, float(flushed)))
         flush.add_metric([], buckets, flush_ns / 1e6)

@@ -47,9 +47,10 @@ asyncio event loop instead of threads:
    connection, let in-flight requests finish and their responses flush for up to the
    shutdown timeout, then abort connections and cancel the handlers left.
 9. *Request metrics* (only with ``request_stats``, i.e. ``metrics.listener`` set): each
-   request carries a :class:`_Timing`; the handler's start, first wait and end are noted
-   around it (in ``_handle``, with :func:`_resume`), and the writer adds when it took
-   the response and handed it to the socket, then records the lot in
+   request carries a :class:`~odradek.server.broker_stats.RequestTiming`; the handler's
+   start, first wait and end are noted around it (in ``_handle``, with :func:`_resume`),
+   and the writer adds when it took the response and handed it to the socket, recording
+   the lot in
    :class:`~odradek.server.broker_stats.RequestStats` (Kafka's ``RequestChannel.Metrics``:
    RequestQueueTimeMs, LocalTimeMs, RemoteTimeMs, ResponseQueueTimeMs, ResponseSendTimeMs).
 
@@ -97,6 +98,7 @@ from odradek.protocol.headers import (
 )
 from odradek.protocol.registry import HandlerRegistry, Registration, RequestContext
 from odradek.protocol.send import FileRegion, Send
+from odradek.server.broker_stats import RequestTiming
 from odradek.server.connection_quotas import INT_MAX, ConnectionLimits, ConnectionQuotas
 from odradek.server.flow_control import FlowControl
 from odradek.server.handlers.api_versions import unsupported_version_response
@@ -182,20 +184,11 @@ class _Close:
 _Outcome = None | bytes | tuple[bytes, Send] | _Close
 
 
-class _Timing:
-    """A request's timestamps for the request metrics (only when metrics are on)."""
-
-    __slots__ = ("done", "error", "started", "suspended")
-
-    def __init__(self) -> None:
-        self.started = self.suspended = self.done = self.error = 0
-
-
 @dataclass(slots=True)
 class _InFlight:
     ctx: RequestContext | None
     task: asyncio.Future[_Outcome]
-    timing: _Timing | None = None
+    timing: RequestTiming | None = None
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -391,7 +384,7 @@ class KafkaConnection(asyncio.Protocol):
             if self._serial_barrier is not None and not self._serial_barrier.done():
                 prior.append(self._serial_barrier)
             prior.extend(self._since_barrier)
-        timing = _Timing() if self._stats is not None else None
+        timing = RequestTiming() if self._stats is not None else None
         coro = self._handle(registration, ctx, request, prior, timing)
         task = self._loop.create_task(coro) if prior else _start_eagerly(self._loop, coro)
         if registration.serial:
@@ -447,7 +440,7 @@ class KafkaConnection(asyncio.Protocol):
         ctx: RequestContext,
         request: Any,
         prior: list[asyncio.Future[_Outcome]],
-        timing: _Timing | None = None,
+        timing: RequestTiming | None = None,
     ) -> _Outcome:
         if prior:
             await asyncio.wait(prior)
@@ -580,7 +573,8 @@ class KafkaConnection(asyncio.Protocol):
             if self._closing:
                 return
             entry = in_flight.popleft()
-            taken = time.monotonic_ns() if entry.timing is not None else 0
+            timing = entry.timing
+            taken = time.monotonic_ns() if timing is not None else 0
             if task.cancelled():
                 _write_all(transport, ready)
                 self.close("request handler was cancelled", logging.WARNING)
@@ -610,8 +604,9 @@ class KafkaConnection(asyncio.Protocol):
                 if ready_bytes >= COALESCE_BYTES:
                     _write_all(transport, ready)
                     ready_bytes = 0
-            if entry.timing is not None:
-                self._record(entry, entry.timing, taken)
+            if timing is not None and self._stats is not None and entry.ctx is not None:
+                ctx = entry.ctx
+                self._stats.record(ctx.api_key, ctx.api_version, ctx.received_ns, timing, taken)
             if not self._draining and not self._closing and not self._refused:
                 # Hysteresis: resume reading at half the bound, so a client that keeps
                 # the pipe full does not cost a pause/resume pair per response. Frames
@@ -625,14 +620,6 @@ class KafkaConnection(asyncio.Protocol):
                     _write_all(transport, ready)
                     ready_bytes = 0
                 await flow.drain()
-
-    def _record(self, entry: _InFlight, timing: _Timing, taken: int) -> None:
-        ctx = entry.ctx
-        if ctx is None or self._stats is None:
-            return
-        self._stats.record(ctx.api_key, ctx.api_version, ctx.received_ns, timing.started,
-                           timing.suspended, timing.done, taken, time.monotonic_ns(),
-                           timing.error)
 
     def _copy_region(
         self, part: FileRegion, buffered: list[bytes | bytearray | memoryview]
