@@ -29,8 +29,8 @@ def test_parts_land_in_their_buckets_and_add_up_to_the_total() -> None:
     taken = timing.done + 3_000_000                  # 3 ms behind earlier responses
     timing.error = 15
     stats.record(1, 12, received, timing, taken)
-    assert stats.requests == {(1, 12): 1}
-    assert stats.errors == {(1, 15): 1}
+    assert stats.requests == {1 << 16 | 12: 1}
+    assert stats.errors == {1 << 16 | 15: 1}
     parts = stats.times[1].snapshot()
     assert len(parts) == len(TIME_NAMES)
     expected = {0: 30_000, 1: 200_000, 2: 4_000_000_000, 3: 3_000_000}

@@ -31,9 +31,10 @@ class TopicCounters:
     """One topic's counters (or the broker's total across topics)."""
 
     __slots__ = ("bytes_in", "bytes_out", "failed_fetch_requests", "failed_produce_requests",
-                 "fetch_requests", "messages_in", "produce_requests")
+                 "fetch_requests", "messages_in", "produce_requests", "total")
 
-    def __init__(self) -> None:
+    def __init__(self, total: TopicCounters | None = None) -> None:
+        self.total = total if total is not None else self  # the broker's, counted alongside
         self.bytes_in = 0
         self.messages_in = 0
         self.bytes_out = 0
@@ -58,7 +59,7 @@ class BrokerTopicStats:
     def topic(self, name: str) -> TopicCounters:
         found = self.topics.get(name)
         if found is None:
-            found = self.topics[name] = TopicCounters()
+            found = self.topics[name] = TopicCounters(self.total)
         return found
 
     def forget(self, name: str) -> None:
@@ -115,8 +116,9 @@ class RequestStats:
     """Per request type: requests by version, errors by code, time histograms."""
 
     def __init__(self) -> None:
-        self.requests: dict[tuple[int, int], int] = {}     # (api key, version) -> count
-        self.errors: dict[tuple[int, int], int] = {}       # (api key, error code) -> count
+        # int keys, not tuples: nothing the garbage collector tracks is made per request
+        self.requests: dict[int, int] = {}     # api key << 16 | version -> count
+        self.errors: dict[int, int] = {}       # api key << 16 | error code -> count
         self.times: dict[int, RequestTimes] = {}           # api key -> histograms
 
     def record(self, api_key: int, api_version: int, received: int, timing: RequestTiming,
@@ -125,12 +127,12 @@ class RequestStats:
         handler), ``taken`` (the writer took its response, after those before it); it is
         handed to the socket now."""
         sent = monotonic_ns()
-        key = (api_key, api_version)
+        key = api_key << 16 | api_version
         requests = self.requests
         requests[key] = requests.get(key, 0) + 1
         error = timing.error
         if error:
-            ekey = (api_key, error)
+            ekey = api_key << 16 | error
             self.errors[ekey] = self.errors.get(ekey, 0) + 1
         times = self.times.get(api_key)
         if times is None:

@@ -95,7 +95,7 @@ class Snapshot:
     total: list[int] = field(default_factory=list)
     replication_bytes_out: int = 0
     requests: list[tuple[tuple[int, int], int]] = field(default_factory=list)
-    errors: list[tuple[tuple[int, int], int]] = field(default_factory=list)
+    errors: list[tuple[tuple[int, int], int]] = field(default_factory=list)  # (key, code)
     times: list[tuple[int, list[tuple[list[int], int]]]] = field(default_factory=list)
     replica_manager: dict[str, int] = field(default_factory=dict)
     controller: dict[str, int] = field(default_factory=dict)
@@ -120,8 +120,8 @@ def snapshot(broker: Broker) -> Snapshot:
         snap.replication_bytes_out = stats.replication_bytes_out
     requests = broker.request_stats
     if requests is not None:
-        snap.requests = list(requests.requests.items())
-        snap.errors = list(requests.errors.items())
+        snap.requests = [((k >> 16, k & 0xFFFF), n) for k, n in requests.requests.items()]
+        snap.errors = [((k >> 16, k & 0xFFFF), n) for k, n in requests.errors.items()]
         snap.times = [(key, t.snapshot()) for key, t in requests.times.items()]
 
     rm = broker.replica_manager

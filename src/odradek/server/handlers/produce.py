@@ -73,7 +73,7 @@ def register_produce(registry: HandlerRegistry, services: BrokerServices) -> Non
         )
         for topic in request.topic_data:
             name = topic.name
-            counters = (stats.topic(name), stats.total) if stats is not None else None
+            counters = stats.topic(name) if stats is not None else None
             partitions = [
                 _append(replica_manager, acks, name, index, records, refusal, transactional,
                         waiting, counters)
@@ -82,10 +82,12 @@ def register_produce(registry: HandlerRegistry, services: BrokerServices) -> Non
             topics.append((name, partitions))
             if counters is not None:
                 # Kafka's appendToLocalLog: a produce request per partition, and the failed
+                total = counters.total
                 failed = sum(1 for p in partitions if p.error_code != _NONE)
-                for c in counters:
-                    c.produce_requests += len(partitions)
-                    c.failed_produce_requests += failed
+                counters.produce_requests += len(partitions)
+                counters.failed_produce_requests += failed
+                total.produce_requests += len(partitions)
+                total.failed_produce_requests += failed
         if acks == 0:
             return None
         if waiting:
@@ -102,7 +104,7 @@ def _append(
     replica_manager: ReplicaManager, acks: int, topic: str, index: int,
     records: memoryview | bytes | None, refusal: tuple[int, str] | None, transactional: bool,
     waiting: list[tuple[PartitionResult, Partition, int]] | None,
-    counters: tuple[TopicCounters, TopicCounters] | None = None,
+    counters: TopicCounters | None = None,
 ) -> PartitionResult:
     if refusal is not None:
         return PartitionResult(index, refusal[0], error_message=refusal[1])
@@ -124,11 +126,13 @@ def _append(
     result = PartitionResult(
         index, _NONE, info.first_offset, info.log_append_time, info.log_start_offset
     )
-    if counters is not None:  # BrokerTopicMetrics: the topic's and the broker's
+    if counters is not None:  # BrokerTopicMetrics: the topic's and the broker's total
         size = len(records)
-        for c in counters:
-            c.bytes_in += size
-            c.messages_in += info.record_count
+        counters.bytes_in += size
+        counters.messages_in += info.record_count
+        total = counters.total
+        total.bytes_in += size
+        total.messages_in += info.record_count
     if waiting is not None and partition.high_watermark <= info.last_offset:
         waiting.append((result, partition, info.last_offset))
     return result
