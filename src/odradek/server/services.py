@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.replica_manager import ReplicaManager
 from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.server.broker_stats import BrokerTopicStats
 from odradek.server.client_quotas import ClientQuotas
 from odradek.server.config import BrokerConfig
 from odradek.server.dynamic_config import DynamicBrokerConfig
@@ -75,3 +76,5 @@ class BrokerServices:
     """Partition reassignments in progress (None on the single node: nothing can move)."""
     client_quotas: ClientQuotas = field(default_factory=ClientQuotas)
     """Client quotas (KIP-13, KIP-599): the managers handlers record into and throttle by."""
+    topic_stats: BrokerTopicStats | None = None
+    """Bytes and messages in and out per topic (None: metrics.listener is unset)."""

@@ -266,6 +266,12 @@ class ZkCluster:
     def controller_id(self) -> int:
         return self._elector.active_controller_id if self._elector is not None else -1
 
+    @property
+    def controller_epoch(self) -> int:
+        """This broker's controller term (``/controller_epoch``), -1 when not the controller."""
+        controller = self._controller
+        return controller.epoch if controller is not None else -1
+
     # -- stop ------------------------------------------------------------------------------
     def leave(self) -> None:
         """Resign, then unregister: the controller moves leadership away at once."""

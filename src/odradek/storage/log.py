@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from odradek.histogram import Histogram
 from odradek.records.batch import (
     BATCH_HEADER_SIZE,
     NO_TIMESTAMP,
@@ -66,6 +67,27 @@ from odradek.storage.producer_state import BatchMetadata, ProducerStateManager
 from odradek.storage.segment import AppendedBatch, BatchExtent, LogSegment
 
 log = logging.getLogger(__name__)
+
+
+class LogFlushStats:
+    """Kafka's ``LogFlushStats`` (``kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs``):
+    one timer for every log's fsyncs, process-wide as Kafka's. Flushes run on worker
+    threads, and are rare: a lock is cheap here."""
+
+    def __init__(self) -> None:
+        self.histogram = Histogram()
+        self._lock = threading.Lock()
+
+    def record(self, ns: int) -> None:
+        with self._lock:
+            self.histogram.record(ns)
+
+    def snapshot(self) -> tuple[list[int], int]:
+        with self._lock:
+            return self.histogram.snapshot()
+
+
+LOG_FLUSH_STATS = LogFlushStats()
 
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest).
 LATEST_TIMESTAMP = -1
@@ -741,9 +763,11 @@ class PartitionLog:
 
     # -- flush, close --------------------------------------------------------------------
     def _flush_segments(self, segments: list[LogSegment]) -> None:
+        started = time.monotonic_ns()
         for segment in segments:
             segment.flush()
         files.fsync_dir(self.dir)
+        LOG_FLUSH_STATS.record(time.monotonic_ns() - started)
 
     def flush(self) -> None:
         """fsync everything up to the log end offset; moves the recovery point."""

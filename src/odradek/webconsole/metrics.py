@@ -2,10 +2,13 @@
 
 How it works: each ``--metrics-url`` is one broker's ``/metrics`` page (Prometheus text
 format), parsed by ``prometheus_client``'s own parser. The console reads the counters
-named after Kafka's MBean ``kafka.server:type=BrokerTopicMetrics`` — families whose name
-starts with ``kafka_server_BrokerTopicMetrics_`` and contains ``BytesInPerSec``,
-``BytesOutPerSec``, ``MessagesInPerSec`` (the exporter's ``_total``/``_count`` suffixes and
-any other suffix are accepted); a sample with a ``topic`` label counts for that topic, a
+named after Kafka's MBean ``kafka.server:type=BrokerTopicMetrics`` — families whose name,
+compared in lower case, starts with ``kafka_server_brokertopicmetrics_`` followed by
+``bytesin``, ``bytesout`` or ``messagesin``: the broker's own names
+(``kafka_server_brokertopicmetrics_bytesin_total``, the JMX exporter's common Kafka rules)
+and the exporter's names without ``lowercaseOutputName``
+(``kafka_server_BrokerTopicMetrics_BytesInPerSec``) alike, whatever the suffix
+(``_total``, ``_count``, ``PerSec``); a sample with a ``topic`` label counts for that topic, a
 sample without one is the broker total (summed over topics when a broker only exports per
 topic samples). A rate is the difference of two readings divided by the time between them,
 so the first reading of a URL gives no rate yet; a counter that appears between two
@@ -22,9 +25,8 @@ import urllib.request
 from dataclasses import dataclass, field
 
 #: The BrokerTopicMetrics meters charted, by the short name the charts use.
-METERS = {"BytesInPerSec": "bytes_in", "BytesOutPerSec": "bytes_out",
-          "MessagesInPerSec": "messages_in"}
-PREFIX = "kafka_server_BrokerTopicMetrics_"
+METERS = {"bytesin": "bytes_in", "bytesout": "bytes_out", "messagesin": "messages_in"}
+PREFIX = "kafka_server_brokertopicmetrics_"
 SCRAPE_TIMEOUT = 2.0
 
 
@@ -42,9 +44,10 @@ def parse(text: str) -> Reading:
     topic_sums: dict[str, float] = {}
     topics: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(text):
-        if not family.name.startswith(PREFIX):
+        name = family.name.lower()
+        if not name.startswith(PREFIX):
             continue
-        rest = family.name[len(PREFIX):]
+        rest = name[len(PREFIX):]
         meter = next((short for long, short in METERS.items() if rest.startswith(long)), None)
         if meter is None:
             continue

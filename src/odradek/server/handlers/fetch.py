@@ -98,6 +98,7 @@ from odradek.storage import TopicPartition
 
 if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ReplicaManager
+    from odradek.server.broker_stats import BrokerTopicStats
     from odradek.server.services import BrokerServices
     from odradek.storage.log import FetchDataInfo
 
@@ -138,6 +139,7 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
     cache = services.fetch_sessions
     replica_manager = services.replica_manager
     quota = services.client_quotas.fetch
+    stats = services.topic_stats
 
     async def fetch(ctx: RequestContext, request: Any) -> Send:
         version = ctx.api_version
@@ -242,6 +244,8 @@ def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
             if context.session is not None:
                 for cp in rotate:
                     context.session.move_to_end(cp)
+            if stats is not None:
+                _count(stats, parts, infos, follower)
             return _OwningSend(
                 write_fetch_response(version, list(topics.values()), session_id=session_id).parts,
                 owned,
@@ -324,6 +328,31 @@ def _read_head(info: FetchDataInfo, limit: int) -> bytes:
         if first > limit:
             return os.pread(info.fd, min(first, info.size), info.position)
     return head
+
+
+def _count(
+    stats: BrokerTopicStats, parts: list[CachedPartition],
+    infos: list[FetchPartition | FetchDataInfo], follower: bool,
+) -> None:
+    """BrokerTopicMetrics of a fetch: per partition read, a fetch request (failed when it
+    carries an error) and the bytes sent; a follower's bytes are replication traffic
+    (Kafka's ReplicationBytesOutPerSec), not BytesOutPerSec."""
+    total = stats.total
+    for cp, info in zip(parts, infos, strict=True):
+        if cp.topic is None:
+            continue
+        counters = stats.topic(cp.topic)
+        counters.fetch_requests += 1
+        total.fetch_requests += 1
+        if isinstance(info, FetchPartition):
+            counters.failed_fetch_requests += 1
+            total.failed_fetch_requests += 1
+        elif info.size:
+            if follower:
+                stats.replication_bytes_out += info.size
+            else:
+                counters.bytes_out += info.size
+                total.bytes_out += info.size
 
 
 def _topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:

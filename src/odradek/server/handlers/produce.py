@@ -51,6 +51,7 @@ from odradek.server.handlers._errors import error_code_for
 if TYPE_CHECKING:
     from odradek.cluster.partition import Partition
     from odradek.cluster.replica_manager import ReplicaManager
+    from odradek.server.broker_stats import TopicCounters
     from odradek.server.services import BrokerServices
 
 VERSIONS = (0, 11)
@@ -72,6 +73,7 @@ _NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower.value)
 def register_produce(registry: HandlerRegistry, services: BrokerServices) -> None:
     replica_manager = services.replica_manager
     quota = services.client_quotas.produce
+    stats = services.topic_stats
 
     async def produce(ctx: RequestContext, request: Any) -> Any:
         acks = request.acks
@@ -89,19 +91,28 @@ def register_produce(registry: HandlerRegistry, services: BrokerServices) -> Non
         legacy = ctx.api_version <= PRODUCE_LEGACY_MAX
         for topic in request.topic_data:
             name = topic.name
+            counters = stats.topic(name) if stats is not None else None
             if legacy:
                 partitions = [
                     _append_legacy(replica_manager, acks, name, index, records, refusal,
-                                   waiting)
+                                   waiting, counters)
                     for index, records in topic.partition_data
                 ]
             else:
                 partitions = [
                     _append(replica_manager, acks, name, index, records, refusal,
-                            transactional, waiting)
+                            transactional, waiting, counters)
                     for index, records in topic.partition_data
                 ]
             topics.append((name, partitions))
+            if counters is not None:
+                # Kafka's appendToLocalLog: a produce request per partition, and the failed
+                total = counters.total
+                failed = sum(1 for p in partitions if p.error_code != _NONE)
+                counters.produce_requests += len(partitions)
+                counters.failed_produce_requests += failed
+                total.produce_requests += len(partitions)
+                total.failed_produce_requests += failed
         throttle_ms = 0
         if quota.active:
             throttle_ms = quota.record(ctx.client_id, ctx.size)
@@ -136,6 +147,7 @@ def _append(
     replica_manager: ReplicaManager, acks: int, topic: str, index: int,
     records: memoryview | bytes | None, refusal: tuple[int, str] | None, transactional: bool,
     waiting: list[tuple[PartitionResult, Partition, int]] | None,
+    counters: TopicCounters | None = None,
 ) -> PartitionResult:
     if refusal is not None:
         return PartitionResult(index, refusal[0], error_message=refusal[1])
@@ -157,6 +169,13 @@ def _append(
     result = PartitionResult(
         index, _NONE, info.first_offset, info.log_append_time, info.log_start_offset
     )
+    if counters is not None:  # BrokerTopicMetrics: the topic's and the broker's total
+        size = len(records)
+        counters.bytes_in += size
+        counters.messages_in += info.record_count
+        total = counters.total
+        total.bytes_in += size
+        total.messages_in += info.record_count
     if waiting is not None and partition.high_watermark <= info.last_offset:
         waiting.append((result, partition, info.last_offset))
     return result
@@ -166,6 +185,7 @@ def _append_legacy(
     replica_manager: ReplicaManager, acks: int, topic: str, index: int,
     records: memoryview | bytes | None, refusal: tuple[int, str] | None,
     waiting: list[tuple[PartitionResult, Partition, int]] | None,
+    counters: TopicCounters | None = None,
 ) -> PartitionResult:
     """Produce v0-2: a message set of magic 0/1 becomes one RecordBatch v2 (a v2 batch,
     which old request versions may carry too, is appended as it is)."""
@@ -179,7 +199,8 @@ def _append_legacy(
         except Exception as exc:
             error, message = error_code_for(exc, f"appending to {topic}-{index}")
             return PartitionResult(index, int(error.value), error_message=message)
-    return _append(replica_manager, acks, topic, index, records, refusal, False, waiting)
+    return _append(replica_manager, acks, topic, index, records, refusal, False, waiting,
+                   counters)
 
 
 async def _wait_for_replication(
