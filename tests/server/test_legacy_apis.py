@@ -396,6 +396,8 @@ def test_old_versions_answer_a_failing_handler(shared_broker: RunningBroker, cra
         CreateTopicsResponse_v0,
         DeleteTopicsRequest_v0,
         DeleteTopicsResponse_v0,
+        DescribeConfigsRequest_v0,
+        DescribeConfigsResponse_v0,
     )
     from kafka.protocol.old.offset_for_leader_epoch import (
         OffsetForLeaderEpochRequest_v0,
@@ -433,6 +435,8 @@ def test_old_versions_answer_a_failing_handler(shared_broker: RunningBroker, cra
          lambda r: [p[0] for t in r.topics for p in t[1]]),
         (OffsetForLeaderEpochRequest_v1([("t", [(1, 0)])]), OffsetForLeaderEpochResponse_v1,
          lambda r: [p[0] for t in r.topics for p in t[1]]),
+        (DescribeConfigsRequest_v0([(2, "t", None)]), DescribeConfigsResponse_v0,
+         lambda r: [t[0] for t in r.resources]),
     ]
 
     async def run() -> None:
@@ -517,3 +521,37 @@ def test_down_conversion_reads_what_it_can_send(tmp_path: Any) -> None:
         assert _read_head(info, 1 << 20) == batches  # all there is
     finally:
         os.close(fd)
+
+
+def test_describe_configs_v0_answers_is_default_as_v1_answers_the_source(
+    shared_broker: RunningBroker, client: OldClient
+) -> None:
+    """DescribeConfigs v0 (Kafka 0.11's admin tools): v1's answer without synonyms, each
+    config's source folded into ``is_default``; a broker resource too."""
+    from kafka.protocol.old.admin import (
+        DescribeConfigsRequest_v0,
+        DescribeConfigsRequest_v1,
+        DescribeConfigsResponse_v0,
+        DescribeConfigsResponse_v1,
+    )
+
+    name = f"legacy-cfg-{uuid.uuid4().hex[:8]}"
+    shared_broker.call(shared_broker.broker.metadata.create_topic, name, 1, 1,
+                       {"cleanup.policy": "compact"})
+    keys = ["cleanup.policy", "retention.ms"]
+    v0 = client.call(DescribeConfigsRequest_v0([(2, name, keys)]), DescribeConfigsResponse_v0)
+    v1 = client.call(DescribeConfigsRequest_v1([(2, name, keys)], False),
+                     DescribeConfigsResponse_v1)
+    ((error, _message, rtype, rname, configs),) = v0.resources
+    assert (error, rtype, rname) == (0, 2, name)
+    by_name = {c[0]: c for c in configs}
+    assert by_name["cleanup.policy"] == ("cleanup.policy", "compact", False, False, False)
+    assert by_name["retention.ms"][1:] == ("604800000", False, True, False)
+    sources = {c[0]: c[3] for c in v1.resources[0][4]}
+    assert {k: c[3] for k, c in by_name.items()} == {k: s == 5 for k, s in sources.items()}
+    # the broker resource, every key, and an unknown topic's error in v0's layout
+    broker = client.call(DescribeConfigsRequest_v0([(4, "0", None), (2, "no-such-cfg", None)]),
+                         DescribeConfigsResponse_v0)
+    (b_error, _, _, b_name, b_configs), (t_error, t_message, *_rest) = broker.resources
+    assert (b_error, b_name) == (0, "0") and len(b_configs) > 300
+    assert t_error == 3 and t_message  # UNKNOWN_TOPIC_OR_PARTITION, with the reason

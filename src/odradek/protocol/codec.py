@@ -92,6 +92,7 @@ LEGACY_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     int(ApiKey.CREATE_TOPICS): (0, 1),
     int(ApiKey.DELETE_TOPICS): (0, 0),
     int(ApiKey.OFFSET_FOR_LEADER_EPOCH): (0, 1),
+    int(ApiKey.DESCRIBE_CONFIGS): (0, 0),
 }
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
@@ -55,6 +56,7 @@ from odradek.server.config import BROKER_CONFIGS, parse_kafka_value
 from odradek.server.dynamic_config import DYNAMIC_BROKER_KEYS, parse_dynamic
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import code_of
+from odradek.server.handlers._transcode import OldVersions, register_with_old_versions
 from odradek.server.kafka_config_support import (
     KAFKA_BROKER_CONFIGS,
     KAFKA_VERSION,
@@ -69,7 +71,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DESCRIBE_VERSIONS = (1, 4)
+DESCRIBE_VERSIONS = (0, 4)
 ALTER_VERSIONS = (0, 2)
 INCREMENTAL_VERSIONS = (0, 1)
 
@@ -601,8 +603,41 @@ def register_configs(registry: HandlerRegistry, services: BrokerServices) -> Non
         return make(m.IncrementalAlterConfigsResponse, throttle_time=ZERO_THROTTLE,
                     responses=tuple(await altered(m, request, incremental=True)))
 
-    registry.register(ApiKey.DESCRIBE_CONFIGS, DESCRIBE_VERSIONS[0], DESCRIBE_VERSIONS[1],
-                      describe_configs)
+    # v0 (admin tools of Kafka 0.11; KIP-896 removed it, kio lacks it) is transcoded to v1.
+    register_with_old_versions(registry, ApiKey.DESCRIBE_CONFIGS, DESCRIBE_VERSIONS[1],
+                               describe_configs, OldVersions(0, 1, _describe_v0, _described_v0))
     registry.register(ApiKey.ALTER_CONFIGS, ALTER_VERSIONS[0], ALTER_VERSIONS[1], alter_configs)
     registry.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, INCREMENTAL_VERSIONS[0],
                       INCREMENTAL_VERSIONS[1], incremental_alter_configs)
+
+
+# Kafka's ConfigSource.DEFAULT_CONFIG: what DescribeConfigs v0's ``is_default`` stood for.
+_DEFAULT_CONFIG_SOURCE = 5
+
+
+def _describe_v0(body: bytes, version: int) -> bytes:
+    """DescribeConfigs v0 is v1 without ``include_synonyms`` (false) at the end."""
+    return body + b"\x00"
+
+
+def _string(value: str | None) -> bytes:
+    if value is None:
+        return b"\xff\xff"
+    raw = value.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _described_v0(response: Any, version: int) -> bytes:
+    """The v1 answer in v0's layout: each config's ``config_source`` becomes ``is_default``
+    (the source is DEFAULT_CONFIG), and there are no synonyms."""
+    out = bytearray(struct.pack(">ii", int(response.throttle_time.total_seconds() * 1000),
+                                len(response.results)))
+    for r in response.results:
+        out += struct.pack(">h", int(r.error_code.value)) + _string(r.error_message)
+        out += struct.pack(">b", int(r.resource_type)) + _string(r.resource_name)
+        out += struct.pack(">i", len(r.configs))
+        for c in r.configs:
+            out += _string(c.name) + _string(c.value)
+            out += struct.pack(">???", c.read_only,
+                               int(c.config_source) == _DEFAULT_CONFIG_SOURCE, c.is_sensitive)
+    return bytes(out)
