@@ -139,6 +139,17 @@ def test_bad_arguments_are_one_clear_line() -> None:
     assert "Traceback" not in r.stderr
 
 
+def test_librdkafka_complaints_go_through_logging_not_raw_to_stderr() -> None:
+    """librdkafka prints ``%3|<time>|FAIL|...`` lines to stderr by itself; the perf tools
+    hand them to logging instead (issue 19): the reason still shows, in the CLI's format."""
+    r = _odradek("perf", "produce", "--topic", "x", "--num-records", "3", "--record-size",
+                 "10", "--throughput", "-1", "-b", "127.0.0.1:1",
+                 "--producer-props", "message.timeout.ms=1500")
+    assert "Connection refused" in r.stderr  # librdkafka's complaint, through logging
+    assert not [line for line in r.stderr.splitlines() if re.match(r"^%\d\|", line)]
+    assert "3 records failed" in r.stderr
+
+
 def test_final_line_and_percentiles() -> None:
     lat = [float(i) for i in range(1, 1001)]
     assert percentile(sorted(lat), 0.5) == 501.0

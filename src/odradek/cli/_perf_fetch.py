@@ -118,7 +118,10 @@ class _Reader:
 
 def consume_fast(args: argparse.Namespace, config: dict[str, Any], ck: Any) -> int:
     try:
-        consumer = ck.Consumer({**config, "enable.auto.commit": "false"})
+        from odradek.cli.perf import LIBRDKAFKA_LOGGER
+
+        consumer = ck.Consumer({**config, "enable.auto.commit": "false",
+                                "logger": LIBRDKAFKA_LOGGER})
     except ck.KafkaException as exc:
         raise SystemExit(f"odradek: invalid consumer configuration: {exc}") from None
     assigned_at: list[float] = []

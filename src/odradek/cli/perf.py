@@ -29,6 +29,7 @@ On a terminal (standard error is a TTY) a progress bar is redrawn below the outp
 from __future__ import annotations
 
 import argparse
+import logging
 import random
 import shutil
 import sys
@@ -47,6 +48,11 @@ BAR_INTERVAL_S = 0.2
 #: librdkafka's queue is full: serve delivery reports for this long, then retry
 QUEUE_FULL_POLL_S = 0.005
 MB = 1024 * 1024
+
+
+#: librdkafka's own log lines (``%4|...|FAIL|...``) go through logging, where the CLI's
+#: level and format apply, instead of straight to stderr.
+LIBRDKAFKA_LOGGER = logging.getLogger("odradek.cli.librdkafka")
 
 
 def _confluent() -> Any:
@@ -232,7 +238,7 @@ def _perf_produce(args: argparse.Namespace) -> int:
     size = len(payloads[0]) if len(payloads) == 1 else \
         sum(map(len, payloads)) // len(payloads)
     try:
-        producer = ck.Producer(_producer_config(args))
+        producer = ck.Producer({**_producer_config(args), "logger": LIBRDKAFKA_LOGGER})
     except ck.KafkaException as exc:
         raise SystemExit(f"odradek: invalid producer configuration: {exc}") from None
     n, topic = args.num_records, args.topic
@@ -367,7 +373,7 @@ def _perf_consume(args: argparse.Namespace) -> int:
 def _consume_librdkafka(args: argparse.Namespace, config: dict[str, Any]) -> int:
     ck = _confluent()
     try:
-        consumer = ck.Consumer(config)
+        consumer = ck.Consumer({**config, "logger": LIBRDKAFKA_LOGGER})
     except ck.KafkaException as exc:
         raise SystemExit(f"odradek: invalid consumer configuration: {exc}") from None
     assigned_at: list[float] = []
