@@ -622,7 +622,7 @@ class KafkaConnection(asyncio.Protocol):
         if throttle_ms > 0:
             self.throttle(throttle_ms)
         if suspended:
-            result = await _drive(coro, signal)
+            result = await _resume(coro, signal)
         if throttle_ms > 0:
             result = _with_throttle(result, throttle_ms)
         return result
@@ -945,35 +945,6 @@ class _Started(Coroutine[Any, Any, _Outcome]):
 
     def __await__(self) -> Generator[Any, None, _Outcome]:
         raise TypeError("a started handler is driven by its task, not awaited")
-
-
-class _Yield:
-    """Hands a future a coroutine yielded up to the task driving :func:`_drive`."""
-
-    __slots__ = ("signal",)
-
-    def __init__(self, signal: Any) -> None:
-        self.signal = signal
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return (yield self.signal)
-
-
-async def _drive(coro: Coroutine[Any, Any, Any], signal: Any) -> Any:
-    """Go on with a coroutine whose first step already ran and yielded ``signal``."""
-    while True:
-        try:
-            value = await _Yield(signal)
-        except BaseException as exc:  # cancellation included: the handler sees it
-            try:
-                signal = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-            continue
-        try:
-            signal = coro.send(value)
-        except StopIteration as stop:
-            return stop.value
 
 
 def _with_throttle(result: Any, throttle_ms: int) -> Any:
