@@ -1,14 +1,18 @@
 """The request counters' arithmetic: the five parts of a request's time add up to its
-total, each in the power-of-two bucket its duration belongs to."""
+total, each in the power-of-two bucket its duration belongs to; folding many noted
+requests at once (numpy) counts exactly what counting them one by one would."""
 
 from __future__ import annotations
 
+import random
 import time
 
 from odradek.server.broker_stats import (
     BUCKETS,
+    FOLD_REQUESTS,
     REQUEST_BOUNDS_MS,
     TIME_NAMES,
+    BrokerTopicStats,
     RequestStats,
     RequestTiming,
 )
@@ -28,7 +32,8 @@ def test_parts_land_in_their_buckets_and_add_up_to_the_total() -> None:
     timing.done = timing.suspended + 4_000_000_000   # 4 s in a purgatory
     taken = timing.done + 3_000_000                  # 3 ms behind earlier responses
     timing.error = 15
-    stats.record(1, 12, received, timing, taken)
+    stats.note(1 << 16 | 12, received, timing, taken)
+    stats.fold()
     assert stats.requests == {1 << 16 | 12: 1}
     assert stats.errors == {1 << 16 | 15: 1}
     parts = stats.times[1].snapshot()
@@ -51,8 +56,68 @@ def test_a_request_that_never_waited_has_no_remote_time() -> None:
     timing = RequestTiming()
     timing.started = now + 1_000
     timing.done = now + 100_000
-    stats.record(0, 9, now, timing, now + 101_000)
+    stats.note(0 << 16 | 9, now, timing, now + 101_000)
+    stats.fold()
     parts = stats.times[0].snapshot()
     assert parts[1][1] == 99_000 and parts[2][1] == 0
     assert parts[2][0][0] == 1  # remote 0 ns: the first bucket
     assert stats.errors == {}
+
+
+def test_folding_in_bulk_counts_what_one_by_one_would() -> None:
+    """Requests of several types and versions, some failed, some parked, durations
+    spread over every bucket and the overflow, noted across several automatic folds
+    and a last partial one: the counts, errors, buckets and sums equal a model that
+    counts each request on its own."""
+    rng = random.Random(17)
+    stats = RequestStats()
+    model_requests: dict[int, int] = {}
+    model_errors: dict[int, int] = {}
+    model_counts: dict[tuple[int, int], list[int]] = {}
+    model_sums: dict[tuple[int, int], int] = {}
+    base = time.monotonic_ns()
+    for _ in range(FOLD_REQUESTS * 3 + 123):
+        api_key, version = rng.choice([(0, 9), (0, 7), (1, 12), (3, 12), (11, 9)])
+        durations = [rng.choice([0, rng.randrange(1 << 16), rng.randrange(1 << 20),
+                                 rng.randrange(1 << 36)]) for _ in range(4)]
+        queue, local, remote, response_queue = durations
+        timing = RequestTiming()
+        timing.started = base + queue
+        timing.suspended = timing.started + local if remote else 0
+        timing.done = timing.started + local + remote
+        timing.error = rng.choice([0, 0, 0, 6, 15, 27])
+        taken = timing.done + response_queue
+        stats.note(api_key << 16 | version, base, timing, taken)
+        key = api_key << 16 | version
+        model_requests[key] = model_requests.get(key, 0) + 1
+        if timing.error:
+            ekey = api_key << 16 | timing.error
+            model_errors[ekey] = model_errors.get(ekey, 0) + 1
+        for index, ns in enumerate(durations):
+            counts = model_counts.setdefault((api_key, index), [0] * (BUCKETS + 1))
+            counts[bucket_of(ns)] += 1
+            model_sums[api_key, index] = model_sums.get((api_key, index), 0) + ns
+    stats.fold()
+    assert stats.requests == model_requests
+    assert stats.errors == model_errors
+    for (api_key, index), counts in model_counts.items():
+        got_counts, got_sum = stats.times[api_key].snapshot()[index]
+        assert got_counts == counts, (api_key, TIME_NAMES[index])
+        assert got_sum == model_sums[api_key, index]
+    for api_key in {k for k, _ in model_counts}:
+        send, total = stats.times[api_key].snapshot()[4:]
+        assert sum(send[0]) == sum(total[0]) == sum(model_counts[api_key, 0])
+
+
+def test_totals_sum_the_topics_and_keep_a_deleted_topics_counts() -> None:
+    stats = BrokerTopicStats()
+    a, b = stats.topic("a"), stats.topic("b")
+    a.bytes_in, a.messages_in, a.produce_requests, a.appended = 100, 4, 3, 2
+    b.bytes_in, b.bytes_out, b.fetch_requests, b.failed_fetch_requests = 50, 70, 5, 1
+    assert a.failed_produce_requests == 1
+    stats.forget("a")
+    assert stats.topics.keys() == {"b"}
+    totals = stats.totals()
+    assert (totals.bytes_in, totals.messages_in, totals.bytes_out) == (150, 4, 70)
+    assert (totals.produce_requests, totals.failed_produce_requests) == (3, 1)
+    assert (totals.fetch_requests, totals.failed_fetch_requests) == (5, 1)

@@ -6,6 +6,7 @@ one request answered with an error; and the start-up errors of a bad listener.""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import socket
 import subprocess
 import sys
@@ -18,7 +19,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.fetch.v12.request import FetchRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.static.primitive import i8, i32
 from prometheus_client.parser import text_string_to_metric_families
 
 from odradek.client.connection import BrokerConnection
@@ -223,6 +226,30 @@ def test_errors_are_counted_by_request_and_code(broker: RunningBroker) -> None:
         before.get((name, frozenset({("request", "Heartbeat"), ("error", error)})), 0) + 1)
 
 
+def test_a_hot_path_answers_top_level_error_is_counted(broker: RunningBroker) -> None:
+    """A Fetch for a session the broker does not know is answered by the hot-path writer
+    (bytes, not a kio object) with FETCH_SESSION_ID_NOT_FOUND: counted all the same."""
+    server = broker.broker.metrics_server
+    assert server is not None
+    name = "kafka_network_requestmetrics_errors_total"
+    labels = frozenset({("request", "Fetch"), ("error", "FETCH_SESSION_ID_NOT_FOUND")})
+
+    async def fetch() -> Any:
+        conn = await BrokerConnection.open(broker.bootstrap)
+        try:
+            return await conn.send(FetchRequest(
+                replica_id=i32(-1), max_wait=datetime.timedelta(0), min_bytes=i32(1),
+                max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(424242),
+                session_epoch=i32(3), topics=(), forgotten_topics_data=(), rack_id=""))
+        finally:
+            await conn.close()
+
+    before = scrape(server.url).get((name, labels), 0)
+    response = asyncio.run(fetch())
+    assert response.error_code == ErrorCode.fetch_session_id_not_found
+    assert scrape(server.url).get((name, labels)) == before + 1
+
+
 def test_nothing_is_counted_when_metrics_are_off() -> None:
     with running_broker() as plain:
         assert plain.broker.metrics_server is None
@@ -261,13 +288,21 @@ def test_a_taken_port_is_one_line_at_start(tmp_path: Path) -> None:
         "Address already in use")
 
 
-def test_missing_prometheus_client_is_one_line_at_start(tmp_path: Path) -> None:
-    # the broker's own entry point, with prometheus_client made unimportable
-    done = _serve(tmp_path, "http://127.0.0.1:0",
-                  prelude="import sys\nsys.modules['prometheus_client'] = None\n")
+@pytest.mark.parametrize("module", ["prometheus_client", "numpy"])
+def test_a_missing_metrics_extra_is_one_line_at_start(tmp_path: Path, module: str) -> None:
+    # the broker's own entry point, with one of the metrics extra made unimportable (a
+    # finder that refuses it: a None in sys.modules would trip libraries that only
+    # check whether numpy was imported)
+    prelude = ("import sys\n"
+               "class Refuse:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               f"        if name.partition('.')[0] == {module!r}:\n"
+               "            raise ImportError(name)\n"
+               "sys.meta_path.insert(0, Refuse())\n")
+    done = _serve(tmp_path, "http://127.0.0.1:0", prelude=prelude)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
-        "odradek: cannot start: metrics.listener is set but prometheus_client is not "
+        f"odradek: cannot start: metrics.listener is set but {module} is not "
         "installed: pip install 'odradek[metrics]'")
 
 

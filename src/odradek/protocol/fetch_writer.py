@@ -233,7 +233,7 @@ def write_fetch_response(
             buf += b"\x00"
     if buf:
         parts.append(buf)
-    return Send(parts)
+    return Send(parts, error_code)
 
 
 def materialize(send: Send) -> bytes:

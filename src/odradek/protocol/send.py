@@ -52,15 +52,19 @@ def _chunk_size(chunk: Chunk) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """A response body as an ordered sequence of buffers and file regions."""
+    """A response body as an ordered sequence of buffers and file regions, and the
+    response's top-level error code (0 for none, or a response without one), which the
+    request metrics count as kio responses' ``error_code``."""
 
     parts: tuple[Chunk, ...]
     size: int = field(init=False)
+    error_code: int = 0
 
-    def __init__(self, parts: Iterable[Chunk]) -> None:
+    def __init__(self, parts: Iterable[Chunk], error_code: int = 0) -> None:
         parts = tuple(parts)
         object.__setattr__(self, "parts", parts)
         object.__setattr__(self, "size", sum(_chunk_size(p) for p in parts))
+        object.__setattr__(self, "error_code", error_code)
 
     @property
     def has_file_regions(self) -> bool:

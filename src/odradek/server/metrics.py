@@ -64,13 +64,14 @@ _TOPIC_METERS = (  # (BrokerTopicMetrics meter, TopicCounters attribute)
 
 def require_prometheus_client() -> None:
     """Refuse to start, in one line, when metrics are asked for and cannot be served."""
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError as exc:
-        raise MetricsError(
-            "metrics.listener is set but prometheus_client is not installed: "
-            "pip install 'odradek[metrics]'"
-        ) from exc
+    for module in ("prometheus_client", "numpy"):
+        try:
+            __import__(module)
+        except ImportError as exc:
+            raise MetricsError(
+                f"metrics.listener is set but {module} is not installed: "
+                "pip install 'odradek[metrics]'"
+            ) from exc
 
 
 def request_name(api_key: int) -> str:
@@ -116,10 +117,12 @@ def snapshot(broker: Broker) -> Snapshot:
     if stats is not None:
         attrs = [attr for _, attr in _TOPIC_METERS]
         snap.topics = [(name, [getattr(c, a) for a in attrs]) for name, c in stats.topics.items()]
-        snap.total = [getattr(stats.total, a) for a in attrs]
+        totals = stats.totals()
+        snap.total = [getattr(totals, a) for a in attrs]
         snap.replication_bytes_out = stats.replication_bytes_out
     requests = broker.request_stats
     if requests is not None:
+        requests.fold()
         snap.requests = [((k >> 16, k & 0xFFFF), n) for k, n in requests.requests.items()]
         snap.errors = [((k >> 16, k & 0xFFFF), n) for k, n in requests.errors.items()]
         snap.times = [(key, t.snapshot()) for key, t in requests.times.items()]

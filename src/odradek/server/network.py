@@ -475,7 +475,14 @@ class KafkaConnection(asyncio.Protocol):
             timing = self._timings.pop() if self._timings else RequestTiming()
             timing.suspended = timing.error = 0
         coro = self._handle(registration, ctx, request, prior, timing)
-        task = self._loop.create_task(coro) if prior else _start_eagerly(self._loop, coro)
+        task: asyncio.Future[_Outcome]
+        if prior:
+            task = self._loop.create_task(coro)
+        else:
+            task = _start_eagerly(self._loop, coro)
+            if timing is not None and not task.done() and not timing.suspended:
+                # the handler's first step ran just now, up to its first wait
+                timing.suspended = time.monotonic_ns()
         if registration.serial:
             self._serial_barrier = task
             self._since_barrier = set()
@@ -546,12 +553,21 @@ class KafkaConnection(asyncio.Protocol):
             elif timing is None:
                 assert measured is not None
                 result = await self._handle_measured(registration, ctx, request, measured)
+            elif measured is None and not prior:
+                # Run eagerly by _dispatch, which notes the handler's first wait (the end
+                # of its local work, Kafka's LocalTimeMs; the rest is RemoteTimeMs: a
+                # purgatory, the ISR, a rebalance) when this step returns unfinished.
+                timing.started = time.monotonic_ns()
+                result = await registration.handler(ctx, request)
+                timing.done = time.monotonic_ns()
+                code = getattr(result, "error_code", 0)  # a top-level error code
+                if code:
+                    timing.error = int(code)
             else:
-                # The handler's first step runs here; a handler that waits is resumed
-                # through _resume (PEP 380's expansion of ``await``), its wait noted: the
-                # end of its local work (Kafka's LocalTimeMs), the rest is RemoteTimeMs
-                # (a purgatory, the ISR, a rebalance). The first step is also what
-                # request_percentage charges (see _handle_measured).
+                # After earlier requests, or measured by request_percentage (which charges
+                # the first step, see _handle_measured): the handler's first step runs
+                # here, and one that waits is resumed through _resume (PEP 380's
+                # expansion of ``await``), its first wait noted.
                 timing.started = time.monotonic_ns()
                 coro = cast(Coroutine[Any, Any, Any], registration.handler(ctx, request))
                 suspended = False
@@ -752,7 +768,8 @@ class KafkaConnection(asyncio.Protocol):
                     ready_bytes = 0
             if timing is not None and self._stats is not None and entry.ctx is not None:
                 ctx = entry.ctx
-                self._stats.record(ctx.api_key, ctx.api_version, ctx.received_ns, timing, taken)
+                self._stats.note(ctx.api_key << 16 | ctx.api_version, ctx.received_ns, timing,
+                                 taken)
                 self._timings.append(timing)
             if (
                 not self._draining and not self._closing and not self._refused

@@ -62,13 +62,15 @@ def register_with_old_versions(
         if ctx.api_version >= new:
             return await handler(ctx, request)
         response = await handler(ctx._replace(api_version=new), request)
-        return Send((old.response_to_old(response, ctx.api_version),))
+        return Send((old.response_to_old(response, ctx.api_version),),
+                    getattr(response, "error_code", 0))
 
     def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         if ctx.api_version >= new:
             return GENERIC_ERROR_RESPONSE
         response = build_error_response(ctx.api_key, new, request, code)
-        return Send((old.response_to_old(response, ctx.api_version),))
+        return Send((old.response_to_old(response, ctx.api_version),),
+                    getattr(response, "error_code", 0))
 
     decoder: RequestDecoder = decode
     errors: ErrorResponseBuilder = error_response

@@ -337,22 +337,18 @@ def _count(
     """BrokerTopicMetrics of a fetch: per partition read, a fetch request (failed when it
     carries an error) and the bytes sent; a follower's bytes are replication traffic
     (Kafka's ReplicationBytesOutPerSec), not BytesOutPerSec."""
-    total = stats.total
     for cp, info in zip(parts, infos, strict=True):
         if cp.topic is None:
             continue
         counters = stats.topic(cp.topic)
         counters.fetch_requests += 1
-        total.fetch_requests += 1
         if isinstance(info, FetchPartition):
             counters.failed_fetch_requests += 1
-            total.failed_fetch_requests += 1
         elif info.size:
             if follower:
                 stats.replication_bytes_out += info.size
             else:
                 counters.bytes_out += info.size
-                total.bytes_out += info.size
 
 
 def _topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:

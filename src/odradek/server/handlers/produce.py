@@ -105,14 +105,8 @@ def register_produce(registry: HandlerRegistry, services: BrokerServices) -> Non
                     for index, records in topic.partition_data
                 ]
             topics.append((name, partitions))
-            if counters is not None:
-                # Kafka's appendToLocalLog: a produce request per partition, and the failed
-                total = counters.total
-                failed = sum(1 for p in partitions if p.error_code != _NONE)
+            if counters is not None:  # a request per partition; _append counts the appended
                 counters.produce_requests += len(partitions)
-                counters.failed_produce_requests += failed
-                total.produce_requests += len(partitions)
-                total.failed_produce_requests += failed
         throttle_ms = 0
         if quota.active:
             throttle_ms = quota.record(ctx.client_id, ctx.size)
@@ -169,13 +163,10 @@ def _append(
     result = PartitionResult(
         index, _NONE, info.first_offset, info.log_append_time, info.log_start_offset
     )
-    if counters is not None:  # BrokerTopicMetrics: the topic's and the broker's total
-        size = len(records)
-        counters.bytes_in += size
+    if counters is not None:  # BrokerTopicMetrics (the broker's totals are summed when read)
+        counters.bytes_in += len(records)
         counters.messages_in += info.record_count
-        total = counters.total
-        total.bytes_in += size
-        total.messages_in += info.record_count
+        counters.appended += 1
     if waiting is not None and partition.high_watermark <= info.last_offset:
         waiting.append((result, partition, info.last_offset))
     return result
