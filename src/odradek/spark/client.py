@@ -15,7 +15,8 @@ in Spark's Python workers alike (where Spark's ``spark.sql.pyspark.worker.loggin
 collects them, or Python's last-resort handler prints WARNING and above), never raw to
 stderr. With a logger set librdkafka queues its log events until the client is polled:
 ``consume()``/``flush()`` serve them, and :func:`serve_log` serves those of a client that
-only asks metadata, after each call and before it is closed.
+only asks metadata, after each call and before it is closed. A line repeated on every
+reconnect attempt passes once per 30 s (:class:`~odradek.text.RepeatFilter`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from odradek.spark.options import EARLIEST, LATEST, OdradekOptionError, OffsetSpec, ReadOptions
+from odradek.text import RepeatFilter
 
 __all__ = [
     "HEADERS_TYPE",
@@ -54,6 +56,7 @@ _TS_TYPE = pa.timestamp("us", tz="UTC")
 _M: Any = ck.Message
 #: Where every client of the connector sends librdkafka's log lines.
 LIBRDKAFKA_LOG = logging.getLogger("odradek.spark.librdkafka")
+LIBRDKAFKA_LOG.addFilter(RepeatFilter())  # a reconnect complaint once per 30 s, not 20 a second
 
 
 class OdradekSparkError(RuntimeError):

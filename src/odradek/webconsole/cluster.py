@@ -14,7 +14,8 @@ librdkafka's own log lines (``%3|...|FAIL|...`` when a broker goes away) go to t
 straight to stderr. With a logger set, librdkafka queues its log events on the client's main
 queue, which only ``poll()`` serves; the admin client's calls never poll it, so a small
 thread polls it (``LOG_POLL_S``) until :meth:`ClusterClient.close`. The browser's consumer
-serves its log events in its own ``consume()`` calls.
+serves its log events in its own ``consume()`` calls. A line repeated on every reconnect
+attempt passes once per 30 s (:class:`~odradek.text.RepeatFilter`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from odradek.text import plural
+from odradek.text import RepeatFilter, plural
 
 # confluent-kafka's stubs leave these untyped or unexported; they are used as plain objects.
 AlterConfigOpType: Any = _admin.AlterConfigOpType  # type: ignore[attr-defined]
@@ -59,6 +60,7 @@ RESETTABLE_STATES = frozenset({"EMPTY", "DEAD", "UNKNOWN"})
 LOG_POLL_S = 0.2
 #: Where librdkafka's log lines go (their level mapped from syslog's, as confluent-kafka does).
 LIBRDKAFKA_LOG = logging.getLogger("odradek.webconsole.librdkafka")
+LIBRDKAFKA_LOG.addFilter(RepeatFilter())  # a reconnect complaint once per 30 s, not 20 a second
 #: Samples of a group's total lag kept for the lag chart (one per poll, at most one a second).
 LAG_HISTORY = 720
 
