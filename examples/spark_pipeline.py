@@ -9,6 +9,9 @@ It starts its own broker (odradek.testing, free port, temporary directory), or w
 then runs a Structured Streaming aggregation (total and count per user) from ``events`` to
 ``totals`` in two rounds with the same checkpoint — more events arrive between the rounds —
 and finally reads ``totals`` back as a batch DataFrame, latest value per key.
+
+``main(argv, spark)`` takes an existing session too (tests/spark/test_example.py runs it
+with the test suite's shared session against a broker of its own).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import logging
 import random
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka as ck
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -65,23 +69,34 @@ def broker(bootstrap: str | None) -> Iterator[str]:
         yield own.bootstrap
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, spark: Any = None) -> None:
+    """Run the pipeline; with ``spark`` given, in that session (left running)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         help="a running broker (default: start one for this run)")
-    args = parser.parse_args()
-    suffix = f"-{uuid.uuid4().hex[:8]}" if args.bootstrap_server else ""
+    args = parser.parse_args(argv)
+    own_session = spark is None
+    if own_session:
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("odradek-pipeline")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+    try:
+        pipeline(spark, args.bootstrap_server)
+    finally:
+        if own_session:
+            spark.stop()
+
+
+def pipeline(spark: Any, bootstrap: str | None) -> None:
+    suffix = f"-{uuid.uuid4().hex[:8]}" if bootstrap else ""
     events_topic, totals_topic = f"events{suffix}", f"totals{suffix}"
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("odradek-pipeline")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    work = Path(tempfile.mkdtemp(prefix="odradek-pipeline-"))
-    with broker(args.bootstrap_server) as boot:
+    with broker(bootstrap) as boot, tempfile.TemporaryDirectory(prefix="odradek-pipeline-") as tmp:
+        work = Path(tmp)
         print(f"broker {boot}: topics {events_topic}, {totals_topic}")
         admin = AdminClient({"bootstrap.servers": boot,
                              "logger": CLIENT_LOG})  # type: ignore[dict-item]
@@ -147,7 +162,6 @@ def main() -> None:
         assert set(got) == set(expected), (got, expected)
         assert all(abs(got[u] - round(expected[u], 2)) < 0.05 for u in got), (got, expected)
         print("totals match the events produced")
-    spark.stop()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
-"""One local SparkSession (local[2]) and one broker for the whole Spark test run."""
+"""One local SparkSession (local[2]) and one broker for the whole Spark test run.
+
+The session's JVM is started with its stderr (and so that of Spark's Python workers, which
+the JVM copies to its own) in a file, :func:`spark_stderr`, so a test can check what the
+workers print there (librdkafka's raw ``%3|...`` lines must not be).
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow  # noqa: F401  (a missing Spark dependency fails the run, never skips it)
@@ -13,13 +19,32 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark_stderr(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file the Spark session's JVM and its Python workers write their stderr to."""
+    return tmp_path_factory.mktemp("spark") / "jvm.stderr"
+
+
+@pytest.fixture(scope="session")
+def spark(spark_stderr: Path) -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    saved = os.dup(2)  # the JVM inherits fd 2 when the builder launches it
+    try:
+        with spark_stderr.open("ab") as out:
+            os.dup2(out.fileno(), 2)
+        session = _session(SparkSession)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    yield session
+    session.stop()
+
+
+def _session(spark_session: Any) -> Any:
     session = (
-        SparkSession.builder.master("local[2]")
+        spark_session.builder.master("local[2]")
         .appName("odradek-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -29,5 +54,4 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    return session

@@ -9,6 +9,7 @@ python-multipart, confluent-kafka), imported when the command runs.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
@@ -35,6 +36,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"odradek: the web console needs the 'console' extra "
               f"(pip install 'odradek[console]'): {exc}", file=sys.stderr)
         return 1
+    # librdkafka's complaints (a broker gone away) arrive through logging, in this format
+    logging.basicConfig(level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(args.bootstrap_server, args.metrics_url)
     print(f"odradek console for {args.bootstrap_server} on http://{args.host}:{args.port}/",
           flush=True)

@@ -8,10 +8,20 @@ range is fixed before any task runs and the reader stops at ``until`` whatever a
 
 confluent-kafka needs a ``group.id`` to build a consumer; the reader sets one but only ever
 uses ``assign`` and never commits, so no consumer group is joined.
+
+librdkafka's own log lines (``%3|...|FAIL|...`` when a broker goes away) go to the
+``odradek.spark.librdkafka`` logger (confluent-kafka's ``logger`` setting), in the driver and
+in Spark's Python workers alike (where Spark's ``spark.sql.pyspark.worker.logging.enabled``
+collects them, or Python's last-resort handler prints WARNING and above), never raw to
+stderr. With a logger set librdkafka queues its log events until the client is polled:
+``consume()``/``flush()`` serve them, and :func:`serve_log` serves those of a client that
+only asks metadata, after each call and before it is closed. A line repeated on every
+reconnect attempt passes once per 30 s (:class:`~odradek.text.RepeatFilter`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,17 +31,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from odradek.spark.options import EARLIEST, LATEST, OdradekOptionError, OffsetSpec, ReadOptions
+from odradek.text import RepeatFilter
 
 __all__ = [
     "HEADERS_TYPE",
+    "LIBRDKAFKA_LOG",
     "OdradekSparkError",
     "Offsets",
     "admin_client",
     "arrow_schema",
+    "close_consumer",
     "consumer",
     "discover",
     "read_range",
     "resolve",
+    "serve_log",
     "watermarks",
 ]
 
@@ -40,6 +54,9 @@ Offsets = dict[tuple[str, int], int]
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _TS_TYPE = pa.timestamp("us", tz="UTC")
 _M: Any = ck.Message
+#: Where every client of the connector sends librdkafka's log lines.
+LIBRDKAFKA_LOG = logging.getLogger("odradek.spark.librdkafka")
+LIBRDKAFKA_LOG.addFilter(RepeatFilter())  # a reconnect complaint once per 30 s, not 20 a second
 
 
 class OdradekSparkError(RuntimeError):
@@ -67,7 +84,7 @@ def consumer(client: dict[str, str], extra: dict[str, Any] | None = None) -> ck.
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": False,
-        "log_level": 2,
+        "logger": LIBRDKAFKA_LOG,
         **(extra or {}),
         **client,
     }
@@ -81,9 +98,25 @@ def admin_client(client: dict[str, str]) -> Any:
     from confluent_kafka.admin import AdminClient
 
     try:
-        return AdminClient({"log_level": 2, **client})
+        config: dict[str, Any] = {"logger": LIBRDKAFKA_LOG, **client}
+        return AdminClient(config)
     except (ck.KafkaException, ValueError, TypeError) as exc:
         raise OdradekOptionError(f"bad kafka.* client option: {exc}") from None
+
+
+def serve_log(c: Any) -> None:
+    """Hand the log events ``c`` (a consumer or an admin client) has queued to the logger.
+    A consumer here is never polled for records (metadata only, or about to be closed), so
+    ``poll(0)`` returns at once."""
+    c.poll(0)
+
+
+def close_consumer(c: ck.Consumer) -> None:
+    """Serve the queued log events (a broker's complaint before a failure), then close."""
+    try:
+        serve_log(c)
+    finally:
+        c.close()
 
 
 def discover(c: ck.Consumer, opts: ReadOptions, *, require_topics: bool) -> list[tuple[str, int]]:
@@ -96,6 +129,8 @@ def discover(c: ck.Consumer, opts: ReadOptions, *, require_topics: bool) -> list
             f"cannot reach the brokers at kafka.bootstrap.servers={opts.bootstrap!r} within "
             f"{opts.api_timeout_ms} ms (kafka.default.api.timeout.ms): {exc}"
         ) from None
+    finally:
+        serve_log(c)
     topics = {
         name: sorted(tm.partitions)
         for name, tm in md.topics.items()
@@ -133,6 +168,8 @@ def watermarks(
             )
         except ck.KafkaException as exc:
             raise OdradekSparkError(f"cannot list offsets of {t}-{p}: {exc}") from None
+        finally:
+            serve_log(c)
     return out
 
 
@@ -144,6 +181,8 @@ def _for_times(c: ck.Consumer, wanted: dict[tuple[str, int], int], timeout_ms: i
         found = c.offsets_for_times(query, timeout=timeout_ms / 1000)
     except ck.KafkaException as exc:
         raise OdradekSparkError(f"cannot list offsets by timestamp: {exc}") from None
+    finally:
+        serve_log(c)
     out: Offsets = {}
     for tp in found:
         if tp.error is not None:
@@ -305,4 +344,4 @@ def read_range(
             position = msgs[-1].offset() + 1
             yield _batch(msgs, topic, partition, opts.include_headers, schema)
     finally:
-        c.close()
+        close_consumer(c)

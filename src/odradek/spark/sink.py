@@ -43,7 +43,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from odradek.spark.client import OdradekSparkError, admin_client
+from odradek.spark.client import (
+    LIBRDKAFKA_LOG,
+    OdradekSparkError,
+    admin_client,
+    close_consumer,
+    serve_log,
+)
 from odradek.spark.options import OdradekOptionError, WriteOptions, parse_write_options
 
 __all__ = ["OdradekBatchWriter", "OdradekStreamWriter", "SinkCommitMessage", "read_markers"]
@@ -100,7 +106,7 @@ def _producer(opts: WriteOptions, errors: list[str]) -> ck.Producer:
         "delivery.report.only.error": True,
         "on_delivery": on_delivery,
         "message.timeout.ms": opts.api_timeout_ms,
-        "log_level": 2,
+        "logger": LIBRDKAFKA_LOG,  # its log events are served by poll() and flush()
         **opts.client,
     }
     try:
@@ -198,6 +204,13 @@ def ensure_commit_topic(opts: WriteOptions) -> None:
         request_timeout=opts.api_timeout_ms / 1000,
     )
     try:
+        _create_commit_topic(opts, futures)
+    finally:
+        serve_log(admin)
+
+
+def _create_commit_topic(opts: WriteOptions, futures: Any) -> None:
+    try:
         futures[opts.commit_topic].result(opts.api_timeout_ms / 1000)
     except ck.KafkaException as exc:
         if exc.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
@@ -259,7 +272,7 @@ def read_markers(
             f"cannot read sink markers from {opts.commit_topic!r}: {exc}"
         ) from None
     finally:
-        c.close()
+        close_consumer(c)
     return committed, done
 
 

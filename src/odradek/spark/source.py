@@ -176,7 +176,7 @@ class OdradekBatchReader(DataSourceReader):
             start = kc.resolve(c, opts.starting, tps, marks, opts, starting=True)
             end = kc.resolve(c, opts.ending, tps, marks, opts, starting=False)
         finally:
-            c.close()
+            kc.close_consumer(c)
         ranges = [OffsetRange(t, p, start[(t, p)], end[(t, p)]) for t, p in tps]
         for r in ranges:
             if r.start > r.until:
@@ -315,5 +315,5 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         if self._consumer is not None:
-            self._consumer.close()
+            kc.close_consumer(self._consumer)
             self._consumer = None

@@ -6,11 +6,14 @@ Jinja2 template with autoescaping on, so record keys, values, headers, topic and
 are always HTML-escaped. Forms post and redirect back (post/redirect/get) with a message
 in the query string. The live parts (message tail, lag chart, metrics charts) poll small
 JSON endpoints from the page's script, which writes text with ``textContent`` only; the
-charts use Chart.js, served from the package's static directory (no CDN).
+charts use Chart.js, served from the package's static directory (no CDN). The app's
+lifespan closes the cluster client it made (its librdkafka log polling thread) on shutdown.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -216,7 +219,16 @@ def create_app(bootstrap: str, metrics_urls: list[str] | None = None,
         Route("/api/metrics", api_metrics),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers={ConsoleError: on_console_error})
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if client is None:  # a client handed in belongs to the caller
+                cluster.close()
+
+    return Starlette(routes=routes, exception_handlers={ConsoleError: on_console_error},
+                     lifespan=lifespan)
 
 
 def _parse_configs(text: str) -> dict[str, str]:

@@ -8,12 +8,21 @@ block, so the web layer runs these methods in a thread pool. The message browser
 short-lived ``Consumer`` with no group (``assign`` + ``consume``), as kcat does, and never
 commits. Offsets of many partitions are asked in one ``list_offsets`` call (one ListOffsets
 request per leader), so a topic of 1,000 partitions costs two round trips, not 2,000.
+
+librdkafka's own log lines (``%3|...|FAIL|...`` when a broker goes away) go to the
+``odradek.webconsole.librdkafka`` logger (confluent-kafka's ``logger`` setting) instead of
+straight to stderr. With a logger set, librdkafka queues its log events on the client's main
+queue, which only ``poll()`` serves; the admin client's calls never poll it, so a small
+thread polls it (``LOG_POLL_S``) until :meth:`ClusterClient.close`. The browser's consumer
+serves its log events in its own ``consume()`` calls. A line repeated on every reconnect
+attempt passes once per 30 s (:class:`~odradek.text.RepeatFilter`).
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import logging
 import threading
 import time
 from collections import deque
@@ -31,7 +40,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from odradek.text import plural
+from odradek.text import RepeatFilter, plural
 
 # confluent-kafka's stubs leave these untyped or unexported; they are used as plain objects.
 AlterConfigOpType: Any = _admin.AlterConfigOpType  # type: ignore[attr-defined]
@@ -46,6 +55,12 @@ TIMEOUT = 15.0
 #: States in which a group has no members, so its offsets may be reset (Kafka's
 #: ConsumerGroupCommand refuses otherwise).
 RESETTABLE_STATES = frozenset({"EMPTY", "DEAD", "UNKNOWN"})
+#: How long one poll of the admin client's log queue waits for an event (seconds); also how
+#: long :meth:`ClusterClient.close` waits at most for the polling thread to end.
+LOG_POLL_S = 0.2
+#: Where librdkafka's log lines go (their level mapped from syslog's, as confluent-kafka does).
+LIBRDKAFKA_LOG = logging.getLogger("odradek.webconsole.librdkafka")
+LIBRDKAFKA_LOG.addFilter(RepeatFilter())  # a reconnect complaint once per 30 s, not 20 a second
 #: Samples of a group's total lag kept for the lag chart (one per poll, at most one a second).
 LAG_HISTORY = 720
 
@@ -228,8 +243,23 @@ class ClusterClient:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "odradek-console",
-                                  "socket.timeout.ms": int(TIMEOUT * 1000)})
+                                  "socket.timeout.ms": int(TIMEOUT * 1000),
+                                  "logger": LIBRDKAFKA_LOG})  # type: ignore[dict-item]
         self.lag_history = LagHistory()
+        self._closed = threading.Event()
+        self._log_poller = threading.Thread(target=self._poll_logs, daemon=True,
+                                            name="odradek-console-librdkafka-log")
+        self._log_poller.start()
+
+    def _poll_logs(self) -> None:
+        """Serve the admin client's queued log events until :meth:`close`."""
+        while not self._closed.is_set():
+            self.admin.poll(LOG_POLL_S)
+
+    def close(self) -> None:
+        """Stop the log polling thread; the admin client itself is freed with this object."""
+        self._closed.set()
+        self._log_poller.join(LOG_POLL_S * 10)
 
     # -- cluster and topics -------------------------------------------------------------------
 
@@ -366,7 +396,7 @@ class ClusterClient:
             "bootstrap.servers": self.bootstrap, "group.id": "odradek-console-browser",
             "enable.auto.commit": False, "enable.partition.eof": True,
             "auto.offset.reset": "earliest", "client.id": "odradek-console",
-            "fetch.wait.max.ms": 100,
+            "fetch.wait.max.ms": 100, "logger": LIBRDKAFKA_LOG,
         })
         try:
             consumer.assign([TopicPartition(topic, partition, max(offset, 0))])
