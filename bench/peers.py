@@ -678,7 +678,7 @@ def tables(log: list[Result], brokers: list[str]) -> str:
             for b in brokers:
                 got = by.get((b, kind, cell))
                 row.append("—" if got is None or not got.msgs else
-                           f"{got.cpu_per_gb:.1f} / {got.rss_mib:.0f}")
+                           f"{got.cpu_per_gb:.2f} / {got.rss_mib:.0f}")
             out.append("| " + " | ".join(row) + " |")
         out.append("")
 

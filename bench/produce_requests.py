@@ -15,7 +15,7 @@ costs the broker, apart from the smaller batches clients make when load is sprea
     .venv/bin/python bench/produce_requests.py --tree /tmp/old-checkout --rounds 9
     .venv/bin/python bench/produce_requests.py --metrics   # + this tree with metrics.listener
 
-``--metrics`` adds a column: this checkout with ``metrics.listener`` set (the request
+``--metrics`` adds a column per tree: that tree with ``metrics.listener`` set (the request
 metrics counted; the page is not read during the rounds).
 """
 
@@ -47,11 +47,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # (partitions, records of 100 B per batch): 1,000 partitions with ~19 KB batches is what
 # librdkafka sends in bench/peers.py's 1,000-partition cell.
-CASES = ((1000, 170), (8, 600), (1, 9000))
+# One record of 100 B per request is the per-request cost alone (what metrics add, say).
+CASES = ((1000, 170), (8, 600), (1, 9000), (1, 1))
 # The same ~19 KB batches over more and more partitions: what the partition count alone
 # costs, apart from the smaller batches a client makes when its load is spread thin.
 SWEEP = (1, 10, 100, 1000)
 SWEEP_RECORDS = 170
+ROUND_CPU_S = 1.0  # broker CPU a round is sized for (from ~30 us + 0.7 ns/B a request)
 
 
 def request_frame(request: Any, correlation_id: int) -> bytes:
@@ -91,8 +93,9 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def measure(tree: Path, partitions: int, records: int, requests: int, rounds: int,
-            metrics: bool = False) -> float:
-    """Median broker CPU seconds per request."""
+            metrics: bool = False, repeat: int = 1) -> float:
+    """Median broker CPU seconds per request; a round sends the ``requests`` encoded
+    requests ``repeat`` times."""
     port = _free_port()
     extra = (["--override", f"metrics.listener=http://127.0.0.1:{_free_port()}"]
              if metrics else [])
@@ -131,12 +134,12 @@ def measure(tree: Path, partitions: int, records: int, requests: int, rounds: in
         per_request = []
         for _ in range(rounds + 1):  # the first round warms up (new segments, indexes)
             before = _cpu_seconds(proc.pid)
-            sender = threading.Thread(target=sock.sendall, args=(blob,))
+            sender = threading.Thread(target=_send_repeatedly, args=(sock, blob, repeat))
             sender.start()
-            for _ in range(requests):
+            for _ in range(requests * repeat):
                 _read_frame(sock)
             sender.join()
-            per_request.append((_cpu_seconds(proc.pid) - before) / requests)
+            per_request.append((_cpu_seconds(proc.pid) - before) / (requests * repeat))
         sock.close()
         return statistics.median(per_request[1:])
     finally:
@@ -145,18 +148,25 @@ def measure(tree: Path, partitions: int, records: int, requests: int, rounds: in
         shutil.rmtree(data, ignore_errors=True)
 
 
+def _send_repeatedly(sock: socket.socket, blob: bytes, repeat: int) -> None:
+    for _ in range(repeat):
+        sock.sendall(blob)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--tree", action="append", type=Path, default=[],
                         help="another source tree to measure beside this one")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--metrics", action="store_true",
-                        help="also this tree with metrics.listener set")
+                        help="also each tree with metrics.listener set")
     args = parser.parse_args()
     (ROOT / ".bench-tmp").mkdir(exist_ok=True)
-    trees: list[tuple[Path, bool]] = [(ROOT, False), *((t, False) for t in args.tree)]
-    if args.metrics:
-        trees.append((ROOT, True))
+    trees: list[tuple[Path, bool]] = []
+    for tree in (ROOT, *args.tree):
+        trees.append((tree, False))
+        if args.metrics:
+            trees.append((tree, True))
     command = " ".join([".venv/bin/python bench/produce_requests.py", *sys.argv[1:]])
     print(f"Command: `{command}`")
     print()
@@ -182,11 +192,16 @@ def _header(trees: list[tuple[Path, bool]]) -> str:
 
 def _row(trees: list[tuple[Path, bool]], partitions: int, records: int, rounds: int) -> str:
     size = len(build_batch([(None, b"x" * 100)] * records, timestamp=0))
-    requests = max(200, min(3000, 60_000_000 // size))
+    # About ROUND_CPU_S of broker CPU a round, so that /proc's 10 ms clock ticks are
+    # under 1 % of it; the encoded requests held in memory stay under ~60 MB, sent
+    # again as often as it takes.
+    wanted = max(50, int(ROUND_CPU_S / (30e-6 + size * 0.7e-9)))
+    requests = max(50, min(wanted, 60_000_000 // size))
+    repeat = -(-wanted // requests)
     cells = []
     for tree, metrics in trees:
-        seconds = measure(tree, partitions, records, requests, rounds, metrics)
-        cells.append(f"{seconds * 1e6:,.0f} ({seconds / size * 1e9:.1f})")
+        seconds = measure(tree, partitions, records, requests, rounds, metrics, repeat)
+        cells.append(f"{seconds * 1e6:,.1f} ({seconds / size * 1e9:.2f})")
     return f"| {partitions} | {size:,} B | " + " | ".join(cells) + " |"
 
 
