@@ -5,7 +5,8 @@ mirrored topic has replication factor 2 on both sides (``min.insync.replicas`` 1
 partition stays writable with one replica left). A producer writes to the source with
 acks=all (idempotent) and keeps every acknowledged record. While ``odradek mirror``
 runs, a broker that leads source partitions is killed with SIGKILL, and later one that
-leads target partitions; neither comes back. The oracle: every acknowledged record is on
+leads target partitions; then both come back and take their partitions' leadership back.
+The oracle: every acknowledged record is on
 the target exactly once, in the same partition, in the source's order; the target's
 partitions equal the source's record for record; the mirror process was never restarted.
 """
@@ -34,6 +35,9 @@ OVERRIDES = {
     "replica.lag.time.max.ms": 5000,
     # the target keeps every mirrored record: nothing may hide the comparison
     "log.cleaner.enable": False,
+    # a broker that comes back leads its preferred partitions again within seconds
+    "auto.leader.rebalance.enable": True,
+    "leader.imbalance.check.interval.seconds": 1,
 }
 
 
@@ -150,12 +154,25 @@ def test_mirror_rides_out_a_leader_killed_on_each_side(tmp_path: Path) -> None:
                 grows(producer, "acknowledged records after the source broker's loss")
                 carries_on(tgt, "the mirror carrying on after the source broker's loss")
 
-                victim = leader(tgt, TOPIC, 0)
-                tgt.kill9(victim)
-                tgt.wait_for(lambda: leader(tgt, TOPIC, 0) not in (-1, victim), 60,
-                             "a new leader of the target's partition 0")
+                victims = {"source": victim, "target": leader(tgt, TOPIC, 0)}
+                tgt.kill9(victims["target"])
+                tgt.wait_for(lambda: leader(tgt, TOPIC, 0) not in (-1, victims["target"]),
+                             60, "a new leader of the target's partition 0")
                 grows(producer, "acknowledged records after the target broker's loss")
                 carries_on(tgt, "the mirror carrying on after the target broker's loss")
+
+                # both come back, catch up, and lead partition 0 again (the controller's
+                # preferred-leader check): a second leader move on each side
+                for cluster, side in ((src, "source"), (tgt, "target")):
+                    cluster.start(victims[side])
+                for cluster, side in ((src, "source"), (tgt, "target")):
+                    def back(c: Cluster = cluster, b: int = victims[side]) -> bool:
+                        return leader(c, TOPIC, 0) == b and in_sync(c, TOPIC)
+
+                    cluster.wait_for(back, 120, f"the {side}'s broker {victims[side]} back "
+                                     "as leader of partition 0, in sync")
+                grows(producer, "acknowledged records after the leaders moved back")
+                carries_on(tgt, "the mirror carrying on after the leaders moved back")
                 producer.stop.set()
                 producer.join(180)
                 assert producer.error is None, producer.error
