@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,11 @@ class AckedProducer(threading.Thread):
             self.error = exc
 
 
+def note(what: str) -> None:
+    """A timestamped line in the captured output (to line up with the mirror's log)."""
+    print(f"{time.strftime('%H:%M:%S', time.gmtime())} {what}", flush=True)
+
+
 def leader(cluster: Cluster, topic: str, partition: int) -> int:
     raw = cluster.zk_get(f"/brokers/topics/{topic}/partitions/{partition}/state")
     return int(json.loads(raw)["leader"]) if raw else -1
@@ -149,6 +155,7 @@ def test_mirror_rides_out_a_leader_killed_on_each_side(tmp_path: Path) -> None:
 
                 victim = leader(src, TOPIC, 0)
                 src.kill9(victim)
+                note(f"killed source broker {victim}")
                 src.wait_for(lambda: leader(src, TOPIC, 0) not in (-1, victim), 60,
                              "a new leader of the source's partition 0")
                 grows(producer, "acknowledged records after the source broker's loss")
@@ -156,6 +163,7 @@ def test_mirror_rides_out_a_leader_killed_on_each_side(tmp_path: Path) -> None:
 
                 victims = {"source": victim, "target": leader(tgt, TOPIC, 0)}
                 tgt.kill9(victims["target"])
+                note(f"killed target broker {victims['target']}")
                 tgt.wait_for(lambda: leader(tgt, TOPIC, 0) not in (-1, victims["target"]),
                              60, "a new leader of the target's partition 0")
                 grows(producer, "acknowledged records after the target broker's loss")
@@ -165,6 +173,7 @@ def test_mirror_rides_out_a_leader_killed_on_each_side(tmp_path: Path) -> None:
                 # preferred-leader check): a second leader move on each side
                 for cluster, side in ((src, "source"), (tgt, "target")):
                     cluster.start(victims[side])
+                note("both brokers back")
                 for cluster, side in ((src, "source"), (tgt, "target")):
                     def back(c: Cluster = cluster, b: int = victims[side]) -> bool:
                         return leader(c, TOPIC, 0) == b and in_sync(c, TOPIC)

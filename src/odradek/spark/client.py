@@ -26,6 +26,7 @@ __all__ = [
     "HEADERS_TYPE",
     "OdradekSparkError",
     "Offsets",
+    "TransientSparkError",
     "admin_client",
     "arrow_schema",
     "consumer",
@@ -44,6 +45,25 @@ _M: Any = ck.Message
 
 class OdradekSparkError(RuntimeError):
     """A failure talking to the brokers (unreachable, missing topic, data loss, timeout)."""
+
+
+class TransientSparkError(OdradekSparkError):
+    """A request that may succeed if sent again: timed out, or the leader moved or is
+    not known yet (a broker lost, a leader election under way)."""
+
+
+#: librdkafka errors after which a request is worth sending again (besides those it
+#: flags retriable itself)
+_TRANSIENT = frozenset({
+    ck.KafkaError._TIMED_OUT,
+    ck.KafkaError._TRANSPORT,
+    ck.KafkaError._ALL_BROKERS_DOWN,
+    ck.KafkaError._DESTROY_BROKER,  # the handle of a broker gone from the metadata
+    ck.KafkaError.LEADER_NOT_AVAILABLE,
+    ck.KafkaError.NOT_LEADER_FOR_PARTITION,  # NOT_LEADER_OR_FOLLOWER (KIP-392)
+    ck.KafkaError.OFFSET_NOT_AVAILABLE,
+    ck.KafkaError.REQUEST_TIMED_OUT,
+})
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -132,7 +152,10 @@ def watermarks(
                 ck.TopicPartition(t, p), timeout=timeout_ms / 1000
             )
         except ck.KafkaException as exc:
-            raise OdradekSparkError(f"cannot list offsets of {t}-{p}: {exc}") from None
+            err = exc.args[0]
+            transient = err.retriable() or err.code() in _TRANSIENT
+            raise (TransientSparkError if transient else OdradekSparkError)(
+                f"cannot list offsets of {t}-{p}: {exc}") from None
     return out
 
 

@@ -87,6 +87,11 @@ EXCLUDED_CONFIGS = frozenset({
 _QUEUE_FULL_POLL_S = 0.05
 #: how long the driver keeps retrying a cluster that does not answer before a micro-batch
 RIDE_OUT_S = 300.0
+#: the first attempt's bound on the plan's ListOffsets, doubled on each retry up to
+#: ``--timeout``: a ListOffsets sent just after a target leader was killed -9 was seen to
+#: wait out its whole timeout (30 s) although a new leader was elected within seconds,
+#: while a new request finds the new leader
+FIRST_ATTEMPT_S = 5.0
 
 
 class MirrorError(RuntimeError):
@@ -492,7 +497,9 @@ class MirrorJob:
                 self.state.save_topics(self.managed)
             return source
 
-    def _target_ends(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def _target_ends(
+        self, tps: list[tuple[str, int]], timeout_s: float
+    ) -> dict[tuple[str, int], int]:
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
         if not tps:
@@ -500,10 +507,10 @@ class MirrorJob:
         prefix = self.cfg.topic_prefix
         request = {ck.TopicPartition(prefix + t, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
                    for t, p in tps}
-        futures = self.tgt.list_offsets(request, request_timeout=self.timeout_s)
+        futures = self.tgt.list_offsets(request, request_timeout=timeout_s)
         out = {}
         for tp, fut in futures.items():
-            info = _result(fut, self.timeout_s,
+            info = _result(fut, timeout_s,
                            f"cannot list the end offset of {tp.topic}-{tp.partition}")
             out[(tp.topic[len(prefix):], tp.partition)] = int(info.offset)
         return out
@@ -511,7 +518,7 @@ class MirrorJob:
     # -- one micro-batch
 
     def plan(
-        self, batch_id: int, source: dict[str, int]
+        self, batch_id: int, source: dict[str, int], timeout_s: float | None = None
     ) -> tuple[dict[tuple[str, int], int], bool]:
         """The saved plan of a replayed micro-batch (and True), or the target ends now,
         saved before any task runs (and False)."""
@@ -519,26 +526,30 @@ class MirrorJob:
         if plan is not None:
             log.info("micro-batch %d is a replay: resuming from its saved plan", batch_id)
             return plan, True
-        plan = self._target_ends([(t, p) for t, n in source.items() for p in range(n)])
+        plan = self._target_ends([(t, p) for t, n in source.items() for p in range(n)],
+                                 self.timeout_s if timeout_s is None else timeout_s)
         self.state.save_plan(batch_id, plan)
         return plan, False
 
     def _retrying(self, what: str, fn: Any) -> Any:
-        """``fn()``, retried while a cluster does not answer, for up to
-        :data:`RIDE_OUT_S`: a broker restarting or a leader moving is ridden out."""
+        """``fn(timeout_s)``, retried while a cluster does not answer, for up to
+        :data:`RIDE_OUT_S`: a broker restarting or a leader moving is ridden out. The
+        attempts' timeout starts at :data:`FIRST_ATTEMPT_S` and doubles up to ``--timeout``."""
         deadline = time.monotonic() + RIDE_OUT_S
+        attempt_s = min(FIRST_ATTEMPT_S, self.timeout_s)
         while True:
             try:
-                return fn()
+                return fn(attempt_s)
             except TransientMirrorError as exc:
                 if time.monotonic() > deadline or self.stopping.is_set():
                     raise
                 log.warning("%s: %s; retrying", what, exc)
+                attempt_s = min(2 * attempt_s, self.timeout_s)
                 time.sleep(1)
 
     def process_batch(self, df: Any, batch_id: int) -> None:
-        source = self._retrying("topic sync", self.sync_topics)
-        plan, replay = self._retrying("planning", lambda: self.plan(batch_id, source))
+        source = self._retrying("topic sync", lambda _: self.sync_topics())
+        plan, replay = self._retrying("planning", lambda t: self.plan(batch_id, source, t))
         results = self.state.dir / "results.json"
         results.unlink(missing_ok=True)
         (
