@@ -90,7 +90,8 @@ RIDE_OUT_S = 300.0
 #: the first attempt's bound on the plan's ListOffsets, doubled on each retry up to
 #: ``--timeout``: a ListOffsets sent just after a target leader was killed -9 was seen to
 #: wait out its whole timeout (30 s) although a new leader was elected within seconds,
-#: while a new request finds the new leader
+#: and retries through the same admin client to go to the dead leader again; a retry
+#: goes through a new admin client (fresh metadata)
 FIRST_ATTEMPT_S = 5.0
 
 
@@ -509,10 +510,18 @@ class MirrorJob:
                    for t, p in tps}
         futures = self.tgt.list_offsets(request, request_timeout=timeout_s)
         out = {}
-        for tp, fut in futures.items():
-            info = _result(fut, timeout_s,
-                           f"cannot list the end offset of {tp.topic}-{tp.partition}")
-            out[(tp.topic[len(prefix):], tp.partition)] = int(info.offset)
+        try:
+            for tp, fut in futures.items():
+                info = _result(fut, timeout_s,
+                               f"cannot list the end offset of {tp.topic}-{tp.partition}")
+                out[(tp.topic[len(prefix):], tp.partition)] = int(info.offset)
+        except TransientMirrorError:
+            # the admin client kept sending to a killed leader while its metadata said so:
+            # the next attempt goes through a new one, which fetches fresh metadata
+            from confluent_kafka.admin import AdminClient
+
+            self.tgt = AdminClient({"log_level": 2, **self.cfg.target_conf()})
+            raise
         return out
 
     # -- one micro-batch
