@@ -69,13 +69,23 @@ def wait_for(condition: Callable[[], T | None], timeout: float = 10.0, what: str
         time.sleep(0.05)
 
 
+def cluster_zookeeper(data_dir: Path) -> LocalZooKeeper:
+    """The ZooKeeper a :class:`Cluster` starts (short ticks, no fsync, long sessions
+    allowed); start one yourself to share it between clusters (each in its chroot)."""
+    try:
+        return start_zookeeper(data_dir, tick_ms=ZK_TICK_MS, force_sync=False,
+                               max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS)
+    except ZooKeeperNotInstalled as exc:
+        pytest.fail(str(exc))
+
+
 class Cluster:
     """ZooKeeper + brokers ``1..size``; everything started is stopped by :meth:`close`."""
 
     def __init__(self, root: Path, size: int = 3,
                  overrides: Mapping[str, Any] | None = None,
                  per_broker: Mapping[int, Mapping[str, Any]] | None = None,
-                 proxied: bool = False) -> None:
+                 proxied: bool = False, zookeeper: LocalZooKeeper | None = None) -> None:
         self.root = root
         # With ``proxied``, each broker advertises a Proxy in front of its listener and
         # reaches ZooKeeper through another: :meth:`isolate` cuts it off the network.
@@ -91,12 +101,13 @@ class Cluster:
         self.ports: dict[int, int] = {}
         self.zookeeper: LocalZooKeeper | None = None
         self._zk: KazooClient | None = None
-        try:
-            self.zookeeper = start_zookeeper(
-                root / "zookeeper", tick_ms=ZK_TICK_MS, force_sync=False,
-                max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS)
-        except ZooKeeperNotInstalled as exc:
-            pytest.fail(str(exc))
+        # Given a running ``zookeeper`` (e.g. another cluster's), the cluster lives in its
+        # own chroot there and leaves the ZooKeeper running at :meth:`close`.
+        self.owns_zookeeper = zookeeper is None
+        if zookeeper is not None:
+            self.zookeeper = zookeeper
+            return
+        self.zookeeper = cluster_zookeeper(root / "zookeeper")
 
     # ---- addresses
     @property
@@ -301,7 +312,7 @@ class Cluster:
         if self._zk is not None:
             self._zk.stop()
             self._zk.close()
-        if self.zookeeper is not None:
+        if self.zookeeper is not None and self.owns_zookeeper:
             self.zookeeper.stop()
         for proxy in [*self.proxies.values(), *self.zk_proxies.values()]:
             proxy.close()
@@ -317,11 +328,12 @@ class Cluster:
 def running_cluster(root: Path, size: int = 3,
                     overrides: Mapping[str, Any] | None = None,
                     per_broker: Mapping[int, Mapping[str, Any]] | None = None,
-                    proxied: bool = False) -> Iterator[Cluster]:
-    with Cluster(root, size, overrides, per_broker, proxied) as cluster:
+                    proxied: bool = False,
+                    zookeeper: LocalZooKeeper | None = None) -> Iterator[Cluster]:
+    with Cluster(root, size, overrides, per_broker, proxied, zookeeper) as cluster:
         cluster.start_all()
         yield cluster
-    if os.environ.get("ODRADEK_KEEP_CLUSTER_DIR") is None:
+    if os.environ.get("ODRADEK_KEEP_CLUSTER_DIR") is None and zookeeper is None:
         shutil.rmtree(root / "zookeeper", ignore_errors=True)
 
 
@@ -338,5 +350,6 @@ def cluster3(cluster3_shared: Cluster) -> Cluster:
     return cluster3_shared
 
 
-__all__ = ["BrokerStartError", "Cluster", "cluster3", "cluster3_shared", "free_port",
+__all__ = ["BrokerStartError", "Cluster", "cluster3", "cluster3_shared", "cluster_zookeeper",
+           "free_port",
            "running_cluster", "wait_for"]

@@ -46,7 +46,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--group", default="odradek-mirror",
                    help="group under which the mirror commits its progress on the source")
     p.add_argument("--sync-interval", type=float, default=5.0, metavar="SECONDS",
-                   help="how often new topics/partitions and group offsets are synced (5)")
+                   help="how often new topics/partitions, group offsets and topic configs "
+                   "are synced (5)")
     p.add_argument("--max-records-per-batch", type=int, default=500_000,
                    help="maxOffsetsPerTrigger of the source (500000)")
     p.add_argument("--replication-factor", type=int, default=-1,

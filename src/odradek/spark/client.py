@@ -38,6 +38,7 @@ __all__ = [
     "LIBRDKAFKA_LOG",
     "OdradekSparkError",
     "Offsets",
+    "TransientSparkError",
     "admin_client",
     "arrow_schema",
     "close_consumer",
@@ -61,6 +62,25 @@ LIBRDKAFKA_LOG.addFilter(RepeatFilter())  # a reconnect complaint once per 30 s,
 
 class OdradekSparkError(RuntimeError):
     """A failure talking to the brokers (unreachable, missing topic, data loss, timeout)."""
+
+
+class TransientSparkError(OdradekSparkError):
+    """A request that may succeed if sent again: timed out, or the leader moved or is
+    not known yet (a broker lost, a leader election under way)."""
+
+
+#: librdkafka errors after which a request is worth sending again (besides those it
+#: flags retriable itself)
+_TRANSIENT = frozenset({
+    ck.KafkaError._TIMED_OUT,
+    ck.KafkaError._TRANSPORT,
+    ck.KafkaError._ALL_BROKERS_DOWN,
+    ck.KafkaError._DESTROY_BROKER,  # the handle of a broker gone from the metadata
+    ck.KafkaError.LEADER_NOT_AVAILABLE,
+    ck.KafkaError.NOT_LEADER_FOR_PARTITION,  # NOT_LEADER_OR_FOLLOWER (KIP-392)
+    ck.KafkaError.OFFSET_NOT_AVAILABLE,
+    ck.KafkaError.REQUEST_TIMED_OUT,
+})
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -167,7 +187,10 @@ def watermarks(
                 ck.TopicPartition(t, p), timeout=timeout_ms / 1000
             )
         except ck.KafkaException as exc:
-            raise OdradekSparkError(f"cannot list offsets of {t}-{p}: {exc}") from None
+            err = exc.args[0]
+            transient = err.retriable() or err.code() in _TRANSIENT
+            raise (TransientSparkError if transient else OdradekSparkError)(
+                f"cannot list offsets of {t}-{p}: {exc}") from None
         finally:
             serve_log(c)
     return out

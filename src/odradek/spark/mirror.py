@@ -28,6 +28,9 @@ query and one driver thread):
   offsets (MirrorMaker 2's ``sync.group.offsets.enabled``): for each group on the source
   with offsets on mirrored topics, the translated offsets are committed to the same group
   on the target, only while that group has no active members there, and only forward.
+  The same thread brings the target topics' configs in line with their source topics
+  (MirrorMaker 2's ``sync.topic.configs.enabled``): keys set, changed or removed at the
+  source are set or removed on the target, except :data:`EXCLUDED_CONFIGS`.
 * A cluster that does not answer is waited for: the driver retries its topic sync and plan
   for up to :data:`RIDE_OUT_S`, the sync thread skips a round, the tasks' clients retry
   within their timeouts; beyond that the query fails and a restart resumes exactly.
@@ -84,6 +87,12 @@ EXCLUDED_CONFIGS = frozenset({
 _QUEUE_FULL_POLL_S = 0.05
 #: how long the driver keeps retrying a cluster that does not answer before a micro-batch
 RIDE_OUT_S = 300.0
+#: the first attempt's bound on the plan's ListOffsets, doubled on each retry up to
+#: ``--timeout``: a ListOffsets sent just after a target leader was killed -9 was seen to
+#: wait out its whole timeout (30 s) although a new leader was elected within seconds,
+#: and retries through the same admin client to go to the dead leader again; a retry
+#: goes through a new admin client (fresh metadata)
+FIRST_ATTEMPT_S = 5.0
 
 
 class MirrorError(RuntimeError):
@@ -378,17 +387,71 @@ class MirrorJob:
             if not t.startswith("__") and re.fullmatch(self.pattern, t) is not None
         }
 
-    def _source_configs(self, topic: str) -> dict[str, str]:
+    def _topic_configs(
+        self, admin: Any, which: str, topics: list[str]
+    ) -> dict[str, dict[str, str]]:
+        """The mirrored configs set on each topic (one DescribeConfigs): the entries whose
+        source is ``DYNAMIC_TOPIC_CONFIG``, less :data:`EXCLUDED_CONFIGS`."""
         from confluent_kafka.admin import ConfigResource, ConfigSource  # type: ignore[attr-defined]
 
-        res = ConfigResource("topic", topic)
-        entries = _result(self.src.describe_configs([res])[res], self.timeout_s,
-                          f"cannot read the configs of source topic {topic!r}")
-        return {
-            name: e.value for name, e in entries.items()
-            if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-            and name not in EXCLUDED_CONFIGS and e.value is not None
-        }
+        if not topics:
+            return {}
+        resources = [ConfigResource("topic", t) for t in topics]
+        futures = admin.describe_configs(resources, request_timeout=self.timeout_s)
+        out = {}
+        for res in resources:
+            entries = _result(futures[res], self.timeout_s,
+                              f"cannot read the configs of {which} topic {res.name!r}")
+            out[res.name] = {
+                name: e.value for name, e in entries.items()
+                if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+                and name not in EXCLUDED_CONFIGS and e.value is not None
+            }
+        return out
+
+    def _source_configs(self, topic: str) -> dict[str, str]:
+        return self._topic_configs(self.src, "source", [topic])[topic]
+
+    def sync_configs(self, source: dict[str, int]) -> int:
+        """Bring the mirrored configs of the target topics in line with their source topics
+        (MirrorMaker 2's ``sync.topic.configs.enabled``): a key set or changed at the source
+        is set on the target, a key removed at the source (back to its default) is removed
+        on the target (IncrementalAlterConfigs SET / DELETE). Keys of
+        :data:`EXCLUDED_CONFIGS` are left alone on both sides. Returns the keys altered."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            AlterConfigOpType,
+            ConfigEntry,
+            ConfigResource,
+        )
+
+        prefix = self.cfg.topic_prefix
+        with self.lock:
+            topics = sorted(t for t in source if prefix + t in self.managed)
+        wanted = self._topic_configs(self.src, "source", topics)
+        have = self._topic_configs(self.tgt, "target", [prefix + t for t in topics])
+        altered = 0
+        for topic in topics:
+            name = prefix + topic
+            want, got = wanted[topic], have[name]
+            ops = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                   for k, v in sorted(want.items()) if got.get(k) != v]
+            ops += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+                    for k in sorted(got) if k not in want]
+            if not ops:
+                continue
+            res = ConfigResource("topic", name, incremental_configs=ops)
+            try:
+                _result(
+                    self.tgt.incremental_alter_configs([res], request_timeout=self.timeout_s)[res],
+                    self.timeout_s, f"cannot alter the configs of target topic {name!r}")
+            except TransientMirrorError as exc:  # e.g. a value the target refuses: next round
+                log.warning("%s", exc)
+                continue
+            log.info("target topic %s: configs %s", name,
+                     ", ".join(f"{e.name}={e.value}" if e.value is not None else f"-{e.name}"
+                               for e in ops))
+            altered += len(ops)
+        return altered
 
     def sync_topics(self) -> dict[str, int]:
         """Create missing target topics, add partitions the source gained; returns the
@@ -435,7 +498,9 @@ class MirrorJob:
                 self.state.save_topics(self.managed)
             return source
 
-    def _target_ends(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def _target_ends(
+        self, tps: list[tuple[str, int]], timeout_s: float
+    ) -> dict[tuple[str, int], int]:
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
         if not tps:
@@ -443,18 +508,26 @@ class MirrorJob:
         prefix = self.cfg.topic_prefix
         request = {ck.TopicPartition(prefix + t, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
                    for t, p in tps}
-        futures = self.tgt.list_offsets(request, request_timeout=self.timeout_s)
+        futures = self.tgt.list_offsets(request, request_timeout=timeout_s)
         out = {}
-        for tp, fut in futures.items():
-            info = _result(fut, self.timeout_s,
-                           f"cannot list the end offset of {tp.topic}-{tp.partition}")
-            out[(tp.topic[len(prefix):], tp.partition)] = int(info.offset)
+        try:
+            for tp, fut in futures.items():
+                info = _result(fut, timeout_s,
+                               f"cannot list the end offset of {tp.topic}-{tp.partition}")
+                out[(tp.topic[len(prefix):], tp.partition)] = int(info.offset)
+        except TransientMirrorError:
+            # the admin client kept sending to a killed leader while its metadata said so:
+            # the next attempt goes through a new one, which fetches fresh metadata
+            from confluent_kafka.admin import AdminClient
+
+            self.tgt = AdminClient({"log_level": 2, **self.cfg.target_conf()})
+            raise
         return out
 
     # -- one micro-batch
 
     def plan(
-        self, batch_id: int, source: dict[str, int]
+        self, batch_id: int, source: dict[str, int], timeout_s: float | None = None
     ) -> tuple[dict[tuple[str, int], int], bool]:
         """The saved plan of a replayed micro-batch (and True), or the target ends now,
         saved before any task runs (and False)."""
@@ -462,26 +535,30 @@ class MirrorJob:
         if plan is not None:
             log.info("micro-batch %d is a replay: resuming from its saved plan", batch_id)
             return plan, True
-        plan = self._target_ends([(t, p) for t, n in source.items() for p in range(n)])
+        plan = self._target_ends([(t, p) for t, n in source.items() for p in range(n)],
+                                 self.timeout_s if timeout_s is None else timeout_s)
         self.state.save_plan(batch_id, plan)
         return plan, False
 
     def _retrying(self, what: str, fn: Any) -> Any:
-        """``fn()``, retried while a cluster does not answer, for up to
-        :data:`RIDE_OUT_S`: a broker restarting or a leader moving is ridden out."""
+        """``fn(timeout_s)``, retried while a cluster does not answer, for up to
+        :data:`RIDE_OUT_S`: a broker restarting or a leader moving is ridden out. The
+        attempts' timeout starts at :data:`FIRST_ATTEMPT_S` and doubles up to ``--timeout``."""
         deadline = time.monotonic() + RIDE_OUT_S
+        attempt_s = min(FIRST_ATTEMPT_S, self.timeout_s)
         while True:
             try:
-                return fn()
+                return fn(attempt_s)
             except TransientMirrorError as exc:
                 if time.monotonic() > deadline or self.stopping.is_set():
                     raise
                 log.warning("%s: %s; retrying", what, exc)
+                attempt_s = min(2 * attempt_s, self.timeout_s)
                 time.sleep(1)
 
     def process_batch(self, df: Any, batch_id: int) -> None:
-        source = self._retrying("topic sync", self.sync_topics)
-        plan, replay = self._retrying("planning", lambda: self.plan(batch_id, source))
+        source = self._retrying("topic sync", lambda _: self.sync_topics())
+        plan, replay = self._retrying("planning", lambda t: self.plan(batch_id, source, t))
         results = self.state.dir / "results.json"
         results.unlink(missing_ok=True)
         (
@@ -596,8 +673,9 @@ class MirrorJob:
     def _sync_loop(self) -> None:
         while not self.stopping.wait(self.cfg.sync_interval_s):
             try:
-                self.sync_topics()
+                source = self.sync_topics()
                 self.sync_groups()
+                self.sync_configs(source)
             except TransientMirrorError as exc:  # a broker away: try again next round
                 log.warning("sync skipped this round: %s", exc)
             except Exception as exc:  # reported by run(): ends the mirror

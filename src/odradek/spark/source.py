@@ -6,6 +6,13 @@ admission control) runs on the driver; each input partition is one offset range
 ``[from, until)`` of one topic-partition (or a slice of it, with ``minPartitions``),
 read on a worker into Arrow record batches.
 
+The driver's watermark queries (ListOffsets through librdkafka) ride out a broker lost
+under a running stream: a query sent to a leader that was just killed waits out its
+whole timeout, so each attempt is bounded (5 s, doubled on each retry) and a failed one
+is retried with a new client, which fetches fresh metadata and finds the new leader,
+until ``kafka.default.api.timeout.ms`` has passed, as the Java consumer's
+``endOffsets`` retries within ``default.api.timeout.ms``.
+
 Streaming offsets are JSON objects ``{"topic": {"0": 42, ...}}`` — the next offset to read
 per partition — the same shape as Spark's Kafka source uses in its checkpoints.
 """
@@ -38,6 +45,10 @@ from odradek.spark import fetcher
 from odradek.spark.options import OdradekOptionError, ReadOptions, parse_read_options
 
 __all__ = ["OdradekBatchReader", "OdradekDataSource", "OdradekStreamReader", "OffsetRange"]
+
+#: the first attempt's bound on the driver's watermark queries (doubled on each retry)
+_FIRST_ATTEMPT_MS = 5000
+_RETRY_BACKOFF_S = 0.5
 
 _SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -215,9 +226,26 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._consumer
 
     def _current(self) -> tuple[list[tuple[str, int]], dict[tuple[str, int], tuple[int, int]]]:
-        c = self._client()
-        tps = kc.discover(c, self.opts, require_topics=False)
-        return tps, kc.watermarks(c, tps, self.opts.api_timeout_ms)
+        tps = kc.discover(self._client(), self.opts, require_topics=False)
+        return tps, self._watermarks(tps)
+
+    def _watermarks(
+        self, tps: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], tuple[int, int]]:
+        """:func:`kc.watermarks`, each attempt bounded and a failed one retried with a new
+        client until ``kafka.default.api.timeout.ms`` has passed (module header)."""
+        deadline = time.monotonic() + self.opts.api_timeout_ms / 1000
+        attempt_ms = min(_FIRST_ATTEMPT_MS, self.opts.api_timeout_ms)
+        while True:
+            try:
+                return kc.watermarks(self._client(), tps, attempt_ms)
+            except kc.TransientSparkError:
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    raise
+                self.stop()  # the next attempt's client fetches fresh metadata
+                time.sleep(min(_RETRY_BACKOFF_S, left_ms / 1000))
+                attempt_ms = max(1, min(2 * attempt_ms, left_ms))
 
     def initialOffset(self) -> dict[str, Any]:
         tps, marks = self._current()
@@ -295,7 +323,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         missing = [tp for tp in finish if tp not in begin]
         lows: dict[tuple[str, int], int] = {}
         if missing:
-            marks = kc.watermarks(self._client(), missing, self.opts.api_timeout_ms)
+            marks = self._watermarks(missing)
             lows = {tp: marks[tp][0] for tp in missing}
         ranges = []
         for tp, until in sorted(finish.items()):

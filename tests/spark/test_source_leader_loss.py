@@ -1,0 +1,59 @@
+"""The streaming source's driver side rides out a leader killed -9 under it: the next
+``latestOffset`` answers (from the new leader) instead of failing the query.
+
+Found by ``test_mirror_cluster.py``: the driver's watermark query, sent through the
+cached librdkafka consumer to the leader just killed, waited out the whole
+``kafka.default.api.timeout.ms`` and the query failed ("Failed to get watermark offsets:
+Local: Timed out"). No Spark session is needed: the reader's driver methods are called
+as Spark calls them, against a real two-broker cluster on a real ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from odradek.spark.options import parse_read_options
+from odradek.spark.source import OdradekStreamReader
+from tests.interop._cluster import Cluster, running_cluster
+
+TOPIC = "leader-loss"
+RECORDS = 200
+
+
+def state(cluster: Cluster, partition: int) -> dict[str, Any]:
+    raw = cluster.zk_get(f"/brokers/topics/{TOPIC}/partitions/{partition}/state")
+    return json.loads(raw) if raw else {"leader": -1, "isr": []}
+
+
+def test_latest_offset_answers_after_the_leader_is_killed(tmp_path: Path) -> None:
+    with running_cluster(tmp_path, 2, {"replica.lag.time.max.ms": 5000}) as cluster:
+        cluster.create_topic(TOPIC, 2, config={"min.insync.replicas": "1"},
+                             replica_assignment=[[1, 2], [2, 1]])
+        cluster.wait_for(lambda: all(len(state(cluster, q)["isr"]) == 2 for q in (0, 1)),
+                         60, "both replicas in sync")
+        p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        for i in range(RECORDS):
+            p.produce(TOPIC, f"v{i}".encode(), partition=i % 2)
+        assert p.flush(60) == 0
+        reader = OdradekStreamReader(parse_read_options(
+            {"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": TOPIC,
+             "startingOffsets": "earliest"}, streaming=True))
+        try:
+            start = reader.initialOffset()
+            before = reader.latestOffset(start, ReadAllAvailable())
+            assert before == {TOPIC: {"0": RECORDS // 2, "1": RECORDS // 2}}
+            victim = state(cluster, 0)["leader"]
+            cluster.kill9(victim)  # the reader's client still knows it as the leader
+            started = time.monotonic()
+            after = reader.latestOffset(start, ReadAllAvailable())
+            took = time.monotonic() - started
+            assert after == before  # acks=all: nothing acknowledged is gone
+            assert state(cluster, 0)["leader"] not in (-1, victim)
+            assert took < 30, took  # within kafka.default.api.timeout.ms
+        finally:
+            reader.stop()
