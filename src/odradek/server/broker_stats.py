@@ -210,8 +210,9 @@ class RequestStats:
         order = np.argsort(api, kind="stable")
         api = api[order]
         parts = parts[:, order]
-        starts = np.flatnonzero(np.concatenate(([True], api[1:] != api[:-1])))
-        group = np.cumsum(np.isin(np.arange(len(api)), starts)) - 1  # each row's type, 0..
+        first = np.concatenate(([True], api[1:] != api[:-1]))  # a type's first row
+        starts = np.flatnonzero(first)
+        group = np.cumsum(first) - 1  # each row's type, 0..
         # bucket = bit length of duration >> SHIFT (frexp's exponent: exact, those are
         # below 2**48), placed in its type's and histogram's slots
         slots = np.frexp((parts >> SHIFT).astype(np.float64))[1]

@@ -559,10 +559,6 @@ class KafkaConnection(asyncio.Protocol):
                 # purgatory, the ISR, a rebalance) when this step returns unfinished.
                 timing.started = time.monotonic_ns()
                 result = await registration.handler(ctx, request)
-                timing.done = time.monotonic_ns()
-                code = getattr(result, "error_code", 0)  # a top-level error code
-                if code:
-                    timing.error = int(code)
             else:
                 # After earlier requests, or measured by request_percentage (which charges
                 # the first step, see _handle_measured): the handler's first step runs
@@ -589,8 +585,9 @@ class KafkaConnection(asyncio.Protocol):
                     result = await _resume(coro, waiting_on)
                 if throttle_ms > 0:
                     result = _with_throttle(result, throttle_ms)
+            if timing is not None:
                 timing.done = time.monotonic_ns()
-                code = getattr(result, "error_code", None)  # a top-level error code
+                code = getattr(result, "error_code", 0)  # a top-level error code
                 if code:
                     timing.error = int(code)
         except KafkaError as e:
