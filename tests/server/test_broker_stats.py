@@ -121,3 +121,16 @@ def test_totals_sum_the_topics_and_keep_a_deleted_topics_counts() -> None:
     assert (totals.bytes_in, totals.messages_in, totals.bytes_out) == (150, 4, 70)
     assert (totals.produce_requests, totals.failed_produce_requests) == (3, 1)
     assert (totals.fetch_requests, totals.failed_fetch_requests) == (5, 1)
+
+
+def test_a_topic_the_broker_does_not_know_counts_in_the_totals_only() -> None:
+    known = {"a"}
+    stats = BrokerTopicStats(lambda name: name in known)
+    stats.topic("a").bytes_in = 10
+    stats.topic("made-up").fetch_requests += 1  # a client's stale or made-up name
+    known.discard("a")
+    stats.forget("a")
+    stats.topic("a").failed_fetch_requests += 1  # a late Fetch for the deleted topic
+    assert stats.topics == {}
+    totals = stats.totals()
+    assert (totals.bytes_in, totals.fetch_requests, totals.failed_fetch_requests) == (10, 1, 1)

@@ -104,7 +104,7 @@ class Broker:
         self.config.report_unknown()
         if self.metrics_listener is not None:
             require_prometheus_client()  # before anything is loaded: one line, at once
-            self.topic_stats = BrokerTopicStats()
+            self.topic_stats = BrokerTopicStats(lambda name: name in self.metadata.topics)
             self.request_stats = RequestStats()
         # Listeners are bound first (accepting only once everything is loaded): a port in
         # use fails start-up before the log dirs or the metadata are touched.

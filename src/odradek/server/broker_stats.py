@@ -12,7 +12,8 @@ little per request as can be:
   topic and, per partition appended, its bytes and records (the batch headers already
   counted the records); a failed produce is one counted but not appended, so failing
   costs nothing extra. A Fetch adds its region sizes. The broker's totals are summed
-  over the topics when read (plus what deleted topics had counted), not kept alongside.
+  over the topics when read (plus what deleted and unknown topics had counted), not kept
+  alongside.
 - *Per request*, the network layer notes one request's timestamps (eight integers
   packed into a preallocated buffer, :meth:`RequestStats.note`); every
   :data:`FOLD_REQUESTS` requests,
@@ -34,6 +35,8 @@ from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
     from numpy.typing import NDArray
 
@@ -76,17 +79,25 @@ class BrokerTopicStats:
 
     The totals are the topics' sums plus what deleted topics had counted (as Kafka's
     ``allTopicsStats``, they keep growing when a topic is deleted and its counters are
-    dropped)."""
+    dropped). A topic has counters only while it exists (``exists``, the broker's
+    metadata): a request naming a topic the broker does not know, or one deleted while
+    the request waited, counts in the totals only. Otherwise any client could grow the
+    label set without bound with made-up names, and a late Fetch would bring back a
+    deleted topic's counters."""
 
-    def __init__(self) -> None:
+    def __init__(self, exists: Callable[[str], bool] = lambda name: True) -> None:
         self.topics: dict[str, TopicCounters] = {}
-        self._deleted = TopicCounters()
+        self._exists = exists
+        # deleted topics', and unknown topics' counts: in the totals, under no topic
+        self._unattributed = TopicCounters()
         # followers' fetches (Kafka's ReplicationBytesOutPerSec / ReplicationBytesInPerSec)
         self.replication_bytes_out = 0
 
     def topic(self, name: str) -> TopicCounters:
         found = self.topics.get(name)
         if found is None:
+            if not self._exists(name):
+                return self._unattributed
             found = self.topics[name] = TopicCounters()
         return found
 
@@ -94,12 +105,12 @@ class BrokerTopicStats:
         """A deleted topic's counters go (the totals keep them)."""
         gone = self.topics.pop(name, None)
         if gone is not None:
-            self._deleted.add(gone)
+            self._unattributed.add(gone)
 
     def totals(self) -> TopicCounters:
-        """The broker's counters across all topics, deleted ones included."""
+        """The broker's counters across all topics, deleted and unknown ones included."""
         total = TopicCounters()
-        total.add(self._deleted)
+        total.add(self._unattributed)
         for counters in self.topics.values():
             total.add(counters)
         return total
