@@ -76,7 +76,10 @@ def _free_port() -> int:
 def _read_frame(sock: socket.socket) -> bytes:
     head = b""
     while len(head) < 4:
-        head += sock.recv(4 - len(head))
+        chunk = sock.recv(4 - len(head))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        head += chunk
     (size,) = struct.unpack(">i", head)
     body = bytearray()
     while len(body) < size:
