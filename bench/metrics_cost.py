@@ -1,10 +1,10 @@
-"""What metrics (``metrics.listener``) cost the broker per Produce request, to a microsecond.
+"""What metrics (``metrics.listener``) cost the broker per Produce or Fetch request.
 
 How it works: two brokers of this tree, metrics off and on (and, with ``--tree``, the
 same pair of another checkout), run side by side; pre-encoded one-partition Produce
-requests (v9, acks=1) are pipelined to one broker at a time, in rounds that alternate
-between the brokers (the order rotated and reversed every round), so drift of the machine
-falls on all of them alike. A round's cost is the broker's on-CPU time from
+requests (v9, acks=1), or Fetch requests, are pipelined to one broker at a time, in
+rounds that alternate between the brokers (the order rotated and reversed every round),
+so drift of the machine falls on all of them alike. A round's cost is the broker's on-CPU time from
 ``/proc/PID/task/*/schedstat`` (nanoseconds, every thread of the process: no 10 ms clock
 tick to average away), divided by its requests. Log dirs are on a tmpfs (``/dev/shm``)
 when there is one: writing to the page cache of a disk swung system time by 40-125 us a
@@ -14,13 +14,16 @@ roll at 64 MiB and retention keeps 128 MiB, so a long run fits in memory.
 
 ``BENCH_LOG=info`` shows the brokers' log (a refused request, say).
 
-Reported per case: each broker's median microseconds a request, and against metrics off
-of the same tree the median and mean (with its standard error) of the per-round
-differences, and the ratio of medians. The page is not read during the rounds (a scrape's
-cost is bench/metrics_scrape.py's).
+Fresh brokers are started for each of ``--sittings`` sittings: a process's own memory
+layout (hash seeds, addresses) moved one broker's cost by more than metrics do for a
+whole run of rounds, so one pair of processes is one sample, however many rounds it ran.
+
+Reported per case: each tree's median over the sittings of microseconds a request, off and
+on, their difference, and the on / off ratio of each sitting with its median. The page
+is not read during the rounds (a scrape's cost is bench/metrics_scrape.py's).
 
     .venv/bin/python bench/metrics_cost.py
-    .venv/bin/python bench/metrics_cost.py --rounds 60 --tree .bench-tmp/odradek-<sha>
+    .venv/bin/python bench/metrics_cost.py --sittings 9 --tree .bench-tmp/odradek-<sha>
 """
 
 from __future__ import annotations
@@ -168,10 +171,34 @@ def run_round(broker: Broker, blob: bytes, requests: int) -> float:
     return (broker.on_cpu_ns() - before) / requests / 1e3
 
 
+def sitting(pairs: list[tuple[Path, str]], data_root: Path, batch: bytes, blob: bytes,
+            requests: int, fetch: bool, rounds: int) -> list[float]:
+    """Fresh brokers (off, on per tree), ``rounds`` interleaved rounds: each one's median
+    microseconds a request."""
+    brokers = [start(f"{label} metrics {'on' if on else 'off'}", tree, on, data_root)
+               for tree, label in pairs for on in (False, True)]
+    try:
+        if fetch:  # the batch each Fetch reads
+            for broker in brokers:
+                run_round(broker, produce_blob(batch, 1), 1)
+        for r in range(rounds + 2):  # two rounds warm up (segments, indexes)
+            turn = brokers[r % len(brokers):] + brokers[:r % len(brokers)]
+            for broker in turn[::-1] if r % 2 else turn:
+                us = run_round(broker, blob, requests)
+                if r >= 2:
+                    broker.per_request_us.append(us)
+    finally:
+        for broker in brokers:
+            broker.stop()
+    return [statistics.median(broker.per_request_us) for broker in brokers]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--tree", type=Path, help="another checkout, measured beside")
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--sittings", type=int, default=5,
+                        help="fresh brokers this many times a case")
+    parser.add_argument("--rounds", type=int, default=12, help="rounds a sitting")
     parser.add_argument("--case", action="append", choices=[c[0] for c in CASES],
                         help="only these cases (default: all)")
     args = parser.parse_args()
@@ -185,39 +212,24 @@ def main() -> int:
         if args.case and name not in args.case:
             continue
         batch = make_batch(records, lz4)
-        size = len(batch)
         blob = fetch_blob(requests) if fetch else produce_blob(batch, requests)
-        brokers = [start(f"{label} metrics {'on' if on else 'off'}", tree, on, data_root)
-                   for tree, label in pairs for on in (False, True)]
-        try:
-            if fetch:  # the batch each Fetch reads
-                for broker in brokers:
-                    run_round(broker, produce_blob(batch, 1), 1)
-            for r in range(args.rounds + 2):  # two rounds warm up (segments, indexes)
-                turn = brokers[r % len(brokers):] + brokers[:r % len(brokers)]
-                for broker in turn[::-1] if r % 2 else turn:
-                    us = run_round(broker, blob, requests)
-                    if r >= 2:
-                        broker.per_request_us.append(us)
-        finally:
-            for broker in brokers:
-                broker.stop()
+        medians = [sitting(pairs, data_root, batch, blob, requests, fetch, args.rounds)
+                   for _ in range(args.sittings)]
         print()
-        print(f"{name}: {size:,} B batches, {requests:,} requests a round, "
-              f"{args.rounds} rounds")
+        print(f"{name}: {len(batch):,} B batches, {requests:,} requests a round, "
+              f"{args.sittings} sittings of {args.rounds} rounds")
         print()
-        print("| broker | us/request (median) | on - off, per round: median | mean ± s.e. "
-              "| on / off (medians) |")
-        print("|---|---:|---:|---:|---:|")
-        for off, on in zip(brokers[::2], brokers[1::2], strict=True):
-            diff = [b - a for a, b in zip(off.per_request_us, on.per_request_us, strict=True)]
-            off_median = statistics.median(off.per_request_us)
-            on_median = statistics.median(on.per_request_us)
-            error = statistics.stdev(diff) / len(diff) ** 0.5 if len(diff) > 1 else 0.0
-            print(f"| {off.name} | {off_median:.2f} | | | |")
-            print(f"| {on.name} | {on_median:.2f} | {statistics.median(diff):+.2f} "
-                  f"| {statistics.mean(diff):+.2f} ± {error:.2f} "
-                  f"| {on_median / off_median:.3f} |", flush=True)
+        print("| tree | off us/request | on us/request | on - off | on / off, each sitting "
+              "| on / off (median) |")
+        print("|---|---:|---:|---:|---|---:|")
+        for i, (_, label) in enumerate(pairs):
+            off = [m[2 * i] for m in medians]
+            on = [m[2 * i + 1] for m in medians]
+            ratios = [b / a for a, b in zip(off, on, strict=True)]
+            print(f"| {label} | {statistics.median(off):.2f} | {statistics.median(on):.2f} "
+                  f"| {statistics.median(b - a for a, b in zip(off, on, strict=True)):+.2f} "
+                  f"| {', '.join(f'{r:.3f}' for r in ratios)} "
+                  f"| {statistics.median(ratios):.3f} |", flush=True)
     return 0
 
 
