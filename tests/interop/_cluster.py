@@ -223,7 +223,10 @@ class Cluster:
         that has just started may not be in every broker's live list yet: a refusal for
         too few brokers is retried until it is."""
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            AdminClient,
+            NewTopic,
+        )
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         new = (NewTopic(topic, partitions, replica_assignment=replica_assignment,

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import confluent_kafka as ck
 import pytest
@@ -60,7 +60,8 @@ def read_all(bootstrap: str, topic: str, partition: int) -> list[Record]:
             assert time.monotonic() < deadline, f"reading {topic}-{partition}"
             for m in c.consume(10_000, timeout=0.5):
                 assert m.error() is None, m.error()
-                out.append((m.offset(), m.key(), m.value(), m.headers(), m.timestamp()[1]))
+                out.append(cast(Record, (m.offset(), m.key(), m.value(), m.headers(),
+                                         m.timestamp()[1])))
         return out
     finally:
         c.close()
