@@ -44,8 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i16, i32, i64
-from produce_requests import _free_port, _read_frame, request_frame
+from kio.static.primitive import i8, i32, i64
+from produce_requests import (
+    _free_port,
+    _read_frame,
+    create_topic,
+    produce_frames,
+    request_frame,
+)
 
 from odradek.client.connection import request_class
 from odradek.records.builder import build_batch
@@ -114,13 +120,7 @@ def start(name: str, tree: Path, metrics: bool, data_root: Path) -> Broker:
                 raise SystemExit(f"{name}: the broker did not start") from None
             time.sleep(0.1)
     sock.settimeout(120)
-    create = request_class("create_topics", 5, "CreateTopicsRequest")
-    creatable = request_class("create_topics", 5, "CreatableTopic")
-    sock.sendall(request_frame(create(
-        topics=(creatable(name="t", num_partitions=i32(1), replication_factor=i16(1),
-                          assignments=(), configs=()),),
-        timeout=datetime.timedelta(seconds=60), validate_only=False), 1))
-    _read_frame(sock)
+    create_topic(sock, 1)
     return Broker(name, proc, sock, data)
 
 
@@ -135,15 +135,7 @@ def make_batch(records: int, lz4: bool) -> bytes:
 
 
 def produce_blob(batch: bytes, requests: int) -> bytes:
-    produce = request_class("produce", 9, "ProduceRequest")
-    topic = request_class("produce", 9, "TopicProduceData")
-    partition = request_class("produce", 9, "PartitionProduceData")
-    blob = b"".join(request_frame(produce(
-        transactional_id=None, acks=i16(1), timeout=datetime.timedelta(seconds=30),
-        topic_data=(topic(name="t", partition_data=(
-            partition(index=i32(0), records=batch),)),)), 100 + i)
-        for i in range(requests))
-    return blob
+    return produce_frames(batch, 1, requests)
 
 
 def fetch_blob(requests: int) -> bytes:

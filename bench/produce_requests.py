@@ -67,6 +67,30 @@ def request_frame(request: Any, correlation_id: int) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
+def create_topic(sock: socket.socket, partitions: int) -> None:
+    """Topic ``t`` with ``partitions`` partitions, replication factor 1."""
+    create = request_class("create_topics", 5, "CreateTopicsRequest")
+    creatable = request_class("create_topics", 5, "CreatableTopic")
+    sock.sendall(request_frame(create(
+        topics=(creatable(name="t", num_partitions=i32(partitions),
+                          replication_factor=i16(1), assignments=(), configs=()),),
+        timeout=datetime.timedelta(seconds=60), validate_only=False), 1))
+    _read_frame(sock)
+
+
+def produce_frames(batch: bytes, partitions: int, requests: int) -> bytes:
+    """``requests`` Produce requests (v9, acks=1) of ``batch`` to topic ``t``, one
+    partition each, round robin over the partitions, encoded back to back."""
+    produce = request_class("produce", 9, "ProduceRequest")
+    topic = request_class("produce", 9, "TopicProduceData")
+    partition = request_class("produce", 9, "PartitionProduceData")
+    return b"".join(request_frame(produce(
+        transactional_id=None, acks=i16(1), timeout=datetime.timedelta(seconds=30),
+        topic_data=(topic(name="t", partition_data=(
+            partition(index=i32(i % partitions), records=batch),)),)), 100 + i)
+        for i in range(requests))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -118,22 +142,9 @@ def measure(tree: Path, partitions: int, records: int, requests: int, rounds: in
             except OSError:
                 time.sleep(0.1)
         sock = socket.create_connection(("127.0.0.1", port))
-        create = request_class("create_topics", 5, "CreateTopicsRequest")
-        creatable = request_class("create_topics", 5, "CreatableTopic")
-        sock.sendall(request_frame(create(
-            topics=(creatable(name="t", num_partitions=i32(partitions),
-                              replication_factor=i16(1), assignments=(), configs=()),),
-            timeout=datetime.timedelta(seconds=60), validate_only=False), 1))
-        _read_frame(sock)
+        create_topic(sock, partitions)
         batch = build_batch([(None, b"x" * 100)] * records, timestamp=int(time.time() * 1000))
-        produce = request_class("produce", 9, "ProduceRequest")
-        topic = request_class("produce", 9, "TopicProduceData")
-        partition = request_class("produce", 9, "PartitionProduceData")
-        blob = b"".join(request_frame(produce(
-            transactional_id=None, acks=i16(1), timeout=datetime.timedelta(seconds=30),
-            topic_data=(topic(name="t", partition_data=(
-                partition(index=i32(i % partitions), records=batch),)),)), 100 + i)
-            for i in range(requests))
+        blob = produce_frames(batch, partitions, requests)
         per_request = []
         for _ in range(rounds + 1):  # the first round warms up (new segments, indexes)
             before = _cpu_seconds(proc.pid)
