@@ -31,7 +31,6 @@ objects exists and the request path does not count at all.
 from __future__ import annotations
 
 import struct
-from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,7 +40,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 __all__ = ["REQUEST_BOUNDS_MS", "TIME_NAMES", "BrokerTopicStats", "MetricsError",
-           "RequestStats", "RequestTimes", "RequestTiming", "TopicCounters"]
+           "RequestStats", "RequestTimes", "TopicCounters"]
 
 
 class MetricsError(RuntimeError):
@@ -129,17 +128,6 @@ REQUEST_BOUNDS_MS = tuple((1 << (SHIFT + i)) / 1e6 for i in range(BUCKETS))
 _WIDTH = 64  # counted slots per histogram: every bit_length of a 64-bit duration
 
 
-class RequestTiming:
-    """One request's handler timestamps (``time.monotonic_ns()``), noted by the network
-    layer: started (after earlier requests it had to wait for), suspended (its first wait,
-    0 if it never waited), done; and the error code it answered, 0 for none."""
-
-    __slots__ = ("done", "error", "started", "suspended")
-
-    def __init__(self) -> None:
-        self.started = self.suspended = self.done = self.error = 0
-
-
 class RequestTimes:
     """The six time histograms of one request type: one flat array of bucket counts
     (histogram i at ``[i * _WIDTH, (i + 1) * _WIDTH)``) and six sums in ns (Python ints:
@@ -164,9 +152,9 @@ class RequestTimes:
 #: Requests noted before they are folded into the histograms (the notes' buffer: 64
 #: bytes a request, 256 KiB).
 FOLD_REQUESTS = 4096
-#: A note: key, received, started, suspended, done, taken, sent, error (int64, native
-#: order, read back by numpy without a copy).
-_NOTE = struct.Struct("=8q")
+#: A note: api key, version, the five parts of its time in ns (TIME_NAMES but the
+#: total), error (int64, native order, read back by numpy without a copy).
+_NOTE = struct.Struct("@8q")
 
 
 class RequestStats:
@@ -186,13 +174,18 @@ class RequestStats:
         self._notes = bytearray(FOLD_REQUESTS * _NOTE.size)
         self._at = 0  # where the next note goes
 
-    def note(self, key: int, received: int, timing: RequestTiming, taken: int) -> None:
-        """An answered request (``key``: api key << 16 | version): ``received`` (its
-        frame complete), ``timing`` (its handler), ``taken`` (the writer took its
-        response, after those before it); it is handed to the socket now."""
+    def note(self, api_key: int, version: int, queue: int, local: int, remote: int,
+             response_queue: int, send: int, error: int) -> None:
+        """An answered request, the parts of its time in ns: ``queue`` (from its frame
+        complete to its handler's start, after earlier requests it had to wait for),
+        ``local`` (the handler up to its first wait, or all of it), ``remote`` (from
+        that wait to the handler's end: a purgatory, the ISR, a rebalance),
+        ``response_queue`` (until the writer took its answer, after those before it),
+        ``send`` (handing it to the socket); ``error``: the error code it answered, 0
+        for none. (Called once per request: plain ints, no key or object built.)"""
         at = self._at
-        _NOTE.pack_into(self._notes, at, key, received, timing.started, timing.suspended,
-                        timing.done, taken, monotonic_ns(), timing.error)
+        _NOTE.pack_into(self._notes, at, api_key, version, queue, local, remote,
+                        response_queue, send, error)
         self._at = at = at + _NOTE.size
         if at == len(self._notes):
             self.fold()
@@ -206,18 +199,12 @@ class RequestStats:
         np = self._np
         rows = np.frombuffer(self._notes, dtype=np.int64, count=self._at // 8).reshape(-1, 8)
         self._at = 0  # (the rows are read before the next note overwrites them)
-        key, received, started, suspended, done, taken, sent, error = rows.T
-        first_wait = np.where(suspended != 0, suspended, done)  # never waited: no remote
-        parts = np.stack((
-            started - received,    # RequestQueueTimeMs
-            first_wait - started,  # LocalTimeMs
-            done - first_wait,     # RemoteTimeMs
-            taken - done,          # ResponseQueueTimeMs
-            sent - taken,          # ResponseSendTimeMs
-            sent - received,       # TotalTimeMs
-        ))
-        np.maximum(parts, 0, out=parts)  # monotonic clocks; a guard, not a correction
-        api = key >> 16
+        columns = rows.T
+        api, error = columns[0], columns[7]
+        key = api << 16 | columns[1]  # api key << 16 | version
+        parts = np.empty((len(TIME_NAMES), len(api)), dtype=np.int64)
+        np.maximum(columns[2:7], 0, out=parts[:5])  # monotonic clocks: a guard only
+        parts[5] = parts[:5].sum(axis=0)  # TotalTimeMs
         order = np.argsort(api, kind="stable")
         api = api[order]
         parts = parts[:, order]
