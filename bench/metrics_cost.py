@@ -93,13 +93,16 @@ class Broker:
         shutil.rmtree(self.data, ignore_errors=True)
 
 
-def start(name: str, tree: Path, metrics: bool, data_root: Path) -> Broker:
+def start(name: str, tree: Path, metrics: bool, data_root: Path,
+          wrapper: tuple[str, ...] = (), startup_s: float = 60) -> Broker:
+    """A broker of ``tree`` (run under ``wrapper``, a command prefix, if given) with
+    topic ``t`` of one partition."""
     port = _free_port()
     extra = (["--override", f"metrics.listener=http://127.0.0.1:{_free_port()}"]
              if metrics else [])
     data = Path(tempfile.mkdtemp(dir=data_root))
     proc = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "python"), "-c",
+        [*wrapper, str(ROOT / ".venv" / "bin" / "python"), "-c",
          "from odradek.cli.main import main; main()", "serve",
          "--log-level", os.environ.get("BENCH_LOG", "warning"),
          "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
@@ -109,7 +112,7 @@ def start(name: str, tree: Path, metrics: bool, data_root: Path) -> Broker:
          "--override", "log.retention.check.interval.ms=1000", *extra],
         env=dict(os.environ, PYTHONPATH=str(tree.resolve() / "src")),
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + startup_s
     while True:
         try:
             sock = socket.create_connection(("127.0.0.1", port), 0.5)
