@@ -93,6 +93,15 @@ class Broker:
         shutil.rmtree(self.data, ignore_errors=True)
 
 
+def log_dirs_root() -> Path:
+    """Where brokers' log dirs go: a tmpfs (``/dev/shm``) when there is one, else
+    ``.bench-tmp`` (see the module's header)."""
+    shm = Path("/dev/shm")
+    root = shm if shm.is_dir() and os.access(shm, os.W_OK) else ROOT / ".bench-tmp"
+    root.mkdir(exist_ok=True)
+    return root
+
+
 def start(name: str, tree: Path, metrics: bool, data_root: Path,
           wrapper: tuple[str, ...] = (), startup_s: float = 60) -> Broker:
     """A broker of ``tree`` (run under ``wrapper``, a command prefix, if given) with
@@ -197,9 +206,7 @@ def main() -> int:
     parser.add_argument("--case", action="append", choices=[c[0] for c in CASES],
                         help="only these cases (default: all)")
     args = parser.parse_args()
-    shm = Path("/dev/shm")
-    data_root = shm if shm.is_dir() and os.access(shm, os.W_OK) else ROOT / ".bench-tmp"
-    data_root.mkdir(exist_ok=True)
+    data_root = log_dirs_root()
     pairs = [(ROOT, ROOT.name)] + ([(args.tree, args.tree.name)] if args.tree else [])
     print(f"Command: `{' '.join(['.venv/bin/python bench/metrics_cost.py', *sys.argv[1:]])}`"
           f" (log dirs in {data_root})")

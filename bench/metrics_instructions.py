@@ -40,7 +40,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from metrics_cost import CASES, ROOT, fetch_blob, make_batch, produce_blob, run_round, start
+from metrics_cost import (
+    CASES,
+    ROOT,
+    fetch_blob,
+    log_dirs_root,
+    make_batch,
+    produce_blob,
+    run_round,
+    start,
+)
 
 WARM_UP = 300
 _SUMMARY = re.compile(rb"^summary: (\d+)$", re.MULTILINE)
@@ -90,9 +99,7 @@ def main() -> int:
     if shutil.which("valgrind") is None:
         raise SystemExit("needs valgrind: apt-get install valgrind")
     os.environ["PYTHONHASHSEED"] = "0"
-    shm = Path("/dev/shm")
-    data_root = shm if shm.is_dir() and os.access(shm, os.W_OK) else ROOT / ".bench-tmp"
-    data_root.mkdir(exist_ok=True)
+    data_root = log_dirs_root()
     trees = [ROOT] + ([args.tree] if args.tree else [])
     cases = [c for c in CASES
              if c[0] in (args.case or ["1 record", "650 records lz4"])]
