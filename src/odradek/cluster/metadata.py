@@ -218,6 +218,7 @@ class ClusterMetadata:
     BROKER_CONFIGS = "/config/brokers"  # dynamic broker configs: <id> or <default>
     DEFAULT_BROKER_ENTITY = "<default>"
     CLIENT_CONFIGS = "/config/clients"  # client quotas: <sanitized client id> or <default>
+    CONSUMERS = "/consumers"  # offsets committed by OffsetCommit v0 (Kafka 0.8's layout)
 
     def __init__(
         self, store: MetadataStore, broker_ids: Callable[[], list[int]],
@@ -670,3 +671,21 @@ class ClusterMetadata:
                 self.store.delete(path)
         stored = dict(configs)
         self.apply_locally(lambda: self.cache_client_quotas(entity, stored))
+
+    # -- offsets committed the old way (OffsetCommit v0 / OffsetFetch v0, Kafka 0.8) --------
+    def consumer_offset(self, group: str, topic: str, partition: int) -> int:
+        """The offset OffsetCommit v0 stored for ``group`` (-1: none), read from Kafka's
+        ``/consumers/<group>/offsets/<topic>/<partition>`` (blocking: in cluster mode, not
+        on the event loop)."""
+        node = self.store.get(self._consumer_offset_path(group, topic, partition))
+        return int(node.data) if node is not None and node.data else -1
+
+    def set_consumer_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Store ``offset`` as decimal text in that node (Kafka's
+        ``ZkUtils.updatePersistentPath``; blocking), whether or not it exists yet."""
+        self.store.set_or_create(self._consumer_offset_path(group, topic, partition),
+                                 str(offset).encode())
+
+    @classmethod
+    def _consumer_offset_path(cls, group: str, topic: str, partition: int) -> str:
+        return f"{cls.CONSUMERS}/{group}/offsets/{topic}/{partition}"

@@ -217,6 +217,20 @@ class MetadataStore(abc.ABC):
     def set_json(self, path: str, value: object, expected_version: int = -1) -> Node:
         return self.set(path, json.dumps(value, sort_keys=True).encode(), expected_version)
 
+    def set_or_create(self, path: str, data: bytes) -> Node:
+        """Write ``path`` unconditionally, creating it (and its parents) if missing, as
+        Kafka's ``ZkUtils.updatePersistentPath``: set; if there is no node, create; if
+        another writer created it meanwhile, set again. Never a read then a create, which
+        two writers can both pass."""
+        try:
+            return self.set(path, data)
+        except NoNodeError:
+            pass
+        try:
+            return self.create(path, data)
+        except NodeExistsError:
+            return self.set(path, data)
+
 
 def _parent(path: str) -> str:
     return path.rsplit("/", 1)[0] or "/"
