@@ -42,10 +42,10 @@ the event loop sees one consistent state.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from odradek.clock import monotonic_ms
 from odradek.storage.log import FetchDataInfo, LogAppendInfo, PartitionLog
 
 __all__ = [
@@ -55,12 +55,7 @@ __all__ = [
     "Partition",
     "PartitionState",
     "ReplicaState",
-    "now_ms",
 ]
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class NotLeaderOrFollowerError(Exception):
@@ -141,7 +136,7 @@ class Partition:
         # log end offset when it became leader; None while it does not lead.
         self.leader_epoch_start_offset: int | None = None
         if state.leader == broker_id:
-            self.make_leader(now_ms())
+            self.make_leader(monotonic_ms())
         log.high_watermark_managed = True
         log.add_append_listener(self._appended)
         self.maybe_increment_high_watermark()
@@ -171,7 +166,7 @@ class Partition:
         if state.leader == self.broker_id and (
             previous.leader != self.broker_id or previous.leader_epoch != state.leader_epoch
         ):
-            self.make_leader(now_ms() if now is None else now)
+            self.make_leader(monotonic_ms() if now is None else now)
         elif state.leader != self.broker_id:
             self.replicas = {}
             self.leader_epoch_start_offset = None

@@ -52,13 +52,13 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
+from odradek.clock import monotonic_ms
 from odradek.cluster.leader_election import LeaderAndIsr, isr_change
 from odradek.cluster.partition import (
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
     Partition,
     PartitionState,
-    now_ms,
 )
 from odradek.cluster.replication_quota import UNLIMITED, ReplicationQuota, is_throttled
 from odradek.cluster.store import BadVersionError
@@ -261,7 +261,7 @@ class ReplicaManager:
                               fetch_offset: int) -> None:
         """A follower fetched ``partition`` from ``fetch_offset`` (Kafka's
         ``updateFollowerFetchState``): the high watermark may move, the ISR may grow."""
-        partition.update_follower_fetch_state(replica_id, fetch_offset, now_ms())
+        partition.update_follower_fetch_state(replica_id, fetch_offset, monotonic_ms())
         if (self.isr_writer is not None and partition.pending_isr is None
                 and partition.expand_candidate(replica_id)):
             isr = [*partition.state.isr, replica_id]
@@ -277,7 +277,7 @@ class ReplicaManager:
         of the partitions led here (on the event loop)."""
         if self.isr_writer is None:
             return
-        now = now_ms()
+        now = monotonic_ms()
         for partition in list(self.partitions.values()):
             if not partition.is_leader or partition.pending_isr is not None:
                 continue

@@ -50,13 +50,11 @@ VERSIONS = (0, 2)
 PREFERRED = 0
 UNCLEAN = 1
 
-TopicPartition = tuple[str, int]
-
 _NOT_NEEDED = "Leader election not needed for topic partition."
 _UNKNOWN = "The partition does not exist."
 
 
-def _not_available(tp: TopicPartition) -> str:
+def _not_available(tp: tuple[str, int]) -> str:
     return (f"Failed to elect leader for partition {tp[0]}-{tp[1]}: the preferred replica "
             "is not live or not in the ISR")
 
@@ -78,12 +76,12 @@ class _Elections:
         self.changed: list[asyncio.Event] = []
         services.metadata.add_state_listener(self._on_states)
 
-    def _on_states(self, _keys: list[TopicPartition]) -> None:
+    def _on_states(self, _keys: list[tuple[str, int]]) -> None:
         for event in self.changed:
             event.set()
 
-    async def wait_led(self, moved: dict[TopicPartition, int],
-                       deadline: float) -> set[TopicPartition]:
+    async def wait_led(self, moved: dict[tuple[str, int], int],
+                       deadline: float) -> set[tuple[str, int]]:
         """Those of ``moved`` this broker sees led by their new leader by ``deadline``
         (monotonic): the state written has come back through ZooKeeper."""
         metadata = self.services.metadata
@@ -110,7 +108,7 @@ async def elect_leaders(elections: _Elections, ctx: RequestContext, request: Any
     election_type = int(getattr(request, "election_type", PREFERRED))
     timeout: datetime.timedelta = request.timeout
     deadline = time.monotonic() + max(0.0, timeout.total_seconds())
-    results: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+    results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
     top = ErrorCode.none
 
     known = [tp for tp in tps if _preferred(metadata, tp) is not None]
@@ -138,8 +136,8 @@ async def elect_leaders(elections: _Elections, ctx: RequestContext, request: Any
 
 
 async def _elect(
-    elections: _Elections, election_type: int, known: list[TopicPartition], deadline: float,
-    timeout: datetime.timedelta, results: dict[TopicPartition, tuple[ErrorCode, str | None]],
+    elections: _Elections, election_type: int, known: list[tuple[str, int]], deadline: float,
+    timeout: datetime.timedelta, results: dict[tuple[str, int], tuple[ErrorCode, str | None]],
 ) -> ErrorCode:
     """Ask the controller, wait for the new leaders, and answer each partition of ``known``
     in ``results``; returns the top-level error."""
@@ -174,35 +172,35 @@ async def _elect(
     return ErrorCode.none
 
 
-def _preferred(metadata: ClusterMetadata, tp: TopicPartition) -> int | None:
+def _preferred(metadata: ClusterMetadata, tp: tuple[str, int]) -> int | None:
     info = metadata.get(tp[0])
     replicas = info.partitions.get(tp[1]) if info is not None else None
     return replicas[0] if replicas else None
 
 
-def _leads(metadata: ClusterMetadata, tp: TopicPartition) -> bool:
+def _leads(metadata: ClusterMetadata, tp: tuple[str, int]) -> bool:
     wanted = _preferred(metadata, tp)
     return wanted is not None and metadata.partition_state(*tp).leader == wanted
 
 
-def _live_leader(services: BrokerServices, tp: TopicPartition) -> bool:
+def _live_leader(services: BrokerServices, tp: tuple[str, int]) -> bool:
     leader = services.metadata.partition_state(*tp).leader
     return leader >= 0 and any(b[0] == leader for b in services.live_brokers())
 
 
-def _wanted_partitions(metadata: ClusterMetadata, request: Any) -> list[TopicPartition]:
+def _wanted_partitions(metadata: ClusterMetadata, request: Any) -> list[tuple[str, int]]:
     if request.topic_partitions is None:
         return sorted((name, p) for name, info in metadata.topics.items()
                       for p in info.partitions)
-    seen: dict[TopicPartition, None] = {}
+    seen: dict[tuple[str, int], None] = {}
     for topic in request.topic_partitions:
         for p in topic.partitions:
             seen[(str(topic.topic), int(p))] = None
     return list(seen)
 
 
-async def _ask(services: BrokerServices, election_type: int, tps: list[TopicPartition],
-               deadline: float) -> dict[TopicPartition, int] | None:
+async def _ask(services: BrokerServices, election_type: int, tps: list[tuple[str, int]],
+               deadline: float) -> dict[tuple[str, int], int] | None:
     """The controller's answer: the new leader of each partition it moved (None: not the
     controller; TimeoutError past the deadline)."""
     remaining = max(0.0, deadline - time.monotonic())

@@ -76,6 +76,7 @@ from collections.abc import Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from odradek.clock import monotonic_ms
 from odradek.cluster.replica_manager import FollowerKey, UnknownTopicOrPartitionError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request
@@ -137,10 +138,6 @@ class _OwningSend(Send):
         self._owned.clear()
 
 
-def _now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
 def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
     registry.register(ApiKey.FETCH, VERSIONS[0], VERSIONS[1], bind(fetch, services),
                       decode=decode, error_response=error_response)
@@ -192,7 +189,7 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
                                         session_id=kept)
     session_id = 0
     if context.kind is ContextKind.FULL and parts:
-        session = services.fetch_sessions.maybe_create(follower, by_id, parts, _now_ms())
+        session = services.fetch_sessions.maybe_create(follower, by_id, parts, monotonic_ms())
         if session is not None:
             session_id = session.id
     elif incremental:
@@ -225,7 +222,7 @@ def _session_context(services: BrokerServices, request: Any, by_id: bool) -> Fet
         forgotten.extend((key, p) for p in topic.partitions)
     context = services.fetch_sessions.new_context(
         getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
-        wanted, forgotten, by_id, _now_ms(),
+        wanted, forgotten, by_id, monotonic_ms(),
     )
     if by_id and context.kind is ContextKind.INCREMENTAL:
         for cp in context.partitions:
