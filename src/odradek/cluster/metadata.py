@@ -29,6 +29,7 @@ from odradek.cluster import topic_names
 from odradek.cluster.partition import PartitionState
 from odradek.cluster.store import CreateOp, MetadataStore, NodeExistsError, NoNodeError
 from odradek.storage.config import ConfigError, LogConfig
+from odradek.storage.errors import ApiError
 from odradek.text import plural
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ MAX_PARTITIONS = 100_000  # bound on one topic's partition count
 MAX_PARTITIONS_PER_OPERATION = 10_000
 
 
-class MetadataError(Exception):
+class MetadataError(ApiError):
     """A refused metadata change; ``kafka_error`` names the Kafka error code."""
 
     def __init__(self, kafka_error: str, message: str) -> None:

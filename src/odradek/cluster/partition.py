@@ -46,36 +46,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from odradek.clock import monotonic_ms
+from odradek.cluster.errors import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
 from odradek.storage.log import FetchDataInfo, LogAppendInfo, PartitionLog
 
 __all__ = [
-    "LeaderNotAvailableError",
-    "NotEnoughReplicasError",
-    "NotLeaderOrFollowerError",
     "Partition",
     "PartitionState",
     "ReplicaState",
 ]
-
-
-class NotLeaderOrFollowerError(Exception):
-    kafka_error = "NOT_LEADER_OR_FOLLOWER"
-
-
-class LeaderNotAvailableError(Exception):
-    kafka_error = "LEADER_NOT_AVAILABLE"
-
-
-class NotEnoughReplicasError(Exception):
-    kafka_error = "NOT_ENOUGH_REPLICAS"
-
-
-class FencedLeaderEpochError(Exception):
-    kafka_error = "FENCED_LEADER_EPOCH"
-
-
-class UnknownLeaderEpochError(Exception):
-    kafka_error = "UNKNOWN_LEADER_EPOCH"
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,13 +53,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 from odradek.clock import monotonic_ms
-from odradek.cluster.leader_election import LeaderAndIsr, isr_change
-from odradek.cluster.partition import (
+from odradek.cluster.errors import (
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
-    Partition,
-    PartitionState,
+    UnknownTopicOrPartitionError,
 )
+from odradek.cluster.leader_election import LeaderAndIsr, isr_change
+from odradek.cluster.partition import Partition, PartitionState
 from odradek.cluster.replication_quota import UNLIMITED, ReplicationQuota, is_throttled
 from odradek.cluster.store import BadVersionError
 from odradek.storage import LogManager, PartitionLog, TopicPartition, checkpoint, files
@@ -74,18 +74,12 @@ if TYPE_CHECKING:
 __all__ = [
     "FollowerKey",
     "IsrWriter",
-    "LeaderNotAvailableError",
     "ReplicaManager",
-    "UnknownTopicOrPartitionError",
     "Watchers",
 ]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class UnknownTopicOrPartitionError(Exception):
-    kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
 
 
 class FollowerKey(NamedTuple):

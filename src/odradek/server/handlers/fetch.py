@@ -77,7 +77,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from odradek.clock import monotonic_ms
-from odradek.cluster.replica_manager import FollowerKey, UnknownTopicOrPartitionError
+from odradek.cluster.errors import UnknownTopicOrPartitionError
+from odradek.cluster.replica_manager import FollowerKey
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request
 from odradek.protocol.errors import ErrorCode
