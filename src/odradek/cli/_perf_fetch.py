@@ -2,8 +2,8 @@
 for the records.
 
 How it works: through confluent-kafka every record becomes a Python ``Message`` with its
-own ``bytes``, which caps a consumer near 200 k records/s here, far below what librdkafka
-itself reads (bench/README.md, "Perf tools"). So the group stays with librdkafka (join,
+own ``bytes``, which caps a consumer far below what librdkafka itself reads
+(bench/README.md, "Perf tools", has the figures). So the group stays with librdkafka (join,
 assignment, rebalance time, commits: the consumer subscribes as Kafka's
 ConsumerPerformance does) while its partitions are paused, and the records of the assigned
 partitions are read with the project's own client: Fetch (v12) to each partition's leader

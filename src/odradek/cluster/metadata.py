@@ -5,7 +5,7 @@ How it works: a topic is ``/brokers/topics/<name>`` holding its id and replica a
 ``/config/topics/<name>`` holding its config overrides. :class:`ClusterMetadata` validates
 requests (names, partition counts, replication factor, configs), writes through the store
 with compare-and-set, and tells listeners (the broker, which creates and deletes logs) what
-changed. Replica assignment follows seed 000 and Kafka's ``AdminUtils``
+changed. Replica assignment follows Kafka's ``AdminUtils``
 (:func:`assign_replicas`): leaders round-robin from a random start, followers at
 increasing shifts, a rack-alternating broker order when brokers have racks; with one
 broker every replica list is ``[broker_id]``.
@@ -74,7 +74,7 @@ def rack_alternated_brokers(racks: Mapping[int, str]) -> list[int]:
     """Brokers ordered so each is followed by one of another rack where possible (Kafka's
     ``AdminUtils.getRackAlternatedBrokerList``): racks in name order, each rack's brokers
     in id order, one broker from each rack in turn, a rack that ran out skipped. Racks A
-    (0, 1, 2) and B (3, 4, 5) give 0, 3, 1, 4, 2, 5 (seed 000, figure 5-5)."""
+    (0, 1, 2) and B (3, 4, 5) give 0, 3, 1, 4, 2, 5."""
     by_rack: dict[str, list[int]] = {}
     for broker, rack in sorted(racks.items()):
         by_rack.setdefault(rack, []).append(broker)
@@ -107,7 +107,7 @@ def assign_replicas(
     rng: random.Random | None = None,
 ) -> dict[int, list[int]]:
     """Replicas of partitions ``start_partition`` .. ``start_partition + partitions - 1``
-    (Kafka's ``AdminUtils.assignReplicasToBrokers``, seed 000 "Partition Allocation").
+    (Kafka's ``AdminUtils.assignReplicasToBrokers``).
 
     The leader of partition ``p`` is ``order[(p + start_index) % n]``: round-robin from a
     random start broker. The ``j``-th follower sits ``1 + (shift + j) % (n - 1)`` places
@@ -123,8 +123,8 @@ def assign_replicas(
     no racks): no broker twice in a partition; each broker leads ``q`` or ``q + 1``
     partitions and holds each replica position ``q`` or ``q + 1`` times; so it holds
     between ``rf * q + max(0, rf - (n - r))`` and ``rf * q + min(rf, r)`` replicas,
-    exactly ``rf * q`` when ``n`` divides ``partitions``. Seed 000's 10 partitions of RF 3
-    on 6 brokers thus give 4 to 6 replicas a broker, not always 5.
+    exactly ``rf * q`` when ``n`` divides ``partitions``. 10 partitions of RF 3 on 6
+    brokers thus give 4 to 6 replicas a broker, not always 5.
 
     ``start_index`` fixes the start broker (an index into the order); as in Kafka it is
     then also the initial shift unless ``replica_shift`` is given. Otherwise both are

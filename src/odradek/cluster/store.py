@@ -5,7 +5,7 @@ How it works: metadata lives in a tree of paths (Kafka's ZooKeeper layout:
 ``/cluster/id``). Each node holds bytes and a version that every write bumps. Writes are
 compare-and-set on the version (``expected_version=-1`` means unconditional), so two
 writers never silently overwrite each other — the property the controller's epoch fencing
-relies on in seed 000. Ephemeral nodes vanish with their session (broker registration).
+relies on. Ephemeral nodes vanish with their session (broker registration).
 Watches fire once per change, as in ZooKeeper: a data watch set by :meth:`get` fires when the
 node is created, changed or deleted (``get`` on a missing node still watches for its
 creation, as ZooKeeper's ``exists`` does); a child watch set by :meth:`children` fires when a

@@ -337,7 +337,7 @@ class BrokerCollector:
         flush.add_metric([], buckets, flush_ns / 1e6)
         yield flush
 
-        # kafka.log:type=LogCleaner / LogCleanerManager (seed 002: a dead cleaner shows)
+        # kafka.log:type=LogCleaner / LogCleanerManager (a dead cleaner thread shows)
         for name, reading in snap.cleaner.items():
             owner = ("logcleanermanager" if name in ("uncleanable-partitions-count",
                                                      "max-dirty-percent")

@@ -80,7 +80,7 @@ class ZkCluster:
 
     # -- start (each step blocking: called with asyncio.to_thread) --------------------------
     def connect(self, broker_id: int) -> None:
-        """Open the session; refuse a broker id that a live broker holds (seed 000)."""
+        """Open the session; refuse a broker id that a live broker holds, as Kafka does."""
         timeout = int(self.config["zookeeper.connection.timeout.ms"])
         self.store = ZooKeeperStore(
             self.config["zookeeper.connect"],
