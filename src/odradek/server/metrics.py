@@ -219,6 +219,19 @@ class BrokerCollector:
         snap = self._snapshot()
         self.last_snapshot_s = snap.took_s
 
+        # the event-loop watchdog (odradek.server.watchdog): plain numbers, read here
+        watchdog = self._broker.watchdog
+        if watchdog is not None:
+            yield CounterMetricFamily(
+                "odradek_event_loop_stalls", "times the event loop was held past "
+                "event.loop.stall.threshold.ms", value=watchdog.stalls)
+            yield CounterMetricFamily(
+                "odradek_event_loop_stall_seconds", "seconds the event loop was held, summed "
+                "over the stalls", value=watchdog.stall_seconds)
+            yield GaugeMetricFamily(
+                "odradek_event_loop_longest_stall_seconds", "the longest stall of the event "
+                "loop since the broker started", value=watchdog.longest_stall_s)
+
         # kafka.server:type=BrokerTopicMetrics,name=<X>PerSec[,topic=<t>]
         for i, (meter, _) in enumerate(_TOPIC_METERS):
             family = CounterMetricFamily(
