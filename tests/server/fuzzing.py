@@ -3,7 +3,8 @@
 Seeds: the request frames real clients sent (``golden/client-requests.bin``: librdkafka,
 kafka-python and aiokafka producing, consuming in groups and administering, captured by
 ``golden/capture.py``), and a valid request of every (API key, version) the broker serves,
-built from kio's classes (``tests/protocol/samples.py``).
+built from kio's classes (``tests/protocol/samples.py``) or, for the old versions kio
+lacks, by hand (``tests/protocol/legacy_samples.py``).
 
 Each connection gets one to four items, each a seed frame through one mutation: bit flips,
 truncation (with the size prefix kept or fixed), a wild int16/int32/varint length or count
@@ -29,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from odradek.protocol.codec import decode_request, encode_body, schema
+from odradek.protocol.codec import LEGACY_VERSIONS, decode_request, encode_body, schema
 from odradek.protocol.headers import parse_request_header, peek_request
 from odradek.protocol.registry import HandlerRegistry
+from tests.protocol.legacy_samples import legacy_request_frame
 from tests.protocol.samples import sample_request
 from tests.protocol.wire import request_frame
 
@@ -76,14 +78,16 @@ def served_versions(registry: HandlerRegistry) -> dict[int, tuple[int, int]]:
 
 def sample_frames(served: Mapping[int, tuple[int, int]]) -> list[bytes]:
     """A valid request of every served (key, version): ``served`` maps key to
-    (min, max), as :func:`served_versions` or an ApiVersions answer gives it."""
+    (min, max), as :func:`served_versions` or an ApiVersions answer gives it. The old
+    versions kio has no schema for are built by hand (``legacy_samples.py``)."""
     frames = []
     for api_key, (low, high) in sorted(served.items()):
+        legacy = LEGACY_VERSIONS.get(api_key, (0, -1))
         for version in range(low, high + 1):
-            try:
-                request = sample_request(api_key, version)
-            except Exception:  # kio has no schema for it
+            if legacy[0] <= version <= legacy[1]:
+                frames.append(legacy_request_frame(api_key, version, version + 1))
                 continue
+            request = sample_request(api_key, version)
             frames.append(request_frame(request, correlation_id=version + 1))
     return frames
 

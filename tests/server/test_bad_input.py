@@ -104,6 +104,38 @@ def test_an_array_declaring_more_elements_than_bytes_is_closed(
     _still_serving(shared_broker)
 
 
+def _api_versions_answered(broker: RunningBroker, deadline_s: float) -> bool:
+    """Whether an ApiVersions v0 on a fresh connection is answered within the deadline."""
+    body = _header(18, 0)
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=deadline_s) as s:
+        s.sendall(struct.pack(">i", len(body)) + body)
+        try:
+            (size,) = struct.unpack(">i", s.recv(4))
+        except (TimeoutError, struct.error):
+            return False
+        return size > 0
+
+
+def test_a_25_byte_count_inflated_request_is_refused_at_once(
+    shared_broker: RunningBroker,
+) -> None:
+    """OffsetForLeaderEpoch v0 (transcoded by hand to v2) whose one topic ``t`` declares
+    2,147,483,647 partitions: 25 bytes on the wire. Its transcoder used to loop two
+    billion times on the event loop; now the count is refused against the 0 bytes that
+    remain, the connection is closed, and another connection is answered meanwhile."""
+    request = (
+        struct.pack(">hhih", 23, 0, 7, -1)  # OffsetForLeaderEpoch v0, null client id
+        + bytes.fromhex("00000001" "0001" "74" "7fffffff")
+    )
+    frame = struct.pack(">i", len(request)) + request
+    assert len(frame) == 25
+    with socket.create_connection(("127.0.0.1", shared_broker.port), timeout=10) as hostile:
+        hostile.sendall(frame)  # left open: the broker must not wait for it to close
+        assert _api_versions_answered(shared_broker, deadline_s=5)
+        assert hostile.recv(65536) == b""  # closed by the broker, nothing answered
+    _still_serving(shared_broker)
+
+
 def test_a_null_the_schema_forbids_is_closed_with_a_reason(
     odradek_broker: RunningBroker, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -74,6 +74,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from odradek.protocol.errors import InvalidRequestError
+from odradek.protocol.primitives import refuse_count
 from odradek.protocol.produce_writer import PartitionResult
 from odradek.protocol.send import Send
 
@@ -109,6 +110,7 @@ _PRODUCE_PART_V0 = struct.Struct(">ihq")
 _PRODUCE_PART_V2 = struct.Struct(">ihqq")
 _FETCH_PART_HEAD = struct.Struct(">ihqi")  # partition, error, high watermark, records length
 _MAX_COUNT = 1 << 20  # no array in a request this size can hold more elements
+_TOPIC_MIN = 6  # a topic entry: an int16 name length and an int32 partition count
 
 
 def fetch_magic(version: int) -> int:
@@ -150,11 +152,11 @@ def read_fetch_request(
         if version >= 3:
             (max_bytes,) = _I32.unpack_from(view, pos)
             pos += 4
-        count, pos = _count(view, pos)
+        count, pos = _count(view, pos, _TOPIC_MIN)
         topics = []
         for _ in range(count):
             name, pos = _string(view, pos)
-            n, pos = _count(view, pos)
+            n, pos = _count(view, pos, _FETCH_PART.size)
             partitions = []
             for _ in range(n):
                 partitions.append(LegacyFetchPartition(*_FETCH_PART.unpack_from(view, pos)))
@@ -168,11 +170,16 @@ def read_fetch_request(
     )
 
 
-def _count(view: memoryview, pos: int) -> tuple[int, int]:
+def _count(view: memoryview, pos: int, min_size: int) -> tuple[int, int]:
+    """An array's element count, refused when negative or when ``min_size`` bytes an
+    element would run past the body: the loops over it are bounded by the bytes sent."""
     (n,) = _I32.unpack_from(view, pos)
-    if n < 0 or n > _MAX_COUNT or n > len(view) - pos:
+    pos += 4
+    if n < 0 or n > _MAX_COUNT:
         raise InvalidRequestError(f"array length {n} in a request")
-    return n, pos + 4
+    if n * min_size > len(view) - pos:
+        raise refuse_count("an array", n, min_size, len(view) - pos)
+    return n, pos
 
 
 def _string(view: memoryview, pos: int) -> tuple[str, int]:
@@ -271,11 +278,11 @@ def read_list_offsets_v0(
     view = memoryview(frame)
     try:
         (replica_id,) = _I32.unpack_from(view, offset)
-        count, pos = _count(view, offset + 4)
+        count, pos = _count(view, offset + 4, _TOPIC_MIN)
         topics = []
         for _ in range(count):
             name, pos = _string(view, pos)
-            n, pos = _count(view, pos)
+            n, pos = _count(view, pos, _LIST_PART.size)
             partitions = []
             for _ in range(n):
                 partitions.append(ListOffsetsV0Partition(*_LIST_PART.unpack_from(view, pos)))
@@ -332,6 +339,8 @@ class OffsetFetchV0Request(NamedTuple):
 
 _I32_I64 = struct.Struct(">iq")
 _I32_I64_I64 = struct.Struct(">iqq")
+# an OffsetCommit partition: its fixed fields and an int16 metadata length, by version
+_OFFSET_COMMIT_PART_MIN = {0: _I32_I64.size + 2, 1: _I32_I64_I64.size + 2}
 _I32_I16 = struct.Struct(">ih")
 _I16_BARE = struct.Struct(">h")
 
@@ -355,11 +364,11 @@ def read_offset_commit_legacy(
         if version == 1:
             (generation_id,) = _I32.unpack_from(view, pos)
             member_id, pos = _string(view, pos + 4)
-        count, pos = _count(view, pos)
+        count, pos = _count(view, pos, _TOPIC_MIN)
         topics = []
         for _ in range(count):
             name, pos = _string(view, pos)
-            n, pos = _count(view, pos)
+            n, pos = _count(view, pos, _OFFSET_COMMIT_PART_MIN[version])
             partitions = []
             for _ in range(n):
                 timestamp = -1
@@ -400,11 +409,11 @@ def read_offset_fetch_v0(
     view = memoryview(frame)
     try:
         group_id, pos = _string(view, offset)
-        count, pos = _count(view, pos)
+        count, pos = _count(view, pos, _TOPIC_MIN)
         topics = []
         for _ in range(count):
             name, pos = _string(view, pos)
-            n, pos = _count(view, pos)
+            n, pos = _count(view, pos, 4)
             indexes = struct.unpack_from(f">{n}i", view, pos)
             pos += 4 * n
             topics.append(OffsetFetchV0Topic(name, tuple(indexes)))

@@ -3,6 +3,13 @@
 Non-flexible versions use int16-length strings and int32-length arrays; flexible versions
 (KIP-482) use "compact" forms: an unsigned varint of length + 1, with 0 meaning null, and
 end every struct with tagged fields (an unsigned varint count, then tag, size, bytes).
+
+Every count and length read from the wire is checked against the bytes that remain before
+anything loops over it or allocates for it: an array declaring more elements than its
+smallest element times that count could fit in is refused at once
+(:class:`InvalidRequestError`), so the work of reading a body is bounded by its size, as
+Kafka's generated readers bound it (``ByteBufferAccessor`` / "Tried to allocate a
+collection of size N, but there are only M bytes remaining").
 """
 
 from __future__ import annotations
@@ -13,6 +20,65 @@ from odradek.protocol.errors import InvalidRequestError
 
 I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
+
+
+def refuse_count(what: str, count: int, min_size: int, remaining: int) -> InvalidRequestError:
+    """The error for an array of ``count`` elements of at least ``min_size`` bytes where
+    only ``remaining`` bytes are left (Kafka's wording)."""
+    return InvalidRequestError(
+        f"tried to read {what} of {count} elements of at least {min_size} bytes, but only "
+        f"{max(remaining, 0)} bytes remain"
+    )
+
+
+class BodyReader:
+    """A cursor over a non-flexible body for hand-written decoders and transcoders: each
+    read is checked against the end, and :meth:`count` refuses a count the remaining
+    bytes cannot hold, so no loop driven by a count from the wire outlives the input."""
+
+    __slots__ = ("buf", "end", "pos")
+
+    def __init__(self, buf: bytes | bytearray | memoryview, pos: int = 0) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.end = len(buf)
+
+    @property
+    def remaining(self) -> int:
+        return self.end - self.pos
+
+    def take(self, n: int, what: str = "field") -> bytes | bytearray | memoryview:
+        if n < 0 or n > self.end - self.pos:
+            raise InvalidRequestError(
+                f"{what} of {n} bytes at byte {self.pos}, but only {self.remaining} remain")
+        start = self.pos
+        self.pos = start + n
+        return self.buf[start : self.pos]
+
+    def int16(self) -> int:
+        value: int = I16.unpack(self.take(2, "int16"))[0]
+        return value
+
+    def int32(self) -> int:
+        value: int = I32.unpack(self.take(4, "int32"))[0]
+        return value
+
+    def count(self, min_size: int, what: str = "array") -> int:
+        """An int32 element count; a null or negative count reads as 0 (the caller's
+        schema decides whether null is allowed), one the remaining bytes cannot hold at
+        ``min_size`` bytes an element is refused."""
+        n = self.int32()
+        if n <= 0:
+            return 0
+        if n * min_size > self.end - self.pos:
+            raise refuse_count(what, n, min_size, self.end - self.pos)
+        return n
+
+    def skip_string(self, what: str = "string") -> None:
+        """An int16-length string (a negative length, null, has no bytes)."""
+        n = self.int16()
+        if n > 0:
+            self.take(n, what)
 
 
 def uvarint(value: int) -> bytes:

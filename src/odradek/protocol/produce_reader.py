@@ -27,7 +27,8 @@ tagged fields after every struct)::
       <tagged fields>      v9+
 
 Tagged fields are skipped (none is defined for these versions). Anything malformed —
-truncated, a negative length other than null, a length past the frame, bad UTF-8 — is
+truncated, a negative length other than null, a length past the frame, an array count
+its smallest elements could not fit in the bytes left, bad UTF-8 — is
 :class:`InvalidRequestError`, as kio's decoding failures are. The unit tests check the
 result against kio's decoding of the same bytes for every version.
 """
@@ -38,7 +39,7 @@ import struct
 from typing import NamedTuple
 
 from odradek.protocol.errors import InvalidRequestError
-from odradek.protocol.primitives import read_uvarint, skip_tagged_fields
+from odradek.protocol.primitives import read_uvarint, refuse_count, skip_tagged_fields
 
 __all__ = [
     "PartitionProduceData",
@@ -57,6 +58,11 @@ _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _ACKS_TIMEOUT_COUNT = struct.Struct(">hii")  # ... and the topic array's length (v3-8)
 _INDEX_LENGTH = struct.Struct(">ii")  # partition index, records length (v3-8)
+# The smallest array elements: a topic is a name length and a partition count (and
+# tagged fields when flexible); a partition an index, a records length (and tags).
+_TOPIC_MIN = 6
+_COMPACT_TOPIC_MIN = 3
+_COMPACT_PARTITION_MIN = 6
 
 
 PartitionProduceData = tuple[int, "memoryview | None"]
@@ -110,7 +116,7 @@ def _read_legacy(view: memoryview, pos: int, with_transactional_id: bool) -> Pro
             raise InvalidRequestError(f"negative string length {n} in a Produce request")
     acks, timeout_ms, topic_count = _ACKS_TIMEOUT_COUNT.unpack_from(view, pos)
     pos += _ACKS_TIMEOUT_COUNT.size
-    _check_count(topic_count)
+    _check_count(topic_count, _TOPIC_MIN, end - pos)
     topics = []
     for _ in range(topic_count):
         (n,) = _I16.unpack_from(view, pos)
@@ -121,7 +127,7 @@ def _read_legacy(view: memoryview, pos: int, with_transactional_id: bool) -> Pro
         pos += n
         (count,) = _I32.unpack_from(view, pos)
         pos += 4
-        _check_count(count)
+        _check_count(count, _INDEX_LENGTH.size, end - pos)
         partitions = []
         for _ in range(count):
             index, n = _INDEX_LENGTH.unpack_from(view, pos)
@@ -152,6 +158,7 @@ def _read_flexible(view: memoryview, pos: int) -> ProduceRequestView:
     topic_count, pos = read_uvarint(view, pos)
     if not topic_count:
         raise InvalidRequestError("null array in a Produce request")
+    _check_count(topic_count - 1, _COMPACT_TOPIC_MIN, end - pos)
     topics = []
     for _ in range(topic_count - 1):
         n, pos = read_uvarint(view, pos)
@@ -163,6 +170,7 @@ def _read_flexible(view: memoryview, pos: int) -> ProduceRequestView:
         count, pos = read_uvarint(view, pos)
         if not count:
             raise InvalidRequestError("null array in a Produce request")
+        _check_count(count - 1, _COMPACT_PARTITION_MIN, end - pos)
         partitions = []
         for _ in range(count - 1):
             (index,) = _I32.unpack_from(view, pos)
@@ -196,7 +204,11 @@ def _text(view: memoryview, pos: int, n: int, end: int) -> str:
     return str(view[pos : pos + n], "utf-8")
 
 
-def _check_count(count: int) -> None:
+def _check_count(count: int, min_size: int, remaining: int) -> None:
+    """Refuse a negative count, and one whose elements (``min_size`` bytes at least)
+    could not fit in the bytes that remain, before looping over it."""
     if count < 0:
         raise InvalidRequestError(f"array length {count} in a Produce request")
+    if count * min_size > remaining:
+        raise refuse_count("a Produce request's array", count, min_size, remaining)
 

@@ -53,6 +53,7 @@ from odradek.server.metrics import MetricsServer, require_prometheus_client
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
 from odradek.server.services import BrokerServices
+from odradek.server.watchdog import LoopWatchdog
 from odradek.server.zk_cluster import ZkCluster
 from odradek.storage import LogAppendInfo, LogManager, PartitionLog, TopicPartition
 from odradek.storage.cleaner_manager import LogCleaner
@@ -98,6 +99,7 @@ class Broker:
         self.topic_stats: BrokerTopicStats | None = None
         self.request_stats: RequestStats | None = None
         self.metrics_server: MetricsServer | None = None
+        self.watchdog: LoopWatchdog | None = None  # event.loop.stall.threshold.ms
 
     # -- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -195,6 +197,10 @@ class Broker:
         self.group_coordinator.wait_replicated = functools.partial(
             group_log_replicated, self.services)
         register_all(self.registry, self.services)
+        threshold_ms = int(self.config["event.loop.stall.threshold.ms"])
+        if threshold_ms > 0:
+            self.watchdog = LoopWatchdog(asyncio.get_running_loop(), threshold_ms)
+            self.watchdog.start()
         for listener, server in zip(self.config.listeners, self.servers, strict=True):
             server.request_quota = self.services.client_quotas.request  # KIP-124
             await server.start()
@@ -473,6 +479,8 @@ class Broker:
             await asyncio.to_thread(self.log_cleaner.shutdown)
         if self._logs_loaded:
             self.log_manager.shutdown()
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self._cluster is not None:
             await asyncio.to_thread(self._cluster.close)
         elif self._store is not None:

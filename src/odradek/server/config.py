@@ -206,6 +206,9 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("metrics.listener", "string", "", None,
               "http://host:port of the Prometheus /metrics endpoint (empty: none; needs the "
               "metrics extra)", _metrics_listener),
+    ConfigDef("event.loop.stall.threshold.ms", "long", 1000, None,
+              "the event-loop watchdog: a loop held this long logs a WARNING with its stack "
+              "and request, and counts a stall (0: off)", _ge(0)),
     ConfigDef("log.cleaner.enable", "boolean", True, None, "run the log cleaner"),
     ConfigDef("log.cleaner.threads", "int", 1, None, "cleaner threads", _ge(0)),
     ConfigDef("log.cleaner.backoff.ms", "long", 15000, None, "cleaner idle sleep", _ge(0)),

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.server.broker_stats import BrokerTopicStats, RequestStats
     from odradek.server.config import BrokerConfig
+    from odradek.server.watchdog import LoopWatchdog
     from odradek.storage.cleaner_manager import LogCleaner
 
 __all__ = ["BrokerCollector", "MetricsServer", "Snapshot", "require_prometheus_client", "snapshot"]
@@ -70,6 +71,7 @@ class BrokerView(Protocol):
     log_cleaner: LogCleaner | None
     topic_stats: BrokerTopicStats | None
     request_stats: RequestStats | None
+    watchdog: LoopWatchdog | None
 
     @property
     def servers(self) -> Sequence[_Listener]: ...
@@ -249,6 +251,19 @@ class BrokerCollector:
 
         snap = self._snapshot()
         self.last_snapshot_s = snap.took_s
+
+        # the event-loop watchdog (odradek.server.watchdog): plain numbers, read here
+        watchdog = self._broker.watchdog
+        if watchdog is not None:
+            yield CounterMetricFamily(
+                "odradek_event_loop_stalls", "times the event loop was held past "
+                "event.loop.stall.threshold.ms", value=watchdog.stalls)
+            yield CounterMetricFamily(
+                "odradek_event_loop_stall_seconds", "seconds the event loop was held, summed "
+                "over the stalls", value=watchdog.stall_seconds)
+            yield GaugeMetricFamily(
+                "odradek_event_loop_longest_stall_seconds", "the longest stall of the event "
+                "loop since the broker started", value=watchdog.longest_stall_s)
 
         # kafka.server:type=BrokerTopicMetrics,name=<X>PerSec[,topic=<t>]
         for i, (meter, _) in enumerate(_TOPIC_METERS):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.primitives import BodyReader
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
@@ -73,23 +74,26 @@ async def offset_for_leader_epoch(
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_PARTITION = struct.Struct(">ii")  # partition, leader_epoch (v0-1)
+_PARTITION_V2 = struct.Struct(">iii")  # partition, current_leader_epoch, leader_epoch
+_TOPIC_MIN = 6  # an int16 name length and an int32 partition count
 
 
 def _to_v2(body: bytes, version: int) -> bytes:
     """v0-1: [topic, [partition, leader_epoch]]; v2 puts current_leader_epoch (-1) before
-    leader_epoch."""
+    leader_epoch. Counts are checked against the bytes that remain (a topic takes at least
+    6 bytes, a partition 8); a null count or name is copied for kio's check to refuse."""
+    reader = BodyReader(body)
     out = bytearray(body[:4])
-    (topics,) = _I32.unpack_from(body, 0)
-    pos = 4
-    for _ in range(max(topics, 0)):
-        (n,) = _I16.unpack_from(body, pos)
-        out += body[pos : pos + 2 + max(n, 0) + 4]
-        pos += 2 + max(n, 0)
-        (count,) = _I32.unpack_from(body, pos)
-        pos += 4
-        for _ in range(max(count, 0)):
-            out += body[pos : pos + 4] + b"\xff\xff\xff\xff" + body[pos + 4 : pos + 8]
-            pos += 8
+    for _ in range(reader.count(_TOPIC_MIN, "topics")):
+        start = reader.pos
+        reader.skip_string("topic")
+        partitions = reader.count(_PARTITION.size, "partitions")
+        out += body[start : reader.pos]
+        for _ in range(partitions):
+            partition, leader_epoch = _PARTITION.unpack(reader.take(_PARTITION.size))
+            out += _PARTITION_V2.pack(partition, -1, leader_epoch)
+    out += body[reader.pos :]
     return bytes(out)
 
 
