@@ -21,7 +21,9 @@ offsets expire after ``offsets.retention.minutes``); OffsetCommit v0 and OffsetF
 offsets "the old way", as Kafka in ZooKeeper mode did: the offset as decimal text in
 ``/consumers/<group>/offsets/<topic>/<partition>`` of the metadata store (ZooKeeper in
 cluster mode), not in ``__consumer_offsets``, so v0 and later versions do not see each
-other's commits, as with Kafka. A missing node is offset -1 with no error.
+other's commits, as with Kafka. A missing node is offset -1 with no error. The node is
+written through :meth:`ClusterMetadata.set_consumer_offset` (set, else create, as Kafka's
+``ZkUtils.updatePersistentPath``), so two commits racing to create it both succeed.
 """
 
 from __future__ import annotations
