@@ -297,14 +297,17 @@ class ReplicaManager:
 
     # -- followers and the ISR (the leader's side) ---------------------------------------
     def record_follower_fetch(self, partition: Partition, replica_id: int,
-                              fetch_offset: int) -> None:
-        """A follower fetched ``partition`` from ``fetch_offset`` (Kafka's
-        ``updateFollowerFetchState``): the high watermark may move, the ISR may grow."""
-        partition.update_follower_fetch_state(replica_id, fetch_offset, monotonic_ms())
+                              fetch_offset: int) -> bool:
+        """A follower's fetch of ``partition`` from ``fetch_offset`` was served (Kafka's
+        ``updateFollowerFetchState``; the caller read first, so that an offset out of
+        range never counts): the high watermark may move (returns whether it did), the
+        ISR may grow."""
+        moved = partition.update_follower_fetch_state(replica_id, fetch_offset, monotonic_ms())
         if (self.isr_writer is not None and partition.pending_isr is None
                 and partition.expand_candidate(replica_id)):
             isr = [*partition.state.isr, replica_id]
             self._change_isr(partition, tuple(r for r in partition.state.replicas if r in isr))
+        return moved
 
     def leader_throttled(self, partition: Partition, replica_id: int) -> bool:
         """Is this follower's fetch of ``partition`` throttled (KIP-73)?"""

@@ -102,15 +102,6 @@ class LeaderEpochCache:
             return epoch, entries[0][1]
         return entries[higher - 1][0], entries[higher][1]
 
-    def start_offset_of(self, epoch: int) -> int:
-        """Where ``epoch`` began (UNDEFINED_OFFSET when the cache does not know it)."""
-        for e, offset in reversed(self.entries):
-            if e == epoch:
-                return offset
-            if e < epoch:
-                break
-        return UNDEFINED_OFFSET
-
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop epochs starting at or after ``end_offset`` (log truncated to it)."""
         kept = [(e, o) for e, o in self.entries if o < end_offset]
