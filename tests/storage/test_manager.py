@@ -115,6 +115,29 @@ def test_delete_log(tmp_path: Path) -> None:
     manager.shutdown()
 
 
+def test_delete_log_of_a_topic_with_the_longest_name(tmp_path: Path) -> None:
+    """A 249-character topic (the longest Kafka allows): ``<tp>.<uuid>-delete`` would be
+    291 bytes, past a file name's 255 (ENAMETOOLONG took the whole log dir offline); the
+    topic part is cut to fit, as Kafka's LocalLog.logDeleteDirName does."""
+    clock = Clock()
+    manager = LogManager([tmp_path / "d"], time_ms=clock)
+    manager.startup()
+    tp = TopicPartition("x" * 249, 0)
+    other = TopicPartition("kept", 0)
+    manager.get_or_create_log(tp, config(file_delete_delay_ms=10)).append_as_leader(make_batch())
+    manager.get_or_create_log(other, config())
+    manager.delete_log(tp)
+    assert manager.get_log(tp) is None
+    assert manager.online_dirs == [tmp_path / "d"]
+    (pending,) = (tmp_path / "d").glob("x*-delete")
+    assert len(pending.name) == 255 and pending.name.startswith("x" * 200)
+    assert manager.get_log(other) is not None
+    clock.now += 10
+    manager.delete_pending()
+    assert list((tmp_path / "d").glob("x*")) == []
+    manager.shutdown()
+
+
 def test_disk_error_takes_one_dir_offline(tmp_path: Path, monkeypatch) -> None:
     bad, good = (tmp_path / "bad").absolute(), (tmp_path / "good").absolute()
     manager = _manager([bad, good])

@@ -252,7 +252,8 @@ class LogManager:
         """A log whose creation failed half-way (out of descriptors, say) leaves nothing
         behind: its dir is renamed ``-delete`` (a rename needs no descriptor), which the
         next start removes if removing it now fails too."""
-        target = dir.with_name(f"{dir.name}.{uuid.uuid4().hex}{files.DELETE_DIR_SUFFIX}")
+        topic, partition = parse_topic_partition(dir.name)
+        target = dir.with_name(files.delete_dir_name(topic, partition, uuid.uuid4().hex))
         try:
             dir.rename(target)
         except OSError as exc:
@@ -272,7 +273,8 @@ class LogManager:
         return min(online, key=lambda d: (counts[str(d)], online.index(d)))
 
     def delete_log(self, tp: TopicPartition) -> None:
-        """Rename the partition dir ``<tp>.<uuid>-delete`` now, remove it later."""
+        """Rename the partition dir ``<tp>.<uuid>-delete`` now (the topic cut to fit a file
+        name: :func:`files.delete_dir_name`), remove it later."""
         with self._lock:
             partition_log = self.logs.pop(tp, None)
             if partition_log is None:
@@ -285,7 +287,7 @@ class LogManager:
                 for segment in partition_log.segments:
                     segment.abandon()
                 target = partition_log.dir.with_name(
-                    f"{tp}.{uuid.uuid4().hex}{files.DELETE_DIR_SUFFIX}"
+                    files.delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex)
                 )
                 partition_log.dir.rename(target)
                 files.fsync_dir(partition_log.log_dir)
