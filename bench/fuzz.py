@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
+import resource
 import socket
 import struct
 import subprocess
@@ -75,13 +77,24 @@ def start_broker(
     if metrics_port is not None:
         command += ["--override", f"metrics.listener=http://127.0.0.1:{metrics_port}"]
     with log_file.open("wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=_more_open_files)
+    deadline = time.monotonic() + 120
     while not ready.exists() or not ready.read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the broker did not start; see {log_file}")
         time.sleep(0.05)
     return proc, f"127.0.0.1:{ready.read_text().strip()}"
+
+
+def _more_open_files() -> None:
+    """In the broker's process before exec: a hard open-files limit for 10,000 partitions
+    (a log holds up to four descriptors), where this user may raise it (root)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1 << 18
+    if hard != resource.RLIM_INFINITY and hard < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, want))
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -245,7 +258,7 @@ def main() -> None:
         stalls, longest = loop_stalls(metrics_port)
     finally:
         proc.terminate()
-        proc.wait(60)
+        proc.wait(300)  # a clean stop of 10,000 logs takes a while on a busy machine
     log_text = log_file.read_text(errors="replace")
     lines = log_text.splitlines()
     tracebacks = log_text.count("Traceback")
