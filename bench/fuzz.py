@@ -2,12 +2,18 @@
 
 The broker runs as ``odradek serve`` (this tree's source) with its log at INFO in a file;
 the fuzzer (tests/server/fuzzing.py: real clients' captured requests and a request of
-every served version, mutated) sends ``--frames`` frames from ``--seed`` on, one seed per
-``--frames-per-seed``, or stops after ``--minutes``. Every 10 s it prints progress. At the
-end it checks what test_fuzz.py checks (the broker alive, the records produced before the
-run read back byte for byte, a fresh produce/consume round trip) and reports frames/s,
-crashes (the broker process gone, or a traceback or ERROR line in its log), peak RSS and
-open descriptors of the broker at start and end, topics created and log lines written.
+every served version, old versions included, mutated) sends ``--frames`` frames from
+``--seed`` on, one seed per ``--frames-per-seed``, or stops after ``--minutes``. The
+admin and group requests (create, delete and alter topics and partitions, DeleteRecords,
+configs, quotas, elections, reassignments, group joins) are ``--admin-weight`` times as
+likely as the rest. ``--partitions N`` gives the broker N more partitions (topics of 100)
+before the run. Every 10 s it prints progress. At the end it checks what test_fuzz.py
+checks (the broker alive, the records produced before the run read back byte for byte, a
+fresh produce/consume round trip) and reports frames/s, crashes (the broker process gone,
+or a traceback or ERROR line in its log), the event loop's stalls (the watchdog at
+``--stall-threshold-ms``: the count, the longest, and what the loop was handling in
+each), peak RSS and open descriptors of the broker at start and end, topics created and
+log lines written.
 
 Run (about 5 minutes)::
 
@@ -18,12 +24,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
+import resource
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +51,17 @@ from odradek.client.connection import BrokerConnection  # noqa: E402
 PRECIOUS = "precious-before-fuzzing"
 
 
+# The requests that change the cluster or a group: weighted up in the corpus.
+ADMIN_KEYS = frozenset((
+    11, 14, 19, 20, 21, 32, 33, 37, 42, 43, 44, 45, 47, 49,
+))  # JoinGroup, SyncGroup, Create/DeleteTopics, DeleteRecords, Describe/AlterConfigs,
+#     CreatePartitions, DeleteGroups, ElectLeaders, IncrementalAlterConfigs,
+#     AlterPartitionReassignments, OffsetDelete, AlterClientQuotas
+
+
 def start_broker(
-    data: Path, log_file: Path, tree: Path = ROOT
+    data: Path, log_file: Path, tree: Path = ROOT, max_partitions: int = 1000,
+    stall_threshold_ms: int = 1000, metrics_port: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     ready = data / "ready"
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
@@ -49,17 +70,31 @@ def start_broker(
         "serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
         "--override", f"log.dirs={data / 'logs'}",
         "--override", "auto.create.topics.enable=false",
-        "--override", "max.broker.partitions=1000",
+        "--override", f"max.broker.partitions={max_partitions}",
+        "--override", f"event.loop.stall.threshold.ms={stall_threshold_ms}",
         "--log-level", "info", "--ready-file", str(ready),
     ]
+    if metrics_port is not None:
+        command += ["--override", f"metrics.listener=http://127.0.0.1:{metrics_port}"]
     with log_file.open("wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=_more_open_files)
+    deadline = time.monotonic() + 120
     while not ready.exists() or not ready.read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the broker did not start; see {log_file}")
         time.sleep(0.05)
     return proc, f"127.0.0.1:{ready.read_text().strip()}"
+
+
+def _more_open_files() -> None:
+    """In the broker's process before exec: a hard open-files limit for 10,000 partitions
+    (a log holds up to four descriptors), where this user may raise it (root)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1 << 18
+    if hard != resource.RLIM_INFINITY and hard < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, want))
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -110,6 +145,37 @@ def topic_names(bootstrap: str) -> set[str]:
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def loop_stalls(metrics_port: int) -> tuple[int, float]:
+    """(stalls, longest in seconds) from the broker's metrics page."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("odradek_event_loop_"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return (int(values["odradek_event_loop_stalls_total"]),
+            values["odradek_event_loop_longest_stall_seconds"])
+
+
+def stall_causes(log_text: str) -> Counter[str]:
+    """What the loop was handling in each watchdog warning, by API (or 'no request')."""
+    causes: Counter[str] = Counter()
+    for line in log_text.splitlines():
+        if "event loop blocked for" in line:
+            handling = line.split("handling: ", 1)[-1]
+            causes[handling.split(" from client id")[0].split(";")[0]] += 1
+    return causes
+
+
 async def served(bootstrap: str) -> dict[int, tuple[int, int]]:
     conn = await BrokerConnection.open(bootstrap)
     try:
@@ -127,19 +193,34 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--tree", type=Path, default=ROOT,
                         help="source tree the broker runs from (default: this checkout)")
+    parser.add_argument("--partitions", type=int, default=0,
+                        help="partitions the broker holds before the run (topics of 100)")
+    parser.add_argument("--admin-weight", type=int, default=4,
+                        help="how many times as likely an admin or group request is")
+    parser.add_argument("--stall-threshold-ms", type=int, default=200,
+                        help="the broker's event.loop.stall.threshold.ms")
     args = parser.parse_args()
 
     data = Path(tempfile.mkdtemp(prefix="odradek-bench-fuzz-"))
     log_file = data / "broker.log"
-    proc, bootstrap = start_broker(data, log_file, args.tree)
+    metrics_port = free_port()
+    proc, bootstrap = start_broker(data, log_file, args.tree, args.partitions + 1000,
+                                   args.stall_threshold_ms, metrics_port)
     port = int(bootstrap.rsplit(":", 1)[1])
     try:
         create_topics(bootstrap, [NewTopic("corpus-a", 3, 1),
                                   NewTopic("corpus-b", 1, 1, config={"cleanup.policy": "compact"}),
                                   NewTopic("samples", 1, 1), NewTopic(PRECIOUS, 1, 1)])
+        for first in range(0, args.partitions, 1000):
+            create_topics(bootstrap, [
+                NewTopic(f"load-{i // 100}", min(100, args.partitions - i), 1)
+                for i in range(first, min(first + 1000, args.partitions), 100)])
         precious = records(7, 500)
         produce(bootstrap, PRECIOUS, precious)
-        corpus = client_frames() + sample_frames(asyncio.run(served(bootstrap)))
+        samples = sample_frames(asyncio.run(served(bootstrap)))
+        admin = [f for f in samples if struct.unpack_from(">h", f, 4)[0] in ADMIN_KEYS]
+        corpus = client_frames() + samples + admin * (args.admin_weight - 1)
+        stalls_before = loop_stalls(metrics_port)
         topics_before = topic_names(bootstrap)
         start_status = proc_status(proc.pid)
         print(f"corpus {len(corpus)} frames; broker pid {proc.pid}, log {log_file}; "
@@ -174,22 +255,29 @@ def main() -> None:
         created = topic_names(bootstrap) - topics_before - {"after-fuzzing"}
         time.sleep(1)  # the client connections of the checks close
         end_status = proc_status(proc.pid)
+        stalls, longest = loop_stalls(metrics_port)
     finally:
         proc.terminate()
-        proc.wait(60)
+        proc.wait(300)  # a clean stop of 10,000 logs takes a while on a busy machine
     log_text = log_file.read_text(errors="replace")
     lines = log_text.splitlines()
     tracebacks = log_text.count("Traceback")
     errors = sum(" ERROR " in line or line.startswith("ERROR") for line in lines)
     peak = end_status["VmHWM"] / 1024
+    causes = stall_causes(log_text)
     rows = [
         ("frames sent", f"{total.frames:,} over {total.connections:,} connections "
                         f"(seeds {args.seed} to {seed - 1})"),
+        ("broker partitions before the run", f"{args.partitions:,} + 56"),
         ("duration", f"{total.seconds:.0f} s"),
         ("frames/s", f"{total.frames / total.seconds:,.0f}"),
         ("connections the broker closed / answered / reset / slow (> 3 s)",
          f"{total.closed_by_broker:,} / {total.answered:,} / {total.reset:,} / {total.slow:,}"),
         ("crashes: broker exits, tracebacks, ERROR lines", f"0, {tracebacks}, {errors}"),
+        (f"event loop stalls over {args.stall_threshold_ms} ms (set-up / run), longest",
+         f"{stalls_before[0]} / {stalls - stalls_before[0]}, {longest * 1000:.0f} ms"),
+        ("what the loop was handling in each stall",
+         ", ".join(f"{what}: {n}" for what, n in causes.most_common()) or "-"),
         ("records produced before the run read back byte for byte", str(readback)),
         ("produce + consume round trip after the run", str(round_trip)),
         ("broker peak RSS", f"{peak:.0f} MiB (start {start_status['VmRSS'] / 1024:.0f} MiB, "

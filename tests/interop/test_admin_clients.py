@@ -111,6 +111,12 @@ def test_confluent_alter_configs(rb: RunningBroker, admin: AdminClient) -> None:
     bad = ConfigResource(ResourceType.TOPIC, name, set_config={"retention.ms": "oops"})
     error = kafka_error(first(admin.alter_configs([bad])))
     assert error.code() == confluent_kafka.KafkaError.INVALID_CONFIG
+    # The deprecated message.format.version is accepted as Kafka 3.9 accepts it.
+    old_format = ConfigResource(ResourceType.TOPIC, name,
+                                set_config={"message.format.version": "0.10.0"})
+    for f in admin.alter_configs([old_format]).values():
+        f.result(10)
+    assert rb.broker.metadata.topics[name].configs == {"message.format.version": "0.10.0"}
 
 
 def test_confluent_incremental_alter_configs(rb: RunningBroker, admin: AdminClient) -> None:

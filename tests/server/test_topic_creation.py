@@ -121,6 +121,41 @@ def test_other_connections_are_served_while_a_topic_s_logs_are_created(
         assert not rb.broker.replica_manager.is_pending(name, partition)
 
 
+def test_auto_creation_by_metadata_makes_its_logs_off_the_loop(
+    rb: RunningBroker, gate: Gate
+) -> None:
+    """A Metadata request naming topics to auto-create waits for their logs without
+    holding the loop (the topics' logs used to be made on it, one request naming
+    thousands of new topics holding every connection); a name asked twice is answered
+    once, as Kafka reads the names as a set."""
+    names = [f"auto-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    m = req("metadata", 12)
+    request = make(m.MetadataRequest, topics=tuple(
+        make(m.MetadataRequestTopic, name=n, topic_id=None) for n in [*names, names[0]]),
+        allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+
+    async def go() -> None:
+        client = await BrokerConnection.open(rb.bootstrap)
+        other = await BrokerConnection.open(rb.bootstrap)
+        try:
+            creating = asyncio.ensure_future(client.send(request))
+            await asyncio.to_thread(gate.waiting.wait, 10)
+            pending = await asyncio.wait_for(other.send(metadata_request(names[1])), 5)
+            assert partition_codes(pending) == [ErrorCode.leader_not_available]
+            assert not creating.done()  # the auto-creating Metadata waits for the logs
+            gate.opened.set()
+            created = await asyncio.wait_for(creating, 10)
+            assert [t.name for t in created.topics] == names
+            for topic in created.topics:
+                assert topic.error_code == ErrorCode.none
+                assert [p.error_code for p in topic.partitions] == [ErrorCode.none]
+        finally:
+            await client.close()
+            await other.close()
+
+    asyncio.run(go())
+
+
 def test_create_topics_times_out_but_creation_goes_on(rb: RunningBroker, gate: Gate) -> None:
     name = f"late-{uuid.uuid4().hex[:8]}"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import threading
 import time
@@ -99,6 +100,33 @@ def test_a_loop_that_turns_is_not_warned_about(
         wait_for("two more heartbeats", lambda: watchdog._last_beat > beat + watchdog.interval_s)
     assert watchdog.stalls == 0 and watchdog.warnings == 0 and not _warnings(caplog)
     _on(loop, watchdog.stop)
+
+
+def test_garbage_collections_are_timed_and_named_in_the_warning(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    watchdog = LoopWatchdog(loop, threshold_ms=100)
+    _on(loop, watchdog.start)
+    gc.collect()  # a real collection, timed through gc.callbacks
+    assert watchdog.longest_gc_s > 0
+    released = threading.Event()
+
+    def held_as_if_by_a_collection() -> None:
+        # A collection long enough to see cannot be made on demand: its start is told
+        # to the watchdog as gc.callbacks would tell it, and the loop held.
+        watchdog._on_gc("start", {"generation": 2})
+        released.wait(30)
+        watchdog._on_gc("stop", {"generation": 2})
+
+    with caplog.at_level(logging.WARNING, logger="odradek.server.watchdog"):
+        loop.call_soon_threadsafe(held_as_if_by_a_collection)
+        warning = wait_for("the watchdog's warning", lambda: _warnings(caplog))[0]
+        released.set()
+        wait_for("the stall to be counted", lambda: watchdog.stalls == 1)
+    assert "a garbage collection of generation 2 has been running for" in warning
+    assert watchdog.longest_gc_s >= 0.1
+    _on(loop, watchdog.stop)
+    assert watchdog._on_gc not in gc.callbacks
 
 
 def test_no_request_is_described_outside_a_handler() -> None:

@@ -40,3 +40,23 @@ def test_the_readme_snippet_finds_the_data_source_from_a_plain_python(tmp_path: 
                              capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "rows 3" in res.stdout.splitlines(), res.stdout
+    shown = [line.split("|") for line in res.stdout.splitlines() if line.startswith("|")]
+    assert [[c.strip() for c in row[1:-1]] for row in shown] == [
+        ["partition", "offset", "value"], ["0", "0", "e0"], ["0", "1", "e1"], ["0", "2", "e2"]]
+
+
+def test_the_readme_names_the_error_of_a_missing_topic(tmp_path: Path) -> None:
+    """The README quotes the line that ends the traceback a missing topic gives (before
+    Spark's SQLSTATE): it must be the line the connector raises."""
+    text = (REPO / "README.md").read_text()
+    quoted = text[text.index("## Spark"):].split("then Spark's `SQLSTATE` line): ", 1)[1]
+    quoted = " ".join(quoted.split("`", 2)[1].split())
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
+    with running_broker(overrides={"auto.create.topics.enable": "false"}) as broker:
+        program = readme_snippet().replace("127.0.0.1:9092", broker.bootstrap)
+        res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode != 0
+    last = res.stderr.strip().splitlines()[-2:]
+    assert quoted == last[0].strip() and "SQLSTATE" in last[1], res.stderr[-2000:]

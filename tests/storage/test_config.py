@@ -4,6 +4,7 @@ the typed attributes derived once from the values."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 
@@ -68,3 +69,20 @@ def test_unknown_key_and_bad_value_are_refused() -> None:
         LogConfig.build({}, {"no.such.key": "1"})
     with pytest.raises(ConfigError, match=r"segment\.bytes"):
         LogConfig.build({}, {"segment.bytes": "lots"})
+
+
+def test_message_format_version_is_accepted_and_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka 3.9 accepts the deprecated topic key (KIP-724) and ignores its value; tools
+    that still set it expect success."""
+    from odradek.storage import config as config_module
+
+    config_module._message_format_warned = False
+    with caplog.at_level(logging.WARNING, logger="odradek.storage.config"):
+        first = LogConfig.build({}, {"message.format.version": "0.10.0"})
+        LogConfig.build({}, {"message.format.version": "2.8-IV1"})
+    assert first.values["message.format.version"] == "0.10.0"
+    assert first.segment_bytes == LogConfig.default().segment_bytes
+    assert [r.getMessage().split(" is deprecated")[0] for r in caplog.records] == [
+        "topic config message.format.version=0.10.0"]  # once
+    with pytest.raises(ConfigError, match=r"message\.format\.version"):
+        LogConfig.build({}, {"message.format.version": "banana"})

@@ -115,6 +115,49 @@ def test_delete_log(tmp_path: Path) -> None:
     manager.shutdown()
 
 
+def test_delete_log_of_a_topic_with_the_longest_name(tmp_path: Path) -> None:
+    """A 249-character topic (the longest Kafka allows): ``<tp>.<uuid>-delete`` would be
+    291 bytes, past a file name's 255 (ENAMETOOLONG took the whole log dir offline); the
+    topic part is cut to fit, as Kafka's LocalLog.logDeleteDirName does."""
+    clock = Clock()
+    manager = LogManager([tmp_path / "d"], time_ms=clock)
+    manager.startup()
+    tp = TopicPartition("x" * 249, 0)
+    other = TopicPartition("kept", 0)
+    manager.get_or_create_log(tp, config(file_delete_delay_ms=10)).append_as_leader(make_batch())
+    manager.get_or_create_log(other, config())
+    manager.delete_log(tp)
+    assert manager.get_log(tp) is None
+    assert manager.online_dirs == [tmp_path / "d"]
+    (pending,) = (tmp_path / "d").glob("x*-delete")
+    assert len(pending.name) == 255 and pending.name.startswith("x" * 200)
+    assert manager.get_log(other) is not None
+    clock.now += 10
+    manager.delete_pending()
+    assert list((tmp_path / "d").glob("x*")) == []
+    manager.shutdown()
+
+
+def test_deleting_many_logs_syncs_each_log_dir_once(tmp_path: Path, monkeypatch) -> None:
+    """A deleted topic's partitions are renamed, then each log dir synced once: an fsync
+    per partition held the event loop for seconds on a large topic."""
+    manager = LogManager([tmp_path / "a", tmp_path / "b"], time_ms=Clock())
+    manager.startup()
+    tps = [TopicPartition("big", i) for i in range(20)]
+    for tp in tps:
+        manager.get_or_create_log(tp, config())
+    synced: list[Path] = []
+    real_fsync_dir = files.fsync_dir
+    monkeypatch.setattr(files, "fsync_dir", lambda d: (synced.append(Path(d)),
+                                                       real_fsync_dir(d)))
+    manager.delete_logs(tps)
+    assert sorted(synced) == [tmp_path / "a", tmp_path / "b"]
+    assert all(manager.get_log(tp) is None for tp in tps)
+    assert list((tmp_path / "a").glob("big-*")) == list((tmp_path / "a").glob("big-*-delete"))
+    assert len(list((tmp_path / "a").glob("big-*-delete"))) == 10
+    manager.shutdown()
+
+
 def test_disk_error_takes_one_dir_offline(tmp_path: Path, monkeypatch) -> None:
     bad, good = (tmp_path / "bad").absolute(), (tmp_path / "good").absolute()
     manager = _manager([bad, good])

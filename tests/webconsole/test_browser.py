@@ -9,6 +9,7 @@ page under ``tmp/artifacts/webconsole`` (printed by the test).
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+from odradek.webconsole.app import record_time
 from tests.interop._broker import free_port, start_broker
 from tests.webconsole._console import ARTIFACTS, chromium_driver, running_console, wait_for
 
@@ -87,6 +89,7 @@ def test_pages_show_the_cluster(setup: tuple[str, str, Any]) -> None:
     bootstrap, url, driver = setup
     driver.get(url + "/")
     assert wait_for("the broker count", lambda: _text(driver, "#broker-count")) == "1"
+    assert _text(driver, ".card:has(#broker-count)").split() == ["1", "broker"]
     assert _text(driver, "#urp") == "0" and _text(driver, "#offline") == "0"
     assert int(_text(driver, "#partition-count")) >= PARTITIONS
     _shot(driver, "overview")
@@ -115,6 +118,11 @@ def test_pages_show_the_cluster(setup: tuple[str, str, Any]) -> None:
     with pytest.raises(NoAlertPresentException):
         driver.switch_to.alert.text  # noqa: B018 -- raises when no alert is open
     assert "source: test" in _text(driver, "#records tr:nth-child(2)").replace("\n", " ")
+    # Timestamps read as dates; the raw milliseconds are the cell's title.
+    stamp = driver.find_elements(By.CSS_SELECTOR, "#records td.ts")[0]
+    raw = int(str(stamp.get_attribute("title")).removesuffix(" ms"))
+    assert stamp.text == record_time(raw) and stamp.text.endswith(" UTC")
+    assert stamp.text.startswith(f"{datetime.datetime.now(datetime.UTC).year}-")
     _shot(driver, "messages")
 
     # Hex view of the same record.
@@ -130,6 +138,9 @@ def test_pages_show_the_cluster(setup: tuple[str, str, Any]) -> None:
     assert producer.flush(30) == 0
     wait_for("the tailed record", lambda: "<b>tailed</b>" in [
         e.text for e in driver.find_elements(By.CSS_SELECTOR, "#records pre")], timeout=20)
+    tailed = driver.find_elements(By.CSS_SELECTOR, "#records td.ts")[-1]
+    raw = int(str(tailed.get_attribute("title")).removesuffix(" ms"))
+    assert tailed.text == record_time(raw)  # the script formats as the page does
 
 
 def _lags(driver: Any) -> list[str]:

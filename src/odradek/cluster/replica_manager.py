@@ -494,11 +494,13 @@ class ReplicaManager:
                 return
             self._host(info)
             return
-        for tp in [tp for tp in list(self.log_manager.logs) if tp.topic == name]:
+        deleted = [tp for tp in list(self.log_manager.logs) if tp.topic == name]
+        for tp in deleted:
             self.partitions.pop(tp, None)
             if self.fetchers is not None:
                 self.fetchers.remove(tp)
-            self.log_manager.delete_log(tp)
+        self.log_manager.delete_logs(deleted)  # their dirs synced once, not per partition
+        for tp in deleted:
             self.fetch_watchers.wake_all(tp)
             self.produce_watchers.wake_all(tp)
 

@@ -264,6 +264,9 @@ class BrokerCollector:
             yield GaugeMetricFamily(
                 "odradek_event_loop_longest_stall_seconds", "the longest stall of the event "
                 "loop since the broker started", value=watchdog.longest_stall_s)
+            yield GaugeMetricFamily(
+                "odradek_gc_longest_collection_seconds", "the longest garbage collection "
+                "(every thread held) since the broker started", value=watchdog.longest_gc_s)
 
         # kafka.server:type=BrokerTopicMetrics,name=<X>PerSec[,topic=<t>]
         for i, (meter, _) in enumerate(_TOPIC_METERS):

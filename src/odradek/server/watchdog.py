@@ -20,6 +20,14 @@ and GC pause logging or Node's ``blocked-at``:
   client id, correlation id, size, connection), or the network layer's decode step (a
   ``header`` and the ``frame`` it came in).
 
+Python's cyclic garbage collector stops every thread while it runs, the loop's included,
+and a full collection walks every tracked object. The watchdog follows collections
+through ``gc.callbacks``: a warning says when a collection (and of which generation) is
+running at that moment, and the longest collection is counted beside the stalls
+(``longest_gc_s``). The broker freezes what it built at start-up (``gc.freeze``, see
+:meth:`Broker.start <odradek.server.broker.Broker.start>`), so full collections walk only
+what came after.
+
 The thread only reads: it never touches the loop's objects beyond the frames' locals, and
 a heartbeat costs the loop one callback every ``interval``. ``event.loop.stall.threshold.ms``
 sets the threshold (default 1,000 ms; 0 turns the watchdog off).
@@ -28,6 +36,7 @@ sets the threshold (default 1,000 ms; 0 turns the watchdog off).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 import threading
@@ -66,6 +75,9 @@ class LoopWatchdog:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned_beat: float | None = None  # the heartbeat a warning was logged after
+        self.longest_gc_s = 0.0
+        self._gc_started: float | None = None
+        self._gc_generation = -1
 
     def start(self) -> None:
         """Start both halves; call on the watched loop's thread."""
@@ -75,9 +87,12 @@ class LoopWatchdog:
         self._thread = threading.Thread(target=self._watch, name="event-loop-watchdog",
                                         daemon=True)
         self._thread.start()
+        gc.callbacks.append(self._on_gc)
 
     def stop(self) -> None:
         self._stopping.set()
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         if self._handle is not None:
             self._handle.cancel()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -98,6 +113,17 @@ class LoopWatchdog:
         if not self._stopping.is_set():
             self._handle = self._loop.call_later(self.interval_s, self._beat, now)
 
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """gc.callbacks: in whichever thread triggered the collection, every thread held."""
+        if phase == "start":
+            self._gc_generation = info["generation"]
+            self._gc_started = time.monotonic()
+        elif (started := self._gc_started) is not None:
+            self._gc_started = None
+            took = time.monotonic() - started
+            if took > self.longest_gc_s:
+                self.longest_gc_s = took
+
     # -- in the watchdog's thread ---------------------------------------------------------
 
     def _watch(self) -> None:
@@ -112,10 +138,14 @@ class LoopWatchdog:
             self._warned_beat = last
             self.warnings += 1
             stack = "".join(traceback.format_stack(frame, limit=STACK_LIMIT))
+            gc_started = self._gc_started
+            collecting = ("" if gc_started is None else
+                          f"; a garbage collection of generation {self._gc_generation} has "
+                          f"been running for {time.monotonic() - gc_started:.3f} s")
             log.warning(
                 "event loop blocked for %.3f s (event.loop.stall.threshold.ms=%d); handling: "
-                "%s; the loop thread's stack:\n%s", held, round(self.threshold_s * 1000),
-                describe_request(frame), stack.rstrip())
+                "%s%s; the loop thread's stack:\n%s", held, round(self.threshold_s * 1000),
+                describe_request(frame), collecting, stack.rstrip())
             del frame
 
 

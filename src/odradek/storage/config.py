@@ -8,9 +8,13 @@ with a message naming the key, never half-applied.
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 LONG_MAX = (1 << 63) - 1
 
@@ -64,6 +68,24 @@ def _throttled_replicas(value: Any) -> str | None:
     return None
 
 
+_MESSAGE_FORMAT_VERSION = re.compile(r"\d+\.\d+(\.\d+)?(-IV\d+)?")
+_message_format_warned = False
+
+
+def _message_format_version(value: Any) -> str | None:
+    """Kafka 3.9 accepts a topic's ``message.format.version`` (deprecated since 3.0, KIP-724)
+    and ignores its value, the stored format following the inter-broker protocol (3.0 or
+    newer: RecordBatch v2). So does Odradek, which stores v2 only; it warns once."""
+    global _message_format_warned
+    if not _MESSAGE_FORMAT_VERSION.fullmatch(str(value)):
+        return "must be a Kafka version such as 0.10.0, 2.8 or 3.0-IV1"
+    if not _message_format_warned:
+        _message_format_warned = True
+        log.warning("topic config message.format.version=%s is deprecated (KIP-724) and "
+                    "ignored: records are stored as RecordBatch v2, as Kafka 3.x does", value)
+    return None
+
+
 def _ratio(value: Any) -> str | None:
     return None if 0.0 <= value <= 1.0 else "must be between 0 and 1"
 
@@ -90,6 +112,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
                   "longest a record stays uncompacted", _at_least(1)),
         ConfigDef("max.message.bytes", "int", 1048588, "message.max.bytes",
                   "largest record batch accepted", _at_least(0)),
+        ConfigDef("message.format.version", "string", "3.0-IV1", None,
+                  "deprecated (KIP-724): accepted and ignored, records are stored as "
+                  "RecordBatch v2", _message_format_version),
         ConfigDef("message.timestamp.type", "string", "CreateTime",
                   "log.message.timestamp.type", "CreateTime or LogAppendTime",
                   _one_of("CreateTime", "LogAppendTime")),

@@ -35,6 +35,19 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 META_PROPERTIES = "meta.properties"
 
 
+#: The longest file name the file systems Kafka runs on take (ext4, xfs: 255 bytes).
+MAX_FILE_NAME = 255
+
+
+def delete_dir_name(topic: str, partition: int, unique_id: str) -> str:
+    """``<topic>-<partition>.<unique_id>-delete``: the name a partition dir is renamed to
+    before it is removed. A topic name may be 249 characters, which with the suffix
+    exceeds a file name's 255 bytes, so the topic is cut to fit, as Kafka's
+    ``LocalLog.logDeleteDirName`` does (topic names are ASCII: characters are bytes)."""
+    suffix = f"-{partition}.{unique_id}{DELETE_DIR_SUFFIX}"
+    return topic[: max(MAX_FILE_NAME - len(suffix), 0)] + suffix
+
+
 def filename_prefix(offset: int) -> str:
     """The 20-digit zero-padded base offset that names a segment's files."""
     return f"{offset:020d}"

@@ -253,7 +253,8 @@ class LogManager:
         """A log whose creation failed half-way (out of descriptors, say) leaves nothing
         behind: its dir is renamed ``-delete`` (a rename needs no descriptor), which the
         next start removes if removing it now fails too."""
-        target = dir.with_name(f"{dir.name}.{uuid.uuid4().hex}{files.DELETE_DIR_SUFFIX}")
+        topic, partition = parse_topic_partition(dir.name)
+        target = dir.with_name(files.delete_dir_name(topic, partition, uuid.uuid4().hex))
         try:
             dir.rename(target)
         except OSError as exc:
@@ -273,27 +274,45 @@ class LogManager:
         return min(online, key=lambda d: (counts[str(d)], online.index(d)))
 
     def delete_log(self, tp: TopicPartition) -> None:
-        """Rename the partition dir ``<tp>.<uuid>-delete`` now, remove it later."""
+        """Rename the partition dir ``<tp>.<uuid>-delete`` now (the topic cut to fit a file
+        name: :func:`files.delete_dir_name`), remove it later."""
+        self.delete_logs((tp,))
+
+    def delete_logs(self, tps: Iterable[TopicPartition]) -> None:
+        """:meth:`delete_log` for many partitions (a deleted topic's): every dir renamed,
+        then each log dir they were in synced once for all its renames, as an fsync per
+        partition made deleting a large topic take seconds on the event loop."""
         with self._lock:
-            partition_log = self.logs.pop(tp, None)
-            if partition_log is None:
-                return
-            with self.failure_channel.guard(partition_log.log_dir, f"deleting {tp}"), \
-                    partition_log._lock:
-                # Background work on it becomes a no-op; segment descriptors close now,
-                # or when the last fetch holding one lets go (LogSegment.abandon).
-                partition_log.closed = True
-                for segment in partition_log.segments:
-                    segment.abandon()
-                target = partition_log.dir.with_name(
-                    f"{tp}.{uuid.uuid4().hex}{files.DELETE_DIR_SUFFIX}"
-                )
-                partition_log.dir.rename(target)
-                files.fsync_dir(partition_log.log_dir)
-            self._pending.append(
-                _PendingDelete(self.time_ms() + partition_log.config.file_delete_delay_ms,
-                               dirs=[target])
+            renamed: set[Path] = set()
+            try:
+                for tp in tps:
+                    partition_log = self.logs.pop(tp, None)
+                    if partition_log is None:
+                        continue
+                    target = self._rename_for_deletion(tp, partition_log)
+                    renamed.add(partition_log.log_dir)
+                    self._pending.append(_PendingDelete(
+                        self.time_ms() + partition_log.config.file_delete_delay_ms,
+                        dirs=[target]))
+            finally:
+                for log_dir in renamed:
+                    with self.failure_channel.guard(log_dir, "syncing the renames of deleted "
+                                                    "logs"):
+                        files.fsync_dir(log_dir)
+
+    def _rename_for_deletion(self, tp: TopicPartition, partition_log: PartitionLog) -> Path:
+        with self.failure_channel.guard(partition_log.log_dir, f"deleting {tp}"), \
+                partition_log._lock:
+            # Background work on it becomes a no-op; segment descriptors close now, or when
+            # the last fetch holding one lets go (LogSegment.abandon).
+            partition_log.closed = True
+            for segment in partition_log.segments:
+                segment.abandon()
+            target = partition_log.dir.with_name(
+                files.delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex)
             )
+            partition_log.dir.rename(target)
+        return target
 
     def _on_dir_offline(self, log_dir: Path) -> None:
         with self._lock:

@@ -12,6 +12,7 @@ lifespan closes the cluster client it made (its librdkafka log polling thread) o
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,7 +41,19 @@ def _env() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"),
                       autoescape=select_autoescape(["html"], default=True))
     env.filters["urlpart"] = lambda s: quote(str(s), safe="")
+    env.filters["when"] = record_time
     return env
+
+
+def record_time(timestamp_ms: int) -> str:
+    """A record's timestamp as a UTC date to the millisecond (-1, none, as "-")."""
+    if timestamp_ms < 0:
+        return "-"
+    try:
+        when = datetime.datetime.fromtimestamp(timestamp_ms / 1000, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return str(timestamp_ms)
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{timestamp_ms % 1000:03d} UTC"
 
 
 def create_app(bootstrap: str, metrics_urls: list[str] | None = None,

@@ -5,9 +5,13 @@ empty one at v0 means every topic; a requested topic that does not exist is crea
 both the request (``allow_auto_topic_creation``, v4+) and the broker
 (``auto.create.topics.enable``) allow it, otherwise UNKNOWN_TOPIC_OR_PARTITION; an illegal
 name is INVALID_TOPIC_EXCEPTION; topics asked by id (v10+) that do not exist get
-UNKNOWN_TOPIC_ID. Creation here is synchronous, so the new topic is answered with its
-partitions at once instead of LEADER_NOT_AVAILABLE. ``include_cluster_authorized_operations``
-(v8-10) and ``include_topic_authorized_operations`` (v8+) are answered from
+UNKNOWN_TOPIC_ID; a name asked twice is answered once (Kafka reads the names as a set).
+The topics to create are created together, their logs in a worker thread
+(``ReplicaManager.change_topics``) while the loop serves others; the answer waits for
+them up to ``AUTO_CREATE_WAIT``, so a new topic is normally answered with its partitions
+at once, and only a creation still under way then gets LEADER_NOT_AVAILABLE.
+``include_cluster_authorized_operations`` (v8-10) and
+``include_topic_authorized_operations`` (v8+) are answered from
 ``server/authorization.py`` (KIP-430). Auto-created topics are validated as explicit
 creations are (legal characters, at most 249 of them, no '.'/'_' collision with an
 existing topic: INVALID_TOPIC_EXCEPTION) and count against the client's
@@ -17,7 +21,7 @@ created, and the answer carries the throttle time while the connection is muted 
 
 from __future__ import annotations
 
-import asyncio
+import datetime
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +72,16 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
             services.config["auto.create.topics.enable"]
         )
         quota = mutation_quota(services, ctx, PERMISSIVE) if allow else None
+        created: dict[str, TopicInfo | MetadataError] = {}
+        if allow:
+            missing = [n for n in dict.fromkeys(w.name for w in requested)
+                       if n is not None and services.metadata.get(n) is None]
+            if missing:
+                created = await _auto_create(services, missing)
+                if quota is not None:
+                    quota.record(sum(len(i.partitions) for i in created.values()
+                                     if isinstance(i, TopicInfo)))
+        answered: set[str] = set()
         for wanted in requested:
             name = wanted.name
             if name is None:
@@ -78,20 +92,14 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
                 else:
                     topics.append(_topic(services, info, live, ops))
                 continue
+            if name in answered:  # Kafka answers a set of names: each once
+                continue
+            answered.add(name)
+            outcome = created.get(name)
+            if isinstance(outcome, MetadataError):
+                topics.append(_error_topic(name, code_of(outcome.kafka_error), ops=ops))
+                continue
             info = services.metadata.get(name)
-            if info is None and allow:
-                try:
-                    if services.metadata.remote:  # the ZooKeeper write off the loop
-                        info = await asyncio.to_thread(services.metadata.create_topic, name)
-                    else:
-                        info = services.metadata.create_topic(name)
-                    if quota is not None:
-                        quota.record(len(info.partitions))
-                except MetadataError as exc:
-                    if exc.kafka_error != "TOPIC_ALREADY_EXISTS":
-                        topics.append(_error_topic(name, code_of(exc.kafka_error), ops=ops))
-                        continue
-                    info = services.metadata.get(name)
             if info is None:
                 topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition, ops=ops))
             else:
@@ -106,6 +114,30 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
         else NOT_REQUESTED,
         throttle_ms,
     ),))
+
+
+#: How long auto-creation waits for the new logs before answering (then pending
+#: partitions are LEADER_NOT_AVAILABLE, and the client asks again, as with Kafka).
+AUTO_CREATE_WAIT = datetime.timedelta(seconds=10)
+
+
+async def _auto_create(
+    services: BrokerServices, names: list[str]
+) -> dict[str, TopicInfo | MetadataError]:
+    """Create the topics ``names`` with the broker's defaults, their logs made in a worker
+    thread (``ReplicaManager.change_topics``) so that the loop turns meanwhile."""
+    def create() -> dict[str, TopicInfo | MetadataError]:
+        outcomes: dict[str, TopicInfo | MetadataError] = {}
+        for name in names:
+            try:
+                outcomes[name] = services.metadata.create_topic(name)
+            except MetadataError as exc:
+                if exc.kafka_error != "TOPIC_ALREADY_EXISTS":  # else: made meanwhile
+                    outcomes[name] = exc
+        return outcomes
+
+    outcomes, _ = await services.replica_manager.change_topics(create, AUTO_CREATE_WAIT)
+    return outcomes
 
 
 _NONE = int(ErrorCode.none.value)

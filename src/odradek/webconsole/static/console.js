@@ -13,6 +13,11 @@ function startTail() {
   const table = document.getElementById("records");
   const box = document.getElementById("tail");
   let timer = null;
+  // as the page's own rows show it (app.py record_time): a UTC date to the millisecond
+  function recordTime(ms) {
+    if (ms < 0) { return "-"; }
+    return new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC");
+  }
   async function poll() {
     const d = table.dataset;
     const url = "/api/topics/" + encodeURIComponent(d.topic) + "/messages?partition=" +
@@ -22,7 +27,8 @@ function startTail() {
       const body = await res.json();
       for (const r of body.records || []) {
         const row = table.insertRow();
-        cell(row, String(r.offset)); cell(row, String(r.timestamp));
+        cell(row, String(r.offset));
+        const ts = cell(row, recordTime(r.timestamp)); ts.className = "ts"; ts.title = r.timestamp + " ms";
         cell(row, r.key, true); cell(row, r.value, true);
         const h = cell(row, "");
         for (const [k, v] of r.headers) {
