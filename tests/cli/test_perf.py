@@ -13,7 +13,8 @@ import confluent_kafka as ck
 import pytest
 from tests.interop._broker import REPO, BrokerProcess, odradek_executable, start_broker
 
-from odradek.cli.perf import ProgressBar, final_line, percentile
+from odradek.cli._perf_report import ProgressBar
+from odradek.cli.perf import final_line, percentile
 
 CLI_TIMEOUT_S = 120.0
 NUM = 20_000

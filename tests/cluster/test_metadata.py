@@ -524,3 +524,15 @@ def test_max_broker_partitions(tmp_path: Path) -> None:
     assert _error(md.create_topic, "d", 1, 1) == "POLICY_VIOLATION"
     md.delete_topic("a")
     md.create_topic("d", 3, 2)  # the deleted topic's replicas are free again
+
+
+def test_consumer_offsets_of_offset_commit_v0(tmp_path: Path) -> None:
+    """Kafka 0.8's /consumers/<group>/offsets/<topic>/<partition>: -1 until written, then
+    the last offset written (the node is made on the first write, set after)."""
+    metadata = _metadata(tmp_path)
+    assert metadata.consumer_offset("g", "t", 0) == -1
+    metadata.set_consumer_offset("g", "t", 0, 42)
+    metadata.set_consumer_offset("g", "t", 0, 43)
+    assert metadata.consumer_offset("g", "t", 0) == 43
+    node = metadata.store.get("/consumers/g/offsets/t/0")
+    assert node is not None and (node.data, node.version) == (b"43", 1)

@@ -8,15 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from odradek.cluster.partition import (
+from odradek.cluster.errors import (
     FencedLeaderEpochError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
-    Partition,
-    PartitionState,
     UnknownLeaderEpochError,
-    leader_epoch_error,
 )
+from odradek.cluster.partition import Partition, PartitionState, leader_epoch_error
 from odradek.storage import LogManager, TopicPartition
 from odradek.storage.config import LogConfig
 from tests.storage._util import make_batch

@@ -15,18 +15,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-from odradek.cluster.metadata import ClusterMetadata, TopicInfo
-from odradek.cluster.partition import (
+from odradek.cluster.errors import (
     FencedLeaderEpochError,
-    NotLeaderOrFollowerError,
-    Partition,
-    PartitionState,
-)
-from odradek.cluster.replica_manager import (
     LeaderNotAvailableError,
-    ReplicaManager,
+    NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
+from odradek.cluster.metadata import ClusterMetadata, TopicInfo
+from odradek.cluster.partition import Partition, PartitionState
+from odradek.cluster.replica_manager import ReplicaManager
 from odradek.cluster.store import EmbeddedStore
 from odradek.server.purgatory import DelayedBytes, Purgatory
 from odradek.storage import LogManager, TopicPartition, files

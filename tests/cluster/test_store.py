@@ -89,6 +89,30 @@ def test_json_helpers(store: MetadataStore) -> None:
     assert store.get_json("/j") == ({"version": 2}, 1)
 
 
+def test_set_or_create_creates_then_overwrites(store: MetadataStore) -> None:
+    assert store.set_or_create("/sc/a/b", b"1").data == b"1"  # parents are made
+    assert store.set_or_create("/sc/a/b", b"2").version == 1
+    got = store.get("/sc/a/b")
+    assert got is not None and got.data == b"2"
+
+
+def test_set_or_create_when_another_writer_creates_the_node_first(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The node appears between the failed set and the create: the write still lands
+    (a get-then-create would raise NodeExistsError here)."""
+    create = store.create
+
+    def raced(path: str, data: bytes, *args: bool) -> object:
+        create(path, b"other writer")
+        return create(path, data, *args)
+
+    monkeypatch.setattr(store, "create", raced)
+    store.set_or_create("/sc/raced", b"mine")
+    got = store.get("/sc/raced")
+    assert got is not None and (got.data, got.version) == (b"mine", 1)
+
+
 def test_data_watch_fires_once(store: MetadataStore) -> None:
     store.create("/w", b"0")
     seen = Recorder()

@@ -1,5 +1,5 @@
 """``odradek groups export-offsets`` / ``import-offsets``: ExportZkOffsets and
-ImportZkOffsets of seed 001, for the committed offsets of today's groups.
+ImportZkOffsets of Kafka 0.8, for the committed offsets of today's groups.
 
 How it works: ``export-offsets`` reads a group's committed offsets (OffsetFetch from its
 coordinator) and writes one ``topic,partition,offset`` line per partition, sorted: the CSV

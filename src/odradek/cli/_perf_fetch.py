@@ -2,8 +2,8 @@
 for the records.
 
 How it works: through confluent-kafka every record becomes a Python ``Message`` with its
-own ``bytes``, which caps a consumer near 200 k records/s here, far below what librdkafka
-itself reads (bench/README.md, "Perf tools"). So the group stays with librdkafka (join,
+own ``bytes``, which caps a consumer far below what librdkafka itself reads
+(bench/README.md, "Perf tools", has the figures). So the group stays with librdkafka (join,
 assignment, rebalance time, commits: the consumer subscribes as Kafka's
 ConsumerPerformance does) while its partitions are paused, and the records of the assigned
 partitions are read with the project's own client: Fetch (v12) to each partition's leader
@@ -22,12 +22,13 @@ import sys
 import time
 from typing import Any
 
-from odradek.cli.perf import (
+from odradek.cli._perf_report import (
     CONSUMER_HEADER,
     DETAILED_HEADER,
+    LIBRDKAFKA_LOGGER,
     ProgressBar,
-    _print_detailed,
     consumer_line,
+    print_detailed,
 )
 from odradek.client.admin import Admin
 from odradek.client.connection import BrokerConnection, ClientError
@@ -118,8 +119,6 @@ class _Reader:
 
 def consume_fast(args: argparse.Namespace, config: dict[str, Any], ck: Any) -> int:
     try:
-        from odradek.cli.perf import LIBRDKAFKA_LOGGER
-
         consumer = ck.Consumer({**config, "enable.auto.commit": "false",
                                 "logger": LIBRDKAFKA_LOGGER})
     except ck.KafkaException as exc:
@@ -179,7 +178,7 @@ def consume_fast(args: argparse.Namespace, config: dict[str, Any], ck: Any) -> i
             if args.show_detailed_stats and time.time() - win_t >= interval:
                 t = time.time()
                 rebalance = (assigned_at[0] - start) if assigned_at else t - start
-                _print_detailed(t, win_t, count - win_count, nbytes - win_bytes, count, nbytes,
+                print_detailed(t, win_t, count - win_count, nbytes - win_bytes, count, nbytes,
                                 rebalance, args.date_format)
                 win_t, win_count, win_bytes = t, count, nbytes
             bar.update(count, now)

@@ -8,7 +8,7 @@ How it works:
   length that runs past the end of the file (a torn write) or is too small to be a batch
   ends the walk: "Found N invalid bytes at the end of <file>".
 - Entries of message formats v0/v1 (magic 0/1, segments left by a Kafka before 0.11) are
-  printed one per line as the DumpLogSegments of those Kafkas did (seed 004):
+  printed one per line as the DumpLogSegments of those Kafkas did:
   ``offset: O position: P isvalid: true payloadsize: N magic: 1 compresscodec:
   NoCompressionCodec crc: C`` (and ``keysize``, ``key``, ``payload``); a wrapper message is
   one line, and ``--deep-iteration`` prints the messages inside it instead.

@@ -1,7 +1,7 @@
 """``odradek groups list|describe|delete|reset-offsets`` (and export-offsets|import-offsets,
 in _group_offsets.py) (Kafka's kafka-consumer-groups.sh).
 
-``describe`` is the successor of the ConsumerOffsetChecker of seed 001: per partition the
+``describe`` is the successor of Kafka 0.8's ConsumerOffsetChecker: per partition the
 committed offset, the log end offset and the lag, with the member that owns the
 partition (decoded from the consumer protocol assignment), then the members with their
 client ids, hosts and assignments.

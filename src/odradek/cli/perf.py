@@ -29,30 +29,28 @@ On a terminal (standard error is a TTY) a progress bar is redrawn below the outp
 from __future__ import annotations
 
 import argparse
-import logging
 import random
-import shutil
 import sys
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from odradek.cli._common import parse_pairs
+from odradek.cli._perf_report import (
+    CONSUMER_HEADER,
+    DETAILED_HEADER,
+    LIBRDKAFKA_LOGGER,
+    MB,
+    ProgressBar,
+    consumer_line,
+    print_detailed,
+)
 
-#: how often the progress bar is redrawn on a terminal
-BAR_INTERVAL_S = 0.2
 #: librdkafka's queue is full: serve delivery reports for this long, then retry
 QUEUE_FULL_POLL_S = 0.005
-MB = 1024 * 1024
-
-
-#: librdkafka's own log lines (``%4|...|FAIL|...``) go through logging, where the CLI's
-#: level and format apply, instead of straight to stderr.
-LIBRDKAFKA_LOGGER = logging.getLogger("odradek.cli.librdkafka")
 
 
 def _confluent() -> Any:
@@ -62,38 +60,6 @@ def _confluent() -> Any:
         raise SystemExit("odradek: perf needs confluent-kafka: pip install 'odradek[perf]'") \
             from None
     return confluent_kafka
-
-
-# --------------------------------------------------------------------------- progress bar
-
-
-class ProgressBar:
-    """A one-line bar on standard error, redrawn in place; silent unless it is a terminal."""
-
-    def __init__(self, total: int, unit: str, enabled: bool | None = None) -> None:
-        self.total = max(total, 1)
-        self.unit = unit
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self._next = 0.0
-        self._start = time.monotonic()
-
-    def update(self, done: int, now: float, force: bool = False) -> None:
-        if not self.enabled or (now < self._next and not force):
-            return
-        self._next = now + BAR_INTERVAL_S
-        width = max(10, shutil.get_terminal_size((80, 20)).columns - 40)
-        frac = min(done / self.total, 1.0)
-        filled = int(width * frac)
-        rate = done / max(now - self._start, 1e-9)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}% "
-                         f"{rate:,.0f} {self.unit}/s ")
-        sys.stderr.flush()
-
-    def clear(self) -> None:
-        """Erase the bar so that the next line of output starts clean."""
-        if self.enabled:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
 
 
 # --------------------------------------------------------------------------- producer
@@ -319,32 +285,6 @@ def write_histogram(path: Path, latencies: list[float], label: str) -> None:
 
 # --------------------------------------------------------------------------- consumer
 
-CONSUMER_HEADER = ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
-                   "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
-DETAILED_HEADER = ("time, threadId, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
-                   "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
-
-
-def _stamp(t: float, fmt: str) -> str:
-    dt = datetime.fromtimestamp(t)
-    if fmt == "kafka":  # Kafka's default pattern, yyyy-MM-dd HH:mm:ss:SSS
-        return dt.strftime("%Y-%m-%d %H:%M:%S:") + f"{dt.microsecond // 1000:03d}"
-    return dt.strftime(fmt)
-
-
-def consumer_line(start: float, end: float, nbytes: int, count: int, rebalance_s: float,
-                  date_format: str) -> str:
-    """Kafka's result line; the rates over the whole run and over the fetch time."""
-    total = max(end - start, 1e-9)
-    fetch = max(total - rebalance_s, 0.0)
-    mb = nbytes / MB
-    fetch_mb_s = mb / fetch if fetch > 0 else 0.0
-    fetch_n_s = count / fetch if fetch > 0 else 0.0
-    return (f"{_stamp(start, date_format)}, {_stamp(end, date_format)}, {mb:.4f}, "
-            f"{mb / total:.4f}, {count}, {count / total:.4f}, {int(rebalance_s * 1000)}, "
-            f"{int(fetch * 1000)}, {fetch_mb_s:.4f}, {fetch_n_s:.4f}")
-
-
 def _consumer_config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {}
     if args.consumer_config is not None:
@@ -417,7 +357,7 @@ def _consume_librdkafka(args: argparse.Namespace, config: dict[str, Any]) -> int
             if args.show_detailed_stats and time.time() - win_t >= interval:
                 t = time.time()
                 rebalance = (assigned_at[0] - start) if assigned_at else t - start
-                _print_detailed(t, win_t, count - win_count, nbytes - win_bytes, count, nbytes,
+                print_detailed(t, win_t, count - win_count, nbytes - win_bytes, count, nbytes,
                                 rebalance, args.date_format)
                 win_t, win_count, win_bytes = t, count, nbytes
             bar.update(count, now)
@@ -452,15 +392,6 @@ def fast_path_possible(config: dict[str, Any]) -> bool:
     from odradek.records.columnar import native_available
 
     return native_available() and set(config) <= FAST_PATH_KEYS
-
-
-def _print_detailed(t: float, win_start: float, win_count: int, win_bytes: int, count: int,
-                    nbytes: int, rebalance_s: float, date_format: str) -> None:
-    span = max(t - win_start, 1e-9)
-    mb = nbytes / MB
-    print(f"{_stamp(t, date_format)}, 0, {mb:.4f}, {win_bytes / MB / span:.4f}, {count}, "
-          f"{win_count / span:.4f}, {int(rebalance_s * 1000)}, {int(span * 1000)}, "
-          f"{win_bytes / MB / span:.4f}, {win_count / span:.4f}", flush=True)
 
 
 # --------------------------------------------------------------------------- parser

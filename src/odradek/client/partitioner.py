@@ -1,4 +1,4 @@
-"""Kafka's default partitioner for keyed records (seed 001, Java's BuiltInPartitioner).
+"""Kafka's default partitioner for keyed records (Java's BuiltInPartitioner).
 
 A keyed record goes to ``toPositive(murmur2(key)) % partitions``, so that every client that
 follows Kafka's rule (Java, librdkafka's ``murmur2_random``, kafka-python) puts a key in

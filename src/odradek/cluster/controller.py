@@ -60,7 +60,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from odradek.cluster.controller_election import ControllerElector, ControllerMovedError
 from odradek.cluster.leader_election import (
@@ -100,6 +100,7 @@ from odradek.cluster.store import (
     StoreError,
     Watcher,
 )
+from odradek.storage import TopicPartition
 from odradek.text import plural
 
 __all__ = [
@@ -115,7 +116,6 @@ __all__ = [
     "Resync",
     "Startup",
     "TopicChange",
-    "TopicPartition",
     "UncleanElection",
 ]
 
@@ -134,11 +134,6 @@ RETRY_BACKOFF_S = 0.5  # before re-reading after a failed read or write
 IDLE_CHECK_S = 30.0  # an idle controller looks for notifications to purge this often
 HISTORY = 100  # processed events kept for inspection (Kafka's controller event metrics)
 _NOTIFICATION_ENTRY_BYTES = 32  # {"topic":..,"partition":..} around the topic name
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
 
 
 # -- events (Kafka's ControllerEvent) -------------------------------------------------------

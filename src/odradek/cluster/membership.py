@@ -6,9 +6,10 @@ Kafka's v5 JSON (``version``, ``host``/``port`` of the first PLAINTEXT endpoint 
 null/-1, ``endpoints`` as ``LISTENER://host:port``, ``listener_security_protocol_map``,
 ``jmx_port`` -1, ``rack`` when set, ``timestamp`` in ms as a string, ``features``). The node
 lives as long as the broker's session. If it already exists and belongs to another live
-session, the id is taken and registration is refused (seed 000); if it belongs to our own
-session (a retried create), it is ours. After the session expires the store opens a new
-one and :class:`BrokerRegistration` registers again, as Kafka's broker does on a new session.
+session, the id is taken and registration is refused (Kafka's broker refuses to start);
+if it belongs to our own session (a retried create), it is ours. After the session
+expires the store opens a new one and :class:`BrokerRegistration` registers again, as
+Kafka's broker does on a new session.
 :class:`BrokerChangeWatcher` keeps a child watch on ``/brokers/ids`` and reports the set of
 live brokers whenever it changes.
 """

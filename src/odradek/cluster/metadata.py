@@ -5,7 +5,7 @@ How it works: a topic is ``/brokers/topics/<name>`` holding its id and replica a
 ``/config/topics/<name>`` holding its config overrides. :class:`ClusterMetadata` validates
 requests (names, partition counts, replication factor, configs), writes through the store
 with compare-and-set, and tells listeners (the broker, which creates and deletes logs) what
-changed. Replica assignment follows seed 000 and Kafka's ``AdminUtils``
+changed. Replica assignment follows Kafka's ``AdminUtils``
 (:func:`assign_replicas`): leaders round-robin from a random start, followers at
 increasing shifts, a rack-alternating broker order when brokers have racks; with one
 broker every replica list is ``[broker_id]``.
@@ -29,6 +29,7 @@ from odradek.cluster import topic_names
 from odradek.cluster.partition import PartitionState
 from odradek.cluster.store import CreateOp, MetadataStore, NodeExistsError, NoNodeError
 from odradek.storage.config import ConfigError, LogConfig
+from odradek.storage.errors import ApiError
 from odradek.text import plural
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ MAX_PARTITIONS = 100_000  # bound on one topic's partition count
 MAX_PARTITIONS_PER_OPERATION = 10_000
 
 
-class MetadataError(Exception):
+class MetadataError(ApiError):
     """A refused metadata change; ``kafka_error`` names the Kafka error code."""
 
     def __init__(self, kafka_error: str, message: str) -> None:
@@ -73,7 +74,7 @@ def rack_alternated_brokers(racks: Mapping[int, str]) -> list[int]:
     """Brokers ordered so each is followed by one of another rack where possible (Kafka's
     ``AdminUtils.getRackAlternatedBrokerList``): racks in name order, each rack's brokers
     in id order, one broker from each rack in turn, a rack that ran out skipped. Racks A
-    (0, 1, 2) and B (3, 4, 5) give 0, 3, 1, 4, 2, 5 (seed 000, figure 5-5)."""
+    (0, 1, 2) and B (3, 4, 5) give 0, 3, 1, 4, 2, 5."""
     by_rack: dict[str, list[int]] = {}
     for broker, rack in sorted(racks.items()):
         by_rack.setdefault(rack, []).append(broker)
@@ -106,7 +107,7 @@ def assign_replicas(
     rng: random.Random | None = None,
 ) -> dict[int, list[int]]:
     """Replicas of partitions ``start_partition`` .. ``start_partition + partitions - 1``
-    (Kafka's ``AdminUtils.assignReplicasToBrokers``, seed 000 "Partition Allocation").
+    (Kafka's ``AdminUtils.assignReplicasToBrokers``).
 
     The leader of partition ``p`` is ``order[(p + start_index) % n]``: round-robin from a
     random start broker. The ``j``-th follower sits ``1 + (shift + j) % (n - 1)`` places
@@ -122,8 +123,8 @@ def assign_replicas(
     no racks): no broker twice in a partition; each broker leads ``q`` or ``q + 1``
     partitions and holds each replica position ``q`` or ``q + 1`` times; so it holds
     between ``rf * q + max(0, rf - (n - r))`` and ``rf * q + min(rf, r)`` replicas,
-    exactly ``rf * q`` when ``n`` divides ``partitions``. Seed 000's 10 partitions of RF 3
-    on 6 brokers thus give 4 to 6 replicas a broker, not always 5.
+    exactly ``rf * q`` when ``n`` divides ``partitions``. 10 partitions of RF 3 on 6
+    brokers thus give 4 to 6 replicas a broker, not always 5.
 
     ``start_index`` fixes the start broker (an index into the order); as in Kafka it is
     then also the initial shift unless ``replica_shift`` is given. Otherwise both are
@@ -218,6 +219,7 @@ class ClusterMetadata:
     BROKER_CONFIGS = "/config/brokers"  # dynamic broker configs: <id> or <default>
     DEFAULT_BROKER_ENTITY = "<default>"
     CLIENT_CONFIGS = "/config/clients"  # client quotas: <sanitized client id> or <default>
+    CONSUMERS = "/consumers"  # offsets committed by OffsetCommit v0 (Kafka 0.8's layout)
 
     def __init__(
         self, store: MetadataStore, broker_ids: Callable[[], list[int]],
@@ -670,3 +672,21 @@ class ClusterMetadata:
                 self.store.delete(path)
         stored = dict(configs)
         self.apply_locally(lambda: self.cache_client_quotas(entity, stored))
+
+    # -- offsets committed the old way (OffsetCommit v0 / OffsetFetch v0, Kafka 0.8) --------
+    def consumer_offset(self, group: str, topic: str, partition: int) -> int:
+        """The offset OffsetCommit v0 stored for ``group`` (-1: none), read from Kafka's
+        ``/consumers/<group>/offsets/<topic>/<partition>`` (blocking: in cluster mode, not
+        on the event loop)."""
+        node = self.store.get(self._consumer_offset_path(group, topic, partition))
+        return int(node.data) if node is not None and node.data else -1
+
+    def set_consumer_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Store ``offset`` as decimal text in that node (Kafka's
+        ``ZkUtils.updatePersistentPath``; blocking), whether or not it exists yet."""
+        self.store.set_or_create(self._consumer_offset_path(group, topic, partition),
+                                 str(offset).encode())
+
+    @classmethod
+    def _consumer_offset_path(cls, group: str, topic: str, partition: int) -> str:
+        return f"{cls.CONSUMERS}/{group}/offsets/{topic}/{partition}"

@@ -42,45 +42,23 @@ the event loop sees one consistent state.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from odradek.clock import monotonic_ms
+from odradek.cluster.errors import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
 from odradek.storage.log import FetchDataInfo, LogAppendInfo, PartitionLog
 
 __all__ = [
-    "LeaderNotAvailableError",
-    "NotEnoughReplicasError",
-    "NotLeaderOrFollowerError",
     "Partition",
     "PartitionState",
     "ReplicaState",
-    "now_ms",
 ]
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-class NotLeaderOrFollowerError(Exception):
-    kafka_error = "NOT_LEADER_OR_FOLLOWER"
-
-
-class LeaderNotAvailableError(Exception):
-    kafka_error = "LEADER_NOT_AVAILABLE"
-
-
-class NotEnoughReplicasError(Exception):
-    kafka_error = "NOT_ENOUGH_REPLICAS"
-
-
-class FencedLeaderEpochError(Exception):
-    kafka_error = "FENCED_LEADER_EPOCH"
-
-
-class UnknownLeaderEpochError(Exception):
-    kafka_error = "UNKNOWN_LEADER_EPOCH"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +95,8 @@ class ReplicaState:
 
 
 class Partition:
-    __slots__ = ("_on_high_watermark", "broker_id", "leader_epoch_start_offset", "log",
-                 "partition", "pending_isr", "replicas", "state", "topic")
+    __slots__ = ("_on_high_watermark", "broker_id", "follower_states",
+                 "leader_epoch_start_offset", "log", "partition", "pending_isr", "state", "topic")
 
     def __init__(
         self,
@@ -133,15 +111,17 @@ class Partition:
         self.log = log
         self.state = state
         self._on_high_watermark = on_high_watermark
-        # Followers' positions, kept while this broker leads (reset by make_leader).
-        self.replicas: dict[int, ReplicaState] = {}
+        # What this leader knows of each follower, by broker id (Kafka's remote replicas,
+        # ``remoteReplicasMap``); kept while this broker leads (reset by make_leader). Not
+        # to be confused with ``state.replicas``, the assigned broker ids.
+        self.follower_states: dict[int, ReplicaState] = {}
         # An ISR change written but not yet confirmed (Kafka's PendingExpandIsr/ShrinkIsr).
         self.pending_isr: tuple[int, ...] | None = None
         # Where this broker's leadership began (Kafka's leaderEpochStartOffsetOpt): the
         # log end offset when it became leader; None while it does not lead.
         self.leader_epoch_start_offset: int | None = None
         if state.leader == broker_id:
-            self.make_leader(now_ms())
+            self.make_leader(monotonic_ms())
         log.high_watermark_managed = True
         log.add_append_listener(self._appended)
         self.maybe_increment_high_watermark()
@@ -171,15 +151,15 @@ class Partition:
         if state.leader == self.broker_id and (
             previous.leader != self.broker_id or previous.leader_epoch != state.leader_epoch
         ):
-            self.make_leader(now_ms() if now is None else now)
+            self.make_leader(monotonic_ms() if now is None else now)
         elif state.leader != self.broker_id:
-            self.replicas = {}
+            self.follower_states = {}
             self.leader_epoch_start_offset = None
         elif state.replicas != previous.replicas:
             # reassigned: a replica added is tracked from its first fetch, one removed is
             # forgotten
-            self.replicas = {
-                r: self.replicas.get(r) or ReplicaState()
+            self.follower_states = {
+                r: self.follower_states.get(r) or ReplicaState()
                 for r in state.replicas if r != self.broker_id
             }
         self.maybe_increment_high_watermark()
@@ -191,7 +171,7 @@ class Partition:
         offset, where this leader's first batch will go: a follower asking
         OffsetForLeaderEpoch for the previous epoch is told where it ended."""
         state = self.state
-        self.replicas = {
+        self.follower_states = {
             r: ReplicaState(last_caught_up_ms=now if r in state.isr else 0)
             for r in state.replicas if r != self.broker_id
         }
@@ -240,7 +220,7 @@ class Partition:
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now: int) -> bool:
         """A follower fetched from ``fetch_offset``: its log end offset. Returns whether
         the high watermark moved."""
-        replica = self.replicas.get(replica_id)
+        replica = self.follower_states.get(replica_id)
         if replica is None:
             return False
         leader_end = self.log.log_end_offset
@@ -260,7 +240,7 @@ class Partition:
         for r in self.state.isr:
             if r == self.broker_id:
                 continue
-            replica = self.replicas.get(r)
+            replica = self.follower_states.get(r)
             if replica is None or now - replica.last_caught_up_ms > max_lag_ms:
                 out.append(r)
         return out
@@ -271,7 +251,7 @@ class Partition:
         state = self.state
         if replica_id in state.isr or replica_id not in state.replicas:
             return False
-        replica = self.replicas.get(replica_id)
+        replica = self.follower_states.get(replica_id)
         if replica is None:
             return False
         epoch_start = self.log.leader_epoch_cache.start_offset_of(state.leader_epoch)
@@ -296,10 +276,10 @@ class Partition:
         new = self.log.log_end_offset
         isr = state.isr
         if len(isr) > 1 or self.pending_isr is not None:
-            replicas = self.replicas
+            followers = self.follower_states
             for r in (isr if self.pending_isr is None else set(isr) | set(self.pending_isr)):
                 if r != self.broker_id:
-                    replica = replicas.get(r)
+                    replica = followers.get(r)
                     if replica is None:
                         return False
                     if replica.log_end_offset < new:

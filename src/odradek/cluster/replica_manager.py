@@ -52,14 +52,14 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
-from odradek.cluster.leader_election import LeaderAndIsr, isr_change
-from odradek.cluster.partition import (
+from odradek.clock import monotonic_ms
+from odradek.cluster.errors import (
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
-    Partition,
-    PartitionState,
-    now_ms,
+    UnknownTopicOrPartitionError,
 )
+from odradek.cluster.leader_election import LeaderAndIsr, isr_change
+from odradek.cluster.partition import Partition, PartitionState
 from odradek.cluster.replication_quota import UNLIMITED, ReplicationQuota, is_throttled
 from odradek.cluster.store import BadVersionError
 from odradek.storage import LogManager, PartitionLog, TopicPartition, checkpoint, files
@@ -74,18 +74,12 @@ if TYPE_CHECKING:
 __all__ = [
     "FollowerKey",
     "IsrWriter",
-    "LeaderNotAvailableError",
     "ReplicaManager",
-    "UnknownTopicOrPartitionError",
     "Watchers",
 ]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class UnknownTopicOrPartitionError(Exception):
-    kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
 
 
 class FollowerKey(NamedTuple):
@@ -261,7 +255,7 @@ class ReplicaManager:
                               fetch_offset: int) -> None:
         """A follower fetched ``partition`` from ``fetch_offset`` (Kafka's
         ``updateFollowerFetchState``): the high watermark may move, the ISR may grow."""
-        partition.update_follower_fetch_state(replica_id, fetch_offset, now_ms())
+        partition.update_follower_fetch_state(replica_id, fetch_offset, monotonic_ms())
         if (self.isr_writer is not None and partition.pending_isr is None
                 and partition.expand_candidate(replica_id)):
             isr = [*partition.state.isr, replica_id]
@@ -277,7 +271,7 @@ class ReplicaManager:
         of the partitions led here (on the event loop)."""
         if self.isr_writer is None:
             return
-        now = now_ms()
+        now = monotonic_ms()
         for partition in list(self.partitions.values()):
             if not partition.is_leader or partition.pending_isr is not None:
                 continue

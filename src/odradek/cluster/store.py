@@ -5,7 +5,7 @@ How it works: metadata lives in a tree of paths (Kafka's ZooKeeper layout:
 ``/cluster/id``). Each node holds bytes and a version that every write bumps. Writes are
 compare-and-set on the version (``expected_version=-1`` means unconditional), so two
 writers never silently overwrite each other — the property the controller's epoch fencing
-relies on in seed 000. Ephemeral nodes vanish with their session (broker registration).
+relies on. Ephemeral nodes vanish with their session (broker registration).
 Watches fire once per change, as in ZooKeeper: a data watch set by :meth:`get` fires when the
 node is created, changed or deleted (``get`` on a missing node still watches for its
 creation, as ZooKeeper's ``exists`` does); a child watch set by :meth:`children` fires when a
@@ -216,6 +216,20 @@ class MetadataStore(abc.ABC):
 
     def set_json(self, path: str, value: object, expected_version: int = -1) -> Node:
         return self.set(path, json.dumps(value, sort_keys=True).encode(), expected_version)
+
+    def set_or_create(self, path: str, data: bytes) -> Node:
+        """Write ``path`` unconditionally, creating it (and its parents) if missing, as
+        Kafka's ``ZkUtils.updatePersistentPath``: set; if there is no node, create; if
+        another writer created it meanwhile, set again. Never a read then a create, which
+        two writers can both pass."""
+        try:
+            return self.set(path, data)
+        except NoNodeError:
+            pass
+        try:
+            return self.create(path, data)
+        except NodeExistsError:
+            return self.set(path, data)
 
 
 def _parent(path: str) -> str:

@@ -48,6 +48,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.clock import now_ms
 from odradek.coordinator.group_metadata import (
     CommittedOffset,
     GroupMetadata,
@@ -78,10 +79,6 @@ UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 
 _Partition = tuple[str, int]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +161,7 @@ class GroupCoordinator:
         self,
         offsets_topic: OffsetsTopic,
         config: CoordinatorConfig | None = None,
-        time_ms: Callable[[], int] = _now_ms,
+        time_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.topic = offsets_topic
         self.config = config or CoordinatorConfig()

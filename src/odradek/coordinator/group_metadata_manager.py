@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from odradek.clock import now_ms
 from odradek.coordinator.group_metadata import CommittedOffset, GroupMetadata, MemberMetadata
 from odradek.coordinator.group_records import (
     GroupMetadataKey,
@@ -61,10 +62,6 @@ log = logging.getLogger(__name__)
 _Partition = tuple[str, int]
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 @dataclass(frozen=True, slots=True)
 class OffsetConfig:
     """The broker configs the manager reads (Kafka's ``OffsetConfig``; names in comments)."""
@@ -79,7 +76,7 @@ class GroupMetadataManager:
         self,
         offsets_topic: OffsetsTopic,
         config: OffsetConfig | None = None,
-        time_ms: Callable[[], int] = _now_ms,
+        time_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.topic = offsets_topic
         self.config = config or OffsetConfig()

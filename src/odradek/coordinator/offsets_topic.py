@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from odradek.cluster.metadata import ClusterMetadata, MetadataError
 from odradek.records.batch import iter_batches, iter_records
 from odradek.records.builder import BatchBuilder
+from odradek.storage.errors import ApiError
 from odradek.storage.log import LogAppendInfo, PartitionLog
 from odradek.text import plural
 
@@ -38,7 +39,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 REPLAY_READ_BYTES = 4 * 1024 * 1024
 
 
-class OffsetsTopicUnavailableError(Exception):
+class OffsetsTopicUnavailableError(ApiError):
     """The topic cannot be created or a partition has no log here (COORDINATOR_NOT_AVAILABLE)."""
 
     kafka_error = "COORDINATOR_NOT_AVAILABLE"

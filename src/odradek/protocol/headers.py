@@ -72,7 +72,7 @@ def parse_request_header(
     derived because kio does not know the key.
 
     Read by hand, straight through (it runs for every request, and kio's reader plus the
-    conversion cost about twice as much: bench/README.md); a hypothesis test holds it to
+    conversion cost more: bench/README.md has the figures); a hypothesis test holds it to
     kio's reader.
     """
     if len(frame) < _FIXED.size:

@@ -1,13 +1,13 @@
 """One broker process: storage, metadata, handlers and listeners wired together.
 
-How it works (seed 000 "Request Processing"): every listener accepts connections on one
-asyncio event loop; the network layer decodes frames and dispatches each request to its
-handler through the registry. This module is the wiring: it builds the parts (log
-manager, metadata, replica manager, group coordinator, producer ids, dynamic configs) and
-hands the handlers a :class:`~odradek.server.services.BrokerServices`, never itself.
-Handlers reach partitions through the replica manager (``cluster/``). Background work
-(retention, flushes, checkpoints) runs on the same loop's scheduler, with disk-heavy
-steps in a worker thread.
+How it works (Kafka's request processing: ``SocketServer``, ``KafkaApis``): every listener
+accepts connections on one asyncio event loop; the network layer decodes frames and
+dispatches each request to its handler through the registry. This module is the wiring: it
+builds the parts (log manager, metadata, replica manager, group coordinator, producer ids,
+dynamic configs) and hands the handlers a
+:class:`~odradek.server.services.BrokerServices`, never itself. Handlers reach partitions
+through the replica manager (``cluster/``). Background work (retention, flushes,
+checkpoints) runs on the same loop's scheduler, with disk-heavy steps in a worker thread.
 
 Start: open the metadata store, layer the dynamic broker configs, load logs (recovery if
 the last shutdown was unclean), host every partition of every known topic (the replica

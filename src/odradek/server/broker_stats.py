@@ -18,9 +18,9 @@ little per request as can be:
   packed into a preallocated buffer, :meth:`RequestStats.note`); every
   :data:`FOLD_REQUESTS` requests,
   and before a scrape reads them, the noted requests are folded into the counts and
-  histograms by numpy, a few array operations for the whole lot. Folding each request
-  on its own in Python cost about 1 µs, a fifth of what metrics added to a small
-  Produce request (bench/README.md, "Metrics").
+  histograms by numpy, a few array operations for the whole lot: folding each request
+  on its own in Python was a large share of what metrics added to a small Produce
+  request (bench/README.md, "Metrics", has the figures).
 
 Rates are Prometheus' job (``rate()`` over the counters). Nothing here imports
 ``prometheus_client``: the collector in :mod:`odradek.server.metrics` turns these into

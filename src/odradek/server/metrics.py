@@ -28,9 +28,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.histogram import LATENCY_BOUNDS_MS
 from odradek.protocol.api_keys import ApiKey
@@ -41,11 +41,44 @@ from odradek.storage.log import LOG_FLUSH_STATS
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-    from odradek.server.broker import Broker
+    from odradek.cluster.metadata import ClusterMetadata
+    from odradek.cluster.replica_manager import ReplicaManager
+    from odradek.coordinator.group_coordinator import GroupCoordinator
+    from odradek.server.broker_stats import BrokerTopicStats, RequestStats
+    from odradek.server.config import BrokerConfig
+    from odradek.server.watchdog import LoopWatchdog
+    from odradek.storage.cleaner_manager import LogCleaner
 
 __all__ = ["BrokerCollector", "MetricsServer", "Snapshot", "require_prometheus_client", "snapshot"]
 
 log = logging.getLogger(__name__)
+
+
+class _Listener(Protocol):
+    @property
+    def connections(self) -> Collection[object]: ...
+
+
+class BrokerView(Protocol):
+    """What the page reads of the broker (``server/broker.py``'s ``Broker``, which starts
+    this module's server: a protocol here rather than an import back)."""
+
+    broker_id: int
+    config: BrokerConfig
+    metadata: ClusterMetadata
+    replica_manager: ReplicaManager
+    group_coordinator: GroupCoordinator
+    log_cleaner: LogCleaner | None
+    topic_stats: BrokerTopicStats | None
+    request_stats: RequestStats | None
+    watchdog: LoopWatchdog | None
+
+    @property
+    def servers(self) -> Sequence[_Listener]: ...
+
+    def controller_id(self) -> int: ...
+
+    def controller_epoch(self) -> int: ...
 
 #: How long a scrape waits for the event loop's snapshot before answering an error.
 SNAPSHOT_TIMEOUT_S = 10.0
@@ -109,7 +142,7 @@ class Snapshot:
     took_s: float = 0.0
 
 
-def snapshot(broker: Broker) -> Snapshot:
+def snapshot(broker: BrokerView) -> Snapshot:
     """Every number the page shows, read on the event loop (nothing changes meanwhile)."""
     started = time.perf_counter()
     snap = Snapshot()
@@ -198,7 +231,7 @@ def snapshot(broker: Broker) -> Snapshot:
 class BrokerCollector:
     """A ``prometheus_client`` collector over one broker (see the module docstring)."""
 
-    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, broker: BrokerView, loop: asyncio.AbstractEventLoop) -> None:
         self._broker = broker
         self._loop = loop
         self.last_snapshot_s = 0.0
@@ -322,7 +355,7 @@ class BrokerCollector:
         flush.add_metric([], buckets, flush_ns / 1e6)
         yield flush
 
-        # kafka.log:type=LogCleaner / LogCleanerManager (seed 002: a dead cleaner shows)
+        # kafka.log:type=LogCleaner / LogCleanerManager (a dead cleaner thread shows)
         for name, reading in snap.cleaner.items():
             owner = ("logcleanermanager" if name in ("uncleanable-partitions-count",
                                                      "max-dirty-percent")
@@ -379,7 +412,7 @@ def _sample(name: str, labels: dict[str, str], value: float) -> Any:
 class MetricsServer:
     """The HTTP endpoint (``prometheus_client``'s server, in its own thread)."""
 
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    def __init__(self, broker: BrokerView, host: str, port: int) -> None:
         self._broker = broker
         self._host = host
         self._requested_port = port

@@ -23,7 +23,6 @@ import logging
 from collections.abc import Callable, Sequence
 
 from odradek.cluster.controller import Controller, PreferredElection, UncleanElection
-from odradek.cluster.controller import TopicPartition as ControllerPartition
 from odradek.cluster.controller_election import ControllerElector
 from odradek.cluster.leader_election import (
     NOTIFICATION_PATH,
@@ -53,6 +52,7 @@ from odradek.cluster.reassignment import (
 from odradek.cluster.store import BadVersionError, CreateOp, NodeExistsError, NoNodeError, SetOp
 from odradek.cluster.zk_store import ZooKeeperStore
 from odradek.server.config import BrokerConfig
+from odradek.storage import TopicPartition
 
 __all__ = ["ZkCluster"]
 
@@ -80,7 +80,7 @@ class ZkCluster:
 
     # -- start (each step blocking: called with asyncio.to_thread) --------------------------
     def connect(self, broker_id: int) -> None:
-        """Open the session; refuse a broker id that a live broker holds (seed 000)."""
+        """Open the session; refuse a broker id that a live broker holds, as Kafka does."""
         timeout = int(self.config["zookeeper.connection.timeout.ms"])
         self.store = ZooKeeperStore(
             self.config["zookeeper.connect"],
@@ -215,7 +215,7 @@ class ZkCluster:
             return False
         controller.submit(PreferredElection(
             None if partitions is None
-            else tuple(ControllerPartition(t, p) for t, p in partitions),
+            else tuple(TopicPartition(t, p) for t, p in partitions),
             lambda done: on_done([(tp.topic, tp.partition) for tp in done]),
         ))
         return True
@@ -230,7 +230,7 @@ class ZkCluster:
         if controller is None or controller.stopped:
             return False
         controller.submit(UncleanElection(
-            tuple(ControllerPartition(t, p) for t, p in partitions),
+            tuple(TopicPartition(t, p) for t, p in partitions),
             lambda done: on_done({(tp.topic, tp.partition): b for tp, b in done.items()}),
         ))
         return True

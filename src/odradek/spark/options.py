@@ -74,8 +74,6 @@ _UNSUPPORTED = {
 EARLIEST = -2
 LATEST = -1
 
-TopicPartition = tuple[str, int]
-
 
 class OdradekOptionError(ValueError):
     """A data source option is missing, unknown, malformed or contradicts another one."""
@@ -90,7 +88,7 @@ class OffsetSpec:
     """
 
     kind: str
-    per_partition: dict[TopicPartition, int] = field(default_factory=dict)
+    per_partition: dict[tuple[str, int], int] = field(default_factory=dict)
     timestamp: int = 0
 
 
@@ -99,7 +97,7 @@ class ReadOptions:
     bootstrap: str
     subscribe: tuple[str, ...] = ()
     pattern: str | None = None
-    assign: tuple[TopicPartition, ...] = ()
+    assign: tuple[tuple[str, int], ...] = ()
     starting: OffsetSpec = OffsetSpec("latest")
     ending: OffsetSpec = OffsetSpec("latest")
     timestamp_strategy: str = "error"
@@ -189,13 +187,13 @@ def _json(name: str, value: str) -> Any:
         raise OdradekOptionError(f"option '{name}' is not valid JSON ({exc}): {value!r}") from None
 
 
-def _per_partition(name: str, value: str) -> dict[TopicPartition, int]:
+def _per_partition(name: str, value: str) -> dict[tuple[str, int], int]:
     raw = _json(name, value)
     if not isinstance(raw, dict):
         raise OdradekOptionError(
             f'option \'{name}\' must be a JSON object like {{"topic":{{"0":23}}}}'
         )
-    out: dict[TopicPartition, int] = {}
+    out: dict[tuple[str, int], int] = {}
     for topic, parts in raw.items():
         if not isinstance(parts, dict):
             raise OdradekOptionError(
@@ -300,7 +298,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         )
     subscribe: tuple[str, ...] = ()
     pattern: str | None = None
-    assign: tuple[TopicPartition, ...] = ()
+    assign: tuple[tuple[str, int], ...] = ()
     if "subscribe" in opts:
         subscribe = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
         if not subscribe:
@@ -317,7 +315,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         raw = _json("assign", opts["assign"])
         if not isinstance(raw, dict) or not raw:
             raise OdradekOptionError("option 'assign' must be a JSON object like {\"topic\":[0,1]}")
-        pairs: list[TopicPartition] = []
+        pairs: list[tuple[str, int]] = []
         for topic, parts in raw.items():
             if not isinstance(parts, list) or not all(isinstance(p, int) for p in parts):
                 raise OdradekOptionError(

@@ -1,6 +1,6 @@
 """Physical storage in Kafka's on-disk format: segments, indexes, partition logs, log dirs.
 
-Disk format = wire format = Kafka's format (seed 000 "Physical Storage", seed 004): a
+Disk format = wire format = Kafka's format (older Kafkas' message formats v0/v1 read too): a
 partition is a directory ``<topic>-<partition>`` of segments, each a ``.log`` of record
 batches exactly as received (offsets rewritten), a sparse ``.index`` and a ``.timeindex``.
 """

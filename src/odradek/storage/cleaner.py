@@ -1,6 +1,6 @@
 """Log compaction: one cleaning pass over one partition log (Kafka's LogCleaner.Cleaner).
 
-How it works (seed 000 "How Compaction Works", seed 002):
+How it works:
 
 The log is split at the *first dirty offset* (from ``cleaner-offset-checkpoint``) into a
 clean head and a dirty tail; the tail ends at the *first uncleanable offset*: the base of
@@ -336,7 +336,7 @@ class Cleaner:
                 if not header.is_control:
                     if offset_map.size + header.record_count > offset_map.max_entries:
                         if covered > start:
-                            return covered  # full: clean up to here (seed 002)
+                            return covered  # full: clean up to here, the rest next pass
                         raise CleanerError(
                             f"{log.name}: the offset map holds {offset_map.max_entries} "
                             f"entries, fewer than the {header.record_count} records of the "

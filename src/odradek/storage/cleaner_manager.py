@@ -17,7 +17,7 @@ How it works:
   own offset map of ``log.cleaner.dedupe.buffer.size / threads`` bytes, loop: grab the
   filthiest log, clean it, sleep ``log.cleaner.backoff.ms`` when there is nothing to do.
   CPU-heavy decoding and copying run there, never on the broker's event loop.
-- **Failure is loud** (seed 002: never a silently dead thread). A pass that fails is logged
+- **Failure is loud** (never a silently dead thread). A pass that fails is logged
   at ERROR with the partition and the cause, counted, and the log is marked *uncleanable*
   with an exponential backoff (from ``log.cleaner.backoff.ms``, capped at 10 minutes)
   before it is retried; other logs keep being cleaned. The thread loop itself catches

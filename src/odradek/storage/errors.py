@@ -1,14 +1,22 @@
-"""Storage errors, each naming the Kafka error code the broker answers with.
+"""Errors that name the Kafka error code the broker answers with, and storage's own.
 
-Storage does not import the protocol room: each error carries ``kafka_error``, the name of
-its Kafka error code (``kio.schema.errors.ErrorCode`` member), and the server maps it.
+The rooms below the server do not import the protocol room: an error raised there that a
+client must see carries ``kafka_error``, the name of its Kafka error code (upper-case, a
+``kio.schema.errors.ErrorCode`` member), and the server maps it
+(``server/handlers/_errors.py``). :class:`ApiError` is their one base (Kafka's
+``ApiException``); storage's errors are here, the cluster's in ``cluster/errors.py``.
 """
 
 from __future__ import annotations
 
 
-class StorageError(Exception):
+class ApiError(Exception):
+    """An error answered with the Kafka error code ``kafka_error`` names."""
+
     kafka_error = "UNKNOWN_SERVER_ERROR"
+
+
+class StorageError(ApiError):
     record_errors: tuple[tuple[int, str], ...] = ()
     """The records a rule refused, as (index of the record in its batch, why): Produce v8+
     answers them per record (KIP-467, Kafka's RecordValidationException)."""

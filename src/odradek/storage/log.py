@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from odradek.clock import now_ms
 from odradek.histogram import Histogram
 from odradek.records.batch import (
     BATCH_HEADER_SIZE,
@@ -104,10 +105,6 @@ _TOPIC_CODECS = {
     "uncompressed": CompressionType.NONE, "gzip": CompressionType.GZIP,
     "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD,
 }
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class LogAppendInfo(NamedTuple):

@@ -26,19 +26,56 @@ Kafka's LogLoader does the same in ``load``, ``completeSwapOperations``,
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from odradek.storage import files
+from odradek.storage.config import LogConfig
 from odradek.storage.index import IndexCorruptError
+from odradek.storage.leader_epoch import LeaderEpochCache
+from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.segment import LogSegment
-
-if TYPE_CHECKING:
-    from odradek.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
 
-def load(plog: PartitionLog, had_clean_shutdown: bool) -> int:
+class LoadableLog(Protocol):
+    """What loading needs of the log it loads (:class:`~odradek.storage.log.PartitionLog`,
+    which calls this module: a protocol here rather than an import back)."""
+
+    dir: Path
+    config: LogConfig
+    log_start_offset: int
+    recovery_point: int
+    leader_epoch_cache: LeaderEpochCache
+    producer_state: ProducerStateManager
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def segments(self) -> list[LogSegment]: ...
+
+    @property
+    def active_segment(self) -> LogSegment: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def _publish(self, segments: list[LogSegment]) -> None: ...
+
+    def _new_segment(self, base_offset: int) -> LogSegment: ...
+
+    def _assign_jitter(self, segment: LogSegment) -> None: ...
+
+    def _add_segment(self, segment: LogSegment) -> None: ...
+
+    def _segment_for(self, offset: int) -> int: ...
+
+    def _flush_segments(self, segments: list[LogSegment]) -> None: ...
+
+
+def load(plog: LoadableLog, had_clean_shutdown: bool) -> int:
     """Load ``plog``; returns how many segments had their indexes rebuilt. After an
     unclean shutdown that is expected (the active segment's indexes were not trimmed, or
     not written), so it is logged at DEBUG and counted in the log manager's summary; after
@@ -96,7 +133,7 @@ def load(plog: PartitionLog, had_clean_shutdown: bool) -> int:
     plog.producer_state.load(plog.segments, plog.log_start_offset, leo)
     return rebuilt
 
-def complete_swaps(plog: PartitionLog) -> None:
+def complete_swaps(plog: LoadableLog) -> None:
     """Finish a cleaner swap interrupted by a crash: a ``.swap`` log replaces the
     segments it covers (the cleaner writes the swap only once complete)."""
     for swap in sorted(plog.dir.glob("*" + files.LOG_SUFFIX + files.SWAP_SUFFIX)):
@@ -120,7 +157,7 @@ def complete_swaps(plog: PartitionLog) -> None:
                 src.rename(fn(plog.dir, base))
         files.fsync_dir(plog.dir)
 
-def recover_segment(plog: PartitionLog, segment: LogSegment) -> int:
+def recover_segment(plog: LoadableLog, segment: LogSegment) -> int:
     truncated = segment.recover(
         plog.config.max_message_bytes, plog.leader_epoch_cache.assign
     )
@@ -131,7 +168,7 @@ def recover_segment(plog: PartitionLog, segment: LogSegment) -> int:
         )
     return truncated
 
-def recover_from(plog: PartitionLog, recovery_point: int) -> None:
+def recover_from(plog: LoadableLog, recovery_point: int) -> None:
     """Revalidate segments from the one holding ``recovery_point``; after a corrupt
     tail, later segments are deleted (they cannot follow a hole)."""
     start = plog._segment_for(recovery_point)

@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from odradek.clock import now_ms
 from odradek.storage import checkpoint, files
 from odradek.storage.config import LogConfig
 from odradek.storage.dir_failure import LogDirFailureChannel
 from odradek.storage.errors import KafkaStorageError, LogDirNotFoundError, StorageError
-from odradek.storage.log import PartitionLog, now_ms, parse_topic_partition
+from odradek.storage.log import PartitionLog, parse_topic_partition
 from odradek.storage.segment import LogSegment
 from odradek.text import plural
 

@@ -2,12 +2,13 @@
 
 How it works: one preallocated buffer (an anonymous ``mmap``) holds ``slots`` fixed-size entries of
 ``HASH_SIZE`` (16) bytes of the key's MD5 digest followed by an 8-byte big-endian offset,
-24 bytes per entry (seed 000 "How Compaction Works"). Lookups and inserts hash the key
+24 bytes per entry. Lookups and inserts hash the key
 once, start at the slot the digest's first 8 bytes name and probe linearly. An all-zero
 digest marks an empty slot (an MD5 of all zeros is treated as a collision we accept, as
 Kafka does). Memory never grows: the map is *full* at ``load_factor`` x slots entries
 (``log.cleaner.io.buffer.load.factor``, 0.9) and the cleaner stops filling it there,
-recording how far it got (seed 002's fix) instead of failing.
+recording how far it got instead of failing (as Kafka's cleaner does since it cleans
+part of a segment).
 
 Two keys with the same digest share an entry: the older record of the pair may be dropped
 as if superseded. With a 128-bit digest this is the same (negligible) risk Kafka takes.

@@ -1,8 +1,11 @@
 """Request handlers, one module per API family; each exposes ``register_*(registry, ...)``.
 
-:func:`register_all` fills the broker's registry; ApiVersions is derived from what it holds.
-Handlers see the broker only through :class:`~odradek.server.services.BrokerServices`,
-never the broker module itself.
+A handler is a module-level function ``handler(services, ctx, request)``: it can be read,
+called from a test and profiled on its own. ``register_*`` binds it to the broker's
+:class:`~odradek.server.services.BrokerServices` once (``registry.bind``) and enters it in
+the registry under its API key; :func:`register_all` fills the broker's registry, and
+ApiVersions is derived from what it holds. Handlers see the broker only through
+``BrokerServices``, never the broker module itself.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from odradek.protocol.registry import (
     HandlerRegistry,
     Registration,
     RequestContext,
+    bind,
 )
 
 __all__ = [
@@ -95,31 +96,41 @@ def register_api_versions(
 ) -> Registration:
     """Register the ApiVersions handler; its table is read from ``registry`` per request,
     so APIs registered later are included."""
+    return registry.register(
+        ApiKey.API_VERSIONS, min_version, max_version, bind(api_versions, _Answers(registry)),
+        error_response=error_response,
+    )
 
-    # Responses are immutable: cache them per (version, table, error code). The table is
-    # part of the key, so registrations made later still show up.
-    cache: dict[tuple[int, tuple[ApiVersionRange, ...], ErrorCode], Any] = {}
 
-    def respond(version: int, code: ErrorCode) -> Any:
-        key = (version, registry.supported_versions(), code)
-        response = cache.get(key)
+class _Answers:
+    """The ApiVersions responses of one registry. Responses are immutable: they are cached
+    per (version, table, error code). The table is part of the key, so registrations made
+    later still show up."""
+
+    __slots__ = ("_cache", "_registry")
+
+    def __init__(self, registry: HandlerRegistry) -> None:
+        self._registry = registry
+        self._cache: dict[tuple[int, tuple[ApiVersionRange, ...], ErrorCode], Any] = {}
+
+    def respond(self, version: int, code: ErrorCode) -> Any:
+        key = (version, self._registry.supported_versions(), code)
+        response = self._cache.get(key)
         if response is None:
-            if len(cache) > 64:
-                cache.clear()
-            response = cache[key] = build_api_versions_response(version, key[1], code)
+            if len(self._cache) > 64:
+                self._cache.clear()
+            response = self._cache[key] = build_api_versions_response(version, key[1], code)
         return response
 
-    async def api_versions(ctx: RequestContext, request: Any) -> Any:
-        if ctx.api_version >= 3 and not (
-            _SOFTWARE_PATTERN.fullmatch(request.client_software_name)
-            and _SOFTWARE_PATTERN.fullmatch(request.client_software_version)
-        ):
-            return respond(ctx.api_version, ErrorCode.invalid_request)
-        return respond(ctx.api_version, ErrorCode.none)
 
-    def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        return build_api_versions_response(ctx.api_version, (), code)
+async def api_versions(answers: _Answers, ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 3 and not (
+        _SOFTWARE_PATTERN.fullmatch(request.client_software_name)
+        and _SOFTWARE_PATTERN.fullmatch(request.client_software_version)
+    ):
+        return answers.respond(ctx.api_version, ErrorCode.invalid_request)
+    return answers.respond(ctx.api_version, ErrorCode.none)
 
-    return registry.register(
-        ApiKey.API_VERSIONS, min_version, max_version, api_versions, error_response=error_response
-    )
+
+def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    return build_api_versions_response(ctx.api_version, (), code)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.client_quotas import (
     CLIENT_ID,
     CLIENT_QUOTA_KEYS,
@@ -150,67 +150,73 @@ def _check_filter(filters: list[Any]) -> None:
 
 
 def register_client_quotas(registry: HandlerRegistry, services: BrokerServices) -> None:
-    metadata = services.metadata
-
-    async def describe_client_quotas(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("describe_client_quotas", ctx.api_version)
-        filters = list(request.components)
-        try:
-            _check_filter(filters)
-        except _Refused as exc:
-            return make(m.DescribeClientQuotasResponse, throttle_time=ZERO_THROTTLE,
-                        error_code=exc.code, error_message=str(exc), entries=None)
-        entries = []
-        for name, configs in sorted(metadata.client_quotas.items()):
-            if not _matches(filters, request.strict, name):
-                continue
-            values = tuple(
-                make(m.ValueData, key=key, value=float(text))
-                for key, text in sorted(configs.items()) if key in CLIENT_QUOTA_KEYS
-            )
-            if not values:
-                continue
-            entity = (make(m.EntityData, entity_type=CLIENT_ID,
-                           entity_name=None if name == DEFAULT_ENTITY else name),)
-            entries.append(make(m.EntryData, entity=entity, values=values))
-        return make(m.DescribeClientQuotasResponse, throttle_time=ZERO_THROTTLE,
-                    error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
-
-    async def alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("alter_client_quotas", ctx.api_version)
-        results = []
-        # entity -> its quotas after this request's earlier entries
-        writes: dict[str, dict[str, str]] = {}
-        for entry in request.entries:
-            code, message = ErrorCode.none, None
-            try:
-                entity = _client_entity(entry.entity)
-                current = writes.get(entity, metadata.client_quotas.get(entity, {}))
-                configs = _altered(current, entry.ops)
-                if not request.validate_only:
-                    writes[entity] = configs
-            except _Refused as exc:
-                code, message = exc.code, str(exc)
-            results.append(make(
-                m.EntryData, error_code=code, error_message=message,
-                entity=tuple(make(m.EntityData, entity_type=c.entity_type,
-                                  entity_name=c.entity_name) for c in entry.entity),
-            ))
-
-        def write() -> None:
-            for entity, configs in writes.items():
-                metadata.set_client_quotas(entity, configs)
-                log.info("client quotas of client-id %s are now %s", entity, configs)
-
-        if writes:
-            if metadata.remote:  # cluster mode: the ZooKeeper writes off the loop
-                await asyncio.to_thread(write)
-            else:
-                write()
-        return make(m.AlterClientQuotasResponse, throttle_time=ZERO_THROTTLE,
-                    entries=tuple(results))
-
     registry.register(ApiKey.DESCRIBE_CLIENT_QUOTAS, VERSIONS[0], VERSIONS[1],
-                      describe_client_quotas)
+                      bind(describe_client_quotas, services))
     registry.register(ApiKey.ALTER_CLIENT_QUOTAS, VERSIONS[0], VERSIONS[1],
-                      alter_client_quotas)
+                      bind(alter_client_quotas, services))
+
+
+async def describe_client_quotas(
+    services: BrokerServices, ctx: RequestContext, request: Any,
+) -> Any:
+    metadata = services.metadata
+    m = response_module("describe_client_quotas", ctx.api_version)
+    filters = list(request.components)
+    try:
+        _check_filter(filters)
+    except _Refused as exc:
+        return make(m.DescribeClientQuotasResponse, throttle_time=ZERO_THROTTLE,
+                    error_code=exc.code, error_message=str(exc), entries=None)
+    entries = []
+    for name, configs in sorted(metadata.client_quotas.items()):
+        if not _matches(filters, request.strict, name):
+            continue
+        values = tuple(
+            make(m.ValueData, key=key, value=float(text))
+            for key, text in sorted(configs.items()) if key in CLIENT_QUOTA_KEYS
+        )
+        if not values:
+            continue
+        entity = (make(m.EntityData, entity_type=CLIENT_ID,
+                       entity_name=None if name == DEFAULT_ENTITY else name),)
+        entries.append(make(m.EntryData, entity=entity, values=values))
+    return make(m.DescribeClientQuotasResponse, throttle_time=ZERO_THROTTLE,
+                error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
+
+
+async def alter_client_quotas(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    metadata = services.metadata
+    m = response_module("alter_client_quotas", ctx.api_version)
+    results = []
+    # entity -> its quotas after this request's earlier entries
+    writes: dict[str, dict[str, str]] = {}
+    for entry in request.entries:
+        code, message = ErrorCode.none, None
+        try:
+            entity = _client_entity(entry.entity)
+            current = writes.get(entity, metadata.client_quotas.get(entity, {}))
+            configs = _altered(current, entry.ops)
+            if not request.validate_only:
+                writes[entity] = configs
+        except _Refused as exc:
+            code, message = exc.code, str(exc)
+        results.append(make(
+            m.EntryData, error_code=code, error_message=message,
+            entity=tuple(make(m.EntityData, entity_type=c.entity_type,
+                              entity_name=c.entity_name) for c in entry.entity),
+        ))
+
+    def write() -> None:
+        for entity, configs in writes.items():
+            metadata.set_client_quotas(entity, configs)
+            log.info("client quotas of client-id %s are now %s", entity, configs)
+
+    if writes:
+        if metadata.remote:  # cluster mode: the ZooKeeper writes off the loop
+            await asyncio.to_thread(write)
+        else:
+            write()
+    return make(m.AlterClientQuotasResponse, throttle_time=ZERO_THROTTLE,
+                entries=tuple(results))
+
+

@@ -51,7 +51,7 @@ from odradek.cluster import topic_names
 from odradek.cluster.metadata import ClusterMetadata, MetadataError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.config import BROKER_CONFIGS, parse_kafka_value
 from odradek.server.dynamic_config import DYNAMIC_BROKER_KEYS, parse_dynamic
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
@@ -532,83 +532,94 @@ def _duplicates(resources: Iterable[Any]) -> set[tuple[int, str]]:
 
 
 def register_configs(registry: HandlerRegistry, services: BrokerServices) -> None:
-    async def describe_configs(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("describe_configs", ctx.api_version)
-        synonyms = bool(getattr(request, "include_synonyms", False))
-        docs = bool(getattr(request, "include_documentation", False))
-        results = []
-        for resource in request.resources:
-            code, message, entries = ErrorCode.none, None, []
-            try:
-                if resource.resource_type == RESOURCE_TOPIC:
-                    entries = describe_topic(m, services, resource.resource_name,
-                                             resource.configuration_keys, synonyms, docs)
-                elif resource.resource_type == RESOURCE_BROKER:
-                    entries = describe_broker(m, services, resource.resource_name,
-                                              resource.configuration_keys, synonyms, docs)
-                else:
-                    raise ConfigRequestError(ErrorCode.invalid_request,
-                                             _unsupported_type(resource.resource_type))
-            except ConfigRequestError as exc:
-                code, message = exc.code, str(exc)
-            results.append(make(m.DescribeConfigsResult, error_code=code, error_message=message,
-                                resource_type=resource.resource_type,
-                                resource_name=resource.resource_name, configs=tuple(entries)))
-        return make(m.DescribeConfigsResponse, throttle_time=ZERO_THROTTLE,
-                    results=tuple(results))
-
-    def alter(m: Any, request: Any, incremental: bool) -> list[Any]:
-        duplicates = _duplicates(request.resources)
-        responses = []
-        for resource in request.resources:
-            code, message = ErrorCode.none, None
-            try:
-                if (resource.resource_type, resource.resource_name) in duplicates:
-                    raise ConfigRequestError(ErrorCode.invalid_request,
-                                             "error due to duplicate config resource")
-                keys = Counter(c.name for c in resource.configs)
-                repeated = sorted(k for k, n in keys.items() if n > 1)
-                if repeated:
-                    raise ConfigRequestError(ErrorCode.invalid_request,
-                                             f"error due to duplicate config keys: {repeated}")
-                target, current = _current(services, resource.resource_type,
-                                           resource.resource_name)
-                if incremental:
-                    configs = dict(current)
-                    for c in resource.configs:
-                        _apply_op(resource.resource_type, configs, c.config_operation, c.name,
-                                  c.value)
-                else:
-                    configs = {c.name: c.value for c in resource.configs if c.value is not None}
-                _commit(services, resource.resource_type, target, configs, request.validate_only)
-            except ConfigRequestError as exc:
-                code, message = exc.code, str(exc)
-            responses.append(make(m.AlterConfigsResourceResponse, error_code=code,
-                                  error_message=message, resource_type=resource.resource_type,
-                                  resource_name=resource.resource_name))
-        return responses
-
-    async def altered(m: Any, request: Any, incremental: bool) -> list[Any]:
-        if services.metadata.remote:  # cluster mode: the ZooKeeper writes off the loop
-            return await asyncio.to_thread(alter, m, request, incremental)
-        return alter(m, request, incremental)
-
-    async def alter_configs(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("alter_configs", ctx.api_version)
-        return make(m.AlterConfigsResponse, throttle_time=ZERO_THROTTLE,
-                    responses=tuple(await altered(m, request, incremental=False)))
-
-    async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("incremental_alter_configs", ctx.api_version)
-        return make(m.IncrementalAlterConfigsResponse, throttle_time=ZERO_THROTTLE,
-                    responses=tuple(await altered(m, request, incremental=True)))
-
     # v0 (admin tools of Kafka 0.11; KIP-896 removed it, kio lacks it) is transcoded to v1.
     register_with_old_versions(registry, ApiKey.DESCRIBE_CONFIGS, DESCRIBE_VERSIONS[1],
-                               describe_configs, OldVersions(0, 1, _describe_v0, _described_v0))
-    registry.register(ApiKey.ALTER_CONFIGS, ALTER_VERSIONS[0], ALTER_VERSIONS[1], alter_configs)
+                               bind(describe_configs, services),
+                               OldVersions(0, 1, _describe_v0, _described_v0))
+    registry.register(ApiKey.ALTER_CONFIGS, ALTER_VERSIONS[0], ALTER_VERSIONS[1],
+                      bind(alter_configs, services))
     registry.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, INCREMENTAL_VERSIONS[0],
-                      INCREMENTAL_VERSIONS[1], incremental_alter_configs)
+                      INCREMENTAL_VERSIONS[1], bind(incremental_alter_configs, services))
+
+
+async def describe_configs(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("describe_configs", ctx.api_version)
+    synonyms = bool(getattr(request, "include_synonyms", False))
+    docs = bool(getattr(request, "include_documentation", False))
+    results = []
+    for resource in request.resources:
+        code, message, entries = ErrorCode.none, None, []
+        try:
+            if resource.resource_type == RESOURCE_TOPIC:
+                entries = describe_topic(m, services, resource.resource_name,
+                                         resource.configuration_keys, synonyms, docs)
+            elif resource.resource_type == RESOURCE_BROKER:
+                entries = describe_broker(m, services, resource.resource_name,
+                                          resource.configuration_keys, synonyms, docs)
+            else:
+                raise ConfigRequestError(ErrorCode.invalid_request,
+                                         _unsupported_type(resource.resource_type))
+        except ConfigRequestError as exc:
+            code, message = exc.code, str(exc)
+        results.append(make(m.DescribeConfigsResult, error_code=code, error_message=message,
+                            resource_type=resource.resource_type,
+                            resource_name=resource.resource_name, configs=tuple(entries)))
+    return make(m.DescribeConfigsResponse, throttle_time=ZERO_THROTTLE,
+                results=tuple(results))
+
+
+def _alter(services: BrokerServices, m: Any, request: Any, incremental: bool) -> list[Any]:
+    """Alter (or validate) each resource's configs; one answer per resource."""
+    duplicates = _duplicates(request.resources)
+    responses = []
+    for resource in request.resources:
+        code, message = ErrorCode.none, None
+        try:
+            if (resource.resource_type, resource.resource_name) in duplicates:
+                raise ConfigRequestError(ErrorCode.invalid_request,
+                                         "error due to duplicate config resource")
+            keys = Counter(c.name for c in resource.configs)
+            repeated = sorted(k for k, n in keys.items() if n > 1)
+            if repeated:
+                raise ConfigRequestError(ErrorCode.invalid_request,
+                                         f"error due to duplicate config keys: {repeated}")
+            target, current = _current(services, resource.resource_type,
+                                       resource.resource_name)
+            if incremental:
+                configs = dict(current)
+                for c in resource.configs:
+                    _apply_op(resource.resource_type, configs, c.config_operation, c.name,
+                              c.value)
+            else:
+                configs = {c.name: c.value for c in resource.configs if c.value is not None}
+            _commit(services, resource.resource_type, target, configs, request.validate_only)
+        except ConfigRequestError as exc:
+            code, message = exc.code, str(exc)
+        responses.append(make(m.AlterConfigsResourceResponse, error_code=code,
+                              error_message=message, resource_type=resource.resource_type,
+                              resource_name=resource.resource_name))
+    return responses
+
+
+async def _altered(services: BrokerServices, m: Any, request: Any,
+                   incremental: bool) -> list[Any]:
+    if services.metadata.remote:  # cluster mode: the ZooKeeper writes off the loop
+        return await asyncio.to_thread(_alter, services, m, request, incremental)
+    return _alter(services, m, request, incremental)
+
+
+async def alter_configs(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("alter_configs", ctx.api_version)
+    return make(m.AlterConfigsResponse, throttle_time=ZERO_THROTTLE,
+                responses=tuple(await _altered(services, m, request, incremental=False)))
+
+
+async def incremental_alter_configs(
+    services: BrokerServices, ctx: RequestContext, request: Any,
+) -> Any:
+    m = response_module("incremental_alter_configs", ctx.api_version)
+    return make(m.IncrementalAlterConfigsResponse, throttle_time=ZERO_THROTTLE,
+                responses=tuple(await _altered(services, m, request, incremental=True)))
 
 
 # Kafka's ConfigSource.DEFAULT_CONFIG: what DescribeConfigs v0's ``is_default`` stood for.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
 
@@ -50,18 +50,22 @@ def _delete(
 
 
 def register_delete_records(registry: HandlerRegistry, services: BrokerServices) -> None:
-    async def delete_records(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("delete_records", ctx.api_version)
-        topics = []
-        for topic in request.topics:
-            partitions = []
-            for p in topic.partitions:
-                code, low = _delete(services, topic.name, p.partition_index, p.offset)
-                partitions.append(make(m.DeleteRecordsPartitionResult,
-                                       partition_index=p.partition_index, low_watermark=low,
-                                       error_code=code))
-            topics.append(make(m.DeleteRecordsTopicResult, name=topic.name,
-                               partitions=tuple(partitions)))
-        return make(m.DeleteRecordsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
+    registry.register(ApiKey.DELETE_RECORDS, VERSIONS[0], VERSIONS[1],
+                      bind(delete_records, services))
 
-    registry.register(ApiKey.DELETE_RECORDS, VERSIONS[0], VERSIONS[1], delete_records)
+
+async def delete_records(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("delete_records", ctx.api_version)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            code, low = _delete(services, topic.name, p.partition_index, p.offset)
+            partitions.append(make(m.DeleteRecordsPartitionResult,
+                                   partition_index=p.partition_index, low_watermark=low,
+                                   error_code=code))
+        topics.append(make(m.DeleteRecordsTopicResult, name=topic.name,
+                           partitions=tuple(partitions)))
+    return make(m.DeleteRecordsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
+
+

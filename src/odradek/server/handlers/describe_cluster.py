@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized_operations
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
@@ -26,26 +26,30 @@ ENDPOINT_BROKERS = 1
 
 
 def register_describe_cluster(registry: HandlerRegistry, services: BrokerServices) -> None:
-    async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("describe_cluster", ctx.api_version)
-        endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
-        operations = (authorized_operations(ResourceType.CLUSTER)
-                      if request.include_cluster_authorized_operations else NOT_REQUESTED)
-        if endpoint_type != ENDPOINT_BROKERS:
-            return make(m.DescribeClusterResponse, throttle_time=ZERO_THROTTLE,
-                        error_code=ErrorCode.mismatched_endpoint_type,
-                        error_message="the request was sent to an endpoint of type BROKER, "
-                        f"but it asked for endpoint type {endpoint_type}",
-                        endpoint_type=endpoint_type, cluster_id=services.metadata.cluster_id,
-                        controller_id=-1, brokers=(),
-                        cluster_authorized_operations=NOT_REQUESTED)
-        brokers = tuple(make(m.DescribeClusterBroker, broker_id=b, host=host, port=port,
-                             rack=rack, is_fenced=False)
-                        for b, host, port, rack in services.live_brokers())
-        return make(m.DescribeClusterResponse, throttle_time=ZERO_THROTTLE,
-                    error_code=ErrorCode.none, error_message=None,
-                    endpoint_type=ENDPOINT_BROKERS, cluster_id=services.metadata.cluster_id,
-                    controller_id=services.controller_id(), brokers=brokers,
-                    cluster_authorized_operations=operations)
+    registry.register(ApiKey.DESCRIBE_CLUSTER, VERSIONS[0], VERSIONS[1],
+                      bind(describe_cluster, services))
 
-    registry.register(ApiKey.DESCRIBE_CLUSTER, VERSIONS[0], VERSIONS[1], describe_cluster)
+
+async def describe_cluster(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("describe_cluster", ctx.api_version)
+    endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
+    operations = (authorized_operations(ResourceType.CLUSTER)
+                  if request.include_cluster_authorized_operations else NOT_REQUESTED)
+    if endpoint_type != ENDPOINT_BROKERS:
+        return make(m.DescribeClusterResponse, throttle_time=ZERO_THROTTLE,
+                    error_code=ErrorCode.mismatched_endpoint_type,
+                    error_message="the request was sent to an endpoint of type BROKER, "
+                    f"but it asked for endpoint type {endpoint_type}",
+                    endpoint_type=endpoint_type, cluster_id=services.metadata.cluster_id,
+                    controller_id=-1, brokers=(),
+                    cluster_authorized_operations=NOT_REQUESTED)
+    brokers = tuple(make(m.DescribeClusterBroker, broker_id=b, host=host, port=port,
+                         rack=rack, is_fenced=False)
+                    for b, host, port, rack in services.live_brokers())
+    return make(m.DescribeClusterResponse, throttle_time=ZERO_THROTTLE,
+                error_code=ErrorCode.none, error_message=None,
+                endpoint_type=ENDPOINT_BROKERS, cluster_id=services.metadata.cluster_id,
+                controller_id=services.controller_id(), brokers=brokers,
+                cluster_authorized_operations=operations)
+
+

@@ -76,7 +76,9 @@ from collections.abc import Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from odradek.cluster.replica_manager import FollowerKey, UnknownTopicOrPartitionError
+from odradek.clock import monotonic_ms
+from odradek.cluster.errors import UnknownTopicOrPartitionError
+from odradek.cluster.replica_manager import FollowerKey
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request
 from odradek.protocol.errors import ErrorCode
@@ -88,15 +90,21 @@ from odradek.protocol.legacy_api import (
     read_fetch_request,
 )
 from odradek.protocol.legacy_api import write_fetch_response as write_legacy_response
-from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
+from odradek.protocol.registry import (
+    GENERIC_ERROR_RESPONSE,
+    HandlerRegistry,
+    RequestContext,
+    bind,
+)
 from odradek.protocol.send import Chunk, FileRegion, Send
 from odradek.records.batch import InvalidRecordError
 from odradek.records.legacy import down_convert, up_convert
-from odradek.server.fetch_session import CachedPartition, ContextKind, PartitionKey
+from odradek.server.fetch_session import CachedPartition, ContextKind, FetchContext, PartitionKey
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage import TopicPartition
 
 if TYPE_CHECKING:
+    from odradek.cluster.metadata import ClusterMetadata
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.server.broker_stats import BrokerTopicStats
     from odradek.server.services import BrokerServices
@@ -131,146 +139,163 @@ class _OwningSend(Send):
         self._owned.clear()
 
 
-def _now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
 def register_fetch(registry: HandlerRegistry, services: BrokerServices) -> None:
-    cache = services.fetch_sessions
-    replica_manager = services.replica_manager
+    registry.register(ApiKey.FETCH, VERSIONS[0], VERSIONS[1], bind(fetch, services),
+                      decode=decode, error_response=error_response)
+
+
+async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> Send:
+    """Read the session's partitions, wait in the purgatory for ``min_bytes`` if asked,
+    and answer (see the module docstring)."""
+    version = ctx.api_version
+    by_id = version >= 13
+    context = _session_context(services, request, by_id)
+    if context.kind is ContextKind.ERROR:
+        return write_fetch_response(version, [], error_code=context.error)
+    parts = context.partitions
+    max_bytes = min(request.max_bytes, int(services.config["fetch.max.bytes"]))
+    replica_id = _replica_id(request)
+    follower = replica_id >= 0
     quota = services.client_quotas.fetch
-    stats = services.topic_stats
-
-    async def fetch(ctx: RequestContext, request: Any) -> Send:
-        version = ctx.api_version
-        by_id = version >= 13
-        names: dict[uuid.UUID, str | None] = {}
-
-        def name_of(topic_id: uuid.UUID) -> str | None:
-            if topic_id not in names:
-                info = services.metadata.by_id(topic_id)
-                names[topic_id] = info.name if info else None
-            return names[topic_id]
-
-        wanted: list[CachedPartition] = []
-        for topic in request.topics:
-            tid = _topic_id(topic.topic_id) if by_id else None
-            name = name_of(tid) if tid is not None else topic.topic
-            for p in topic.partitions:
-                wanted.append(CachedPartition(
-                    name, tid, p.partition, p.fetch_offset, p.partition_max_bytes,
-                    getattr(p, "current_leader_epoch", -1),
-                ))
-        forgotten: list[PartitionKey] = []
-        for topic in getattr(request, "forgotten_topics_data", ()):
-            key: str | uuid.UUID = _topic_id(topic.topic_id) if by_id else topic.topic
-            forgotten.extend((key, p) for p in topic.partitions)
-
-        context = cache.new_context(
-            getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
-            wanted, forgotten, by_id, _now_ms(),
-        )
-        if context.kind is ContextKind.ERROR:
-            return write_fetch_response(version, [], error_code=context.error)
-        parts = context.partitions
-        if by_id and context.kind is ContextKind.INCREMENTAL:
-            for cp in parts:  # a session outlives requests: names may have changed
-                assert cp.topic_id is not None
-                cp.topic = name_of(cp.topic_id)
-
-        max_bytes = min(request.max_bytes, int(services.config["fetch.max.bytes"]))
-        replica_id = _replica_id(request)
-        follower = replica_id >= 0
-        quota_applies = quota.active and not follower
-        if quota_applies:
-            max_bytes = min(max_bytes, max(int(quota.max_value_in_window(ctx.client_id)), 1))
+    quota_applies = quota.active and not follower
+    if quota_applies:
+        max_bytes = min(max_bytes, max(int(quota.max_value_in_window(ctx.client_id)), 1))
+    replica_manager = services.replica_manager
+    infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id)
+    max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    if total < request.min_bytes and max_wait_ms > 0 and not errors and parts:
+        # Followers wait for appends; consumers for the high watermark to move.
+        keys: list[Hashable] = [
+            FollowerKey(TopicPartition(cp.topic, cp.partition)) if follower
+            else TopicPartition(cp.topic, cp.partition)
+            for cp in parts if cp.topic
+        ]
+        await services.fetch_purgatory.wait(keys, request.min_bytes, total, max_wait_ms / 1000)
         infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id)
-        max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-        if total < request.min_bytes and max_wait_ms > 0 and not errors and parts:
-            # Followers wait for appends; consumers for the high watermark to move.
-            keys: list[Hashable] = [
-                FollowerKey(TopicPartition(cp.topic, cp.partition)) if follower
-                else TopicPartition(cp.topic, cp.partition)
-                for cp in parts if cp.topic
-            ]
-            await services.fetch_purgatory.wait(
-                keys, request.min_bytes, total, max_wait_ms / 1000
-            )
-            infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id,
-                                             replica_id)
 
-        if version <= FETCH_LEGACY_MAX:  # sessionless: no session fields below v7
-            return await _legacy_response(version, parts, infos, max_bytes)
+    if version <= FETCH_LEGACY_MAX:  # sessionless: no session fields below v7
+        return await _legacy_response(version, parts, infos, max_bytes)
 
-        incremental = context.kind is ContextKind.INCREMENTAL
-        if quota_applies and total:
-            throttle_ms = quota.record(ctx.client_id, total)
-            if throttle_ms:
-                # Kafka's getThrottledResponse: no data, the session unchanged (a full
-                # fetch creates none), the bytes not counted.
-                quota.unrecord(ctx.client_id, total)
-                if ctx.channel is not None:
-                    ctx.channel.throttle(throttle_ms)
-                kept = context.session.id if incremental and context.session else 0
-                return write_fetch_response(version, [], throttle_time_ms=throttle_ms,
-                                            session_id=kept)
-        session_id = 0
-        if context.kind is ContextKind.FULL and parts:
-            session = cache.maybe_create(follower, by_id, parts, _now_ms())
-            if session is not None:
-                session_id = session.id
-        elif incremental:
-            assert context.session is not None
-            session_id = context.session.id
+    incremental = context.kind is ContextKind.INCREMENTAL
+    if quota_applies and total:
+        throttle_ms = quota.record(ctx.client_id, total)
+        if throttle_ms:
+            # Kafka's getThrottledResponse: no data, the session unchanged (a full fetch
+            # creates none), the bytes not counted.
+            quota.unrecord(ctx.client_id, total)
+            if ctx.channel is not None:
+                ctx.channel.throttle(throttle_ms)
+            kept = context.session.id if incremental and context.session else 0
+            return write_fetch_response(version, [], throttle_time_ms=throttle_ms,
+                                        session_id=kept)
+    session_id = 0
+    if context.kind is ContextKind.FULL and parts:
+        session = services.fetch_sessions.maybe_create(follower, by_id, parts, monotonic_ms())
+        if session is not None:
+            session_id = session.id
+    elif incremental:
+        assert context.session is not None
+        session_id = context.session.id
+    send = _response(version, context, parts, infos, by_id, session_id)
+    if services.topic_stats is not None:
+        _count(services.topic_stats, parts, infos, follower)
+    return send
 
-        topics: dict[str | uuid.UUID | None, FetchTopic] = {}
-        owned: list[int] = []
-        rotate: list[CachedPartition] = []
-        try:
-            for cp, info in zip(parts, infos, strict=True):
-                data = info if isinstance(info, FetchPartition) else _region(cp, info, owned)
-                must = cp.maybe_update(data.records_size, data.high_watermark,
-                                       data.log_start_offset, data.error_code)
-                if incremental:
-                    if not must:
-                        continue
-                    if data.records_size:
-                        rotate.append(cp)
-                group = cp.topic_id if by_id else cp.topic
-                entry = topics.get(group)
-                if entry is None:
-                    entry = topics[group] = FetchTopic(cp.topic, cp.topic_id, [])
-                entry.partitions.append(data)
-            if context.session is not None:
-                for cp in rotate:
-                    context.session.move_to_end(cp)
-            if stats is not None:
-                _count(stats, parts, infos, follower)
-            return _OwningSend(
-                write_fetch_response(version, list(topics.values()), session_id=session_id).parts,
-                owned,
-            )
-        except BaseException:
-            for fd in owned:
-                os.close(fd)
-            raise
 
-    def decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
-        if version <= FETCH_LEGACY_MAX:
-            return read_fetch_request(frame, offset, version)
-        return decode_request(ApiKey.FETCH, version, frame, offset)
+def _session_context(services: BrokerServices, request: Any, by_id: bool) -> FetchContext:
+    """The request's partitions through its fetch session (KIP-227): all of the session's
+    for an incremental fetch, their topic names looked up again (v13+ name topics by id,
+    and a session outlives requests)."""
+    names: dict[uuid.UUID, str | None] = {}
+    metadata = services.metadata
+    wanted: list[CachedPartition] = []
+    for topic in request.topics:
+        tid = _topic_id(topic.topic_id) if by_id else None
+        name = _name_of(metadata, names, tid) if tid is not None else topic.topic
+        for p in topic.partitions:
+            wanted.append(CachedPartition(
+                name, tid, p.partition, p.fetch_offset, p.partition_max_bytes,
+                getattr(p, "current_leader_epoch", -1),
+            ))
+    forgotten: list[PartitionKey] = []
+    for topic in getattr(request, "forgotten_topics_data", ()):
+        key: str | uuid.UUID = _topic_id(topic.topic_id) if by_id else topic.topic
+        forgotten.extend((key, p) for p in topic.partitions)
+    context = services.fetch_sessions.new_context(
+        getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
+        wanted, forgotten, by_id, monotonic_ms(),
+    )
+    if by_id and context.kind is ContextKind.INCREMENTAL:
+        for cp in context.partitions:
+            assert cp.topic_id is not None
+            cp.topic = _name_of(metadata, names, cp.topic_id)
+    return context
 
-    def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        if ctx.api_version > FETCH_LEGACY_MAX:
-            return GENERIC_ERROR_RESPONSE
-        value = int(code.value)
-        return write_legacy_response(ctx.api_version, [
-            (t.topic, [LegacyFetchAnswer(p.partition, value, -1, b"") for p in t.partitions])
-            for t in request.topics
-        ])
 
-    registry.register(ApiKey.FETCH, VERSIONS[0], VERSIONS[1], fetch, decode=decode,
-                      error_response=error_response)
+def _name_of(
+    metadata: ClusterMetadata, names: dict[uuid.UUID, str | None], topic_id: uuid.UUID,
+) -> str | None:
+    """The name of topic ``topic_id`` (None: unknown), looked up once per request."""
+    if topic_id not in names:
+        info = metadata.by_id(topic_id)
+        names[topic_id] = info.name if info else None
+    return names[topic_id]
+
+
+def _response(
+    version: int, context: FetchContext, parts: list[CachedPartition],
+    infos: list[FetchPartition | FetchDataInfo], by_id: bool, session_id: int,
+) -> Send:
+    """The v4+ answer: each partition's region on its own fd (an incremental fetch sends
+    only the partitions that changed, and moves those with data to the session's end)."""
+    incremental = context.kind is ContextKind.INCREMENTAL
+    topics: dict[str | uuid.UUID | None, FetchTopic] = {}
+    owned: list[int] = []
+    rotate: list[CachedPartition] = []
+    try:
+        for cp, info in zip(parts, infos, strict=True):
+            data = info if isinstance(info, FetchPartition) else _region(cp, info, owned)
+            must = cp.maybe_update(data.records_size, data.high_watermark,
+                                   data.log_start_offset, data.error_code)
+            if incremental:
+                if not must:
+                    continue
+                if data.records_size:
+                    rotate.append(cp)
+            group = cp.topic_id if by_id else cp.topic
+            entry = topics.get(group)
+            if entry is None:
+                entry = topics[group] = FetchTopic(cp.topic, cp.topic_id, [])
+            entry.partitions.append(data)
+        if context.session is not None:
+            for cp in rotate:
+                context.session.move_to_end(cp)
+        return _OwningSend(
+            write_fetch_response(version, list(topics.values()), session_id=session_id).parts,
+            owned,
+        )
+    except BaseException:
+        for fd in owned:
+            os.close(fd)
+        raise
+
+
+def decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
+    """v0-3 by the old-version reader, the rest by kio."""
+    if version <= FETCH_LEGACY_MAX:
+        return read_fetch_request(frame, offset, version)
+    return decode_request(ApiKey.FETCH, version, frame, offset)
+
+
+def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    """v0-3 answer every partition with ``code`` in their own layout."""
+    if ctx.api_version > FETCH_LEGACY_MAX:
+        return GENERIC_ERROR_RESPONSE
+    value = int(code.value)
+    return write_legacy_response(ctx.api_version, [
+        (t.topic, [LegacyFetchAnswer(p.partition, value, -1, b"") for p in t.partitions])
+        for t in request.topics
+    ])
 
 
 async def _legacy_response(

@@ -30,7 +30,7 @@ from odradek.cluster.store import StoreError
 from odradek.coordinator.producer_ids import ProducerIdsExhaustedError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
 if TYPE_CHECKING:
@@ -42,30 +42,33 @@ VERSIONS = (0, 5)
 
 
 def register_init_producer_id(registry: HandlerRegistry, services: BrokerServices) -> None:
+    registry.register(ApiKey.INIT_PRODUCER_ID, VERSIONS[0], VERSIONS[1],
+                      bind(init_producer_id, services))
+
+
+async def init_producer_id(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     manager = services.producer_ids
+    m = response_module("init_producer_id", ctx.api_version)
 
-    async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("init_producer_id", ctx.api_version)
+    def answer(code: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
+        return make(
+            m.InitProducerIdResponse, throttle_time=ZERO_THROTTLE, error_code=code,
+            producer_id=producer_id, producer_epoch=epoch,
+        )
 
-        def answer(code: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
-            return make(
-                m.InitProducerIdResponse, throttle_time=ZERO_THROTTLE, error_code=code,
-                producer_id=producer_id, producer_epoch=epoch,
-            )
+    if request.transactional_id is not None:
+        return answer(ErrorCode.transactional_id_authorization_failed)
+    try:
+        if services.metadata.remote:  # a block claim is a ZooKeeper write
+            producer_id = await asyncio.to_thread(manager.generate_producer_id)
+        else:
+            producer_id = manager.generate_producer_id()
+    except ProducerIdsExhaustedError:
+        log.error("producer ids are exhausted")
+        return answer(ErrorCode.unknown_server_error)
+    except StoreError as exc:
+        log.warning("could not claim a block of producer ids: %s", exc)
+        return answer(ErrorCode.coordinator_load_in_progress)
+    return answer(ErrorCode.none, producer_id, 0)
 
-        if request.transactional_id is not None:
-            return answer(ErrorCode.transactional_id_authorization_failed)
-        try:
-            if services.metadata.remote:  # a block claim is a ZooKeeper write
-                producer_id = await asyncio.to_thread(manager.generate_producer_id)
-            else:
-                producer_id = manager.generate_producer_id()
-        except ProducerIdsExhaustedError:
-            log.error("producer ids are exhausted")
-            return answer(ErrorCode.unknown_server_error)
-        except StoreError as exc:
-            log.warning("could not claim a block of producer ids: %s", exc)
-            return answer(ErrorCode.coordinator_load_in_progress)
-        return answer(ErrorCode.none, producer_id, 0)
 
-    registry.register(ApiKey.INIT_PRODUCER_ID, VERSIONS[0], VERSIONS[1], init_producer_id)

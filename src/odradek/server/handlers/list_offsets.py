@@ -31,7 +31,12 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.legacy_api import read_list_offsets_v0, write_list_offsets_v0
-from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
+from odradek.protocol.registry import (
+    GENERIC_ERROR_RESPONSE,
+    HandlerRegistry,
+    RequestContext,
+    bind,
+)
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
@@ -50,39 +55,39 @@ CONSUMER_REPLICA_ID = -1
 
 
 def register_list_offsets(registry: HandlerRegistry, services: BrokerServices) -> None:
-    async def list_offsets(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("list_offsets", ctx.api_version)
-        topics = []
-        for topic in request.topics:
-            partitions = []
-            for p in topic.partitions:
-                partitions.append(_one(m, services, topic.name, p, ctx.api_version,
-                                       request.replica_id == CONSUMER_REPLICA_ID))
-            topics.append(make(m.ListOffsetsTopicResponse, name=topic.name,
-                               partitions=tuple(partitions)))
-        return make(m.ListOffsetsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
+    registry.register(ApiKey.LIST_OFFSETS, VERSIONS[0], VERSIONS[1],
+                      bind(list_offsets, services), decode=decode, error_response=error_response)
 
-    async def dispatch(ctx: RequestContext, request: Any) -> Any:
-        if ctx.api_version == 0:
-            return _v0(services, request)
-        return await list_offsets(ctx, request)
 
-    def decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
-        if version == 0:
-            return read_list_offsets_v0(frame, offset, version)
-        return decode_request(ApiKey.LIST_OFFSETS, version, frame, offset)
+async def list_offsets(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version == 0:
+        return _v0(services, request)
+    m = response_module("list_offsets", ctx.api_version)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            partitions.append(_one(m, services, topic.name, p, ctx.api_version,
+                                   request.replica_id == CONSUMER_REPLICA_ID))
+        topics.append(make(m.ListOffsetsTopicResponse, name=topic.name,
+                           partitions=tuple(partitions)))
+    return make(m.ListOffsetsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
 
-    def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        if ctx.api_version > 0:
-            return GENERIC_ERROR_RESPONSE
-        value = int(code.value)
-        return write_list_offsets_v0([
-            (t.name, [(p.partition_index, value, ()) for p in t.partitions])
-            for t in request.topics
-        ])
 
-    registry.register(ApiKey.LIST_OFFSETS, VERSIONS[0], VERSIONS[1], dispatch, decode=decode,
-                      error_response=error_response)
+def decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
+    if version == 0:
+        return read_list_offsets_v0(frame, offset, version)
+    return decode_request(ApiKey.LIST_OFFSETS, version, frame, offset)
+
+
+def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    if ctx.api_version > 0:
+        return GENERIC_ERROR_RESPONSE
+    value = int(code.value)
+    return write_list_offsets_v0([
+        (t.name, [(p.partition_index, value, ()) for p in t.partitions])
+        for t in request.topics
+    ])
 
 
 def _v0(services: BrokerServices, request: Any) -> Any:

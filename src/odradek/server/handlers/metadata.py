@@ -34,7 +34,7 @@ from odradek.protocol.metadata_writer import (
     MetadataTopic,
     write_metadata_response,
 )
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.protocol.send import Send
 from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized_operations
 from odradek.server.client_quotas import MutationQuota
@@ -49,70 +49,71 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def register_metadata(registry: HandlerRegistry, services: BrokerServices) -> None:
-    async def metadata(ctx: RequestContext, request: Any) -> Any:
-        version = ctx.api_version
-        topics: list[MetadataTopic] = []
-        quota: MutationQuota | None = None
-        info: TopicInfo | None
-        requested = request.topics
-        live_brokers = services.live_brokers()
-        live = {b[0] for b in live_brokers}
-        # KIP-430 (v8+): the operations the caller may perform, when asked
-        ops = (authorized_operations(ResourceType.TOPIC)
-               if getattr(request, "include_topic_authorized_operations", False)
-               else NOT_REQUESTED)
-        if requested is None or (version == 0 and not requested):
-            for info in sorted(services.metadata.topics.values(), key=lambda i: i.name):
-                topics.append(_topic(services, info, live, ops))
-        else:
-            allow = getattr(request, "allow_auto_topic_creation", True) and bool(
-                services.config["auto.create.topics.enable"]
-            )
-            quota = mutation_quota(services, ctx, PERMISSIVE) if allow else None
-            created: dict[str, TopicInfo | MetadataError] = {}
-            if allow:
-                missing = [n for n in dict.fromkeys(w.name for w in requested)
-                           if n is not None and services.metadata.get(n) is None]
-                if missing:
-                    created = await _auto_create(services, missing)
-                    if quota is not None:
-                        quota.record(sum(len(i.partitions) for i in created.values()
-                                         if isinstance(i, TopicInfo)))
-            answered: set[str] = set()
-            for wanted in requested:
-                name = wanted.name
-                if name is None:
-                    topic_id = getattr(wanted, "topic_id", None)
-                    info = services.metadata.by_id(topic_id) if topic_id else None
-                    if info is None:
-                        topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id))
-                    else:
-                        topics.append(_topic(services, info, live, ops))
-                    continue
-                if name in answered:  # Kafka answers a set of names: each once
-                    continue
-                answered.add(name)
-                outcome = created.get(name)
-                if isinstance(outcome, MetadataError):
-                    topics.append(_error_topic(name, code_of(outcome.kafka_error), ops=ops))
-                    continue
-                info = services.metadata.get(name)
+    registry.register(ApiKey.METADATA, VERSIONS[0], VERSIONS[1], bind(metadata, services))
+
+
+async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    topics: list[MetadataTopic] = []
+    quota: MutationQuota | None = None
+    info: TopicInfo | None
+    requested = request.topics
+    live_brokers = services.live_brokers()
+    live = {b[0] for b in live_brokers}
+    # KIP-430 (v8+): the operations the caller may perform, when asked
+    ops = (authorized_operations(ResourceType.TOPIC)
+           if getattr(request, "include_topic_authorized_operations", False)
+           else NOT_REQUESTED)
+    if requested is None or (version == 0 and not requested):
+        for info in sorted(services.metadata.topics.values(), key=lambda i: i.name):
+            topics.append(_topic(services, info, live, ops))
+    else:
+        allow = getattr(request, "allow_auto_topic_creation", True) and bool(
+            services.config["auto.create.topics.enable"]
+        )
+        quota = mutation_quota(services, ctx, PERMISSIVE) if allow else None
+        created: dict[str, TopicInfo | MetadataError] = {}
+        if allow:
+            missing = [n for n in dict.fromkeys(w.name for w in requested)
+                       if n is not None and services.metadata.get(n) is None]
+            if missing:
+                created = await _auto_create(services, missing)
+                if quota is not None:
+                    quota.record(sum(len(i.partitions) for i in created.values()
+                                     if isinstance(i, TopicInfo)))
+        answered: set[str] = set()
+        for wanted in requested:
+            name = wanted.name
+            if name is None:
+                topic_id = getattr(wanted, "topic_id", None)
+                info = services.metadata.by_id(topic_id) if topic_id else None
                 if info is None:
-                    topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition, ops=ops))
+                    topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id))
                 else:
                     topics.append(_topic(services, info, live, ops))
-        brokers = [MetadataBroker(b, host, port, rack) for b, host, port, rack in live_brokers]
-        throttle_ms = throttle_ms_after(ctx, quota) if quota is not None else 0
-        # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
-        return Send((write_metadata_response(
-            version, brokers, services.metadata.cluster_id, services.controller_id(), topics,
-            authorized_operations(ResourceType.CLUSTER)
-            if getattr(request, "include_cluster_authorized_operations", False)
-            else NOT_REQUESTED,
-            throttle_ms,
-        ),))
-
-    registry.register(ApiKey.METADATA, VERSIONS[0], VERSIONS[1], metadata)
+                continue
+            if name in answered:  # Kafka answers a set of names: each once
+                continue
+            answered.add(name)
+            outcome = created.get(name)
+            if isinstance(outcome, MetadataError):
+                topics.append(_error_topic(name, code_of(outcome.kafka_error), ops=ops))
+                continue
+            info = services.metadata.get(name)
+            if info is None:
+                topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition, ops=ops))
+            else:
+                topics.append(_topic(services, info, live, ops))
+    brokers = [MetadataBroker(b, host, port, rack) for b, host, port, rack in live_brokers]
+    throttle_ms = throttle_ms_after(ctx, quota) if quota is not None else 0
+    # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
+    return Send((write_metadata_response(
+        version, brokers, services.metadata.cluster_id, services.controller_id(), topics,
+        authorized_operations(ResourceType.CLUSTER)
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else NOT_REQUESTED,
+        throttle_ms,
+    ),))
 
 
 #: How long auto-creation waits for the new logs before answering (then pending

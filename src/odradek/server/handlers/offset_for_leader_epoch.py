@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.primitives import BodyReader
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
 from odradek.server.handlers._transcode import OldVersions, register_with_old_versions
@@ -35,38 +35,41 @@ VERSIONS = (0, 4)
 
 
 def register_offset_for_leader_epoch(registry: HandlerRegistry, services: BrokerServices) -> None:
-    replica_manager = services.replica_manager
-
-    async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("offset_for_leader_epoch", ctx.api_version)
-        topics = []
-        for topic in request.topics:
-            partitions = []
-            for p in topic.partitions:
-                code = ErrorCode.none
-                epoch, end = -1, -1
-                try:
-                    partition = replica_manager.leader_partition(
-                        topic.topic, p.partition, p.current_leader_epoch
-                    )
-                    partition_log = partition.log
-                    epoch, end = partition_log.leader_epoch_cache.end_offset_for(
-                        p.leader_epoch, partition_log.log_end_offset
-                    )
-                except Exception as exc:
-                    code, _ = error_code_for(
-                        exc, f"OffsetForLeaderEpoch of {topic.topic}-{p.partition}"
-                    )
-                partitions.append(make(m.EpochEndOffset, error_code=code,
-                                       partition=p.partition, leader_epoch=epoch,
-                                       end_offset=end))
-            topics.append(make(m.OffsetForLeaderTopicResult, topic=topic.topic,
-                               partitions=tuple(partitions)))
-        return make(m.OffsetForLeaderEpochResponse, throttle_time=ZERO_THROTTLE,
-                    topics=tuple(topics))
-
     register_with_old_versions(registry, ApiKey.OFFSET_FOR_LEADER_EPOCH, VERSIONS[1],
-                               offset_for_leader_epoch, OldVersions(0, 2, _to_v2, _from_v2))
+                               bind(offset_for_leader_epoch, services),
+                               OldVersions(0, 2, _to_v2, _from_v2))
+
+
+async def offset_for_leader_epoch(
+    services: BrokerServices, ctx: RequestContext, request: Any,
+) -> Any:
+    replica_manager = services.replica_manager
+    m = response_module("offset_for_leader_epoch", ctx.api_version)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            code = ErrorCode.none
+            epoch, end = -1, -1
+            try:
+                partition = replica_manager.leader_partition(
+                    topic.topic, p.partition, p.current_leader_epoch
+                )
+                partition_log = partition.log
+                epoch, end = partition_log.leader_epoch_cache.end_offset_for(
+                    p.leader_epoch, partition_log.log_end_offset
+                )
+            except Exception as exc:
+                code, _ = error_code_for(
+                    exc, f"OffsetForLeaderEpoch of {topic.topic}-{p.partition}"
+                )
+            partitions.append(make(m.EpochEndOffset, error_code=code,
+                                   partition=p.partition, leader_epoch=epoch,
+                                   end_offset=end))
+        topics.append(make(m.OffsetForLeaderTopicResult, topic=topic.topic,
+                           partitions=tuple(partitions)))
+    return make(m.OffsetForLeaderEpochResponse, throttle_time=ZERO_THROTTLE,
+                topics=tuple(topics))
 
 
 _I16 = struct.Struct(">h")

@@ -21,7 +21,9 @@ offsets expire after ``offsets.retention.minutes``); OffsetCommit v0 and OffsetF
 offsets "the old way", as Kafka in ZooKeeper mode did: the offset as decimal text in
 ``/consumers/<group>/offsets/<topic>/<partition>`` of the metadata store (ZooKeeper in
 cluster mode), not in ``__consumer_offsets``, so v0 and later versions do not see each
-other's commits, as with Kafka. A missing node is offset -1 with no error.
+other's commits, as with Kafka. A missing node is offset -1 with no error. The node is
+written through :meth:`ClusterMetadata.set_consumer_offset` (set, else create, as Kafka's
+``ZkUtils.updatePersistentPath``), so two commits racing to create it both succeed.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.coordinator.group_metadata import CommittedOffset
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import decode_request
@@ -40,21 +41,35 @@ from odradek.protocol.legacy_api import (
     write_offset_commit_legacy,
     write_offset_fetch_v0,
 )
-from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
+from odradek.protocol.registry import (
+    GENERIC_ERROR_RESPONSE,
+    HandlerRegistry,
+    RequestContext,
+    bind,
+)
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated
 
 if TYPE_CHECKING:
-    import uuid
-
+    from odradek.cluster.metadata import ClusterMetadata
     from odradek.server.services import BrokerServices
 
 OFFSET_COMMIT_VERSIONS = (0, 10)
 OFFSET_FETCH_VERSIONS = (0, 10)
 OLD_COMMIT_MAX = 1  # OffsetCommit v0-1 and OffsetFetch v0: no kio schema
-ZK_OFFSETS = "/consumers/{group}/offsets/{topic}/{partition}"
 OFFSET_DELETE_VERSIONS = (0, 0)
 TOPIC_IDS_FROM = 10  # OffsetCommit and OffsetFetch name topics by id from v10
+
+
+def register_offsets(registry: HandlerRegistry, services: BrokerServices) -> None:
+    registry.register(ApiKey.OFFSET_COMMIT, *OFFSET_COMMIT_VERSIONS,
+                      bind(offset_commit, services), decode=commit_decode,
+                      error_response=commit_error)
+    registry.register(ApiKey.OFFSET_FETCH, *OFFSET_FETCH_VERSIONS,
+                      bind(offset_fetch, services), decode=fetch_decode,
+                      error_response=fetch_error)
+    registry.register(ApiKey.OFFSET_DELETE, *OFFSET_DELETE_VERSIONS,
+                      bind(offset_delete, services))
 
 
 def _retention_ms(value: Any) -> int:
@@ -65,267 +80,276 @@ def _retention_ms(value: Any) -> int:
     return max(round(ms), -1)
 
 
-def register_offsets(registry: HandlerRegistry, services: BrokerServices) -> None:
-    def coordinator() -> GroupCoordinator:
-        return services.group_coordinator
+def _resolve(metadata: ClusterMetadata, topic: Any, by_id: bool) -> tuple[str | None, ErrorCode]:
+    """A request topic's name, or UNKNOWN_TOPIC_ID for an unknown id (v10+)."""
+    if by_id:
+        info = metadata.by_id(topic.topic_id)
+        return (None, ErrorCode.unknown_topic_id) if info is None else (info.name,
+                                                                        ErrorCode.none)
+    return topic.name, ErrorCode.none
 
-    def resolve(topic: Any, by_id: bool) -> tuple[str | None, ErrorCode]:
-        if by_id:
-            info = services.metadata.by_id(topic.topic_id)
-            return (None, ErrorCode.unknown_topic_id) if info is None else (info.name,
-                                                                            ErrorCode.none)
-        return topic.name, ErrorCode.none
 
-    def partition_exists(name: str, partition: int) -> bool:
-        info = services.metadata.get(name)
-        return info is not None and partition in info.partitions
+def _partition_exists(metadata: ClusterMetadata, name: str, partition: int) -> bool:
+    info = metadata.get(name)
+    return info is not None and partition in info.partitions
 
-    def topic_id_of(name: str) -> uuid.UUID | None:
-        info = services.metadata.get(name)
-        return None if info is None else info.topic_id
 
-    # -- OffsetCommit ------------------------------------------------------------------
-    async def replicated(group_id: str, results: dict[tuple[str, int], ErrorCode]) -> None:
-        """Offsets are committed with acks=-1: a commit the ISR did not take in time is
-        REQUEST_TIMED_OUT (the client retries), NOT_COORDINATOR if leadership was lost."""
-        failed = await group_log_replicated(services, group_id)
-        if failed != ErrorCode.none:
-            for key, code in results.items():
-                if code == ErrorCode.none:
-                    results[key] = failed
+async def _replicated(
+    services: BrokerServices, group_id: str, results: dict[tuple[str, int], ErrorCode],
+) -> None:
+    """Offsets are committed with acks=-1: a commit the ISR did not take in time is
+    REQUEST_TIMED_OUT (the client retries), NOT_COORDINATOR if leadership was lost."""
+    failed = await group_log_replicated(services, group_id)
+    if failed != ErrorCode.none:
+        for key, code in results.items():
+            if code == ErrorCode.none:
+                results[key] = failed
 
-    async def offset_commit(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("offset_commit", ctx.api_version)
-        by_id = ctx.api_version >= TOPIC_IDS_FROM
-        wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
-        early: dict[tuple[int, int], ErrorCode] = {}  # (topic index, partition) -> error
-        names: list[str | None] = []
-        for ti, topic in enumerate(request.topics):
-            name, error = resolve(topic, by_id)
-            names.append(name)
-            for p in topic.partitions:
-                if error != ErrorCode.none:
-                    early[(ti, p.partition_index)] = error
-                elif name is None or not partition_exists(name, p.partition_index):
-                    early[(ti, p.partition_index)] = ErrorCode.unknown_topic_or_partition
-                else:
-                    wanted[(name, p.partition_index)] = (
-                        p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                        p.committed_metadata,
-                    )
-        results = coordinator().commit_offsets(
-            request.group_id, request.member_id, getattr(request, "group_instance_id", None),
-            request.generation_id_or_member_epoch, wanted,
-            _retention_ms(getattr(request, "retention_time", None)),
-        ) if wanted else {}
-        if any(code == ErrorCode.none for code in results.values()):
-            await replicated(request.group_id, results)
-        topics = []
-        for ti, topic in enumerate(request.topics):
-            partitions = []
-            for p in topic.partitions:
-                name = names[ti]
-                code = early.get((ti, p.partition_index))
-                if code is None:
-                    assert name is not None
-                    code = results.get((name, p.partition_index), ErrorCode.none)
-                partitions.append(make(m.OffsetCommitResponsePartition,
-                                       partition_index=p.partition_index, error_code=code))
-            topics.append(make(m.OffsetCommitResponseTopic, name=getattr(topic, "name", None),
-                               topic_id=getattr(topic, "topic_id", None),
-                               partitions=tuple(partitions)))
-        return make(m.OffsetCommitResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
 
-    # -- OffsetFetch -------------------------------------------------------------------
-    def fetch_group(m: Any, version: int, group_id: str, topics: Any,
-                    require_stable: bool) -> tuple[ErrorCode, tuple[Any, ...]]:
-        by_id = version >= TOPIC_IDS_FROM
-        topic_cls = m.OffsetFetchResponseTopics if version >= 8 else m.OffsetFetchResponseTopic
-        part_cls = (m.OffsetFetchResponsePartitions if version >= 8
-                    else m.OffsetFetchResponsePartition)
-
-        def part(index: int, committed: CommittedOffset | None, code: ErrorCode) -> Any:
-            return make(
-                part_cls, partition_index=index,
-                committed_offset=committed.offset if committed else -1,
-                committed_leader_epoch=committed.leader_epoch if committed else -1,
-                metadata=committed.metadata if committed else "", error_code=code,
-            )
-
-        requested: list[tuple[Any, str | None, ErrorCode]] = []
-        wanted: list[tuple[str, int]] | None = None
-        if topics is not None:
-            wanted = []
-            for topic in topics:
-                name, error = resolve(topic, by_id)
-                requested.append((topic, name, error))
-                if name is not None:
-                    wanted.extend((name, p) for p in topic.partition_indexes)
-        error, offsets = coordinator().fetch_offsets(group_id, wanted, require_stable)
-        if error != ErrorCode.none and version >= 2:
-            return error, ()
-        out = []
-        if topics is None:
-            by_topic: dict[str, list[Any]] = {}
-            for (name, index), committed in offsets.items():
-                by_topic.setdefault(name, []).append(part(index, committed, ErrorCode.none))
-            for name, parts in by_topic.items():
-                topic_id = topic_id_of(name) if by_id else None
-                if by_id and topic_id is None:
-                    continue
-                out.append(make(topic_cls, name=name, topic_id=topic_id,
-                                partitions=tuple(parts)))
-            return ErrorCode.none, tuple(out)
-        for topic, name, topic_error in requested:
-            parts = []
-            for index in topic.partition_indexes:
-                code = topic_error if topic_error != ErrorCode.none else error
-                committed = offsets.get((name, index)) if name is not None else None
-                parts.append(part(index, committed, code))
-            out.append(make(topic_cls, name=getattr(topic, "name", None),
-                            topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
-        return error, tuple(out)
-
-    async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("offset_fetch", ctx.api_version)
-        version = ctx.api_version
-        require_stable = bool(getattr(request, "require_stable", False))
-        if version >= 8:
-            groups = []
-            for g in request.groups:
-                error, topics = fetch_group(m, version, g.group_id, g.topics, require_stable)
-                groups.append(make(m.OffsetFetchResponseGroup, group_id=g.group_id,
-                                   topics=topics, error_code=error))
-            return make(m.OffsetFetchResponse, throttle_time=ZERO_THROTTLE,
-                        groups=tuple(groups))
-        error, topics = fetch_group(m, version, request.group_id, request.topics,
-                                    require_stable)
-        return make(m.OffsetFetchResponse, throttle_time=ZERO_THROTTLE, topics=topics,
-                    error_code=error)
-
-    # -- OffsetDelete ------------------------------------------------------------------
-    async def offset_delete(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("offset_delete", ctx.api_version)
-        wanted = [
-            (t.name, p.partition_index) for t in request.topics for p in t.partitions
-            if partition_exists(t.name, p.partition_index)
-        ]
-        error, results = coordinator().delete_offsets(request.group_id, wanted)
-        topics = []
-        if error == ErrorCode.none:
-            for t in request.topics:
-                partitions = tuple(
-                    make(m.OffsetDeleteResponsePartition, partition_index=p.partition_index,
-                         error_code=results.get((t.name, p.partition_index),
-                                                ErrorCode.unknown_topic_or_partition))
-                    for p in t.partitions
+# -- OffsetCommit ----------------------------------------------------------------------
+async def offset_commit(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version <= OLD_COMMIT_MAX:
+        return await _offset_commit_v0_1(services, ctx, request)
+    m = response_module("offset_commit", ctx.api_version)
+    by_id = ctx.api_version >= TOPIC_IDS_FROM
+    metadata = services.metadata
+    wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    early: dict[tuple[int, int], ErrorCode] = {}  # (topic index, partition) -> error
+    names: list[str | None] = []
+    for ti, topic in enumerate(request.topics):
+        name, error = _resolve(metadata, topic, by_id)
+        names.append(name)
+        for p in topic.partitions:
+            if error != ErrorCode.none:
+                early[(ti, p.partition_index)] = error
+            elif name is None or not _partition_exists(metadata, name, p.partition_index):
+                early[(ti, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+            else:
+                wanted[(name, p.partition_index)] = (
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata,
                 )
-                topics.append(make(m.OffsetDeleteResponseTopic, name=t.name,
-                                   partitions=partitions))
-        return make(m.OffsetDeleteResponse, error_code=error, throttle_time=ZERO_THROTTLE,
-                    topics=tuple(topics))
+    results = services.group_coordinator.commit_offsets(
+        request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+        request.generation_id_or_member_epoch, wanted,
+        _retention_ms(getattr(request, "retention_time", None)),
+    ) if wanted else {}
+    if any(code == ErrorCode.none for code in results.values()):
+        await _replicated(services, request.group_id, results)
+    topics = []
+    for ti, topic in enumerate(request.topics):
+        partitions = []
+        for p in topic.partitions:
+            name = names[ti]
+            code = early.get((ti, p.partition_index))
+            if code is None:
+                assert name is not None
+                code = results.get((name, p.partition_index), ErrorCode.none)
+            partitions.append(make(m.OffsetCommitResponsePartition,
+                                   partition_index=p.partition_index, error_code=code))
+        topics.append(make(m.OffsetCommitResponseTopic, name=getattr(topic, "name", None),
+                           topic_id=getattr(topic, "topic_id", None),
+                           partitions=tuple(partitions)))
+    return make(m.OffsetCommitResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
 
-    # -- the versions of 0.8 clients ------------------------------------------------------
-    def zk_path(group: str, topic: str, partition: int) -> str:
-        return ZK_OFFSETS.format(group=group, topic=topic, partition=partition)
 
-    async def offset_commit_old(ctx: RequestContext, request: Any) -> Any:
-        store = services.metadata.store
-        max_metadata = int(services.config["offset.metadata.max.bytes"])
-        results: dict[tuple[str, int], ErrorCode] = {}
-        wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
-        for topic in request.topics:
-            for p in topic.partitions:
-                key = (topic.name, p.partition_index)
-                if not partition_exists(*key):
-                    results[key] = ErrorCode.unknown_topic_or_partition
-                elif p.committed_metadata is not None and (
-                    len(p.committed_metadata.encode()) > max_metadata
-                ):
-                    results[key] = ErrorCode.offset_metadata_too_large
-                else:
-                    wanted[key] = (p.committed_offset, -1, p.committed_metadata)
-        if wanted and ctx.api_version == 1:
-            results.update(coordinator().commit_offsets(
-                request.group_id, request.member_id, None, request.generation_id, wanted, -1))
-            if any(code == ErrorCode.none for code in results.values()):
-                await replicated(request.group_id, results)
-        elif wanted:
-            def write() -> None:
-                for (name, index), (committed, _, _) in wanted.items():
-                    path = zk_path(request.group_id, name, index)
-                    data = str(committed).encode()
-                    if store.get(path) is None:
-                        store.create(path, data)
-                    else:
-                        store.set(path, data)
-                    results[(name, index)] = ErrorCode.none
-            await asyncio.to_thread(write)
-        return write_offset_commit_legacy([
-            (t.name, [(p.partition_index,
-                       int(results.get((t.name, p.partition_index), ErrorCode.none).value))
-                      for p in t.partitions])
-            for t in request.topics
-        ])
+# -- OffsetFetch -----------------------------------------------------------------------
+async def offset_fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    if version == 0:
+        return await _offset_fetch_v0(services, request)
+    m = response_module("offset_fetch", version)
+    require_stable = bool(getattr(request, "require_stable", False))
+    if version >= 8:
+        groups = []
+        for g in request.groups:
+            error, topics = _fetch_group(services, m, version, g.group_id, g.topics,
+                                         require_stable)
+            groups.append(make(m.OffsetFetchResponseGroup, group_id=g.group_id,
+                               topics=topics, error_code=error))
+        return make(m.OffsetFetchResponse, throttle_time=ZERO_THROTTLE, groups=tuple(groups))
+    error, topics = _fetch_group(services, m, version, request.group_id, request.topics,
+                                 require_stable)
+    return make(m.OffsetFetchResponse, throttle_time=ZERO_THROTTLE, topics=topics,
+                error_code=error)
 
-    async def offset_fetch_v0(ctx: RequestContext, request: Any) -> Any:
-        store = services.metadata.store
 
-        def read() -> list[tuple[str, list[tuple[int, int, str | None, int]]]]:
-            out: list[tuple[str, list[tuple[int, int, str | None, int]]]] = []
-            for t in request.topics:
-                parts: list[tuple[int, int, str | None, int]] = []
-                for index in t.partition_indexes:
-                    if not partition_exists(t.name, index):
-                        parts.append((index, -1, "",
-                                      int(ErrorCode.unknown_topic_or_partition.value)))
-                        continue
-                    node = store.get(zk_path(request.group_id, t.name, index))
-                    committed = int(node.data) if node is not None and node.data else -1
-                    parts.append((index, committed, "", 0))
-                out.append((t.name, parts))
-            return out
+def _classes(m: Any, version: int) -> tuple[Any, Any]:
+    """OffsetFetch's (topic, partition) response classes for ``version`` (v8+ renamed them)."""
+    if version >= 8:
+        return m.OffsetFetchResponseTopics, m.OffsetFetchResponsePartitions
+    return m.OffsetFetchResponseTopic, m.OffsetFetchResponsePartition
 
-        return write_offset_fetch_v0(await asyncio.to_thread(read))
 
-    async def commit_dispatch(ctx: RequestContext, request: Any) -> Any:
-        if ctx.api_version <= OLD_COMMIT_MAX:
-            return await offset_commit_old(ctx, request)
-        return await offset_commit(ctx, request)
+def _answer(part_cls: Any, index: int, committed: CommittedOffset | None,
+            code: ErrorCode) -> Any:
+    return make(
+        part_cls, partition_index=index,
+        committed_offset=committed.offset if committed else -1,
+        committed_leader_epoch=committed.leader_epoch if committed else -1,
+        metadata=committed.metadata if committed else "", error_code=code,
+    )
 
-    async def fetch_dispatch(ctx: RequestContext, request: Any) -> Any:
-        if ctx.api_version == 0:
-            return await offset_fetch_v0(ctx, request)
-        return await offset_fetch(ctx, request)
 
-    def commit_decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
-        if version <= OLD_COMMIT_MAX:
-            return read_offset_commit_legacy(frame, offset, version)
-        return decode_request(ApiKey.OFFSET_COMMIT, version, frame, offset)
+def _fetch_group(services: BrokerServices, m: Any, version: int, group_id: str, topics: Any,
+                 require_stable: bool) -> tuple[ErrorCode, tuple[Any, ...]]:
+    """One group's committed offsets: those of ``topics``, or all of them (None)."""
+    by_id = version >= TOPIC_IDS_FROM
+    topic_cls, part_cls = _classes(m, version)
+    requested: list[tuple[Any, str | None, ErrorCode]] = []
+    wanted: list[tuple[str, int]] | None = None
+    if topics is not None:
+        wanted = []
+        for topic in topics:
+            name, error = _resolve(services.metadata, topic, by_id)
+            requested.append((topic, name, error))
+            if name is not None:
+                wanted.extend((name, p) for p in topic.partition_indexes)
+    error, offsets = services.group_coordinator.fetch_offsets(group_id, wanted, require_stable)
+    if error != ErrorCode.none and version >= 2:
+        return error, ()
+    if topics is None:
+        return ErrorCode.none, _every_offset(services.metadata, topic_cls, part_cls, by_id,
+                                             offsets)
+    out = []
+    for topic, name, topic_error in requested:
+        parts = []
+        for index in topic.partition_indexes:
+            code = topic_error if topic_error != ErrorCode.none else error
+            committed = offsets.get((name, index)) if name is not None else None
+            parts.append(_answer(part_cls, index, committed, code))
+        out.append(make(topic_cls, name=getattr(topic, "name", None),
+                        topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
+    return error, tuple(out)
 
-    def fetch_decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
-        if version == 0:
-            return read_offset_fetch_v0(frame, offset, version)
-        return decode_request(ApiKey.OFFSET_FETCH, version, frame, offset)
 
-    def commit_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        if ctx.api_version > OLD_COMMIT_MAX:
-            return GENERIC_ERROR_RESPONSE
-        value = int(code.value)
-        return write_offset_commit_legacy(
-            [(t.name, [(p.partition_index, value) for p in t.partitions])
-             for t in request.topics])
+def _every_offset(
+    metadata: ClusterMetadata, topic_cls: Any, part_cls: Any, by_id: bool,
+    offsets: dict[tuple[str, int], CommittedOffset | None],
+) -> tuple[Any, ...]:
+    """A null topic list (v2+): every committed offset of the group, by topic (v10+ leave
+    out topics that no longer exist: they have no id to name them by)."""
+    by_topic: dict[str, list[Any]] = {}
+    for (name, index), committed in offsets.items():
+        by_topic.setdefault(name, []).append(_answer(part_cls, index, committed, ErrorCode.none))
+    out = []
+    for name, parts in by_topic.items():
+        info = metadata.get(name) if by_id else None
+        topic_id = None if info is None else info.topic_id
+        if by_id and topic_id is None:
+            continue
+        out.append(make(topic_cls, name=name, topic_id=topic_id, partitions=tuple(parts)))
+    return tuple(out)
 
-    def fetch_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        if ctx.api_version > 0:
-            return GENERIC_ERROR_RESPONSE
-        value = int(code.value)
-        return write_offset_fetch_v0(
-            [(t.name, [(i, -1, "", value) for i in t.partition_indexes])
-             for t in request.topics])
 
-    registry.register(ApiKey.OFFSET_COMMIT, *OFFSET_COMMIT_VERSIONS, commit_dispatch,
-                      decode=commit_decode, error_response=commit_error)
-    registry.register(ApiKey.OFFSET_FETCH, *OFFSET_FETCH_VERSIONS, fetch_dispatch,
-                      decode=fetch_decode, error_response=fetch_error)
-    registry.register(ApiKey.OFFSET_DELETE, *OFFSET_DELETE_VERSIONS, offset_delete)
+# -- OffsetDelete ----------------------------------------------------------------------
+async def offset_delete(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("offset_delete", ctx.api_version)
+    wanted = [
+        (t.name, p.partition_index) for t in request.topics for p in t.partitions
+        if _partition_exists(services.metadata, t.name, p.partition_index)
+    ]
+    error, results = services.group_coordinator.delete_offsets(request.group_id, wanted)
+    topics = []
+    if error == ErrorCode.none:
+        for t in request.topics:
+            partitions = tuple(
+                make(m.OffsetDeleteResponsePartition, partition_index=p.partition_index,
+                     error_code=results.get((t.name, p.partition_index),
+                                            ErrorCode.unknown_topic_or_partition))
+                for p in t.partitions
+            )
+            topics.append(make(m.OffsetDeleteResponseTopic, name=t.name,
+                               partitions=partitions))
+    return make(m.OffsetDeleteResponse, error_code=error, throttle_time=ZERO_THROTTLE,
+                topics=tuple(topics))
+
+
+# -- the versions of 0.8 clients -------------------------------------------------------
+async def _offset_commit_v0_1(
+    services: BrokerServices, ctx: RequestContext, request: Any,
+) -> Any:
+    """v1 commits through the group coordinator; v0 into the metadata store."""
+    metadata = services.metadata
+    max_metadata = int(services.config["offset.metadata.max.bytes"])
+    results: dict[tuple[str, int], ErrorCode] = {}
+    wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            key = (topic.name, p.partition_index)
+            if not _partition_exists(metadata, *key):
+                results[key] = ErrorCode.unknown_topic_or_partition
+            elif p.committed_metadata is not None and (
+                len(p.committed_metadata.encode()) > max_metadata
+            ):
+                results[key] = ErrorCode.offset_metadata_too_large
+            else:
+                wanted[key] = (p.committed_offset, -1, p.committed_metadata)
+    if wanted and ctx.api_version == 1:
+        results.update(services.group_coordinator.commit_offsets(
+            request.group_id, request.member_id, None, request.generation_id, wanted, -1))
+        if any(code == ErrorCode.none for code in results.values()):
+            await _replicated(services, request.group_id, results)
+    elif wanted:
+        def write() -> None:
+            for (name, index), (committed, _, _) in wanted.items():
+                metadata.set_consumer_offset(request.group_id, name, index, committed)
+                results[(name, index)] = ErrorCode.none
+        await asyncio.to_thread(write)
+    return write_offset_commit_legacy([
+        (t.name, [(p.partition_index,
+                   int(results.get((t.name, p.partition_index), ErrorCode.none).value))
+                  for p in t.partitions])
+        for t in request.topics
+    ])
+
+
+async def _offset_fetch_v0(services: BrokerServices, request: Any) -> Any:
+    """The offsets OffsetCommit v0 stored in the metadata store."""
+    metadata = services.metadata
+
+    def read() -> list[tuple[str, list[tuple[int, int, str | None, int]]]]:
+        out: list[tuple[str, list[tuple[int, int, str | None, int]]]] = []
+        for t in request.topics:
+            parts: list[tuple[int, int, str | None, int]] = []
+            for index in t.partition_indexes:
+                if not _partition_exists(metadata, t.name, index):
+                    parts.append((index, -1, "",
+                                  int(ErrorCode.unknown_topic_or_partition.value)))
+                    continue
+                committed = metadata.consumer_offset(request.group_id, t.name, index)
+                parts.append((index, committed, "", 0))
+            out.append((t.name, parts))
+        return out
+
+    return write_offset_fetch_v0(await asyncio.to_thread(read))
+
+
+def commit_decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
+    if version <= OLD_COMMIT_MAX:
+        return read_offset_commit_legacy(frame, offset, version)
+    return decode_request(ApiKey.OFFSET_COMMIT, version, frame, offset)
+
+
+def fetch_decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
+    if version == 0:
+        return read_offset_fetch_v0(frame, offset, version)
+    return decode_request(ApiKey.OFFSET_FETCH, version, frame, offset)
+
+
+def commit_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    if ctx.api_version > OLD_COMMIT_MAX:
+        return GENERIC_ERROR_RESPONSE
+    value = int(code.value)
+    return write_offset_commit_legacy(
+        [(t.name, [(p.partition_index, value) for p in t.partitions])
+         for t in request.topics])
+
+
+def fetch_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    if ctx.api_version > 0:
+        return GENERIC_ERROR_RESPONSE
+    value = int(code.value)
+    return write_offset_fetch_v0(
+        [(t.name, [(i, -1, "", value) for i in t.partition_indexes])
+         for t in request.topics])

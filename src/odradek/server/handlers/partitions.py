@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.cluster.metadata import MetadataError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.client_quotas import MutationQuota
 from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import code_of
@@ -113,38 +113,42 @@ def _timed_out(
 
 
 def register_partitions(registry: HandlerRegistry, services: BrokerServices) -> None:
-    async def create_partitions(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("create_partitions", ctx.api_version)
-        counts = Counter(t.name for t in request.topics)
-        quota = mutation_quota(services, ctx, STRICT_VERSION)
+    registry.register(ApiKey.CREATE_PARTITIONS, VERSIONS[0], VERSIONS[1],
+                      bind(create_partitions, services))
 
-        def change() -> list[tuple[ErrorCode, str | None]]:
-            outcomes: list[tuple[ErrorCode, str | None]] = []
-            for topic in request.topics:
-                try:
-                    if counts[topic.name] > 1:
-                        raise _Refused(ErrorCode.invalid_request, "duplicate topic in request")
-                    _create(services, topic, request.validate_only, quota)
-                except _Refused as exc:
-                    outcomes.append((exc.code, str(exc)))
-                else:
-                    outcomes.append((ErrorCode.none, None))
-            return outcomes
 
-        outcomes, timed_out = await services.replica_manager.change_topics(
-            change, wait=request.timeout
-        )
-        if timed_out:
-            outcomes = [
-                _timed_out(services, topic.name, code, message, request.timeout)
-                for topic, (code, message) in zip(request.topics, outcomes, strict=True)
-            ]
-        results = tuple(
-            make(m.CreatePartitionsTopicResult, name=topic.name, error_code=code,
-                 error_message=message)
+async def create_partitions(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("create_partitions", ctx.api_version)
+    counts = Counter(t.name for t in request.topics)
+    quota = mutation_quota(services, ctx, STRICT_VERSION)
+
+    def change() -> list[tuple[ErrorCode, str | None]]:
+        outcomes: list[tuple[ErrorCode, str | None]] = []
+        for topic in request.topics:
+            try:
+                if counts[topic.name] > 1:
+                    raise _Refused(ErrorCode.invalid_request, "duplicate topic in request")
+                _create(services, topic, request.validate_only, quota)
+            except _Refused as exc:
+                outcomes.append((exc.code, str(exc)))
+            else:
+                outcomes.append((ErrorCode.none, None))
+        return outcomes
+
+    outcomes, timed_out = await services.replica_manager.change_topics(
+        change, wait=request.timeout
+    )
+    if timed_out:
+        outcomes = [
+            _timed_out(services, topic.name, code, message, request.timeout)
             for topic, (code, message) in zip(request.topics, outcomes, strict=True)
-        )
-        return make(m.CreatePartitionsResponse, throttle_time=throttle_after(ctx, quota),
-                    results=results)
+        ]
+    results = tuple(
+        make(m.CreatePartitionsTopicResult, name=topic.name, error_code=code,
+             error_message=message)
+        for topic, (code, message) in zip(request.topics, outcomes, strict=True)
+    )
+    return make(m.CreatePartitionsResponse, throttle_time=throttle_after(ctx, quota),
+                results=results)
 
-    registry.register(ApiKey.CREATE_PARTITIONS, VERSIONS[0], VERSIONS[1], create_partitions)
+

@@ -42,7 +42,12 @@ from odradek.protocol.legacy_api import PRODUCE_LEGACY_MAX
 from odradek.protocol.legacy_api import write_produce_response as write_legacy_response
 from odradek.protocol.produce_reader import read_produce_request
 from odradek.protocol.produce_writer import PartitionResult, write_produce_response
-from odradek.protocol.registry import GENERIC_ERROR_RESPONSE, HandlerRegistry, RequestContext
+from odradek.protocol.registry import (
+    GENERIC_ERROR_RESPONSE,
+    HandlerRegistry,
+    RequestContext,
+    bind,
+)
 from odradek.protocol.send import Send
 from odradek.records.batch import InvalidRecordError
 from odradek.records.legacy import CORRUPT_REASONS, magic_of, to_record_batch
@@ -71,70 +76,70 @@ _NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower.value)
 
 
 def register_produce(registry: HandlerRegistry, services: BrokerServices) -> None:
-    replica_manager = services.replica_manager
-    quota = services.client_quotas.produce
-    stats = services.topic_stats
-
-    async def produce(ctx: RequestContext, request: Any) -> Any:
-        acks = request.acks
-        # What fails every partition alike is decided once per request; the per-partition
-        # order of checks stays Kafka's (see _append).
-        refusal: tuple[int, str] | None = None
-        if acks not in VALID_ACKS:
-            refusal = (_INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}")
-        transactional = request.transactional_id is not None
-        topics: list[tuple[str, list[PartitionResult]]] = []
-        # acks=all: (answer, partition, last offset) of appends the ISR may not have yet
-        waiting: list[tuple[PartitionResult, Partition, int]] | None = (
-            [] if acks == -1 else None
-        )
-        legacy = ctx.api_version <= PRODUCE_LEGACY_MAX
-        for topic in request.topic_data:
-            name = topic.name
-            counters = stats.topic(name) if stats is not None else None
-            if legacy:
-                partitions = [
-                    _append_legacy(replica_manager, acks, name, index, records, refusal,
-                                   waiting, counters)
-                    for index, records in topic.partition_data
-                ]
-            else:
-                partitions = [
-                    _append(replica_manager, acks, name, index, records, refusal,
-                            transactional, waiting, counters)
-                    for index, records in topic.partition_data
-                ]
-            topics.append((name, partitions))
-            if counters is not None:  # a request per partition; _append counts the appended
-                counters.produce_requests += len(partitions)
-        throttle_ms = 0
-        if quota.active:
-            throttle_ms = quota.record(ctx.client_id, ctx.size)
-            if throttle_ms and ctx.channel is not None:
-                ctx.channel.throttle(throttle_ms)
-        if acks == 0:
-            return None
-        if waiting:
-            await _wait_for_replication(replica_manager, waiting, request.timeout_ms)
-        if legacy:
-            return write_legacy_response(ctx.api_version, topics)
-        # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
-        return Send((write_produce_response(ctx.api_version, topics, throttle_ms),))
-
-    def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        if ctx.api_version > PRODUCE_LEGACY_MAX:
-            return GENERIC_ERROR_RESPONSE
-        if request.acks == 0:
-            return None
-        value = int(code.value)
-        return write_legacy_response(ctx.api_version, [
-            (t.name, [PartitionResult(index, value) for index, _ in t.partition_data])
-            for t in request.topic_data
-        ])
-
     # Decoded by the hot-path reader: records stay views of the request frame.
-    registry.register(ApiKey.PRODUCE, VERSIONS[0], VERSIONS[1], produce, serial=True,
-                      decode=read_produce_request, error_response=error_response)
+    registry.register(ApiKey.PRODUCE, VERSIONS[0], VERSIONS[1], bind(produce, services),
+                      serial=True, decode=read_produce_request, error_response=error_response)
+
+
+async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    replica_manager = services.replica_manager
+    stats = services.topic_stats
+    acks = request.acks
+    # What fails every partition alike is decided once per request; the per-partition
+    # order of checks stays Kafka's (see _append).
+    refusal: tuple[int, str] | None = None
+    if acks not in VALID_ACKS:
+        refusal = (_INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}")
+    transactional = request.transactional_id is not None
+    topics: list[tuple[str, list[PartitionResult]]] = []
+    # acks=all: (answer, partition, last offset) of appends the ISR may not have yet
+    waiting: list[tuple[PartitionResult, Partition, int]] | None = [] if acks == -1 else None
+    legacy = ctx.api_version <= PRODUCE_LEGACY_MAX
+    for topic in request.topic_data:
+        name = topic.name
+        counters = stats.topic(name) if stats is not None else None
+        if legacy:
+            partitions = [
+                _append_legacy(replica_manager, acks, name, index, records, refusal,
+                               waiting, counters)
+                for index, records in topic.partition_data
+            ]
+        else:
+            partitions = [
+                _append(replica_manager, acks, name, index, records, refusal,
+                        transactional, waiting, counters)
+                for index, records in topic.partition_data
+            ]
+        topics.append((name, partitions))
+        if counters is not None:  # a request per partition; _append counts the appended
+            counters.produce_requests += len(partitions)
+    throttle_ms = 0
+    quota = services.client_quotas.produce
+    if quota.active:
+        throttle_ms = quota.record(ctx.client_id, ctx.size)
+        if throttle_ms and ctx.channel is not None:
+            ctx.channel.throttle(throttle_ms)
+    if acks == 0:
+        return None
+    if waiting:
+        await _wait_for_replication(replica_manager, waiting, request.timeout_ms)
+    if legacy:
+        return write_legacy_response(ctx.api_version, topics)
+    # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
+    return Send((write_produce_response(ctx.api_version, topics, throttle_ms),))
+
+
+def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    """v0-2 answer every partition with ``code`` in their own layout (acks=0: nothing)."""
+    if ctx.api_version > PRODUCE_LEGACY_MAX:
+        return GENERIC_ERROR_RESPONSE
+    if request.acks == 0:
+        return None
+    value = int(code.value)
+    return write_legacy_response(ctx.api_version, [
+        (t.name, [PartitionResult(index, value) for index, _ in t.partition_data])
+        for t in request.topic_data
+    ])
 
 
 def _append(

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.cluster.reassignment import Reassignment
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
 if TYPE_CHECKING:
@@ -34,84 +34,96 @@ VERSIONS = (0, 0)
 
 
 def register_reassignments(registry: HandlerRegistry, services: BrokerServices) -> None:
-    async def in_progress() -> dict[tuple[str, int], Reassignment]:
+    registry.register(ApiKey.ALTER_PARTITION_REASSIGNMENTS, VERSIONS[0], VERSIONS[1],
+                      bind(alter_reassignments, services))
+    registry.register(ApiKey.LIST_PARTITION_REASSIGNMENTS, VERSIONS[0], VERSIONS[1],
+                      bind(list_reassignments, services))
+
+
+async def _in_progress(services: BrokerServices) -> dict[tuple[str, int], Reassignment]:
+    """The reassignments under way (none on the single node)."""
+    store = services.reassignments
+    if store is None:
+        return {}
+    return await asyncio.to_thread(store.read_reassignments)
+
+
+async def alter_reassignments(
+    services: BrokerServices, ctx: RequestContext, request: Any,
+) -> Any:
+    m = response_module("alter_partition_reassignments", ctx.api_version)
+    live = {b[0] for b in services.live_brokers()}
+    under_way = await _in_progress(services)
+    accepted: list[Reassignment] = []
+    topics = []
+    for topic in request.topics:
+        info = services.metadata.get(topic.name)
+        partitions = []
+        for p in topic.partitions:
+            code, message = ErrorCode.none, None
+            current = (tuple(info.partitions[p.partition_index])
+                       if info is not None and p.partition_index in info.partitions
+                       else None)
+            target = None if p.replicas is None else tuple(int(r) for r in p.replicas)
+            key = (topic.name, p.partition_index)
+            if current is None:
+                code, message = ErrorCode.unknown_topic_or_partition, None
+            elif target is None:
+                if key not in under_way:
+                    code = ErrorCode.no_reassignment_in_progress
+                    message = f"no reassignment of {topic.name}-{p.partition_index}"
+                else:
+                    accepted.append(Reassignment(*key, None, under_way[key].original))
+            elif not target:
+                code = ErrorCode.invalid_replica_assignment
+                message = "the replica list is empty"
+            elif len(set(target)) != len(target):
+                code = ErrorCode.invalid_replica_assignment
+                message = f"a broker is named twice in {list(target)}"
+            elif not set(target) <= live:
+                code = ErrorCode.invalid_replica_assignment
+                message = (f"brokers {sorted(set(target) - live)} are not live "
+                           f"(live: {sorted(live)})")
+            elif target != current or key in under_way:
+                original = under_way[key].original if key in under_way else current
+                accepted.append(Reassignment(*key, target, original))
+            partitions.append(make(m.ReassignablePartitionResponse,
+                                   partition_index=p.partition_index, error_code=code,
+                                   error_message=message))
+        topics.append(make(m.ReassignableTopicResponse, name=topic.name,
+                           partitions=tuple(partitions)))
+    if accepted:
         store = services.reassignments
-        if store is None:
-            return {}
-        return await asyncio.to_thread(store.read_reassignments)
+        assert store is not None  # the single node accepts no move (no other broker)
+        await asyncio.to_thread(store.add_reassignments, accepted)
+    return make(m.AlterPartitionReassignmentsResponse, throttle_time=ZERO_THROTTLE,
+                error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
 
-    async def alter(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("alter_partition_reassignments", ctx.api_version)
-        live = {b[0] for b in services.live_brokers()}
-        under_way = await in_progress()
-        accepted: list[Reassignment] = []
-        topics = []
-        for topic in request.topics:
-            info = services.metadata.get(topic.name)
-            partitions = []
-            for p in topic.partitions:
-                code, message = ErrorCode.none, None
-                current = (tuple(info.partitions[p.partition_index])
-                           if info is not None and p.partition_index in info.partitions
-                           else None)
-                target = None if p.replicas is None else tuple(int(r) for r in p.replicas)
-                key = (topic.name, p.partition_index)
-                if current is None:
-                    code, message = ErrorCode.unknown_topic_or_partition, None
-                elif target is None:
-                    if key not in under_way:
-                        code = ErrorCode.no_reassignment_in_progress
-                        message = f"no reassignment of {topic.name}-{p.partition_index}"
-                    else:
-                        accepted.append(Reassignment(*key, None, under_way[key].original))
-                elif not target:
-                    code = ErrorCode.invalid_replica_assignment
-                    message = "the replica list is empty"
-                elif len(set(target)) != len(target):
-                    code = ErrorCode.invalid_replica_assignment
-                    message = f"a broker is named twice in {list(target)}"
-                elif not set(target) <= live:
-                    code = ErrorCode.invalid_replica_assignment
-                    message = (f"brokers {sorted(set(target) - live)} are not live "
-                               f"(live: {sorted(live)})")
-                elif target != current or key in under_way:
-                    original = under_way[key].original if key in under_way else current
-                    accepted.append(Reassignment(*key, target, original))
-                partitions.append(make(m.ReassignablePartitionResponse,
-                                       partition_index=p.partition_index, error_code=code,
-                                       error_message=message))
-            topics.append(make(m.ReassignableTopicResponse, name=topic.name,
-                               partitions=tuple(partitions)))
-        if accepted:
-            store = services.reassignments
-            assert store is not None  # the single node accepts no move (no other broker)
-            await asyncio.to_thread(store.add_reassignments, accepted)
-        return make(m.AlterPartitionReassignmentsResponse, throttle_time=ZERO_THROTTLE,
-                    error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
 
-    async def list_(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("list_partition_reassignments", ctx.api_version)
-        under_way = await in_progress()
-        wanted: set[tuple[str, int]] | None = None
-        if request.topics is not None:
-            wanted = {(t.name, int(i)) for t in request.topics for i in t.partition_indexes}
-        by_topic: dict[str, list[Any]] = {}
-        for key, entry in sorted(under_way.items()):
-            if wanted is not None and key not in wanted:
-                continue
-            info = services.metadata.get(key[0])
-            if info is None or key[1] not in info.partitions:
-                continue
-            by_topic.setdefault(key[0], []).append(make(
-                m.OngoingPartitionReassignment, partition_index=key[1],
-                replicas=tuple(info.partitions[key[1]]), adding_replicas=entry.adding,
-                removing_replicas=entry.removing,
-            ))
-        return make(m.ListPartitionReassignmentsResponse, throttle_time=ZERO_THROTTLE,
-                    error_code=ErrorCode.none, error_message=None,
-                    topics=tuple(make(m.OngoingTopicReassignment, name=name,
-                                      partitions=tuple(ps))
-                                 for name, ps in by_topic.items()))
+async def list_reassignments(
+    services: BrokerServices, ctx: RequestContext, request: Any,
+) -> Any:
+    m = response_module("list_partition_reassignments", ctx.api_version)
+    under_way = await _in_progress(services)
+    wanted: set[tuple[str, int]] | None = None
+    if request.topics is not None:
+        wanted = {(t.name, int(i)) for t in request.topics for i in t.partition_indexes}
+    by_topic: dict[str, list[Any]] = {}
+    for key, entry in sorted(under_way.items()):
+        if wanted is not None and key not in wanted:
+            continue
+        info = services.metadata.get(key[0])
+        if info is None or key[1] not in info.partitions:
+            continue
+        by_topic.setdefault(key[0], []).append(make(
+            m.OngoingPartitionReassignment, partition_index=key[1],
+            replicas=tuple(info.partitions[key[1]]), adding_replicas=entry.adding,
+            removing_replicas=entry.removing,
+        ))
+    return make(m.ListPartitionReassignmentsResponse, throttle_time=ZERO_THROTTLE,
+                error_code=ErrorCode.none, error_message=None,
+                topics=tuple(make(m.OngoingTopicReassignment, name=name,
+                                  partitions=tuple(ps))
+                             for name, ps in by_topic.items()))
 
-    registry.register(ApiKey.ALTER_PARTITION_REASSIGNMENTS, VERSIONS[0], VERSIONS[1], alter)
-    registry.register(ApiKey.LIST_PARTITION_REASSIGNMENTS, VERSIONS[0], VERSIONS[1], list_)
+

@@ -32,7 +32,7 @@ from odradek.cluster.metadata import MetadataError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import encode_body
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.registry import HandlerRegistry, RequestContext
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.client_quotas import MutationQuota
 from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import code_of
@@ -52,39 +52,42 @@ DELETE_STRICT_VERSION = 5
 
 
 def register_topics(registry: HandlerRegistry, services: BrokerServices) -> None:
-    async def create_topics(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("create_topics", ctx.api_version)
-        counts = Counter(t.name for t in request.topics)
-        quota = mutation_quota(services, ctx, CREATE_STRICT_VERSION)
-        results, timed_out = await services.replica_manager.change_topics(lambda: [
-            _create_one(m, services, topic, counts[topic.name] > 1, request.validate_only,
-                        quota)
-            for topic in request.topics
-        ], wait=request.timeout)
-        if timed_out:
-            results = [_timed_out(services, result, request.timeout) for result in results]
-        return make(m.CreateTopicsResponse, throttle_time=throttle_after(ctx, quota),
-                    topics=tuple(results))
-
-    async def delete_topics(ctx: RequestContext, request: Any) -> Any:
-        m = response_module("delete_topics", ctx.api_version)
-        if ctx.api_version >= 6:
-            wanted = [(t.name, t.topic_id) for t in request.topics]
-        else:
-            wanted = [(n, None) for n in request.topic_names]
-        quota = mutation_quota(services, ctx, DELETE_STRICT_VERSION)
-        results, _ = await services.replica_manager.change_topics(lambda: [
-            _delete_one(m, services, name, topic_id, quota) for name, topic_id in wanted
-        ])
-        return make(m.DeleteTopicsResponse, throttle_time=throttle_after(ctx, quota),
-                    responses=tuple(results))
-
     # v0-1 of CreateTopics and v0 of DeleteTopics (admin tools of 0.10; KIP-896 removed
     # them, kio lacks them) are transcoded to v2 / v1, which only add fields.
     register_with_old_versions(registry, ApiKey.CREATE_TOPICS, CREATE_VERSIONS[1],
-                               create_topics, OldVersions(0, 2, _create_v0_1, _created_v0_1))
+                               bind(create_topics, services),
+                               OldVersions(0, 2, _create_v0_1, _created_v0_1))
     register_with_old_versions(registry, ApiKey.DELETE_TOPICS, DELETE_VERSIONS[1],
-                               delete_topics, OldVersions(0, 1, _same, _deleted_v0))
+                               bind(delete_topics, services), OldVersions(0, 1, _same, _deleted_v0))
+
+
+async def create_topics(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("create_topics", ctx.api_version)
+    counts = Counter(t.name for t in request.topics)
+    quota = mutation_quota(services, ctx, CREATE_STRICT_VERSION)
+    results, timed_out = await services.replica_manager.change_topics(lambda: [
+        _create_one(m, services, topic, counts[topic.name] > 1, request.validate_only,
+                    quota)
+        for topic in request.topics
+    ], wait=request.timeout)
+    if timed_out:
+        results = [_timed_out(services, result, request.timeout) for result in results]
+    return make(m.CreateTopicsResponse, throttle_time=throttle_after(ctx, quota),
+                topics=tuple(results))
+
+
+async def delete_topics(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("delete_topics", ctx.api_version)
+    if ctx.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(n, None) for n in request.topic_names]
+    quota = mutation_quota(services, ctx, DELETE_STRICT_VERSION)
+    results, _ = await services.replica_manager.change_topics(lambda: [
+        _delete_one(m, services, name, topic_id, quota) for name, topic_id in wanted
+    ])
+    return make(m.DeleteTopicsResponse, throttle_time=throttle_after(ctx, quota),
+                responses=tuple(results))
 
 
 def _create_v0_1(body: bytes, version: int) -> bytes:
