@@ -64,7 +64,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session one, with xdist_group marks (used by ``--dist loadgroup``), and put the
     slowest tiers first (with ``--no-loadscope-reorder``, xdist hands out work in this
     order). Without xdist the marks do nothing and the order only changes which test
-    runs when, never what runs."""
+    runs when, never what runs.
+
+    NOT YET EFFECTIVE: xdist 3.8 turns the marks into groups by setting ``Item._nodeid``,
+    which pytest 9 no longer reads (its node ids come from ``Item._id``), so today each
+    test is its own unit: a module's cluster, or the Spark session, may start once per
+    worker that gets one of its tests. Still correct (each worker sets up what its tests
+    need), only slower; the fix is a scheduler of our own (``pytest_xdist_make_scheduler``)."""
     unit: dict[str, str] = {}  # nodeid -> its group, or itself
     tier: dict[str, int] = {}  # a group's tier: its slowest test's
     first: dict[str, int] = {}
