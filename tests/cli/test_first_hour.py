@@ -170,14 +170,28 @@ def test_the_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
         assert (work / "my-app.csv").read_text().count("greetings,") == len(rows)
 
 
+def _default_stop_signals() -> None:
+    """In the child before exec: SIGINT and SIGTERM at their defaults, whatever the test
+    run inherited (a shell's background job ignores SIGINT, and an ignored signal stays
+    ignored across exec)."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("group", [None, "ctrl-c-group"])
-def test_ctrl_c_ends_consume_with_kafkas_summary(tmp_path: Path, group: str | None) -> None:
-    """Stopped with Ctrl-C, `odradek consume` (with and without --group) prints
-    "Processed a total of N messages" as Kafka's console consumer does, and exits 130."""
+def test_ctrl_c_ends_consume_with_kafkas_summary(tmp_path: Path, group: str | None,
+                                                 signame: str) -> None:
+    """Stopped with Ctrl-C (SIGINT) or SIGTERM, `odradek consume` (with and without
+    --group) prints "Processed a total of N messages" as Kafka's console consumer does,
+    and exits 128 + the signal's number (130, 143), as Kafka's does."""
     import signal
 
     from tests.interop._broker import start_broker
 
+    sig = signal.Signals[signame]
     with start_broker(tmp_path) as broker:
         sent = odradek("produce", "--topic", "t", "-b", broker.bootstrap, stdin="one\n")
         assert sent.returncode == 0, sent.stderr
@@ -187,17 +201,18 @@ def test_ctrl_c_ends_consume_with_kafkas_summary(tmp_path: Path, group: str | No
              "-b", broker.bootstrap, *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+            preexec_fn=_default_stop_signals,
         )
         try:
             assert proc.stdout is not None
             assert proc.stdout.readline() == "one\n"  # blocks until the record is printed
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
             _, err = proc.communicate(timeout=CLI_TIMEOUT_S)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + sig, err
     assert err.endswith("Processed a total of 1 messages\n"), err
     assert "Traceback" not in err
 

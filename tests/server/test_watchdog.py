@@ -118,11 +118,16 @@ def test_garbage_collections_are_timed_and_named_in_the_warning(
         released.wait(30)
         watchdog._on_gc("stop", {"generation": 2})
 
-    with caplog.at_level(logging.WARNING, logger="odradek.server.watchdog"):
-        loop.call_soon_threadsafe(held_as_if_by_a_collection)
-        warning = wait_for("the watchdog's warning", lambda: _warnings(caplog))[0]
-        released.set()
-        wait_for("the stall to be counted", lambda: watchdog.stalls == 1)
+    # No real collection may start meanwhile: its callbacks would end the one told.
+    gc.disable()
+    try:
+        with caplog.at_level(logging.WARNING, logger="odradek.server.watchdog"):
+            loop.call_soon_threadsafe(held_as_if_by_a_collection)
+            warning = wait_for("the watchdog's warning", lambda: _warnings(caplog))[0]
+            released.set()
+            wait_for("the stall to be counted", lambda: watchdog.stalls == 1)
+    finally:
+        gc.enable()
     assert "a garbage collection of generation 2 has been running for" in warning
     assert watchdog.longest_gc_s >= 0.1
     _on(loop, watchdog.stop)

@@ -14,8 +14,15 @@ committed offsets (else the earliest with ``--from-beginning``, the latest witho
 ``auto.offset.reset``), commits what it printed (auto commit, and on exit) and leaves the
 group. The member is librdkafka's (confluent-kafka, the ``perf`` extra), as in ``odradek
 perf consume``: a real client's group protocol rather than a second one of ours. Either
-way, the end (``--max-messages``, ``--timeout-ms`` or Ctrl-C) prints Kafka's
+way, the end (``--max-messages``, ``--timeout-ms``, Ctrl-C or SIGTERM) prints Kafka's
 "Processed a total of N messages".
+
+Both ways stop alike on SIGINT and SIGTERM, as Kafka's console consumer does (its JVM runs
+the same shutdown hook for either): the record being printed is finished, the summary
+printed (and with ``--group`` the offsets committed and the group left), and the exit
+status is 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM). A signal ignored
+when the command started (a shell's background job ignores SIGINT) stays ignored, as the
+JVM and Python leave it.
 """
 
 from __future__ import annotations
@@ -154,6 +161,41 @@ def _format(args: argparse.Namespace, partition: int, offset: int,
     return separator.join(parts) + b"\n"
 
 
+class _StopSignals:
+    """SIGINT and SIGTERM while consuming. Once :attr:`deferred` is set (the consume loop
+    runs) a signal is only noted in :attr:`signum`, which the loop checks between fetches
+    (or polls), so no record is printed uncounted; before that it raises
+    KeyboardInterrupt, as Python's default SIGINT handler would. A signal whose
+    disposition was SIG_IGN at start is left ignored."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.deferred = False
+        self._previous: dict[int, Any] = {}
+
+    def _note(self, signum: int, _frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+        if not self.deferred:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _StopSignals:
+        for sig in self.SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                self._previous[sig] = signal.signal(sig, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def exit_status(self) -> int:
+        """0, or 128 + the signal's number when a signal ended the loop (a shell's $?)."""
+        return 0 if self.signum is None else 128 + self.signum
+
+
 def _summary(printed: int) -> None:
     # Kafka's console consumer's words, "messages" whatever the count (scripts parse it)
     print(f"Processed a total of {printed} messages", file=sys.stderr)
@@ -173,6 +215,8 @@ def _consume(args: argparse.Namespace) -> int:
 
 
 def _consume_partitions(args: argparse.Namespace) -> int:
+    stop = _StopSignals()
+
     async def body(admin: Admin) -> int:
         topics = await admin.metadata([args.topic])
         if not topics or topics[0].error != "none":
@@ -194,8 +238,11 @@ def _consume_partitions(args: argparse.Namespace) -> int:
         printed = 0
         last_data = time.monotonic()
         out = sys.stdout.buffer
+        stop.deferred = True
         try:
-            while args.max_messages is None or printed < args.max_messages:
+            while stop.signum is None and (
+                args.max_messages is None or printed < args.max_messages
+            ):
                 wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
                 result = await admin.fetch(args.topic, offsets, max_wait_ms=wait)
                 got = False
@@ -228,16 +275,18 @@ def _consume_partitions(args: argparse.Namespace) -> int:
                 ) * 1000 >= args.timeout_ms:
                     break
                 await asyncio.sleep(0)
-        finally:  # also on Ctrl-C (the task is cancelled)
+        finally:
             _summary(printed)
-        return 0
+        return stop.exit_status()
 
-    return run_with_admin(args, body)
+    with stop:
+        status = run_with_admin(args, body)
+    return status if stop.signum is None else stop.exit_status()
 
 
 def _consume_group(args: argparse.Namespace) -> int:
     try:
-        from confluent_kafka import Consumer, KafkaError, KafkaException
+        from confluent_kafka import Consumer
     except ImportError:
         raise SystemExit("odradek: consume --group needs confluent-kafka: "
                          "pip install 'odradek[perf]'") from None
@@ -250,15 +299,16 @@ def _consume_group(args: argparse.Namespace) -> int:
         # librdkafka's own log lines go through logging (warnings and up are shown)
         "logger": logging.getLogger("odradek.cli.librdkafka"),
     })
+    with _StopSignals() as stop:
+        stop.deferred = True
+        return _consume_group_loop(args, consumer, stop)
+
+
+def _consume_group_loop(args: argparse.Namespace, consumer: Any, stop: _StopSignals) -> int:
+    from confluent_kafka import KafkaError, KafkaException
+
     out = sys.stdout.buffer
     printed = 0
-    interrupted = False
-
-    def on_sigint(_signum: int, _frame: Any) -> None:  # checked between polls: no record
-        nonlocal interrupted  # is printed and left uncounted
-        interrupted = True
-
-    signal.signal(signal.SIGINT, on_sigint)
     try:
         last_data = time.monotonic()
 
@@ -267,7 +317,7 @@ def _consume_group(args: argparse.Namespace) -> int:
             last_data = time.monotonic()
 
         consumer.subscribe([args.topic], on_assign=assigned)
-        while not interrupted and (args.max_messages is None or printed < args.max_messages):
+        while stop.signum is None and (args.max_messages is None or printed < args.max_messages):
             msg = consumer.poll(0.2)
             if msg is None:
                 if args.timeout_ms is not None and (
@@ -298,4 +348,4 @@ def _consume_group(args: argparse.Namespace) -> int:
     finally:
         consumer.close()  # commits what was printed and leaves the group
         _summary(printed)
-    return 130 if interrupted else 0
+    return stop.exit_status()

@@ -33,6 +33,7 @@ from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized_operations
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated
+from odradek.server.handlers._steps import Steps
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
@@ -224,8 +225,10 @@ async def describe_groups(services: BrokerServices, ctx: RequestContext, request
     m = response_module("describe_groups", ctx.api_version)
     asked_operations = getattr(request, "include_authorized_operations", False)
     groups = []
+    steps = Steps()
     for group_id in request.groups:
         summary = services.group_coordinator.describe_group(group_id)
+        await steps.tick(1 + len(summary.members))
         error = summary.error
         message = None
         if error == ErrorCode.group_id_not_found:

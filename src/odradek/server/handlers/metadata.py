@@ -40,6 +40,7 @@ from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized
 from odradek.server.client_quotas import MutationQuota
 from odradek.server.handlers._errors import code_of
 from odradek.server.handlers._quotas import PERMISSIVE, mutation_quota, throttle_ms_after
+from odradek.server.handlers._steps import Steps
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
@@ -64,9 +65,11 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
     ops = (authorized_operations(ResourceType.TOPIC)
            if getattr(request, "include_topic_authorized_operations", False)
            else NOT_REQUESTED)
+    steps = Steps()  # a broker of many partitions: the answer is built in bounded steps
     if requested is None or (version == 0 and not requested):
         for info in sorted(services.metadata.topics.values(), key=lambda i: i.name):
             topics.append(_topic(services, info, live, ops))
+            await steps.tick(1 + len(info.partitions))
     else:
         allow = getattr(request, "allow_auto_topic_creation", True) and bool(
             services.config["auto.create.topics.enable"]
@@ -83,6 +86,7 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
                                      if isinstance(i, TopicInfo)))
         answered: set[str] = set()
         for wanted in requested:
+            await steps.tick()
             name = wanted.name
             if name is None:
                 topic_id = getattr(wanted, "topic_id", None)
@@ -104,6 +108,7 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
                 topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition, ops=ops))
             else:
                 topics.append(_topic(services, info, live, ops))
+                await steps.tick(len(info.partitions))
     brokers = [MetadataBroker(b, host, port, rack) for b, host, port, rack in live_brokers]
     throttle_ms = throttle_ms_after(ctx, quota) if quota is not None else 0
     # Encoded by the hot-path writer (byte-identical to kio's, see its tests).

@@ -49,6 +49,7 @@ from odradek.protocol.registry import (
 )
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated
+from odradek.server.handlers._steps import Steps
 
 if TYPE_CHECKING:
     from odradek.cluster.metadata import ClusterMetadata
@@ -116,10 +117,12 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, request: 
     wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     early: dict[tuple[int, int], ErrorCode] = {}  # (topic index, partition) -> error
     names: list[str | None] = []
+    steps = Steps()
     for ti, topic in enumerate(request.topics):
         name, error = _resolve(metadata, topic, by_id)
         names.append(name)
         for p in topic.partitions:
+            await steps.tick()
             if error != ErrorCode.none:
                 early[(ti, p.partition_index)] = error
             elif name is None or not _partition_exists(metadata, name, p.partition_index):
@@ -139,6 +142,7 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, request: 
     topics = []
     for ti, topic in enumerate(request.topics):
         partitions = []
+        await steps.tick(len(topic.partitions))
         for p in topic.partitions:
             name = names[ti]
             code = early.get((ti, p.partition_index))
@@ -162,7 +166,9 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, request: A
     require_stable = bool(getattr(request, "require_stable", False))
     if version >= 8:
         groups = []
+        steps = Steps()
         for g in request.groups:
+            await steps.tick(1 + sum(len(t.partition_indexes) for t in g.topics or ()))
             error, topics = _fetch_group(services, m, version, g.group_id, g.topics,
                                          require_stable)
             groups.append(make(m.OffsetFetchResponseGroup, group_id=g.group_id,
