@@ -221,9 +221,9 @@ def test_finished_responses_go_out_together_but_never_wait(
     writes: list[int] = []
     real = response_writer._write_all
 
-    def counting(transport: Any, ready: list[Any]) -> None:
+    def counting(transport: Any, ready: list[Any]) -> int:
         writes.append(len(ready))
-        real(transport, ready)
+        return real(transport, ready)
 
     monkeypatch.setattr(response_writer, "_write_all", counting)
 
@@ -387,9 +387,10 @@ def test_a_response_of_many_small_regions_holds_bounded_memory(
     buffered: list[int] = []
     real = response_writer._write_all
 
-    def watching(transport: Any, ready: list[Any]) -> None:
-        real(transport, ready)
+    def watching(transport: Any, ready: list[Any]) -> int:
+        left = real(transport, ready)
         buffered.append(transport.get_write_buffer_size())
+        return left
 
     monkeypatch.setattr(response_writer, "_write_all", watching)
 

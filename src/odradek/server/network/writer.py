@@ -95,28 +95,21 @@ class ResponseWriter:
     async def run(self) -> None:
         """Write responses in request order, until the connection closes."""
         connection, transport, flow = self._connection, self._transport, self._flow
-        requests = self._requests
-        entries = requests.entries
-        pool = requests.pool
-        reader = self._reader
-        stats = self._stats
-        ready: _Ready = []
+        requests, reader, stats = self._requests, self._reader, self._stats
+        entries, pool = requests.entries, requests.pool
+        ready: _Ready = []  # finished answers gathered for one write
         ready_bytes = 0
         while True:
-            if entries:
-                task = entries[0].task
-                if not task.done():
-                    if ready:
-                        _write_all(transport, ready)
-                        ready_bytes = 0
-                    await _settled(task)
-            else:
-                if ready:
-                    _write_all(transport, ready)
-                    ready_bytes = 0
-                if not await self._wait_for_requests():
+            if not entries:
+                ready_bytes = 0
+                if not await self._wait_for_requests(ready):
                     return
                 continue
+            task = entries[0].task
+            if not task.done():
+                if ready:
+                    ready_bytes = _write_all(transport, ready)
+                await _settled(task)
             if connection.closing:
                 return
             entry = entries.popleft()
@@ -145,29 +138,27 @@ class ResponseWriter:
                     if not send.has_file_regions:  # buffers only (Produce): gathered too
                         ready.extend(cast(_Buffers, send.parts))
                         ready_bytes += len(prefix) + send.size
+                    elif await self._write_send(ready, send):  # writes ready too
+                        ready_bytes, wrote = 0, True
                     else:
-                        ok = await self._write_send(ready, send)
-                        ready = []
-                        ready_bytes = 0
-                        wrote = True
-                        if not ok:
-                            return
+                        return
                 if ready_bytes >= COALESCE_BYTES:
-                    _write_all(transport, ready)
-                    ready_bytes = 0
+                    ready_bytes = _write_all(transport, ready)
                     wrote = True
             if timed is not None and stats is not None:
                 _note_times(stats, timed, taken, wrote)
             reader.response_written()
             if not flow.writable:
                 if ready:
-                    _write_all(transport, ready)
-                    ready_bytes = 0
+                    ready_bytes = _write_all(transport, ready)
                 await flow.drain()
 
-    async def _wait_for_requests(self) -> bool:
-        """The queue is empty: close the connection if it is draining or its client has
-        closed its side (False), else wait for the next request (True)."""
+    async def _wait_for_requests(self, ready: _Ready) -> bool:
+        """The queue is empty: write what is gathered, then close the connection if it is
+        draining or its client has closed its side (False), else wait for the next
+        request (True)."""
+        if ready:
+            _write_all(self._transport, ready)
         connection = self._connection
         if connection.draining or connection.half_closed:
             reason = "shutting down" if connection.draining else "client closed its side"
@@ -288,10 +279,12 @@ def _note_times(
                time.monotonic_ns() - taken if wrote else 0, timed.error)
 
 
-def _write_all(transport: asyncio.WriteTransport, ready: _Ready) -> None:
-    """Hand the gathered responses to the transport in one write, and empty the list."""
+def _write_all(transport: asyncio.WriteTransport, ready: _Ready) -> int:
+    """Hand the gathered responses to the transport in one write, and empty the list;
+    0, the bytes left gathered."""
     if len(ready) == 1:
         transport.write(ready[0])
     elif ready:
         transport.writelines(ready)
     ready.clear()
+    return 0
