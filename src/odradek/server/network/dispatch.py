@@ -12,7 +12,8 @@ How it works: this is Kafka's ``RequestChannel`` request path and the frame of
    :class:`~odradek.protocol.registry.RequestContext` carries the header fields, the peer
    and the connection (the handler's channel, for throttling).
 2. *Start.* The handler starts at once, eagerly (:mod:`odradek.server.network.eager`):
-   one that never waits finishes inside dispatch. Registrations marked ``serial`` first
+   one that never waits finishes inside dispatch, one that waits goes on as a task, so
+   a slow Fetch does not hold up a Metadata behind it. Registrations marked ``serial`` first
    wait for every earlier request of the connection (Kafka's channel muting), for APIs
    whose execution order matters; the last serial request already waited for all before
    it, so a new one waits only for it and the requests started since: O(1) a request.

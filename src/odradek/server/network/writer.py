@@ -11,13 +11,13 @@ each answer once its handler is done, whatever order the handlers finish in.
   handed to the transport in one write, never held while the writer waits for a
   handler, for a drain, or past :data:`COALESCE_BYTES`.
 - *Sends.* A :class:`~odradek.protocol.send.Send` is written part by part
-  (:meth:`ResponseWriter._write_send`): buffers as they are, file regions through
-  :meth:`ResponseWriter._write_region`, the one place that decides how file bytes reach
-  the socket. Small regions are copied with ``pread`` (cheaper than sendfile's
-  pause-reading / wait-for-empty-buffer / resume); larger ones go zero-copy with
-  ``loop.sendfile`` (``os.sendfile`` on plain TCP); a transport without native sendfile
-  gets a copy. That is the seam for TLS: there the region will be read and written in
-  bounded chunks, waiting for the drain between them, instead of sendfile.
+  (:meth:`ResponseWriter._write_send`): buffers as they are, file regions up to
+  :data:`COPY_REGION_BYTES` copied with ``pread`` (cheaper than sendfile's
+  pause-reading / wait-for-empty-buffer / resume), larger ones through
+  :meth:`ResponseWriter._write_region`: zero-copy with ``loop.sendfile``
+  (``os.sendfile``) where the transport has it (plain TCP), else one copy. That method
+  is the seam for TLS: there a large region will be read and written in bounded chunks,
+  waiting for the drain between them, instead of sendfile or a whole-region read.
 - *Drain.* When the transport's buffer passes its high-water mark the writer waits for
   it to drain (:mod:`odradek.server.flow_control`), so a slow reader cannot make the
   broker buffer unbounded responses; copied regions are handed over in slices for the
