@@ -72,7 +72,7 @@ from odradek.server.network.inflight import (
     Outcome,
     TimedInFlight,
 )
-from odradek.server.network.metering import metered, quota_applies
+from odradek.server.network.metering import metered, note_first_wait, quota_applies
 
 if TYPE_CHECKING:
     from odradek.server.broker_stats import RequestStats
@@ -176,9 +176,13 @@ class Dispatcher:
                 prior.append(self._serial_barrier)
             prior.extend(self._since_barrier)
         coro = self._handle(registration, ctx, request, prior, timing)
-        task: asyncio.Future[Outcome] = (
-            self._loop.create_task(coro) if prior else start_eagerly(self._loop, coro)
-        )
+        task: asyncio.Future[Outcome]
+        if prior:
+            task = self._loop.create_task(coro)
+        else:
+            task = start_eagerly(self._loop, coro)
+            if timing is not None and not task.done():
+                note_first_wait(timing)
         if registration.serial:
             self._serial_barrier = task
             self._since_barrier = set()
@@ -232,7 +236,9 @@ class Dispatcher:
             if timing is None and charged is None:
                 result = await registration.handler(ctx, request)
             else:
-                result = await metered(registration.handler, ctx, request, timing, charged)
+                result = await metered(
+                    registration.handler, ctx, request, timing, charged, not prior
+                )
         except KafkaError as e:
             if timing is not None:
                 timing.done = time.monotonic_ns()

@@ -1,8 +1,11 @@
 """Metering a handler: request timings and the request_percentage quota, as one layer.
 
 How it works: both need the same thing, the end of the handler's first step (what it
-does before its first wait), so one coroutine, :func:`metered`, drives that step by hand
-and notes it for both:
+does before its first wait), so one coroutine, :func:`metered`, notes it for both. It
+drives that step by hand (a ``send``, then PEP 380's ``await`` expansion for the rest),
+except for a handler only timed and started eagerly by the dispatcher: there the eager
+start already runs exactly that step, and the dispatcher notes its end
+(:func:`note_first_wait`), which spares the hand-driving on every request.
 
 - *Request timings* (only with ``request_stats``, i.e. ``metrics.listener`` set; Kafka's
   ``RequestChannel.Metrics``): the handler's start, its first wait (0 if it never
@@ -35,7 +38,7 @@ from odradek.server.client_quotas import NANOS_TO_PERCENTAGE, ClientQuotaManager
 from odradek.server.network.eager import resume
 from odradek.server.network.inflight import TimedInFlight
 
-__all__ = ["metered", "quota_applies", "with_throttle"]
+__all__ = ["metered", "note_first_wait", "quota_applies", "with_throttle"]
 
 _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
 _FETCH: Final = int(ApiKey.FETCH)
@@ -47,13 +50,18 @@ async def metered(
     request: Any,
     timing: TimedInFlight | None,
     quota: ClientQuotaManager | None,
+    eager: bool,
 ) -> Any:
     """Run ``handler``, noting its first step on ``timing`` and charging it to ``quota``
-    (either may be None, not both)."""
+    (either may be None, not both). ``eager``: this runs inside the dispatcher's eager
+    start, which notes the first wait of a handler that is only timed
+    (:func:`note_first_wait`), so the step needs no driving by hand."""
     now = time.monotonic_ns
     started = now()
     if timing is not None:
         timing.started = started
+        if eager and quota is None:
+            return _timed(timing, await handler(ctx, request))
     coro = handler(ctx, request)
     if type(coro) is not types.CoroutineType and not isinstance(coro, Coroutine):
         return await coro  # not an async def: no step to measure
@@ -76,11 +84,22 @@ async def metered(
         result = await resume(coro, waiting_on)
     if throttle_ms > 0:
         result = with_throttle(result, throttle_ms)
-    if timing is not None:
-        timing.done = now()
-        code = getattr(result, "error_code", 0)  # a top-level error code
-        if code:
-            timing.error = int(code)
+    return result if timing is None else _timed(timing, result)
+
+
+def note_first_wait(timing: TimedInFlight) -> None:
+    """The dispatcher's eager start returned with the handler waiting: its first step
+    ended now (unless the step was driven by hand and noted already)."""
+    if not timing.suspended:
+        timing.suspended = time.monotonic_ns()
+
+
+def _timed(timing: TimedInFlight, result: Any) -> Any:
+    """The handler's end, and the answer's top-level error code."""
+    timing.done = time.monotonic_ns()
+    code = getattr(result, "error_code", 0)
+    if code:
+        timing.error = int(code)
     return result
 
 
