@@ -12,7 +12,6 @@ from kio.schema.heartbeat.v4.response import HeartbeatResponse
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import RequestContext
-from odradek.server.network.eager import start_eagerly
 from odradek.server.network.inflight import TimedInFlight
 from odradek.server.network.metering import metered, note_first_wait
 
@@ -54,7 +53,7 @@ def test_a_handler_that_answers_at_once_is_timed_and_charged() -> None:
     async def test() -> None:
         timing = TimedInFlight(10, 12, 4, received=1)
         quota, channel = FakeQuota(throttle_ms=0), FakeChannel()
-        result = await metered(handler, _context(channel), None, timing, quota, True)
+        result = await metered(handler, _context(channel), None, timing, quota)
         assert result.error_code == ErrorCode.rebalance_in_progress
         assert timing.started > 0 and timing.suspended == 0 and timing.done >= timing.started
         assert timing.error == int(ErrorCode.rebalance_in_progress)
@@ -75,7 +74,7 @@ def test_a_handler_that_waits_is_charged_its_first_step_and_throttled() -> None:
         timing = TimedInFlight(10, 12, 4, received=1)
         quota, channel = FakeQuota(throttle_ms=250), FakeChannel()
         running = asyncio.ensure_future(metered(handler, _context(channel), None, timing,
-                                                quota, False))
+                                                quota))
         await asyncio.sleep(0)  # the first step ran, up to the gate
         assert timing.suspended >= timing.started > 0 and timing.done == 0
         assert len(quota.charged) == 1 and channel.throttled == [250]
@@ -93,32 +92,17 @@ def test_untimed_requests_are_only_charged() -> None:
 
     async def test() -> None:
         quota, channel = FakeQuota(throttle_ms=100), FakeChannel()
-        result = await metered(handler, _context(channel), None, None, quota, True)
+        result = await metered(handler, _context(channel), None, None, quota)
         assert result == b"bytes are answered as they are"
         assert len(quota.charged) == 1 and channel.throttled == [100]
 
     asyncio.run(test())
 
 
-def test_a_handler_only_timed_and_started_eagerly_has_its_first_wait_noted_outside() -> None:
-    """The dispatcher's eager start runs the first step; it notes where that ended."""
-
-    async def test() -> None:
-        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        async def handler(ctx: RequestContext, request: Any) -> Any:
-            await gate
-            return _answer(ErrorCode.not_coordinator)
-
-        timing = TimedInFlight(10, 12, 4, received=1)
-        task = start_eagerly(asyncio.get_running_loop(),
-                             metered(handler, _context(FakeChannel()), None, timing, None, True))
-        assert not task.done() and timing.started > 0 and timing.suspended == 0
-        note_first_wait(timing)
-        assert timing.suspended >= timing.started
-        gate.set_result(None)
-        await task
-        assert timing.done >= timing.suspended
-        assert timing.error == int(ErrorCode.not_coordinator)
-
-    asyncio.run(test())
+def test_the_first_wait_noted_outside_is_not_noted_twice() -> None:
+    timing = TimedInFlight(10, 12, 4, received=1)
+    note_first_wait(timing)
+    first = timing.suspended
+    assert first > 0
+    note_first_wait(timing)
+    assert timing.suspended == first

@@ -17,9 +17,11 @@ How it works: this is Kafka's ``RequestChannel`` request path and the frame of
    wait for every earlier request of the connection (Kafka's channel muting), for APIs
    whose execution order matters; the last serial request already waited for all before
    it, so a new one waits only for it and the requests started since: O(1) a request.
-3. *Handle.* :meth:`Dispatcher._handle` awaits the handler, through the metering layer
-   (:mod:`odradek.server.network.metering`) when it is timed or charged to a quota, and
-   encodes its answer: a kio response entity is encoded, a
+3. *Handle.* :meth:`Dispatcher._handle` awaits the handler, metered
+   (:mod:`odradek.server.network.metering`) when it is timed or charged to a quota: a
+   handler charged, or timed after waiting for earlier requests, is driven by hand by
+   :func:`~odradek.server.network.metering.metered`; one only timed and started eagerly
+   has its times noted around it. Then it encodes the answer: a kio response entity is encoded, a
    :class:`~odradek.protocol.send.Send` gets a size prefix, ``None`` means no answer.
 4. *Fail.* A handler that fails is answered, not dropped (Kafka's
    ``sendErrorOrCloseConnection``): a :class:`~odradek.protocol.errors.KafkaError` with
@@ -233,12 +235,19 @@ class Dispatcher:
         try:
             charged = (quota if quota is not None and quota.active
                        and quota_applies(ctx, request) else None)
-            if timing is None and charged is None:
+            if charged is None and (timing is None or not prior):
+                # Run directly: not metered, or only timed and started eagerly, whose
+                # first step's end the dispatcher notes (metering.note_first_wait).
+                if timing is not None:
+                    timing.started = time.monotonic_ns()
                 result = await registration.handler(ctx, request)
-            else:
-                result = await metered(
-                    registration.handler, ctx, request, timing, charged, not prior
-                )
+                if timing is not None:
+                    timing.done = time.monotonic_ns()
+                    code = getattr(result, "error_code", 0)  # a top-level error code
+                    if code:
+                        timing.error = int(code)
+            else:  # charged to a quota, or timed after waiting for earlier requests
+                result = await metered(registration.handler, ctx, request, timing, charged)
         except KafkaError as e:
             if timing is not None:
                 timing.done = time.monotonic_ns()

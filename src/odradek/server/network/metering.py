@@ -1,11 +1,12 @@
 """Metering a handler: request timings and the request_percentage quota, as one layer.
 
 How it works: both need the same thing, the end of the handler's first step (what it
-does before its first wait), so one coroutine, :func:`metered`, notes it for both. It
-drives that step by hand (a ``send``, then PEP 380's ``await`` expansion for the rest),
-except for a handler only timed and started eagerly by the dispatcher: there the eager
-start already runs exactly that step, and the dispatcher notes its end
-(:func:`note_first_wait`), which spares the hand-driving on every request.
+does before its first wait). :func:`metered` drives that step by hand (a ``send``, then
+PEP 380's ``await`` expansion for the rest) and notes it for both. A handler only timed
+and started eagerly is not driven by hand: the dispatcher's eager start already runs
+exactly that step, so the dispatcher notes its start and end around the handler and the
+first wait where the eager start returns (:func:`note_first_wait`); hand-driving costs
+a ``StopIteration`` and a coroutine on every request.
 
 - *Request timings* (only with ``request_stats``, i.e. ``metrics.listener`` set; Kafka's
   ``RequestChannel.Metrics``): the handler's start, its first wait (0 if it never
@@ -50,18 +51,13 @@ async def metered(
     request: Any,
     timing: TimedInFlight | None,
     quota: ClientQuotaManager | None,
-    eager: bool,
 ) -> Any:
-    """Run ``handler``, noting its first step on ``timing`` and charging it to ``quota``
-    (either may be None, not both). ``eager``: this runs inside the dispatcher's eager
-    start, which notes the first wait of a handler that is only timed
-    (:func:`note_first_wait`), so the step needs no driving by hand."""
+    """Run ``handler``, driving its first step by hand, noting it on ``timing`` and
+    charging it to ``quota`` (either may be None, not both)."""
     now = time.monotonic_ns
     started = now()
     if timing is not None:
         timing.started = started
-        if eager and quota is None:
-            return _timed(timing, await handler(ctx, request))
     coro = handler(ctx, request)
     if type(coro) is not types.CoroutineType and not isinstance(coro, Coroutine):
         return await coro  # not an async def: no step to measure
@@ -84,7 +80,12 @@ async def metered(
         result = await resume(coro, waiting_on)
     if throttle_ms > 0:
         result = with_throttle(result, throttle_ms)
-    return result if timing is None else _timed(timing, result)
+    if timing is not None:
+        timing.done = now()
+        code = getattr(result, "error_code", 0)  # a top-level error code
+        if code:
+            timing.error = int(code)
+    return result
 
 
 def note_first_wait(timing: TimedInFlight) -> None:
@@ -92,15 +93,6 @@ def note_first_wait(timing: TimedInFlight) -> None:
     ended now (unless the step was driven by hand and noted already)."""
     if not timing.suspended:
         timing.suspended = time.monotonic_ns()
-
-
-def _timed(timing: TimedInFlight, result: Any) -> Any:
-    """The handler's end, and the answer's top-level error code."""
-    timing.done = time.monotonic_ns()
-    code = getattr(result, "error_code", 0)
-    if code:
-        timing.error = int(code)
-    return result
 
 
 def quota_applies(ctx: RequestContext, request: Any) -> bool:

@@ -24,7 +24,7 @@ each answer once its handler is done, whatever order the handlers finish in.
   same reason.
 - *After each response* the request's bytes are released and the reader may resume
   (:meth:`~odradek.server.network.reader.RequestReader.response_written`); with request
-  metrics, the request's times are recorded (:func:`_note_times`).
+  metrics, the request's times are recorded (Kafka's ``RequestChannel.Metrics``).
 - *End.* A :class:`~odradek.server.network.inflight.Close` outcome, a cancelled handler or
   a failed write closes the connection; so does an empty queue once the connection is
   draining for shutdown or its client has closed its side.
@@ -55,6 +55,8 @@ COPY_REGION_BYTES: Final = 64 * 1024
 COALESCE_BYTES: Final = 256 * 1024
 _Buffers = tuple[bytes | bytearray | memoryview, ...]
 _Ready = list[bytes | bytearray | memoryview]
+# The outcome of a cancelled handler: the request cannot be answered, nor the ones after it.
+_CANCELLED: Final = Close("request handler was cancelled", logging.WARNING)
 
 
 class _Connection(Protocol):
@@ -107,9 +109,7 @@ class ResponseWriter:
                 continue
             task = entries[0].task
             if not task.done():
-                if ready:
-                    ready_bytes = _write_all(transport, ready)
-                await _settled(task)
+                ready_bytes = await self._wait_for_handler(task, ready)
             if connection.closing:
                 return
             entry = entries.popleft()
@@ -117,13 +117,9 @@ class ResponseWriter:
                 requests.bytes -= entry.size
                 if pool is not None:
                     pool.release(entry.size)
-            timed = entry if stats is not None and type(entry) is TimedInFlight else None
-            taken = time.monotonic_ns() if timed is not None else 0
+            taken = time.monotonic_ns() if stats is not None else 0
             wrote = False  # to the socket, now: else the answer is only buffered
-            if task.cancelled():
-                self._close(ready, None)
-                return
-            outcome = task.result()
+            outcome = _CANCELLED if task.cancelled() else task.result()
             if outcome is not None:
                 if isinstance(outcome, Close):
                     self._close(ready, outcome)
@@ -145,8 +141,14 @@ class ResponseWriter:
                 if ready_bytes >= COALESCE_BYTES:
                     ready_bytes = _write_all(transport, ready)
                     wrote = True
-            if timed is not None and stats is not None:
-                _note_times(stats, timed, taken, wrote)
+            if stats is not None and type(entry) is TimedInFlight:
+                # Inline (a call costs more): RequestChannel.Metrics' five parts as durations
+                # (small ints: the fast path); an answer only buffered was sent as taken.
+                started, done, first_wait = entry.started, entry.done, entry.suspended
+                first_wait = first_wait or done
+                stats.note(entry.api_key, entry.api_version, started - entry.received,
+                           first_wait - started, done - first_wait, taken - done,
+                           time.monotonic_ns() - taken if wrote else 0, entry.error)
             reader.response_written()
             if not flow.writable:
                 if ready:
@@ -169,14 +171,24 @@ class ResponseWriter:
         await wakeup.wait()
         return True
 
-    def _close(self, ready: _Ready, outcome: Close | None) -> None:
-        """Write what is gathered, then close: the answer is a :class:`Close`, or (None)
-        the handler was cancelled."""
+    async def _wait_for_handler(self, task: asyncio.Future[Any], ready: _Ready) -> int:
+        """Write what is gathered, then wait for the head request's handler; 0, the bytes
+        left gathered. Shielded: closing the connection cancels the writer, never the
+        handler."""
+        if ready:
+            _write_all(self._transport, ready)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if me is not None and me.cancelling():
+                raise
+        return 0
+
+    def _close(self, ready: _Ready, outcome: Close) -> None:
+        """Write what is gathered, then close the connection as ``outcome`` says."""
         _write_all(self._transport, ready)
-        if outcome is None:
-            self._connection.close("request handler was cancelled", logging.WARNING)
-        else:
-            self._connection.close(outcome.reason, outcome.level, outcome.cause)
+        self._connection.close(outcome.reason, outcome.level, outcome.cause)
 
     async def _write_send(self, buffered: _Ready, send: Send) -> bool:
         """Write ``buffered`` (earlier responses and this one's prefix), then ``send``.
@@ -251,32 +263,6 @@ class ResponseWriter:
             return False
         buffered.append(data)
         return True
-
-
-async def _settled(task: asyncio.Future[Any]) -> None:
-    """Wait for the head request's handler. Shielded: closing the connection cancels the
-    writer, never the handler."""
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        me = asyncio.current_task()
-        if me is not None and me.cancelling():
-            raise
-
-
-def _note_times(
-    stats: RequestStats, timed: TimedInFlight, taken: int, wrote: bool
-) -> None:
-    """Record a request's times (Kafka's RequestQueueTimeMs, LocalTimeMs, RemoteTimeMs,
-    ResponseQueueTimeMs, ResponseSendTimeMs). Durations, not timestamps: below 1.07 s
-    they are ints of one 30-bit digit, which take the interpreter's fast path. A
-    buffered answer (not ``wrote``) is handed to the socket as it is taken."""
-    started = timed.started
-    done = timed.done
-    first_wait = timed.suspended or done  # never waited: no remote time
-    stats.note(timed.api_key, timed.api_version, started - timed.received,
-               first_wait - started, done - first_wait, taken - done,
-               time.monotonic_ns() - taken if wrote else 0, timed.error)
 
 
 def _write_all(transport: asyncio.WriteTransport, ready: _Ready) -> int:
