@@ -30,9 +30,10 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.protocol.send import FileRegion, Send
-from odradek.server import network
 from odradek.server.handlers.api_versions import register_api_versions
 from odradek.server.network import KafkaServer, NetworkConfig
+from odradek.server.network import writer as response_writer
+from odradek.server.network.eager import start_eagerly
 from tests.protocol.wire import decode_response, raw_header, request_frame
 
 TIMEOUT = 10.0
@@ -218,13 +219,13 @@ def test_finished_responses_go_out_together_but_never_wait(
     """Pipelined requests whose handlers finish together are written in one send; those
     before a slow handler are written before the writer waits for it."""
     writes: list[int] = []
-    real = network._write_all
+    real = response_writer._write_all
 
-    def counting(transport: Any, ready: list[Any]) -> None:
+    def counting(transport: Any, ready: list[Any]) -> int:
         writes.append(len(ready))
-        real(transport, ready)
+        return real(transport, ready)
 
-    monkeypatch.setattr(network, "_write_all", counting)
+    monkeypatch.setattr(response_writer, "_write_all", counting)
 
     async def test() -> None:
         async with running() as (server, _):
@@ -384,13 +385,14 @@ def test_a_response_of_many_small_regions_holds_bounded_memory(
     thousand partitions)."""
     high_water = 256 * 1024
     buffered: list[int] = []
-    real = network._write_all
+    real = response_writer._write_all
 
-    def watching(transport: Any, ready: list[Any]) -> None:
-        real(transport, ready)
+    def watching(transport: Any, ready: list[Any]) -> int:
+        left = real(transport, ready)
         buffered.append(transport.get_write_buffer_size())
+        return left
 
-    monkeypatch.setattr(network, "_write_all", watching)
+    monkeypatch.setattr(response_writer, "_write_all", watching)
 
     async def test() -> None:
         config = NetworkConfig(write_buffer_high_water_bytes=high_water)
@@ -410,7 +412,7 @@ def test_a_response_of_many_small_regions_holds_bounded_memory(
 
     run(test)
     assert len(buffered) > 10
-    assert max(buffered) <= high_water + network.COALESCE_BYTES + 64 * 1024
+    assert max(buffered) <= high_water + response_writer.COALESCE_BYTES + 64 * 1024
 
 
 def test_read_backpressure_bounds_in_flight_requests() -> None:
@@ -617,7 +619,7 @@ def test_start_eagerly_runs_a_handler_up_to_its_first_wait() -> None:
             return b"now"
 
         tasks_before = len(asyncio.all_tasks())
-        done = network._start_eagerly(loop, immediate())
+        done = start_eagerly(loop, immediate())
         assert done.done() and done.result() == b"now" and steps == ["immediate"]
         assert len(asyncio.all_tasks()) == tasks_before  # no task was made
 
@@ -630,7 +632,7 @@ def test_start_eagerly_runs_a_handler_up_to_its_first_wait() -> None:
             steps.append("after")
             return got + b"!"
 
-        pending = network._start_eagerly(loop, waits())
+        pending = start_eagerly(loop, waits())
         assert steps[-1] == "before" and not pending.done()
         gate.set_result(b"later")
         assert await pending == b"later!" and steps[-1] == "after"
@@ -640,12 +642,12 @@ def test_start_eagerly_runs_a_handler_up_to_its_first_wait() -> None:
             raise ValueError("boom")
 
         with pytest.raises(ValueError, match="boom"):
-            await network._start_eagerly(loop, fails_later())
+            await start_eagerly(loop, fails_later())
 
         async def fails_now() -> bytes:
             raise ValueError("at once")
 
-        failed = network._start_eagerly(loop, fails_now())
+        failed = start_eagerly(loop, fails_now())
         assert failed.done() and isinstance(failed.exception(), ValueError)
 
         cleaned: list[bool] = []
@@ -657,7 +659,7 @@ def test_start_eagerly_runs_a_handler_up_to_its_first_wait() -> None:
                 cleaned.append(True)
             return b""
 
-        stuck = network._start_eagerly(loop, blocks())
+        stuck = start_eagerly(loop, blocks())
         await asyncio.sleep(0)
         stuck.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -1,7 +1,7 @@
 """Connection limits at accept: Kafka's ``ConnectionQuotas`` (KIP-402, KIP-612).
 
 How it works (sans-I/O: counts and decisions only, the clock injected; the accept loop in
-:mod:`odradek.server.network` does the waiting):
+:mod:`odradek.server.network.acceptor` does the waiting):
 
 - ``max.connections`` (broker-wide, KIP-402). While the broker holds that many
   connections, :meth:`ConnectionQuotas.slot_available` is False and the acceptor does not
