@@ -57,6 +57,12 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
             if r.name == "odradek.server.watchdog" and r.levelno == logging.WARNING]
 
 
+def _blocked(caplog: pytest.LogCaptureFixture, needle: str) -> list[str]:
+    """The 'blocked' warnings that mention ``needle``: a busy machine may add stalls of
+    its own (a process waiting for a CPU), which the tests must not take for theirs."""
+    return [m for m in _warnings(caplog) if m.startswith("event loop blocked") and needle in m]
+
+
 def test_a_held_loop_is_logged_with_its_stack_and_request(
     loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -72,16 +78,17 @@ def test_a_held_loop_is_logged_with_its_stack_and_request(
 
     with caplog.at_level(logging.WARNING, logger="odradek.server.watchdog"):
         loop.call_soon_threadsafe(a_handler_that_holds_the_loop)
-        warning = wait_for("the watchdog's warning", lambda: _warnings(caplog))[0]
-        assert watchdog.stalls == 0  # counted by the loop itself, once it turns again
+        warning = wait_for("the watchdog's warning",
+                           lambda: _blocked(caplog, "stuck-client"))[0]
+        held = watchdog.stalls  # counted by the loop itself, once it turns again
         released.set()
-        wait_for("the stall to be counted", lambda: watchdog.stalls == 1)
+        wait_for("the stall to be counted", lambda: watchdog.stalls > held)
     assert "event loop blocked for" in warning
     assert ("METADATA(3) v12 from client id 'stuck-client' (correlation id 41, 99 bytes, "
             "connection conn-1)") in warning
     assert "in a_handler_that_holds_the_loop" in warning  # the loop thread's stack
     assert "released.wait(30)" in warning
-    assert watchdog.warnings == 1
+    assert watchdog.warnings >= 1
     assert watchdog.stall_seconds >= 0.1 and watchdog.longest_stall_s >= 0.1
     assert any("ran again after a stall" in m for m in _warnings(caplog))
     _on(loop, watchdog.stop)
@@ -90,7 +97,8 @@ def test_a_held_loop_is_logged_with_its_stack_and_request(
 def test_a_loop_that_turns_is_not_warned_about(
     loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
 ) -> None:
-    watchdog = LoopWatchdog(loop, threshold_ms=200)
+    # A threshold no wait for a CPU on a busy machine comes near.
+    watchdog = LoopWatchdog(loop, threshold_ms=3000)
     _on(loop, watchdog.start)
     with caplog.at_level(logging.WARNING, logger="odradek.server.watchdog"):
         for _ in range(20):  # short work on the loop, well under the threshold
@@ -123,9 +131,11 @@ def test_garbage_collections_are_timed_and_named_in_the_warning(
     try:
         with caplog.at_level(logging.WARNING, logger="odradek.server.watchdog"):
             loop.call_soon_threadsafe(held_as_if_by_a_collection)
-            warning = wait_for("the watchdog's warning", lambda: _warnings(caplog))[0]
+            warning = wait_for("the watchdog's warning",
+                               lambda: _blocked(caplog, "garbage collection"))[0]
+            held = watchdog.stalls
             released.set()
-            wait_for("the stall to be counted", lambda: watchdog.stalls == 1)
+            wait_for("the stall to be counted", lambda: watchdog.stalls > held)
     finally:
         gc.enable()
     assert "a garbage collection of generation 2 has been running for" in warning
@@ -187,7 +197,7 @@ def test_a_broker_held_by_a_handler_warns_and_counts(
         assert watchdog is not None
         wait_for("the stall to be counted", lambda: watchdog.stalls >= 1)
     broker.call(swap, original.handler)
-    warning = _warnings(caplog)[0]
+    warning = _blocked(caplog, "watched-client")[0]
     assert "METADATA(3)" in warning and "from client id 'watched-client'" in warning
     assert "in holding_metadata" in warning and "time.sleep(0.6)" in warning
     server = broker.broker.metrics_server
