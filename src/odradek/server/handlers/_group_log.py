@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from odradek.cluster.replica_manager import PendingAppend, Replication
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC
 from odradek.protocol.errors import ErrorCode
 
@@ -30,11 +29,8 @@ async def group_log_replicated(services: BrokerServices, group_id: str) -> Error
         OFFSETS_TOPIC, manager.partition_for(group_id))
     if partition is None or not partition.is_leader:
         return ErrorCode.none  # the append itself answered that
-    append = PendingAppend(partition, partition.leader_epoch, partition.log.log_end_offset)
+    last = partition.log.log_end_offset - 1
     timeout_s = int(services.config["offsets.commit.timeout.ms"]) / 1000
-    [outcome] = await services.replica_manager.wait_for_replication([append], timeout_s)
-    if outcome is Replication.REPLICATED:
+    if await services.replica_manager.wait_for_replication(partition, last, timeout_s):
         return ErrorCode.none
-    if outcome is Replication.PENDING:
-        return ErrorCode.request_timed_out
-    return ErrorCode.not_coordinator
+    return ErrorCode.request_timed_out if partition.is_leader else ErrorCode.not_coordinator
