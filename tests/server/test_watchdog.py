@@ -117,28 +117,35 @@ def test_garbage_collections_are_timed_and_named_in_the_warning(
     _on(loop, watchdog.start)
     gc.collect()  # a real collection, timed through gc.callbacks
     assert watchdog.longest_gc_s > 0
+    _on(loop, lambda: None)  # the loop turned since: a stall of that collection is counted
     released = threading.Event()
+    started = threading.Event()
 
     def held_as_if_by_a_collection() -> None:
         # A collection long enough to see cannot be made on demand: its start is told
         # to the watchdog as gc.callbacks would tell it, and the loop held.
-        watchdog._on_gc("start", {"generation": 2})
+        watchdog._on_gc("start", {"generation": 1})
+        started.set()
         released.wait(30)
-        watchdog._on_gc("stop", {"generation": 2})
+        watchdog._on_gc("stop", {"generation": 1})
 
-    # No real collection may start meanwhile: its callbacks would end the one told.
+    # No real collection may start meanwhile: its callbacks would end the one told; and
+    # only the warnings after the told one began count (generation 1: a real full
+    # collection above may have been warned about as generation 2).
     gc.disable()
     try:
         with caplog.at_level(logging.WARNING, logger="odradek.server.watchdog"):
-            loop.call_soon_threadsafe(held_as_if_by_a_collection)
-            warning = wait_for("the watchdog's warning",
-                               lambda: _blocked(caplog, "garbage collection"))[0]
             held = watchdog.stalls
+            loop.call_soon_threadsafe(held_as_if_by_a_collection)
+            assert started.wait(30)
+            warning = wait_for("the watchdog's warning", lambda: _blocked(
+                caplog, "a garbage collection of generation 1"))[0]
             released.set()
             wait_for("the stall to be counted", lambda: watchdog.stalls > held)
     finally:
+        released.set()
         gc.enable()
-    assert "a garbage collection of generation 2 has been running for" in warning
+    assert "a garbage collection of generation 1 has been running for" in warning
     assert watchdog.longest_gc_s >= 0.1
     _on(loop, watchdog.stop)
     assert watchdog._on_gc not in gc.callbacks
