@@ -82,8 +82,10 @@ class RequestContext(NamedTuple):
     ``peer`` is (host, port); ``connection_id`` is Kafka-style
     ``"localHost:localPort-peerHost:peerPort-index"``; ``received_ns`` is
     ``time.monotonic_ns()`` when the frame was complete; ``size`` the frame's length (what
-    a produce quota counts); ``channel`` the connection, to throttle (client quotas). A
-    NamedTuple, built in C: one
+    a produce quota counts); ``channel`` the connection, to throttle (client quotas);
+    ``principal`` the authenticated caller in Kafka's ``KafkaPrincipal`` string form
+    (``"User:alice"``; ``"User:ANONYMOUS"`` on an unauthenticated listener) and
+    ``listener_name`` the listener the request came in on. A NamedTuple, built in C: one
     is made per request, and a frozen dataclass costs several times more to build.
     """
 
@@ -97,6 +99,8 @@ class RequestContext(NamedTuple):
     received_ns: int = 0
     size: int = 0
     channel: Channel | None = None
+    principal: str = "User:ANONYMOUS"
+    listener_name: str = "PLAINTEXT"
 
 
 GENERIC_ERROR_RESPONSE: Any = object()
