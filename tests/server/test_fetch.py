@@ -279,6 +279,34 @@ def test_max_bytes_and_first_batch_rule(broker: RunningBroker) -> None:
     asyncio.run(scenario())
 
 
+def test_the_broker_caps_a_response_at_its_fetch_max_bytes(broker: RunningBroker) -> None:
+    """A request may ask for 64 MiB; the answer holds at most the broker's
+    ``fetch.max.bytes`` (8 MiB by default), and the partitions left out come next."""
+    async def scenario() -> None:
+        cap = int(broker.broker.config["fetch.max.bytes"])
+        assert cap == 8 << 20
+        name, tid = _topic(broker, 3)
+        for p in range(3):  # 3 MiB a partition: two fit under the cap, not three
+            for _ in range(3):
+                _append(broker, name, p, 1024, b"x" * 1000)
+        f = Fetcher(13, name, tid)
+        conn = await BrokerConnection.open(broker.bootstrap)
+        try:
+            r = await conn.send(f.request({0: 0, 1: 0, 2: 0}, 0, 0, max_bytes=64 << 20,
+                                          partition_max_bytes=8 << 20))
+            sizes = {p: len(x.records or b"") for p, x in _parts(r).items()}
+            assert 6 << 20 < sum(sizes.values()) <= cap
+            assert sizes[2] < sizes[0] == sizes[1]
+            # the next fetch of the session starts with what was left out
+            r = await conn.send(f.request({0: 3072, 1: 3072}, r.session_id, 1,
+                                          max_bytes=64 << 20, partition_max_bytes=8 << 20))
+            assert _parts(r)[2].records
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
+
+
 def test_zero_copy_does_not_leak_fds(broker: RunningBroker) -> None:
     async def scenario() -> None:
         name, tid = _topic(broker, 2)

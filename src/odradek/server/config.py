@@ -11,12 +11,15 @@ Kafka's type, and reported with the reason: the feature Odradek lacks (a warning
 "SASL is not supported by Odradek yet") or why the key does not apply (thread pools of the
 JVM broker …).
 
-Odradek's defaults differ from Kafka's in three places, for the embedded single node:
-``listeners`` binds 127.0.0.1:9092, ``log.dirs`` is ./data, and
-``offsets.topic.replication.factor`` is 1. ``group.initial.rebalance.delay.ms`` keeps
-Kafka's 3000; the shipped ``config/server.properties`` that ``make serve`` uses sets it to
-0 for development, as Kafka's own does, and so do the test harnesses
-(``odradek.testing``) and ``odradek dev-cluster``.
+Odradek's defaults differ from Kafka's in three places for the embedded single node
+(``listeners`` binds 127.0.0.1:9092, ``log.dirs`` is ./data, and
+``offsets.topic.replication.factor`` is 1), and in ``fetch.max.bytes`` (8 MiB, not 55
+MiB: consumers read smaller answers faster;
+:data:`odradek.server.kafka_config_support.ODRADEK_DEFAULTS` says why).
+``group.initial.rebalance.delay.ms`` keeps Kafka's 3000; the shipped
+``config/server.properties`` that ``make serve`` uses sets it to 0 for development, as
+Kafka's own does, and so do the test harnesses (``odradek.testing``) and
+``odradek dev-cluster``.
 """
 
 from __future__ import annotations
@@ -135,7 +138,9 @@ _OWN: tuple[ConfigDef, ...] = (
               "per-host maxima, host:count,host:count", _per_ip_overrides),
     ConfigDef("max.connection.creation.rate", "int", INT_MAX, None,
               "new connections a second, broker-wide; accepting waits (KIP-612)", _ge(0)),
-    ConfigDef("fetch.max.bytes", "int", 57671680, None, "cap on a fetch response", _ge(0)),
+    ConfigDef("fetch.max.bytes", "int", 8 << 20, None,
+              "cap on a fetch response (Kafka's default is 55 MiB; see ODRADEK_DEFAULTS)",
+              _ge(0)),
     ConfigDef("log.retention.hours", "int", 168, None, "retention in hours"),
     ConfigDef("log.retention.minutes", "int", -2, None, "retention in minutes (wins over hours)"),
     ConfigDef("log.roll.hours", "int", 168, None, "segment age in hours", _ge(1)),
