@@ -103,9 +103,10 @@ def log_dirs_root() -> Path:
 
 
 def start(name: str, tree: Path, metrics: bool, data_root: Path,
-          wrapper: tuple[str, ...] = (), startup_s: float = 60) -> Broker:
-    """A broker of ``tree`` (run under ``wrapper``, a command prefix, if given) with
-    topic ``t`` of one partition."""
+          wrapper: tuple[str, ...] = (), startup_s: float = 60,
+          overrides: tuple[str, ...] = ()) -> Broker:
+    """A broker of ``tree`` (run under ``wrapper``, a command prefix, if given; with
+    ``overrides``, ``key=value`` configs, added) with topic ``t`` of one partition."""
     port = _free_port()
     extra = (["--override", f"metrics.listener=http://127.0.0.1:{_free_port()}"]
              if metrics else [])
@@ -118,7 +119,8 @@ def start(name: str, tree: Path, metrics: bool, data_root: Path,
          "--override", f"log.dirs={data}",
          "--override", f"log.segment.bytes={64 << 20}",
          "--override", f"log.retention.bytes={128 << 20}",
-         "--override", "log.retention.check.interval.ms=1000", *extra],
+         "--override", "log.retention.check.interval.ms=1000", *extra,
+         *(arg for kv in overrides for arg in ("--override", kv))],
         env=dict(os.environ, PYTHONPATH=str(tree.resolve() / "src")),
     )
     deadline = time.monotonic() + startup_s

@@ -56,14 +56,15 @@ _SUMMARY = re.compile(rb"^summary: (\d+)$", re.MULTILINE)
 
 
 def count(tree: Path, metrics: bool, case: tuple[str, int, bool, int, bool], requests: int,
-          data_root: Path, out: Path) -> float:
-    """Instructions per request of one broker of ``tree``, metrics on or off."""
+          data_root: Path, out: Path, overrides: tuple[str, ...] = ()) -> float:
+    """Instructions per request of one broker of ``tree``, metrics on or off (and
+    ``overrides``, ``key=value`` configs)."""
     _name, records, lz4, _round, fetch = case
     out.mkdir()
     wrapper = ("valgrind", "--quiet", "--tool=callgrind", "--dump-instr=no",
                f"--callgrind-out-file={out}/callgrind.%p")
     broker = start(f"{tree.name} metrics {'on' if metrics else 'off'}", tree, metrics,
-                   data_root, wrapper, startup_s=600)
+                   data_root, wrapper, startup_s=600, overrides=overrides)
     try:
         broker.sock.settimeout(600)
         batch = make_batch(records, lz4)

@@ -182,6 +182,9 @@ class Partition:
     def check_leader(self, current_leader_epoch: int = -1) -> None:
         """Raise Kafka's error unless this broker leads at ``current_leader_epoch``."""
         state = self.state
+        if state.leader == self.broker_id and (current_leader_epoch == -1
+                                               or current_leader_epoch == state.leader_epoch):
+            return  # the answer for every produce: checked without a call
         error = leader_epoch_error(current_leader_epoch, state.leader_epoch)
         if error == "FENCED_LEADER_EPOCH":
             raise FencedLeaderEpochError(
