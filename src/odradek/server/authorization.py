@@ -60,12 +60,15 @@ _R = ResourceType
 @dataclass(frozen=True, slots=True)
 class Check:
     """One check an API makes: ``operation`` on resources of ``resource_type``, refused
-    with ``error`` (a Kafka error name); ``when`` says which requests it applies to."""
+    with ``error`` (a Kafka error name); ``when`` says which requests it applies to.
+    ``hides``: what is refused is left out of the answer rather than answered with the
+    error."""
 
     resource_type: ResourceType
     operation: AclOperation
     error: str
     when: str = ""
+    hides: bool = False
 
 
 _TOPIC = "TOPIC_AUTHORIZATION_FAILED"
@@ -113,8 +116,9 @@ API_CHECKS: dict[ApiKey, tuple[Check, ...]] = {
     ApiKey.DESCRIBE_GROUPS: (Check(_R.GROUP, _Op.DESCRIBE, _GROUP, "each group"),),
     ApiKey.LIST_GROUPS: (
         Check(_R.CLUSTER, _Op.DESCRIBE, _CLUSTER,
-              "all groups; else only the groups Described"),
-        Check(_R.GROUP, _Op.DESCRIBE, _GROUP, "each group, without Describe on the cluster"),
+              "all groups; else only the groups Described", hides=True),
+        Check(_R.GROUP, _Op.DESCRIBE, _GROUP, "each group, without Describe on the cluster",
+              hides=True),
     ),
     ApiKey.DELETE_GROUPS: (Check(_R.GROUP, _Op.DELETE, _GROUP, "each group"),),
     ApiKey.API_VERSIONS: (),
