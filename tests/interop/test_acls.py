@@ -263,3 +263,55 @@ def test_an_acl_added_through_one_broker_is_enforced_by_another(tmp_path: Path) 
         assert removed.returncode == 0, removed.stderr
         cluster.wait_for(lambda: _produce(cluster.address(3), topic) is None, 15,
                          "broker 3 to accept the produce again")
+
+
+def test_java_admin_acl_calls(rb: RunningBroker) -> None:
+    from tests.interop._broker import java_client
+
+    topic = _name("java-acl")
+    res = java_client()(rb.bootstrap, "acls", topic, "User:jane")
+    assert res.ok, res.describe()
+    assert res.summary["described"] == [f"LITERAL {topic} READ ALLOW",
+                                        f"PREFIXED {topic}- WRITE DENY"]
+    assert res.summary["matched"] == 1  # only the prefix covers <topic>-orders
+    assert (res.summary["deleted"], res.summary["left"]) == (2, 0)
+    assert res.summary["invalid"] == "InvalidRequestException"
+
+
+def test_authorized_operations_come_from_the_authorizer(rb: RunningBroker) -> None:
+    """KIP-430's fields, as confluent-kafka and the Java Admin read them: ANONYMOUS is
+    allowed All on a topic and a group but denied Alter and Delete on the topic and Delete
+    on the group (DENY wins). (An ACL on a resource ends allow.everyone.if.no.acl.found
+    for it: the ALLOWs are needed.)"""
+    from tests.interop._broker import java_client
+
+    admin = AdminClient({"bootstrap.servers": rb.bootstrap})
+    topic, group = _name("ops"), _name("ops-g")
+    for future in admin.create_topics([NewTopic(topic, 1)]).values():
+        future.result(15)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": rb.bootstrap, "group.id": group,
+                                         "enable.auto.commit": False})
+    consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 0)], asynchronous=False)
+    consumer.close()
+    for future in admin.create_acls([
+        AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, ANON, "*", op,
+                   AclPermissionType.DENY) for op in (AclOperation.ALTER, AclOperation.DELETE)
+    ] + [AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, ANON, "*",
+                    AclOperation.DELETE, AclPermissionType.DENY)] + [
+        AclBinding(rtype, name, ResourcePatternType.LITERAL, ANON, "*", AclOperation.ALL,
+                   AclPermissionType.ALLOW)
+        for rtype, name in ((ResourceType.TOPIC, topic), (ResourceType.GROUP, group))
+    ]).values():
+        future.result(15)
+    described = admin.describe_topics(confluent_kafka.TopicCollection([topic]),
+                                      include_authorized_operations=True)[topic].result(15)
+    topic_ops = sorted(op.name for op in described.authorized_operations)
+    assert topic_ops == ["ALTER_CONFIGS", "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ",
+                         "WRITE"]
+    gd = admin.describe_consumer_groups([group], include_authorized_operations=True)[
+        group].result(15)
+    assert sorted(op.name for op in gd.authorized_operations) == ["DESCRIBE", "READ"]
+    res = java_client()(rb.bootstrap, "authorized-operations", topic, group)
+    assert res.ok, res.describe()
+    assert res.summary["topic"] == topic_ops
+    assert res.summary["group"] == ["DESCRIBE", "READ"]
