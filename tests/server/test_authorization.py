@@ -334,3 +334,49 @@ def test_an_unknown_authorizer_class_refuses_to_start() -> None:
     with pytest.raises(ConfigError, match=r"authorizer\.class\.name"):
         BrokerConfig.from_raw({"authorizer.class.name": "com.example.MyAuthorizer"})
     assert schema(ApiKey.CREATE_ACLS, 1)  # v1-3 are served
+
+
+def _raw(broker: RunningBroker, key: int, version: int, body: bytes, principal: str) -> bytes:
+    """The answer body of a request given as bytes (the versions kio lacks)."""
+    registration = broker.broker.registry.lookup(key, version)
+    assert registration.decode is not None
+    request = registration.decode(body, 0, version)
+    ctx = RequestContext(1, "test", key, version, ("127.0.0.1", 40000), "c-1",
+                         principal=principal)
+
+    async def run() -> Any:
+        return await registration.handler(ctx, request)
+
+    try:
+        response = asyncio.run_coroutine_threadsafe(run(), broker.loop).result(60)
+    except KafkaError as exc:  # answered as the network layer does
+        assert registration.error_response is not None
+        response = registration.error_response(ctx, request, exc.code)
+    assert isinstance(response, Send)
+    return b"".join(bytes(p) for p in response.parts)  # type: ignore[arg-type]
+
+
+def test_version_0_of_the_acl_apis(broker: RunningBroker) -> None:
+    """Kafka 1.0 clients: no pattern types, every pattern LITERAL."""
+    import struct
+
+    def s(text: str) -> bytes:
+        return struct.pack(">h", len(text)) + text.encode()
+
+    entry = struct.pack(">b", GROUP_T) + s("v0-group") + s("User:gina") + s("*") + (
+        struct.pack(">bb", 3, ALLOW))
+    created = _raw(broker, ApiKey.CREATE_ACLS, 0, struct.pack(">i", 1) + entry, ADMIN)
+    assert created == struct.pack(">iih", 0, 1, 0) + b"\xff\xff"
+    described = _raw(broker, ApiKey.DESCRIBE_ACLS, 0,
+                     struct.pack(">b", GROUP_T) + s("v0-group") + b"\xff\xff\xff\xff"
+                     + struct.pack(">bb", 1, 1), ADMIN)
+    assert described == (struct.pack(">ih", 0, 0) + b"\xff\xff" + struct.pack(">i", 1)
+                         + struct.pack(">b", GROUP_T) + s("v0-group") + struct.pack(">i", 1)
+                         + s("User:gina") + s("*") + struct.pack(">bb", 3, ALLOW))
+    deleted = _raw(broker, ApiKey.DELETE_ACLS, 0, struct.pack(">i", 1) + entry, ADMIN)
+    assert deleted == (struct.pack(">iihh", 0, 1, 0, -1) + struct.pack(">i", 1)
+                       + struct.pack(">hh", 0, -1) + struct.pack(">b", GROUP_T)
+                       + s("v0-group") + s("User:gina") + s("*") + struct.pack(">bb", 3, ALLOW))
+    refused = _raw(broker, ApiKey.CREATE_ACLS, 0, struct.pack(">i", 1) + entry, BOB)
+    code = int(ErrorCode.cluster_authorization_failed.value)
+    assert refused[:10] == struct.pack(">iih", 0, 1, code)

@@ -1,4 +1,4 @@
-"""DescribeAcls (key 29), CreateAcls (key 30) and DeleteAcls (key 31), v1-3.
+"""DescribeAcls (key 29), CreateAcls (key 30) and DeleteAcls (key 31), v0-3.
 
 Follows Kafka's ``AclApis`` (``handleDescribeAcls``, ``handleCreateAcls``,
 ``handleDeleteAcls``) over ``AclAuthorizer``:
@@ -17,19 +17,25 @@ Follows Kafka's ``AclApis`` (``handleDescribeAcls``, ``handleCreateAcls``,
   an UNKNOWN field answers INVALID_REQUEST.
 
 The changes reach the store (:mod:`odradek.cluster.acl_store`) and, through its change
-notifications, every broker's authorizer; this broker's takes them at once. Version 0
-(without pattern types; Kafka 1.0 clients) is not served: kio has no schema for it.
+notifications, every broker's authorizer; this broker's takes them at once.
+
+Version 0 (Kafka 1.0 clients: no pattern types; KIP-896 removed it from Kafka 4.0, kio
+lacks it) is transcoded to v1 (``_transcode.py``) with the pattern type LITERAL, as Kafka
+reads a v0 request, and answered in v0's layout (no pattern type per resource).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.codec import encode_body
 from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.protocol.primitives import BodyReader
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.security.acl import (
     AclBinding,
@@ -43,6 +49,7 @@ from odradek.security.acl import (
 )
 from odradek.server.authorization import allowed_on_cluster
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._transcode import OldVersions, register_with_old_versions
 
 if TYPE_CHECKING:
     from odradek.cluster.acl_store import AclStore
@@ -51,15 +58,96 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VERSIONS = (1, 3)
+VERSIONS = (0, 3)
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 T = TypeVar("T")
 
 
 def register_acls(registry: HandlerRegistry, services: BrokerServices) -> None:
-    registry.register(ApiKey.DESCRIBE_ACLS, *VERSIONS, bind(describe_acls, services))
-    registry.register(ApiKey.CREATE_ACLS, *VERSIONS, bind(create_acls, services))
-    registry.register(ApiKey.DELETE_ACLS, *VERSIONS, bind(delete_acls, services))
+    register_with_old_versions(registry, ApiKey.DESCRIBE_ACLS, VERSIONS[1],
+                               bind(describe_acls, services),
+                               OldVersions(0, 1, _describe_v0, _described_v0))
+    register_with_old_versions(registry, ApiKey.CREATE_ACLS, VERSIONS[1],
+                               bind(create_acls, services),
+                               OldVersions(0, 1, _entries_v0, _created_v0))
+    register_with_old_versions(registry, ApiKey.DELETE_ACLS, VERSIONS[1],
+                               bind(delete_acls, services),
+                               OldVersions(0, 1, _entries_v0, _deleted_v0))
+
+
+# -- version 0: v1 without the pattern types ------------------------------------------
+_LITERAL = struct.pack(">b", PatternType.LITERAL)
+# A v0 creation or filter: resource type (int8), three strings, operation, permission.
+_ENTRY_MIN = 1 + 3 * 2 + 2
+
+
+def _describe_v0(body: bytes, version: int) -> bytes:
+    """DescribeAcls v0: the pattern type filter (LITERAL) goes after the resource name."""
+    reader = BodyReader(body)
+    reader.take(1, "resource_type")
+    reader.skip_string("resource_name")
+    return body[: reader.pos] + _LITERAL + body[reader.pos :]
+
+
+def _entries_v0(body: bytes, version: int) -> bytes:
+    """CreateAcls v0 creations / DeleteAcls v0 filters: the pattern type (LITERAL) after
+    each resource name."""
+    reader = BodyReader(body)
+    out = bytearray(body[:4])
+    for _ in range(reader.count(_ENTRY_MIN, "entries")):
+        start = reader.pos
+        reader.take(1, "resource_type")
+        reader.skip_string("resource_name")
+        out += body[start : reader.pos] + _LITERAL
+        start = reader.pos
+        reader.skip_string("principal")
+        reader.skip_string("host")
+        reader.take(2, "operation and permission")
+        out += body[start : reader.pos]
+    out += body[reader.pos :]
+    return bytes(out)
+
+
+def _string(value: str | None) -> bytes:
+    if value is None:
+        return b"\xff\xff"
+    raw = value.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _throttle(response: Any) -> bytes:
+    return struct.pack(">i", int(response.throttle_time.total_seconds() * 1000))
+
+
+def _described_v0(response: Any, version: int) -> bytes:
+    out = bytearray(_throttle(response))
+    out += struct.pack(">h", int(response.error_code.value)) + _string(response.error_message)
+    out += struct.pack(">i", len(response.resources))
+    for r in response.resources:
+        out += struct.pack(">b", r.resource_type) + _string(r.resource_name)
+        out += struct.pack(">i", len(r.acls))
+        for a in r.acls:
+            out += _string(a.principal) + _string(a.host)
+            out += struct.pack(">bb", a.operation, a.permission_type)
+    return bytes(out)
+
+
+def _created_v0(response: Any, version: int) -> bytes:
+    return encode_body(response)  # v0 and v1 answers are laid out alike
+
+
+def _deleted_v0(response: Any, version: int) -> bytes:
+    out = bytearray(_throttle(response))
+    out += struct.pack(">i", len(response.filter_results))
+    for f in response.filter_results:
+        out += struct.pack(">h", int(f.error_code.value)) + _string(f.error_message)
+        out += struct.pack(">i", len(f.matching_acls))
+        for m in f.matching_acls:
+            out += struct.pack(">h", int(m.error_code.value)) + _string(m.error_message)
+            out += struct.pack(">b", m.resource_type) + _string(m.resource_name)
+            out += _string(m.principal) + _string(m.host)
+            out += struct.pack(">bb", m.operation, m.permission_type)
+    return bytes(out)
 
 
 def _enum(cls: Callable[[int], T], value: int) -> T | None:
