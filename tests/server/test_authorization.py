@@ -380,3 +380,16 @@ def test_version_0_of_the_acl_apis(broker: RunningBroker) -> None:
     refused = _raw(broker, ApiKey.CREATE_ACLS, 0, struct.pack(">i", 1) + entry, BOB)
     code = int(ErrorCode.cluster_authorization_failed.value)
     assert refused[:10] == struct.pack(">iih", 0, 1, code)
+
+
+def test_a_cluster_broker_warns_when_the_acls_would_refuse_followers(
+    broker: RunningBroker, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from odradek.security.acl import AclAuthorizer
+
+    broker.broker._warn_if_followers_refused(AclAuthorizer())
+    assert "replica fetches come as User:ANONYMOUS" in caplog.text
+    caplog.clear()
+    broker.broker._warn_if_followers_refused(AclAuthorizer(allow_if_no_acl=True))
+    broker.broker._warn_if_followers_refused(AclAuthorizer(super_users={"User:ANONYMOUS"}))
+    assert "replica fetches" not in caplog.text

@@ -343,7 +343,7 @@ class Admin:
             for r in response.replica_election_results for p in r.partition_result
         ]
 
-    # -- ACLs (CreateAcls / DescribeAcls / DeleteAcls, at v1-3: pattern types) -----------------------------
+    # -- ACLs (CreateAcls / DescribeAcls / DeleteAcls at v1-3, which have pattern types) ------
     async def create_acls(self, bindings: list[AclBinding]) -> None:
         version = self.conn.version(30, (1, 3))
         cls = request_class("create_acls", version, "CreateAclsRequest")

@@ -42,7 +42,15 @@ from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordi
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.registry import HandlerRegistry
-from odradek.security.acl import AclAuthorizer, AclEntry, ResourcePattern, parse_super_users
+from odradek.security.acl import (
+    CLUSTER_NAME,
+    AclAuthorizer,
+    AclEntry,
+    AclOperation,
+    ResourcePattern,
+    ResourceType,
+    parse_super_users,
+)
 from odradek.server.broker_stats import BrokerTopicStats, RequestStats
 from odradek.server.client_quotas import ClientQuotas, QuotaWindow
 from odradek.server.config import BrokerConfig, parse_metrics_listener
@@ -67,6 +75,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 METADATA_FILE = "odradek-metadata.json"
+ANONYMOUS = "User:ANONYMOUS"  # the principal of a connection that did not authenticate
 # Open files a partition's log holds at most (its active segment's .log, .index and
 # .timeindex), and the share of the open-files limit kept for connections and the rest;
 # the older segments held open for reads (at most MAX_OPEN_COLD_SEGMENTS of them, three
@@ -260,9 +269,22 @@ class Broker:
                 loop.call_soon_threadsafe(authorizer.replace_all, acls)
 
             await asyncio.to_thread(acl_store.follow, on_change, on_reload)
+            # after the ACLs just posted to the loop are in place
+            loop.call_soon(self._warn_if_followers_refused, authorizer)
         self.authorizer, self.acl_store = authorizer, acl_store
         log.info("authorizer %s on; super users: %s", self.config["authorizer.class.name"],
                  ", ".join(sorted(authorizer.super_users)) or "none")
+
+    def _warn_if_followers_refused(self, authorizer: AclAuthorizer) -> None:
+        """Followers fetch as User:ANONYMOUS until brokers authenticate to each other: say
+        so at start if the ACLs refuse it ClusterAction (replication would stall)."""
+        host = self.config.advertised_listeners[0].host or "127.0.0.1"
+        if not authorizer.authorize(ANONYMOUS, host, AclOperation.CLUSTER_ACTION,
+                                    ResourceType.CLUSTER, CLUSTER_NAME):
+            log.warning("the ACLs refuse %s ClusterAction on the cluster: other brokers' "
+                        "replica fetches come as %s and will be refused (grant it, list it "
+                        "in super.users, or set allow.everyone.if.no.acl.found)",
+                        ANONYMOUS, ANONYMOUS)
 
     def _client_quotas(self) -> ClientQuotas:
         """The quota managers, kept in step with the stored client quotas."""
