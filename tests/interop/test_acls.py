@@ -118,6 +118,13 @@ def test_denied_topic_refuses_producers_consumers_and_metadata(rb: RunningBroker
     listed = admin.list_topics(timeout=15).topics
     assert public in listed and secret not in listed
     assert secret not in kcat("-b", rb.bootstrap, "-L").stdout
+    produced = kcat("-b", rb.bootstrap, "-P", "-t", secret, input="x\n", check=False)
+    assert produced.returncode != 0
+    assert "Topic authorization failed" in produced.stderr
+    consumed = kcat("-b", rb.bootstrap, "-C", "-t", secret, "-e", "-o", "beginning",
+                    check=False)
+    assert consumed.returncode != 0
+    assert "Topic authorization failed" in consumed.stderr
     consumer = confluent_kafka.Consumer({"bootstrap.servers": rb.bootstrap,
                                          "group.id": _name("g"),
                                          "auto.offset.reset": "earliest"})
