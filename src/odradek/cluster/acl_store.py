@@ -46,7 +46,7 @@ from odradek.security.acl import (
     ResourceType,
 )
 
-__all__ = ["AclStore", "decode_acls", "encode_acls", "pattern_path"]
+__all__ = ["AclStore"]
 
 log = logging.getLogger(__name__)
 

@@ -343,9 +343,6 @@ class AclAuthorizer:
             self.set_acls(pattern, entries)
         self._cache.clear()
 
-    def acls(self, pattern: ResourcePattern) -> frozenset[AclEntry]:
-        return self._acls.get(pattern, frozenset())
-
     def bindings(self, flt: AclBindingFilter | None = None) -> list[AclBinding]:
         """Every stored binding matching ``flt`` (all with None), in a stable order."""
         out = []

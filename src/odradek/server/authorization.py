@@ -3,10 +3,10 @@
 How it works: :data:`API_CHECKS` is the one table of API key -> the (resource type,
 operation, error) checks Kafka's ``KafkaApis`` makes for that request; every API the broker
 serves has a row (a test walks the live registry). Handlers make the checks with
-:func:`allowed` (one resource) and :func:`filter_allowed` (many), answering the row's error
-code for what is refused. With no ``authorizer.class.name`` the broker's authorizer is
-None and every helper answers "allowed" after one ``is None`` test: nothing is checked and
-nothing is paid.
+:func:`allowed` (one resource), :func:`filter_refused` (many) and :func:`require` (the
+whole request), answering the row's error code for what is refused. With no
+``authorizer.class.name`` the broker's authorizer is None and every helper answers
+"allowed" after one ``is None`` test: nothing is checked and nothing is paid.
 
 The ``authorized_operations`` fields of Metadata (v8+), DescribeCluster and DescribeGroups
 (v3+), asked for with their ``include_*_authorized_operations`` flags (KIP-430), come from
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode, KafkaError
@@ -44,14 +43,12 @@ __all__ = [
     "allowed_on_cluster",
     "authorized_operations",
     "cluster_operations",
-    "filter_allowed",
     "filter_refused",
     "require",
     "require_on_cluster",
 ]
 
 NOT_REQUESTED = -(1 << 31)
-T = TypeVar("T")
 
 _Op = AclOperation
 _R = ResourceType
@@ -186,18 +183,6 @@ def allowed_on_any(authorizer: AclAuthorizer | None, ctx: RequestContext,
     """May the caller perform ``operation`` on some resource of the type?"""
     return authorizer is None or authorizer.authorize_any(
         ctx.principal, ctx.peer[0], operation, resource_type)
-
-
-def filter_allowed(authorizer: AclAuthorizer | None, ctx: RequestContext,
-                   operation: AclOperation, resource_type: ResourceType,
-                   names: Iterable[str]) -> set[str]:
-    """The names among ``names`` the caller may perform ``operation`` on."""
-    wanted = set(names)
-    if authorizer is None:
-        return wanted
-    principal, host = ctx.principal, ctx.peer[0]
-    return {n for n in wanted
-            if authorizer.authorize(principal, host, operation, resource_type, n)}
 
 
 def filter_refused(authorizer: AclAuthorizer | None, ctx: RequestContext,
