@@ -14,9 +14,13 @@ costs the broker, apart from the smaller batches clients make when load is sprea
     .venv/bin/python bench/produce_requests.py
     .venv/bin/python bench/produce_requests.py --tree /tmp/old-checkout --rounds 9
     .venv/bin/python bench/produce_requests.py --metrics   # + this tree with metrics.listener
+    .venv/bin/python bench/produce_requests.py --acls      # + this tree with the authorizer
 
 ``--metrics`` adds a column per tree: that tree with ``metrics.listener`` set (the request
-metrics counted; the page is not read during the rounds).
+metrics counted; the page is not read during the rounds). ``--acls`` adds one with the ACL
+authorizer on (``authorizer.class.name``, and ``allow.everyone.if.no.acl.found`` so that
+the requests pass): each request's Write check on its topic is made, from the decision
+cache after the first.
 """
 
 from __future__ import annotations
@@ -119,13 +123,21 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+VARIANTS = {
+    "": (),
+    "metrics on": ("metrics.listener=http://127.0.0.1:{port}",),
+    "acls on": ("authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+                "allow.everyone.if.no.acl.found=true"),
+}
+
+
 def measure(tree: Path, partitions: int, records: int, requests: int, rounds: int,
-            metrics: bool = False, repeat: int = 1) -> float:
+            variant: str = "", repeat: int = 1) -> float:
     """Median broker CPU seconds per request; a round sends the ``requests`` encoded
     requests ``repeat`` times."""
     port = _free_port()
-    extra = (["--override", f"metrics.listener=http://127.0.0.1:{_free_port()}"]
-             if metrics else [])
+    extra = [part for override in VARIANTS[variant]
+             for part in ("--override", override.format(port=_free_port()))]
     data = Path(tempfile.mkdtemp(dir=ROOT / ".bench-tmp"))
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
     proc = subprocess.Popen(
@@ -174,13 +186,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--metrics", action="store_true",
                         help="also each tree with metrics.listener set")
+    parser.add_argument("--acls", action="store_true",
+                        help="also each tree with the ACL authorizer on")
     args = parser.parse_args()
     (ROOT / ".bench-tmp").mkdir(exist_ok=True)
-    trees: list[tuple[Path, bool]] = []
+    trees: list[tuple[Path, str]] = []
     for tree in (ROOT, *args.tree):
-        trees.append((tree, False))
+        trees.append((tree, ""))
         if args.metrics:
-            trees.append((tree, True))
+            trees.append((tree, "metrics on"))
+        if args.acls:
+            trees.append((tree, "acls on"))
     command = " ".join([".venv/bin/python bench/produce_requests.py", *sys.argv[1:]])
     print(f"Command: `{command}`")
     print()
@@ -199,12 +215,12 @@ def main() -> int:
     return 0
 
 
-def _header(trees: list[tuple[Path, bool]]) -> str:
+def _header(trees: list[tuple[Path, str]]) -> str:
     return "| partitions | batch | " + " | ".join(
-        f"{t.name}{' metrics on' if m else ''} us/request (CPU s/GB)" for t, m in trees) + " |"
+        f"{t.name}{' ' + v if v else ''} us/request (CPU s/GB)" for t, v in trees) + " |"
 
 
-def _row(trees: list[tuple[Path, bool]], partitions: int, records: int, rounds: int) -> str:
+def _row(trees: list[tuple[Path, str]], partitions: int, records: int, rounds: int) -> str:
     size = len(build_batch([(None, b"x" * 100)] * records, timestamp=0))
     # About ROUND_CPU_S of broker CPU a round, so that /proc's 10 ms clock ticks are
     # under 1 % of it; the encoded requests held in memory stay under ~60 MB, sent
@@ -213,8 +229,8 @@ def _row(trees: list[tuple[Path, bool]], partitions: int, records: int, rounds: 
     requests = max(50, min(wanted, 60_000_000 // size))
     repeat = -(-wanted // requests)
     cells = []
-    for tree, metrics in trees:
-        seconds = measure(tree, partitions, records, requests, rounds, metrics, repeat)
+    for tree, variant in trees:
+        seconds = measure(tree, partitions, records, requests, rounds, variant, repeat)
         cells.append(f"{seconds * 1e6:,.1f} ({seconds / size * 1e9:.2f})")
     return f"| {partitions} | {size:,} B | " + " | ".join(cells) + " |"
 

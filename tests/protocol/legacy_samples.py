@@ -86,7 +86,21 @@ def _describe_configs(version: int) -> bytes:
     return _array(struct.pack(">b", 2) + _str(TOPIC) + _array(_str("retention.ms")))
 
 
+def _acl_filter(version: int) -> bytes:
+    """DescribeAcls v0: type, name, principal, host, operation, permission (no pattern)."""
+    return struct.pack(">b", 2) + _str(TOPIC) + _str("User:alice") + _str("*") + (
+        struct.pack(">bb", 3, 3))
+
+
+def _acl_entries(version: int) -> bytes:
+    """CreateAcls v0 creations / DeleteAcls v0 filters: the same fields, in an array."""
+    return _array(_acl_filter(version))
+
+
 _BUILDERS = {
+    ApiKey.DESCRIBE_ACLS: _acl_filter,
+    ApiKey.CREATE_ACLS: _acl_entries,
+    ApiKey.DELETE_ACLS: _acl_entries,
     ApiKey.PRODUCE: _produce,
     ApiKey.FETCH: _fetch,
     ApiKey.LIST_OFFSETS: _list_offsets,

@@ -115,5 +115,5 @@ def test_versions_kio_lacks_need_their_own_decoder_and_error_response() -> None:
     registry.register(ApiKey.PRODUCE, 0, 11, _noop, decode=decode, error_response=error)
     assert registry.supported_versions()[0] == ApiVersionRange(0, 0, 11)
     with pytest.raises(LocalProtocolError):
-        registry.register(ApiKey.DESCRIBE_ACLS, 0, 3, _noop, decode=decode,
+        registry.register(ApiKey.DESCRIBE_LOG_DIRS, 0, 4, _noop, decode=decode,
                           error_response=error)  # v0 is not among the served old ones

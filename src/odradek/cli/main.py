@@ -24,8 +24,9 @@ from pathlib import Path
 from odradek import __version__
 
 #: Modules of ``odradek.cli`` that register sub-commands, in the order ``--help`` lists them.
-SUBCOMMAND_MODULES = ("dump_log", "topics", "configs", "console", "groups", "leader_election",
-                      "status", "dev_cluster", "reassign", "perf", "webconsole", "mirror")
+SUBCOMMAND_MODULES = ("dump_log", "topics", "configs", "acls", "console", "groups",
+                      "leader_election", "status", "dev_cluster", "reassign", "perf",
+                      "webconsole", "mirror")
 
 
 SERVE_EPILOG = """\

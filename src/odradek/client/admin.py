@@ -14,6 +14,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.client.connection import BrokerConnection, ClientError, request_class
+from odradek.security.acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclEntry,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -332,3 +342,58 @@ class Admin:
             (r.topic, int(p.partition_id), int(ErrorCode(p.error_code).value), p.error_message)
             for r in response.replica_election_results for p in r.partition_result
         ]
+
+    # -- ACLs (CreateAcls / DescribeAcls / DeleteAcls at v1-3, which have pattern types) ------
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        version = self.conn.version(30, (1, 3))
+        cls = request_class("create_acls", version, "CreateAclsRequest")
+        creation_cls = request_class("create_acls", version, "AclCreation")
+        response = await self.conn.send(cls(creations=tuple(
+            creation_cls(resource_type=b.pattern.resource_type.value,
+                         resource_name=b.pattern.name,
+                         resource_pattern_type=b.pattern.pattern_type.value,
+                         principal=b.entry.principal, host=b.entry.host,
+                         operation=b.entry.operation.value,
+                         permission_type=b.entry.permission.value)
+            for b in bindings)))
+        for binding, result in zip(bindings, response.results, strict=True):
+            check(result.error_code, f"adding {binding}", result.error_message)
+
+    async def describe_acls(self, flt: AclBindingFilter) -> list[AclBinding]:
+        version = self.conn.version(29, (1, 3))
+        cls = request_class("describe_acls", version, "DescribeAclsRequest")
+        response = await self.conn.send(cls(
+            resource_type_filter=flt.resource_type.value, resource_name_filter=flt.name,
+            pattern_type_filter=flt.pattern_type.value, principal_filter=flt.principal,
+            host_filter=flt.host, operation=flt.operation.value,
+            permission_type=flt.permission.value))
+        check(response.error_code, "listing ACLs", response.error_message)
+        return [
+            AclBinding(ResourcePattern(ResourceType(r.resource_type), r.resource_name,
+                                       PatternType(r.pattern_type)),
+                       AclEntry(a.principal, a.host, AclOperation(a.operation),
+                                AclPermissionType(a.permission_type)))
+            for r in response.resources for a in r.acls
+        ]
+
+    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[AclBinding]:
+        """Remove every ACL matching one of ``filters``; returns those removed."""
+        version = self.conn.version(31, (1, 3))
+        cls = request_class("delete_acls", version, "DeleteAclsRequest")
+        filter_cls = request_class("delete_acls", version, "DeleteAclsFilter")
+        response = await self.conn.send(cls(filters=tuple(
+            filter_cls(resource_type_filter=f.resource_type.value,
+                       resource_name_filter=f.name, pattern_type_filter=f.pattern_type.value,
+                       principal_filter=f.principal, host_filter=f.host,
+                       operation=f.operation.value, permission_type=f.permission.value)
+            for f in filters)))
+        removed: list[AclBinding] = []
+        for result in response.filter_results:
+            check(result.error_code, "removing ACLs", result.error_message)
+            removed.extend(
+                AclBinding(ResourcePattern(ResourceType(m.resource_type), m.resource_name,
+                                           PatternType(m.pattern_type)),
+                           AclEntry(m.principal, m.host, AclOperation(m.operation),
+                                    AclPermissionType(m.permission_type)))
+                for m in result.matching_acls)
+        return removed

@@ -93,6 +93,9 @@ LEGACY_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     int(ApiKey.DELETE_TOPICS): (0, 0),
     int(ApiKey.OFFSET_FOR_LEADER_EPOCH): (0, 1),
     int(ApiKey.DESCRIBE_CONFIGS): (0, 0),
+    int(ApiKey.DESCRIBE_ACLS): (0, 0),
+    int(ApiKey.CREATE_ACLS): (0, 0),
+    int(ApiKey.DELETE_ACLS): (0, 0),
 }
 
 

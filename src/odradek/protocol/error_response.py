@@ -101,6 +101,9 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
     ApiKey.DESCRIBE_GROUPS: {"groups": Echo(("groups",), (("group_id", ""),))},
     ApiKey.DELETE_GROUPS: {"results": Echo(("groups_names",), (("group_id", ""),))},
     ApiKey.CREATE_TOPICS: {"topics": Echo(("topics",), _NAME)},
+    # CreateAclsRequest / DeleteAclsRequest.getErrorResponse: a result per creation / filter.
+    ApiKey.CREATE_ACLS: {"results": Echo(("creations",))},
+    ApiKey.DELETE_ACLS: {"filter_results": Echo(("filters",))},
     ApiKey.DELETE_TOPICS: {
         "responses": Echo(("topics", "topic_names"), (*_TOPIC, ("name", ""))),
     },

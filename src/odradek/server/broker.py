@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from odradek.client.connection import BrokerConnection, ClientError
+from odradek.cluster.acl_store import AclStore
 from odradek.cluster.membership import EndPoint
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.replica_fetcher import FetcherConfig, ReplicaFetcherManager
@@ -41,6 +42,15 @@ from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordi
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.registry import HandlerRegistry
+from odradek.security.acl import (
+    CLUSTER_NAME,
+    AclAuthorizer,
+    AclEntry,
+    AclOperation,
+    ResourcePattern,
+    ResourceType,
+    parse_super_users,
+)
 from odradek.server.broker_stats import BrokerTopicStats, RequestStats
 from odradek.server.client_quotas import ClientQuotas, QuotaWindow
 from odradek.server.config import BrokerConfig, parse_metrics_listener
@@ -65,6 +75,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 METADATA_FILE = "odradek-metadata.json"
+ANONYMOUS = "User:ANONYMOUS"  # the principal of a connection that did not authenticate
 # Open files a partition's log holds at most (its active segment's .log, .index and
 # .timeindex), and the share of the open-files limit kept for connections and the rest;
 # the older segments held open for reads (at most MAX_OPEN_COLD_SEGMENTS of them, three
@@ -101,6 +112,8 @@ class Broker:
         self.request_stats: RequestStats | None = None
         self.metrics_server: MetricsServer | None = None
         self.watchdog: LoopWatchdog | None = None  # event.loop.stall.threshold.ms
+        self.authorizer: AclAuthorizer | None = None  # authorizer.class.name
+        self.acl_store: AclStore | None = None
 
     # -- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -171,6 +184,7 @@ class Broker:
         # before the listeners open.
         self.group_coordinator = self._make_group_coordinator()
         self.group_coordinator.startup()
+        await self._start_authorizer(store)
         self.replica_manager.on_leadership_change = self._on_leadership_change
         self.services = BrokerServices(
             broker_id=self.broker_id,
@@ -193,6 +207,8 @@ class Broker:
             elect_unclean=self._elect_unclean,
             client_quotas=self._client_quotas(),
             topic_stats=self.topic_stats,
+            authorizer=self.authorizer,
+            acl_store=self.acl_store,
         )
         # The group record a static member's JoinGroup stores waits for the ISR (acks=-1).
         self.group_coordinator.wait_replicated = functools.partial(
@@ -231,6 +247,44 @@ class Broker:
                         self.log_cleaner.check_threads)
         ))
         self.started.set()
+
+    async def _start_authorizer(self, store: MetadataStore) -> None:
+        """authorizer.class.name set: load every ACL and follow their changes, made
+        through any broker, before the listeners open."""
+        if not self.config["authorizer.class.name"]:
+            return
+        authorizer = AclAuthorizer(parse_super_users(self.config["super.users"]),
+                                   bool(self.config["allow.everyone.if.no.acl.found"]))
+        acl_store = AclStore(store)
+        if self._cluster is None:
+            # the embedded store fires its watches on the writer's thread: the loop's
+            acl_store.follow(authorizer.set_acls, authorizer.replace_all)
+        else:
+            loop = asyncio.get_running_loop()
+
+            def on_change(pattern: ResourcePattern, entries: frozenset[AclEntry]) -> None:
+                loop.call_soon_threadsafe(authorizer.set_acls, pattern, entries)
+
+            def on_reload(acls: dict[ResourcePattern, frozenset[AclEntry]]) -> None:
+                loop.call_soon_threadsafe(authorizer.replace_all, acls)
+
+            await asyncio.to_thread(acl_store.follow, on_change, on_reload)
+            # after the ACLs just posted to the loop are in place
+            loop.call_soon(self._warn_if_followers_refused, authorizer)
+        self.authorizer, self.acl_store = authorizer, acl_store
+        log.info("authorizer %s on; super users: %s", self.config["authorizer.class.name"],
+                 ", ".join(sorted(authorizer.super_users)) or "none")
+
+    def _warn_if_followers_refused(self, authorizer: AclAuthorizer) -> None:
+        """Followers fetch as User:ANONYMOUS until brokers authenticate to each other: say
+        so at start if the ACLs refuse it ClusterAction (replication would stall)."""
+        host = self.config.advertised_listeners[0].host or "127.0.0.1"
+        if not authorizer.authorize(ANONYMOUS, host, AclOperation.CLUSTER_ACTION,
+                                    ResourceType.CLUSTER, CLUSTER_NAME):
+            log.warning("the ACLs refuse %s ClusterAction on the cluster: other brokers' "
+                        "replica fetches come as %s and will be refused (grant it, list it "
+                        "in super.users, or set allow.everyone.if.no.acl.found)",
+                        ANONYMOUS, ANONYMOUS)
 
     def _client_quotas(self) -> ClientQuotas:
         """The quota managers, kept in step with the stored client quotas."""
@@ -482,6 +536,8 @@ class Broker:
             self.log_manager.shutdown()
         if self.watchdog is not None:
             self.watchdog.stop()
+        if self.acl_store is not None:
+            self.acl_store.close()
         if self._cluster is not None:
             await asyncio.to_thread(self._cluster.close)
         elif self._store is not None:

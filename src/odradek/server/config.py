@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from odradek.security.acl import KNOWN_AUTHORIZERS
 from odradek.server.connection_quotas import INT_MAX, parse_per_ip_overrides
 from odradek.server.kafka_config_support import (
     KAFKA_BROKER_CONFIGS,
@@ -83,6 +84,13 @@ def _per_ip_overrides(value: str) -> str | None:
         parse_per_ip_overrides(value)
     except ValueError as exc:
         return str(exc)
+    return None
+
+
+def _authorizer(value: str) -> str | None:
+    if value and value not in KNOWN_AUTHORIZERS:
+        return ("Odradek cannot load Java classes: use one of "
+                + ", ".join(sorted(KNOWN_AUTHORIZERS)))
     return None
 
 
@@ -214,6 +222,16 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("event.loop.stall.threshold.ms", "long", 1000, None,
               "the event-loop watchdog: a loop held this long logs a WARNING with its stack "
               "and request, and counts a stall (0: off)", _ge(0)),
+    ConfigDef("authorizer.class.name", "string", "", None,
+              "the ACL authorizer: kafka.security.authorizer.AclAuthorizer (or "
+              "kafka.security.auth.SimpleAclAuthorizer, "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer, "
+              "odradek.security.acl.AclAuthorizer); empty: nothing is checked",
+              _authorizer),
+    ConfigDef("super.users", "string", "", None,
+              "principals allowed everything, separated by ';' (User:admin;User:broker)"),
+    ConfigDef("allow.everyone.if.no.acl.found", "boolean", False, None,
+              "a resource without any ACL is open to everyone"),
     ConfigDef("log.cleaner.enable", "boolean", True, None, "run the log cleaner"),
     ConfigDef("log.cleaner.threads", "int", 1, None, "cleaner threads", _ge(0)),
     ConfigDef("log.cleaner.backoff.ms", "long", 15000, None, "cleaner idle sleep", _ge(0)),

@@ -55,7 +55,6 @@ TIERED = "tiered storage (KIP-405) is not supported by Odradek yet"
 TXN = "transactions are not supported by Odradek yet"
 CONSUMER_PROTOCOL = "the consumer group protocol of KIP-848 is not supported by Odradek yet"
 SHARE = "share groups (KIP-932) are not supported by Odradek yet"
-ACL = "ACLs (an authorizer) are not supported by Odradek yet"
 TOKENS = "delegation tokens are not supported by Odradek yet"
 PASSWORDS = ("encrypted password configs are not supported by Odradek yet (it has no "
              "password configs: no TLS, no SASL)")
@@ -127,7 +126,6 @@ _EXACT: dict[str, str] = {
     "control.plane.listener.name": CONTROL_PLANE,
     "broker.id.generation.enable": ID_GENERATION,
     "reserved.broker.max.id": ID_GENERATION,
-    "authorizer.class.name": ACL,
     "principal.builder.class": SECURITY,
     "listener.security.protocol.map": SECURITY,
     "security.inter.broker.protocol": SECURITY,

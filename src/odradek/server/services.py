@@ -26,8 +26,10 @@ from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.purgatory import Purgatory
 
 if TYPE_CHECKING:
+    from odradek.cluster.acl_store import AclStore
     from odradek.cluster.reassignment import Reassignment
     from odradek.coordinator.group_coordinator import GroupCoordinator
+    from odradek.security.acl import AclAuthorizer
 
 __all__ = ["BrokerServices", "ReassignmentStore"]
 
@@ -78,3 +80,7 @@ class BrokerServices:
     """Client quotas (KIP-13, KIP-599): the managers handlers record into and throttle by."""
     topic_stats: BrokerTopicStats | None = None
     """Bytes and messages in and out per topic (None: metrics.listener is unset)."""
+    authorizer: AclAuthorizer | None = None
+    """The ACL authorizer (None: ``authorizer.class.name`` unset, nothing is checked)."""
+    acl_store: AclStore | None = None
+    """Where CreateAcls and DeleteAcls write (None with no authorizer)."""

@@ -172,6 +172,12 @@ public final class OdradekInterop {
                     }
                     app.brokerConfigs(args.get(0), args.subList(1, args.size()));
                     break;
+                case "acls":
+                    if (args.isEmpty()) {
+                        usage("acls needs <principal>");
+                    }
+                    app.acls(args.get(0));
+                    break;
                 case "authorized-operations":
                     if (args.isEmpty()) {
                         usage("authorized-operations needs <group>");
@@ -871,6 +877,69 @@ public final class OdradekInterop {
                                 .includeAuthorizedOperations(include))
                         .all()).get(group);
                 summary.put("group" + suffix, opNames(gd.authorizedOperations()));
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- ACLs
+
+    /** Admin.createAcls, describeAcls and deleteAcls of ACLs for principal on the topic
+     *  (literal, Read) and its prefix (prefixed, Write); then one the broker must refuse. */
+    void acls(String principal) throws Exception {
+        org.apache.kafka.common.resource.ResourcePattern literal =
+                new org.apache.kafka.common.resource.ResourcePattern(
+                        org.apache.kafka.common.resource.ResourceType.TOPIC, topic,
+                        org.apache.kafka.common.resource.PatternType.LITERAL);
+        org.apache.kafka.common.resource.ResourcePattern prefixed =
+                new org.apache.kafka.common.resource.ResourcePattern(
+                        org.apache.kafka.common.resource.ResourceType.TOPIC, topic + "-",
+                        org.apache.kafka.common.resource.PatternType.PREFIXED);
+        List<org.apache.kafka.common.acl.AclBinding> bindings = List.of(
+                new org.apache.kafka.common.acl.AclBinding(literal,
+                        new org.apache.kafka.common.acl.AccessControlEntry(principal, "*",
+                                org.apache.kafka.common.acl.AclOperation.READ,
+                                org.apache.kafka.common.acl.AclPermissionType.ALLOW)),
+                new org.apache.kafka.common.acl.AclBinding(prefixed,
+                        new org.apache.kafka.common.acl.AccessControlEntry(principal, "*",
+                                org.apache.kafka.common.acl.AclOperation.WRITE,
+                                org.apache.kafka.common.acl.AclPermissionType.DENY)));
+        org.apache.kafka.common.acl.AclBindingFilter mine =
+                new org.apache.kafka.common.acl.AclBindingFilter(
+                        org.apache.kafka.common.resource.ResourcePatternFilter.ANY,
+                        new org.apache.kafka.common.acl.AccessControlEntryFilter(principal, null,
+                                org.apache.kafka.common.acl.AclOperation.ANY,
+                                org.apache.kafka.common.acl.AclPermissionType.ANY));
+        try (Admin admin = admin()) {
+            get(admin.createAcls(bindings).all());
+            List<String> described = new ArrayList<>();
+            for (org.apache.kafka.common.acl.AclBinding b : get(admin.describeAcls(mine).values())) {
+                described.add(b.pattern().patternType() + " " + b.pattern().name() + " "
+                        + b.entry().operation() + " " + b.entry().permissionType());
+            }
+            described.sort(null);
+            summary.put("described", described);
+            // MATCH: the ACLs that apply to one topic name (the literal one does not)
+            org.apache.kafka.common.acl.AclBindingFilter matching =
+                    new org.apache.kafka.common.acl.AclBindingFilter(
+                            new org.apache.kafka.common.resource.ResourcePatternFilter(
+                                    org.apache.kafka.common.resource.ResourceType.TOPIC,
+                                    topic + "-orders",
+                                    org.apache.kafka.common.resource.PatternType.MATCH),
+                            org.apache.kafka.common.acl.AccessControlEntryFilter.ANY);
+            summary.put("matched", get(admin.describeAcls(matching).values()).size());
+            summary.put("deleted", get(admin.deleteAcls(List.of(mine)).all()).size());
+            summary.put("left", get(admin.describeAcls(mine).values()).size());
+            try {
+                get(admin.createAcls(List.of(new org.apache.kafka.common.acl.AclBinding(
+                        new org.apache.kafka.common.resource.ResourcePattern(
+                                org.apache.kafka.common.resource.ResourceType.CLUSTER, "other",
+                                org.apache.kafka.common.resource.PatternType.LITERAL),
+                        new org.apache.kafka.common.acl.AccessControlEntry(principal, "*",
+                                org.apache.kafka.common.acl.AclOperation.ALTER,
+                                org.apache.kafka.common.acl.AclPermissionType.ALLOW)))).all());
+                summary.put("invalid", "accepted");
+            } catch (ExecutionException e) {
+                summary.put("invalid", e.getCause().getClass().getSimpleName());
             }
         }
     }

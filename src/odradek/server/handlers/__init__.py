@@ -11,6 +11,7 @@ ApiVersions is derived from what it holds. Handlers see the broker only through
 from __future__ import annotations
 
 from odradek.protocol.registry import HandlerRegistry
+from odradek.server.handlers.acls import register_acls
 from odradek.server.handlers.api_versions import register_api_versions
 from odradek.server.handlers.client_quotas import register_client_quotas
 from odradek.server.handlers.configs import register_configs
@@ -51,3 +52,4 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_offset_for_leader_epoch(registry, services)
     register_reassignments(registry, services)
     register_elect_leaders(registry, services)
+    register_acls(registry, services)

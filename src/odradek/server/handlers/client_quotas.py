@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.server.authorization import AclOperation, require_on_cluster
 from odradek.server.client_quotas import (
     CLIENT_ID,
     CLIENT_QUOTA_KEYS,
@@ -159,6 +160,7 @@ def register_client_quotas(registry: HandlerRegistry, services: BrokerServices) 
 async def describe_client_quotas(
     services: BrokerServices, ctx: RequestContext, request: Any,
 ) -> Any:
+    require_on_cluster(services.authorizer, ctx, AclOperation.DESCRIBE_CONFIGS)
     metadata = services.metadata
     m = response_module("describe_client_quotas", ctx.api_version)
     filters = list(request.components)
@@ -185,6 +187,7 @@ async def describe_client_quotas(
 
 
 async def alter_client_quotas(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    require_on_cluster(services.authorizer, ctx, AclOperation.ALTER_CONFIGS)
     metadata = services.metadata
     m = response_module("alter_client_quotas", ctx.api_version)
     results = []

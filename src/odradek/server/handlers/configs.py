@@ -5,6 +5,9 @@ Resources: TOPIC (2) and BROKER (4). A BROKER resource is named by this broker's
 own dynamic configs) or ``""`` (the cluster-wide default); any other name is
 INVALID_REQUEST, as Kafka answers for a broker that is not the one asked. BROKER_LOGGER (8)
 and unknown types are INVALID_REQUEST: Odradek has no runtime logger levels to offer.
+With an authorizer a TOPIC resource needs DescribeConfigs / AlterConfigs on the topic
+(TOPIC_AUTHORIZATION_FAILED), a BROKER or BROKER_LOGGER one on the cluster
+(CLUSTER_AUTHORIZATION_FAILED), checked per resource.
 
 Config sources follow Kafka's precedence, highest first: DYNAMIC_TOPIC_CONFIG (1, a topic
 override), DYNAMIC_BROKER_CONFIG (2, ``/config/brokers/<id>``), DYNAMIC_DEFAULT_BROKER_CONFIG
@@ -52,6 +55,12 @@ from odradek.cluster.metadata import ClusterMetadata, MetadataError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.server.authorization import (
+    AclOperation,
+    ResourceType,
+    allowed,
+    allowed_on_cluster,
+)
 from odradek.server.config import BROKER_CONFIGS, parse_kafka_value
 from odradek.server.dynamic_config import DYNAMIC_BROKER_KEYS, parse_dynamic
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
@@ -550,6 +559,7 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, reques
     for resource in request.resources:
         code, message, entries = ErrorCode.none, None, []
         try:
+            _authorize(services, ctx, AclOperation.DESCRIBE_CONFIGS, resource)
             if resource.resource_type == RESOURCE_TOPIC:
                 entries = describe_topic(m, services, resource.resource_name,
                                          resource.configuration_keys, synonyms, docs)
@@ -568,13 +578,32 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, reques
                 results=tuple(results))
 
 
-def _alter(services: BrokerServices, m: Any, request: Any, incremental: bool) -> list[Any]:
+def _authorize(services: BrokerServices, ctx: RequestContext, operation: AclOperation,
+               resource: Any) -> None:
+    """DescribeConfigs / AlterConfigs on the topic, or on the cluster for a broker or
+    broker-logger resource (Kafka's ``ConfigHelper`` / ``authorizeConfigResource``)."""
+    authorizer = services.authorizer
+    if authorizer is None:
+        return
+    if resource.resource_type == RESOURCE_TOPIC:
+        if not allowed(authorizer, ctx, operation, ResourceType.TOPIC, resource.resource_name):
+            raise ConfigRequestError(ErrorCode.topic_authorization_failed,
+                                     "Authorization failed.")
+    elif resource.resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER) and not (
+            allowed_on_cluster(authorizer, ctx, operation)):
+        raise ConfigRequestError(ErrorCode.cluster_authorization_failed,
+                                 "Authorization failed.")
+
+
+def _alter(services: BrokerServices, ctx: RequestContext, m: Any, request: Any,
+           incremental: bool) -> list[Any]:
     """Alter (or validate) each resource's configs; one answer per resource."""
     duplicates = _duplicates(request.resources)
     responses = []
     for resource in request.resources:
         code, message = ErrorCode.none, None
         try:
+            _authorize(services, ctx, AclOperation.ALTER_CONFIGS, resource)
             if (resource.resource_type, resource.resource_name) in duplicates:
                 raise ConfigRequestError(ErrorCode.invalid_request,
                                          "error due to duplicate config resource")
@@ -601,17 +630,17 @@ def _alter(services: BrokerServices, m: Any, request: Any, incremental: bool) ->
     return responses
 
 
-async def _altered(services: BrokerServices, m: Any, request: Any,
+async def _altered(services: BrokerServices, ctx: RequestContext, m: Any, request: Any,
                    incremental: bool) -> list[Any]:
     if services.metadata.remote:  # cluster mode: the ZooKeeper writes off the loop
-        return await asyncio.to_thread(_alter, services, m, request, incremental)
-    return _alter(services, m, request, incremental)
+        return await asyncio.to_thread(_alter, services, ctx, m, request, incremental)
+    return _alter(services, ctx, m, request, incremental)
 
 
 async def alter_configs(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     m = response_module("alter_configs", ctx.api_version)
     return make(m.AlterConfigsResponse, throttle_time=ZERO_THROTTLE,
-                responses=tuple(await _altered(services, m, request, incremental=False)))
+                responses=tuple(await _altered(services, ctx, m, request, incremental=False)))
 
 
 async def incremental_alter_configs(
@@ -619,7 +648,7 @@ async def incremental_alter_configs(
 ) -> Any:
     m = response_module("incremental_alter_configs", ctx.api_version)
     return make(m.IncrementalAlterConfigsResponse, throttle_time=ZERO_THROTTLE,
-                responses=tuple(await _altered(services, m, request, incremental=True)))
+                responses=tuple(await _altered(services, ctx, m, request, incremental=True)))
 
 
 # Kafka's ConfigSource.DEFAULT_CONFIG: what DescribeConfigs v0's ``is_default`` stood for.

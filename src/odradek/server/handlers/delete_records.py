@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.server.authorization import AclOperation, ResourceType, filter_refused
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
 
@@ -56,11 +57,16 @@ def register_delete_records(registry: HandlerRegistry, services: BrokerServices)
 
 async def delete_records(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     m = response_module("delete_records", ctx.api_version)
+    refused = filter_refused(services.authorizer, ctx, AclOperation.DELETE,
+                             ResourceType.TOPIC, (t.name for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            code, low = _delete(services, topic.name, p.partition_index, p.offset)
+            if topic.name in refused:
+                code, low = ErrorCode.topic_authorization_failed, -1
+            else:
+                code, low = _delete(services, topic.name, p.partition_index, p.offset)
             partitions.append(make(m.DeleteRecordsPartitionResult,
                                    partition_index=p.partition_index, low_watermark=low,
                                    error_code=code))

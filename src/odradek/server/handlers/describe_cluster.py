@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
-from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized_operations
+from odradek.server.authorization import NOT_REQUESTED, cluster_operations
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def register_describe_cluster(registry: HandlerRegistry, services: BrokerService
 async def describe_cluster(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     m = response_module("describe_cluster", ctx.api_version)
     endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
-    operations = (authorized_operations(ResourceType.CLUSTER)
+    operations = (cluster_operations(services.authorizer, ctx)
                   if request.include_cluster_authorized_operations else NOT_REQUESTED)
     if endpoint_type != ENDPOINT_BROKERS:
         return make(m.DescribeClusterResponse, throttle_time=ZERO_THROTTLE,

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.server.authorization import AclOperation, require_on_cluster
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class _Elections:
 
 
 async def elect_leaders(elections: _Elections, ctx: RequestContext, request: Any) -> Any:
+    require_on_cluster(elections.services.authorizer, ctx, AclOperation.ALTER)
     m = response_module("elect_leaders", ctx.api_version)
     metadata = elections.services.metadata
     tps = _wanted_partitions(metadata, request)

@@ -28,6 +28,10 @@ Follows Kafka's ``KafkaApis.handleFetchRequest`` / ``ReplicaManager.fetchMessage
   data stays in the segment files and the network layer ``sendfile`` s it (zero copy;
   read+write on TLS).
 
+With an authorizer, a consumer's fetch needs Read on each topic and a follower's
+(replica id >= 0) ClusterAction on the cluster; the partitions refused are
+TOPIC_AUTHORIZATION_FAILED, checked before their existence.
+
 Client quotas (consumers only; followers have the replication throttles): a fetch asks for
 no more than the client's ``consumer_byte_rate`` allows in one quota window; the bytes it
 would send are recorded, and over the quota the answer is empty, carries the throttle
@@ -99,6 +103,7 @@ from odradek.protocol.registry import (
 from odradek.protocol.send import Chunk, FileRegion, Send
 from odradek.records.batch import InvalidRecordError
 from odradek.records.legacy import down_convert, up_convert
+from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.server.fetch_session import CachedPartition, ContextKind, FetchContext, PartitionKey
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage import TopicPartition
@@ -161,7 +166,9 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
     if quota_applies:
         max_bytes = min(max_bytes, max(int(quota.max_value_in_window(ctx.client_id)), 1))
     replica_manager = services.replica_manager
-    infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id)
+    refused = None if services.authorizer is None else _refused(services, ctx, parts, follower)
+    infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id,
+                                     refused)
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     if total < request.min_bytes and max_wait_ms > 0 and not errors and parts:
         # Followers wait for appends; consumers for the high watermark to move.
@@ -171,7 +178,8 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
             for cp in parts if cp.topic
         ]
         await services.fetch_purgatory.wait(keys, request.min_bytes, total, max_wait_ms / 1000)
-        infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id)
+        infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id,
+                                         refused)
 
     if version <= FETCH_LEGACY_MAX:  # sessionless: no session fields below v7
         return await _legacy_response(version, parts, infos, max_bytes)
@@ -200,6 +208,23 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
     if services.topic_stats is not None:
         _count(services.topic_stats, parts, infos, follower)
     return send
+
+
+def _refused(services: BrokerServices, ctx: RequestContext, parts: list[CachedPartition],
+             follower: bool) -> frozenset[str] | None:
+    """The topics of ``parts`` the caller may not fetch (None: none)."""
+    authorizer = services.authorizer
+    assert authorizer is not None
+    names = {cp.topic for cp in parts if cp.topic is not None}
+    principal, host = ctx.principal, ctx.peer[0]
+    if follower:
+        if authorizer.authorize(principal, host, AclOperation.CLUSTER_ACTION,
+                                ResourceType.CLUSTER, CLUSTER_NAME):
+            return None
+        return frozenset(names)
+    refused = frozenset(n for n in names if not authorizer.authorize(
+        principal, host, AclOperation.READ, ResourceType.TOPIC, n))
+    return refused or None
 
 
 def _session_context(services: BrokerServices, request: Any, by_id: bool) -> FetchContext:
@@ -416,7 +441,7 @@ def _region(cp: CachedPartition, info: FetchDataInfo, owned: list[int]) -> Fetch
 
 def _read_all(
     replica_manager: ReplicaManager, parts: list[CachedPartition], max_bytes: int, by_id: bool,
-    replica_id: int,
+    replica_id: int, refused: frozenset[str] | None = None,
 ) -> tuple[list[FetchPartition | FetchDataInfo], int, int]:
     results: list[FetchPartition | FetchDataInfo] = []
     remaining = max_bytes
@@ -424,6 +449,10 @@ def _read_all(
     errors = 0
     min_one = True
     for cp in parts:
+        if refused is not None and cp.topic in refused:
+            results.append(FetchPartition(cp.partition, ErrorCode.topic_authorization_failed))
+            errors += 1
+            continue
         result = _read_one(replica_manager, cp, remaining, min_one, by_id, replica_id)
         if isinstance(result, FetchPartition):
             errors += 1

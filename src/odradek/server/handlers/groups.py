@@ -18,6 +18,12 @@ Follows Kafka's ``KafkaApis`` for the request-to-coordinator translation:
   ``group.instance.id``) answered one by one.
 - DescribeGroups answers an unknown group with state Dead: NONE up to v5, and
   GROUP_ID_NOT_FOUND from v6 (KIP-1043).
+
+With an authorizer (``server/authorization.py``): FindCoordinator needs Describe on the
+group, JoinGroup, SyncGroup, Heartbeat and LeaveGroup Read on it, DescribeGroups Describe
+and DeleteGroups Delete on each group, all answered GROUP_AUTHORIZATION_FAILED; ListGroups
+lists every group to a caller with Describe on the cluster, else only the groups it may
+Describe.
 """
 
 from __future__ import annotations
@@ -30,7 +36,15 @@ from odradek.coordinator.offsets_topic import OffsetsTopicUnavailableError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
-from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized_operations
+from odradek.server.authorization import (
+    NOT_REQUESTED,
+    AclOperation,
+    ResourceType,
+    allowed,
+    allowed_on_cluster,
+    authorized_operations,
+    require,
+)
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated
 from odradek.server.handlers._steps import Steps
@@ -92,23 +106,28 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, reques
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            error, message, node, host, port = _coordinator(services, key_type, not_yet, key)
+            error, message, node, host, port = _coordinator(services, ctx, key_type,
+                                                            not_yet, key)
             coordinators.append(make(
                 m.Coordinator, key=key, node_id=node, host=host, port=port,
                 error_code=error, error_message=message,
             ))
         return make(m.FindCoordinatorResponse, throttle_time=ZERO_THROTTLE,
                     coordinators=tuple(coordinators))
-    error, message, node, host, port = _coordinator(services, key_type, not_yet,
+    error, message, node, host, port = _coordinator(services, ctx, key_type, not_yet,
                                                     request.key)
     return make(m.FindCoordinatorResponse, throttle_time=ZERO_THROTTLE, error_code=error,
                 error_message=message, node_id=node, host=host, port=port)
 
 
 def _coordinator(
-    services: BrokerServices, key_type: int, not_yet: bool, key: str,
+    services: BrokerServices, ctx: RequestContext, key_type: int, not_yet: bool, key: str,
 ) -> tuple[ErrorCode, str | None, int, str, int]:
     """(error, message, node id, host, port) answering one coordinator key."""
+    if key_type == KEY_TYPE_GROUP and not allowed(
+            services.authorizer, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return (ErrorCode.group_authorization_failed,
+                f"Describe on group {key!r} is not authorized", -1, "", -1)
     if key_type == KEY_TYPE_TRANSACTION:
         return (ErrorCode.transactional_id_authorization_failed,
                 "transactions are not supported yet", -1, "", -1)
@@ -132,6 +151,7 @@ def _coordinator(
 
 # -- JoinGroup -----------------------------------------------------------------------
 async def join_group(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    require(services.authorizer, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     m = response_module("join_group", ctx.api_version)
     session_timeout = _ms(request.session_timeout)
     result = await services.group_coordinator.join_group(
@@ -163,6 +183,7 @@ async def join_group(services: BrokerServices, ctx: RequestContext, request: Any
 
 # -- SyncGroup -----------------------------------------------------------------------
 async def sync_group(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    require(services.authorizer, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     m = response_module("sync_group", ctx.api_version)
     result = await services.group_coordinator.sync_group(
         group_id=request.group_id,
@@ -193,6 +214,7 @@ async def sync_group(services: BrokerServices, ctx: RequestContext, request: Any
 
 # -- Heartbeat -----------------------------------------------------------------------
 async def heartbeat(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    require(services.authorizer, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     m = response_module("heartbeat", ctx.api_version)
     error = services.group_coordinator.heartbeat(
         request.group_id, request.generation_id, request.member_id,
@@ -203,6 +225,7 @@ async def heartbeat(services: BrokerServices, ctx: RequestContext, request: Any)
 
 # -- LeaveGroup ----------------------------------------------------------------------
 async def leave_group(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    require(services.authorizer, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     m = response_module("leave_group", ctx.api_version)
     if ctx.api_version < 3:
         error, errors = services.group_coordinator.leave_group(
@@ -226,7 +249,14 @@ async def describe_groups(services: BrokerServices, ctx: RequestContext, request
     asked_operations = getattr(request, "include_authorized_operations", False)
     groups = []
     steps = Steps()
+    authorizer = services.authorizer
     for group_id in request.groups:
+        if not allowed(authorizer, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            groups.append(make(
+                m.DescribedGroup, error_code=ErrorCode.group_authorization_failed,
+                error_message=None, group_id=group_id, group_state="", protocol_type="",
+                protocol_data="", members=(), authorized_operations=NOT_REQUESTED))
+            continue
         summary = services.group_coordinator.describe_group(group_id)
         await steps.tick(1 + len(summary.members))
         error = summary.error
@@ -247,7 +277,8 @@ async def describe_groups(services: BrokerServices, ctx: RequestContext, request
             m.DescribedGroup, error_code=error, error_message=message, group_id=group_id,
             group_state=summary.state, protocol_type=summary.protocol_type,
             protocol_data=summary.protocol, members=members,
-            authorized_operations=authorized_operations(ResourceType.GROUP, group_id)
+            authorized_operations=authorized_operations(authorizer, ctx, ResourceType.GROUP,
+                                                        group_id)
             if error == ErrorCode.none and asked_operations else NOT_REQUESTED,
         ))
     return make(m.DescribeGroupsResponse, throttle_time=ZERO_THROTTLE,
@@ -261,6 +292,9 @@ async def list_groups(services: BrokerServices, ctx: RequestContext, request: An
     error, summaries = services.group_coordinator.list_groups(getattr(request, "states_filter", ()))
     if types and CLASSIC_GROUP_TYPE not in types:
         summaries = []
+    if not allowed_on_cluster(services.authorizer, ctx, AclOperation.DESCRIBE):
+        summaries = [s for s in summaries if allowed(
+            services.authorizer, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, s.group_id)]
     groups = tuple(
         make(m.ListedGroup, group_id=s.group_id, protocol_type=s.protocol_type,
              group_state=s.state, group_type=CLASSIC_GROUP_TYPE)
@@ -273,9 +307,13 @@ async def list_groups(services: BrokerServices, ctx: RequestContext, request: An
 # -- DeleteGroups --------------------------------------------------------------------
 async def delete_groups(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     m = response_module("delete_groups", ctx.api_version)
-    results = services.group_coordinator.delete_groups(list(request.groups_names))
+    names = list(dict.fromkeys(request.groups_names))
+    refused = [g for g in names if not allowed(
+        services.authorizer, ctx, AclOperation.DELETE, ResourceType.GROUP, g)]
+    results = services.group_coordinator.delete_groups([g for g in names if g not in refused])
+    results.update({g: ErrorCode.group_authorization_failed for g in refused})
     return make(
         m.DeleteGroupsResponse, throttle_time=ZERO_THROTTLE,
-        results=tuple(make(m.DeletableGroupResult, group_id=g, error_code=code)
-                      for g, code in results.items()),
+        results=tuple(make(m.DeletableGroupResult, group_id=g, error_code=results[g])
+                      for g in names if g in results),
     )

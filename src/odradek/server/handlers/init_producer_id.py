@@ -15,6 +15,10 @@ retrying forever as they would on COORDINATOR_NOT_AVAILABLE; UNSUPPORTED_VERSION
 wrongly suggest that another request version could work. Produce uses the same code for
 transactional requests.
 
+With an authorizer, an idempotent producer needs IdempotentWrite on the cluster or Write
+on at least one topic (Kafka 3.x's ``authorizeByResourceType``), else
+CLUSTER_AUTHORIZATION_FAILED.
+
 A failure to claim a new block of ids from the metadata store (a transient store error) is
 COORDINATOR_LOAD_IN_PROGRESS, which clients retry, as Kafka answers while its producer id
 manager waits for a block.
@@ -31,6 +35,12 @@ from odradek.coordinator.producer_ids import ProducerIdsExhaustedError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.server.authorization import (
+    AclOperation,
+    ResourceType,
+    allowed_on_any,
+    allowed_on_cluster,
+)
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
 if TYPE_CHECKING:
@@ -58,6 +68,11 @@ async def init_producer_id(services: BrokerServices, ctx: RequestContext, reques
 
     if request.transactional_id is not None:
         return answer(ErrorCode.transactional_id_authorization_failed)
+    authorizer = services.authorizer
+    if authorizer is not None and not (
+            allowed_on_cluster(authorizer, ctx, AclOperation.IDEMPOTENT_WRITE)
+            or allowed_on_any(authorizer, ctx, AclOperation.WRITE, ResourceType.TOPIC)):
+        return answer(ErrorCode.cluster_authorization_failed)
     try:
         if services.metadata.remote:  # a block claim is a ZooKeeper write
             producer_id = await asyncio.to_thread(manager.generate_producer_id)

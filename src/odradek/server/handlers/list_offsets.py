@@ -20,6 +20,9 @@ log start offset) with the segment file's last modification time, then the log e
 the current time if the active segment holds anything; -1 starts from the newest entry,
 -2 from the oldest, another time from the newest entry modified at or before it; the
 offsets go newest first, and a client's answer never goes past the high watermark.
+
+With an authorizer each topic needs Describe, else its partitions are
+TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from odradek.protocol.registry import (
     RequestContext,
     bind,
 )
+from odradek.server.authorization import AclOperation, ResourceType, filter_refused
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
@@ -60,15 +64,18 @@ def register_list_offsets(registry: HandlerRegistry, services: BrokerServices) -
 
 
 async def list_offsets(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    refused = filter_refused(services.authorizer, ctx, AclOperation.DESCRIBE,
+                             ResourceType.TOPIC, (t.name for t in request.topics))
     if ctx.api_version == 0:
-        return _v0(services, request)
+        return _v0(services, request, refused)
     m = response_module("list_offsets", ctx.api_version)
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
             partitions.append(_one(m, services, topic.name, p, ctx.api_version,
-                                   request.replica_id == CONSUMER_REPLICA_ID))
+                                   request.replica_id == CONSUMER_REPLICA_ID,
+                                   topic.name in refused))
         topics.append(make(m.ListOffsetsTopicResponse, name=topic.name,
                            partitions=tuple(partitions)))
     return make(m.ListOffsetsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
@@ -90,12 +97,16 @@ def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
     ])
 
 
-def _v0(services: BrokerServices, request: Any) -> Any:
+def _v0(services: BrokerServices, request: Any, refused: set[str]) -> Any:
     client = request.replica_id == CONSUMER_REPLICA_ID
     topics = []
     for topic in request.topics:
         partitions: list[tuple[int, int, list[int]]] = []
         for p in topic.partitions:
+            if topic.name in refused:
+                partitions.append((p.partition_index,
+                                   int(ErrorCode.topic_authorization_failed.value), []))
+                continue
             try:
                 partition = services.replica_manager.leader_partition(topic.name,
                                                                       p.partition_index)
@@ -134,7 +145,8 @@ def _offsets_before(log: PartitionLog, timestamp: int, max_num: int) -> list[int
 
 
 def _one(
-    m: Any, services: BrokerServices, topic: str, p: Any, version: int, client: bool
+    m: Any, services: BrokerServices, topic: str, p: Any, version: int, client: bool,
+    refused: bool = False,
 ) -> Any:
     def answer(code: ErrorCode, timestamp: int = -1, offset: int = -1) -> Any:
         return make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
@@ -143,6 +155,8 @@ def _one(
                     old_style_offsets=())
 
     leader_epoch = -1
+    if refused:
+        return answer(ErrorCode.topic_authorization_failed)
     try:
         partition = services.replica_manager.leader_partition(
             topic, p.partition_index, getattr(p, "current_leader_epoch", -1)

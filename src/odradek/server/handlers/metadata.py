@@ -12,7 +12,11 @@ them up to ``AUTO_CREATE_WAIT``, so a new topic is normally answered with its pa
 at once, and only a creation still under way then gets LEADER_NOT_AVAILABLE.
 ``include_cluster_authorized_operations`` (v8-10) and
 ``include_topic_authorized_operations`` (v8+) are answered from
-``server/authorization.py`` (KIP-430). Auto-created topics are validated as explicit
+``server/authorization.py`` (KIP-430). With an authorizer, topics the caller may not
+Describe are left out of an all-topics answer, and a named one is answered
+TOPIC_AUTHORIZATION_FAILED whether it exists or not (a topic asked by id: with its id and
+no name, as Kafka, ids not being secret); auto-creation needs Create on the cluster or on
+the topic, else TOPIC_AUTHORIZATION_FAILED. Auto-created topics are validated as explicit
 creations are (legal characters, at most 249 of them, no '.'/'_' collision with an
 existing topic: INVALID_TOPIC_EXCEPTION) and count against the client's
 ``controller_mutation_rate`` permissively, as Kafka's auto-creation does: the topic is
@@ -36,7 +40,15 @@ from odradek.protocol.metadata_writer import (
 )
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.protocol.send import Send
-from odradek.server.authorization import NOT_REQUESTED, ResourceType, authorized_operations
+from odradek.server.authorization import (
+    NOT_REQUESTED,
+    AclOperation,
+    ResourceType,
+    allowed,
+    allowed_on_cluster,
+    authorized_operations,
+    cluster_operations,
+)
 from odradek.server.client_quotas import MutationQuota
 from odradek.server.handlers._errors import code_of
 from odradek.server.handlers._quotas import PERMISSIVE, mutation_quota, throttle_ms_after
@@ -61,14 +73,23 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
     requested = request.topics
     live_brokers = services.live_brokers()
     live = {b[0] for b in live_brokers}
+    authorizer = services.authorizer
     # KIP-430 (v8+): the operations the caller may perform, when asked
-    ops = (authorized_operations(ResourceType.TOPIC)
-           if getattr(request, "include_topic_authorized_operations", False)
-           else NOT_REQUESTED)
+    asked_ops = getattr(request, "include_topic_authorized_operations", False)
+
+    def ops_of(name: str) -> int:
+        return (authorized_operations(authorizer, ctx, ResourceType.TOPIC, name)
+                if asked_ops else NOT_REQUESTED)
+
+    def may_describe(name: str) -> bool:
+        return allowed(authorizer, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
     steps = Steps()  # a broker of many partitions: the answer is built in bounded steps
     if requested is None or (version == 0 and not requested):
         for info in sorted(services.metadata.topics.values(), key=lambda i: i.name):
-            topics.append(_topic(services, info, live, ops))
+            if authorizer is not None and not may_describe(info.name):
+                continue
+            topics.append(_topic(services, info, live, ops_of(info.name)))
             await steps.tick(1 + len(info.partitions))
     else:
         allow = getattr(request, "allow_auto_topic_creation", True) and bool(
@@ -76,9 +97,19 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
         )
         quota = mutation_quota(services, ctx, PERMISSIVE) if allow else None
         created: dict[str, TopicInfo | MetadataError] = {}
+        refused: set[str] = set()  # Describe, or Create for auto-creation, not allowed
+        if authorizer is not None:
+            refused = {w.name for w in requested
+                       if w.name is not None and not may_describe(w.name)}
         if allow:
             missing = [n for n in dict.fromkeys(w.name for w in requested)
-                       if n is not None and services.metadata.get(n) is None]
+                       if n is not None and n not in refused
+                       and services.metadata.get(n) is None]
+            if missing and not allowed_on_cluster(authorizer, ctx, AclOperation.CREATE):
+                denied = {n for n in missing if not allowed(
+                    authorizer, ctx, AclOperation.CREATE, ResourceType.TOPIC, n)}
+                refused |= denied
+                missing = [n for n in missing if n not in denied]
             if missing:
                 created = await _auto_create(services, missing)
                 if quota is not None:
@@ -93,28 +124,36 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
                 info = services.metadata.by_id(topic_id) if topic_id else None
                 if info is None:
                     topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id))
+                elif authorizer is not None and not may_describe(info.name):
+                    topics.append(_error_topic(None, ErrorCode.topic_authorization_failed,
+                                               topic_id))
                 else:
-                    topics.append(_topic(services, info, live, ops))
+                    topics.append(_topic(services, info, live, ops_of(info.name)))
                 continue
             if name in answered:  # Kafka answers a set of names: each once
                 continue
             answered.add(name)
+            if name in refused:
+                topics.append(_error_topic(name, ErrorCode.topic_authorization_failed))
+                continue
             outcome = created.get(name)
             if isinstance(outcome, MetadataError):
-                topics.append(_error_topic(name, code_of(outcome.kafka_error), ops=ops))
+                topics.append(_error_topic(name, code_of(outcome.kafka_error),
+                                           ops=ops_of(name)))
                 continue
             info = services.metadata.get(name)
             if info is None:
-                topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition, ops=ops))
+                topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition,
+                                           ops=ops_of(name)))
             else:
-                topics.append(_topic(services, info, live, ops))
+                topics.append(_topic(services, info, live, ops_of(name)))
                 await steps.tick(len(info.partitions))
     brokers = [MetadataBroker(b, host, port, rack) for b, host, port, rack in live_brokers]
     throttle_ms = throttle_ms_after(ctx, quota) if quota is not None else 0
     # Encoded by the hot-path writer (byte-identical to kio's, see its tests).
     return Send((write_metadata_response(
         version, brokers, services.metadata.cluster_id, services.controller_id(), topics,
-        authorized_operations(ResourceType.CLUSTER)
+        cluster_operations(authorizer, ctx)
         if getattr(request, "include_cluster_authorized_operations", False)
         else NOT_REQUESTED,
         throttle_ms,

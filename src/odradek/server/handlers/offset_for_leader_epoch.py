@@ -12,7 +12,8 @@ than every epoch the log holds is answered -1/-1. Followers (``replica_id`` >= 0
 to truncate before they fetch; consumers (KIP-320) to check their position after a
 leader change. v0-1 (replicas of 0.11-1.x; KIP-896 removed them, kio lacks them) are
 transcoded to v2 (``_transcode.py``): no ``current_leader_epoch`` (-1, unchecked), and v0
-answers no leader epoch.
+answers no leader epoch. With an authorizer a follower's request needs ClusterAction on
+the cluster, a consumer's Describe on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.primitives import BodyReader
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.server.authorization import (
+    AclOperation,
+    ResourceType,
+    filter_refused,
+    require_on_cluster,
+)
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
 from odradek.server.handlers._transcode import OldVersions, register_with_old_versions
@@ -31,6 +38,7 @@ from odradek.server.handlers._transcode import OldVersions, register_with_old_ve
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
+CONSUMER = -1  # replica_id of a consumer's request (v3+); a follower gives its broker id
 VERSIONS = (0, 4)
 
 
@@ -45,12 +53,25 @@ async def offset_for_leader_epoch(
 ) -> Any:
     replica_manager = services.replica_manager
     m = response_module("offset_for_leader_epoch", ctx.api_version)
+    authorizer = services.authorizer
+    refused: set[str] = set()
+    if authorizer is not None:
+        if getattr(request, "replica_id", CONSUMER) != CONSUMER:  # a follower's (v3+)
+            require_on_cluster(authorizer, ctx, AclOperation.CLUSTER_ACTION)
+        else:
+            refused = filter_refused(authorizer, ctx, AclOperation.DESCRIBE,
+                                     ResourceType.TOPIC, (t.topic for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
             code = ErrorCode.none
             epoch, end = -1, -1
+            if topic.topic in refused:
+                partitions.append(make(m.EpochEndOffset,
+                                       error_code=ErrorCode.topic_authorization_failed,
+                                       partition=p.partition, leader_epoch=-1, end_offset=-1))
+                continue
             try:
                 partition = replica_manager.leader_partition(
                     topic.topic, p.partition, p.current_leader_epoch

@@ -14,6 +14,12 @@ no error. A null topic list (v2+) asks for every committed offset of the group.
 ``require_stable`` (v7+) can never find a pending transactional commit yet. The
 retention time of v2-4 sets an expire timestamp on the committed offsets (value v1).
 
+With an authorizer: OffsetCommit needs Read on the group (else the whole request is
+GROUP_AUTHORIZATION_FAILED) and Read on each topic (else its partitions are
+TOPIC_AUTHORIZATION_FAILED); OffsetFetch Describe on the group (v8+: per group) and on each
+topic, the topics not Described left out of an every-offset answer; OffsetDelete Delete on
+the group and Read on each topic.
+
 The versions of 0.8 clients (KIP-896 removed them from Kafka 4.0; bodies in
 protocol/legacy_api.py): OffsetCommit v1 commits through the group coordinator as v2 does
 (its per-partition ``commit_timestamp`` is not used: the broker stamps the commit, and
@@ -47,6 +53,7 @@ from odradek.protocol.registry import (
     RequestContext,
     bind,
 )
+from odradek.server.authorization import AclOperation, ResourceType, allowed, require
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated
 from odradek.server.handlers._steps import Steps
@@ -111,6 +118,8 @@ async def _replicated(
 async def offset_commit(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version <= OLD_COMMIT_MAX:
         return await _offset_commit_v0_1(services, ctx, request)
+    authorizer = services.authorizer
+    require(authorizer, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     m = response_module("offset_commit", ctx.api_version)
     by_id = ctx.api_version >= TOPIC_IDS_FROM
     metadata = services.metadata
@@ -120,6 +129,9 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, request: 
     steps = Steps()
     for ti, topic in enumerate(request.topics):
         name, error = _resolve(metadata, topic, by_id)
+        if error == ErrorCode.none and name is not None and not allowed(
+                authorizer, ctx, AclOperation.READ, ResourceType.TOPIC, name):
+            error = ErrorCode.topic_authorization_failed
         names.append(name)
         for p in topic.partitions:
             await steps.tick()
@@ -161,20 +173,29 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, request: 
 async def offset_fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     if version == 0:
-        return await _offset_fetch_v0(services, request)
+        require(services.authorizer, ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
+                request.group_id)
+        return await _offset_fetch_v0(services, ctx, request)
     m = response_module("offset_fetch", version)
     require_stable = bool(getattr(request, "require_stable", False))
+    authorizer = services.authorizer
     if version >= 8:
         groups = []
         steps = Steps()
         for g in request.groups:
             await steps.tick(1 + sum(len(t.partition_indexes) for t in g.topics or ()))
-            error, topics = _fetch_group(services, m, version, g.group_id, g.topics,
+            if not allowed(authorizer, ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
+                           g.group_id):
+                groups.append(make(m.OffsetFetchResponseGroup, group_id=g.group_id,
+                                   topics=(), error_code=ErrorCode.group_authorization_failed))
+                continue
+            error, topics = _fetch_group(services, ctx, m, version, g.group_id, g.topics,
                                          require_stable)
             groups.append(make(m.OffsetFetchResponseGroup, group_id=g.group_id,
                                topics=topics, error_code=error))
         return make(m.OffsetFetchResponse, throttle_time=ZERO_THROTTLE, groups=tuple(groups))
-    error, topics = _fetch_group(services, m, version, request.group_id, request.topics,
+    require(authorizer, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id)
+    error, topics = _fetch_group(services, ctx, m, version, request.group_id, request.topics,
                                  require_stable)
     return make(m.OffsetFetchResponse, throttle_time=ZERO_THROTTLE, topics=topics,
                 error_code=error)
@@ -197,9 +218,15 @@ def _answer(part_cls: Any, index: int, committed: CommittedOffset | None,
     )
 
 
-def _fetch_group(services: BrokerServices, m: Any, version: int, group_id: str, topics: Any,
+def _fetch_group(services: BrokerServices, ctx: RequestContext, m: Any, version: int,
+                 group_id: str, topics: Any,
                  require_stable: bool) -> tuple[ErrorCode, tuple[Any, ...]]:
     """One group's committed offsets: those of ``topics``, or all of them (None)."""
+    authorizer = services.authorizer
+
+    def may_describe(name: str) -> bool:
+        return allowed(authorizer, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
     by_id = version >= TOPIC_IDS_FROM
     topic_cls, part_cls = _classes(m, version)
     requested: list[tuple[Any, str | None, ErrorCode]] = []
@@ -208,6 +235,8 @@ def _fetch_group(services: BrokerServices, m: Any, version: int, group_id: str, 
         wanted = []
         for topic in topics:
             name, error = _resolve(services.metadata, topic, by_id)
+            if name is not None and authorizer is not None and not may_describe(name):
+                name, error = None, ErrorCode.topic_authorization_failed
             requested.append((topic, name, error))
             if name is not None:
                 wanted.extend((name, p) for p in topic.partition_indexes)
@@ -215,6 +244,8 @@ def _fetch_group(services: BrokerServices, m: Any, version: int, group_id: str, 
     if error != ErrorCode.none and version >= 2:
         return error, ()
     if topics is None:
+        if authorizer is not None:
+            offsets = {k: v for k, v in offsets.items() if may_describe(k[0])}
         return ErrorCode.none, _every_offset(services.metadata, topic_cls, part_cls, by_id,
                                              offsets)
     out = []
@@ -250,12 +281,19 @@ def _every_offset(
 
 # -- OffsetDelete ----------------------------------------------------------------------
 async def offset_delete(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    authorizer = services.authorizer
+    require(authorizer, ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id)
     m = response_module("offset_delete", ctx.api_version)
+    refused = {t.name for t in request.topics if not allowed(
+        authorizer, ctx, AclOperation.READ, ResourceType.TOPIC, t.name)}
     wanted = [
         (t.name, p.partition_index) for t in request.topics for p in t.partitions
-        if _partition_exists(services.metadata, t.name, p.partition_index)
+        if t.name not in refused
+        and _partition_exists(services.metadata, t.name, p.partition_index)
     ]
     error, results = services.group_coordinator.delete_offsets(request.group_id, wanted)
+    results.update({(t.name, p.partition_index): ErrorCode.topic_authorization_failed
+                    for t in request.topics if t.name in refused for p in t.partitions})
     topics = []
     if error == ErrorCode.none:
         for t in request.topics:
@@ -276,6 +314,7 @@ async def _offset_commit_v0_1(
     services: BrokerServices, ctx: RequestContext, request: Any,
 ) -> Any:
     """v1 commits through the group coordinator; v0 into the metadata store."""
+    require(services.authorizer, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     metadata = services.metadata
     max_metadata = int(services.config["offset.metadata.max.bytes"])
     results: dict[tuple[str, int], ErrorCode] = {}
@@ -283,7 +322,10 @@ async def _offset_commit_v0_1(
     for topic in request.topics:
         for p in topic.partitions:
             key = (topic.name, p.partition_index)
-            if not _partition_exists(metadata, *key):
+            if not allowed(services.authorizer, ctx, AclOperation.READ, ResourceType.TOPIC,
+                           topic.name):
+                results[key] = ErrorCode.topic_authorization_failed
+            elif not _partition_exists(metadata, *key):
                 results[key] = ErrorCode.unknown_topic_or_partition
             elif p.committed_metadata is not None and (
                 len(p.committed_metadata.encode()) > max_metadata
@@ -310,15 +352,21 @@ async def _offset_commit_v0_1(
     ])
 
 
-async def _offset_fetch_v0(services: BrokerServices, request: Any) -> Any:
+async def _offset_fetch_v0(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     """The offsets OffsetCommit v0 stored in the metadata store."""
     metadata = services.metadata
+    refused = {t.name for t in request.topics if not allowed(
+        services.authorizer, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)}
 
     def read() -> list[tuple[str, list[tuple[int, int, str | None, int]]]]:
         out: list[tuple[str, list[tuple[int, int, str | None, int]]]] = []
         for t in request.topics:
             parts: list[tuple[int, int, str | None, int]] = []
             for index in t.partition_indexes:
+                if t.name in refused:
+                    parts.append((index, -1, "",
+                                  int(ErrorCode.topic_authorization_failed.value)))
+                    continue
                 if not _partition_exists(metadata, t.name, index):
                     parts.append((index, -1, "",
                                   int(ErrorCode.unknown_topic_or_partition.value)))

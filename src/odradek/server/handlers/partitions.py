@@ -24,6 +24,7 @@ from odradek.cluster.metadata import MetadataError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.server.authorization import AclOperation, ResourceType, filter_refused
 from odradek.server.client_quotas import MutationQuota
 from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import code_of
@@ -121,6 +122,8 @@ async def create_partitions(services: BrokerServices, ctx: RequestContext, reque
     m = response_module("create_partitions", ctx.api_version)
     counts = Counter(t.name for t in request.topics)
     quota = mutation_quota(services, ctx, STRICT_VERSION)
+    refused = filter_refused(services.authorizer, ctx, AclOperation.ALTER, ResourceType.TOPIC,
+                             (t.name for t in request.topics))
 
     def change() -> list[tuple[ErrorCode, str | None]]:
         outcomes: list[tuple[ErrorCode, str | None]] = []
@@ -128,6 +131,9 @@ async def create_partitions(services: BrokerServices, ctx: RequestContext, reque
             try:
                 if counts[topic.name] > 1:
                     raise _Refused(ErrorCode.invalid_request, "duplicate topic in request")
+                if topic.name in refused:  # Alter on the topic (before its existence)
+                    raise _Refused(ErrorCode.topic_authorization_failed,
+                                   "Authorization failed.")
                 _create(services, topic, request.validate_only, quota)
             except _Refused as exc:
                 outcomes.append((exc.code, str(exc)))

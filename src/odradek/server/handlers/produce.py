@@ -16,6 +16,10 @@ passes the appended records (the ISR has them) or the request's timeout runs out
 batches go through the partition's producer state (sequence checks, duplicate detection)
 before the append.
 
+With an authorizer, each topic needs Write: the partitions of a topic refused are
+TOPIC_AUTHORIZATION_FAILED, with nothing appended (checked before the topic's existence,
+so an answer does not tell whether it exists).
+
 A client over its ``producer_byte_rate`` quota (:mod:`odradek.server.client_quotas`) has
 its records appended all the same; the request's size is recorded, and the answer carries
 the throttle time while the connection is muted for it (KIP-219). acks=0 has no answer:
@@ -51,6 +55,7 @@ from odradek.protocol.registry import (
 from odradek.protocol.send import Send
 from odradek.records.batch import InvalidRecordError
 from odradek.records.legacy import CORRUPT_REASONS, magic_of, to_record_batch
+from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.handlers._errors import error_code_for
 
 if TYPE_CHECKING:
@@ -71,6 +76,7 @@ _TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(
     ErrorCode.transactional_id_authorization_failed.value
 )
 _REQUEST_TIMED_OUT = int(ErrorCode.request_timed_out.value)
+_TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.topic_authorization_failed.value)
 _NOT_ENOUGH_REPLICAS_AFTER_APPEND = int(ErrorCode.not_enough_replicas_after_append.value)
 _NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower.value)
 
@@ -95,18 +101,24 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
     # acks=all: (answer, partition, last offset) of appends the ISR may not have yet
     waiting: list[tuple[PartitionResult, Partition, int]] | None = [] if acks == -1 else None
     legacy = ctx.api_version <= PRODUCE_LEGACY_MAX
+    authorizer = services.authorizer
     for topic in request.topic_data:
         name = topic.name
         counters = stats.topic(name) if stats is not None else None
+        topic_refusal = refusal
+        if authorizer is not None and refusal is None and not authorizer.authorize(
+                ctx.principal, ctx.peer[0], AclOperation.WRITE, ResourceType.TOPIC, name):
+            topic_refusal = (_TOPIC_AUTHORIZATION_FAILED,
+                             f"Write on topic {name!r} is not authorized")
         if legacy:
             partitions = [
-                _append_legacy(replica_manager, acks, name, index, records, refusal,
+                _append_legacy(replica_manager, acks, name, index, records, topic_refusal,
                                waiting, counters)
                 for index, records in topic.partition_data
             ]
         else:
             partitions = [
-                _append(replica_manager, acks, name, index, records, refusal,
+                _append(replica_manager, acks, name, index, records, topic_refusal,
                         transactional, waiting, counters)
                 for index, records in topic.partition_data
             ]

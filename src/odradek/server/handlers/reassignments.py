@@ -25,6 +25,7 @@ from odradek.cluster.reassignment import Reassignment
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.server.authorization import AclOperation, require_on_cluster
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ async def _in_progress(services: BrokerServices) -> dict[tuple[str, int], Reassi
 async def alter_reassignments(
     services: BrokerServices, ctx: RequestContext, request: Any,
 ) -> Any:
+    require_on_cluster(services.authorizer, ctx, AclOperation.ALTER)
     m = response_module("alter_partition_reassignments", ctx.api_version)
     live = {b[0] for b in services.live_brokers()}
     under_way = await _in_progress(services)
@@ -103,6 +105,7 @@ async def alter_reassignments(
 async def list_reassignments(
     services: BrokerServices, ctx: RequestContext, request: Any,
 ) -> Any:
+    require_on_cluster(services.authorizer, ctx, AclOperation.DESCRIBE)
     m = response_module("list_partition_reassignments", ctx.api_version)
     under_way = await _in_progress(services)
     wanted: set[tuple[str, int]] | None = None

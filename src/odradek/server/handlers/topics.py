@@ -17,6 +17,11 @@ DeleteTopics (v6 may name topics by id) removes the topic from metadata; logs ar
 ``-delete`` and removed asynchronously. Internal topics cannot be deleted.
 CreateTopics v0-1 and DeleteTopics v0 (KIP-896 removed them from Kafka 4.0; kio lacks
 them) are served by transcoding to v2 / v1 (``_transcode.py``).
+
+With an authorizer, creating needs Create on the cluster or on the topic, and the configs
+of the answer (v5+) DescribeConfigs on the topic (else left out, the topic's
+``topic_config_error_code`` TOPIC_AUTHORIZATION_FAILED); deleting needs Delete on the
+topic. Refused topics are TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -33,6 +38,13 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import encode_body
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.server.authorization import (
+    AclOperation,
+    ResourceType,
+    allowed,
+    allowed_on_cluster,
+    filter_refused,
+)
 from odradek.server.client_quotas import MutationQuota
 from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import code_of
@@ -65,9 +77,19 @@ async def create_topics(services: BrokerServices, ctx: RequestContext, request: 
     m = response_module("create_topics", ctx.api_version)
     counts = Counter(t.name for t in request.topics)
     quota = mutation_quota(services, ctx, CREATE_STRICT_VERSION)
+    authorizer = services.authorizer
+    refused: set[str] = set()
+    hidden: set[str] = set()  # configs the caller may not see
+    if authorizer is not None:
+        names = [t.name for t in request.topics]
+        if not allowed_on_cluster(authorizer, ctx, AclOperation.CREATE):
+            refused = filter_refused(authorizer, ctx, AclOperation.CREATE,
+                                     ResourceType.TOPIC, names)
+        hidden = filter_refused(authorizer, ctx, AclOperation.DESCRIBE_CONFIGS,
+                                ResourceType.TOPIC, names)
     results, timed_out = await services.replica_manager.change_topics(lambda: [
         _create_one(m, services, topic, counts[topic.name] > 1, request.validate_only,
-                    quota)
+                    quota, topic.name not in refused, topic.name not in hidden)
         for topic in request.topics
     ], wait=request.timeout)
     if timed_out:
@@ -84,7 +106,7 @@ async def delete_topics(services: BrokerServices, ctx: RequestContext, request: 
         wanted = [(n, None) for n in request.topic_names]
     quota = mutation_quota(services, ctx, DELETE_STRICT_VERSION)
     results, _ = await services.replica_manager.change_topics(lambda: [
-        _delete_one(m, services, name, topic_id, quota) for name, topic_id in wanted
+        _delete_one(m, services, name, topic_id, quota, ctx) for name, topic_id in wanted
     ])
     return make(m.DeleteTopicsResponse, throttle_time=throttle_after(ctx, quota),
                 responses=tuple(results))
@@ -121,7 +143,8 @@ def _deleted_v0(response: Any, version: int) -> bytes:
 
 def _create_one(
     m: Any, services: BrokerServices, topic: Any, duplicate: bool, validate_only: bool,
-    quota: MutationQuota | None = None,
+    quota: MutationQuota | None = None, authorized: bool = True,
+    configs_visible: bool = True,
 ) -> Any:
     def result(code: ErrorCode, message: str | None = None, info: Any = None) -> Any:
         configs: tuple[Any, ...] = ()
@@ -130,7 +153,7 @@ def _create_one(
         if info is not None:
             partitions = len(info[0])
             rf = info[1]
-        if info is not None and config_cls is not None:
+        if info is not None and config_cls is not None and configs_visible:
             configs = tuple(
                 make(config_cls, name=k, value=v, read_only=False,
                      config_source=src, is_sensitive=False)
@@ -139,11 +162,15 @@ def _create_one(
         return make(m.CreatableTopicResult, name=topic.name,
                     topic_id=info[3] if info is not None else ZERO_UUID,
                     error_code=code, error_message=message,
-                    topic_config_error_code=ErrorCode.none,
+                    topic_config_error_code=ErrorCode.none if configs_visible or info is None
+                    else ErrorCode.topic_authorization_failed,
                     num_partitions=partitions, replication_factor=rf, configs=configs)
 
     if duplicate:
         return result(ErrorCode.invalid_request, f"topic {topic.name!r} appears twice")
+    if not authorized:
+        return result(ErrorCode.topic_authorization_failed,
+                      "Authorization failed.")
     configs = {c.name: c.value for c in topic.configs}
     assignment = None
     if topic.assignments:
@@ -220,7 +247,7 @@ def _preview_configs(
 
 def _delete_one(
     m: Any, services: BrokerServices, name: str | None, topic_id: uuid.UUID | None,
-    quota: MutationQuota | None = None,
+    quota: MutationQuota | None = None, ctx: RequestContext | None = None,
 ) -> Any:
     has_id = topic_id is not None and topic_id != ZERO_UUID
     if name is not None and has_id:  # Kafka's ControllerApis.deleteTopics
@@ -238,6 +265,12 @@ def _delete_one(
                         error_code=ErrorCode.unknown_topic_id, error_message=None)
         name = info.name
     assert name is not None
+    if ctx is not None and not allowed(services.authorizer, ctx, AclOperation.DELETE,
+                                       ResourceType.TOPIC, name):
+        # checked before existence: the answer tells nothing of the topic
+        return make(m.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
+                    error_code=ErrorCode.topic_authorization_failed,
+                    error_message="Authorization failed.")
     info = services.metadata.get(name)
     tid = info.topic_id if info else ZERO_UUID
     if not services.config["delete.topic.enable"]:

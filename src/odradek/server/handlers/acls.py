@@ -1,0 +1,306 @@
+"""DescribeAcls (key 29), CreateAcls (key 30) and DeleteAcls (key 31), v0-3.
+
+Follows Kafka's ``AclApis`` (``handleDescribeAcls``, ``handleCreateAcls``,
+``handleDeleteAcls``) over ``AclAuthorizer``:
+
+- No authorizer configured: every answer is SECURITY_DISABLED ("No Authorizer is
+  configured"), as Kafka's.
+- Describe needs Describe on the Cluster, Create and Delete need Alter on it; refused, the
+  whole request is answered CLUSTER_AUTHORIZATION_FAILED.
+- Create: each creation is checked on its own (known resource, pattern and permission
+  types, an operation other than ANY/UNKNOWN, a non-empty name, ``kafka-cluster`` as the
+  Cluster's name, a ``Type:name`` principal) and answers INVALID_REQUEST with the reason
+  when it fails; the valid ones are written, one compare-and-set per pattern.
+- Delete: each filter removes every stored binding it matches and lists them; a filter
+  with an UNKNOWN field answers INVALID_REQUEST.
+- Describe: the bindings matching the filter, grouped by resource pattern; a filter with
+  an UNKNOWN field answers INVALID_REQUEST.
+
+The changes reach the store (:mod:`odradek.cluster.acl_store`) and, through its change
+notifications, every broker's authorizer; this broker's takes them at once.
+
+Version 0 (Kafka 1.0 clients: no pattern types; KIP-896 removed it from Kafka 4.0, kio
+lacks it) is transcoded to v1 (``_transcode.py``) with the pattern type LITERAL, as Kafka
+reads a v0 request, and answered in v0's layout (no pattern type per resource).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.codec import encode_body
+from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.protocol.primitives import BodyReader
+from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.security.acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclEntry,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from odradek.server.authorization import allowed_on_cluster
+from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._transcode import OldVersions, register_with_old_versions
+
+if TYPE_CHECKING:
+    from odradek.cluster.acl_store import AclStore
+    from odradek.security.acl import AclAuthorizer
+    from odradek.server.services import BrokerServices
+
+log = logging.getLogger(__name__)
+
+VERSIONS = (0, 3)
+NO_AUTHORIZER = "No Authorizer is configured on the broker"
+T = TypeVar("T")
+
+
+def register_acls(registry: HandlerRegistry, services: BrokerServices) -> None:
+    register_with_old_versions(registry, ApiKey.DESCRIBE_ACLS, VERSIONS[1],
+                               bind(describe_acls, services),
+                               OldVersions(0, 1, _describe_v0, _described_v0))
+    register_with_old_versions(registry, ApiKey.CREATE_ACLS, VERSIONS[1],
+                               bind(create_acls, services),
+                               OldVersions(0, 1, _entries_v0, _created_v0))
+    register_with_old_versions(registry, ApiKey.DELETE_ACLS, VERSIONS[1],
+                               bind(delete_acls, services),
+                               OldVersions(0, 1, _entries_v0, _deleted_v0))
+
+
+# -- version 0: v1 without the pattern types ------------------------------------------
+_LITERAL = struct.pack(">b", PatternType.LITERAL)
+# A v0 creation or filter: resource type (int8), three strings, operation, permission.
+_ENTRY_MIN = 1 + 3 * 2 + 2
+
+
+def _describe_v0(body: bytes, version: int) -> bytes:
+    """DescribeAcls v0: the pattern type filter (LITERAL) goes after the resource name."""
+    reader = BodyReader(body)
+    reader.take(1, "resource_type")
+    reader.skip_string("resource_name")
+    return body[: reader.pos] + _LITERAL + body[reader.pos :]
+
+
+def _entries_v0(body: bytes, version: int) -> bytes:
+    """CreateAcls v0 creations / DeleteAcls v0 filters: the pattern type (LITERAL) after
+    each resource name."""
+    reader = BodyReader(body)
+    out = bytearray(body[:4])
+    for _ in range(reader.count(_ENTRY_MIN, "entries")):
+        start = reader.pos
+        reader.take(1, "resource_type")
+        reader.skip_string("resource_name")
+        out += body[start : reader.pos] + _LITERAL
+        start = reader.pos
+        reader.skip_string("principal")
+        reader.skip_string("host")
+        reader.take(2, "operation and permission")
+        out += body[start : reader.pos]
+    out += body[reader.pos :]
+    return bytes(out)
+
+
+def _string(value: str | None) -> bytes:
+    if value is None:
+        return b"\xff\xff"
+    raw = value.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _throttle(response: Any) -> bytes:
+    return struct.pack(">i", int(response.throttle_time.total_seconds() * 1000))
+
+
+def _described_v0(response: Any, version: int) -> bytes:
+    out = bytearray(_throttle(response))
+    out += struct.pack(">h", int(response.error_code.value)) + _string(response.error_message)
+    out += struct.pack(">i", len(response.resources))
+    for r in response.resources:
+        out += struct.pack(">b", r.resource_type) + _string(r.resource_name)
+        out += struct.pack(">i", len(r.acls))
+        for a in r.acls:
+            out += _string(a.principal) + _string(a.host)
+            out += struct.pack(">bb", a.operation, a.permission_type)
+    return bytes(out)
+
+
+def _created_v0(response: Any, version: int) -> bytes:
+    return encode_body(response)  # v0 and v1 answers are laid out alike
+
+
+def _deleted_v0(response: Any, version: int) -> bytes:
+    out = bytearray(_throttle(response))
+    out += struct.pack(">i", len(response.filter_results))
+    for f in response.filter_results:
+        out += struct.pack(">h", int(f.error_code.value)) + _string(f.error_message)
+        out += struct.pack(">i", len(f.matching_acls))
+        for m in f.matching_acls:
+            out += struct.pack(">h", int(m.error_code.value)) + _string(m.error_message)
+            out += struct.pack(">b", m.resource_type) + _string(m.resource_name)
+            out += _string(m.principal) + _string(m.host)
+            out += struct.pack(">bb", m.operation, m.permission_type)
+    return bytes(out)
+
+
+def _enum(cls: Callable[[int], T], value: int) -> T | None:
+    try:
+        return cls(value)
+    except ValueError:
+        return None
+
+
+def _filter(f: Any) -> AclBindingFilter | str:
+    """The request's filter, or why it is invalid."""
+    rtype = _enum(ResourceType, f.resource_type_filter)
+    ptype = _enum(PatternType, f.pattern_type_filter)
+    op = _enum(AclOperation, f.operation)
+    perm = _enum(AclPermissionType, f.permission_type)
+    if rtype is None or ptype is None or op is None or perm is None:
+        return "the filter has an unknown resource, pattern, operation or permission type"
+    flt = AclBindingFilter(rtype, f.resource_name_filter, ptype, f.principal_filter,
+                           f.host_filter, op, perm)
+    return flt.invalid_reason() or flt
+
+
+def _binding(c: Any) -> AclBinding | str:
+    """The creation's binding, or why it cannot be stored."""
+    rtype = _enum(ResourceType, c.resource_type)
+    ptype = _enum(PatternType, c.resource_pattern_type)
+    op = _enum(AclOperation, c.operation)
+    perm = _enum(AclPermissionType, c.permission_type)
+    if rtype is None or ptype is None or op is None or perm is None:
+        return "the ACL has an unknown resource, pattern, operation or permission type"
+    binding = AclBinding(ResourcePattern(rtype, c.resource_name, ptype),
+                         AclEntry(c.principal, c.host, op, perm))
+    if "/" in c.resource_name:
+        return "a resource name with '/' cannot be stored in Kafka's ZooKeeper layout"
+    return binding.invalid_reason() or binding
+
+
+def _check(services: BrokerServices, ctx: RequestContext,
+           operation: AclOperation) -> tuple[AclAuthorizer, AclStore] | tuple[ErrorCode, str]:
+    authorizer, store = services.authorizer, services.acl_store
+    if authorizer is None or store is None:
+        return ErrorCode.security_disabled, NO_AUTHORIZER
+    if not allowed_on_cluster(authorizer, ctx, operation):
+        raise KafkaError(ErrorCode.cluster_authorization_failed,
+                         f"{operation.title} on the cluster is not authorized")
+    return authorizer, store
+
+
+async def _write(services: BrokerServices, work: Callable[[], T]) -> T:
+    """Run the store writes off the loop in cluster mode (ZooKeeper), on it otherwise."""
+    if services.metadata.remote:
+        return await asyncio.to_thread(work)
+    return work()
+
+
+async def describe_acls(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("describe_acls", ctx.api_version)
+    checked = _check(services, ctx, AclOperation.DESCRIBE)
+    if isinstance(checked[0], ErrorCode):
+        return make(m.DescribeAclsResponse, throttle_time=ZERO_THROTTLE,
+                    error_code=checked[0], error_message=checked[1], resources=())
+    authorizer = checked[0]
+    flt = _filter(request)
+    if isinstance(flt, str):
+        return make(m.DescribeAclsResponse, throttle_time=ZERO_THROTTLE,
+                    error_code=ErrorCode.invalid_request, error_message=flt, resources=())
+    by_pattern: dict[ResourcePattern, list[Any]] = {}
+    for b in authorizer.bindings(flt):
+        by_pattern.setdefault(b.pattern, []).append(make(
+            m.AclDescription, principal=b.entry.principal, host=b.entry.host,
+            operation=b.entry.operation.value, permission_type=b.entry.permission.value))
+    resources = tuple(
+        make(m.DescribeAclsResource, resource_type=p.resource_type.value,
+             resource_name=p.name, pattern_type=p.pattern_type.value, acls=tuple(acls))
+        for p, acls in by_pattern.items()
+    )
+    return make(m.DescribeAclsResponse, throttle_time=ZERO_THROTTLE,
+                error_code=ErrorCode.none, error_message=None, resources=resources)
+
+
+async def create_acls(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("create_acls", ctx.api_version)
+    checked = _check(services, ctx, AclOperation.ALTER)
+    if isinstance(checked[0], ErrorCode):
+        code, message = checked
+        return make(m.CreateAclsResponse, throttle_time=ZERO_THROTTLE, results=tuple(
+            make(m.AclCreationResult, error_code=code, error_message=message)
+            for _ in request.creations))
+    authorizer, store = checked
+    outcomes: list[str | None] = []
+    adds: dict[ResourcePattern, set[AclEntry]] = {}
+    for creation in request.creations:
+        binding = _binding(creation)
+        if isinstance(binding, str):
+            outcomes.append(binding)
+            continue
+        outcomes.append(None)
+        adds.setdefault(binding.pattern, set()).add(binding.entry)
+
+    def write() -> dict[ResourcePattern, frozenset[AclEntry]]:
+        return {p: store.update(p, add=entries) for p, entries in adds.items()}
+
+    written = await _write(services, write)
+    for pattern, entries in written.items():
+        authorizer.set_acls(pattern, entries)
+        log.info("ACLs added to %s by %s: %s", pattern, ctx.principal,
+                 sorted(f"{e.permission.title} {e.principal} {e.operation.title} from "
+                        f"{e.host}" for e in adds[pattern]))
+    return make(m.CreateAclsResponse, throttle_time=ZERO_THROTTLE, results=tuple(
+        make(m.AclCreationResult,
+             error_code=ErrorCode.none if reason is None else ErrorCode.invalid_request,
+             error_message=reason)
+        for reason in outcomes))
+
+
+async def delete_acls(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("delete_acls", ctx.api_version)
+    checked = _check(services, ctx, AclOperation.ALTER)
+    if isinstance(checked[0], ErrorCode):
+        code, message = checked
+        return make(m.DeleteAclsResponse, throttle_time=ZERO_THROTTLE, filter_results=tuple(
+            make(m.DeleteAclsFilterResult, error_code=code, error_message=message,
+                 matching_acls=()) for _ in request.filters))
+    authorizer, store = checked
+    filters = [_filter(f) for f in request.filters]
+    matched: list[list[AclBinding]] = [
+        [] if isinstance(flt, str) else authorizer.bindings(flt) for flt in filters]
+    removals: dict[ResourcePattern, set[AclEntry]] = {}
+    for bindings in matched:
+        for b in bindings:
+            removals.setdefault(b.pattern, set()).add(b.entry)
+
+    def write() -> dict[ResourcePattern, frozenset[AclEntry]]:
+        return {p: store.update(p, remove=entries) for p, entries in removals.items()}
+
+    written = await _write(services, write)
+    for pattern, entries in written.items():
+        authorizer.set_acls(pattern, entries)
+        log.info("ACLs removed from %s by %s: %d", pattern, ctx.principal,
+                 len(removals[pattern]))
+    results = []
+    for flt, bindings in zip(filters, matched, strict=True):
+        if isinstance(flt, str):
+            results.append(make(m.DeleteAclsFilterResult, error_code=ErrorCode.invalid_request,
+                                error_message=flt, matching_acls=()))
+            continue
+        results.append(make(m.DeleteAclsFilterResult, error_code=ErrorCode.none,
+                            error_message=None, matching_acls=tuple(
+            make(m.DeleteAclsMatchingAcl, error_code=ErrorCode.none, error_message=None,
+                 resource_type=b.pattern.resource_type.value, resource_name=b.pattern.name,
+                 pattern_type=b.pattern.pattern_type.value, principal=b.entry.principal,
+                 host=b.entry.host, operation=b.entry.operation.value,
+                 permission_type=b.entry.permission.value)
+            for b in bindings)))
+    return make(m.DeleteAclsResponse, throttle_time=ZERO_THROTTLE,
+                filter_results=tuple(results))
