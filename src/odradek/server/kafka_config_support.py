@@ -17,8 +17,9 @@ A key that is neither a Kafka key nor Odradek's is unknown: server.properties re
 with the nearest known key; AlterConfigs stores it as Kafka does (custom broker configs
 are allowed) and it has no effect.
 
-``listener.name.<listener>.<config>`` keys (Kafka's per-listener overrides, mostly of
-security configs) are unserved: Odradek has no per-listener configs yet.
+``listener.name.<listener>.<config>`` keys (Kafka's per-listener overrides) are served
+for the security configs Odradek serves (``ssl.*``, ``sasl.*``, and
+``listener.name.<listener>.<mechanism>.sasl.jaas.config``); any other is unserved.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ __all__ = [
     "unserved_reason",
 ]
 
-SASL = "SASL is not supported by Odradek yet"
-TLS = "TLS (SSL) is not supported by Odradek yet"
-SECURITY = "security protocols other than PLAINTEXT (TLS, SASL) are not supported by Odradek yet"
+SASL = ("this SASL setting is not supported by Odradek yet (it serves PLAIN and "
+        "SCRAM-SHA-256/512; no GSSAPI, OAUTHBEARER or callback handlers)")
+TLS = ("this TLS setting is not supported by Odradek yet (it serves PEM and PKCS12 stores "
+       "through Python's ssl module)")
+SECURITY = "this security setting is not supported by Odradek yet"
 ZK_TLS = "TLS to ZooKeeper is not supported by Odradek yet"
 ZK_ACL = "ZooKeeper ACLs on Kafka's znodes are not supported by Odradek yet"
 KRAFT = ("KRaft mode is not supported by Odradek (it runs as one embedded node or in "
@@ -77,8 +80,9 @@ TIMESTAMP_DIFF = ("the deprecated log.message.timestamp.difference.max.ms is not
                   "log.message.timestamp.after.max.ms (KIP-937)")
 PARALLEL_RECOVERY = ("recovering logs in parallel is not supported by Odradek yet (it recovers "
                      "them one after another)")
-PER_LISTENER = ("per-listener configs (listener.name.<listener>.<config>) are not supported "
-                "by Odradek yet")
+PER_LISTENER = ("per-listener overrides (listener.name.<listener>.<config>) of this config "
+                "are not supported by Odradek yet (only of the ssl.* and sasl.* configs it "
+                "serves)")
 
 NOT_APPLICABLE_PREFIX = "does not apply to Odradek"
 _THREADS = f"{NOT_APPLICABLE_PREFIX}: it has no JVM thread pools (one asyncio event loop)"
@@ -129,11 +133,6 @@ _EXACT: dict[str, str] = {
     "reserved.broker.max.id": ID_GENERATION,
     "authorizer.class.name": ACL,
     "principal.builder.class": SECURITY,
-    "listener.security.protocol.map": SECURITY,
-    "security.inter.broker.protocol": SECURITY,
-    "inter.broker.listener.name": SECURITY,
-    "connections.max.reauth.ms": SASL,
-    "connection.failed.authentication.delay.ms": SECURITY,
     "security.providers": SECURITY,
     "alter.config.policy.class.name": PLUGINS,
     "create.topic.policy.class.name": PLUGINS,

@@ -27,6 +27,7 @@ from odradek.server.handlers.offsets import register_offsets
 from odradek.server.handlers.partitions import register_partitions
 from odradek.server.handlers.produce import register_produce
 from odradek.server.handlers.reassignments import register_reassignments
+from odradek.server.handlers.sasl import register_sasl
 from odradek.server.handlers.topics import register_topics
 from odradek.server.services import BrokerServices
 
@@ -51,3 +52,4 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_offset_for_leader_epoch(registry, services)
     register_reassignments(registry, services)
     register_elect_leaders(registry, services)
+    register_sasl(registry)

@@ -92,23 +92,24 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, reques
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            error, message, node, host, port = _coordinator(services, key_type, not_yet, key)
+            error, message, node, host, port = _coordinator(services, ctx, key_type, not_yet, key)
             coordinators.append(make(
                 m.Coordinator, key=key, node_id=node, host=host, port=port,
                 error_code=error, error_message=message,
             ))
         return make(m.FindCoordinatorResponse, throttle_time=ZERO_THROTTLE,
                     coordinators=tuple(coordinators))
-    error, message, node, host, port = _coordinator(services, key_type, not_yet,
+    error, message, node, host, port = _coordinator(services, ctx, key_type, not_yet,
                                                     request.key)
     return make(m.FindCoordinatorResponse, throttle_time=ZERO_THROTTLE, error_code=error,
                 error_message=message, node_id=node, host=host, port=port)
 
 
 def _coordinator(
-    services: BrokerServices, key_type: int, not_yet: bool, key: str,
+    services: BrokerServices, ctx: RequestContext, key_type: int, not_yet: bool, key: str,
 ) -> tuple[ErrorCode, str | None, int, str, int]:
-    """(error, message, node id, host, port) answering one coordinator key."""
+    """(error, message, node id, host, port) answering one coordinator key, with the
+    coordinator's endpoint on the listener the request came in on."""
     if key_type == KEY_TYPE_TRANSACTION:
         return (ErrorCode.transactional_id_authorization_failed,
                 "transactions are not supported yet", -1, "", -1)
@@ -121,7 +122,8 @@ def _coordinator(
     if error != ErrorCode.none:
         return error, None, -1, "", -1
     endpoint = next(
-        ((host, port) for b, host, port, _ in services.live_brokers() if b == node), None
+        ((host, port) for b, host, port, _ in services.live_brokers(ctx.listener_name)
+         if b == node), None
     )
     if endpoint is None:  # the leader is not registered (yet, or any more)
         return (ErrorCode.coordinator_not_available,

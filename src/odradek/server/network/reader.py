@@ -68,6 +68,11 @@ class RequestReader:
         # shutdown, or a frame was refused.
         self.stopped = False
 
+    def set_dispatch(self, dispatch: Callable[[bytearray | bytes], None]) -> None:
+        """Hand frames to ``dispatch`` from now on (a SASL connection's gate, until it
+        authenticates, then the dispatcher itself)."""
+        self._dispatch = dispatch
+
     def receive(self, data: bytes) -> None:
         """Bytes from the socket: buffer them, dispatch what the bounds allow."""
         try:
