@@ -46,6 +46,7 @@ __all__ = [
     "SaslAuthenticationError",
     "ScramCredential",
     "ScramServer",
+    "credential_from_salted",
     "make_scram_credential",
     "parse_jaas_config",
     "plain_users",
@@ -152,12 +153,15 @@ def make_scram_credential(
     hash_name = SCRAM_MECHANISMS[mechanism]
     salt = salt if salt is not None else secrets.token_bytes(32)
     salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
-    return _credential_from_salted(hash_name, salted, salt, iterations)
+    return credential_from_salted(mechanism, salted, salt, iterations)
 
 
-def _credential_from_salted(
-    hash_name: str, salted: bytes, salt: bytes, iterations: int
+def credential_from_salted(
+    mechanism: str, salted: bytes, salt: bytes, iterations: int
 ) -> ScramCredential:
+    """The stored credential from a salted password (what AlterUserScramCredentials
+    carries: the client salts and hashes, the broker derives the keys)."""
+    hash_name = SCRAM_MECHANISMS[mechanism]
     client_key = _hmac(hash_name, salted, b"Client Key")
     stored_key = hashlib.new(hash_name, client_key).digest()
     server_key = _hmac(hash_name, salted, b"Server Key")

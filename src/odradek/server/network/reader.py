@@ -165,6 +165,16 @@ class RequestReader:
         self._flow.pause_reading()
         self._requests.push_done(self._loop, Close(reason, logging.INFO, cause))
 
+    def refuse_after_current(self, cause: str, reason: str) -> None:
+        """:meth:`refuse`, from inside the dispatch of a request (a handler started
+        eagerly): the close is queued behind that request, whose answer is sent first."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self._flow.pause_reading()
+        self._loop.call_soon(self._requests.push_done, self._loop,
+                             Close(reason, logging.INFO, cause))
+
     def release(self) -> None:
         """The connection is gone: stop the throttle timer and any pool wait."""
         self.stopped = True

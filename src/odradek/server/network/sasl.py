@@ -254,7 +254,7 @@ class SaslAuthenticator:
         self._state = _FAILED
         self._security.stats.failed += 1
         peer = self._connection.peer[0]
-        self._reader.refuse(
+        self._reader.refuse_after_current(
             "authentication",
             f"Failed authentication with {peer} on listener {self._security.name} "
             f"({message})")
