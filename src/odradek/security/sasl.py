@@ -41,6 +41,7 @@ __all__ = [
     "SCRAM_MAX_ITERATIONS",
     "SCRAM_MECHANISMS",
     "SCRAM_MIN_ITERATIONS",
+    "SCRAM_TYPES",
     "JaasModule",
     "PlainServer",
     "SaslAuthenticationError",
@@ -53,6 +54,8 @@ __all__ = [
 ]
 
 SCRAM_MECHANISMS: Final = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+# Kafka's ScramMechanism type ids (the int8 of KIP-554's messages; 0 is UNKNOWN).
+SCRAM_TYPES: Final = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 MECHANISMS: Final = ("PLAIN", *SCRAM_MECHANISMS)
 # Kafka's ScramMechanism bounds (minIterations 4096; AlterUserScramCredentials' maximum).
 SCRAM_MIN_ITERATIONS: Final = 4096

@@ -77,7 +77,9 @@ def _metrics_listener(value: str) -> str | None:
 
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-DEFAULT_PROTOCOL_MAP: Final = tuple(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+# Kafka's default, in its order
+DEFAULT_PROTOCOL_MAP: Final = tuple(
+    f"{p}:{p}" for p in ("SASL_SSL", "PLAINTEXT", "SSL", "SASL_PLAINTEXT"))
 
 
 def _protocol(value: str) -> str | None:

@@ -45,8 +45,7 @@ __all__ = [
     "unserved_reason",
 ]
 
-SASL = ("this SASL setting is not supported by Odradek yet (it serves PLAIN and "
-        "SCRAM-SHA-256/512; no GSSAPI, OAUTHBEARER or callback handlers)")
+SASL = "this SASL setting is not supported by Odradek yet (it serves PLAIN and SCRAM only)"
 TLS = ("this TLS setting is not supported by Odradek yet (it serves PEM and PKCS12 stores "
        "through Python's ssl module)")
 SECURITY = "this security setting is not supported by Odradek yet"
@@ -83,6 +82,11 @@ PARALLEL_RECOVERY = ("recovering logs in parallel is not supported by Odradek ye
 PER_LISTENER = ("per-listener overrides (listener.name.<listener>.<config>) of this config "
                 "are not supported by Odradek yet (only of the ssl.* and sasl.* configs it "
                 "serves)")
+
+PER_LISTENER_STATIC = ("per-listener security configs are read from server.properties at "
+                       "start-up: changing them dynamically (reloading certificates) is not "
+                       "supported by Odradek yet")
+_STATIC_PER_LISTENER = ("ssl.", "sasl.", "connections.max.reauth.ms")
 
 NOT_APPLICABLE_PREFIX = "does not apply to Odradek"
 _THREADS = f"{NOT_APPLICABLE_PREFIX}: it has no JVM thread pools (one asyncio event loop)"
@@ -159,6 +163,13 @@ _EXACT: dict[str, str] = {
 # quota windows are served, though "controller." keys are otherwise KRaft's.
 _SERVED_UNDER_AN_UNSERVED_PREFIX = frozenset({
     "controller.quota.window.num", "controller.quota.window.size.seconds",
+    # the TLS and SASL settings Odradek serves (server/config.py)
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type",
+    "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates",
+    "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.client.auth",
+    "ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "sasl.jaas.config",
+    "sasl.server.max.receive.size",
 })
 _PREFIXES: tuple[tuple[str, str], ...] = (
     ("listener.name.", PER_LISTENER),
@@ -210,6 +221,7 @@ ODRADEK_DEFAULTS: dict[str, str] = {
     "log.roll.ms": "the value in effect (from log.roll.hours), where Kafka says null",
     "log.roll.jitter.ms": "the value in effect (0), where Kafka says null",
     "log.flush.interval.ms": "the value in effect (Long.MAX_VALUE), where Kafka says null",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3, Kafka's own default on a JVM with TLSv1.3",
 }
 
 # Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: dynamic only with a listener prefix.
@@ -243,7 +255,13 @@ def unserved_reason(name: str) -> str | None:
     if name in _SERVED_UNDER_AN_UNSERVED_PREFIX:
         return None
     if name.startswith("listener.name."):
-        return PER_LISTENER if kafka_key(name) is not None else None
+        if kafka_key(name) is None:
+            return None
+        m = _LISTENER_KEY.match(name)
+        if m and (m[1].startswith(_STATIC_PER_LISTENER)
+                  or m[1].split(".", 1)[-1].startswith(_STATIC_PER_LISTENER)):
+            return PER_LISTENER_STATIC
+        return PER_LISTENER
     if kafka_key(name) is None:
         return None
     for prefix, reason in _PREFIXES:

@@ -32,6 +32,7 @@ from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.security.sasl import (
     SCRAM_MAX_ITERATIONS,
     SCRAM_MIN_ITERATIONS,
+    SCRAM_TYPES,
     credential_from_salted,
 )
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
@@ -41,9 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MECHANISM_TYPES", "register_scram_credentials"]
 
-# Kafka's ScramMechanism types (the int8 of the KIP-554 messages).
-MECHANISM_TYPES: Final = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
-_TYPE_OF: Final = {name: t for t, name in MECHANISM_TYPES.items()}
+MECHANISM_TYPES: Final = {t: name for name, t in SCRAM_TYPES.items()}
+_TYPE_OF: Final = SCRAM_TYPES
 T = TypeVar("T")
 
 
@@ -131,7 +131,7 @@ async def alter_user_scram_credentials(
     def fail(user: str, code: ErrorCode, message: str) -> None:
         errors.setdefault(user, (code, message))
 
-    for (user, mechanism), count in seen.items():
+    for (user, _mechanism), count in seen.items():
         if count > 1:
             fail(user, ErrorCode.duplicate_resource,
                  "A user credential cannot be altered twice in the same request")
