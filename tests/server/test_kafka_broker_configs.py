@@ -191,7 +191,8 @@ PREFIX = "Invalid config value for resource ConfigResource(type=BROKER, name='0'
 
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("sasl.kerberos.min.time.before.relogin", "90000",
-     "sasl.kerberos.min.time.before.relogin: this SASL setting is not supported by Odradek yet (it serves PLAIN and SCRAM only)"),
+     "sasl.kerberos.min.time.before.relogin: this SASL setting is not supported by Odradek "
+     "yet (it serves PLAIN and SCRAM only)"),
     ("auto.create.topics.enable", "false",
      "Cannot update these configs dynamically: Set(auto.create.topics.enable)"),
     ("ssl.keystore.location", "/k.jks",
