@@ -54,14 +54,14 @@ class TlsConfigError(ValueError):
 def server_context(setting: Settings, listener: str = "") -> ssl.SSLContext:
     """The server context of a TLS listener (see the module's header)."""
     where = f" (listener {listener})" if listener else ""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    _versions(ctx, setting, where)
-    _ciphers(ctx, setting, where)
-    _load_keystore(ctx, setting, where)
     auth = str(setting("ssl.client.auth") or "none").lower()
     if auth not in _CLIENT_AUTH:
         raise TlsConfigError(f"invalid ssl.client.auth {auth!r}{where}: expected none, "
                              "requested or required")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _versions(ctx, setting, where)
+    _ciphers(ctx, setting, where)
+    _load_keystore(ctx, setting, where)
     if auth != "none":
         _load_truststore(ctx, setting, where, ssl.Purpose.CLIENT_AUTH)
     ctx.verify_mode = _CLIENT_AUTH[auth]
