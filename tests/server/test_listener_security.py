@@ -92,14 +92,14 @@ def test_per_listener_overrides_are_served() -> None:
 
 
 def test_a_bad_per_listener_value_refuses_to_start() -> None:
-    with pytest.raises(ConfigError, match="ssl.client.auth"):
+    with pytest.raises(ConfigError, match=r"ssl\.client\.auth"):
         BrokerConfig.from_raw({"listener.name.ssl.ssl.client.auth": "sometimes"})
 
 
 def test_plain_without_jaas_refuses_to_start() -> None:
     c = config(listeners="SASL_PLAINTEXT://:9092,PLAINTEXT://:9093",
                sasl_enabled_mechanisms="PLAIN")
-    with pytest.raises(ConfigError, match="listener.name.sasl_plaintext.plain.sasl.jaas"):
+    with pytest.raises(ConfigError, match=r"listener\.name\.sasl_plaintext\.plain\.sasl\.jaas"):
         listener_security(c, "SASL_PLAINTEXT")
 
 
