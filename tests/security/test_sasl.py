@@ -86,6 +86,19 @@ def test_scram_bad_client_first(first: bytes, error: str) -> None:
         ScramServer("SCRAM-SHA-256").client_first(first)
 
 
+def test_scram_accepts_old_librdkafkas_doubled_client_nonce() -> None:
+    v = RFC7677
+    credential = make_scram_credential("SCRAM-SHA-256", "pencil", 4096,
+                                       base64.b64decode(v["salt"]))
+    server = ScramServer("SCRAM-SHA-256", nonce=lambda: v["server_nonce"])
+    server.client_first(f"n,,n=user,r={v['client_nonce']}".encode())
+    server.server_first(credential)
+    doubled = v["client_nonce"] * 2 + v["server_nonce"]
+    # the proof covers the message as sent; only its nonce form is checked here
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials"):
+        server.client_final(f"c=biws,r={doubled},p={v['proof']}".encode())
+
+
 def test_scram_client_final_checks_nonce_and_binding() -> None:
     credential = make_scram_credential("SCRAM-SHA-256", "pw")
     server = ScramServer("SCRAM-SHA-256", nonce=lambda: "S")

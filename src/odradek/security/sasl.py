@@ -14,7 +14,8 @@ requests (or raw, after a SaslHandshake v0) and fetches what the machines ask fo
   client-first (``n,[a=authzid],n=user,r=nonce``), after which the caller looks up the
   user's stored credential and hands it to :meth:`ScramServer.server_first`
   (``r=nonce+server nonce,s=salt,i=iterations``); client-final
-  (``c=binding,r=nonce,p=proof``): the proof is checked against the stored key
+  (``c=binding,r=nonce,p=proof``; the nonce the server sent, or the client's nonce and it,
+  which librdkafka before 2.6.1 sends and Kafka 3.9 accepts): the proof is checked against the stored key
   (``H(proof XOR HMAC(StoredKey, AuthMessage)) == StoredKey``, compared with
   ``hmac.compare_digest``), and the answer is the server signature (``v=...``). No
   channel binding (``n`` or ``y`` only), as Kafka.
@@ -201,6 +202,7 @@ class ScramServer:
         self._gs2 = ""
         self._client_first_bare = ""
         self._server_first = ""
+        self._client_nonce = ""
         self._full_nonce = ""
         self._credential: ScramCredential | None = None
 
@@ -227,6 +229,7 @@ class ScramServer:
                 "different from username")
         self._gs2 = m["gs2"]
         self._client_first_bare = m["bare"]
+        self._client_nonce = m["nonce"]
         self._full_nonce = m["nonce"] + self._nonce()
         self.username = username
         return username
@@ -252,7 +255,10 @@ class ScramServer:
             m = None
         if m is None:
             raise SaslAuthenticationError("Invalid SCRAM client final message")
-        if m["nonce"] != self._full_nonce:
+        # librdkafka before 2.6.1 sends the client nonce twice (client + server nonce, the
+        # latter already starting with it); Kafka 3.9 accepts it (its check is endsWith),
+        # and so does this one, in exactly that form.
+        if m["nonce"] not in (self._full_nonce, self._client_nonce + self._full_nonce):
             raise SaslAuthenticationError("Invalid SCRAM client final message: nonce mismatch")
         if m["binding"] != base64.b64encode(self._gs2.encode()).decode():
             raise SaslAuthenticationError(
