@@ -120,7 +120,7 @@ def test_plaintext_client_on_a_tls_port(
     secure: tuple[RunningBroker, Certs], caplog: pytest.LogCaptureFixture, listener: str
 ) -> None:
     broker, certs = secure
-    with caplog.at_level(logging.INFO, logger="odradek.server.network"):
+    with caplog.at_level(logging.DEBUG, logger="odradek.server.network"):
         errors = _attempt(broker, certs, listener)  # PLAINTEXT settings
         assert errors
         deadline = time.monotonic() + 10
