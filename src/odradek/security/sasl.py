@@ -15,8 +15,8 @@ requests (or raw, after a SaslHandshake v0) and fetches what the machines ask fo
   user's stored credential and hands it to :meth:`ScramServer.server_first`
   (``r=nonce+server nonce,s=salt,i=iterations``); client-final
   (``c=binding,r=nonce,p=proof``; the nonce the server sent, or the client's nonce and it,
-  which librdkafka before 2.6.1 sends and Kafka 3.9 accepts): the proof is checked against the stored key
-  (``H(proof XOR HMAC(StoredKey, AuthMessage)) == StoredKey``, compared with
+  which librdkafka before 2.6.1 sends and Kafka 3.9 accepts): the proof is checked
+  against the stored key (``H(proof XOR HMAC(StoredKey, AuthMessage)) == StoredKey``, compared with
   ``hmac.compare_digest``), and the answer is the server signature (``v=...``). No
   channel binding (``n`` or ``y`` only), as Kafka.
 - :class:`ScramCredential` is Kafka's stored form (``ScramCredentialUtils``):
