@@ -9,6 +9,7 @@ import logging
 import socket
 import struct
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,7 +40,8 @@ pytestmark = pytest.mark.interop
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningBroker, Certs]]:
-    with secure_broker(tmp_path_factory.mktemp("security-failures")) as pair:
+    with secure_broker(tmp_path_factory.mktemp("security-failures"),
+                       **{"metrics.listener": "http://127.0.0.1:0"}) as pair:
         yield pair
 
 
@@ -133,6 +135,23 @@ def test_plaintext_client_on_a_tls_port(
         sock.settimeout(10)
         assert _read_all(sock) == b""
     _works(broker, certs, listener, "SCRAM-SHA-256")
+
+
+def test_authentications_are_in_the_metrics(secure: tuple[RunningBroker, Certs]) -> None:
+    broker, certs = secure
+    _works(broker, certs, "SASL_PLAINTEXT")
+    _attempt(broker, certs, "SASL_PLAINTEXT", **confluent_settings(
+        certs, "SASL_PLAINTEXT", password="wrong"))
+    server_ = broker.broker.metrics_server
+    assert server_ is not None
+    with urllib.request.urlopen(server_.url, timeout=10) as response:
+        page = response.read().decode()
+    samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+               for line in page.splitlines() if line and not line.startswith("#")}
+    prefix = "kafka_server_socket_server_metrics_"
+    assert samples[f'{prefix}failed_authentication_total{{listener="SASL_PLAINTEXT"}}'] >= 1
+    assert samples[f'{prefix}successful_authentication_total{{listener="SASL_PLAINTEXT"}}'] >= 1
+    assert "wrong" not in page
 
 
 # -- raw SASL exchanges ---------------------------------------------------------------------
