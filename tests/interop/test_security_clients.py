@@ -261,3 +261,52 @@ def test_tls_fetch_of_large_batches_is_chunked(secure: tuple[RunningBroker, Cert
             got.append(message.value())
     consumer.close()
     assert got == payloads
+
+
+# -- Odradek's own client and tools ---------------------------------------------------------
+@pytest.mark.parametrize(("listener", "lines"), [
+    ("SASL_SSL", ["security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512",
+                  "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                  'required username="alice" password="alice-secret";',
+                  "ssl.truststore.type=PEM", "ssl.truststore.location={ca}"]),
+    ("SASL_PLAINTEXT", ["security.protocol=SASL_PLAINTEXT", "sasl.mechanism=PLAIN",
+                        "sasl.username=alice", "sasl.password=alice-secret"]),
+    ("MTLS", ["security.protocol=SSL", "ssl.ca.location={ca}",
+              "ssl.certificate.location={cert}", "ssl.key.location={key}"]),
+], ids=["SASL_SSL-SCRAM-java-style", "SASL_PLAINTEXT-PLAIN-librdkafka-style", "MTLS"])
+def test_cli_command_config(secure: tuple[RunningBroker, Certs], tmp_path: Path,
+                            listener: str, lines: list[str]) -> None:
+    import subprocess
+
+    from ._broker import odradek_executable
+
+    broker, certs = secure
+    config = tmp_path / "client.properties"
+    config.write_text("\n".join(lines).format(ca=certs.ca, cert=certs.client_cert,
+                                              key=certs.client_key) + "\n")
+    topic = _topic()
+
+    def odradek(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(odradek_executable()), *args, "--bootstrap-server",
+             bootstrap(broker, listener), "--command-config", str(config)],
+            capture_output=True, text=True, timeout=60, check=False)
+
+    created = odradek("topics", "create", "--topic", topic, "--partitions", "2")
+    assert created.returncode == 0, created.stderr
+    listed = odradek("topics", "list")
+    assert topic in listed.stdout.split(), listed.stderr
+    users = odradek("configs", "--entity-type", "users", "--describe")
+    assert "SCRAM credential configs for user-principal 'alice' are" in users.stdout, users
+    assert "password" not in users.stdout
+    # a wrong password: the broker's message, exit 1
+    bad = tmp_path / "bad.properties"
+    bad.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                   "sasl.username=alice\nsasl.password=nope\n")
+    failed = subprocess.run(
+        [str(odradek_executable()), "topics", "list", "--bootstrap-server",
+         bootstrap(broker, "SASL_PLAINTEXT"), "--command-config", str(bad)],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert failed.returncode == 1
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in failed.stderr
+    assert "nope" not in failed.stderr

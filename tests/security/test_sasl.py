@@ -114,6 +114,32 @@ def test_scram_client_final_checks_nonce_and_binding() -> None:
         server2.client_final(b"c=eSws,r=CS,p=AAAA")
 
 
+@pytest.mark.parametrize("vector", [RFC7677, RFC5802], ids=["rfc7677", "rfc5802"])
+def test_scram_client_rfc_test_vectors(vector: dict[str, str], with_sha1: None) -> None:
+    from odradek.security.sasl import ScramClient
+
+    mech = vector["mechanism"]
+    client = ScramClient(mech, "user", "pencil", nonce=lambda: vector["client_nonce"])
+    assert client.client_first() == f"n,,n=user,r={vector['client_nonce']}".encode()
+    nonce = vector["client_nonce"] + vector["server_nonce"]
+    final = client.client_final(f"r={nonce},s={vector['salt']},i=4096".encode())
+    assert final == f"c=biws,r={nonce},p={vector['proof']}".encode()
+    client.verify_server_final(f"v={vector['signature']}".encode())
+    with pytest.raises(SaslAuthenticationError, match="signature"):
+        client.verify_server_final(b"v=AAAA")
+
+
+def test_scram_client_and_server_agree() -> None:
+    from odradek.security.sasl import ScramClient
+
+    credential = make_scram_credential("SCRAM-SHA-512", "s3cret", 4096)
+    client = ScramClient("SCRAM-SHA-512", "a,b=c", "s3cret")
+    server = ScramServer("SCRAM-SHA-512")
+    assert server.client_first(client.client_first()) == "a,b=c"
+    final = server.client_final(client.client_final(server.server_first(credential)))
+    client.verify_server_final(final)
+
+
 def test_credential_text_is_kafkas() -> None:
     credential = make_scram_credential("SCRAM-SHA-512", "secret", 8192, b"salty")
     text = credential.to_text()

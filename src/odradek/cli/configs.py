@@ -22,9 +22,10 @@ import argparse
 import sys
 from typing import Any
 
-from odradek.cli._common import add_bootstrap, run_with_admin
+from odradek.cli._common import add_bootstrap, run_with_admin, security_of
 from odradek.client.admin import BROKER_RESOURCE, TOPIC_RESOURCE, Admin
 from odradek.client.connection import BrokerConnection
+from odradek.client.security import ClientSecurity
 from odradek.security.sasl import SCRAM_MECHANISMS, SCRAM_MIN_ITERATIONS
 
 # DescribeConfigs config sources (Kafka's ConfigSource).
@@ -239,7 +240,7 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
     else:
         names = [str(node) for node in sorted(brokers)]
     for name in names:
-        configs = await _broker_configs(admin, brokers, name)
+        configs = await _broker_configs(admin, brokers, name, security_of(args))
         if args.all:
             print(f"All configs for broker {name} are:" if name else
                   "All configs for the default broker are:")
@@ -254,14 +255,15 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
 
 
 async def _broker_configs(
-    admin: Admin, brokers: dict[int, tuple[str, int]], name: str
+    admin: Admin, brokers: dict[int, tuple[str, int]], name: str, security: ClientSecurity
 ) -> list[tuple[str, str | None, int, bool]]:
     """A broker's configs are described by that broker (as Kafka's Admin client asks the
     broker itself); the default broker's by any."""
     endpoint = brokers.get(int(name)) if name.isdigit() else None
     if endpoint is None:
         return await admin.describe_configs(BROKER_RESOURCE, name)
-    conn = await BrokerConnection.open(f"{endpoint[0]}:{endpoint[1]}", client_id="odradek-cli")
+    conn = await BrokerConnection.open(f"{endpoint[0]}:{endpoint[1]}", client_id="odradek-cli",
+                                       security=security)
     try:
         return await Admin(conn).describe_configs(BROKER_RESOURCE, name)
     finally:

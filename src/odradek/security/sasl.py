@@ -46,6 +46,7 @@ __all__ = [
     "JaasModule",
     "PlainServer",
     "SaslAuthenticationError",
+    "ScramClient",
     "ScramCredential",
     "ScramServer",
     "credential_from_salted",
@@ -279,6 +280,55 @@ class ScramServer:
         server_signature = _hmac(self._hash, credential.server_key, auth_message)
         self.complete = True
         return b"v=" + base64.b64encode(server_signature)
+
+
+class ScramClient:
+    """RFC 5802 SCRAM, client side (Odradek's own client: the CLI, brokers on the
+    inter-broker listener): :meth:`client_first`, :meth:`client_final` (from the
+    server-first message), :meth:`verify_server_final`."""
+
+    def __init__(self, mechanism: str, username: str, password: str,
+                 nonce: Callable[[], str] | None = None) -> None:
+        self.mechanism = mechanism
+        self._hash = SCRAM_MECHANISMS[mechanism]
+        self._username = username.replace("=", "=3D").replace(",", "=2C")
+        self._password = password
+        self._nonce = (nonce or (lambda: secrets.token_urlsafe(24)))()
+        self._bare = ""
+        self._auth_message = b""
+        self._server_key = b""
+
+    def client_first(self) -> bytes:
+        self._bare = f"n={self._username},r={self._nonce}"
+        return f"n,,{self._bare}".encode()
+
+    def client_final(self, server_first: bytes) -> bytes:
+        text = server_first.decode("utf-8", "replace")
+        fields = dict(p.split("=", 1) for p in text.split(",") if "=" in p)
+        nonce, salt_b64, iterations = fields.get("r", ""), fields.get("s", ""), fields.get("i")
+        if not nonce.startswith(self._nonce) or nonce == self._nonce:
+            raise SaslAuthenticationError("SCRAM: the server's nonce does not extend ours")
+        if iterations is None or not iterations.isdigit():
+            raise SaslAuthenticationError("SCRAM: no iteration count in the server's message")
+        if int(iterations) < SCRAM_MIN_ITERATIONS:
+            raise SaslAuthenticationError(f"SCRAM: {iterations} iterations is too few")
+        salt = base64.b64decode(salt_b64)
+        salted = hashlib.pbkdf2_hmac(self._hash, self._password.encode(), salt,
+                                     int(iterations))
+        client_key = _hmac(self._hash, salted, b"Client Key")
+        stored_key = hashlib.new(self._hash, client_key).digest()
+        self._server_key = _hmac(self._hash, salted, b"Server Key")
+        without_proof = f"c=biws,r={nonce}"
+        self._auth_message = ",".join((self._bare, text, without_proof)).encode()
+        signature = _hmac(self._hash, stored_key, self._auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify_server_final(self, server_final: bytes) -> None:
+        expected = b"v=" + base64.b64encode(
+            _hmac(self._hash, self._server_key, self._auth_message))
+        if not hmac.compare_digest(expected, server_final.strip()):
+            raise SaslAuthenticationError("SCRAM: the server's signature does not match")
 
 
 # -- JAAS configs --------------------------------------------------------------------------
