@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from odradek.client.connection import BrokerConnection, ClientError
+from odradek.client.security import PLAINTEXT
 from odradek.cluster.membership import EndPoint
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.replica_fetcher import FetcherConfig, ReplicaFetcherManager
@@ -44,14 +45,14 @@ from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.registry import HandlerRegistry
 from odradek.server.broker_stats import BrokerTopicStats, RequestStats
 from odradek.server.client_quotas import ClientQuotas, QuotaWindow
-from odradek.server.config import BrokerConfig, ConfigError, parse_metrics_listener
+from odradek.server.config import BrokerConfig, parse_metrics_listener
 from odradek.server.connection_quotas import ConnectionLimits, parse_per_ip_overrides
 from odradek.server.dynamic_config import CLEANER_KEYS, DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.handlers import register_all
 from odradek.server.handlers._group_log import group_log_replicated
-from odradek.server.listener_security import listener_security
+from odradek.server.listener_security import inter_broker_security, listener_security
 from odradek.server.metrics import MetricsServer, require_prometheus_client
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
@@ -97,6 +98,8 @@ class Broker:
         self.group_coordinator: GroupCoordinator
         self.services: BrokerServices
         self._cleaner_values: dict[str, Any] | None = None
+        # How this broker reaches the others' inter-broker listener (cluster mode).
+        self._inter_broker = PLAINTEXT
         # metrics.listener: counters for the Prometheus endpoint (None: not counted at all)
         self.metrics_listener = parse_metrics_listener(config["metrics.listener"])
         self.topic_stats: BrokerTopicStats | None = None
@@ -132,13 +135,7 @@ class Broker:
         pool = (RequestMemoryPool(net.queued_max_request_bytes)
                 if net.queued_max_request_bytes > 0 else None)
         if self.config["zookeeper.connect"]:
-            inter = self.config.inter_broker_listener
-            if self.config.listener_protocols.get(inter, "PLAINTEXT") != "PLAINTEXT":
-                raise ConfigError(
-                    f"the inter-broker listener {inter} uses "
-                    f"{self.config.listener_protocols[inter]}: Odradek's brokers cannot "
-                    "connect to each other over TLS or SASL yet; set "
-                    "inter.broker.listener.name to a PLAINTEXT listener")
+            self._inter_broker = inter_broker_security(self.config)
         for listener in self.config.listeners:
             security = listener_security(self.config, listener.name, self._scram_credential)
             server = KafkaServer(self.registry, listener.host, listener.port, net,
@@ -339,6 +336,7 @@ class Broker:
                     return await BrokerConnection.open(
                         f"{host}:{port}", timeout=10.0,
                         client_id=f"broker-{self.broker_id}-fetcher",
+                        security=self._inter_broker,
                     )
                 except (OSError, ClientError, TimeoutError) as exc:
                     log.info("cannot connect to broker %d at %s:%d: %s", broker_id, host,

@@ -181,6 +181,9 @@ _OWN: tuple[ConfigDef, ...] = (
               _mapping_rules),
     ConfigDef("sasl.enabled.mechanisms", "list", ("GSSAPI",), None,
               "SASL mechanisms of SASL listeners (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", None,
+              "the SASL mechanism brokers authenticate to each other with (PLAIN, "
+              "SCRAM-SHA-256, SCRAM-SHA-512)"),
     ConfigDef("sasl.jaas.config", "password", "", None,
               "JAAS login module configuration (PlainLoginModule's user_<name> entries)"),
     ConfigDef("sasl.server.max.receive.size", "int", 524288, None,

@@ -169,7 +169,7 @@ _SERVED_UNDER_AN_UNSERVED_PREFIX = frozenset({
     "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates",
     "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.client.auth",
     "ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "sasl.jaas.config",
-    "sasl.server.max.receive.size",
+    "sasl.server.max.receive.size", "sasl.mechanism.inter.broker.protocol",
 })
 _PREFIXES: tuple[tuple[str, str], ...] = (
     ("listener.name.", PER_LISTENER),
