@@ -238,9 +238,19 @@ def test_java_client(secure: tuple[RunningBroker, Certs], listener: str,
 
 
 def test_tls_fetch_of_large_batches_is_chunked(secure: tuple[RunningBroker, Certs],
-                                               tmp_path: Path) -> None:
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Fetch responses over TLS whose file regions exceed the copy threshold go through
     the chunked writer, byte for byte."""
+    from odradek.server.network import writer
+
+    regions: list[int] = []
+    chunked = writer.TlsResponseWriter._write_region
+
+    async def counted(self: Any, part: Any, buffered: Any) -> bool:
+        regions.append(part.size)
+        return await chunked(self, part, buffered)
+
+    monkeypatch.setattr(writer.TlsResponseWriter, "_write_region", counted)
     broker, certs = secure
     conf = {"bootstrap.servers": bootstrap(broker, "SSL"), **confluent_settings(certs, "SSL")}
     topic = _topic()
@@ -261,6 +271,7 @@ def test_tls_fetch_of_large_batches_is_chunked(secure: tuple[RunningBroker, Cert
             got.append(message.value())
     consumer.close()
     assert got == payloads
+    assert regions and max(regions) > writer.TLS_CHUNK_BYTES  # read in several chunks
 
 
 # -- Odradek's own client and tools ---------------------------------------------------------
