@@ -9,8 +9,9 @@ How it works: this is Kafka's ``RequestChannel`` request path and the frame of
    :meth:`~odradek.server.network.reader.RequestReader.refuse`: the connection closes
    once the earlier requests are answered), except ApiVersions at an unsupported
    version, which gets the v0 UNSUPPORTED_VERSION answer (KIP-511).
-   :class:`~odradek.protocol.registry.RequestContext` carries the header fields, the peer
-   and the connection (the handler's channel, for throttling).
+   :class:`~odradek.protocol.registry.RequestContext` carries the header fields, the peer,
+   the connection (the handler's channel, for throttling), the authenticated principal
+   and the listener's name.
 2. *Start.* The handler starts at once, eagerly (:mod:`odradek.server.network.eager`):
    one that never waits finishes inside dispatch, one that waits goes on as a task, so
    a slow Fetch does not hold up a Metadata behind it. Registrations marked ``serial`` first
