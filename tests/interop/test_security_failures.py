@@ -331,3 +331,50 @@ def test_session_expiry_closes_a_connection_that_does_not_reauthenticate(
         started = time.monotonic()
         assert _read_frame(sock) is None  # closed by the broker when the session ends
         assert 1.0 < time.monotonic() - started < 10
+
+
+# -- KIP-554 ------------------------------------------------------------------------------
+def test_scram_credentials_admin_errors_and_deletion(secure: tuple[RunningBroker, Certs]) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    broker, certs = secure
+    admin = AdminClient({"bootstrap.servers": bootstrap(broker, "PLAINTEXT")})
+
+    def error_of(future: Any) -> Any:
+        try:
+            future.result(30)
+        except KafkaException as exc:
+            return exc.args[0]
+        return None
+
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("carol", ScramCredentialInfo(
+            ScramMechanism.SCRAM_SHA_256, 100), b"carol-secret"),
+        UserScramCredentialDeletion("dave", ScramMechanism.SCRAM_SHA_512),
+        UserScramCredentialUpsertion("erin", ScramCredentialInfo(
+            ScramMechanism.SCRAM_SHA_256, 8192), b"erin-secret"),
+    ])
+    too_few = error_of(futures["carol"])
+    assert too_few.code() == KafkaError.UNACCEPTABLE_CREDENTIAL and "iterations" in too_few.str()
+    assert error_of(futures["dave"]).code() == KafkaError.RESOURCE_NOT_FOUND
+    assert error_of(futures["erin"]) is None
+    described = admin.describe_user_scram_credentials(["erin"])["erin"].result(30)
+    assert [(c.mechanism, c.iterations) for c in described.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_256, 8192)]
+    unknown = admin.describe_user_scram_credentials(["nobody"])["nobody"]
+    assert error_of(unknown).code() == KafkaError.RESOURCE_NOT_FOUND
+    assert _attempt(broker, certs, "SASL_PLAINTEXT", **confluent_settings(
+        certs, "SASL_PLAINTEXT", "SCRAM-SHA-256", user="erin", password="erin-secret")) == []
+    # deleted: the next authentication fails
+    deleted = admin.alter_user_scram_credentials([
+        UserScramCredentialDeletion("erin", ScramMechanism.SCRAM_SHA_256)])["erin"]
+    assert error_of(deleted) is None
+    assert _attempt(broker, certs, "SASL_PLAINTEXT", **confluent_settings(
+        certs, "SASL_PLAINTEXT", "SCRAM-SHA-256", user="erin", password="erin-secret"))
