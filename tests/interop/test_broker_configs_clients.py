@@ -35,7 +35,7 @@ pytestmark = pytest.mark.interop
 
 SERVER_PROPERTIES = """\
 # keys of a Kafka broker's server.properties that Odradek does not serve
-sasl.enabled.mechanisms=PLAIN
+sasl.kerberos.service.name=kafka
 sasl.kerberos.min.time.before.relogin=90000
 process.roles=broker
 remote.log.storage.system.enable=true
@@ -86,8 +86,9 @@ def alter_error(admin: AdminClient, key: str, value: str | None) -> Any:
 
 def test_startup_names_the_missing_features(broker: BrokerProcess) -> None:
     err = broker.stderr()
-    assert ("configuration key 'sasl.enabled.mechanisms' is ignored: SASL is not supported "
-            "by Odradek yet") in err, broker.describe()
+    assert ("configuration key 'sasl.kerberos.service.name' is ignored: this SASL setting is "
+            "not supported by Odradek yet (it serves PLAIN and SCRAM only)") in err, \
+        broker.describe()
     assert ("configuration key 'remote.log.storage.system.enable' is ignored: tiered storage "
             "(KIP-405) is not supported by Odradek yet") in err
     assert "configuration key 'process.roles' is ignored: KRaft mode" in err
@@ -114,7 +115,7 @@ def test_confluent_describe_lists_every_kafka_key(admin: AdminClient) -> None:
     assert relogin.value == "90000"
     assert relogin.source == ConfigSource.STATIC_BROKER_CONFIG.value
     assert not relogin.is_read_only
-    assert entries["sasl.enabled.mechanisms"].value == "PLAIN"
+    assert entries["sasl.kerberos.service.name"].value == "kafka"
     io = entries["num.io.threads"]
     assert (io.value, io.source) == ("8", ConfigSource.STATIC_BROKER_CONFIG.value)
     assert entries["ssl.truststore.location"].value is None
@@ -126,7 +127,8 @@ def test_confluent_alter_of_a_missing_feature_names_it(admin: AdminClient) -> No
     assert error.code() == confluent_kafka.KafkaError.INVALID_CONFIG, error
     assert error.str() == (
         "Invalid config value for resource ConfigResource(type=BROKER, name='0'): "
-        "sasl.kerberos.min.time.before.relogin: SASL is not supported by Odradek yet")
+        "sasl.kerberos.min.time.before.relogin: this SASL setting is not supported by Odradek "
+        "yet (it serves PLAIN and SCRAM only)")
     error = alter_error(admin, "remote.log.manager.copy.max.bytes.per.second", "1000")
     assert error.code() == confluent_kafka.KafkaError.INVALID_CONFIG
     assert "tiered storage (KIP-405) is not supported by Odradek yet" in error.str()
@@ -203,7 +205,8 @@ def test_java_describe_and_alter_broker_configs(broker: BrokerProcess,
     missing = altered["set:sasl.kerberos.min.time.before.relogin=120000"]
     assert missing["error"] == "InvalidConfigurationException", missing
     assert missing["message"].endswith(
-        "sasl.kerberos.min.time.before.relogin: SASL is not supported by Odradek yet")
+        "sasl.kerberos.min.time.before.relogin: this SASL setting is not supported by Odradek "
+        "yet (it serves PLAIN and SCRAM only)")
     static = altered["set:auto.create.topics.enable=false"]
     assert static["error"] == "InvalidConfigurationException", static
     assert static["message"].endswith(

@@ -227,8 +227,9 @@ def test_configs_cli_client_quotas(tmp_path: Path) -> None:
         reserved = configs(broker, "--entity-type", "clients", "--entity-name", "<default>",
                            "--alter", "--add-config", "producer_byte_rate=1")
         assert reserved.returncode == 1 and "reserved" in reserved.stderr
-        users = configs(broker, "--entity-type", "users", "--entity-name", "alice", "--describe")
-        assert users.returncode == 2 and "authenticated users" in users.stderr
+        users = configs(broker, "--entity-type", "users", "--entity-name", "alice", "--alter",
+                        "--add-config", "producer_byte_rate=1")
+        assert users.returncode == 2 and "user quotas are not supported" in users.stderr
         removed = configs(broker, "--entity-type", "clients", "--entity-name", "app-1",
                           "--alter", "--delete-config", "producer_byte_rate")
         assert removed.returncode == 0, removed.stderr

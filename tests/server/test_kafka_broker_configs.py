@@ -66,7 +66,7 @@ def incremental(rb: RunningBroker, name: str, ops: list[tuple[str, int, str | No
 
 @pytest.fixture(scope="module")
 def rb() -> Iterator[RunningBroker]:
-    with running_broker({"sasl.enabled.mechanisms": "PLAIN"}) as broker:
+    with running_broker({"sasl.kerberos.service.name": "kafka"}) as broker:
         yield broker
 
 
@@ -89,12 +89,14 @@ def test_every_kafka_key_is_served_or_says_why_not() -> None:
         reason = unserved_reason(name)
         assert (name in BROKER_CONFIGS) != (reason is not None), name
     assert unserved_reason("sasl.kerberos.min.time.before.relogin") == (
-        "SASL is not supported by Odradek yet")
+        "this SASL setting is not supported by Odradek yet (it serves PLAIN and SCRAM only)")
     assert "KRaft" in (unserved_reason("process.roles") or "")
     assert "tiered storage" in (unserved_reason("remote.log.storage.system.enable") or "")
-    assert "TLS" in (unserved_reason("ssl.keystore.location") or "")
+    assert unserved_reason("ssl.keystore.location") is None  # served
+    assert "TLS" in (unserved_reason("ssl.keymanager.algorithm") or "")
     assert is_not_applicable(unserved_reason("num.io.threads") or "")
-    assert unserved_reason("listener.name.sasl_ssl.plain.sasl.jaas.config") is not None
+    # read at start-up, not dynamically
+    assert "start-up" in (unserved_reason("listener.name.sasl_ssl.plain.sasl.jaas.config") or "")
     k = kafka_key("listener.name.sasl_ssl.plain.sasl.jaas.config")
     assert k is not None and k.type == "password"
     assert unserved_reason("no.such.key") is None and kafka_key("no.such.key") is None
@@ -116,23 +118,23 @@ def test_doubles_are_written_as_java_writes_them() -> None:
 # -- start-up --------------------------------------------------------------------------------
 def test_server_properties_keys_of_missing_features_are_named(caplog: Any) -> None:
     config = BrokerConfig.load(overrides=[
-        "sasl.enabled.mechanisms=PLAIN", "sasl.kerberos.min.time.before.relogin=90000",
-        "num.io.threads=8", "security.inter.broker.protocol=PLAINTEXT",
+        "sasl.kerberos.service.name=kafka", "sasl.kerberos.min.time.before.relogin=90000",
+        "num.io.threads=8", "ssl.keymanager.algorithm=SunX509",
         "num.partitons=3", "process.roles=broker",
     ])
     assert config.unknown == ["num.partitons"]
     assert set(config.unserved) == {
-        "sasl.enabled.mechanisms", "sasl.kerberos.min.time.before.relogin", "num.io.threads",
-        "security.inter.broker.protocol", "process.roles"}
+        "sasl.kerberos.service.name", "sasl.kerberos.min.time.before.relogin", "num.io.threads",
+        "ssl.keymanager.algorithm", "process.roles"}
     with caplog.at_level(logging.INFO, logger="odradek.server.config"):
         config.report_unknown()
     by_level = {(r.levelname, r.getMessage()) for r in caplog.records}
-    assert ("WARNING", "configuration key 'sasl.enabled.mechanisms' is ignored: SASL is not "
-            "supported by Odradek yet") in by_level
+    assert ("WARNING", "configuration key 'sasl.kerberos.service.name' is ignored: this SASL "
+            "setting is not supported by Odradek yet (it serves PLAIN and SCRAM only)") in by_level
     assert ("WARNING", "configuration key 'process.roles' is ignored: KRaft mode is not "
             "supported by Odradek (it runs as one embedded node or in ZooKeeper mode)") in by_level
     # Kafka's default value, or a key that does not apply: a note, not a warning.
-    assert any(level == "INFO" and "'security.inter.broker.protocol'" in msg
+    assert any(level == "INFO" and "'ssl.keymanager.algorithm'" in msg
                for level, msg in by_level)
     assert any(level == "INFO" and "'num.io.threads' is ignored: does not apply to Odradek"
                in msg for level, msg in by_level)
@@ -167,28 +169,30 @@ def test_describe_lists_every_kafka_key_as_kafka_documents_it(rb: RunningBroker)
     assert compared > 250
     relogin = entries["sasl.kerberos.min.time.before.relogin"]
     assert (relogin.value, relogin.config_source, relogin.read_only) == ("60000", 5, False)
-    assert "SASL is not supported by Odradek yet" in relogin.documentation
+    assert "this SASL setting is not supported by Odradek yet" in relogin.documentation
     # set in server.properties: the value given, from STATIC_BROKER_CONFIG
-    mechanisms = entries["sasl.enabled.mechanisms"]
-    assert (mechanisms.value, mechanisms.config_source) == ("PLAIN", STATIC_BROKER_CONFIG)
+    service = entries["sasl.kerberos.service.name"]
+    assert (service.value, service.config_source) == ("kafka", STATIC_BROKER_CONFIG)
 
 
 def test_describe_synonyms_of_an_unserved_key(rb: RunningBroker) -> None:
-    entries = describe(rb, keys=("sasl.enabled.mechanisms", "ssl.key.password"),
+    entries = describe(rb, keys=("sasl.kerberos.service.name", "ssl.keymanager.algorithm"),
                        synonyms=True)
-    assert [(s.name, s.value, s.source) for s in entries["sasl.enabled.mechanisms"].synonyms] \
-        == [("sasl.enabled.mechanisms", "PLAIN", STATIC_BROKER_CONFIG),
-            ("sasl.enabled.mechanisms", "GSSAPI", DEFAULT_CONFIG)]
-    assert entries["ssl.key.password"].synonyms == ()
+    assert [(s.name, s.value, s.source) for s in entries["sasl.kerberos.service.name"].synonyms] \
+        == [("sasl.kerberos.service.name", "kafka", STATIC_BROKER_CONFIG)]
+    assert [(s.name, s.value, s.source) for s in entries["ssl.keymanager.algorithm"].synonyms] \
+        == [("ssl.keymanager.algorithm", "SunX509", DEFAULT_CONFIG)]
 
 
 # -- alter -----------------------------------------------------------------------------------
+SASL_REASON = "this SASL setting is not supported by Odradek yet (it serves PLAIN and SCRAM only)"
 PREFIX = "Invalid config value for resource ConfigResource(type=BROKER, name='0'): "
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("sasl.kerberos.min.time.before.relogin", "90000",
-     "sasl.kerberos.min.time.before.relogin: SASL is not supported by Odradek yet"),
+     "sasl.kerberos.min.time.before.relogin: this SASL setting is not supported by Odradek "
+     "yet (it serves PLAIN and SCRAM only)"),
     ("auto.create.topics.enable", "false",
      "Cannot update these configs dynamically: Set(auto.create.topics.enable)"),
     ("ssl.keystore.location", "/k.jks",
@@ -212,8 +216,9 @@ PREFIX = "Invalid config value for resource ConfigResource(type=BROKER, name='0'
      "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
      "is set"),
     ("listener.name.plaintext.ssl.keystore.location", "/k.jks",
-     "listener.name.plaintext.ssl.keystore.location: per-listener configs "
-     "(listener.name.<listener>.<config>) are not supported by Odradek yet"),
+     "listener.name.plaintext.ssl.keystore.location: per-listener security configs are read "
+     "from server.properties at start-up: changing them dynamically (reloading certificates) "
+     "is not supported by Odradek yet"),
 ])
 def test_alter_answers_as_kafka_then_names_the_missing_feature(
     rb: RunningBroker, key: str, value: str, message: str
@@ -235,10 +240,9 @@ def test_per_broker_keys_cannot_be_cluster_defaults(rb: RunningBroker) -> None:
 
 
 def test_append_to_an_unserved_list_key_names_the_feature(rb: RunningBroker) -> None:
-    r = incremental(rb, "0", [("sasl.enabled.mechanisms", APPEND, "SCRAM-SHA-256")])
+    r = incremental(rb, "0", [("sasl.kerberos.principal.to.local.rules", APPEND, "RULE:x")])
     assert r.error_code == ErrorCode.invalid_config
-    assert r.error_message.endswith("sasl.enabled.mechanisms: SASL is not supported by "
-                                    "Odradek yet")
+    assert r.error_message.endswith(f"sasl.kerberos.principal.to.local.rules: {SASL_REASON}")
 
 
 def test_served_dynamic_key_takes_effect(rb: RunningBroker) -> None:

@@ -5,11 +5,15 @@
         --describe [--all] | --alter [--add-config k=v,...] [--delete-config k,...]
 
 Topics and brokers go through DescribeConfigs and IncrementalAlterConfigs, client quotas
-through DescribeClientQuotas and AlterClientQuotas (KIP-546). As with kafka-configs.sh, a
-broker's ``--describe`` lists its dynamic configs, ``--describe --all`` every config in
-effect with where its value comes from; ``--entity-default`` is the cluster-wide default
-broker (or client id). ``users`` and ``ips`` entities are refused: Odradek has no
-authenticated users, and per-address connection quotas are broker configs.
+through DescribeClientQuotas and AlterClientQuotas (KIP-546), users' SCRAM credentials
+through AlterUserScramCredentials and DescribeUserScramCredentials (KIP-554:
+``--add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret]'``, the password
+salted and hashed here, never sent; ``--delete-config SCRAM-SHA-512``). As with
+kafka-configs.sh, a broker's ``--describe`` lists its dynamic configs, ``--describe --all``
+every config in effect with where its value comes from; ``--entity-default`` is the
+cluster-wide default broker (or client id). Quotas of ``users`` and ``ips`` entities are
+refused: user quotas are not served yet, and per-address connection quotas are broker
+configs.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import argparse
 import sys
 from typing import Any
 
-from odradek.cli._common import add_bootstrap, run_with_admin
+from odradek.cli._common import add_bootstrap, run_with_admin, security_of
 from odradek.client.admin import BROKER_RESOURCE, TOPIC_RESOURCE, Admin
 from odradek.client.connection import BrokerConnection
+from odradek.client.security import ClientSecurity
+from odradek.security.sasl import SCRAM_MECHANISMS, SCRAM_MIN_ITERATIONS
 
 # DescribeConfigs config sources (Kafka's ConfigSource).
 SOURCES = {
@@ -32,9 +38,10 @@ SOURCES = {
     6: "DYNAMIC_BROKER_LOGGER_CONFIG",
 }
 ENTITY_TYPES = ("topics", "clients", "brokers", "users", "ips")
+_USER_QUOTAS_REFUSED = ("user quotas are not supported by Odradek yet (only SCRAM "
+                        "credentials: SCRAM-SHA-256, SCRAM-SHA-512); use --entity-type "
+                        "clients")
 _REFUSED = {
-    "users": "user quotas need authenticated users, which Odradek does not have yet; "
-             "use --entity-type clients",
     "ips": "ip quotas are not supported; use the broker configs max.connections.per.ip, "
            "max.connections.per.ip.overrides and max.connection.creation.rate",
 }
@@ -109,6 +116,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.entity_type == "topics" and args.entity_default:
         print("odradek: --entity-default is not valid for topics", file=sys.stderr)
         return 2
+    if args.entity_type == "users":
+        return _users(args)
     if args.alter:
         if args.entity_name is None and not args.entity_default:
             print("odradek: --alter needs --entity-name or --entity-default", file=sys.stderr)
@@ -123,6 +132,60 @@ def _run(args: argparse.Namespace) -> int:
         print("odradek: --add-config and --delete-config go with --alter", file=sys.stderr)
         return 2
     return run_with_admin(args, lambda admin: _describe(admin, args))
+
+
+def _users(args: argparse.Namespace) -> int:
+    """SCRAM credentials of a user (kafka-configs.sh --entity-type users)."""
+    if args.entity_default:
+        print(f"odradek: {_USER_QUOTAS_REFUSED}", file=sys.stderr)
+        return 2
+    if not args.alter:
+        if args.add_config or args.delete_config:
+            print("odradek: --add-config and --delete-config go with --alter", file=sys.stderr)
+            return 2
+        users = [args.entity_name] if args.entity_name else None
+        return run_with_admin(args, lambda admin: _describe_users(admin, users))
+    if args.entity_name is None:
+        print("odradek: --alter of users needs --entity-name", file=sys.stderr)
+        return 2
+    set_ = parse_add_config(args.add_config or "")
+    delete = _keys(args.delete_config)
+    if not set_ and not delete:
+        print("odradek: --alter needs --add-config or --delete-config", file=sys.stderr)
+        return 2
+    upsertions = []
+    for key in [*set_, *delete]:
+        if key not in SCRAM_MECHANISMS:
+            print(f"odradek: {key}: {_USER_QUOTAS_REFUSED}", file=sys.stderr)
+            return 2
+    for mechanism, text in set_.items():
+        fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+        password = fields.get("password")
+        if not password:
+            print(f"odradek: {mechanism} needs password=... (as [iterations=N,password=P])",
+                  file=sys.stderr)
+            return 2
+        try:
+            iterations = int(fields.get("iterations", SCRAM_MIN_ITERATIONS))
+        except ValueError:
+            print(f"odradek: iterations of {mechanism} must be a number", file=sys.stderr)
+            return 2
+        upsertions.append((args.entity_name, mechanism, iterations, password))
+    deletions = [(args.entity_name, mechanism) for mechanism in delete]
+
+    async def alter(admin: Admin) -> int:
+        await admin.alter_user_scram_credentials(upsertions, deletions)
+        print(f"Completed updating config for user {args.entity_name}.")
+        return 0
+
+    return run_with_admin(args, alter)
+
+
+async def _describe_users(admin: Admin, users: list[str] | None) -> int:
+    for user, mechanisms in sorted((await admin.describe_user_scram_credentials(users)).items()):
+        values = ",".join(f"{m}=iterations={i}" for m, i in sorted(mechanisms.items()))
+        print(f"SCRAM credential configs for user-principal '{user}' are {values}")
+    return 0
 
 
 async def _alter(admin: Admin, args: argparse.Namespace, set_: dict[str, str],
@@ -177,7 +240,7 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
     else:
         names = [str(node) for node in sorted(brokers)]
     for name in names:
-        configs = await _broker_configs(admin, brokers, name)
+        configs = await _broker_configs(admin, brokers, name, security_of(args))
         if args.all:
             print(f"All configs for broker {name} are:" if name else
                   "All configs for the default broker are:")
@@ -192,14 +255,15 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
 
 
 async def _broker_configs(
-    admin: Admin, brokers: dict[int, tuple[str, int]], name: str
+    admin: Admin, brokers: dict[int, tuple[str, int]], name: str, security: ClientSecurity
 ) -> list[tuple[str, str | None, int, bool]]:
     """A broker's configs are described by that broker (as Kafka's Admin client asks the
     broker itself); the default broker's by any."""
     endpoint = brokers.get(int(name)) if name.isdigit() else None
     if endpoint is None:
         return await admin.describe_configs(BROKER_RESOURCE, name)
-    conn = await BrokerConnection.open(f"{endpoint[0]}:{endpoint[1]}", client_id="odradek-cli")
+    conn = await BrokerConnection.open(f"{endpoint[0]}:{endpoint[1]}", client_id="odradek-cli",
+                                       security=security)
     try:
         return await Admin(conn).describe_configs(BROKER_RESOURCE, name)
     finally:

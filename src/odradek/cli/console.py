@@ -36,7 +36,12 @@ import sys
 import time
 from typing import Any
 
-from odradek.cli._common import add_bootstrap, parse_pairs, run_with_admin
+from odradek.cli._common import (
+    add_bootstrap,
+    command_config_librdkafka,
+    parse_pairs,
+    run_with_admin,
+)
 from odradek.client.admin import Admin
 from odradek.client.connection import ClientError
 from odradek.client.partitioner import partition_for_key
@@ -291,6 +296,7 @@ def _consume_group(args: argparse.Namespace) -> int:
         raise SystemExit("odradek: consume --group needs confluent-kafka: "
                          "pip install 'odradek[perf]'") from None
     consumer = Consumer({
+        **command_config_librdkafka(args),
         "bootstrap.servers": args.bootstrap_server,
         "group.id": args.group,
         "client.id": "odradek-console-consumer",

@@ -27,7 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli._common import add_bootstrap
+from odradek.cli._common import add_bootstrap, security_of
 from odradek.client.admin import Admin
 from odradek.client.connection import BrokerConnection, ClientError
 
@@ -98,9 +98,11 @@ async def _partitions(args: argparse.Namespace, admin: Admin,
 async def _elect(args: argparse.Namespace, listed: list[tuple[str, int]] | None) -> int:
     election = args.election_type
     deadline = time.monotonic() + args.timeout
+    security = security_of(args)
     try:
         bootstrap = await BrokerConnection.open(args.bootstrap_server,
-                                                client_id="odradek-leader-election")
+                                                client_id="odradek-leader-election",
+                                                security=security)
     except (ClientError, TimeoutError, OSError) as exc:
         print(f"odradek: cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
         return 1
@@ -110,7 +112,7 @@ async def _elect(args: argparse.Namespace, listed: list[tuple[str, int]] | None)
         while True:
             _, host, port = await admin.controller()
             async with await BrokerConnection.open(
-                f"{host}:{port}", client_id="odradek-leader-election"
+                f"{host}:{port}", client_id="odradek-leader-election", security=security
             ) as conn:
                 remaining = max(0.0, deadline - time.monotonic())
                 top, results = await Admin(conn).elect_leaders(

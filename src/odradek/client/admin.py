@@ -7,11 +7,14 @@ non-zero error code into :class:`ClientError` naming the Kafka error.
 from __future__ import annotations
 
 import datetime
+import hashlib
+import secrets
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32
 
 from odradek.client.connection import BrokerConnection, ClientError, request_class
 from odradek.security.acl import (
@@ -24,6 +27,7 @@ from odradek.security.acl import (
     ResourcePattern,
     ResourceType,
 )
+from odradek.security.sasl import SCRAM_MECHANISMS, SCRAM_TYPES
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -247,6 +251,50 @@ class Admin:
         shown = entity[1] if entity[1] is not None else "<default>"
         check(result.error_code, f"altering quotas of {entity[0]} {shown}",
               result.error_message)
+
+    async def alter_user_scram_credentials(
+        self, upsertions: list[tuple[str, str, int, str]], deletions: list[tuple[str, str]]
+    ) -> None:
+        """AlterUserScramCredentials (KIP-554): upsertions (user, mechanism, iterations,
+        password) are salted and hashed here, so the password never leaves the client;
+        deletions (user, mechanism). Raises ClientError on the first user that failed."""
+        cls = request_class("alter_user_scram_credentials", 0,
+                            "AlterUserScramCredentialsRequest")
+        up_cls = request_class("alter_user_scram_credentials", 0, "ScramCredentialUpsertion")
+        del_cls = request_class("alter_user_scram_credentials", 0, "ScramCredentialDeletion")
+        ups = []
+        for user, mechanism, iterations, password in upsertions:
+            salt = secrets.token_bytes(32)
+            salted = hashlib.pbkdf2_hmac(SCRAM_MECHANISMS[mechanism], password.encode(), salt,
+                                         iterations)
+            ups.append(up_cls(name=user, mechanism=i8(SCRAM_TYPES[mechanism]),
+                              iterations=i32(iterations), salt=salt, salted_password=salted))
+        dels = tuple(del_cls(name=user, mechanism=i8(SCRAM_TYPES.get(mechanism, 0)))
+                     for user, mechanism in deletions)
+        response = await self.conn.send(cls(deletions=dels, upsertions=tuple(ups)))
+        for result in response.results:
+            check(result.error_code, f"altering SCRAM credentials of user {result.user}",
+                  result.error_message)
+
+    async def describe_user_scram_credentials(
+        self, users: list[str] | None
+    ) -> dict[str, dict[str, int]]:
+        """DescribeUserScramCredentials (KIP-554): user -> {mechanism: iterations} (every
+        user with credentials when ``users`` is None)."""
+        cls = request_class("describe_user_scram_credentials", 0,
+                            "DescribeUserScramCredentialsRequest")
+        name_cls = request_class("describe_user_scram_credentials", 0, "UserName")
+        response = await self.conn.send(cls(
+            users=None if users is None else tuple(name_cls(name=u) for u in users)))
+        check(response.error_code, "describing SCRAM credentials", response.error_message)
+        names = {t: n for n, t in SCRAM_TYPES.items()}
+        out: dict[str, dict[str, int]] = {}
+        for result in response.results:
+            check(result.error_code, f"describing SCRAM credentials of user {result.user}",
+                  result.error_message)
+            out[result.user] = {names.get(int(c.mechanism), str(c.mechanism)): int(c.iterations)
+                                for c in result.credential_infos}
+        return out
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
         cls = request_class("list_offsets", 7, "ListOffsetsRequest")

@@ -5,6 +5,10 @@ header version its schema asks for (v2 when flexible, else v1); a reader task re
 prefixed frames and resolves the waiting future by correlation id. The first exchange is
 ApiVersions, so later calls can pick the highest version both sides speak
 (:meth:`BrokerConnection.version`). Response frames are bounded by ``max_frame_size``.
+With a :class:`~odradek.client.security.ClientSecurity` the socket is wrapped in TLS and,
+on a SASL listener, the connection authenticates right after ApiVersions (SaslHandshake
+v1, then SaslAuthenticate with PLAIN's one message or SCRAM's two), as Kafka's clients do;
+a failed authentication is a :class:`ClientError` with the broker's message.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import contextlib
 import io
 import itertools
+import ssl
 import struct
 from typing import Any
 
@@ -20,9 +25,11 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from odradek.client.security import PLAINTEXT, ClientSecurity
 from odradek.protocol.errors import InvalidRequestError
 from odradek.protocol.primitives import skip_tagged_fields
 from odradek.protocol.wire_guard import check_body
+from odradek.security.sasl import SaslAuthenticationError, ScramClient
 
 _SIZE = struct.Struct(">i")
 API_VERSIONS_KEY = 18
@@ -40,7 +47,9 @@ class BrokerConnection:
     def __init__(
         self, host: str, port: int, client_id: str = "odradek-client",
         max_frame_size: int = 256 * 1024 * 1024,
+        security: ClientSecurity | None = None,
     ) -> None:
+        self.security = security or PLAINTEXT
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -80,10 +89,18 @@ class BrokerConnection:
         return conn
 
     async def connect(self) -> None:
+        context = self.security.ssl_context
         try:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            if context is None:
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port)
+            else:
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=context, server_hostname=self.host)
         except ConnectionRefusedError as exc:
             raise ClientError("connection refused (is a broker listening there?)") from exc
+        except ssl.SSLError as exc:
+            raise ClientError(f"TLS handshake failed: {exc.reason or exc}") from exc
         except OSError as exc:
             raise ClientError(exc.strerror or str(exc)) from exc
         self._task = asyncio.create_task(self._read_loop())
@@ -95,6 +112,38 @@ class BrokerConnection:
         self.api_versions = {
             int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
         }
+        if self.security.sasl:
+            await self._authenticate()
+
+    async def _authenticate(self) -> None:
+        """SaslHandshake v1 and SaslAuthenticate (KIP-152)."""
+        security = self.security
+        handshake = request_class("sasl_handshake", 1, "SaslHandshakeRequest")
+        answer = await self.send(handshake(mechanism=security.mechanism))
+        if answer.error_code != 0:
+            raise ClientError(f"SASL mechanism {security.mechanism} refused "
+                              f"(the broker enables {', '.join(answer.mechanisms)})",
+                              int(answer.error_code))
+        version = self.version(36, (0, 2))
+        authenticate = request_class("sasl_authenticate", version, "SaslAuthenticateRequest")
+
+        async def step(token: bytes) -> bytes:
+            response = await self.send(authenticate(auth_bytes=token))
+            if response.error_code != 0:
+                raise ClientError(f"authentication failed: {response.error_message}",
+                                  int(response.error_code))
+            return bytes(response.auth_bytes)
+
+        if security.mechanism == "PLAIN":
+            await step(f"\0{security.username}\0{security.password}".encode())
+            return
+        scram = ScramClient(security.mechanism, security.username, security.password)
+        server_first = await step(scram.client_first())
+        try:
+            server_final = await step(scram.client_final(server_first))
+            scram.verify_server_final(server_final)
+        except SaslAuthenticationError as exc:
+            raise ClientError(f"authentication failed: {exc}") from None
 
     def version(self, api_key: int, ours: tuple[int, int]) -> int:
         """Highest version of ``api_key`` in both ``ours`` and the broker's range."""

@@ -67,6 +67,9 @@ class Echo:
     keys: tuple[tuple[str, str], ...] = ()
     nested: Mapping[str, Echo] = dataclasses.field(default_factory=dict)
     versions: tuple[int, int] = ANY_VERSION
+    distinct: bool = False
+    """Echo every request collection named, one element per distinct key (Kafka's
+    ``AlterUserScramCredentialsRequest``: each user of its deletions and upsertions)."""
 
 
 _NAME = (("name", "name"),)
@@ -117,6 +120,9 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
         "entity": Echo(("entity",), (("entity_type", "entity_type"),
                                      ("entity_name", "entity_name"))),
     })},
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {
+        "results": Echo(("deletions", "upsertions"), (("user", "name"),), distinct=True),
+    },
     ApiKey.OFFSET_FOR_LEADER_EPOCH: {
         "topics": Echo(("topics",), (("topic", "topic"),), {
             "partitions": Echo(("partitions",), (("partition", "partition"),)),
@@ -208,6 +214,8 @@ class _Builder:
         element_cls, _ = _element_type(field.type)
         if element_cls is None:
             return self.value(field)
+        if echo.distinct:
+            return self.echo_distinct(element_cls, echo, source, source_cls)
         request_name = next((n for n in echo.request if _has_field(source_cls, n)), None)
         if request_name is None:
             return self.value(field)
@@ -228,6 +236,19 @@ class _Builder:
                     copied[response_name] = _read(item, item_cls, item_name)
             elements.append(self.entity(element_cls, echo.nested, item, item_cls, copied))
         return tuple(elements)
+
+    def echo_distinct(
+        self, element_cls: Any, echo: Echo, source: Any, source_cls: Any
+    ) -> tuple[Any, ...]:
+        seen: dict[tuple[Any, ...], None] = {}
+        for request_name in echo.request:
+            item_cls, _ = _element_type(_field_type(source_cls, request_name))
+            for item in _read(source, source_cls, request_name) or ():
+                seen[tuple(_read(item, item_cls, k) for _, k in echo.keys)] = None
+        return tuple(
+            self.entity(element_cls, {}, copied={r: v for (r, _), v in zip(echo.keys, key,
+                                                                           strict=True)})
+            for key in seen)
 
     def value(self, field: dataclasses.Field[Any]) -> Any:
         """The value of a field nothing is echoed into."""

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from odradek.client.connection import BrokerConnection, ClientError
+from odradek.client.security import PLAINTEXT
 from odradek.cluster.acl_store import AclStore
 from odradek.cluster.membership import EndPoint
 from odradek.cluster.metadata import ClusterMetadata
@@ -38,6 +39,7 @@ from odradek.cluster.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from odradek.cluster.replica_manager import ReplicaManager
 from odradek.cluster.replication_quota import UNLIMITED, ReplicationQuota
 from odradek.cluster.store import EmbeddedStore, MetadataStore
+from odradek.cluster.user_credentials import scram_credential
 from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from odradek.coordinator.producer_ids import ProducerIdManager
@@ -60,6 +62,7 @@ from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.handlers import register_all
 from odradek.server.handlers._group_log import group_log_replicated
+from odradek.server.listener_security import inter_broker_security, listener_security
 from odradek.server.metrics import MetricsServer, require_prometheus_client
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
@@ -106,6 +109,8 @@ class Broker:
         self.group_coordinator: GroupCoordinator
         self.services: BrokerServices
         self._cleaner_values: dict[str, Any] | None = None
+        # How this broker reaches the others' inter-broker listener (cluster mode).
+        self._inter_broker = PLAINTEXT
         # metrics.listener: counters for the Prometheus endpoint (None: not counted at all)
         self.metrics_listener = parse_metrics_listener(config["metrics.listener"])
         self.topic_stats: BrokerTopicStats | None = None
@@ -142,9 +147,13 @@ class Broker:
         # queued.max.request.bytes is broker-wide: one pool for every listener
         pool = (RequestMemoryPool(net.queued_max_request_bytes)
                 if net.queued_max_request_bytes > 0 else None)
+        if self.config["zookeeper.connect"]:
+            self._inter_broker = inter_broker_security(self.config)
         for listener in self.config.listeners:
+            security = listener_security(self.config, listener.name, self._scram_credential)
             server = KafkaServer(self.registry, listener.host, listener.port, net,
-                                 memory_pool=pool, request_stats=self.request_stats)
+                                 memory_pool=pool, request_stats=self.request_stats,
+                                 security=security)
             self.servers.append(server)
             await server.bind()
         store: MetadataStore
@@ -372,14 +381,16 @@ class Broker:
                 log.exception("shrinking ISRs failed")
 
     async def _connect_to_broker(self, broker_id: int) -> BrokerConnection | None:
-        """A connection to another broker's first listener (a follower's fetcher)."""
+        """A connection to another broker's inter-broker listener (a follower's fetcher)."""
         assert self._cluster is not None
-        for found, host, port, _rack in self._cluster.live_endpoints():
+        for found, host, port, _rack in self._cluster.live_endpoints(
+                self.config.inter_broker_listener):
             if found == broker_id:
                 try:
                     return await BrokerConnection.open(
                         f"{host}:{port}", timeout=10.0,
                         client_id=f"broker-{self.broker_id}-fetcher",
+                        security=self._inter_broker,
                     )
                 except (OSError, ClientError, TimeoutError) as exc:
                     log.info("cannot connect to broker %d at %s:%d: %s", broker_id, host,
@@ -412,21 +423,38 @@ class Broker:
 
     def _endpoints(self) -> list[EndPoint]:
         """This broker's advertised listeners, with the ports actually bound."""
-        out = []
-        for listener, server in zip(
-            self.config.advertised_listeners, self.servers, strict=False
-        ):
-            port = server.port if listener.port == 0 else listener.port
-            out.append(EndPoint(listener.name.upper(), listener.host, port))
-        return out
+        return [self._advertised(listener.name) for listener in self.config.advertised_listeners]
 
-    def _live_brokers(self) -> list[tuple[int, str, int, str | None]]:
-        """(id, host, port, rack) of every live broker, for Metadata and DescribeCluster."""
+    def _advertised(self, name: str) -> EndPoint:
+        """The advertised endpoint of listener ``name`` (its bound port for port 0)."""
+        listener = next(a for a in self.config.advertised_listeners if a.name == name)
+        port = listener.port
+        if port == 0:
+            server = next((s for lst, s in zip(self.config.listeners, self.servers,
+                                               strict=False) if lst.name == name), None)
+            port = server.port if server is not None else 0
+        return EndPoint(name, listener.host, port, self.config.listener_protocols[name])
+
+    def _live_brokers(self, listener: str | None = None) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every live broker on ``listener`` (default: the
+        inter-broker listener), for Metadata, FindCoordinator and DescribeCluster: each
+        client is given the endpoints of the listener it came in on, and a broker without
+        that listener is left out, as Kafka's metadata cache does."""
+        name = listener or self.config.inter_broker_listener
         if self._cluster is None:
-            host, port = self._advertised_endpoint()
+            if not any(a.name == name for a in self.config.advertised_listeners):
+                return []
+            endpoint = self._advertised(name)
             rack = self.config["broker.rack"] or None
-            return [(self.broker_id, host, port, rack)]
-        return self._cluster.live_endpoints()
+            return [(self.broker_id, endpoint.host, endpoint.port, rack)]
+        return self._cluster.live_endpoints(name)
+
+    async def _scram_credential(self, mechanism: str, user: str) -> str | None:
+        """A user's stored SCRAM credential (read off the loop in cluster mode)."""
+        store = self.metadata.store
+        if self._cluster is None:
+            return scram_credential(store, mechanism, user)
+        return await asyncio.to_thread(scram_credential, store, mechanism, user)
 
     def _forget_topic_stats(self, name: str, info: object) -> None:
         if info is None and self.topic_stats is not None:
@@ -507,8 +535,8 @@ class Broker:
         return GroupCoordinator(topic, CoordinatorConfig.from_broker(config.values))
 
     def _advertised_endpoint(self) -> tuple[str, int]:
-        listener = self.config.advertised_listeners[0]
-        return listener.host, self.port if listener.port == 0 else listener.port
+        endpoint = self._advertised(self.config.inter_broker_listener)
+        return endpoint.host, endpoint.port
 
     async def stop(self) -> None:
         for task in self._tasks:

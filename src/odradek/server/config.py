@@ -30,9 +30,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from odradek.security.acl import KNOWN_AUTHORIZERS
+from odradek.security.principal import parse_mapping_rules
 from odradek.server.connection_quotas import INT_MAX, parse_per_ip_overrides
 from odradek.server.kafka_config_support import (
     KAFKA_BROKER_CONFIGS,
@@ -79,6 +80,62 @@ def _metrics_listener(value: str) -> str | None:
     return None
 
 
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Kafka's default, in its order
+DEFAULT_PROTOCOL_MAP: Final = tuple(
+    f"{p}:{p}" for p in ("SASL_SSL", "PLAINTEXT", "SSL", "SASL_PLAINTEXT"))
+
+
+def _protocol(value: str) -> str | None:
+    if value.upper() not in SECURITY_PROTOCOLS:
+        return f"must be one of {', '.join(SECURITY_PROTOCOLS)}"
+    return None
+
+
+def parse_protocol_map(entries: Iterable[str]) -> dict[str, str]:
+    """``listener.security.protocol.map`` -> {LISTENER: PROTOCOL}; ValueError if bad."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        name, sep, protocol = entry.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name:
+            raise ValueError(f"{entry!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"{protocol!r} of listener {name} is not a security protocol "
+                             f"({', '.join(SECURITY_PROTOCOLS)})")
+        if name in out:
+            raise ValueError(f"listener {name} is mapped twice")
+        out[name] = protocol
+    return out
+
+
+def _protocol_map(value: tuple[str, ...]) -> str | None:
+    try:
+        parse_protocol_map(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _tls_protocols(value: tuple[str, ...]) -> str | None:
+    bad = [v for v in value if v not in ("TLSv1.2", "TLSv1.3")]
+    if bad or not value:
+        return "must list TLSv1.2 and/or TLSv1.3"
+    return None
+
+
+def _choice(*choices: str) -> Any:
+    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
+
+
+def _mapping_rules(value: str) -> str | None:
+    try:
+        parse_mapping_rules(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _per_ip_overrides(value: str) -> str | None:
     try:
         parse_per_ip_overrides(value)
@@ -99,6 +156,54 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("node.id", "int", -1, None, "alias of broker.id (KRaft name)", None),
     ConfigDef("listeners", "list", ("PLAINTEXT://127.0.0.1:9092",), None, "listen addresses"),
     ConfigDef("advertised.listeners", "list", (), None, "addresses given to clients"),
+    ConfigDef("listener.security.protocol.map", "list", DEFAULT_PROTOCOL_MAP, None,
+              "listener name -> security protocol (NAME:PROTOCOL,...)", _protocol_map),
+    ConfigDef("inter.broker.listener.name", "string", "", None,
+              "the listener brokers use to reach each other (empty: the one named after "
+              "security.inter.broker.protocol)"),
+    ConfigDef("security.inter.broker.protocol", "string", "PLAINTEXT", None,
+              "the security protocol between brokers (when inter.broker.listener.name is "
+              "not set)", _protocol),
+    ConfigDef("ssl.keystore.type", "string", "JKS", None,
+              "PEM or PKCS12 (Kafka's default JKS cannot be read)"),
+    ConfigDef("ssl.keystore.location", "string", "", None, "the broker's key and certificate"),
+    ConfigDef("ssl.keystore.password", "password", "", None, "password of the keystore"),
+    ConfigDef("ssl.key.password", "password", "", None, "password of the private key"),
+    ConfigDef("ssl.keystore.key", "password", "", None,
+              "the private key in PEM, inline (KIP-651; ssl.keystore.type=PEM)"),
+    ConfigDef("ssl.keystore.certificate.chain", "password", "", None,
+              "the certificate chain in PEM, inline (KIP-651; ssl.keystore.type=PEM)"),
+    ConfigDef("ssl.truststore.type", "string", "JKS", None,
+              "PEM or PKCS12 (Kafka's default JKS cannot be read)"),
+    ConfigDef("ssl.truststore.location", "string", "", None,
+              "the CAs client certificates must chain to"),
+    ConfigDef("ssl.truststore.password", "password", "", None, "password of the truststore"),
+    ConfigDef("ssl.truststore.certificates", "password", "", None,
+              "trusted certificates in PEM, inline (KIP-651; ssl.truststore.type=PEM)"),
+    ConfigDef("ssl.enabled.protocols", "list", ("TLSv1.2", "TLSv1.3"), None,
+              "TLS versions accepted", _tls_protocols),
+    ConfigDef("ssl.cipher.suites", "list", (), None,
+              "cipher suites of TLSv1.2 (OpenSSL or IANA names; empty: the defaults)"),
+    ConfigDef("ssl.client.auth", "string", "none", None,
+              "client certificates: none, requested or required",
+              _choice("none", "requested", "required")),
+    ConfigDef("ssl.principal.mapping.rules", "string", "DEFAULT", None,
+              "certificate subject -> principal name (DEFAULT, RULE:pattern/replacement/[LU])",
+              _mapping_rules),
+    ConfigDef("sasl.enabled.mechanisms", "list", ("GSSAPI",), None,
+              "SASL mechanisms of SASL listeners (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", None,
+              "the SASL mechanism brokers authenticate to each other with (PLAIN, "
+              "SCRAM-SHA-256, SCRAM-SHA-512)"),
+    ConfigDef("sasl.jaas.config", "password", "", None,
+              "JAAS login module configuration (PlainLoginModule's user_<name> entries)"),
+    ConfigDef("sasl.server.max.receive.size", "int", 524288, None,
+              "largest SASL token before authentication", _ge(1)),
+    ConfigDef("connections.max.reauth.ms", "long", 0, None,
+              "SASL sessions last at most this long before re-authentication (KIP-368; "
+              "0: forever)", _ge(0)),
+    ConfigDef("connection.failed.authentication.delay.ms", "int", 100, None,
+              "how long a failed authentication waits before its answer", _ge(0)),
     ConfigDef("log.dirs", "list", ("./data",), None, "data directories"),
     ConfigDef("log.dir", "string", "", None, "single data directory (log.dirs wins)"),
     ConfigDef("num.partitions", "int", 1, None, "partitions of auto-created topics", _ge(1)),
@@ -244,6 +349,10 @@ _OWN: tuple[ConfigDef, ...] = (
 )
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _OWN}
+_LISTENER_SECURITY_KEYS: frozenset[str] = frozenset(
+    d.name for d in _OWN
+    if d.name.startswith(("ssl.", "sasl.", "connections.max.reauth", "connection.failed"))
+)
 for _topic_def in TOPIC_CONFIGS.values():
     if _topic_def.broker_key and _topic_def.broker_key not in BROKER_CONFIGS:
         BROKER_CONFIGS[_topic_def.broker_key] = ConfigDef(
@@ -282,6 +391,38 @@ class Listener:
         if not 0 <= port <= 65535:
             raise ConfigError(f"invalid listener {text!r}: port out of range")
         return cls(m["name"].upper(), host, port)
+
+
+_SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_UNSERVED_MECHANISMS: Final = ("GSSAPI", "OAUTHBEARER")
+_PER_LISTENER = re.compile(r"^listener\.name\.[A-Za-z0-9_]+\.(?:(?P<mech>[a-z0-9-]+)\.)?"
+                           r"(?P<key>(?:ssl|sasl|connections)\..+)$")
+
+
+def per_listener_base(key: str) -> str | None:
+    """The served security config a ``listener.name.<listener>.<config>`` key overrides,
+    else None (``listener.name.<listener>.<mechanism>.sasl.jaas.config`` included)."""
+    m = _PER_LISTENER.match(key)
+    if m is None:
+        return None
+    base = m["key"]
+    if m["mech"] is not None and base != "sasl.jaas.config":
+        return None
+    return base if base in _LISTENER_SECURITY_KEYS else None
+
+
+def _check_mechanisms(listener: str, enabled: Iterable[str]) -> None:
+    enabled = [m.upper() for m in enabled]
+    unserved = [m for m in enabled if m in _UNSERVED_MECHANISMS]
+    unknown = [m for m in enabled if m not in _SASL_MECHANISMS and m not in unserved]
+    if unknown:
+        raise ConfigError(f"invalid value for sasl.enabled.mechanisms of listener {listener}: "
+                          f"unknown mechanism {', '.join(unknown)}")
+    if unserved:
+        raise ConfigError(
+            f"SASL mechanism {', '.join(unserved)} (sasl.enabled.mechanisms of listener "
+            f"{listener}) is not supported by Odradek yet: enable PLAIN, SCRAM-SHA-256 or "
+            "SCRAM-SHA-512")
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -380,6 +521,9 @@ class BrokerConfig:
         unserved: dict[str, str] = {}
         for key, value in raw.items():
             d = BROKER_CONFIGS.get(key)
+            if d is None and (base := per_listener_base(key)) is not None:
+                parse_value(BROKER_CONFIGS[base], value)  # checked, read per listener
+                continue
             if d is None:
                 reason = unserved_reason(key)
                 if reason is None:
@@ -418,15 +562,75 @@ class BrokerConfig:
                 "max.connections.per.ip can be set to zero only if "
                 "max.connections.per.ip.overrides is set"
             )
+        self._derive_listeners()
+
+    def _derive_listeners(self) -> None:
+        """Listeners, their security protocols and the inter-broker listener, checked as
+        KafkaConfig checks them (its messages)."""
+        v = self.values
         listeners = [Listener.parse(x) for x in v["listeners"]]
         if not listeners:
             raise ConfigError("listeners must name at least one address")
         advertised = [Listener.parse(x) for x in v["advertised.listeners"]] or listeners
         names = [lst.name for lst in listeners]
         if len(set(names)) != len(names):
-            raise ConfigError(f"listeners repeat a listener name: {', '.join(names)}")
+            raise ConfigError(f"Each listener must have a different name, listeners: "
+                              f"{','.join(v['listeners'])}")
+        ports = [lst.port for lst in listeners if lst.port != 0]
+        if len(set(ports)) != len(ports):
+            raise ConfigError(f"Each listener must have a different port, listeners: "
+                              f"{','.join(v['listeners'])}")
+        protocols = parse_protocol_map(v["listener.security.protocol.map"])
+        for lst in [*listeners, *advertised]:
+            if lst.name not in protocols:
+                raise ConfigError(
+                    f"No security protocol defined for listener {lst.name} (set it in "
+                    "listener.security.protocol.map)")
+        unknown = [a.name for a in advertised if a.name not in names]
+        if unknown:
+            raise ConfigError(
+                "advertised.listeners listener names must be equal to or a subset of the ones "
+                f"defined in listeners. Found {','.join(unknown)}. The valid options based "
+                f"on the current configuration are {','.join(names)}")
+        inter_name = v["inter.broker.listener.name"].strip().upper()
+        if inter_name:
+            if "security.inter.broker.protocol" in self.raw:
+                raise ConfigError("Only one of inter.broker.listener.name and "
+                                  "security.inter.broker.protocol should be set.")
+            if inter_name not in protocols:
+                raise ConfigError(
+                    f"Listener with name {inter_name} defined in inter.broker.listener.name "
+                    "not found in listener.security.protocol.map.")
+        else:
+            inter_name = v["security.inter.broker.protocol"].strip().upper()
+        advertised_names = [a.name for a in advertised]
+        if inter_name not in advertised_names:
+            raise ConfigError(
+                "inter.broker.listener.name must be a listener name defined in "
+                "advertised.listeners. The valid options based on currently configured "
+                f"listeners are {','.join(advertised_names)}")
         self.listeners = listeners
         self.advertised_listeners = advertised
+        self.listener_protocols = {n: protocols[n] for n in names}
+        self.inter_broker_listener = inter_name
+        mechanisms = v["sasl.enabled.mechanisms"]
+        if any(p.startswith("SASL_") for p in self.listener_protocols.values()):
+            for name in names:
+                if self.listener_protocols[name].startswith("SASL_"):
+                    enabled = self.listener_value(name, "sasl.enabled.mechanisms") or mechanisms
+                    _check_mechanisms(name, enabled)
+
+    def listener_value(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """A security config of ``listener`` as Kafka resolves it: the
+        ``listener.name.<listener>.`` override (``listener.name.<listener>.<mechanism>.``
+        for a SASL mechanism's ``sasl.jaas.config``), else the broker-wide value."""
+        prefix = f"listener.name.{listener.lower()}."
+        keys = [f"{prefix}{mechanism.lower()}.{key}"] if mechanism else []
+        keys.append(prefix + key)
+        for full in keys:
+            if full in self.raw:
+                return parse_value(BROKER_CONFIGS[key], self.raw[full])
+        return self.values[key]
 
     def report_unknown(self) -> None:
         for key in self.unknown:
@@ -460,3 +664,7 @@ class BrokerConfig:
 
     listeners: list[Listener] = field(default_factory=list)
     advertised_listeners: list[Listener] = field(default_factory=list)
+    listener_protocols: dict[str, str] = field(default_factory=dict)
+    """Listener name -> its security protocol (``listener.security.protocol.map``)."""
+    inter_broker_listener: str = "PLAINTEXT"
+    """The listener other brokers are reached on (``inter.broker.listener.name``)."""

@@ -17,8 +17,9 @@ A key that is neither a Kafka key nor Odradek's is unknown: server.properties re
 with the nearest known key; AlterConfigs stores it as Kafka does (custom broker configs
 are allowed) and it has no effect.
 
-``listener.name.<listener>.<config>`` keys (Kafka's per-listener overrides, mostly of
-security configs) are unserved: Odradek has no per-listener configs yet.
+``listener.name.<listener>.<config>`` keys (Kafka's per-listener overrides) are served
+for the security configs Odradek serves (``ssl.*``, ``sasl.*``, and
+``listener.name.<listener>.<mechanism>.sasl.jaas.config``); any other is unserved.
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ __all__ = [
     "unserved_reason",
 ]
 
-SASL = "SASL is not supported by Odradek yet"
-TLS = "TLS (SSL) is not supported by Odradek yet"
-SECURITY = "security protocols other than PLAINTEXT (TLS, SASL) are not supported by Odradek yet"
+SASL = "this SASL setting is not supported by Odradek yet (it serves PLAIN and SCRAM only)"
+TLS = ("this TLS setting is not supported by Odradek yet (it serves PEM and PKCS12 stores "
+       "through Python's ssl module)")
+SECURITY = "this security setting is not supported by Odradek yet"
 ZK_TLS = "TLS to ZooKeeper is not supported by Odradek yet"
 ZK_ACL = "ZooKeeper ACLs on Kafka's znodes are not supported by Odradek yet"
 KRAFT = ("KRaft mode is not supported by Odradek (it runs as one embedded node or in "
@@ -76,8 +78,14 @@ TIMESTAMP_DIFF = ("the deprecated log.message.timestamp.difference.max.ms is not
                   "log.message.timestamp.after.max.ms (KIP-937)")
 PARALLEL_RECOVERY = ("recovering logs in parallel is not supported by Odradek yet (it recovers "
                      "them one after another)")
-PER_LISTENER = ("per-listener configs (listener.name.<listener>.<config>) are not supported "
-                "by Odradek yet")
+PER_LISTENER = ("per-listener overrides (listener.name.<listener>.<config>) of this config "
+                "are not supported by Odradek yet (only of the ssl.* and sasl.* configs it "
+                "serves)")
+
+PER_LISTENER_STATIC = ("per-listener security configs are read from server.properties at "
+                       "start-up: changing them dynamically (reloading certificates) is not "
+                       "supported by Odradek yet")
+_STATIC_PER_LISTENER = ("ssl.", "sasl.", "connections.max.reauth.ms")
 
 NOT_APPLICABLE_PREFIX = "does not apply to Odradek"
 _THREADS = f"{NOT_APPLICABLE_PREFIX}: it has no JVM thread pools (one asyncio event loop)"
@@ -127,11 +135,6 @@ _EXACT: dict[str, str] = {
     "broker.id.generation.enable": ID_GENERATION,
     "reserved.broker.max.id": ID_GENERATION,
     "principal.builder.class": SECURITY,
-    "listener.security.protocol.map": SECURITY,
-    "security.inter.broker.protocol": SECURITY,
-    "inter.broker.listener.name": SECURITY,
-    "connections.max.reauth.ms": SASL,
-    "connection.failed.authentication.delay.ms": SECURITY,
     "security.providers": SECURITY,
     "alter.config.policy.class.name": PLUGINS,
     "create.topic.policy.class.name": PLUGINS,
@@ -158,6 +161,13 @@ _EXACT: dict[str, str] = {
 # quota windows are served, though "controller." keys are otherwise KRaft's.
 _SERVED_UNDER_AN_UNSERVED_PREFIX = frozenset({
     "controller.quota.window.num", "controller.quota.window.size.seconds",
+    # the TLS and SASL settings Odradek serves (server/config.py)
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type",
+    "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates",
+    "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.client.auth",
+    "ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "sasl.jaas.config",
+    "sasl.server.max.receive.size", "sasl.mechanism.inter.broker.protocol",
 })
 _PREFIXES: tuple[tuple[str, str], ...] = (
     ("listener.name.", PER_LISTENER),
@@ -214,6 +224,7 @@ ODRADEK_DEFAULTS: dict[str, str] = {
                         "for every answer, data that no longer fits the CPU's cache); "
                         "librdkafka reads 8 partitions about a third faster with 8 MiB "
                         "answers (docs/architecture.md, 'Fetch response size')"),
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3, Kafka's own default on a JVM with TLSv1.3",
 }
 
 # Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: dynamic only with a listener prefix.
@@ -247,7 +258,13 @@ def unserved_reason(name: str) -> str | None:
     if name in _SERVED_UNDER_AN_UNSERVED_PREFIX:
         return None
     if name.startswith("listener.name."):
-        return PER_LISTENER if kafka_key(name) is not None else None
+        if kafka_key(name) is None:
+            return None
+        m = _LISTENER_KEY.match(name)
+        if m and (m[1].startswith(_STATIC_PER_LISTENER)
+                  or m[1].split(".", 1)[-1].startswith(_STATIC_PER_LISTENER)):
+            return PER_LISTENER_STATIC
+        return PER_LISTENER
     if kafka_key(name) is None:
         return None
     for prefix, reason in _PREFIXES:

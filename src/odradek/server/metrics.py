@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.server.broker_stats import BrokerTopicStats, RequestStats
     from odradek.server.config import BrokerConfig
+    from odradek.server.network.security import ListenerSecurity
     from odradek.server.watchdog import LoopWatchdog
     from odradek.storage.cleaner_manager import LogCleaner
 
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 class _Listener(Protocol):
     @property
     def connections(self) -> Collection[object]: ...
+
+    security: ListenerSecurity
 
 
 class BrokerView(Protocol):
@@ -139,6 +142,8 @@ class Snapshot:
     offsets: int = 0
     lag: list[tuple[str, str, int, int, int]] = field(default_factory=list)
     connections: list[tuple[str, int]] = field(default_factory=list)
+    # listener -> (successful, failed, successful re-authentications)
+    authentications: list[tuple[str, int, int, int]] = field(default_factory=list)
     took_s: float = 0.0
 
 
@@ -223,6 +228,9 @@ def snapshot(broker: BrokerView) -> Snapshot:
     snap.connections = [(listener.name, len(server.connections))
                         for listener, server in zip(broker.config.listeners, broker.servers,
                                                     strict=False)]
+    snap.authentications = [
+        (server.security.name, server.security.stats.successful, server.security.stats.failed,
+         server.security.stats.successful_reauthentication) for server in broker.servers]
     snap.took_s = time.perf_counter() - started
     return snap
 
@@ -401,6 +409,18 @@ class BrokerCollector:
         for listener, count in snap.connections:
             connections.add_metric([listener], count)
         yield connections
+
+        # Kafka's socket-server metrics successful-/failed-authentication-total and
+        # successful-reauthentication-total, per listener
+        names = ("successful_authentication", "failed_authentication",
+                 "successful_reauthentication")
+        families = [CounterMetricFamily(f"kafka_server_socket_server_metrics_{name}",
+                                        f"{name.replace('_', ' ')}s (TLS handshakes, SASL)",
+                                        labels=["listener"]) for name in names]
+        for listener, *counts in snap.authentications:
+            for family, count in zip(families, counts, strict=True):
+                family.add_metric([listener], count)
+        yield from families
 
 
 def _sample(name: str, labels: dict[str, str], value: float) -> Any:

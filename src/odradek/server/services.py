@@ -60,8 +60,10 @@ class BrokerServices:
     """Dynamic broker configs layered over the static ones (Kafka's DynamicBrokerConfig)."""
     advertised_endpoint: Callable[[], tuple[str, int]]
     """This broker's advertised (host, port); the port is known once it listens."""
-    live_brokers: Callable[[], list[tuple[int, str, int, str | None]]]
-    """(id, host, port, rack) of every live broker (this one alone on a single node)."""
+    live_brokers: Callable[..., list[tuple[int, str, int, str | None]]]
+    """(id, host, port, rack) of every live broker (this one alone on a single node) on
+    the listener named by the optional argument (a request's ``ctx.listener_name``: each
+    client gets the endpoints of its own listener), by default the inter-broker one."""
     controller_id: Callable[[], int]
     """The controller's broker id (-1 while none is known)."""
     elect_preferred: Callable[[list[tuple[str, int]]], Awaitable[list[tuple[str, int]] | None]]

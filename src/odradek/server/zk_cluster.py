@@ -252,12 +252,14 @@ class ZkCluster:
         # Kafka's rack awareness needs every broker's rack, or none.
         return racks if len(racks) == len(self._live) else {}
 
-    def live_endpoints(self) -> list[tuple[int, str, int, str | None]]:
-        """(id, host, port, rack) of every live broker on the first listener's name."""
-        name = self.config.advertised_listeners[0].name.upper()
+    def live_endpoints(self, name: str | None = None) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every live broker with a listener named ``name``
+        (default: the inter-broker listener); brokers without it are left out, as Kafka's
+        metadata cache leaves them out."""
+        name = name or self.config.inter_broker_listener
         out = []
         for broker_id, info in sorted(self._live.items()):
-            endpoint = info.endpoint(name) or (info.endpoints[0] if info.endpoints else None)
+            endpoint = info.endpoint(name)
             if endpoint is not None:
                 out.append((broker_id, endpoint.host, endpoint.port, info.rack))
         return out

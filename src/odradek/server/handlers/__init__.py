@@ -28,6 +28,8 @@ from odradek.server.handlers.offsets import register_offsets
 from odradek.server.handlers.partitions import register_partitions
 from odradek.server.handlers.produce import register_produce
 from odradek.server.handlers.reassignments import register_reassignments
+from odradek.server.handlers.sasl import register_sasl
+from odradek.server.handlers.scram_credentials import register_scram_credentials
 from odradek.server.handlers.topics import register_topics
 from odradek.server.services import BrokerServices
 
@@ -53,3 +55,5 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_reassignments(registry, services)
     register_elect_leaders(registry, services)
     register_acls(registry, services)
+    register_sasl(registry)
+    register_scram_credentials(registry, services)

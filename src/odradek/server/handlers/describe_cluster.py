@@ -45,7 +45,7 @@ async def describe_cluster(services: BrokerServices, ctx: RequestContext, reques
                     cluster_authorized_operations=NOT_REQUESTED)
     brokers = tuple(make(m.DescribeClusterBroker, broker_id=b, host=host, port=port,
                          rack=rack, is_fenced=False)
-                    for b, host, port, rack in services.live_brokers())
+                    for b, host, port, rack in services.live_brokers(ctx.listener_name))
     return make(m.DescribeClusterResponse, throttle_time=ZERO_THROTTLE,
                 error_code=ErrorCode.none, error_message=None,
                 endpoint_type=ENDPOINT_BROKERS, cluster_id=services.metadata.cluster_id,

@@ -123,7 +123,8 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, reques
 def _coordinator(
     services: BrokerServices, ctx: RequestContext, key_type: int, not_yet: bool, key: str,
 ) -> tuple[ErrorCode, str | None, int, str, int]:
-    """(error, message, node id, host, port) answering one coordinator key."""
+    """(error, message, node id, host, port) answering one coordinator key, with the
+    coordinator's endpoint on the listener the request came in on."""
     if key_type == KEY_TYPE_GROUP and not allowed(
             services.authorizer, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
         return (ErrorCode.group_authorization_failed,
@@ -140,7 +141,8 @@ def _coordinator(
     if error != ErrorCode.none:
         return error, None, -1, "", -1
     endpoint = next(
-        ((host, port) for b, host, port, _ in services.live_brokers() if b == node), None
+        ((host, port) for b, host, port, _ in services.live_brokers(ctx.listener_name)
+         if b == node), None
     )
     if endpoint is None:  # the leader is not registered (yet, or any more)
         return (ErrorCode.coordinator_not_available,

@@ -71,7 +71,7 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
     quota: MutationQuota | None = None
     info: TopicInfo | None
     requested = request.topics
-    live_brokers = services.live_brokers()
+    live_brokers = services.live_brokers(ctx.listener_name)
     live = {b[0] for b in live_brokers}
     authorizer = services.authorizer
     # KIP-430 (v8+): the operations the caller may perform, when asked

@@ -9,7 +9,8 @@ asyncio event loop instead of threads. One module a job, each opening with how i
                limits (``max.connections*``, the creation rate), rejections logged
                without flooding, graceful shutdown (Kafka's ``SocketServer``, Acceptor)
 ``connection`` :class:`KafkaConnection`, an ``asyncio.Protocol``: a connection's life,
-               accept → authenticate → serve → close, in one class; idle expiry
+               accept (after the TLS handshake) → authenticate → serve → close, in one
+               class; idle expiry
 ``reader``     framing (``socket.request.max.bytes``), the in-flight bounds
                (``queued.max.requests``, ``queued.max.request.bytes``), quota muting,
                refusing a bad frame after answering the requests before it
@@ -20,7 +21,10 @@ asyncio event loop instead of threads. One module a job, each opening with how i
 ``eager``      running a handler up to its first wait inside dispatch, without a task
 ``inflight``   a connection's requests in flight, in order, and what they hold
 ``writer``     the ordered response writer: coalescing, file regions (zero-copy
-               ``sendfile``, the copy path TLS will extend), drain
+               ``sendfile``; bounded chunks on TLS), drain
+``security``   a listener's security protocol, TLS context, principal mapping, SASL
+               settings and authentication counts (Kafka's ``ChannelBuilders``)
+``sasl``       a SASL connection's gate and authenticator (``SaslServerAuthenticator``)
 ``config``     :class:`NetworkConfig`, the Kafka broker configs the layer reads
 ============== ==========================================================================
 

@@ -41,6 +41,7 @@ from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.log_summary import RejectionLog, Summary
 from odradek.server.network.config import NetworkConfig
 from odradek.server.network.connection import KafkaConnection
+from odradek.server.network.security import ListenerSecurity
 
 if TYPE_CHECKING:
     from odradek.server.broker_stats import RequestStats
@@ -54,6 +55,9 @@ log = logging.getLogger("odradek.server.network")
 # (asyncio's own server waits a second; Kafka's Acceptor logs and goes on).
 ACCEPT_RETRY_DELAY_S: Final = 0.1
 _ACCEPT_FAILED: Final = "accept failed"
+# A TLS client that has not finished its handshake in this long is dropped (the JVM
+# broker's handshake has no bound of its own; the idle timeout ends it there).
+TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0
 _ACCEPT_PEER_ERRNOS: Final = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EAGAIN})
 
 
@@ -76,8 +80,11 @@ class KafkaServer:
         memory_pool: RequestMemoryPool | None = None,
         request_quota: ClientQuotaManager | None = None,
         request_stats: RequestStats | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.registry = registry
+        # The listener's name, security protocol, TLS context and SASL settings.
+        self.security = security or ListenerSecurity()
         self.request_quota = request_quota
         # Request metrics (metrics.listener set): counted by the connections' writers.
         self.request_stats = request_stats
@@ -278,13 +285,30 @@ class KafkaServer:
     async def _attach(
         self, loop: asyncio.AbstractEventLoop, connection: KafkaConnection, sock: socket.socket
     ) -> None:
+        context = self.security.ssl_context
         try:
-            await loop.connect_accepted_socket(functools.partial(_same, connection), sock)
+            if context is None:
+                await loop.connect_accepted_socket(functools.partial(_same, connection), sock)
+            else:  # the TLS handshake runs first; connection_made follows it
+                await loop.connect_accepted_socket(
+                    functools.partial(_same, connection), sock, ssl=context,
+                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
+                )
         except BaseException as e:  # the socket died between accept and setup, or stop()
+            peer = self._counted.get(connection, "?")
             sock.close()
             self.forget(connection)
             if not isinstance(e, Exception):
                 raise
+            if context is not None:
+                # Kafka: "Failed authentication with /host (SSL handshake failed)"
+                self.security.stats.failed += 1
+                self.log_rejection(
+                    "ssl handshake", peer,
+                    f"Failed authentication with {peer} on listener {self.security.name} "
+                    f"(SSL handshake failed: {_handshake_reason(e)})",
+                )
+                return
             log.debug("could not set up a connection from %s: %r", connection.peer, e)
 
     # -- rejected connections, logged without flooding ------------------------------------
@@ -356,3 +380,13 @@ def _summary_message(summary: Summary) -> str:
 
 def _same(connection: KafkaConnection) -> KafkaConnection:
     return connection
+
+
+def _handshake_reason(e: BaseException) -> str:
+    """Why a TLS handshake failed, in a line (an SSLError's reason, else the error)."""
+    reason = getattr(e, "reason", None)
+    if reason:
+        return str(reason)
+    if isinstance(e, TimeoutError):
+        return "timed out"
+    return str(e) or type(e).__name__

@@ -6,9 +6,14 @@ copies) and plays the per-channel part of Kafka's ``SocketServer.Processor``. It
 1. *Accept.* The acceptor (:mod:`odradek.server.network.acceptor`, Kafka's
    ``Acceptor``) admits the socket and makes the connection; :meth:`connection_made`
    tunes the socket and starts serving.
-2. *Authenticate.* Nothing yet: every connection is PLAINTEXT and served at once. SASL
-   will sit here, between accepting and serving (until it completes, only ApiVersions
-   and the SASL requests are dispatched), and TLS's handshake before it.
+2. *Authenticate.* On a TLS listener the handshake has already run (the acceptor wraps
+   the socket; a failed handshake never becomes a connection): the principal comes from
+   the client's certificate (:meth:`ListenerSecurity.tls_principal`), else it is
+   ``User:ANONYMOUS``. On a SASL listener the connection starts unauthenticated: its
+   :class:`~odradek.server.network.sasl.SaslAuthenticator` gates the reader's frames
+   (only ApiVersions and the SASL requests pass) until the client authenticates, then
+   hands the reader back to the dispatcher, so an authenticated connection costs
+   nothing more per request.
 3. *Serve.* Three parts, each in its own module, joined by the connection's
    :class:`~odradek.server.network.inflight.InFlightRequests`: the
    :class:`~odradek.server.network.reader.RequestReader` frames the bytes and applies the
@@ -35,13 +40,16 @@ import socket
 from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.protocol.registry import HandlerRegistry
+from odradek.security.principal import ANONYMOUS, NoMatchingRuleError
 from odradek.server.client_quotas import ClientQuotaManager
 from odradek.server.flow_control import FlowControl, RequestMemoryPool
 from odradek.server.network.config import NetworkConfig
 from odradek.server.network.dispatch import Dispatcher
 from odradek.server.network.inflight import InFlightRequests
 from odradek.server.network.reader import RequestReader
-from odradek.server.network.writer import ResponseWriter
+from odradek.server.network.sasl import SaslAuthenticator
+from odradek.server.network.security import ListenerSecurity
+from odradek.server.network.writer import ResponseWriter, TlsResponseWriter
 
 if TYPE_CHECKING:
     from odradek.server.broker_stats import RequestStats
@@ -60,6 +68,7 @@ class ConnectionOwner(Protocol):
     request_stats: RequestStats | None
     request_quota: ClientQuotaManager | None
     memory_pool: RequestMemoryPool | None
+    security: ListenerSecurity
 
     def log_rejection(self, cause: str, host: str, message: str, level: int = ...) -> None:
         """Log a rejection of a peer's input, summarised per cause and host."""
@@ -96,6 +105,10 @@ class KafkaConnection(asyncio.Protocol):
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self.peer: tuple[str, int] = ("", 0)
         self.connection_id = ""
+        self.principal = ANONYMOUS
+        self._tls = server.security.uses_tls
+        # A SASL listener's authenticator (SaslHandshake / SaslAuthenticate use it).
+        self.authenticator: SaslAuthenticator | None = None
 
     # -- 1. accept --------------------------------------------------------------------
 
@@ -111,26 +124,47 @@ class KafkaConnection(asyncio.Protocol):
             _tune_socket(sock, self._config)
         high = self._config.write_buffer_high_water_bytes
         transport.set_write_buffer_limits(high=high, low=high // 4)
-        # 2. authenticate: nothing yet (see the module's header)
-        self._serve(transport)
+        # 2. authenticate (see the module's header)
+        security = self._server.security
+        if security.uses_tls:
+            try:
+                self.principal = security.tls_principal(transport.get_extra_info("peercert"))
+            except NoMatchingRuleError as e:
+                security.stats.failed += 1
+                self._server.log_rejection(
+                    "authentication", self.peer[0],
+                    f"Failed authentication with {self.peer[0]} on listener "
+                    f"{security.name} ({e})")
+                transport.abort()
+                return
+            if security.sasl is None:
+                security.stats.successful += 1
+        self._serve(transport, security)
         self._schedule_idle_check(self._config.connections_max_idle_ms / 1000)
         log.debug("connection %s accepted", self.connection_id)
 
     # -- 3. serve ---------------------------------------------------------------------
 
-    def _serve(self, transport: asyncio.Transport) -> None:
+    def _serve(self, transport: asyncio.Transport, security: ListenerSecurity) -> None:
         """Join the reader, the dispatcher and the writer, and start the writer."""
         config, loop, requests = self._config, self._loop, self._requests
         self._flow = flow = FlowControl(transport)
         dispatcher = Dispatcher(
             loop, self._server.registry, requests, self, self.peer, self.connection_id,
             self._refuse, self._server.track, self._stats, self._quota,
+            security.name, self.principal,
         )
         self._reader = reader = RequestReader(
             loop, flow, requests, dispatcher.dispatch, config.socket_request_max_bytes,
             config.queued_max_requests,
         )
-        writer = ResponseWriter(loop, self, transport, flow, requests, reader, self._stats)
+        if security.sasl is not None:
+            self.authenticator = SaslAuthenticator(
+                self, security, loop, dispatcher, reader, requests, self._server.track,
+            )
+        # chosen once: TLS cannot take sendfile, its file regions go in bounded copies
+        writer_class = TlsResponseWriter if security.uses_tls else ResponseWriter
+        writer = writer_class(loop, self, transport, flow, requests, reader, self._stats)
         self._writer = loop.create_task(writer.run())
 
     def data_received(self, data: bytes) -> None:
@@ -170,8 +204,8 @@ class KafkaConnection(asyncio.Protocol):
         # The client half-closed: finish what is in flight, then close (returning True
         # keeps our write side open until then).
         self.half_closed = True
-        if not self._requests.entries:
-            return None
+        if not self._requests.entries or self._tls:
+            return None  # (TLS has no half-close: its transport closes whatever we return)
         return True
 
     def close(self, reason: str, level: int = logging.INFO, cause: str | None = None) -> None:
@@ -212,6 +246,8 @@ class KafkaConnection(asyncio.Protocol):
         self.closing = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self.authenticator is not None:
+            self.authenticator.release()
         if self._reader is not None:
             self._reader.release()
         # Handler tasks are not cancelled: like Kafka, a request already accepted is

@@ -9,8 +9,9 @@ How it works: this is Kafka's ``RequestChannel`` request path and the frame of
    :meth:`~odradek.server.network.reader.RequestReader.refuse`: the connection closes
    once the earlier requests are answered), except ApiVersions at an unsupported
    version, which gets the v0 UNSUPPORTED_VERSION answer (KIP-511).
-   :class:`~odradek.protocol.registry.RequestContext` carries the header fields, the peer
-   and the connection (the handler's channel, for throttling).
+   :class:`~odradek.protocol.registry.RequestContext` carries the header fields, the peer,
+   the connection (the handler's channel, for throttling), the authenticated principal
+   and the listener's name.
 2. *Start.* The handler starts at once, eagerly (:mod:`odradek.server.network.eager`):
    one that never waits finishes inside dispatch, one that waits goes on as a task, so
    a slow Fetch does not hold up a Metadata behind it. Registrations marked ``serial`` first
@@ -90,9 +91,9 @@ _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
 class Dispatcher:
     """Starts one connection's requests and queues their answers in arrival order."""
 
-    __slots__ = ("_channel", "_connection_id", "_loop", "_peer", "_quota", "_refuse",
-                 "_registry", "_requests", "_serial_barrier", "_since_barrier", "_stats",
-                 "_track")
+    __slots__ = ("_channel", "_connection_id", "_listener_name", "_loop", "_peer", "_quota",
+                 "_refuse", "_registry", "_requests", "_serial_barrier", "_since_barrier",
+                 "_stats", "_track", "principal")
 
     def __init__(
         self,
@@ -106,6 +107,8 @@ class Dispatcher:
         track: Callable[[asyncio.Future[Any]], None],
         stats: RequestStats | None,
         quota: ClientQuotaManager | None,
+        listener_name: str = "PLAINTEXT",
+        principal: str = "User:ANONYMOUS",
     ) -> None:
         self._loop = loop
         self._registry = registry
@@ -117,6 +120,9 @@ class Dispatcher:
         self._track = track  # the server's set of running handler tasks
         self._stats = stats  # request metrics (metrics.listener set), else None
         self._quota = quota  # request_percentage (KIP-124)
+        self._listener_name = listener_name  # the listener the connection came in on
+        # The authenticated caller (KafkaPrincipal form); SASL sets it once it succeeds.
+        self.principal = principal
         self._serial_barrier: asyncio.Future[Outcome] | None = None
         self._since_barrier: set[asyncio.Future[Outcome]] = set()
 
@@ -160,6 +166,8 @@ class Dispatcher:
             received_ns=received_ns,
             size=len(frame),
             channel=self._channel,
+            principal=self.principal,
+            listener_name=self._listener_name,
         )
         size = len(frame)
         timing = (None if self._stats is None

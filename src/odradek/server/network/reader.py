@@ -68,6 +68,11 @@ class RequestReader:
         # shutdown, or a frame was refused.
         self.stopped = False
 
+    def set_dispatch(self, dispatch: Callable[[bytearray | bytes], None]) -> None:
+        """Hand frames to ``dispatch`` from now on (a SASL connection's gate, until it
+        authenticates, then the dispatcher itself)."""
+        self._dispatch = dispatch
+
     def receive(self, data: bytes) -> None:
         """Bytes from the socket: buffer them, dispatch what the bounds allow."""
         try:
@@ -159,6 +164,16 @@ class RequestReader:
         self.stopped = True
         self._flow.pause_reading()
         self._requests.push_done(self._loop, Close(reason, logging.INFO, cause))
+
+    def refuse_after_current(self, cause: str, reason: str) -> None:
+        """:meth:`refuse`, from inside the dispatch of a request (a handler started
+        eagerly): the close is queued behind that request, whose answer is sent first."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self._flow.pause_reading()
+        self._loop.call_soon(self._requests.push_done, self._loop,
+                             Close(reason, logging.INFO, cause))
 
     def release(self) -> None:
         """The connection is gone: stop the throttle timer and any pool wait."""

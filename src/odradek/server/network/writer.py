@@ -15,9 +15,11 @@ each answer once its handler is done, whatever order the handlers finish in.
   :data:`COPY_REGION_BYTES` copied with ``pread`` (cheaper than sendfile's
   pause-reading / wait-for-empty-buffer / resume), larger ones through
   :meth:`ResponseWriter._write_region`: zero-copy with ``loop.sendfile``
-  (``os.sendfile``) where the transport has it (plain TCP), else one copy. That method
-  is the seam for TLS: there a large region will be read and written in bounded chunks,
-  waiting for the drain between them, instead of sendfile or a whole-region read.
+  (``os.sendfile``) where the transport has it (plain TCP), else one copy. Zero-copy
+  cannot cross TLS: a TLS connection gets a :class:`TlsResponseWriter` (chosen once,
+  when the connection is made: the plaintext writer does no per-request check), whose
+  large regions are read and written in chunks of :data:`TLS_CHUNK_BYTES`, waiting for
+  the drain between them, so a 50 MB fetch holds one chunk, not the response.
 - *Drain.* When the transport's buffer passes its high-water mark the writer waits for
   it to drain (:mod:`odradek.server.flow_control`), so a slow reader cannot make the
   broker buffer unbounded responses; copied regions are handed over in slices for the
@@ -46,13 +48,17 @@ from odradek.server.network.reader import RequestReader
 if TYPE_CHECKING:
     from odradek.server.broker_stats import RequestStats
 
-__all__ = ["COALESCE_BYTES", "COPY_REGION_BYTES", "ResponseWriter"]
+__all__ = ["COALESCE_BYTES", "COPY_REGION_BYTES", "TLS_CHUNK_BYTES", "ResponseWriter",
+           "TlsResponseWriter"]
 
 # File regions up to this size are copied with pread instead of sent with sendfile: below
 # it the copy costs less than sendfile's pause-reading / wait-for-empty-buffer / resume.
 COPY_REGION_BYTES: Final = 64 * 1024
 # Finished responses gathered into one write stop growing here.
 COALESCE_BYTES: Final = 256 * 1024
+# A TLS connection reads large file regions in chunks of this size (encrypted by the
+# transport as they are written).
+TLS_CHUNK_BYTES: Final = 256 * 1024
 _Buffers = tuple[bytes | bytearray | memoryview, ...]
 _Ready = list[bytes | bytearray | memoryview]
 # The outcome of a cancelled handler: the request cannot be answered, nor the ones after it.
@@ -223,7 +229,7 @@ class ResponseWriter:
 
     async def _write_region(self, part: FileRegion, buffered: _Ready) -> bool:
         """Write ``buffered``, then the large region ``part``: zero-copy where the
-        transport can (plain TCP), else copied (the seam for TLS's bounded reads)."""
+        transport can (plain TCP), else copied (one read: TlsResponseWriter chunks it)."""
         _write_all(self._transport, buffered)
         try:
             with open(part.fd, "rb", buffering=0, closefd=False) as file:
@@ -262,6 +268,38 @@ class ResponseWriter:
             )
             return False
         buffered.append(data)
+        return True
+
+
+class TlsResponseWriter(ResponseWriter):
+    """The writer of a TLS connection: file regions larger than ``COPY_REGION_BYTES`` are
+    read and handed to the transport in chunks of :data:`TLS_CHUNK_BYTES`, waiting for
+    the transport to drain between them (no sendfile: the bytes must be encrypted)."""
+
+    __slots__ = ()
+
+    async def _write_region(self, part: FileRegion, buffered: _Ready) -> bool:
+        transport, flow, connection = self._transport, self._flow, self._connection
+        _write_all(transport, buffered)
+        position, left = part.position, part.size
+        while left:
+            want = min(left, TLS_CHUNK_BYTES)
+            try:
+                data = os.pread(part.fd, want, position)
+            except OSError as e:
+                connection.close(f"reading {part} failed: {e!r}", logging.ERROR)
+                return False
+            if len(data) != want:
+                connection.close(f"file region {part} short by {left - len(data)} bytes",
+                                 logging.ERROR)
+                return False
+            transport.write(data)
+            position += want
+            left -= want
+            if not flow.writable:
+                await flow.drain()
+                if connection.closing:
+                    return False
         return True
 
 

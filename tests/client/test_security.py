@@ -1,0 +1,59 @@
+"""Client security configs in both dialects (Java client's, librdkafka's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trustme
+
+from odradek.client.security import client_security, librdkafka_settings, load_client_properties
+
+JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+        'username="alice" password="a=b;c";')
+
+
+def test_java_style_sasl_ssl(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    path = tmp_path / "client.properties"
+    path.write_text(f"# a comment\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
+                    f"sasl.jaas.config={JAAS}\nssl.truststore.type=PEM\n"
+                    f"ssl.truststore.location={tmp_path / 'ca.pem'}\n")
+    props = load_client_properties(str(path))
+    security = client_security(props)
+    assert (security.protocol, security.mechanism, security.username, security.password) == (
+        "SASL_SSL", "SCRAM-SHA-256", "alice", "a=b;c")
+    assert security.ssl_context is not None and security.ssl_context.check_hostname
+    assert "a=b;c" not in repr(security)
+    assert librdkafka_settings(props) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "alice", "sasl.password": "a=b;c",
+        "ssl.ca.location": str(tmp_path / "ca.pem")}
+
+
+def test_librdkafka_style_plain() -> None:
+    security = client_security({"security.protocol": "sasl_plaintext",
+                                "sasl.mechanisms": "PLAIN", "sasl.username": "bob",
+                                "sasl.password": "pw"})
+    assert (security.protocol, security.mechanism, security.username) == (
+        "SASL_PLAINTEXT", "PLAIN", "bob")
+    assert security.ssl_context is None
+
+
+def test_no_hostname_check_when_asked() -> None:
+    security = client_security({"security.protocol": "SSL",
+                                "ssl.endpoint.identification.algorithm": ""})
+    assert security.ssl_context is not None and not security.ssl_context.check_hostname
+
+
+@pytest.mark.parametrize(("props", "error"), [
+    ({"security.protocol": "TLS"}, "security.protocol"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI",
+      "sasl.username": "a"}, "not supported"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}, "needs a user"),
+    ({"security.protocol": "SSL", "ssl.truststore.location": "/x.jks"}, "Java keystores"),
+])
+def test_errors(props: dict[str, str], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        client_security(props)

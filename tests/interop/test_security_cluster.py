@@ -1,0 +1,94 @@
+"""A three-broker cluster whose brokers authenticate to each other: the inter-broker
+listener is SASL_SSL (SCRAM-SHA-512, the broker's user created through
+AlterUserScramCredentials), clients come in on PLAINTEXT. Records produced with acks=all
+are replicated to every broker, and survive the leader's kill -9."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from ._broker import free_port
+from ._cluster import Cluster, wait_for
+from ._security import make_certs
+
+pytestmark = pytest.mark.interop
+
+BROKER_JAAS = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+               'username="broker" password="broker-secret";')
+
+
+def test_inter_broker_sasl_ssl_replicates_and_survives_a_leader_kill(tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    overrides = {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "inter.broker.listener.name": "SASL_SSL",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": BROKER_JAAS,
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs.server),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(certs.ca),
+        "replica.fetch.backoff.ms": 200,
+    }
+    ports = {b: (free_port(), free_port()) for b in (1, 2, 3)}
+    per_broker = {b: {
+        "listeners": f"PLAINTEXT://127.0.0.1:{p},SASL_SSL://127.0.0.1:{s}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p},SASL_SSL://127.0.0.1:{s}",
+    } for b, (p, s) in ports.items()}
+    with Cluster(tmp_path / "cluster", 3, overrides, per_broker) as cluster:
+        for b, (p, _) in ports.items():
+            cluster.ports[b] = p
+        cluster.start_all()
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for future in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+                "broker", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                b"broker-secret")]).values():
+            future.result(30)
+        topic = f"sec-{uuid.uuid4().hex[:8]}"
+        cluster.create_topic(topic, 1, 3, config={"min.insync.replicas": "2"})
+
+        def isr() -> list[int]:
+            metadata = admin.list_topics(topic, timeout=10)
+            return sorted(metadata.topics[topic].partitions[0].isrs)
+
+        wait_for(lambda: isr() == [1, 2, 3], 60, "every replica in sync over SASL_SSL")
+        # Each client sees its own listener: PLAINTEXT ports only.
+        brokers = admin.list_topics(timeout=10).brokers
+        assert sorted(b.port for b in brokers.values()) == sorted(p for p, _ in
+                                                                  ports.values())
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                             "enable.idempotence": True})
+        for i in range(100):
+            producer.produce(topic, f"r{i}".encode())
+        assert producer.flush(30) == 0
+        leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        cluster.kill9(leader)
+        deadline = time.monotonic() + 60
+        for i in range(100, 200):
+            producer.produce(topic, f"r{i}".encode())
+        while producer.flush(5) and time.monotonic() < deadline:
+            pass
+        assert producer.flush(1) == 0
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe([topic])
+        got: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < 200 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.add(message.value())
+        consumer.close()
+        assert got == {f"r{i}".encode() for i in range(200)}
+        cluster.start(leader)
+        wait_for(lambda: isr() == [1, 2, 3], 60, "the old leader back in sync")
