@@ -1,4 +1,9 @@
-"""Shared pieces of the CLI tools: the bootstrap option and running a client coroutine."""
+"""Shared pieces of the CLI tools: the bootstrap option and running a client coroutine.
+
+A tool's body gets a :class:`ClusterAdmin`: cluster-wide requests go to the bootstrap
+broker, partition-level ones to each partition's leader and group ones to the group's
+coordinator, retried while they move (client/routing.py).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from odradek.client.admin import Admin
-from odradek.client.connection import BrokerConnection, ClientError
+from odradek.client.connection import ClientError
+from odradek.client.routing import ClusterAdmin
 
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
@@ -28,21 +33,21 @@ def parse_pairs(items: list[str] | None, what: str) -> dict[str, str]:
 
 
 def run_with_admin(
-    args: argparse.Namespace, body: Callable[[Admin], Awaitable[int]]
+    args: argparse.Namespace, body: Callable[[ClusterAdmin], Awaitable[int]]
 ) -> int:
     async def main() -> int:
         try:
-            conn = await BrokerConnection.open(args.bootstrap_server, client_id="odradek-cli")
+            admin = await ClusterAdmin.connect(args.bootstrap_server, client_id="odradek-cli")
         except (ClientError, TimeoutError, OSError) as exc:
             print(f"odradek: cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
             return 1
         try:
-            return await body(Admin(conn))
+            return await body(admin)
         except ClientError as exc:
             print(f"odradek: {exc}", file=sys.stderr)
             return 1
         finally:
-            await conn.close()
+            await admin.close()
 
     try:
         return asyncio.run(main())
