@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 
 from tests.interop._broker import REPO, odradek_executable
-from tests.interop._cluster import Cluster, cluster3, cluster3_shared  # noqa: F401
+from tests.interop._cluster import Cluster, cluster3, cluster3_shared
+
+__all__ = ["cluster3", "cluster3_shared"]  # the fixtures, used by name
 
 CLI_TIMEOUT_S = 120.0
 TOPIC_PARTITIONS = 3
