@@ -278,3 +278,85 @@ def test_a_taken_port_is_refused_before_starting_anything(tmp_path: Path) -> Non
             main.main(["dev-cluster", "--brokers", "1", "--base-port", str(port),
                        "--data-dir", str(tmp_path / "dc")])
     assert not (tmp_path / "dc").exists()
+
+
+def readme_block(after: str) -> list[str]:
+    """The command lines of the first ``sh`` block after the line holding ``after`` in
+    README.md, as written, ``# comments`` dropped."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index(after):].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].rstrip() for line in block.splitlines() if line.strip()]
+
+
+def run_line(line: str, cwd: Path, bootstrap: str) -> subprocess.CompletedProcess[str]:
+    """One README line run by bash in ``cwd``; the tools' lines pointed at the test's
+    cluster (the README's take the default 127.0.0.1:9092)."""
+    if any(f"odradek {verb} " in line for verb in ("topics", "produce", "consume")):
+        line += f" --bootstrap-server {bootstrap}"
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, cwd=cwd,
+                          timeout=STOP_TIMEOUT_S * 4, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+
+
+def partition_rows(described: str) -> list[dict[str, str]]:
+    """``topics describe``'s partition lines as {field: value}."""
+    rows = []
+    for line in described.splitlines():
+        if "Partition:" in line:
+            cells = line.split()
+            rows.append({cells[i].rstrip(":"): cells[i + 1] for i in range(0, len(cells) - 1, 2)})
+    return rows
+
+
+def test_the_readme_cluster_section_runs_as_written(tmp_path: Path) -> None:
+    """dev-cluster in one terminal; in another the README's lines, as written: a topic
+    led by the three brokers, broker 2 killed -9 (its leadership moves, the others serve
+    every record), brought back by ``dev-cluster restart`` (in the ISRs again)."""
+    terminal_one = readme_block("`logs/*.log`, `run/broker-<id>.pid`). In one terminal:")
+    terminal_two = readme_block("In another, a topic with a leader on each broker")
+    assert terminal_one == [".venv/bin/odradek dev-cluster --brokers 3"], terminal_one
+    assert len(terminal_two) == 9 and terminal_two[3].startswith("kill -9"), terminal_two
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".venv").symlink_to(REPO / ".venv")
+    base = free_port_run(3)
+    bootstrap = f"127.0.0.1:{base}"
+    out, err = tmp_path / "dc.stdout", tmp_path / "dc.stderr"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(
+            ["bash", "-c", f"exec {terminal_one[0]} --base-port {base}"], cwd=work,
+            stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    run = DevClusterRun(process, out, err)
+    try:
+        run.wait_for_output("ready:")
+        results = {}
+        def described() -> list[dict[str, str]]:
+            return partition_rows(run_line(terminal_two[2], work, bootstrap).stdout)
+
+        for i, line in enumerate(terminal_two):
+            if i == 4:  # describe after the kill: once the controller has moved leadership
+                wait_until(lambda: all(r["Leader"] != "2" and "2" not in r["Isr"].split(",")
+                                       for r in described()),
+                           STOP_TIMEOUT_S, "broker 2 out of leaders and ISRs")
+            if i == 8:  # describe after the restart: once broker 2 has caught up
+                wait_until(lambda: all("2" in r["Isr"].split(",") for r in described()),
+                           STOP_TIMEOUT_S * 2, "broker 2 back in every ISR")
+            res = run_line(line, work, bootstrap)
+            assert res.returncode == 0, (line, res.stdout, res.stderr, run.describe())
+            results[i] = res
+        first = partition_rows(results[2].stdout)
+        assert sorted(r["Leader"] for r in first) == ["1", "2", "3"], results[2].stdout
+        assert "broker 2" in run.stderr() and "SIGKILL" in run.stderr(), run.describe()
+        assert sorted(results[6].stdout.split()) == ["1", "2", "3", "4", "5", "6"]
+        assert results[7].stdout.startswith("restarted broker 2: pid "), results[7].stdout
+        assert run.interrupt() == 0, run.describe()
+        assert "did not stop" not in run.stderr(), run.describe()
+    finally:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            process.wait(STOP_TIMEOUT_S)
+        for pid_file in (work / "dev-cluster" / "run").glob("*.pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)

@@ -7,6 +7,7 @@ What it starts, under ``--data-dir`` (default ``./dev-cluster``)::
     logs/zookeeper.log    ZooKeeper's log
     logs/broker-<id>.log  each broker's stdout and stderr
     dev-cluster.pid       the running dev-cluster's pid (while it runs)
+    run/broker-<id>.pid   each running broker's pid (``kill -9 $(cat ...)`` to try failover)
     control/              restart requests and their answers (``dev-cluster restart``)
 
 Broker ``id`` (1..N) runs ``odradek serve`` with ``broker.id=<id>``,
@@ -87,6 +88,7 @@ POLL_S = 0.1
 LOG_TAIL_LINES = 30
 PID_FILE = "dev-cluster.pid"
 CONTROL_DIR = "control"
+RUN_DIR = "run"
 #: how long ``dev-cluster restart`` waits for the answer (a stop, a start, readiness)
 RESTART_TIMEOUT_S = STOP_GRACE_S + READY_TIMEOUT_S + 15.0
 
@@ -210,6 +212,9 @@ class DevCluster:
         )
         broker = DevBroker(broker_id, port, log_dir, log_path, process, log_file)
         self.brokers[broker_id] = broker
+        run_dir = self.data_dir / RUN_DIR
+        run_dir.mkdir(exist_ok=True)
+        (run_dir / f"broker-{broker_id}.pid").write_text(f"{process.pid}\n")
         return broker
 
     # ---- ZooKeeper
@@ -376,8 +381,9 @@ class DevCluster:
             self._zk = None
         if self.zookeeper is not None:
             self.zookeeper.stop()
-        with contextlib.suppress(FileNotFoundError):
-            (self.data_dir / PID_FILE).unlink()
+        for path in [self.data_dir / PID_FILE, *(self.data_dir / RUN_DIR).glob("*.pid")]:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
 
 def report_death(broker: DevBroker, data_dir: Path | None = None) -> None:
