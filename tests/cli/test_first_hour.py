@@ -223,7 +223,7 @@ def test_ctrl_c_ends_consume_with_kafkas_summary(tmp_path: Path, group: str | No
 
 def test_consume_group_takes_no_partition_or_offset() -> None:
     res = odradek("consume", "--topic", "t", "--group", "g", "--partition", "0")
-    assert res.returncode == 1
+    assert res.returncode == 2  # a usage error, as argparse's own
     assert res.stderr == ("odradek: --group takes no --partition or --offset: the group "
                           "assigns partitions and keeps the offsets\n")
 

@@ -16,6 +16,20 @@ from typing import Any
 from odradek.client.connection import ClientError
 from odradek.client.routing import ClusterAdmin
 
+#: Exit statuses of every ``odradek`` command (docs/operations.md, "Exit statuses")
+EXIT_OK = 0
+EXIT_FAILURE = 1  # the command was right, what it did failed (a broker, a Kafka error)
+EXIT_USAGE = 2  # the command line or the configuration is wrong (as argparse's own)
+
+
+class UsageError(SystemExit):
+    """A usage or configuration error: ``main`` prints the message on stderr and the exit
+    status is :data:`EXIT_USAGE`, the status argparse gives its own errors."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = EXIT_USAGE
+
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092",
@@ -27,7 +41,7 @@ def parse_pairs(items: list[str] | None, what: str) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"odradek: invalid {what} {item!r}: expected key=value")
+            raise UsageError(f"odradek: invalid {what} {item!r}: expected key=value")
         out[key] = value
     return out
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from odradek.cli._common import print_table, run_with_admin
+from odradek.cli._common import EXIT_USAGE, print_table, run_with_admin
 from odradek.client.connection import ClientError
 from odradek.client.routing import ClusterAdmin
 from odradek.text import plural
@@ -116,15 +116,15 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     try:
         wanted = parse_offsets(args.from_file.read_text(), str(args.from_file))
-    except OSError as exc:
+    except OSError as exc:  # the file named on the command line: a usage error
         print(f"odradek: cannot read {args.from_file}: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     except OffsetsFileError as exc:
         print(f"odradek: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     if not wanted:
         print(f"odradek: {args.from_file} has no offsets", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
 
     async def body(admin: ClusterAdmin) -> int:
         description = await admin.on_coordinator(args.group,

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any
 
+from odradek.cli._common import UsageError
 from odradek.cli._perf_report import (
     CONSUMER_HEADER,
     DETAILED_HEADER,
@@ -109,7 +110,7 @@ def consume_fast(args: argparse.Namespace, config: dict[str, Any], ck: Any) -> i
         consumer = ck.Consumer({**config, "enable.auto.commit": "false",
                                 "logger": LIBRDKAFKA_LOGGER})
     except ck.KafkaException as exc:
-        raise SystemExit(f"odradek: invalid consumer configuration: {exc}") from None
+        raise UsageError(f"odradek: invalid consumer configuration: {exc}") from None
     assigned_at: list[float] = []
     changed: list[bool] = [False]
 

@@ -38,7 +38,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from odradek.cli._common import add_bootstrap, parse_pairs, run_with_admin
+from odradek.cli._common import UsageError, add_bootstrap, parse_pairs, run_with_admin
 from odradek.client.admin import Admin
 from odradek.client.connection import ClientError
 from odradek.client.consumer import GroupMember
@@ -211,13 +211,13 @@ def _summary(printed: int) -> None:
 def _consume(args: argparse.Namespace) -> int:
     if args.group is not None:
         if args.partition is not None or args.offset is not None:
-            raise SystemExit("odradek: --group takes no --partition or --offset: "
+            raise UsageError("odradek: --group takes no --partition or --offset: "
                              "the group assigns partitions and keeps the offsets")
         return _consume_group(args)
     if args.offset is not None and args.offset not in ("earliest", "latest") and (
         args.partition is None
     ):
-        raise SystemExit("odradek: --offset N needs --partition")
+        raise UsageError("odradek: --offset N needs --partition")
     return _consume_partitions(args)
 
 

@@ -68,7 +68,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from odradek.cli._common import parse_pairs, print_table
+from odradek.cli._common import UsageError, parse_pairs, print_table
 from odradek.cluster.local_zookeeper import (
     LocalZooKeeper,
     ZooKeeperNotInstalled,
@@ -401,11 +401,11 @@ def report_death(broker: DevBroker, data_dir: Path | None = None) -> None:
 
 def check_args(args: argparse.Namespace) -> dict[str, str]:
     if args.brokers < 1:
-        raise SystemExit("odradek dev-cluster: --brokers must be at least 1")
+        raise UsageError("odradek dev-cluster: --brokers must be at least 1")
     overrides = parse_pairs(args.override, "override")
     reserved = sorted(set(overrides) & set(RESERVED_KEYS))
     if reserved:
-        raise SystemExit(f"odradek dev-cluster: {', '.join(reserved)} is set per broker by "
+        raise UsageError(f"odradek dev-cluster: {', '.join(reserved)} is set per broker by "
                          "dev-cluster and cannot be overridden")
     running = running_pid(Path(args.data_dir))
     if running is not None:

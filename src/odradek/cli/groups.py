@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from odradek.cli import _group_offsets
-from odradek.cli._common import add_bootstrap, print_table, run_with_admin
+from odradek.cli._common import UsageError, add_bootstrap, print_table, run_with_admin
 from odradek.client.connection import ClientError
 from odradek.client.groups import CommittedOffset, GroupDescription, GroupsClient
 from odradek.client.routing import RETRIABLE_CODES, ClusterAdmin
@@ -182,11 +182,11 @@ def _parse_topics(specs: list[str]) -> list[tuple[str, list[int] | None]]:
     for spec in specs:
         topic, sep, parts = spec.partition(":")
         if not topic:
-            raise SystemExit(f"odradek: invalid --topic {spec!r}")
+            raise UsageError(f"odradek: invalid --topic {spec!r}")
         try:
             out.append((topic, [int(p) for p in parts.split(",")] if sep else None))
         except ValueError:
-            raise SystemExit(f"odradek: invalid partitions in --topic {spec!r}") from None
+            raise UsageError(f"odradek: invalid partitions in --topic {spec!r}") from None
     return out
 
 
@@ -194,7 +194,7 @@ def _parse_datetime(text: str) -> int:
     try:
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise SystemExit(f"odradek: invalid --to-datetime {text!r}") from None
+        raise UsageError(f"odradek: invalid --to-datetime {text!r}") from None
     if moment.tzinfo is None:
         moment = moment.astimezone()
     return int(moment.timestamp() * 1000)
@@ -202,6 +202,7 @@ def _parse_datetime(text: str) -> int:
 
 def _reset(args: argparse.Namespace) -> int:
     timestamp = _parse_datetime(args.to_datetime) if args.to_datetime else None
+    wanted_topics = [] if args.all_topics else _parse_topics(args.topic)  # before connecting
 
     async def body(admin: ClusterAdmin) -> int:
         description, offsets = await admin.on_coordinator(
@@ -217,7 +218,7 @@ def _reset(args: argparse.Namespace) -> int:
             targets = sorted(committed)
         else:
             targets = []
-            for topic, partitions in _parse_topics(args.topic):
+            for topic, partitions in wanted_topics:
                 if partitions is None:
                     described = await admin.metadata([topic])
                     if not described or described[0].error != "none":

@@ -6,6 +6,13 @@ that fails to import is an error of the whole command line, naming the module an
 error (exit status 1): a broken install must not quietly lose a sub-command. A sub-command
 that needs an optional extra (mirror: spark) imports it where it runs, not at module
 level, and says which extra to install when it is missing.
+
+Exit statuses, the same for every sub-command (``_common.EXIT_*``): 0 success; 1 a
+runtime failure (a broker unreachable or refusing, a Kafka error, a port or log dir
+taken, a sub-command module that fails to import); 2 a usage or configuration error (a
+flag missing, unknown or in conflict, an invalid value or config key, an input file that
+cannot be read or parsed: argparse's own status, and :class:`UsageError`); 128 + N when
+signal N stopped ``consume`` (130 Ctrl-C, 143 SIGTERM), as Kafka's tools do.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from odradek import __version__
+from odradek.cli._common import UsageError
 
 #: Modules of ``odradek.cli`` that register sub-commands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES = ("dump_log", "topics", "configs", "console", "groups", "leader_election",
@@ -175,7 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"odradek: {exc}", file=sys.stderr)
         return 1
     args = parser.parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        raise
     return result
 
 
