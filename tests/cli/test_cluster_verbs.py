@@ -159,3 +159,26 @@ def test_a_running_consumer_follows_a_leader_killed_under_it(cluster3: Cluster) 
     assert sorted(printed) == sorted(f"v{i}" for i in range(60)), err
     assert err.endswith("Processed a total of 60 messages\n"), err
     assert time.monotonic() - started < CLI_TIMEOUT_S
+
+
+def test_topic_and_config_verbs_through_any_broker(cluster3: Cluster) -> None:
+    """Cluster-wide verbs answer through whichever broker is the bootstrap one: a
+    topic's config set through each broker is seen through the others, and partitions
+    added through one are led and writable."""
+    topic = "configured"
+    spread_topic(cluster3, topic)
+    for i, broker_id in enumerate((1, 2, 3)):
+        address = cluster3.address(broker_id)
+        ok("configs", "--entity-type", "topics", "--entity-name", topic, "--alter",
+           "--add-config", f"retention.ms={1000000 + i}", "-b", address)
+        for other in (1, 2, 3):
+            cluster3.wait_for(lambda other=other, i=i: f"retention.ms={1000000 + i}" in ok(
+                "configs", "--entity-type", "topics", "--entity-name", topic, "--describe",
+                "-b", cluster3.address(other)).stdout, 30, "the config seen everywhere")
+    ok("topics", "alter", "--topic", topic, "--partitions", "4", "-b", cluster3.address(3))
+    cluster3.wait_for(lambda: len(leaders(cluster3, topic)) == 4
+                      and -1 not in leaders(cluster3, topic).values(), 30,
+                      "the new partition led")
+    sent = ok("produce", "--topic", topic, "--partition", "3", "-b", cluster3.address(2),
+              stdin="x\n")
+    assert sent.stderr == f"Sent 1 record to {topic}.\n"
