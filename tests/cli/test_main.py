@@ -156,6 +156,9 @@ def test_a_mistyped_flag_is_named_with_the_nearest_one_under_its_command() -> No
         assert res.returncode == 2, res
         assert res.stderr.startswith(usage), res.stderr
         assert f"error: unrecognized argument {wrong} (did you mean {meant}?)" in res.stderr
+    res = _odradek("dev-cluster", "--brokr", "3")  # a command that also has sub-commands
+    assert res.returncode == 2, res
+    assert "error: unrecognized argument --brokr (did you mean --brokers?)" in res.stderr
     res = _odradek("topics", "list", "--zzzz")
     assert res.returncode == 2 and res.stderr.rstrip().endswith(
         "error: unrecognized argument --zzzz")

@@ -127,15 +127,16 @@ class OdradekArgumentParser(argparse.ArgumentParser):
     to, and the nearest known flag suggested (``--topc`` -> ``--topic``). Sub-commands get
     this class too (argparse makes sub-parsers of the parent's class). A flag is unknown
     when it is not a prefix of any of the command's flags (argparse takes unique
-    prefixes)."""
+    prefixes); a command with sub-commands checks its own flags, up to the sub-command."""
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        if args is not None and self._subparsers is None:  # a leaf command
+        if args is not None:
             known = [o for o in self._option_string_actions if o.startswith("--")]
+            verbs = self._verbs()
             for token in args:
-                if token == "--":
+                if token == "--" or token in verbs:  # the rest is the sub-command's
                     break
                 flag = token.split("=", 1)[0]
                 if flag.startswith("--") and not any(o.startswith(flag) for o in known):
@@ -143,6 +144,11 @@ class OdradekArgumentParser(argparse.ArgumentParser):
                     hint = f" (did you mean {close[0]}?)" if close else ""
                     self.error(f"unrecognized argument {flag}{hint}")
         return super().parse_known_args(args, namespace)
+
+    def _verbs(self) -> set[str]:
+        """The names of this parser's sub-commands (none for a leaf command)."""
+        return {name for action in self._actions
+                if isinstance(action, argparse._SubParsersAction) for name in action.choices}
 
 
 def build_parser() -> argparse.ArgumentParser:
