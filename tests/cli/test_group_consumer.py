@@ -4,7 +4,8 @@ through the real command in a subprocess.
 Without confluent-kafka or any plotting library importable, a member joins, reads from
 the committed offsets, commits and leaves; two members started together split a
 3-partition topic of a three-broker cluster between them (Kafka's range assignment) and
-print every record once, wherever the coordinator and the leaders are.
+print every record once, wherever the coordinator and the leaders are; a member whose
+coordinator is killed -9 under it reads on and commits everything it printed.
 """
 
 from __future__ import annotations
@@ -99,3 +100,52 @@ def test_two_members_split_the_partitions_on_a_cluster(cluster3: Cluster) -> Non
     described = odradek("groups", "describe", "--group", "pair", "-b", cluster3.address(2))
     rows = [r.split() for r in described.stdout.splitlines() if r.startswith(topic)]
     assert len(rows) == 3 and all(r[4] == "0" for r in rows), described.stdout
+
+
+def test_a_member_rides_out_its_coordinator_killed(tmp_path: Path) -> None:
+    """`consume --group` keeps reading and commits everything it printed when the group's
+    coordinator (and the leaders it had) is killed -9 under it: the member finds the new
+    coordinator, rejoins if told to, and its final commit reaches it."""
+    from confluent_kafka.admin import AdminClient
+    from tests.interop._cluster import running_cluster
+
+    with running_cluster(tmp_path / "cluster",
+                         overrides={"offsets.topic.replication.factor": 3}) as cluster:
+        topic, group = "ridden", "riders"
+        made = odradek("topics", "create", "--topic", topic, "--partitions", "3",
+                       "--replication-factor", "3", "-b", cluster.address(1))
+        assert made.returncode == 0, made.stderr
+        sent = odradek("produce", "--topic", topic, "-b", cluster.bootstrap,
+                       stdin="".join(f"v{i}\n" for i in range(30)))
+        assert sent.returncode == 0, sent.stderr
+        member = subprocess.Popen(
+            [str(odradek_executable()), "consume", "--topic", topic, "--group", group,
+             "--from-beginning", "--max-messages", "60", "--timeout-ms", "90000",
+             "-b", cluster.bootstrap],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        try:
+            assert member.stdout is not None
+            first = [member.stdout.readline().rstrip("\n") for _ in range(30)]
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            described = admin.describe_consumer_groups([group])[group].result(30)
+            victim = described.coordinator.id
+            cluster.kill9(victim)
+            survivor = next(b for b in (1, 2, 3) if b != victim)
+            more = odradek("produce", "--topic", topic, "-b", cluster.address(survivor),
+                           stdin="".join(f"v{i}\n" for i in range(30, 60)))
+            assert more.returncode == 0, more.stderr
+            out, err = member.communicate(timeout=CLI_TIMEOUT_S)
+        finally:
+            if member.poll() is None:
+                member.kill()
+                member.wait()
+        assert member.returncode == 0, err
+        assert sorted(first + out.splitlines()) == sorted(f"v{i}" for i in range(60)), err
+        assert err.endswith("Processed a total of 60 messages\n"), err
+        described_after = odradek("groups", "describe", "--group", group,
+                                  "-b", cluster.address(survivor))
+        assert described_after.returncode == 0, described_after.stderr
+        rows = [r.split() for r in described_after.stdout.splitlines()
+                if r.startswith(topic)]
+        assert sum(int(r[2]) for r in rows) == 60, described_after.stdout
