@@ -2,7 +2,10 @@
 
 It prints the table and the bootstrap string, every broker's Metadata lists all of them
 (one cluster), Ctrl-C (SIGINT to its process group, as a terminal sends it) stops
-everything and exits 0; a broker that dies is reported with its log and the rest stopped.
+everything within seconds and exits 0, replicated topics or not, without a SIGKILL; a
+broker killed -9 is reported and the rest keep running, ``dev-cluster restart`` brings it
+back, and a new dev-cluster on the data dir of one stopped with a broker dead starts; a
+broker that cannot start fails the start.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +28,8 @@ from odradek.cluster.local_zookeeper import port_free
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+#: Ctrl-C on a healthy cluster, replicated topics included: every broker stops cleanly
+STOP_HEALTHY_S = 12.0
 
 
 def free_port_run(count: int) -> int:
@@ -91,10 +96,17 @@ class DevClusterRun:
 
 @contextlib.contextmanager
 def dev_cluster(tmp_path: Path, *args: str) -> Iterator[DevClusterRun]:
+    with dev_cluster_on(tmp_path, tmp_path / "dc", *args) as run:
+        yield run
+
+
+@contextlib.contextmanager
+def dev_cluster_on(tmp_path: Path, data_dir: Path, *args: str) -> Iterator[DevClusterRun]:
+    """``odradek dev-cluster --data-dir data_dir``, its output in ``tmp_path``."""
     out, err = tmp_path / "dev-cluster.stdout", tmp_path / "dev-cluster.stderr"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = subprocess.Popen(
-            [str(odradek_executable()), "dev-cluster", "--data-dir", str(tmp_path / "dc"),
+            [str(odradek_executable()), "dev-cluster", "--data-dir", str(data_dir),
              *args],
             stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True,
             env={**os.environ, "PYTHONPATH": str(REPO / "src")},
@@ -124,6 +136,28 @@ def metadata_brokers(bootstrap: str) -> dict[int, str]:
     return {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
 
 
+def odradek(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(odradek_executable()), *args], capture_output=True, text=True,
+                          input=stdin, timeout=STOP_TIMEOUT_S * 4, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def replicated_topic(bootstrap: str, topic: str = "replicated") -> None:
+    made = odradek("topics", "create", "--topic", topic, "--partitions", "3",
+                   "--replication-factor", "3", "-b", bootstrap)
+    assert made.returncode == 0, made.stderr
+    sent = odradek("produce", "--topic", topic, "-b", bootstrap,
+                   stdin="".join(f"r{i}\n" for i in range(30)))
+    assert sent.returncode == 0, sent.stderr
+
+
 def test_starts_prints_the_table_serves_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     base = free_port_run(3)
     with dev_cluster(tmp_path, "--brokers", "3", "--base-port", str(base),
@@ -145,8 +179,12 @@ def test_starts_prints_the_table_serves_and_stops_on_ctrl_c(tmp_path: Path) -> N
             while (seen := metadata_brokers(address)) != everyone:
                 assert time.monotonic() < deadline, f"{address} lists {seen}\n{run.describe()}"
                 time.sleep(0.1)
+        replicated_topic(addresses[0])
         pids = run.pids()
+        started = time.monotonic()
         assert run.interrupt() == 0, run.describe()
+        assert time.monotonic() - started < STOP_HEALTHY_S, run.describe()
+        assert "SIGKILL" not in run.stderr(), run.describe()
         assert all(pid_gone(pid) for pid in pids), run.describe()
         assert "stopped" in run.stdout()
     for broker_id in (1, 2, 3):
@@ -154,16 +192,74 @@ def test_starts_prints_the_table_serves_and_stops_on_ctrl_c(tmp_path: Path) -> N
         assert "stopped cleanly" in log, log[-2000:]
 
 
-def test_a_dead_broker_is_reported_and_the_rest_stopped(tmp_path: Path) -> None:
-    base = free_port_run(2)
-    with dev_cluster(tmp_path, "--brokers", "2", "--base-port", str(base)) as run:
+def test_a_killed_broker_is_reported_the_rest_run_and_restart_brings_it_back(
+    tmp_path: Path,
+) -> None:
+    base = free_port_run(3)
+    addresses = [f"127.0.0.1:{base + i}" for i in range(3)]
+    with dev_cluster(tmp_path, "--brokers", "3", "--base-port", str(base)) as run:
         run.wait_for_output("ready:")
+        replicated_topic(addresses[0])
         pids = run.pids()
         os.kill(int(run.table()["2"][3]), signal.SIGKILL)
-        assert run.process.wait(STOP_TIMEOUT_S) == 1, run.describe()
-        assert "broker 2" in run.stderr() and "broker-2.log" in run.stderr(), run.describe()
-        assert "odradek" in run.stderr().split("broker-2.log", 1)[1]  # the log's tail
-        assert all(pid_gone(pid) for pid in pids), run.describe()
+        wait_until(lambda: "broker 2" in run.stderr(), STOP_TIMEOUT_S, "the report")
+        report = run.stderr()
+        assert f"broker 2 ({addresses[1]}) exited with signal SIGKILL" in report, report
+        assert "restart --broker 2" in report and "broker-2.log" in report, report
+        assert run.process.poll() is None, run.describe()
+        others = [pid for pid in pids if pid != int(run.table()["2"][3])]
+        assert not any(pid_gone(pid) for pid in others), run.describe()
+        # the others serve the topic once its leaders have moved
+        res = odradek("consume", "--topic", "replicated", "--from-beginning",
+                      "--timeout-ms", "3000", "-b", addresses[0])
+        assert res.returncode == 0 and len(res.stdout.splitlines()) == 30, res.stderr
+        restarted = odradek("dev-cluster", "restart", "--broker", "2",
+                            "--data-dir", str(tmp_path / "dc"))
+        assert restarted.returncode == 0, (restarted.stderr, run.describe())
+        assert restarted.stdout.startswith("restarted broker 2: pid "), restarted.stdout
+        wait_until(lambda: metadata_brokers(addresses[0]) == dict(
+            enumerate(addresses, start=1)), 30, "broker 2 back in the metadata")
+        assert run.interrupt() == 0, run.describe()
+
+
+def test_restart_without_a_running_dev_cluster_says_so(tmp_path: Path) -> None:
+    res = odradek("dev-cluster", "restart", "--broker", "1", "--data-dir", str(tmp_path))
+    assert res.returncode == 1
+    assert res.stderr.startswith(f"odradek dev-cluster: no dev-cluster runs on {tmp_path}")
+
+
+def test_a_new_dev_cluster_starts_on_the_data_dir_of_one_with_a_dead_broker(
+    tmp_path: Path,
+) -> None:
+    """Broker 2 killed -9, then Ctrl-C at once (its session still alive, and saved with
+    ZooKeeper's data): the next dev-cluster on that data dir clears the registration and
+    starts, with the topic and its records."""
+    base = free_port_run(3)
+    with dev_cluster(tmp_path, "--brokers", "3", "--base-port", str(base)) as run:
+        run.wait_for_output("ready:")
+        replicated_topic(f"127.0.0.1:{base}")
+        os.kill(int(run.table()["2"][3]), signal.SIGKILL)
+        wait_until(lambda: "broker 2" in run.stderr(), STOP_TIMEOUT_S, "the report")
+        assert run.interrupt() == 0, run.describe()
+    again = tmp_path / "again"
+    again.mkdir()
+    with dev_cluster_on(again, tmp_path / "dc", "--brokers", "3",
+                        "--base-port", str(base)) as run:
+        run.wait_for_output("ready:")
+        assert "cleared the registration of broker 2" in run.stdout(), run.describe()
+        res = odradek("consume", "--topic", "replicated", "--from-beginning",
+                      "--timeout-ms", "3000", "-b", f"127.0.0.1:{base + 1}")
+        assert res.returncode == 0 and len(res.stdout.splitlines()) == 30, res.stderr
+        assert run.interrupt() == 0, run.describe()
+
+
+def test_a_broker_that_cannot_start_fails_the_start(tmp_path: Path) -> None:
+    base = free_port_run(2)
+    with dev_cluster(tmp_path, "--brokers", "2", "--base-port", str(base),
+                     "--override", "num.partitions=many") as run:
+        assert run.process.wait(START_TIMEOUT_S) == 1, run.describe()
+        assert "exited with status 2" in run.stderr(), run.describe()
+        assert "num.partitions" in run.stderr(), run.describe()
 
 
 def test_per_broker_keys_cannot_be_overridden() -> None:
@@ -182,3 +278,85 @@ def test_a_taken_port_is_refused_before_starting_anything(tmp_path: Path) -> Non
             main.main(["dev-cluster", "--brokers", "1", "--base-port", str(port),
                        "--data-dir", str(tmp_path / "dc")])
     assert not (tmp_path / "dc").exists()
+
+
+def readme_block(after: str) -> list[str]:
+    """The command lines of the first ``sh`` block after the line holding ``after`` in
+    README.md, as written, ``# comments`` dropped."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index(after):].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].rstrip() for line in block.splitlines() if line.strip()]
+
+
+def run_line(line: str, cwd: Path, bootstrap: str) -> subprocess.CompletedProcess[str]:
+    """One README line run by bash in ``cwd``; the tools' lines pointed at the test's
+    cluster (the README's take the default 127.0.0.1:9092)."""
+    if any(f"odradek {verb} " in line for verb in ("topics", "produce", "consume")):
+        line += f" --bootstrap-server {bootstrap}"
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, cwd=cwd,
+                          timeout=STOP_TIMEOUT_S * 4, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+
+
+def partition_rows(described: str) -> list[dict[str, str]]:
+    """``topics describe``'s partition lines as {field: value}."""
+    rows = []
+    for line in described.splitlines():
+        if "Partition:" in line:
+            cells = line.split()
+            rows.append({cells[i].rstrip(":"): cells[i + 1] for i in range(0, len(cells) - 1, 2)})
+    return rows
+
+
+def test_the_readme_cluster_section_runs_as_written(tmp_path: Path) -> None:
+    """dev-cluster in one terminal; in another the README's lines, as written: a topic
+    led by the three brokers, broker 2 killed -9 (its leadership moves, the others serve
+    every record), brought back by ``dev-cluster restart`` (in the ISRs again)."""
+    terminal_one = readme_block("`logs/*.log`, `run/broker-<id>.pid`). In one terminal:")
+    terminal_two = readme_block("In another, a topic with a leader on each broker")
+    assert terminal_one == [".venv/bin/odradek dev-cluster --brokers 3"], terminal_one
+    assert len(terminal_two) == 9 and terminal_two[3].startswith("kill -9"), terminal_two
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".venv").symlink_to(REPO / ".venv")
+    base = free_port_run(3)
+    bootstrap = f"127.0.0.1:{base}"
+    out, err = tmp_path / "dc.stdout", tmp_path / "dc.stderr"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(
+            ["bash", "-c", f"exec {terminal_one[0]} --base-port {base}"], cwd=work,
+            stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    run = DevClusterRun(process, out, err)
+    try:
+        run.wait_for_output("ready:")
+        results = {}
+        def described() -> list[dict[str, str]]:
+            return partition_rows(run_line(terminal_two[2], work, bootstrap).stdout)
+
+        for i, line in enumerate(terminal_two):
+            if i == 4:  # describe after the kill: once the controller has moved leadership
+                wait_until(lambda: all(r["Leader"] != "2" and "2" not in r["Isr"].split(",")
+                                       for r in described()),
+                           STOP_TIMEOUT_S, "broker 2 out of leaders and ISRs")
+            if i == 8:  # describe after the restart: once broker 2 has caught up
+                wait_until(lambda: all("2" in r["Isr"].split(",") for r in described()),
+                           STOP_TIMEOUT_S * 2, "broker 2 back in every ISR")
+            res = run_line(line, work, bootstrap)
+            assert res.returncode == 0, (line, res.stdout, res.stderr, run.describe())
+            results[i] = res
+        first = partition_rows(results[2].stdout)
+        assert sorted(r["Leader"] for r in first) == ["1", "2", "3"], results[2].stdout
+        assert "broker 2" in run.stderr() and "SIGKILL" in run.stderr(), run.describe()
+        assert sorted(results[6].stdout.split()) == ["1", "2", "3", "4", "5", "6"]
+        assert results[7].stdout.startswith("restarted broker 2: pid "), results[7].stdout
+        assert run.interrupt() == 0, run.describe()
+        assert "did not stop" not in run.stderr(), run.describe()
+    finally:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            process.wait(STOP_TIMEOUT_S)
+        for pid_file in (work / "dev-cluster" / "run").glob("*.pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)

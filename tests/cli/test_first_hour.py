@@ -117,10 +117,12 @@ def readme_commands(after: str) -> list[str]:
 
 def run_as_written(line: str, bootstrap: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """One README line run by bash in ``cwd`` (where ``.venv`` is the repo's), pointed at
-    the test's broker (the README's commands take the default 127.0.0.1:9092)."""
+    the test's broker (the README's commands take the default 127.0.0.1:9092), with
+    ``TMPDIR`` at ``cwd``'s sibling ``tmp`` (the README writes its example files there)."""
     return subprocess.run(["bash", "-c", f"{line} --bootstrap-server {bootstrap}"],
                           capture_output=True, text=True, cwd=cwd, timeout=CLI_TIMEOUT_S,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src")}, check=False)
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src"),
+                               "TMPDIR": str(cwd.parent / "tmp")}, check=False)
 
 
 def test_the_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
@@ -136,6 +138,7 @@ def test_the_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
     assert "--group my-app" in groups[0] and groups[0].startswith(".venv/bin/odradek consume")
     work = tmp_path / "work"
     work.mkdir()
+    (tmp_path / "tmp").mkdir()
     (work / ".venv").symlink_to(REPO / ".venv")
     with start_broker(tmp_path) as broker:
         results = []
@@ -167,7 +170,8 @@ def test_the_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
                       if "LAG" in line)
         assert sum(int(row[header.index("CURRENT-OFFSET")]) for row in rows) == 2, rows
         assert all(row[header.index("LAG")] == "0" for row in rows), described.stdout
-        assert (work / "my-app.csv").read_text().count("greetings,") == len(rows)
+        assert (tmp_path / "tmp" / "my-app.csv").read_text().count("greetings,") == len(rows)
+        assert not list(work.glob("*.csv"))  # nothing left in the working directory
 
 
 def _default_stop_signals() -> None:
@@ -219,7 +223,7 @@ def test_ctrl_c_ends_consume_with_kafkas_summary(tmp_path: Path, group: str | No
 
 def test_consume_group_takes_no_partition_or_offset() -> None:
     res = odradek("consume", "--topic", "t", "--group", "g", "--partition", "0")
-    assert res.returncode == 1
+    assert res.returncode == 2  # a usage error, as argparse's own
     assert res.stderr == ("odradek: --group takes no --partition or --offset: the group "
                           "assigns partitions and keeps the offsets\n")
 

@@ -157,8 +157,65 @@ def test_a_mistyped_flag_is_named_with_the_nearest_one_under_its_command() -> No
         assert res.returncode == 2, res
         assert res.stderr.startswith(usage), res.stderr
         assert f"error: unrecognized argument {wrong} (did you mean {meant}?)" in res.stderr
+    res = _odradek("dev-cluster", "--brokr", "3")  # a command that also has sub-commands
+    assert res.returncode == 2, res
+    assert "error: unrecognized argument --brokr (did you mean --brokers?)" in res.stderr
     res = _odradek("topics", "list", "--zzzz")
     assert res.returncode == 2 and res.stderr.rstrip().endswith(
         "error: unrecognized argument --zzzz")
     res = _odradek("topics", "list", "--boot", "127.0.0.1:1")  # a prefix: not a typo
     assert "unrecognized" not in res.stderr
+
+
+def test_exit_statuses_are_two_for_usage_and_one_for_runtime_failures(tmp_path: Path) -> None:
+    """One rule for every sub-command: 2 when the command line or the configuration is
+    wrong (as argparse's own errors), 1 when what it did failed; the reason on stderr."""
+    from tests.interop._broker import free_port
+
+    unused = f"127.0.0.1:{free_port()}"
+    for args, message in (
+        (("consume", "--topic", "t", "--offset", "5"), "--offset N needs --partition"),
+        (("consume", "--topic", "t", "--group", "g", "--partition", "0"), "--group takes"),
+        (("topics", "alter", "--topic", "t"), "topics alter needs"),
+        (("topics", "create", "--topic", "t", "--config", "novalue"), "expected key=value"),
+        (("groups", "reset-offsets", "--group", "g", "--topic", "t:x", "--to-earliest",
+          "-b", unused), "invalid partitions"),
+        (("dev-cluster", "--override", "broker.id=3"), "broker.id is set per broker"),
+        (("serve", "--override", "num.partitions=many"), "invalid configuration"),
+        (("consume", "--topic"), "expected one argument"),
+    ):
+        res = _odradek(*args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert message in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
+    for args, message in (
+        (("topics", "list", "-b", unused), "cannot reach"),
+        (("dev-cluster", "restart", "--broker", "1", "--data-dir", str(tmp_path)),
+         "no dev-cluster runs"),
+    ):
+        res = _odradek(*args)
+        assert res.returncode == 1, (args, res.stderr)
+        assert message in res.stderr, (args, res.stderr)
+
+
+def test_make_serve_reports_the_same_statuses(tmp_path: Path) -> None:
+    """`make serve` passes odradek's status on: make's "Error 2" for a configuration
+    error, "Error 1" for a failure at start (a port in use)."""
+    import socket
+
+    def make_serve(*overrides: str) -> subprocess.CompletedProcess[str]:
+        args = " ".join(f"--override {o}" for o in overrides)
+        return subprocess.run(["make", "-s", "serve", f"ARGS={args}"], cwd=REPO,
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
+                              env={**os.environ, "PYTHONPATH": str(SRC)}, check=False)
+
+    bad = make_serve("num.partitions=many")
+    assert bad.returncode == 2, bad.stderr
+    assert "invalid configuration" in bad.stderr and "Error 2" in bad.stderr, bad.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = make_serve(f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                          f"log.dirs={tmp_path / 'data'}")
+    assert busy.returncode == 2  # make's own status: a recipe failed
+    assert "cannot listen" in busy.stderr and "Error 1" in busy.stderr, busy.stderr

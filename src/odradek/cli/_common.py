@@ -1,4 +1,9 @@
-"""Shared pieces of the CLI tools: the bootstrap option and running a client coroutine."""
+"""Shared pieces of the CLI tools: the bootstrap option and running a client coroutine.
+
+A tool's body gets a :class:`ClusterAdmin`: cluster-wide requests go to the bootstrap
+broker, partition-level ones to each partition's leader and group ones to the group's
+coordinator, retried while they move (client/routing.py).
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,28 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from odradek.client.admin import Admin
-from odradek.client.connection import BrokerConnection, ClientError
+from odradek.client.connection import ClientError
+from odradek.client.routing import ClusterAdmin
 from odradek.client.security import (
     PLAINTEXT,
     ClientSecurity,
     client_security,
-    librdkafka_settings,
     load_client_properties,
 )
+
+#: Exit statuses of every ``odradek`` command (docs/operations.md, "Exit statuses")
+EXIT_OK = 0
+EXIT_FAILURE = 1  # the command was right, what it did failed (a broker, a Kafka error)
+EXIT_USAGE = 2  # the command line or the configuration is wrong (as argparse's own)
+
+
+class UsageError(SystemExit):
+    """A usage or configuration error: ``main`` prints the message on stderr and the exit
+    status is :data:`EXIT_USAGE`, the status argparse gives its own errors."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = EXIT_USAGE
 
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
@@ -37,24 +55,10 @@ def security_of(args: argparse.Namespace) -> ClientSecurity:
     try:
         return client_security(load_client_properties(path))
     except OSError as exc:
-        raise SystemExit(f"odradek: cannot read --command-config {path}: "
+        raise UsageError(f"odradek: cannot read --command-config {path}: "
                          f"{exc.strerror or exc}") from None
     except ValueError as exc:
-        raise SystemExit(f"odradek: --command-config {path}: {exc}") from None
-
-
-def command_config_librdkafka(args: argparse.Namespace) -> dict[str, str]:
-    """``--command-config`` as confluent-kafka settings (empty without it)."""
-    path = getattr(args, "command_config", None)
-    if not path:
-        return {}
-    try:
-        return librdkafka_settings(load_client_properties(path))
-    except OSError as exc:
-        raise SystemExit(f"odradek: cannot read --command-config {path}: "
-                         f"{exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise SystemExit(f"odradek: --command-config {path}: {exc}") from None
+        raise UsageError(f"odradek: --command-config {path}: {exc}") from None
 
 
 def parse_pairs(items: list[str] | None, what: str) -> dict[str, str]:
@@ -62,30 +66,30 @@ def parse_pairs(items: list[str] | None, what: str) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"odradek: invalid {what} {item!r}: expected key=value")
+            raise UsageError(f"odradek: invalid {what} {item!r}: expected key=value")
         out[key] = value
     return out
 
 
 def run_with_admin(
-    args: argparse.Namespace, body: Callable[[Admin], Awaitable[int]]
+    args: argparse.Namespace, body: Callable[[ClusterAdmin], Awaitable[int]]
 ) -> int:
     security = security_of(args)
 
     async def main() -> int:
         try:
-            conn = await BrokerConnection.open(args.bootstrap_server, client_id="odradek-cli",
+            admin = await ClusterAdmin.connect(args.bootstrap_server, client_id="odradek-cli",
                                                security=security)
         except (ClientError, TimeoutError, OSError) as exc:
             print(f"odradek: cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
             return 1
         try:
-            return await body(Admin(conn))
+            return await body(admin)
         except ClientError as exc:
             print(f"odradek: {exc}", file=sys.stderr)
             return 1
         finally:
-            await conn.close()
+            await admin.close()
 
     try:
         return asyncio.run(main())

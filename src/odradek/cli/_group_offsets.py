@@ -22,10 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from odradek.cli._common import print_table, run_with_admin
-from odradek.client.admin import Admin
+from odradek.cli._common import EXIT_USAGE, print_table, run_with_admin
 from odradek.client.connection import ClientError
-from odradek.client.groups import GroupsClient
+from odradek.client.routing import ClusterAdmin
 from odradek.text import plural
 
 EARLIEST = -2
@@ -91,11 +90,10 @@ def parse_offsets(text: str, source: str) -> dict[tuple[str, int], int]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    async def body(admin: Admin) -> int:
-        client = GroupsClient(admin.conn)
-        await client.find_coordinator(args.group)
-        offsets = {(c.topic, c.partition): c.offset
-                   for c in await client.fetch_offsets(args.group) if c.offset >= 0}
+    async def body(admin: ClusterAdmin) -> int:
+        fetched = await admin.on_coordinator(args.group,
+                                             lambda c: c.fetch_offsets(args.group))
+        offsets = {(c.topic, c.partition): c.offset for c in fetched if c.offset >= 0}
         if not offsets:
             print(f"odradek: group {args.group} has no committed offsets", file=sys.stderr)
             return 1
@@ -118,20 +116,19 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     try:
         wanted = parse_offsets(args.from_file.read_text(), str(args.from_file))
-    except OSError as exc:
+    except OSError as exc:  # the file named on the command line: a usage error
         print(f"odradek: cannot read {args.from_file}: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     except OffsetsFileError as exc:
         print(f"odradek: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     if not wanted:
         print(f"odradek: {args.from_file} has no offsets", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
 
-    async def body(admin: Admin) -> int:
-        client = GroupsClient(admin.conn)
-        await client.find_coordinator(args.group)
-        description = await client.describe_group(args.group)
+    async def body(admin: ClusterAdmin) -> int:
+        description = await admin.on_coordinator(args.group,
+                                                 lambda c: c.describe_group(args.group))
         if args.execute and description.state not in INACTIVE_STATES:
             print(f"odradek: group {args.group} is {description.state} with "
                   f"{plural(len(description.members), 'member')}; stop its consumers before "
@@ -148,8 +145,8 @@ def _import(args: argparse.Namespace) -> int:
                 raise ClientError(f"topic {topic} does not exist")
             if partition not in partitions[topic]:
                 raise ClientError(f"topic {topic} has no partition {partition}")
-        committed = {(c.topic, c.partition): c.offset
-                     for c in await client.fetch_offsets(args.group)}
+        committed = {(c.topic, c.partition): c.offset for c in await admin.on_coordinator(
+            args.group, lambda c: c.fetch_offsets(args.group))}
         plan: dict[tuple[str, int], int] = {}
         rows: list[list[Any]] = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET",
                                   "NOTE"]]
@@ -166,7 +163,7 @@ def _import(args: argparse.Namespace) -> int:
         if not args.execute:
             print("(dry run: nothing committed; add --execute to apply)")
             return 0
-        await client.commit_offsets(args.group, plan)
+        await admin.on_coordinator(args.group, lambda c: c.commit_offsets(args.group, plan))
         print(f"Committed {len(plan)} offsets for group {args.group}.")
         return 0
 

@@ -7,6 +7,7 @@ own ``bytes``, which caps a consumer far below what librdkafka itself reads
 assignment, rebalance time, commits: the consumer subscribes as Kafka's
 ConsumerPerformance does) while its partitions are paused, and the records of the assigned
 partitions are read with the project's own client: Fetch (v12) to each partition's leader
+(followed as it moves, client/routing.py)
 from the committed offset (or ``auto.offset.reset``), the returned batches validated
 (CRC32C) and decoded in C by :mod:`odradek.records.columnar`, which counts records and
 value bytes without a Python object per record. Polling the librdkafka consumer between
@@ -22,6 +23,7 @@ import sys
 import time
 from typing import Any
 
+from odradek.cli._common import UsageError
 from odradek.cli._perf_report import (
     CONSUMER_HEADER,
     DETAILED_HEADER,
@@ -30,8 +32,8 @@ from odradek.cli._perf_report import (
     consumer_line,
     print_detailed,
 )
-from odradek.client.admin import Admin
-from odradek.client.connection import BrokerConnection, ClientError
+from odradek.client.connection import ClientError
+from odradek.client.routing import ClusterAdmin
 from odradek.records.batch import InvalidRecordError
 from odradek.records.columnar import add_batches, new_builder
 
@@ -49,72 +51,58 @@ def _value_bytes(offsets: Any) -> int:
 
 
 class _Reader:
-    """Fetches for the assigned partitions of one topic, one connection per leader."""
+    """Fetches for the assigned partitions of one topic from their leaders
+    (:class:`ClusterAdmin`: one connection per broker, leaders followed as they move)."""
 
     def __init__(self, bootstrap: str, topic: str, config: dict[str, Any]) -> None:
-        self.bootstrap = [b.strip() for b in bootstrap.split(",") if b.strip()]
+        self.bootstrap = bootstrap
         self.topic = topic
         self.max_bytes = int(config.get("fetch.max.bytes", 64 * 1024 * 1024))
         self.partition_max_bytes = int(config.get("max.partition.fetch.bytes",
                                                   8 * 1024 * 1024))
         self.reset = EARLIEST if config.get("auto.offset.reset") == "earliest" else LATEST
-        self.conns: dict[str, BrokerConnection] = {}
-        self.leaders: dict[int, str] = {}
+        self.admin: ClusterAdmin | None = None
         self.builder = new_builder(False)
 
-    async def _conn(self, address: str) -> Admin:
-        conn = self.conns.get(address)
-        if conn is None:
-            conn = self.conns[address] = await BrokerConnection.open(
-                address, client_id="odradek-perf-consumer")
-        return Admin(conn)
+    async def _admin(self) -> ClusterAdmin:
+        if self.admin is None:
+            self.admin = await ClusterAdmin.connect(self.bootstrap,
+                                                    client_id="odradek-perf-consumer")
+        return self.admin
 
     async def locate(self, partitions: list[int]) -> None:
-        errors = []
-        for server in self.bootstrap:
-            try:
-                admin = await self._conn(server)
-                for p in partitions:
-                    host, port = await admin.leader(self.topic, p)
-                    self.leaders[p] = f"{host}:{port}"
-                return
-            except (ClientError, OSError, TimeoutError) as exc:
-                errors.append(f"{server}: {exc}")
-        raise ClientError("cannot reach any bootstrap server: " + "; ".join(errors))
+        admin = await self._admin()
+        for p in partitions:
+            await admin.leader_of(self.topic, p)
 
     async def start_offset(self, partition: int) -> int:
-        admin = await self._conn(self.leaders[partition])
-        offset, _ = await admin.list_offset(self.topic, partition, self.reset)
+        offset, _ = await (await self._admin()).list_offset(self.topic, partition, self.reset)
         return offset
 
     async def fetch(self, positions: dict[int, int]) -> tuple[int, int, str]:
         """One Fetch per leader; advances ``positions``; (records, value bytes, error)."""
-        by_leader: dict[str, dict[int, int]] = {}
-        for p, offset in positions.items():
-            by_leader.setdefault(self.leaders[p], {})[p] = offset
+        wanted = dict(positions)
+        out = await (await self._admin()).fetch(
+            self.topic, wanted, max_wait_ms=FETCH_WAIT_MS, max_bytes=self.max_bytes,
+            partition_max_bytes=self.partition_max_bytes)
         count = nbytes = 0
-        for address, wanted in by_leader.items():
-            admin = await self._conn(address)
-            out = await admin.fetch(self.topic, wanted, max_wait_ms=FETCH_WAIT_MS,
-                                    max_bytes=self.max_bytes,
-                                    partition_max_bytes=self.partition_max_bytes)
-            for p, (code, _hw, records) in out.items():
-                if code != 0:
-                    return count, nbytes, f"fetching {self.topic}-{p}: error code {code}"
-                if not records:
-                    continue
-                added = add_batches(self.builder, records, wanted[p], NO_LIMIT)
-                if added.next_offset > positions[p]:
-                    positions[p] = added.next_offset
-                cols = self.builder.finish()
-                count += cols[0]
-                nbytes += _value_bytes(cols[5][1])
+        for p, (code, _hw, records) in out.items():
+            if code != 0:
+                return count, nbytes, f"fetching {self.topic}-{p}: error code {code}"
+            if not records:
+                continue
+            added = add_batches(self.builder, records, wanted[p], NO_LIMIT)
+            if added.next_offset > positions[p]:
+                positions[p] = added.next_offset
+            cols = self.builder.finish()
+            count += cols[0]
+            nbytes += _value_bytes(cols[5][1])
         return count, nbytes, ""
 
     async def close(self) -> None:
-        for conn in self.conns.values():
-            await conn.close()
-        self.conns.clear()
+        if self.admin is not None:
+            await self.admin.close()
+            self.admin = None
 
 
 def consume_fast(args: argparse.Namespace, config: dict[str, Any], ck: Any) -> int:
@@ -122,7 +110,7 @@ def consume_fast(args: argparse.Namespace, config: dict[str, Any], ck: Any) -> i
         consumer = ck.Consumer({**config, "enable.auto.commit": "false",
                                 "logger": LIBRDKAFKA_LOGGER})
     except ck.KafkaException as exc:
-        raise SystemExit(f"odradek: invalid consumer configuration: {exc}") from None
+        raise UsageError(f"odradek: invalid consumer configuration: {exc}") from None
     assigned_at: list[float] = []
     changed: list[bool] = [False]
 

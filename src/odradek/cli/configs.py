@@ -22,7 +22,7 @@ import argparse
 import sys
 from typing import Any
 
-from odradek.cli._common import add_bootstrap, run_with_admin, security_of
+from odradek.cli._common import UsageError, add_bootstrap, run_with_admin, security_of
 from odradek.client.admin import BROKER_RESOURCE, TOPIC_RESOURCE, Admin
 from odradek.client.connection import BrokerConnection
 from odradek.client.security import ClientSecurity
@@ -97,7 +97,7 @@ def parse_add_config(text: str) -> dict[str, str]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise SystemExit(f"odradek: invalid --add-config entry {item!r}: expected key=value")
+            raise UsageError(f"odradek: invalid --add-config entry {item!r}: expected key=value")
         value = value.strip()
         if value.startswith("[") and value.endswith("]"):
             value = value[1:-1]

@@ -12,10 +12,11 @@ until ``--max-messages`` or ``--timeout-ms`` without new data.
 subscribes to the topic, is assigned partitions by the group, starts from the group's
 committed offsets (else the earliest with ``--from-beginning``, the latest without: Kafka's
 ``auto.offset.reset``), commits what it printed (auto commit, and on exit) and leaves the
-group. The member is librdkafka's (confluent-kafka, the ``perf`` extra), as in ``odradek
-perf consume``: a real client's group protocol rather than a second one of ours. Either
-way, the end (``--max-messages``, ``--timeout-ms``, Ctrl-C or SIGTERM) prints Kafka's
-"Processed a total of N messages".
+group. The member is the project's own (client/consumer.py: JoinGroup, SyncGroup with
+Kafka's range assignment, heartbeats, OffsetCommit, LeaveGroup), so joining a group needs
+nothing beyond the base install. Records are read from each partition's leader, followed
+as leadership moves (client/routing.py). Either way, the end (``--max-messages``,
+``--timeout-ms``, Ctrl-C or SIGTERM) prints Kafka's "Processed a total of N messages".
 
 Both ways stop alike on SIGINT and SIGTERM, as Kafka's console consumer does (its JVM runs
 the same shutdown hook for either): the record being printed is finished, the summary
@@ -29,22 +30,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
-import logging
 import signal
 import sys
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from odradek.cli._common import (
+    UsageError,
     add_bootstrap,
-    command_config_librdkafka,
     parse_pairs,
     run_with_admin,
 )
 from odradek.client.admin import Admin
 from odradek.client.connection import ClientError
+from odradek.client.consumer import GroupMember
 from odradek.client.partitioner import partition_for_key
+from odradek.client.routing import ClusterAdmin
 from odradek.records.batch import iter_batches, iter_records
 from odradek.records.builder import BatchBuilder
 from odradek.records.compression import CompressionType
@@ -55,6 +59,10 @@ _CODECS = {"none": CompressionType.NONE, "gzip": CompressionType.GZIP,
            "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4,
            "zstd": CompressionType.ZSTD}
 OFFSET_OUT_OF_RANGE = 1
+#: Kafka's auto.commit.interval.ms
+AUTO_COMMIT_INTERVAL_S = 5.0
+
+T = TypeVar("T")
 
 
 def add_parser(sub: Any) -> None:
@@ -78,8 +86,7 @@ def add_parser(sub: Any) -> None:
     consume.add_argument("--topic", required=True, help="the topic to read")
     consume.add_argument("--partition", type=int, help="default: every partition")
     consume.add_argument("--group", help="consume as a member of this consumer group: "
-                         "subscribe, start from its committed offsets, commit (needs "
-                         "confluent-kafka: pip install 'odradek[perf]')")
+                         "subscribe, start from its committed offsets, commit")
     start = consume.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true",
                        help="start at the earliest offset (with --group: when the group "
@@ -209,25 +216,54 @@ def _summary(printed: int) -> None:
 def _consume(args: argparse.Namespace) -> int:
     if args.group is not None:
         if args.partition is not None or args.offset is not None:
-            raise SystemExit("odradek: --group takes no --partition or --offset: "
+            raise UsageError("odradek: --group takes no --partition or --offset: "
                              "the group assigns partitions and keeps the offsets")
         return _consume_group(args)
     if args.offset is not None and args.offset not in ("earliest", "latest") and (
         args.partition is None
     ):
-        raise SystemExit("odradek: --offset N needs --partition")
+        raise UsageError("odradek: --offset N needs --partition")
     return _consume_partitions(args)
+
+
+def _print_records(args: argparse.Namespace, out: Any, partition: int, records: bytes,
+                   position: int, room: int | None) -> tuple[int, int]:
+    """Print the fetched records of ``partition`` from offset ``position`` on, at most
+    ``room`` of them (None: all); (records printed, the offset to read next)."""
+    printed = 0
+    for header in iter_batches(records):
+        batch = memoryview(records)[header.position : header.position + header.size]
+        for record in iter_records(batch):
+            if record.offset < position:
+                continue
+            if room is not None and printed >= room:
+                return printed, position
+            out.write(_format(args, partition, record.offset,
+                              [(h.key, h.value) for h in record.headers],
+                              record.key, record.value))
+            printed += 1
+            position = record.offset + 1
+        position = max(position, header.next_offset)
+    return printed, position
+
+
+def _room(args: argparse.Namespace, printed: int) -> int | None:
+    return None if args.max_messages is None else args.max_messages - printed
+
+
+def _check_topic(topics: list[Any], topic: str) -> list[int]:
+    """The partitions of ``topic`` from its Metadata (ClientError when it has none)."""
+    if not topics or topics[0].error != "none":
+        error = topics[0].error.upper() if topics else "no metadata"
+        raise ClientError(f"topic {topic}: {error}")
+    return [p.partition for p in topics[0].partitions]
 
 
 def _consume_partitions(args: argparse.Namespace) -> int:
     stop = _StopSignals()
 
     async def body(admin: Admin) -> int:
-        topics = await admin.metadata([args.topic])
-        if not topics or topics[0].error != "none":
-            error = topics[0].error.upper() if topics else "no metadata"
-            raise ClientError(f"topic {args.topic}: {error}")
-        partitions = [p.partition for p in topics[0].partitions]
+        partitions = _check_topic(await admin.metadata([args.topic]), args.topic)
         if args.partition is not None:
             if args.partition not in partitions:
                 raise ClientError(f"topic {args.topic} has no partition {args.partition}")
@@ -257,21 +293,10 @@ def _consume_partitions(args: argparse.Namespace) -> int:
                         continue
                     if code:
                         raise ClientError(f"fetch from partition {p} failed with error {code}")
-                    for header in iter_batches(records):
-                        batch = memoryview(records)[header.position : header.position + header.size]
-                        for record in iter_records(batch):
-                            if record.offset < offsets[p]:
-                                continue
-                            if args.max_messages is not None and printed >= args.max_messages:
-                                break
-                            out.write(_format(
-                                args, p, record.offset,
-                                [(h.key, h.value) for h in record.headers],
-                                record.key, record.value,
-                            ))
-                            printed += 1
-                            got = True
-                        offsets[p] = max(offsets[p], header.next_offset)
+                    count, offsets[p] = _print_records(args, out, p, records, offsets[p],
+                                                       _room(args, printed))
+                    printed += count
+                    got = got or count > 0
                 out.flush()
                 if got:
                     last_data = time.monotonic()
@@ -289,69 +314,103 @@ def _consume_partitions(args: argparse.Namespace) -> int:
     return status if stop.signum is None else stop.exit_status()
 
 
+class _Stopped(Exception):
+    """A stop signal arrived while waiting for the group."""
+
+
+async def _unless_stopped(stop: _StopSignals, coro: Awaitable[T]) -> T:
+    """``await coro``, given up (cancelled) when a stop signal arrives meanwhile: joining
+    a group waits for the others, and Ctrl-C must not wait with it."""
+    task = asyncio.ensure_future(coro)
+    while not task.done():
+        await asyncio.wait({task}, timeout=0.1)
+        if stop.signum is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise _Stopped
+    return task.result()
+
+
 def _consume_group(args: argparse.Namespace) -> int:
-    try:
-        from confluent_kafka import Consumer
-    except ImportError:
-        raise SystemExit("odradek: consume --group needs confluent-kafka: "
-                         "pip install 'odradek[perf]'") from None
-    consumer = Consumer({
-        **command_config_librdkafka(args),
-        "bootstrap.servers": args.bootstrap_server,
-        "group.id": args.group,
-        "client.id": "odradek-console-consumer",
-        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
-        "enable.auto.commit": True,
-        # librdkafka's own log lines go through logging (warnings and up are shown)
-        "logger": logging.getLogger("odradek.cli.librdkafka"),
-    })
-    with _StopSignals() as stop:
+    stop = _StopSignals()
+    reset = EARLIEST_TIMESTAMP if args.from_beginning else LATEST_TIMESTAMP
+
+    async def body(admin: ClusterAdmin) -> int:
+        _check_topic(await admin.metadata([args.topic]), args.topic)
+        member = GroupMember(admin, args.group, [args.topic])
+        printed = 0
+        positions: dict[int, int] = {}
+        committed: dict[int, int] = {}
+        out = sys.stdout.buffer
+
+        async def commit() -> None:
+            changed = {(args.topic, p): o for p, o in positions.items()
+                       if committed.get(p) != o}
+            if changed:
+                await member.commit(changed)
+                committed.update({p: o for (_, p), o in changed.items()})
+
         stop.deferred = True
-        return _consume_group_loop(args, consumer, stop)
-
-
-def _consume_group_loop(args: argparse.Namespace, consumer: Any, stop: _StopSignals) -> int:
-    from confluent_kafka import KafkaError, KafkaException
-
-    out = sys.stdout.buffer
-    printed = 0
-    try:
-        last_data = time.monotonic()
-
-        def assigned(_consumer: Any, _partitions: Any) -> None:
-            nonlocal last_data  # --timeout-ms counts from the join, not from the start
-            last_data = time.monotonic()
-
-        consumer.subscribe([args.topic], on_assign=assigned)
-        while stop.signum is None and (args.max_messages is None or printed < args.max_messages):
-            msg = consumer.poll(0.2)
-            if msg is None:
-                if args.timeout_ms is not None and (
-                    time.monotonic() - last_data
-                ) * 1000 >= args.timeout_ms:
+        last_data = last_commit = time.monotonic()
+        try:
+            while stop.signum is None and (
+                args.max_messages is None or printed < args.max_messages
+            ):
+                if member.needs_rejoin:
+                    if positions:  # what was printed stays committed across the rebalance
+                        with contextlib.suppress(ClientError):
+                            await commit()
+                    assignment = await _unless_stopped(stop, member.join())
+                    stored = await member.committed()
+                    positions = {}
+                    for p in assignment.get(args.topic, ()):
+                        if (args.topic, p) in stored:
+                            positions[p] = stored[(args.topic, p)]
+                        else:
+                            positions[p], _ = await admin.list_offset(args.topic, p, reset)
+                    committed = {p: o for (_, p), o in stored.items()}
+                    last_data = time.monotonic()  # --timeout-ms counts from the join
+                    continue
+                got = False
+                if not positions:  # no partition for this member: heartbeats go on
+                    await asyncio.sleep(0.1)
+                else:
+                    wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
+                    result = await admin.fetch(args.topic, positions, max_wait_ms=wait)
+                    for p, (code, _hw, records) in sorted(result.items()):
+                        if p not in positions:
+                            continue
+                        if code == OFFSET_OUT_OF_RANGE:  # auto.offset.reset
+                            positions[p], _ = await admin.list_offset(args.topic, p, reset)
+                            continue
+                        if code:
+                            raise ClientError(f"fetch from partition {p} failed with error "
+                                              f"{code}")
+                        count, positions[p] = _print_records(
+                            args, out, p, records, positions[p], _room(args, printed))
+                        printed += count
+                        got = got or count > 0
+                    out.flush()
+                now = time.monotonic()
+                if got:
+                    last_data = now
+                elif args.timeout_ms is not None and (now - last_data) * 1000 >= args.timeout_ms:
                     break
-                continue
-            error = msg.error()
-            if error is not None:
-                if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise KafkaException(error)
-                print(f"odradek: {error.str()}", file=sys.stderr)
-                continue
-            headers: list[tuple[str, bytes | None]] = [
-                (str(h[0]), h[1] if isinstance(h[1], bytes) else None)
-                for h in msg.headers() or []
-            ]
-            key, value = msg.key(), msg.value()
-            out.write(_format(args, int(msg.partition() or 0), int(msg.offset() or 0), headers,
-                              key if isinstance(key, bytes) else None,
-                              value if isinstance(value, bytes) else None))
-            out.flush()
-            printed += 1
-            last_data = time.monotonic()
-    except KafkaException as exc:
-        print(f"odradek: {exc.args[0].str()}", file=sys.stderr)
-        return 1
-    finally:
-        consumer.close()  # commits what was printed and leaves the group
-        _summary(printed)
-    return stop.exit_status()
+                if now - last_commit >= AUTO_COMMIT_INTERVAL_S:
+                    await commit()
+                    last_commit = now
+        except _Stopped:
+            pass
+        finally:
+            try:
+                if not member.needs_rejoin:
+                    await commit()  # what was printed, as enable.auto.commit does on close
+            finally:
+                await member.leave()
+                _summary(printed)
+        return stop.exit_status()
+
+    with stop:
+        status = run_with_admin(args, body)
+    return status if stop.signum is None else stop.exit_status()

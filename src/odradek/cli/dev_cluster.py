@@ -6,17 +6,45 @@ What it starts, under ``--data-dir`` (default ``./dev-cluster``)::
     broker-<id>/          each broker's log dir
     logs/zookeeper.log    ZooKeeper's log
     logs/broker-<id>.log  each broker's stdout and stderr
+    dev-cluster.pid       the running dev-cluster's pid (while it runs)
+    run/broker-<id>.pid   each running broker's pid (``kill -9 $(cat ...)`` to try failover)
+    control/              restart requests and their answers (``dev-cluster restart``)
 
 Broker ``id`` (1..N) runs ``odradek serve`` with ``broker.id=<id>``,
 ``listeners=PLAINTEXT://127.0.0.1:<base-port + id - 1>``, ``log.dirs=<data-dir>/broker-<id>``
-and ``zookeeper.connect=127.0.0.1:<zk port>/odradek``, and
-``offsets.topic.replication.factor`` = min(3, N); ``--override k=v`` goes to every broker.
-A second run on the same data dir finds the same topics and records.
+and ``zookeeper.connect=127.0.0.1:<zk port>/odradek``; every broker gets
+``offsets.topic.replication.factor`` = min(3, N), ``group.initial.rebalance.delay.ms=0``
+``zookeeper.session.timeout.ms=6000`` (a killed broker is noticed in seconds) and
+``controlled.shutdown.retry.backoff.ms=1000`` (see the stop below); ``--override k=v``
+goes to every broker and wins. A second run on the same data dir finds
+the same topics and records.
 
 It prints a table of what it started and the bootstrap string, waits until every broker
-accepts connections, then watches them. Ctrl-C or SIGTERM stops the brokers (SIGTERM, a
-grace period, then SIGKILL) and then ZooKeeper, and exits 0. A broker that exits on its
-own is reported with the tail of its log; the rest are stopped and the exit status is 1.
+accepts connections, then watches them. A broker that dies before that fails the start
+(its log's tail shown, the rest stopped, exit status 1). Once the cluster is ready, a
+broker that exits on its own (``kill -9``, a crash) is reported with its exit status and
+the tail of its log, and the other brokers and ZooKeeper keep running, as a cluster
+does: its partitions fail over when ZooKeeper expires its session.
+``odradek dev-cluster restart --broker N`` (same ``--data-dir``) brings it back: it
+leaves a request in ``control/`` that the running dev-cluster picks up; a running broker
+is stopped first (SIGTERM: a rolling restart). The answer says when the broker accepts
+connections again.
+
+Registrations: a broker killed -9 leaves ``/brokers/ids/<id>`` (and ``/controller``, if
+it was the controller) in ZooKeeper until its session expires, and ZooKeeper stopped
+meanwhile keeps that session in its data for the next start. A broker id a live
+registration holds is refused, so dev-cluster deletes the registrations of its own brokers
+that it knows are dead: at start (none of its brokers runs yet: their ports are free) and
+before a restart (the process has exited).
+
+Ctrl-C or SIGTERM stops the brokers one at a time, the controller last, each with SIGTERM
+(controlled shutdown: its leaderships move to the brokers still running, which the
+controller does at once), then ZooKeeper, and exits 0. Stopped all at once, each broker
+would wait out its controlled shutdown for leaderships that nobody can take. The last one
+still has nobody to hand its leaderships to while the in-sync replica sets name the
+brokers just stopped, so a dev-cluster's brokers bound that wait to 3 retries of 1 s
+(Kafka's default: of 5 s). A broker that does not stop within ``--stop-grace`` seconds is
+killed (SIGKILL, said on stderr).
 
 Every child runs in its own session (process group): a Ctrl-C in the terminal reaches only
 this command, which then stops the brokers before ZooKeeper (brokers that lose ZooKeeper
@@ -27,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -39,7 +68,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from odradek.cli._common import parse_pairs, print_table
+from odradek.cli._common import UsageError, parse_pairs, print_table
 from odradek.cluster.local_zookeeper import (
     LocalZooKeeper,
     ZooKeeperNotInstalled,
@@ -57,6 +86,11 @@ READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 15.0
 POLL_S = 0.1
 LOG_TAIL_LINES = 30
+PID_FILE = "dev-cluster.pid"
+CONTROL_DIR = "control"
+RUN_DIR = "run"
+#: how long ``dev-cluster restart`` waits for the answer (a stop, a start, readiness)
+RESTART_TIMEOUT_S = STOP_GRACE_S + READY_TIMEOUT_S + 15.0
 
 
 @dataclass
@@ -67,10 +101,14 @@ class DevBroker:
     log_path: Path
     process: subprocess.Popen[bytes]
     log_file: IO[bytes]
+    reported: bool = False  # its death was reported
 
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
+
+    def running(self) -> bool:
+        return self.process.poll() is None
 
     def accepts_connections(self) -> bool:
         try:
@@ -106,6 +144,14 @@ def broker_command(broker_id: int, port: int, log_dir: Path, zookeeper_connect: 
     return argv
 
 
+def exit_description(status: int | None) -> str:
+    """``status 1``, or ``signal SIGKILL`` for a process a signal ended."""
+    if status is not None and status < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal {signal.Signals(-status).name}"
+    return f"status {status}"
+
+
 class DevCluster:
     def __init__(self, args: argparse.Namespace, overrides: dict[str, str]) -> None:
         self.count: int = args.brokers
@@ -113,45 +159,109 @@ class DevCluster:
         self.zookeeper_port: int | None = args.zookeeper_port
         self.data_dir = Path(args.data_dir).resolve()
         self.stop_grace: float = args.stop_grace
+        self.ready_timeout: float = args.ready_timeout
         # __consumer_offsets replicated as Kafka's default (3) where the cluster allows it,
         # so a group survives the loss of its coordinator; a new group's first rebalance
-        # not delayed, as config/server.properties for development; --override wins.
+        # not delayed, as config/server.properties for development; a killed broker's
+        # session expires in seconds, for failover to be watched; a controlled shutdown
+        # waits at most 3 s for leaderships to move (the last broker of a cluster that
+        # stops has nobody to hand them to); --override wins.
         self.overrides = {
             "offsets.topic.replication.factor": str(min(3, self.count)),
-            "group.initial.rebalance.delay.ms": "0", **overrides,
+            "group.initial.rebalance.delay.ms": "0",
+            "zookeeper.session.timeout.ms": "6000",
+            "controlled.shutdown.retry.backoff.ms": "1000", **overrides,
         }
         self.zookeeper: LocalZooKeeper | None = None
-        self.brokers: list[DevBroker] = []
+        self._zk: Any = None  # a KazooClient on the chroot, while ZooKeeper runs
+        self.brokers: dict[int, DevBroker] = {}
         self.stopping = threading.Event()
+
+    @property
+    def control_dir(self) -> Path:
+        return self.data_dir / CONTROL_DIR
 
     # ---- start
     def start(self) -> None:
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        self.control_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.control_dir.iterdir():
+            stale.unlink()
+        (self.data_dir / PID_FILE).write_text(f"{os.getpid()}\n")
         self.zookeeper = start_zookeeper(
             self.data_dir / "zookeeper", port=self.zookeeper_port,
             log_path=logs / "zookeeper.log",
         )
-        connect = self.zookeeper.connect_string(CHROOT)
+        self.clear_registrations(range(1, self.count + 1), "left by an earlier run")
         for broker_id in range(1, self.count + 1):
-            port = self.base_port + broker_id - 1
-            log_dir = self.data_dir / f"broker-{broker_id}"
-            log_dir.mkdir(parents=True, exist_ok=True)
-            log_path = logs / f"broker-{broker_id}.log"
-            log_file = log_path.open("ab")
-            process = subprocess.Popen(
-                broker_command(broker_id, port, log_dir, connect, self.overrides),
-                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self.brokers.append(DevBroker(broker_id, port, log_dir, log_path, process, log_file))
+            self.start_broker(broker_id)
+
+    def start_broker(self, broker_id: int) -> DevBroker:
+        assert self.zookeeper is not None
+        port = self.base_port + broker_id - 1
+        log_dir = self.data_dir / f"broker-{broker_id}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.data_dir / "logs" / f"broker-{broker_id}.log"
+        log_file = log_path.open("ab")
+        process = subprocess.Popen(
+            broker_command(broker_id, port, log_dir, self.zookeeper.connect_string(CHROOT),
+                           self.overrides),
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        broker = DevBroker(broker_id, port, log_dir, log_path, process, log_file)
+        self.brokers[broker_id] = broker
+        run_dir = self.data_dir / RUN_DIR
+        run_dir.mkdir(exist_ok=True)
+        (run_dir / f"broker-{broker_id}.pid").write_text(f"{process.pid}\n")
+        return broker
+
+    # ---- ZooKeeper
+    def zk(self) -> Any:
+        """A kazoo client of the ZooKeeper (opened on first use); the cluster's paths are
+        under :data:`CHROOT`, which a fresh ZooKeeper does not have yet."""
+        if self._zk is None:
+            from kazoo.client import KazooClient
+
+            assert self.zookeeper is not None
+            client = KazooClient(hosts=self.zookeeper.connect_string(), timeout=10.0)
+            client.start(timeout=15)
+            self._zk = client
+        return self._zk
+
+    def controller_id(self) -> int | None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = self.zk().get(f"{CHROOT}/controller")
+            return int(json.loads(data)["brokerid"])
+        except (NoNodeError, ValueError, KeyError, TypeError):
+            return None
+
+    def clear_registrations(self, broker_ids: Any, why: str) -> None:
+        """Delete ``/brokers/ids/<id>`` (and ``/controller`` when one of them holds it) of
+        brokers of this dev-cluster known to be dead: a session that has not expired yet
+        would refuse their restart."""
+        from kazoo.exceptions import NoNodeError
+
+        dead = set(broker_ids)
+        zk = self.zk()
+        for broker_id in sorted(dead):
+            with contextlib.suppress(NoNodeError):
+                zk.delete(f"{CHROOT}/brokers/ids/{broker_id}")
+                print(f"cleared the registration of broker {broker_id} {why} (its ZooKeeper "
+                      "session had not expired)", flush=True)
+        if self.controller_id() in dead:
+            with contextlib.suppress(NoNodeError):
+                zk.delete(f"{CHROOT}/controller")
 
     def print_table(self) -> None:
         assert self.zookeeper is not None
         rows: list[list[Any]] = [["WHAT", "ID", "ADDRESS", "PID", "DATA", "LOG"]]
         rows.append(["zookeeper", "-", self.zookeeper.connect_string(CHROOT),
                      self.zookeeper.pid, self.zookeeper.data_dir, self.zookeeper.log_path])
-        for b in self.brokers:
+        for b in self.brokers.values():
             rows.append(["broker", b.broker_id, b.bootstrap, b.process.pid, b.log_dir,
                          b.log_path])
         print_table(rows)
@@ -159,11 +269,12 @@ class DevCluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(b.bootstrap for b in self.brokers)
+        return ",".join(b.bootstrap for b in self.brokers.values())
 
-    def dead_broker(self) -> DevBroker | None:
-        for b in self.brokers:
-            if b.process.poll() is not None:
+    def newly_dead(self) -> DevBroker | None:
+        for b in self.brokers.values():
+            if not b.running() and not b.reported:
+                b.reported = True
                 return b
         return None
 
@@ -171,9 +282,9 @@ class DevCluster:
         """Wait until every broker accepts connections; return a broker that died, if any.
         Raises TimeoutError; returns early (None) when asked to stop."""
         deadline = time.monotonic() + timeout
-        waiting = list(self.brokers)
+        waiting = list(self.brokers.values())
         while waiting and not self.stopping.is_set():
-            dead = self.dead_broker()
+            dead = self.newly_dead()
             if dead is not None:
                 return dead
             waiting = [b for b in waiting if not b.accepts_connections()]
@@ -185,49 +296,121 @@ class DevCluster:
                 self.stopping.wait(POLL_S)
         return None
 
-    def watch(self) -> DevBroker | None:
-        """Until asked to stop: return the first broker that exits on its own."""
+    def watch(self) -> None:
+        """Until asked to stop: report brokers that exit on their own, serve restart
+        requests."""
         while not self.stopping.wait(POLL_S):
-            dead = self.dead_broker()
+            dead = self.newly_dead()
             if dead is not None:
-                return dead
-        return None
+                report_death(dead, self.data_dir)
+            for request in sorted(self.control_dir.glob("restart-*.request")):
+                self.serve_restart(request)
+
+    # ---- restart
+    def serve_restart(self, request: Path) -> None:
+        """Answer one ``dev-cluster restart`` request: ``<id>.answer`` holds ``ok ...`` or
+        ``error ...``."""
+        broker_id = int(request.name.split("-", 1)[1].split(".", 1)[0])
+        answer = request.with_suffix(".answer")
+        request.unlink()
+        try:
+            message = "ok " + self.restart(broker_id)
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            message = f"error {exc}"
+        tmp = answer.with_suffix(".tmp")
+        tmp.write_text(message + "\n")
+        tmp.rename(answer)
+
+    def restart(self, broker_id: int) -> str:
+        broker = self.brokers.get(broker_id)
+        if broker is None:
+            raise RuntimeError(f"this dev-cluster has no broker {broker_id} "
+                               f"(brokers 1-{self.count})")
+        if broker.running():
+            print(f"restarting broker {broker_id}: stopping it (SIGTERM)", flush=True)
+            self.stop_one(broker)
+        broker.log_file.close()
+        self.clear_registrations([broker_id], "before its restart")
+        broker = self.start_broker(broker_id)
+        deadline = time.monotonic() + self.ready_timeout
+        while not broker.accepts_connections():
+            if not broker.running():
+                broker.reported = True
+                raise RuntimeError(f"broker {broker_id} exited at start with "
+                                   f"{exit_description(broker.process.returncode)}; "
+                                   f"see {broker.log_path}")
+            if time.monotonic() > deadline or self.stopping.is_set():
+                raise TimeoutError(f"broker {broker_id} not accepting connections after "
+                                   f"{self.ready_timeout:.0f} s; see {broker.log_path}")
+            time.sleep(POLL_S)
+        line = (f"restarted broker {broker_id}: pid {broker.process.pid}, accepting "
+                f"connections at {broker.bootstrap}")
+        print(line, flush=True)
+        return line
 
     # ---- stop
+    def stop_one(self, broker: DevBroker) -> None:
+        broker.signal(signal.SIGTERM)
+        try:
+            broker.process.wait(self.stop_grace)
+        except subprocess.TimeoutExpired:
+            print(f"broker {broker.broker_id} did not stop in {self.stop_grace:.0f} s: "
+                  "SIGKILL", file=sys.stderr, flush=True)
+            broker.signal(signal.SIGKILL)
+            broker.process.wait()
+        broker.signal(signal.SIGKILL)  # a straggler child of the broker's group, if any
+
+    def stop_order(self) -> list[DevBroker]:
+        """The running brokers, the controller last (it moves the others' leaderships)."""
+        running = [b for b in self.brokers.values() if b.running()]
+        controller = None
+        if self.zookeeper is not None and self.zookeeper.alive():
+            with contextlib.suppress(Exception):  # no answer: any order will do
+                controller = self.controller_id()
+        return sorted(running, key=lambda b: (b.broker_id == controller, b.broker_id))
+
     def stop(self) -> None:
-        running = [b for b in self.brokers if b.process.poll() is None]
-        for b in running:
-            b.signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_grace
-        for b in running:
-            try:
-                b.process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                print(f"broker {b.broker_id} did not stop in {self.stop_grace:.0f} s: SIGKILL",
-                      file=sys.stderr, flush=True)
-                b.signal(signal.SIGKILL)
-                b.process.wait()
-        for b in self.brokers:
-            b.signal(signal.SIGKILL)  # a straggler child of the broker's group, if any
+        for b in self.stop_order():
+            self.stop_one(b)
+        for b in self.brokers.values():
             b.log_file.close()
+        if self._zk is not None:
+            with contextlib.suppress(Exception):
+                self._zk.stop()
+                self._zk.close()
+            self._zk = None
         if self.zookeeper is not None:
             self.zookeeper.stop()
+        for path in [self.data_dir / PID_FILE, *(self.data_dir / RUN_DIR).glob("*.pid")]:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
 
-def report_death(broker: DevBroker) -> None:
+def report_death(broker: DevBroker, data_dir: Path | None = None) -> None:
+    status = exit_description(broker.process.returncode)
+    if data_dir is None:
+        what = ""
+    else:
+        what = ("; the other brokers and ZooKeeper keep running, and "
+                f"`odradek dev-cluster restart --broker {broker.broker_id} --data-dir "
+                f"{data_dir}` brings it back")
     print(f"odradek dev-cluster: broker {broker.broker_id} ({broker.bootstrap}) exited with "
-          f"status {broker.process.returncode}; the end of {broker.log_path}:\n"
-          f"{broker.log_tail()}", file=sys.stderr, flush=True)
+          f"{status}{what}; the end of {broker.log_path}:\n{broker.log_tail()}",
+          file=sys.stderr, flush=True)
 
 
 def check_args(args: argparse.Namespace) -> dict[str, str]:
     if args.brokers < 1:
-        raise SystemExit("odradek dev-cluster: --brokers must be at least 1")
+        raise UsageError("odradek dev-cluster: --brokers must be at least 1")
     overrides = parse_pairs(args.override, "override")
     reserved = sorted(set(overrides) & set(RESERVED_KEYS))
     if reserved:
-        raise SystemExit(f"odradek dev-cluster: {', '.join(reserved)} is set per broker by "
+        raise UsageError(f"odradek dev-cluster: {', '.join(reserved)} is set per broker by "
                          "dev-cluster and cannot be overridden")
+    running = running_pid(Path(args.data_dir))
+    if running is not None:
+        raise SystemExit(f"odradek dev-cluster: a dev-cluster (pid {running}) already runs on "
+                         f"{args.data_dir}")
     taken = [p for p in range(args.base_port, args.base_port + args.brokers)
              if not port_free(p)]
     if taken:
@@ -236,7 +419,19 @@ def check_args(args: argparse.Namespace) -> dict[str, str]:
     return overrides
 
 
+def running_pid(data_dir: Path) -> int | None:
+    """The pid of the dev-cluster running on ``data_dir``, or None."""
+    try:
+        pid = int((data_dir / PID_FILE).read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "verb", None) == "restart":
+        return request_restart(args)
     overrides = check_args(args)
     cluster = DevCluster(args, overrides)
 
@@ -257,25 +452,64 @@ def run(args: argparse.Namespace) -> int:
         except TimeoutError as exc:
             print(f"odradek dev-cluster: {exc}", file=sys.stderr, flush=True)
             return 1
-        if dead is None and not cluster.stopping.is_set():
+        if dead is not None:  # a broker that cannot start: the cluster did not start
+            report_death(dead)
+            return 1
+        if not cluster.stopping.is_set():
             print(f"ready: {len(cluster.brokers)} broker(s) accept connections; "
                   "Ctrl-C stops the cluster", flush=True)
-            dead = cluster.watch()
-        if dead is not None:
-            report_death(dead)
-            status = 1
+            cluster.watch()
         return status
     finally:
-        print("stopping the brokers, then ZooKeeper", flush=True)
+        print("stopping the brokers (the controller last), then ZooKeeper", flush=True)
         cluster.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         print("stopped", flush=True)
 
 
+def request_restart(args: argparse.Namespace) -> int:
+    """``dev-cluster restart --broker N``: ask the dev-cluster running on ``--data-dir``
+    and print its answer (exit status 1 when it could not restart the broker)."""
+    data_dir = Path(args.data_dir)
+    pid = running_pid(data_dir)
+    if pid is None:
+        print(f"odradek dev-cluster: no dev-cluster runs on {data_dir} (start one with "
+              f"`odradek dev-cluster --data-dir {data_dir}`)", file=sys.stderr)
+        return 1
+    control = data_dir / CONTROL_DIR
+    answer = control / f"restart-{args.broker}.answer"
+    with contextlib.suppress(FileNotFoundError):
+        answer.unlink()
+    tmp = control / f"restart-{args.broker}.tmp"
+    tmp.write_text(f"{os.getpid()}\n")
+    tmp.rename(control / f"restart-{args.broker}.request")
+    deadline = time.monotonic() + RESTART_TIMEOUT_S
+    while not answer.exists():
+        if running_pid(data_dir) is None:
+            print("odradek dev-cluster: the dev-cluster stopped before answering",
+                  file=sys.stderr)
+            return 1
+        if time.monotonic() > deadline:
+            print(f"odradek dev-cluster: no answer from the dev-cluster (pid {pid}) in "
+                  f"{RESTART_TIMEOUT_S:.0f} s", file=sys.stderr)
+            return 1
+        time.sleep(POLL_S)
+    outcome, _, message = answer.read_text().strip().partition(" ")
+    answer.unlink()
+    if outcome != "ok":
+        print(f"odradek dev-cluster: {message}", file=sys.stderr)
+        return 1
+    print(message)
+    return 0
+
+
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "dev-cluster", help="a local ZooKeeper and N brokers in cluster mode, until Ctrl-C")
+        "dev-cluster", help="a local ZooKeeper and N brokers in cluster mode, until Ctrl-C",
+        description="Start a local ZooKeeper and N brokers in cluster mode, until Ctrl-C; "
+                    "`dev-cluster restart --broker N` (from another terminal) brings a "
+                    "broker of the running dev-cluster back, or restarts it.")
     parser.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     parser.add_argument("--zookeeper-port", type=int, default=None,
                         help="ZooKeeper's client port (default: a free one)")
@@ -291,3 +525,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--stop-grace", type=float, default=STOP_GRACE_S,
                         help="seconds a broker gets to stop before SIGKILL (default 15)")
     parser.set_defaults(func=run)
+    verbs = parser.add_subparsers(dest="verb", required=False, metavar="restart")
+    restart = verbs.add_parser(
+        "restart", help="start a broker of the running dev-cluster again (a running one is "
+                        "stopped first)")
+    restart.add_argument("--broker", type=int, required=True, help="the broker's id")
+    restart.add_argument("--data-dir", default="./dev-cluster",
+                         help="the running dev-cluster's --data-dir (default ./dev-cluster)")
+    restart.set_defaults(func=run)

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import sys
 from typing import Any
 
 from odradek.cli import _group_offsets
-from odradek.cli._common import add_bootstrap, print_table, run_with_admin
-from odradek.client.admin import Admin
+from odradek.cli._common import UsageError, add_bootstrap, print_table, run_with_admin
 from odradek.client.connection import ClientError
-from odradek.client.groups import GroupDescription, GroupsClient
+from odradek.client.groups import CommittedOffset, GroupDescription, GroupsClient
+from odradek.client.routing import RETRIABLE_CODES, ClusterAdmin
 from odradek.text import plural
 
 EARLIEST = -2
@@ -68,15 +69,36 @@ def add_parser(sub: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    async def body(admin: Admin) -> int:
-        client = GroupsClient(admin.conn)
-        listing = await client.list_groups(args.state)
+    async def body(admin: ClusterAdmin) -> int:
+        listing = await admin.list_groups_everywhere(args.state)
         print_table([["GROUP", "STATE", "PROTOCOL-TYPE"]] + [
             [g.group_id, g.state or "-", g.protocol_type or "-"] for g in listing
         ])
         return 0
 
     return run_with_admin(args, body)
+
+
+async def _described(client: GroupsClient, group_id: str
+                     ) -> tuple[GroupDescription, list[CommittedOffset]]:
+    """The group's description and committed offsets, from its coordinator."""
+    return await client.describe_group(group_id), await client.fetch_offsets(group_id)
+
+
+async def _delete_one(client: GroupsClient, group_id: str) -> str:
+    """DeleteGroups of one group at its coordinator: the error's name ("none": deleted);
+    a retriable one (the coordinator moved) is raised, to be retried."""
+    error = (await client.delete_groups([group_id]))[group_id]
+    code = _error_code(error)
+    if code in RETRIABLE_CODES:
+        raise ClientError(f"deleting group {group_id} failed with {error.upper()}", code)
+    return error
+
+
+def _error_code(name: str) -> int:
+    from kio.schema.errors import ErrorCode
+
+    return int(ErrorCode[name].value)
 
 
 def _owner(description: GroupDescription) -> dict[tuple[str, int], Any]:
@@ -89,14 +111,12 @@ def _owner(description: GroupDescription) -> dict[tuple[str, int], Any]:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    async def body(admin: Admin) -> int:
-        client = GroupsClient(admin.conn)
+    async def body(admin: ClusterAdmin) -> int:
         status = 0
         for group_id in args.group:
-            await client.find_coordinator(group_id)
-            description = await client.describe_group(group_id)
-            committed = {(c.topic, c.partition): c.offset
-                         for c in await client.fetch_offsets(group_id)}
+            description, offsets = await admin.on_coordinator(
+                group_id, functools.partial(_described, group_id=group_id))
+            committed = {(c.topic, c.partition): c.offset for c in offsets}
             owners = _owner(description)
             if description.state == "Dead" and not committed:
                 print(f"Consumer group '{group_id}' does not exist.")
@@ -142,9 +162,9 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    async def body(admin: Admin) -> int:
-        client = GroupsClient(admin.conn)
-        results = await client.delete_groups(args.group)
+    async def body(admin: ClusterAdmin) -> int:
+        results = {g: await admin.on_coordinator(g, functools.partial(_delete_one, group_id=g))
+                   for g in args.group}
         status = 0
         for group_id, error in results.items():
             if error == "none":
@@ -162,11 +182,11 @@ def _parse_topics(specs: list[str]) -> list[tuple[str, list[int] | None]]:
     for spec in specs:
         topic, sep, parts = spec.partition(":")
         if not topic:
-            raise SystemExit(f"odradek: invalid --topic {spec!r}")
+            raise UsageError(f"odradek: invalid --topic {spec!r}")
         try:
             out.append((topic, [int(p) for p in parts.split(",")] if sep else None))
         except ValueError:
-            raise SystemExit(f"odradek: invalid partitions in --topic {spec!r}") from None
+            raise UsageError(f"odradek: invalid partitions in --topic {spec!r}") from None
     return out
 
 
@@ -174,7 +194,7 @@ def _parse_datetime(text: str) -> int:
     try:
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise SystemExit(f"odradek: invalid --to-datetime {text!r}") from None
+        raise UsageError(f"odradek: invalid --to-datetime {text!r}") from None
     if moment.tzinfo is None:
         moment = moment.astimezone()
     return int(moment.timestamp() * 1000)
@@ -182,24 +202,23 @@ def _parse_datetime(text: str) -> int:
 
 def _reset(args: argparse.Namespace) -> int:
     timestamp = _parse_datetime(args.to_datetime) if args.to_datetime else None
+    wanted_topics = [] if args.all_topics else _parse_topics(args.topic)  # before connecting
 
-    async def body(admin: Admin) -> int:
-        client = GroupsClient(admin.conn)
-        await client.find_coordinator(args.group)
-        description = await client.describe_group(args.group)
+    async def body(admin: ClusterAdmin) -> int:
+        description, offsets = await admin.on_coordinator(
+            args.group, lambda c: _described(c, args.group))
         if args.execute and description.state not in INACTIVE_STATES:
             print(f"odradek: group {args.group} is {description.state} with "
                   f"{plural(len(description.members), 'member')}; stop its consumers before "
                   "resetting "
                   "offsets", file=sys.stderr)
             return 1
-        committed = {(c.topic, c.partition): c.offset
-                     for c in await client.fetch_offsets(args.group)}
+        committed = {(c.topic, c.partition): c.offset for c in offsets}
         if args.all_topics:
             targets = sorted(committed)
         else:
             targets = []
-            for topic, partitions in _parse_topics(args.topic):
+            for topic, partitions in wanted_topics:
                 if partitions is None:
                     described = await admin.metadata([topic])
                     if not described or described[0].error != "none":
@@ -234,7 +253,8 @@ def _reset(args: argparse.Namespace) -> int:
             print("(dry run: nothing committed; add --execute to apply)")
             return 0
         if plan:
-            await client.commit_offsets(args.group, plan)
+            await admin.on_coordinator(args.group,
+                                       lambda c: c.commit_offsets(args.group, plan))
         print(f"Committed new offsets for {plural(len(plan), 'partition')} of group "
               f"{args.group}.")
         return 0

@@ -27,7 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli._common import add_bootstrap, security_of
+from odradek.cli._common import UsageError, add_bootstrap, security_of
 from odradek.client.admin import Admin
 from odradek.client.connection import BrokerConnection, ClientError
 
@@ -63,9 +63,9 @@ def _json_partitions(path: Path) -> list[tuple[str, int]]:
         doc = json.loads(path.read_text())
         out = [(str(e["topic"]), int(e["partition"])) for e in doc["partitions"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SystemExit(f"odradek: cannot read partitions from {path}: {exc}") from None
+        raise UsageError(f"odradek: cannot read partitions from {path}: {exc}") from None
     if len(set(out)) != len(out):
-        raise SystemExit(f"odradek: {path} names a partition more than once")
+        raise UsageError(f"odradek: {path} names a partition more than once")
     return out
 
 

@@ -6,6 +6,13 @@ that fails to import is an error of the whole command line, naming the module an
 error (exit status 1): a broken install must not quietly lose a sub-command. A sub-command
 that needs an optional extra (mirror: spark) imports it where it runs, not at module
 level, and says which extra to install when it is missing.
+
+Exit statuses, the same for every sub-command (``_common.EXIT_*``): 0 success; 1 a
+runtime failure (a broker unreachable or refusing, a Kafka error, a port or log dir
+taken, a sub-command module that fails to import); 2 a usage or configuration error (a
+flag missing, unknown or in conflict, an invalid value or config key, an input file that
+cannot be read or parsed: argparse's own status, and :class:`UsageError`); 128 + N when
+signal N stopped ``consume`` (130 Ctrl-C, 143 SIGTERM), as Kafka's tools do.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from odradek import __version__
+from odradek.cli._common import UsageError
 
 #: Modules of ``odradek.cli`` that register sub-commands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES = ("dump_log", "topics", "configs", "acls", "console", "groups",
@@ -120,15 +128,16 @@ class OdradekArgumentParser(argparse.ArgumentParser):
     to, and the nearest known flag suggested (``--topc`` -> ``--topic``). Sub-commands get
     this class too (argparse makes sub-parsers of the parent's class). A flag is unknown
     when it is not a prefix of any of the command's flags (argparse takes unique
-    prefixes)."""
+    prefixes); a command with sub-commands checks its own flags, up to the sub-command."""
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        if args is not None and self._subparsers is None:  # a leaf command
+        if args is not None:
             known = [o for o in self._option_string_actions if o.startswith("--")]
+            verbs = self._verbs()
             for token in args:
-                if token == "--":
+                if token == "--" or token in verbs:  # the rest is the sub-command's
                     break
                 flag = token.split("=", 1)[0]
                 if flag.startswith("--") and not any(o.startswith(flag) for o in known):
@@ -136,6 +145,11 @@ class OdradekArgumentParser(argparse.ArgumentParser):
                     hint = f" (did you mean {close[0]}?)" if close else ""
                     self.error(f"unrecognized argument {flag}{hint}")
         return super().parse_known_args(args, namespace)
+
+    def _verbs(self) -> set[str]:
+        """The names of this parser's sub-commands (none for a leaf command)."""
+        return {name for action in self._actions
+                if isinstance(action, argparse._SubParsersAction) for name in action.choices}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -176,7 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"odradek: {exc}", file=sys.stderr)
         return 1
     args = parser.parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        raise
     return result
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from odradek.cli._common import parse_pairs
+from odradek.cli._common import UsageError, parse_pairs
 from odradek.cli._perf_report import (
     CONSUMER_HEADER,
     DETAILED_HEADER,
@@ -57,7 +57,7 @@ def _confluent() -> Any:
     try:
         import confluent_kafka
     except ImportError:
-        raise SystemExit("odradek: perf needs confluent-kafka: pip install 'odradek[perf]'") \
+        raise UsageError("odradek: perf needs confluent-kafka: pip install 'odradek[perf]'") \
             from None
     return confluent_kafka
 
@@ -144,11 +144,11 @@ def _payloads(args: argparse.Namespace) -> list[bytes]:
         try:
             text = args.payload_file.read_bytes()
         except OSError as exc:
-            raise SystemExit(f"odradek: cannot read --payload-file: {exc}") from None
+            raise UsageError(f"odradek: cannot read --payload-file: {exc}") from None
         delim = args.payload_delimiter.encode().decode("unicode_escape").encode()
         lines = [p for p in text.split(delim) if p]
         if not lines:
-            raise SystemExit(f"odradek: --payload-file {args.payload_file} has no payloads")
+            raise UsageError(f"odradek: --payload-file {args.payload_file} has no payloads")
         return lines
     # Kafka fills the record with random uppercase letters; one payload reused for all.
     rnd = random.Random(0)
@@ -165,7 +165,7 @@ def _producer_config(args: argparse.Namespace) -> dict[str, str]:
     if args.acks is not None:
         config["acks"] = args.acks
     if "bootstrap.servers" not in config:
-        raise SystemExit("odradek: set --bootstrap-server or bootstrap.servers in "
+        raise UsageError("odradek: set --bootstrap-server or bootstrap.servers in "
                          "--producer-props")
     return config
 
@@ -174,7 +174,7 @@ def _read_properties(path: Path) -> dict[str, str]:
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
-        raise SystemExit(f"odradek: cannot read {path}: {exc}") from None
+        raise UsageError(f"odradek: cannot read {path}: {exc}") from None
     out: dict[str, str] = {}
     for line in lines:
         line = line.strip()
@@ -182,7 +182,7 @@ def _read_properties(path: Path) -> dict[str, str]:
             continue
         key, sep, value = line.partition("=")
         if not sep:
-            raise SystemExit(f"odradek: {path}: expected key=value, got {line!r}")
+            raise UsageError(f"odradek: {path}: expected key=value, got {line!r}")
         out[key.strip()] = value.strip()
     return out
 
@@ -197,16 +197,16 @@ def _throttle(start: float, sent: int, throughput: float) -> None:
 def _perf_produce(args: argparse.Namespace) -> int:
     ck = _confluent()
     if args.num_records <= 0:
-        raise SystemExit("odradek: --num-records must be positive")
+        raise UsageError("odradek: --num-records must be positive")
     if args.payload_file is None and args.record_size is None:
-        raise SystemExit("odradek: either --record-size or --payload-file is required")
+        raise UsageError("odradek: either --record-size or --payload-file is required")
     payloads = _payloads(args)
     size = len(payloads[0]) if len(payloads) == 1 else \
         sum(map(len, payloads)) // len(payloads)
     try:
         producer = ck.Producer({**_producer_config(args), "logger": LIBRDKAFKA_LOGGER})
     except ck.KafkaException as exc:
-        raise SystemExit(f"odradek: invalid producer configuration: {exc}") from None
+        raise UsageError(f"odradek: invalid producer configuration: {exc}") from None
     n, topic = args.num_records, args.topic
     start = time.monotonic()
     stats = ProducerStats(start, args.reporting_interval / 1000.0, size)
@@ -301,7 +301,7 @@ def _consumer_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def _perf_consume(args: argparse.Namespace) -> int:
     if args.messages <= 0:
-        raise SystemExit("odradek: --messages must be positive")
+        raise UsageError("odradek: --messages must be positive")
     config = _consumer_config(args)
     if not args.librdkafka_fetch and fast_path_possible(config):
         from odradek.cli._perf_fetch import consume_fast
@@ -315,7 +315,7 @@ def _consume_librdkafka(args: argparse.Namespace, config: dict[str, Any]) -> int
     try:
         consumer = ck.Consumer({**config, "logger": LIBRDKAFKA_LOGGER})
     except ck.KafkaException as exc:
-        raise SystemExit(f"odradek: invalid consumer configuration: {exc}") from None
+        raise UsageError(f"odradek: invalid consumer configuration: {exc}") from None
     assigned_at: list[float] = []
 
     def on_assign(_consumer: Any, partitions: list[Any]) -> None:

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from odradek.cli._common import add_bootstrap, run_with_admin
+from odradek.cli._common import UsageError, add_bootstrap, run_with_admin
 from odradek.client.admin import BROKER_RESOURCE, Admin, check
 from odradek.client.connection import request_class
 from odradek.cluster.metadata import MetadataError, assign_replicas
@@ -75,14 +75,14 @@ def load_plan(path: Path) -> list[tuple[str, int, list[int]]]:
         for entry in doc["partitions"]:
             dirs = entry.get("log_dirs")
             if dirs is not None and any(d != "any" for d in dirs):
-                raise SystemExit("odradek: log_dirs other than \"any\" are not supported")
+                raise UsageError("odradek: log_dirs other than \"any\" are not supported")
             plan.append((str(entry["topic"]), int(entry["partition"]),
                          [int(r) for r in entry["replicas"]]))
         return plan
     except OSError as exc:
-        raise SystemExit(f"odradek: cannot read {path}: {exc}") from None
+        raise UsageError(f"odradek: cannot read {path}: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
-        raise SystemExit(f"odradek: {path} is not a reassignment plan ({exc!r}); expected "
+        raise UsageError(f"odradek: {path} is not a reassignment plan ({exc!r}); expected "
                          "{\"version\":1,\"partitions\":[{\"topic\":...,\"partition\":...,"
                          "\"replicas\":[...]}]}") from None
 
@@ -125,13 +125,13 @@ def load_topics(path: Path) -> list[str]:
     try:
         topics = [str(entry["topic"]) for entry in json.loads(path.read_text())["topics"]]
     except OSError as exc:
-        raise SystemExit(f"odradek: cannot read {path}: {exc}") from None
+        raise UsageError(f"odradek: cannot read {path}: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
-        raise SystemExit(f"odradek: {path} is not a list of topics to move ({exc!r}); "
+        raise UsageError(f"odradek: {path} is not a list of topics to move ({exc!r}); "
                          "expected {\"version\":1,\"topics\":[{\"topic\":...}]}") from None
     twice = sorted({t for t in topics if topics.count(t) > 1})
     if twice:
-        raise SystemExit("odradek reassign: List of topics to reassign contains duplicate "
+        raise UsageError("odradek reassign: List of topics to reassign contains duplicate "
                          f"entries: {', '.join(twice)}")
     return topics
 
@@ -140,11 +140,11 @@ def parse_broker_list(text: str) -> list[int]:
     try:
         ids = [int(b) for b in text.split(",")]
     except ValueError:
-        raise SystemExit("odradek reassign: --broker-list takes broker ids separated by "
+        raise UsageError("odradek reassign: --broker-list takes broker ids separated by "
                          f"commas, e.g. 1,2,3 (got {text!r})") from None
     twice = sorted({b for b in ids if ids.count(b) > 1})
     if twice:
-        raise SystemExit("odradek reassign: Broker list contains duplicate entries: "
+        raise UsageError("odradek reassign: Broker list contains duplicate entries: "
                          + ", ".join(map(str, twice)))
     return ids
 
@@ -202,14 +202,14 @@ async def generate(admin: Admin, topics: list[str], broker_ids: list[int],
 def run(args: argparse.Namespace) -> int:
     if args.generate:
         if args.topics_to_move_json_file is None or args.broker_list is None:
-            raise SystemExit("odradek reassign: --generate needs --topics-to-move-json-file "
+            raise UsageError("odradek reassign: --generate needs --topics-to-move-json-file "
                              "and --broker-list")
         topics = load_topics(args.topics_to_move_json_file)
         broker_ids = parse_broker_list(args.broker_list)
         return run_with_admin(args, lambda admin: generate(
             admin, topics, broker_ids, not args.disable_rack_aware))
     if not args.list and args.reassignment_json_file is None:
-        raise SystemExit("odradek reassign: --reassignment-json-file is required with "
+        raise UsageError("odradek reassign: --reassignment-json-file is required with "
                          "--execute, --verify and --cancel")
     plan = load_plan(args.reassignment_json_file) if not args.list else []
 

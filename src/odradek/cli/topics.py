@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from odradek.cli._common import add_bootstrap, parse_pairs, print_table, run_with_admin
+from odradek.cli._common import UsageError, add_bootstrap, parse_pairs, print_table, run_with_admin
 from odradek.client.admin import Admin, PartitionInfo
 from odradek.client.connection import ClientError
 from odradek.text import plural
@@ -133,7 +133,7 @@ def _describe(args: argparse.Namespace) -> int:
 def _alter(args: argparse.Namespace) -> int:
     configs = parse_pairs(args.config, "config")
     if args.partitions is None and not configs and not args.delete_config:
-        raise SystemExit("odradek: topics alter needs --partitions, --config or --delete-config")
+        raise UsageError("odradek: topics alter needs --partitions, --config or --delete-config")
 
     async def body(admin: Admin) -> int:
         if args.partitions is not None:

@@ -66,6 +66,14 @@ class Admin:
     async def metadata(
         self, topics: list[str] | None = None, auto_create: bool = False
     ) -> list[TopicDescription]:
+        _, described = await self.cluster_metadata(topics, auto_create)
+        return described
+
+    async def cluster_metadata(
+        self, topics: list[str] | None = None, auto_create: bool = False
+    ) -> tuple[dict[int, tuple[str, int]], list[TopicDescription]]:
+        """Metadata: every live broker (id -> (host, port)) and the topics asked for
+        (None: every topic)."""
         cls = request_class("metadata", 12, "MetadataRequest")
         topic_cls = request_class("metadata", 12, "MetadataRequestTopic")
         request = cls(
@@ -85,7 +93,8 @@ class Admin:
                       for p in sorted(t.partitions, key=lambda p: p.partition_index)),
                 ErrorCode(t.error_code).name,
             ))
-        return out
+        brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
+        return brokers, out
 
     async def brokers(self) -> dict[int, tuple[str, int]]:
         """Every live broker: id -> (host, port)."""

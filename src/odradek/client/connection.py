@@ -145,6 +145,11 @@ class BrokerConnection:
         except SaslAuthenticationError as exc:
             raise ClientError(f"authentication failed: {exc}") from None
 
+    @property
+    def closed(self) -> bool:
+        """The connection is gone (closed by us, or the reader saw it end)."""
+        return self._writer is None or self._closed is not None
+
     def version(self, api_key: int, ours: tuple[int, int]) -> int:
         """Highest version of ``api_key`` in both ``ours`` and the broker's range."""
         theirs = self.api_versions.get(api_key)

@@ -2,7 +2,8 @@
 
 Each call sends one request at a version both sides serve and turns error codes into
 :class:`ClientError`. Offsets are committed the way Kafka's admin tools do it: generation
--1 and an empty member id, which the coordinator accepts only while the group is Empty.
+-1 and an empty member id, which the coordinator accepts only while the group is Empty
+(a member, client/consumer.py, commits with its generation and member id instead).
 On one broker the coordinator is the broker itself; :meth:`GroupsClient.find_coordinator`
 still asks, so the tools fail clearly when the coordinator is not available.
 """
@@ -132,8 +133,10 @@ class GroupsClient:
                                                int(p.committed_offset), p.metadata or ""))
         return sorted(out, key=lambda c: (c.topic, c.partition))
 
-    async def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
-        """Commit as an admin tool does (generation -1, no member id)."""
+    async def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int],
+                             generation: int = -1, member_id: str = "") -> None:
+        """Commit as an admin tool does (generation -1, no member id), or as the member
+        ``member_id`` of generation ``generation``."""
         version = self.conn.version(OFFSET_COMMIT, (2, 8))
         cls = request_class("offset_commit", version, "OffsetCommitRequest")
         topic_cls = request_class("offset_commit", version, "OffsetCommitRequestTopic")
@@ -146,7 +149,8 @@ class GroupsClient:
                 kwargs["committed_leader_epoch"] = -1
             by_topic.setdefault(topic, []).append(part_cls(**kwargs))
         request_kwargs: dict[str, Any] = {
-            "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_id": group_id, "generation_id_or_member_epoch": generation,
+            "member_id": member_id,
             "topics": tuple(topic_cls(name=t, partitions=tuple(ps))
                             for t, ps in by_topic.items()),
         }
