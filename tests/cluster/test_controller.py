@@ -11,9 +11,21 @@ from typing import Any
 
 import pytest
 
-from odradek.cluster.controller import NOTIFICATION_PATH, Controller, ControllerEvent
+from odradek.cluster.controller import (
+    NOTIFICATION_PATH,
+    NOTIFICATION_PREFIX,
+    Controller,
+    ControllerEvent,
+    Resync,
+)
 from odradek.cluster.controller_election import ControllerElector, ControllerMovedError
-from odradek.cluster.leader_election import LeaderAndIsr, decode_state, state_path, topic_path
+from odradek.cluster.leader_election import (
+    LeaderAndIsr,
+    decode_state,
+    notification_data,
+    state_path,
+    topic_path,
+)
 from odradek.cluster.membership import BrokerInfo, EndPoint
 from odradek.cluster.metadata import assign_replicas, encode_topic_id
 from odradek.cluster.zk_store import ZooKeeperStore
@@ -356,3 +368,40 @@ def test_old_notifications_are_purged(cluster: Cluster) -> None:
     names = cluster.observer.children(NOTIFICATION_PATH)
     kept = [named(d) for d in cluster.notifications()]
     assert kept == [{("t3", 0)}, {("t4", 0)}, {("t5", 0)}], names
+
+
+def test_every_writers_notifications_are_purged(cluster: Cluster) -> None:
+    """A leader changing its ISR writes a notification too: the controller purges those
+    as well (before, only a controller failover did, and the parent grew for ever), and
+    always keeps the newest."""
+    def factory(store: ZooKeeperStore, elector: ControllerElector, epoch: int) -> Controller:
+        return Controller(store, elector, epoch, notifications_kept=3)
+
+    cluster.start(range(1), factory)
+    for i in range(6):  # as leaders write them (server/zk_cluster.py)
+        cluster.observer.create(f"{NOTIFICATION_PATH}/{NOTIFICATION_PREFIX}",
+                                notification_data(1, [(f"isr{i}", 0)]), sequential=True)
+    wait_for(lambda: len(cluster.notifications()) == 3, what="the purge")
+    assert [named(d) for d in cluster.notifications()] == [
+        {("isr3", 0)}, {("isr4", 0)}, {("isr5", 0)}]
+
+
+def test_the_newest_notification_is_never_purged(cluster: Cluster) -> None:
+    """Brokers that read the newest notification must not lose it to a purge: they would
+    take it for notifications missed and read every state."""
+    def factory(store: ZooKeeperStore, elector: ControllerElector, epoch: int) -> Controller:
+        return Controller(store, elector, epoch, notification_retention_s=0.0)
+
+    cluster.start(range(1), factory)
+    cluster.create_topic("t", {0: [0]})
+    cluster.wait_states("t", 1)
+    cluster.create_topic("u", {0: [0]})
+    cluster.wait_states("u", 1)
+    wait_for(lambda: len(cluster.notifications()) <= 1, what="the purge")
+    active = cluster.active()
+    assert active is not None and active.controller is not None
+    controller = active.controller
+    processed = len(controller.history)
+    controller.submit(Resync(frozenset()))  # one more event, one more purge after it
+    wait_for(lambda: len(controller.history) > processed, what="the event")
+    assert [named(d) for d in cluster.notifications()] == [{("u", 0)}]

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from ._broker import start_broker
 from ._cluster import SESSION_TIMEOUT_MS, Cluster, running_cluster
 from .test_cluster import ROUNDTRIPS, expected_records, metadata
 
@@ -569,3 +570,46 @@ def test_a_throttled_reassignment_copies_at_the_rate_and_verify_lifts_it(
     (found,) = [f.result(30) for f in configs.values()]
     assert found["follower.replication.throttled.replicas"].value in ("", None)
     assert [v for _, v in read_all(cluster, topic)] == [value] * 300
+
+
+def test_a_broker_killed_and_started_at_once_waits_for_its_old_session(
+    rcluster: Cluster,
+) -> None:
+    """Restarts that wait (issue 30): a broker killed -9 and started again while its old
+    session's registration is still in ZooKeeper (with this broker's own endpoints)
+    waits, saying so, until ZooKeeper expires that session, then registers and rejoins
+    the ISR, instead of refusing to start. The victim runs with a session timeout long
+    enough that the restart surely begins before it expires."""
+    cluster = rcluster
+    topic = unique("quick-restart")
+    create(cluster, topic, 1, 3)
+    controller = cluster.controller()[0]
+    victim = next(i for i in (3, 2, 1) if i != controller)  # no failover mixed in
+    cluster.per_broker[victim] = {"zookeeper.session.timeout.ms": 20_000}
+    try:
+        cluster.stop(victim)  # a clean stop unregisters: restarted with the long session
+        cluster.start(victim)
+        cluster.wait_for(lambda: victim in state(cluster, topic, 0)["isr"], 60,
+                         f"broker {victim} back in the ISR")
+        assert all(isinstance(r, int) for r in send(producer(cluster, acks="all"), topic,
+                                                    [b"before-1", b"before-2"]))
+        cluster.kill9(victim)
+        assert cluster.registered(victim)  # its session outlives it
+        restarted = start_broker(cluster.root, port=cluster.ports[victim],
+                                 data_dir=cluster.data_dir(victim),
+                                 overrides=cluster.broker_overrides(victim))
+        cluster.brokers[victim] = restarted
+        output = restarted.stderr() + restarted.stdout()
+        assert "this broker's own endpoints" in output and "waiting up to" in output, (
+            restarted.describe())
+        cluster.wait_for(lambda: cluster.registered(victim), 30, f"broker {victim} registered")
+        cluster.wait_for(lambda: victim in state(cluster, topic, 0)["isr"], 60,
+                         f"broker {victim} back in the ISR after the restart")
+        assert all(isinstance(r, int) for r in send(producer(cluster, acks="all"), topic,
+                                                    [b"after"]))
+        assert [v for _, v in read_all(cluster, topic)] == [b"before-1", b"before-2", b"after"]
+    finally:
+        # back to the cluster's session timeout for the tests after this one
+        cluster.per_broker.pop(victim, None)
+        cluster.stop(victim)
+        cluster.start(victim)

@@ -16,8 +16,9 @@ applies it and tells its listeners (the replica manager hosts logs and updates p
   notification parent reads the notifications newer than the last one handled, in
   sequence order, and reads the states they name with pipelined reads. A notification's
   controller epoch decides nothing: the states are read from ZooKeeper, where only fenced
-  or version-conditional writes change them. At start, and after a new ZooKeeper session
-  (notifications may have been purged meanwhile), every state is read once instead.
+  or version-conditional writes change them. At start, after a new ZooKeeper session, and
+  whenever the last notification handled is gone (purged: unread ones may have gone with
+  it), every state is read once instead.
 - *Dynamic broker configs.* Data watches on ``/config/brokers/<default>`` and
   ``/config/brokers/<id>``: a change made through any broker is layered again here.
 - *Client quotas.* A children watch on ``/config/clients`` finds client entities added or
@@ -235,9 +236,10 @@ class MetadataSync:
                 log.exception("cannot read %s", NOTIFICATION_PATH)
                 return
             last = self._last_notification
-            if last and last not in names and (not names or names[0] < last):
-                # Ours was purged while newer ones we never read may have gone with it
-                # (the controller keeps the newest 1,000, or 15 minutes' worth).
+            if last and last not in names:
+                # Ours was purged, and unread ones after it may have gone with it: the
+                # survivors, all newer, would not say so (the controller keeps the newest
+                # 1,000, or 15 minutes' worth, and always the newest).
                 log.warning("notifications were purged past %s: reading every state", last)
                 self._reload_states()
                 return
