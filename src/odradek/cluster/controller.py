@@ -566,25 +566,49 @@ class Controller:
         new = completion(destination, state, self._live, self.epoch)
         if new is None:
             return False
-        if new is not state:
-            self._write_states([(tp, new)])
-            if self._states.get(tp) is state:
-                return False  # not written (a concurrent change): the next event retries
-        self._write_assignment(tp, destination)
+        if not self._complete(tp, destination, new):
+            return False  # not written (a concurrent change): read again and retried
         log.info("controller %d: %s-%d moved from %s to %s", self.broker_id, tp.topic,
                  tp.partition, list(entry.original), list(destination))
         return True
 
-    def _write_assignment(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
-        """Set one partition's replicas in ``/brokers/topics/<t>``, conditionally."""
+    def _complete(self, tp: TopicPartition, destination: tuple[int, ...],
+                  new: LeaderAndIsr) -> bool:
+        """The last step of a move: the assignment becomes ``destination`` and the state
+        ``new`` (the ISR without the replicas leaving, maybe a new leader) in ONE
+        transaction, the assignment's op first, with the state's notification. A broker
+        reads both through watches fired in that order, so it knows the new replica set no
+        later than the ISR without the leaving replicas: the leader cannot add one back
+        because a stale assignment still names it (Kafka sends the leader the new replica
+        set, ``RS = TRS``, before it shrinks the ISR, for that reason). The state is
+        written even when unchanged: its new version fences an ISR change the leader
+        made from the old replica set and has not written yet. Returns whether it was
+        written; a failure reads the topic again and retries the move."""
+        failed: set[str] = set()
+        self._flush([(tp, new)], [self._assignment_op(tp, destination),
+                                  *self._state_ops(tp, new, set())], failed)
+        only_stale, self._only_stale = self._only_stale, True
+        if failed:
+            for event in (Resync(frozenset(failed)), ReassignmentChange()):
+                # a version conflict: read again now; otherwise after a pause
+                (self._enqueue if only_stale else self._retry)(event)
+            return False
+        self._topics[tp.topic].partitions[tp.partition] = destination
+        return True
+
+    def _assignment_op(self, tp: TopicPartition, replicas: tuple[int, ...]) -> SetOp:
+        """The conditional write of one partition's replicas in ``/brokers/topics/<t>``."""
         path = topic_path(tp.topic)
         node = self.store.get(path)
         if node is None:
             raise NoNodeError(path)
         doc = json.loads(node.data)
         doc["partitions"][str(tp.partition)] = list(replicas)
-        self.elector.fenced_multi([SetOp(path, json.dumps(doc).encode(), node.version)],
-                                  epoch=self.epoch)
+        return SetOp(path, json.dumps(doc).encode(), node.version)
+
+    def _write_assignment(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
+        """Set one partition's replicas in ``/brokers/topics/<t>``, conditionally."""
+        self.elector.fenced_multi([self._assignment_op(tp, replicas)], epoch=self.epoch)
         self._topics[tp.topic].partitions[tp.partition] = replicas
 
     # -- reading ---------------------------------------------------------------------------
