@@ -42,6 +42,10 @@ OVERRIDES = {
     "offsets.topic.replication.factor": 3,
     "replica.lag.time.max.ms": 5000,
     "leader.imbalance.check.interval.seconds": 2,
+    # every partition moves back to its preferred leader, not only once more than 10 % of
+    # a broker's are elsewhere: a busy partition rejoining the ISR after the broker's idle
+    # ones would stay where it is (tests/spark/test_mirror_cluster.py says how)
+    "leader.imbalance.per.broker.percentage": 0,
     "log.cleaner.backoff.ms": 50,
 }
 
