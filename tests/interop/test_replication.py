@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kazoo.exceptions import NoNodeError
 
 from ._broker import start_broker
 from ._cluster import SESSION_TIMEOUT_MS, Cluster, running_cluster
@@ -588,8 +589,18 @@ def test_a_broker_killed_and_started_at_once_waits_for_its_old_session(
     topic = unique("quick-restart")
     create(cluster, topic, 1, 3)
     controller = cluster.controller()[0]
-    victim = next(i for i in (3, 2, 1) if i != controller)  # no failover mixed in
+    # a follower, not the controller: no failover mixed in, and its leader takes it out
+    # of the ISR while its old session lives on, so that rejoining is seen
+    leader = state(cluster, topic, 0)["leader"]
+    victim = next(i for i in (3, 2, 1) if i not in (controller, leader))
     cluster.per_broker[victim] = {"zookeeper.session.timeout.ms": 20_000}
+
+    def owner() -> int | None:
+        try:
+            return int(cluster.zk.get(f"/brokers/ids/{victim}")[1].ephemeralOwner)
+        except NoNodeError:
+            return None
+
     try:
         cluster.stop(victim)  # a clean stop unregisters: restarted with the long session
         cluster.start(victim)
@@ -597,8 +608,12 @@ def test_a_broker_killed_and_started_at_once_waits_for_its_old_session(
                          f"broker {victim} back in the ISR")
         assert all(isinstance(r, int) for r in send(producer(cluster, acks="all"), topic,
                                                     [b"before-1", b"before-2"]))
+        old_session = owner()
         cluster.kill9(victim)
-        assert cluster.registered(victim)  # its session outlives it
+        # replica.lag.time.max.ms (5 s) after, well inside the 20 s session
+        cluster.wait_for(lambda: victim not in state(cluster, topic, 0)["isr"], 15,
+                         f"broker {victim} out of the ISR")
+        assert owner() == old_session  # its session outlives it
         restarted = start_broker(cluster.root, port=cluster.ports[victim],
                                  data_dir=cluster.data_dir(victim),
                                  overrides=cluster.broker_overrides(victim))
@@ -606,7 +621,8 @@ def test_a_broker_killed_and_started_at_once_waits_for_its_old_session(
         output = restarted.stderr() + restarted.stdout()
         assert "this broker's own endpoints" in output and "waiting up to" in output, (
             restarted.describe())
-        cluster.wait_for(lambda: cluster.registered(victim), 30, f"broker {victim} registered")
+        cluster.wait_for(lambda: owner() not in (None, old_session), 30,
+                         f"broker {victim} registered by its new session")
         cluster.wait_for(lambda: victim in state(cluster, topic, 0)["isr"], 60,
                          f"broker {victim} back in the ISR after the restart")
         assert all(isinstance(r, int) for r in send(producer(cluster, acks="all"), topic,

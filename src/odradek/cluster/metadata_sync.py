@@ -16,9 +16,10 @@ applies it and tells its listeners (the replica manager hosts logs and updates p
   notification parent reads the notifications newer than the last one handled, in
   sequence order, and reads the states they name with pipelined reads. A notification's
   controller epoch decides nothing: the states are read from ZooKeeper, where only fenced
-  or version-conditional writes change them. At start, after a new ZooKeeper session, and
+  or version-conditional writes change them. At start, after a new ZooKeeper session,
   whenever the last notification handled is gone (purged: unread ones may have gone with
-  it), every state is read once instead.
+  it), and when one listed is gone before it is read (purged meanwhile: a broker that
+  fell behind the purge), every state is read once instead.
 - *Dynamic broker configs.* Data watches on ``/config/brokers/<default>`` and
   ``/config/brokers/<id>``: a change made through any broker is layered again here.
 - *Client quotas.* A children watch on ``/config/clients`` finds client entities added or
@@ -247,11 +248,17 @@ class MetadataSync:
             if not fresh:
                 return
             nodes = self.store.get_many([f"{NOTIFICATION_PATH}/{n}" for n in fresh])
+            if any(node is None for node in nodes):
+                # Purged between the listing and the read (this broker fell behind by more
+                # than the controller keeps): the partitions it named are unknown.
+                log.warning("notifications were purged before they were read: reading "
+                            "every state")
+                self._reload_states()
+                return
             self._last_notification = fresh[-1]
             keys: dict[tuple[str, int], None] = {}
             for name, node in zip(fresh, nodes, strict=True):
-                if node is None:
-                    continue  # purged before it was read: it was old
+                assert node is not None
                 try:
                     doc = json.loads(node.data)
                     epoch = int(doc["controller_epoch"])
