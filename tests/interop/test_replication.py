@@ -633,3 +633,87 @@ def test_a_broker_killed_and_started_at_once_waits_for_its_old_session(
         cluster.per_broker.pop(victim, None)
         cluster.stop(victim)
         cluster.start(victim)
+
+
+def test_a_follower_returns_after_the_log_start_passed_its_last_epoch(
+    rcluster: Cluster,
+) -> None:
+    """OffsetForLeaderEpoch for an epoch older than every epoch the leader still caches
+    (the log start, moved by DeleteRecords as retention moves it, dropped them) is
+    answered with that epoch ending where the first cached epoch begins, as Kafka's
+    LeaderEpochFileCache.endOffsetFor does; before, -1/-1, and the follower fell back to
+    its high watermark (the rule KIP-101 replaced). The follower that was away through it
+    truncates, starts again at the leader's log start, and rejoins the ISR."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kio.schema.offset_for_leader_epoch.v4 import request as ofle
+
+    from odradek.client.connection import BrokerConnection
+
+    cluster = rcluster
+    topic = unique("old-epochs")
+    first, second = 1, 2
+    cluster.create_topic(topic, 1, config={"min.insync.replicas": "1"},
+                         replica_assignment=[[first, second]])
+    cluster.wait_for(lambda: sorted(state(cluster, topic, 0)["isr"]) == [1, 2], 30,
+                     "both replicas in sync")
+    p = producer(cluster, acks="all")
+    assert all(isinstance(r, int) for r in send(p, topic, [b"e0-%d" % i for i in range(10)]))
+    # epoch 1 on the second replica (a clean stop hands leadership over), then epoch 2
+    # on the first again (the preferred leader, moved back once in sync)
+    cluster.stop(first)
+    cluster.wait_for(lambda: state(cluster, topic, 0)["leader"] == second, 30,
+                     "the second replica leading")
+    assert all(isinstance(r, int) for r in send(p, topic, [b"e1-%d" % i for i in range(10)]))
+    cluster.start(first)
+    cluster.wait_for(lambda: (s := state(cluster, topic, 0))["leader"] == first
+                     and len(s["isr"]) == 2, 60, "the first replica leading again, in sync")
+    # the follower leaves with epochs 0 and 1; epoch 2 is written without it, and the
+    # log start moves past where epoch 2 began (offset 20)
+    cluster.stop(second)
+    cluster.wait_for(lambda: state(cluster, topic, 0)["isr"] == [first], 30,
+                     "the second replica out of the ISR")
+    assert all(isinstance(r, int) for r in send(p, topic, [b"e2-%d" % i for i in range(10)]))
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
+    (deleted,) = admin.delete_records([TopicPartition(topic, 0, 21)]).values()
+    assert deleted.result(30).low_watermark == 21
+
+    async def end_of(epoch: int) -> tuple[int, int, int]:
+        conn = await BrokerConnection.open(cluster.address(first))
+        try:
+            answer = await conn.send(ofle.OffsetForLeaderEpochRequest(
+                replica_id=-1, topics=(ofle.OffsetForLeaderTopic(topic=topic, partitions=(
+                    ofle.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1,
+                                                  leader_epoch=epoch),)),)))
+        finally:
+            await conn.close()
+        (found,) = answer.topics[0].partitions
+        return int(found.error_code), int(found.leader_epoch), int(found.end_offset)
+
+    # epochs 0 and 1 end where the first epoch still cached (2, from 21) begins
+    assert asyncio.run(end_of(1)) == (0, 1, 21)
+    assert asyncio.run(end_of(0)) == (0, 0, 21)
+    cluster.start(second)
+    cluster.wait_for(lambda: sorted(state(cluster, topic, 0)["isr"]) == [1, 2], 60,
+                     "the second replica back in the ISR")
+    assert all(isinstance(r, int) for r in send(p, topic, [b"e2-last"]))
+    # it holds what the leader held: read from it alone, the leader stopped
+    cluster.wait_for(lambda: sorted(state(cluster, topic, 0)["isr"]) == [1, 2], 30,
+                     "the second replica still in the ISR")
+    cluster.stop(first)
+    cluster.wait_for(lambda: state(cluster, topic, 0)["leader"] == second, 30,
+                     "the second replica leading")
+    reader = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique("r"),
+                       "enable.auto.commit": False, "log_level": 3})
+    try:
+        reader.assign([TopicPartition(topic, 0, 21)])
+        got: list[bytes] = []
+
+        def more() -> bool:
+            got.extend(m.value() for m in reader.consume(100, 0.5) if m.error() is None)
+            return len(got) >= 10
+
+        cluster.wait_for(more, 60, f"{topic}-0 read from 21")
+        assert got == [b"e2-%d" % i for i in range(1, 10)] + [b"e2-last"]
+    finally:
+        reader.close()
