@@ -76,7 +76,8 @@ def main() -> None:
         "faults": len(report.faults), "acknowledged": report.acknowledged,
         "failed_sends": report.failed_sends, "lost": report.lost, "moved": report.moved,
         "duplicated": report.duplicated, "retracted": report.retracted,
-        "diverged": report.diverged, "client_errors": run.errors,
+        "diverged": report.diverged, "duplicates": report.duplicates,
+        "client_errors": run.errors,
         "seconds_to_next_ack": {
             k: {"count": len(v), "median": round(sorted(v)[len(v) // 2], 2),
                 "max": round(max(v), 2)} for k, v in sorted(by_kind.items())

@@ -11,11 +11,25 @@ from typing import Any
 
 import pytest
 
-from odradek.cluster.controller import NOTIFICATION_PATH, Controller, ControllerEvent
+from odradek.cluster.controller import (
+    NOTIFICATION_PATH,
+    NOTIFICATION_PREFIX,
+    Controller,
+    ControllerEvent,
+    Resync,
+)
 from odradek.cluster.controller_election import ControllerElector, ControllerMovedError
-from odradek.cluster.leader_election import LeaderAndIsr, decode_state, state_path, topic_path
+from odradek.cluster.leader_election import (
+    LeaderAndIsr,
+    decode_state,
+    notification_data,
+    state_path,
+    topic_path,
+)
 from odradek.cluster.membership import BrokerInfo, EndPoint
 from odradek.cluster.metadata import assign_replicas, encode_topic_id
+from odradek.cluster.reassignment import REASSIGN_PATH, Reassignment, encode_reassignments
+from odradek.cluster.store import BadVersionError, CreateOp, SetOp
 from odradek.cluster.zk_store import ZooKeeperStore
 from tests.cluster._zookeeper import ZooKeeperServer, expire_session, wait_for
 
@@ -356,3 +370,88 @@ def test_old_notifications_are_purged(cluster: Cluster) -> None:
     names = cluster.observer.children(NOTIFICATION_PATH)
     kept = [named(d) for d in cluster.notifications()]
     assert kept == [{("t3", 0)}, {("t4", 0)}, {("t5", 0)}], names
+
+
+def test_every_writers_notifications_are_purged(cluster: Cluster) -> None:
+    """A leader changing its ISR writes a notification too: the controller purges those
+    as well (before, only a controller failover did, and the parent grew for ever), and
+    always keeps the newest."""
+    def factory(store: ZooKeeperStore, elector: ControllerElector, epoch: int) -> Controller:
+        return Controller(store, elector, epoch, notifications_kept=3)
+
+    cluster.start(range(1), factory)
+    for i in range(6):  # as leaders write them (server/zk_cluster.py)
+        cluster.observer.create(f"{NOTIFICATION_PATH}/{NOTIFICATION_PREFIX}",
+                                notification_data(1, [(f"isr{i}", 0)]), sequential=True)
+    wait_for(lambda: len(cluster.notifications()) == 3, what="the purge")
+    assert [named(d) for d in cluster.notifications()] == [
+        {("isr3", 0)}, {("isr4", 0)}, {("isr5", 0)}]
+
+
+def test_the_newest_notification_is_never_purged(cluster: Cluster) -> None:
+    """Brokers that read the newest notification must not lose it to a purge: they would
+    take it for notifications missed and read every state."""
+    def factory(store: ZooKeeperStore, elector: ControllerElector, epoch: int) -> Controller:
+        return Controller(store, elector, epoch, notification_retention_s=0.0)
+
+    cluster.start(range(1), factory)
+    cluster.create_topic("t", {0: [0]})
+    cluster.wait_states("t", 1)
+    cluster.create_topic("u", {0: [0]})
+    cluster.wait_states("u", 1)
+    wait_for(lambda: len(cluster.notifications()) <= 1, what="the purge")
+    active = cluster.active()
+    assert active is not None and active.controller is not None
+    controller = active.controller
+    processed = len(controller.history)
+    controller.submit(Resync(frozenset()))  # one more event, one more purge after it
+    wait_for(lambda: len(controller.history) > processed, what="the event")
+    assert [named(d) for d in cluster.notifications()] == [{("u", 0)}]
+
+
+@pytest.mark.parametrize(("original", "isr_before"), [
+    ((0, 1), (0, 1, 2)),  # the leader leaves: a new leader, the ISR without it
+    ((1, 0), (1, 2)),  # the leader stays, the ISR already without the leaving replica
+])
+def test_a_move_completes_with_the_assignment_and_the_state_in_one_write(
+    cluster: Cluster, original: tuple[int, int], isr_before: tuple[int, ...]
+) -> None:
+    """The last step of a reassignment writes the target assignment and the state in ONE
+    transaction (the state even when unchanged, so that its version moves). Written one
+    after the other, a broker could read the ISR without the leaving replica while its
+    assignment still named it, and the leader, tracking that replica's fetches, added it
+    back; and an ISR change the leader computed from the old assignment stayed
+    writable. Kafka sends the leader the new replica set before it shrinks the ISR."""
+    cluster.start(range(3))
+    cluster.create_topic("t", {0: list(original)})
+    cluster.wait_states("t", 1)
+    target = (2, 1)
+    cluster.observer.create(REASSIGN_PATH, encode_reassignments(
+        [Reassignment("t", 0, target, original)]))
+    wait_for(lambda: json.loads(cluster.observer.get(topic_path("t")).data)  # type: ignore[union-attr]
+             ["partitions"]["0"] == [2, 1, 0], 15, "the expanded assignment")
+    # the leader grows its ISR (as server/zk_cluster.py's write_isr: conditional, with a
+    # notification); the controller completes the move then
+    state = cluster.states("t", 1)[0]
+    grown = LeaderAndIsr(state.leader, state.leader_epoch, isr_before, state.controller_epoch,
+                         state.zk_version)
+    written = cluster.observer.multi([
+        SetOp(state_path("t", 0), grown.encode(), state.zk_version),
+        CreateOp(f"{NOTIFICATION_PATH}/{NOTIFICATION_PREFIX}",
+                 notification_data(state.controller_epoch, [("t", 0)]), sequential=True),
+    ])[0]
+    assert written is not None
+    wait_for(lambda: cluster.observer.get(REASSIGN_PATH) is None, 15, "the move completed")
+    final = cluster.states("t", 1)[0]
+    assert set(final.isr) == {1, 2} and final.leader in target, final
+    client = cluster.observer.client
+    _, assigned = client.get(topic_path("t"))
+    _, stated = client.get(state_path("t", 0))
+    assert json.loads(client.get(topic_path("t"))[0])["partitions"]["0"] == list(target)
+    assert assigned.mzxid == stated.mzxid, "the assignment and the state in one transaction"
+    # an ISR change the leader made from the old assignment (adding the leaving replica
+    # 0 back) is fenced by the state's new version
+    stale = LeaderAndIsr(grown.leader, grown.leader_epoch, tuple(sorted({*isr_before, 0})),
+                         grown.controller_epoch, written.version)
+    with pytest.raises(BadVersionError):
+        cluster.observer.multi([SetOp(state_path("t", 0), stale.encode(), written.version)])

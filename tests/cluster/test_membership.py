@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 import pytest
@@ -14,6 +15,7 @@ from odradek.cluster.membership import (
     BrokerRegistration,
     EndPoint,
     live_brokers,
+    wait_out_previous_registration,
 )
 from odradek.cluster.store import MetadataStore
 from tests.cluster._zookeeper import ZooKeeperServer, expire_session, wait_for
@@ -137,3 +139,65 @@ def test_reregistration_after_expiry(backend: Backend) -> None:
              and n.ephemeral_owner == store.session_id != old, what="re-registration")
     registration.unregister()
     assert store.get("/brokers/ids/5") is None
+
+
+# -- a restart within the session timeout (wait_out_previous_registration) ----------------------
+ENDPOINTS = [EndPoint("PLAINTEXT", "127.0.0.1", 9092)]
+
+
+def _left_by_a_killed_run(zookeeper: ZooKeeperServer, zk_chroot: str,
+                          zk_stores: list[MetadataStore]) -> tuple[MetadataStore, MetadataStore]:
+    """A registration whose session lives on (the run was killed -9), and the session of
+    the broker started again."""
+    old, new = zookeeper.store(zk_chroot), zookeeper.store(zk_chroot)
+    zk_stores += [old, new]
+    info = BrokerInfo(1, tuple(ENDPOINTS))
+    old.create(info.path, info.encode(), ephemeral=True)
+    return old, new
+
+
+def test_a_restart_waits_out_its_own_previous_registration(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[MetadataStore],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    old, new = _left_by_a_killed_run(zookeeper, zk_chroot, zk_stores)
+    caplog.set_level(logging.INFO, "odradek.cluster.membership")
+    outcome: list[BaseException | None] = []
+
+    def restart() -> None:
+        try:
+            wait_out_previous_registration(new, 1, ENDPOINTS, 30.0)
+            outcome.append(None)
+        except BaseException as exc:  # handed to the test thread
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=restart)
+    waiter.start()
+    wait_for(lambda: "waiting up to" in caplog.text, what="the log line saying why")
+    assert not outcome  # still waiting
+    expire_session(old, zookeeper)  # ZooKeeper expires the killed run's session
+    waiter.join(10)
+    assert outcome == [None]
+    assert "this broker's own endpoints" in caplog.text
+    _registration(new, 1).register()  # then it registers
+
+
+def test_a_registration_with_other_endpoints_is_refused_at_once(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[MetadataStore],
+) -> None:
+    _old, new = _left_by_a_killed_run(zookeeper, zk_chroot, zk_stores)
+    with pytest.raises(BrokerIdInUseError, match="already registered by a live broker"):
+        wait_out_previous_registration(new, 1, [EndPoint("PLAINTEXT", "127.0.0.1", 9192)],
+                                       30.0)
+
+
+def test_a_registration_still_live_after_the_session_timeout_is_refused(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[MetadataStore],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Same endpoints but alive: another broker configured alike (a mistake), not a
+    restart. Refused once the session timeout has passed."""
+    _old, new = _left_by_a_killed_run(zookeeper, zk_chroot, zk_stores)
+    monkeypatch.setattr("odradek.cluster.membership.EXPIRY_MARGIN_S", 0.0)
+    with pytest.raises(BrokerIdInUseError, match="still registered"):
+        wait_out_previous_registration(new, 1, ENDPOINTS, 0.3)

@@ -251,6 +251,27 @@ def test_a_follower_joins_the_isr_once_at_the_high_watermark(log_manager: LogMan
     assert partition.high_watermark == 10
 
 
+def test_a_follower_joins_the_isr_only_past_the_known_start_of_the_leadership(
+    log_manager: LogManager,
+) -> None:
+    """Kafka's isFollowerInSync: at the high watermark is not enough, the follower must
+    also have reached where this leadership began, and that offset must be known. The
+    partition keeps it; the epoch cache's entry is not asked (a cache cleared, as a full
+    truncation or a damaged checkpoint leaves it, knew no start and let anyone in)."""
+    partition = _partition(log_manager, PartitionState(2, 3, (2, ME), (2, ME, 3)))
+    partition.log.append_as_leader(make_batch(10), leader_epoch=3)
+    partition.update_follower_high_watermark(5)
+    partition.update_state(PartitionState(ME, 4, (ME, 2), (2, ME, 3)))
+    assert partition.leader_epoch_start_offset == 10 and partition.high_watermark == 5
+    partition.log.leader_epoch_cache.clear()
+    partition.update_follower_fetch_state(3, 5, now=10)  # at the high watermark
+    assert not partition.expand_candidate(3)  # but not at the start of the leadership
+    partition.update_follower_fetch_state(3, 10, now=20)
+    assert partition.expand_candidate(3)
+    partition.leader_epoch_start_offset = None  # unknown: nobody joins
+    assert not partition.expand_candidate(3)
+
+
 def test_becoming_leader_records_the_epoch_at_the_log_end(log_manager: LogManager) -> None:
     follower = _partition(log_manager, PartitionState(2, 4, (2, ME), (2, ME)))
     follower.log.append_as_leader(make_batch(3), leader_epoch=4)

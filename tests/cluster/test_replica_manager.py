@@ -23,7 +23,7 @@ from odradek.cluster.errors import (
 )
 from odradek.cluster.metadata import ClusterMetadata, TopicInfo
 from odradek.cluster.partition import Partition, PartitionState
-from odradek.cluster.replica_manager import ReplicaManager
+from odradek.cluster.replica_manager import PendingAppend, ReplicaManager, Replication
 from odradek.cluster.store import EmbeddedStore
 from odradek.server.purgatory import DelayedBytes, Purgatory
 from odradek.storage import LogManager, TopicPartition, files
@@ -395,14 +395,21 @@ def test_appends_notify_the_fetch_purgatory_with_their_bytes(node: Node) -> None
     assert node.fetch.watching(tp) == 0
 
 
+async def _replicated(node: Node, partition: Partition, last_offset: int,
+                      timeout_s: float) -> bool:
+    append = PendingAppend(partition, partition.leader_epoch, last_offset + 1)
+    [outcome] = await node.replicas.wait_for_replication([append], timeout_s)
+    return outcome is Replication.REPLICATED
+
+
 def test_wait_for_replication_at_once_when_passed(node: Node) -> None:
     _topic(node, "t", {0: [ME]})
     partition = node.replicas.leader_partition("t", 0)
     info = partition.append_records_as_leader(make_batch(3), acks=-1)
 
     async def main() -> tuple[bool, bool]:
-        passed = await node.replicas.wait_for_replication(partition, info.last_offset, 0)
-        not_yet = await node.replicas.wait_for_replication(partition, info.last_offset + 1, 0)
+        passed = await _replicated(node, partition, info.last_offset, 0)
+        not_yet = await _replicated(node, partition, info.last_offset + 1, 0)
         return passed, not_yet
 
     assert _run(main()) == (True, False)
@@ -417,7 +424,7 @@ def test_wait_for_replication_completes_when_the_high_watermark_moves(node: Node
         info = partition.append_records_as_leader(make_batch(3), acks=-1)
         assert partition.high_watermark == 0
         waiting = asyncio.create_task(
-            node.replicas.wait_for_replication(partition, info.last_offset, LONG)
+            _replicated(node, partition, info.last_offset, LONG)
         )
         await _until(lambda: node.produce.watching(tp) == 1, "the produce to park")
         partition.append_records_as_leader(make_batch(1))  # an event, not the condition
@@ -433,13 +440,37 @@ def test_wait_for_replication_completes_when_the_high_watermark_moves(node: Node
     assert node.produce.watching(tp) == 0
 
 
+def test_wait_for_replication_waits_on_all_at_once(node: Node) -> None:
+    """A partition woken by a leadership change ends its part, not the others' wait."""
+    _topic(node, "t", {0: [ME, OTHER], 1: [ME, OTHER]})
+    p0 = node.replicas.leader_partition("t", 0)
+    p1 = node.replicas.leader_partition("t", 1)
+    appends = []
+    for partition in (p0, p1):
+        info = partition.append_records_as_leader(make_batch(2), acks=-1)
+        appends.append(PendingAppend(partition, partition.leader_epoch, info.last_offset + 1))
+
+    async def main() -> list[Replication]:
+        waiting = asyncio.create_task(node.replicas.wait_for_replication(appends, LONG))
+        await _until(lambda: node.produce.watching(TopicPartition("t", 1)) == 1, "a park")
+        s = p1.state
+        p1.update_state(PartitionState(ME, s.leader_epoch + 1, s.isr, s.replicas))
+        node.produce.wake_all(TopicPartition("t", 1))  # as a new leader epoch does
+        await _until(lambda: node.produce.watching(TopicPartition("t", 0)) == 1, "a park")
+        assert not waiting.done()
+        _set_isr(p0, (ME,))
+        return await waiting
+
+    assert _run(main()) == [Replication.REPLICATED, Replication.LEADERSHIP_MOVED]
+
+
 def test_wait_for_replication_times_out(node: Node) -> None:
     _topic(node, "t", {0: [ME, OTHER]})
     partition = node.replicas.leader_partition("t", 0)
     info = partition.append_records_as_leader(make_batch(1))
 
     async def main() -> bool:
-        return await node.replicas.wait_for_replication(partition, info.last_offset, 0.02)
+        return await _replicated(node, partition, info.last_offset, 0.02)
 
     assert not _run(main())
     assert node.produce.watching(TopicPartition("t", 0)) == 0
@@ -453,7 +484,7 @@ def test_deleting_a_topic_wakes_its_waiters(node: Node) -> None:
 
     async def main() -> tuple[bool, bool]:
         produce = asyncio.create_task(
-            node.replicas.wait_for_replication(partition, info.last_offset, LONG)
+            _replicated(node, partition, info.last_offset, LONG)
         )
         fetch = asyncio.create_task(node.fetch.wait([tp], 1 << 20, 0, LONG))
         await _until(lambda: node.produce.watching(tp) == node.fetch.watching(tp) == 1,

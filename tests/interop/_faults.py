@@ -41,6 +41,8 @@ class Report:
     duplicated: int = 0
     retracted: int = 0
     diverged: list[str] = field(default_factory=list)
+    # each value found more than once: where (partition, offsets)
+    duplicates: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -276,10 +278,10 @@ class FaultRun:
                         final[msg.partition()][msg.offset()] = msg.value()
         finally:
             consumer.close()
-        values: dict[bytes, int] = defaultdict(int)
+        values: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
         for p in range(self.partitions):
-            for value in final[p].values():
-                values[value] += 1
+            for offset, value in final[p].items():
+                values[value].append((p, offset))
             for offset, value in self.acked[p].items():
                 found = final[p].get(offset)
                 if found is None:
@@ -289,7 +291,9 @@ class FaultRun:
             for offset, value in self.seen[p].items():
                 if final[p].get(offset) != value:
                     report.retracted += 1
-        report.duplicated = sum(n - 1 for n in values.values() if n > 1)
+        report.duplicated = sum(len(at) - 1 for at in values.values() if len(at) > 1)
+        report.duplicates = [f"{value!r} at (partition, offset) {at}"
+                             for value, at in values.items() if len(at) > 1]
         report.diverged = self._diverged()
         return report
 

@@ -10,7 +10,6 @@ seen retracted, nothing doubled, no replica diverged.
 
 from __future__ import annotations
 
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -28,10 +27,9 @@ OVERRIDES = {
 }
 
 
-def test_no_acknowledged_write_is_lost_through_faults() -> None:
-    with tempfile.TemporaryDirectory() as tmp, running_cluster(
-        Path(tmp), 3, OVERRIDES, proxied=True
-    ) as c:
+def test_no_acknowledged_write_is_lost_through_faults(tmp_path: Path) -> None:
+    # in pytest's tmp_path: the brokers' logs stay for a failed run to be looked into
+    with running_cluster(tmp_path, 3, OVERRIDES, proxied=True) as c:
         run = FaultRun(c, f"faults-{uuid.uuid4().hex[:8]}", partitions=3, rate_per_s=300)
         run.create_topic()
         run.start()
@@ -54,5 +52,5 @@ def test_no_acknowledged_write_is_lost_through_faults() -> None:
             run.finish()
         report = run.verify()
         assert not run.errors, run.errors
-        assert report.ok, report.summary() + "\n" + "\n".join(report.diverged)
+        assert report.ok, "\n".join([report.summary(), *report.diverged, *report.duplicates])
         assert report.acknowledged > 1000, report.summary()

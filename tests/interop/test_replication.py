@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kazoo.exceptions import NoNodeError
 
+from ._broker import start_broker
 from ._cluster import SESSION_TIMEOUT_MS, Cluster, running_cluster
 from .test_cluster import ROUNDTRIPS, expected_records, metadata
 
@@ -41,6 +43,10 @@ OVERRIDES = {
     "offsets.topic.replication.factor": 3,
     "replica.lag.time.max.ms": 5000,
     "leader.imbalance.check.interval.seconds": 2,
+    # every partition moves back to its preferred leader, not only once more than 10 % of
+    # a broker's are elsewhere: a busy partition rejoining the ISR after the broker's idle
+    # ones would stay where it is (tests/spark/test_mirror_cluster.py says how)
+    "leader.imbalance.per.broker.percentage": 0,
     "log.cleaner.backoff.ms": 50,
 }
 
@@ -569,3 +575,145 @@ def test_a_throttled_reassignment_copies_at_the_rate_and_verify_lifts_it(
     (found,) = [f.result(30) for f in configs.values()]
     assert found["follower.replication.throttled.replicas"].value in ("", None)
     assert [v for _, v in read_all(cluster, topic)] == [value] * 300
+
+
+def test_a_broker_killed_and_started_at_once_waits_for_its_old_session(
+    rcluster: Cluster,
+) -> None:
+    """Restarts that wait (issue 30): a broker killed -9 and started again while its old
+    session's registration is still in ZooKeeper (with this broker's own endpoints)
+    waits, saying so, until ZooKeeper expires that session, then registers and rejoins
+    the ISR, instead of refusing to start. The victim runs with a session timeout long
+    enough that the restart surely begins before it expires."""
+    cluster = rcluster
+    topic = unique("quick-restart")
+    create(cluster, topic, 1, 3)
+    controller = cluster.controller()[0]
+    # a follower, not the controller: no failover mixed in, and its leader takes it out
+    # of the ISR while its old session lives on, so that rejoining is seen
+    leader = state(cluster, topic, 0)["leader"]
+    victim = next(i for i in (3, 2, 1) if i not in (controller, leader))
+    cluster.per_broker[victim] = {"zookeeper.session.timeout.ms": 20_000}
+
+    def owner() -> int | None:
+        try:
+            return int(cluster.zk.get(f"/brokers/ids/{victim}")[1].ephemeralOwner)
+        except NoNodeError:
+            return None
+
+    try:
+        cluster.stop(victim)  # a clean stop unregisters: restarted with the long session
+        cluster.start(victim)
+        cluster.wait_for(lambda: victim in state(cluster, topic, 0)["isr"], 60,
+                         f"broker {victim} back in the ISR")
+        assert all(isinstance(r, int) for r in send(producer(cluster, acks="all"), topic,
+                                                    [b"before-1", b"before-2"]))
+        old_session = owner()
+        cluster.kill9(victim)
+        # replica.lag.time.max.ms (5 s) after, well inside the 20 s session
+        cluster.wait_for(lambda: victim not in state(cluster, topic, 0)["isr"], 15,
+                         f"broker {victim} out of the ISR")
+        assert owner() == old_session  # its session outlives it
+        restarted = start_broker(cluster.root, port=cluster.ports[victim],
+                                 data_dir=cluster.data_dir(victim),
+                                 overrides=cluster.broker_overrides(victim))
+        cluster.brokers[victim] = restarted
+        output = restarted.stderr() + restarted.stdout()
+        assert "this broker's own endpoints" in output and "waiting up to" in output, (
+            restarted.describe())
+        cluster.wait_for(lambda: owner() not in (None, old_session), 30,
+                         f"broker {victim} registered by its new session")
+        cluster.wait_for(lambda: victim in state(cluster, topic, 0)["isr"], 60,
+                         f"broker {victim} back in the ISR after the restart")
+        assert all(isinstance(r, int) for r in send(producer(cluster, acks="all"), topic,
+                                                    [b"after"]))
+        assert [v for _, v in read_all(cluster, topic)] == [b"before-1", b"before-2", b"after"]
+    finally:
+        # back to the cluster's session timeout for the tests after this one
+        cluster.per_broker.pop(victim, None)
+        cluster.stop(victim)
+        cluster.start(victim)
+
+
+def test_a_follower_returns_after_the_log_start_passed_its_last_epoch(
+    rcluster: Cluster,
+) -> None:
+    """OffsetForLeaderEpoch for an epoch older than every epoch the leader still caches
+    (the log start, moved by DeleteRecords as retention moves it, dropped them) is
+    answered with that epoch ending where the first cached epoch begins, as Kafka's
+    LeaderEpochFileCache.endOffsetFor does; before, -1/-1, and the follower fell back to
+    its high watermark (the rule KIP-101 replaced). The follower that was away through it
+    truncates, starts again at the leader's log start, and rejoins the ISR."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kio.schema.offset_for_leader_epoch.v4 import request as ofle
+
+    from odradek.client.connection import BrokerConnection
+
+    cluster = rcluster
+    topic = unique("old-epochs")
+    first, second = 1, 2
+    cluster.create_topic(topic, 1, config={"min.insync.replicas": "1"},
+                         replica_assignment=[[first, second]])
+    cluster.wait_for(lambda: sorted(state(cluster, topic, 0)["isr"]) == [1, 2], 30,
+                     "both replicas in sync")
+    p = producer(cluster, acks="all")
+    assert all(isinstance(r, int) for r in send(p, topic, [b"e0-%d" % i for i in range(10)]))
+    # epoch 1 on the second replica (a clean stop hands leadership over), then epoch 2
+    # on the first again (the preferred leader, moved back once in sync)
+    cluster.stop(first)
+    cluster.wait_for(lambda: state(cluster, topic, 0)["leader"] == second, 30,
+                     "the second replica leading")
+    assert all(isinstance(r, int) for r in send(p, topic, [b"e1-%d" % i for i in range(10)]))
+    cluster.start(first)
+    cluster.wait_for(lambda: (s := state(cluster, topic, 0))["leader"] == first
+                     and len(s["isr"]) == 2, 60, "the first replica leading again, in sync")
+    # the follower leaves with epochs 0 and 1; epoch 2 is written without it, and the
+    # log start moves past where epoch 2 began (offset 20)
+    cluster.stop(second)
+    cluster.wait_for(lambda: state(cluster, topic, 0)["isr"] == [first], 30,
+                     "the second replica out of the ISR")
+    assert all(isinstance(r, int) for r in send(p, topic, [b"e2-%d" % i for i in range(10)]))
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
+    (deleted,) = admin.delete_records([TopicPartition(topic, 0, 21)]).values()
+    assert deleted.result(30).low_watermark == 21
+
+    async def end_of(epoch: int) -> tuple[int, int, int]:
+        conn = await BrokerConnection.open(cluster.address(first))
+        try:
+            answer = await conn.send(ofle.OffsetForLeaderEpochRequest(
+                replica_id=-1, topics=(ofle.OffsetForLeaderTopic(topic=topic, partitions=(
+                    ofle.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1,
+                                                  leader_epoch=epoch),)),)))
+        finally:
+            await conn.close()
+        (found,) = answer.topics[0].partitions
+        return int(found.error_code), int(found.leader_epoch), int(found.end_offset)
+
+    # epochs 0 and 1 end where the first epoch still cached (2, from 21) begins
+    assert asyncio.run(end_of(1)) == (0, 1, 21)
+    assert asyncio.run(end_of(0)) == (0, 0, 21)
+    cluster.start(second)
+    cluster.wait_for(lambda: sorted(state(cluster, topic, 0)["isr"]) == [1, 2], 60,
+                     "the second replica back in the ISR")
+    assert all(isinstance(r, int) for r in send(p, topic, [b"e2-last"]))
+    # it holds what the leader held: read from it alone, the leader stopped
+    cluster.wait_for(lambda: sorted(state(cluster, topic, 0)["isr"]) == [1, 2], 30,
+                     "the second replica still in the ISR")
+    cluster.stop(first)
+    cluster.wait_for(lambda: state(cluster, topic, 0)["leader"] == second, 30,
+                     "the second replica leading")
+    reader = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique("r"),
+                       "enable.auto.commit": False, "log_level": 3})
+    try:
+        reader.assign([TopicPartition(topic, 0, 21)])
+        got: list[bytes] = []
+
+        def more() -> bool:
+            got.extend(m.value() for m in reader.consume(100, 0.5) if m.error() is None)
+            return len(got) >= 10
+
+        cluster.wait_for(more, 60, f"{topic}-0 read from 21")
+        assert got == [b"e2-%d" % i for i in range(1, 10)] + [b"e2-last"]
+    finally:
+        reader.close()

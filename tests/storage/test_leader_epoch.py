@@ -45,18 +45,49 @@ def test_write_only_when_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert len(writes) == 2
 
 
-def test_end_offset_for(tmp_path: Path) -> None:
+def _cache(tmp_path: Path) -> LeaderEpochCache:
     cache = LeaderEpochCache(tmp_path / "c")
-    assert cache.end_offset_for(0, 100) == (UNDEFINED_EPOCH, UNDEFINED_OFFSET)
     for epoch, start in ((2, 0), (4, 30), (7, 80)):
         cache.assign(epoch, start)
-    assert cache.end_offset_for(1, 100) == (UNDEFINED_EPOCH, UNDEFINED_OFFSET)
+    return cache
+
+
+# end_offset_for, one test per branch of Kafka's LeaderEpochFileCache.endOffsetFor
+
+
+def test_end_offset_for_no_epoch_asked(tmp_path: Path) -> None:
+    assert _cache(tmp_path).end_offset_for(UNDEFINED_EPOCH, 100) == (
+        UNDEFINED_EPOCH, UNDEFINED_OFFSET)
+
+
+def test_end_offset_for_latest_epoch_is_the_log_end(tmp_path: Path) -> None:
+    assert _cache(tmp_path).end_offset_for(7, 100) == (7, 100)
+
+
+def test_end_offset_for_no_epoch_above(tmp_path: Path) -> None:
+    assert _cache(tmp_path).end_offset_for(9, 100) == (UNDEFINED_EPOCH, UNDEFINED_OFFSET)
+    empty = LeaderEpochCache(tmp_path / "empty")
+    assert empty.end_offset_for(0, 100) == (UNDEFINED_EPOCH, UNDEFINED_OFFSET)
+
+
+def test_end_offset_for_epoch_older_than_the_cache(tmp_path: Path) -> None:
+    """Retention dropped the epochs before the first cached one: the asked epoch ends
+    where the first cached epoch begins (not -1, which sent the follower back to its
+    high watermark)."""
+    cache = _cache(tmp_path)
+    assert cache.end_offset_for(1, 100) == (1, 0)
+    cache.truncate_from_start(50)  # log start offset moved into epoch 4
+    assert cache.entries == [(4, 50), (7, 80)]
+    assert cache.end_offset_for(2, 100) == (2, 50)
+    assert cache.end_offset_for(3, 100) == (3, 50)
+
+
+def test_end_offset_for_epoch_between_cached_ones(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
     assert cache.end_offset_for(2, 100) == (2, 30)
     assert cache.end_offset_for(3, 100) == (2, 30)  # unknown epoch: the one before it
     assert cache.end_offset_for(4, 100) == (4, 80)
     assert cache.end_offset_for(6, 100) == (4, 80)
-    assert cache.end_offset_for(7, 100) == (7, 100)
-    assert cache.end_offset_for(9, 100) == (7, 100)
 
 
 def test_truncation(tmp_path: Path) -> None:

@@ -42,10 +42,13 @@ changed states that nobody announced.
 Notifications are purged oldest first (a prefix of the sequence order), keeping those
 younger than :data:`NOTIFICATION_RETENTION_S` (Kafka's 15 minutes for change
 notifications) but never more than :data:`NOTIFICATIONS_KEPT` (so a broker lists a
-bounded number of children on every change). Ages count from when this controller created
-a notification or, for older ones, first saw it. Because purging only ever removes the
-oldest, a broker whose last-read notification is still listed has missed nothing; one
-whose last-read notification is gone may have missed some, and reloads every state.
+bounded number of children on every change), and always the newest. Every writer's are
+purged: this controller's own and those of leaders changing their ISR, which a children
+watch on the parent shows it (as Kafka's controller deletes the ``isr_change_notification``
+entries it processed). Ages count from when this controller created a notification or
+first saw it. Because purging only ever removes the oldest and keeps the newest, a broker
+that read the newest notification loses nothing to a purge; one whose last-read
+notification is gone may have missed some, and reloads every state.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ __all__ = [
     "BrokerChange",
     "Controller",
     "ControllerEvent",
+    "NotificationChange",
     "PartitionModifications",
     "PreferredElection",
     "ProcessedEvent",
@@ -188,12 +192,18 @@ class UncleanElection:
 
 
 @dataclass(frozen=True, slots=True)
+class NotificationChange:
+    """A notification was written (by this controller or a leader) or purged."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Purge:
     pass
 
 
 ControllerEvent = (Startup | BrokerChange | TopicChange | PartitionModifications | Resync
-                   | PreferredElection | ReassignmentChange | UncleanElection | _Purge)
+                   | PreferredElection | ReassignmentChange | UncleanElection
+                   | NotificationChange | _Purge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +331,8 @@ class Controller:
             self._enqueue(ReassignmentChange())
         elif path == TOPICS_PATH:
             self._enqueue(TopicChange())
+        elif path == NOTIFICATION_PATH:
+            self._enqueue(NotificationChange())
         elif path.startswith(TOPICS_PATH + "/"):
             self._enqueue(PartitionModifications(path[len(TOPICS_PATH) + 1:]))
 
@@ -396,6 +408,8 @@ class Controller:
             )
             if event.on_done is not None:
                 event.on_done(done)
+        elif isinstance(event, NotificationChange):
+            self._track_notifications()
         elif isinstance(event, UncleanElection):
             leaders = self.elect_unclean(event.partitions)
             if event.on_done is not None:
@@ -427,13 +441,24 @@ class Controller:
         for name in list(self._topics):
             self._forget(name)
         self._load_topics(names)
+        self._track_notifications()
+
+    def _track_notifications(self) -> None:
+        """List the notifications (arming the children watch), start the age of those
+        not seen before, whoever wrote them, and forget those gone."""
+        watch = self._on_watch if self._arm(NOTIFICATION_PATH) else None
+        try:
+            listed = self.store.children(NOTIFICATION_PATH, watch)
+        except StoreError:
+            self._disarm([NOTIFICATION_PATH])
+            raise
         now = self._clock()
-        known = {path for path, _ in self._notifications}
-        for name in self.store.children(NOTIFICATION_PATH):
-            path = f"{NOTIFICATION_PATH}/{name}"
-            if name.startswith(NOTIFICATION_PREFIX) and path not in known:
-                self._notifications.append((path, now))
-        self._notifications = collections.deque(sorted(self._notifications))
+        paths = {f"{NOTIFICATION_PATH}/{name}" for name in listed
+                 if name.startswith(NOTIFICATION_PREFIX)}
+        kept = [(path, seen) for path, seen in self._notifications if path in paths]
+        known = {path for path, _ in kept}
+        kept += [(path, now) for path in paths if path not in known]
+        self._notifications = collections.deque(sorted(kept))
 
     def _on_broker_change(self) -> None:
         live = self._read_live()
@@ -541,25 +566,49 @@ class Controller:
         new = completion(destination, state, self._live, self.epoch)
         if new is None:
             return False
-        if new is not state:
-            self._write_states([(tp, new)])
-            if self._states.get(tp) is state:
-                return False  # not written (a concurrent change): the next event retries
-        self._write_assignment(tp, destination)
+        if not self._complete(tp, destination, new):
+            return False  # not written (a concurrent change): read again and retried
         log.info("controller %d: %s-%d moved from %s to %s", self.broker_id, tp.topic,
                  tp.partition, list(entry.original), list(destination))
         return True
 
-    def _write_assignment(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
-        """Set one partition's replicas in ``/brokers/topics/<t>``, conditionally."""
+    def _complete(self, tp: TopicPartition, destination: tuple[int, ...],
+                  new: LeaderAndIsr) -> bool:
+        """The last step of a move: the assignment becomes ``destination`` and the state
+        ``new`` (the ISR without the replicas leaving, maybe a new leader) in ONE
+        transaction, the assignment's op first, with the state's notification. A broker
+        reads both through watches fired in that order, so it knows the new replica set no
+        later than the ISR without the leaving replicas: the leader cannot add one back
+        because a stale assignment still names it (Kafka sends the leader the new replica
+        set, ``RS = TRS``, before it shrinks the ISR, for that reason). The state is
+        written even when unchanged: its new version fences an ISR change the leader
+        made from the old replica set and has not written yet. Returns whether it was
+        written; a failure reads the topic again and retries the move."""
+        failed: set[str] = set()
+        self._flush([(tp, new)], [self._assignment_op(tp, destination),
+                                  *self._state_ops(tp, new, set())], failed)
+        only_stale, self._only_stale = self._only_stale, True
+        if failed:
+            for event in (Resync(frozenset(failed)), ReassignmentChange()):
+                # a version conflict: read again now; otherwise after a pause
+                (self._enqueue if only_stale else self._retry)(event)
+            return False
+        self._topics[tp.topic].partitions[tp.partition] = destination
+        return True
+
+    def _assignment_op(self, tp: TopicPartition, replicas: tuple[int, ...]) -> SetOp:
+        """The conditional write of one partition's replicas in ``/brokers/topics/<t>``."""
         path = topic_path(tp.topic)
         node = self.store.get(path)
         if node is None:
             raise NoNodeError(path)
         doc = json.loads(node.data)
         doc["partitions"][str(tp.partition)] = list(replicas)
-        self.elector.fenced_multi([SetOp(path, json.dumps(doc).encode(), node.version)],
-                                  epoch=self.epoch)
+        return SetOp(path, json.dumps(doc).encode(), node.version)
+
+    def _write_assignment(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
+        """Set one partition's replicas in ``/brokers/topics/<t>``, conditionally."""
+        self.elector.fenced_multi([self._assignment_op(tp, replicas)], epoch=self.epoch)
         self._topics[tp.topic].partitions[tp.partition] = replicas
 
     # -- reading ---------------------------------------------------------------------------
@@ -855,7 +904,8 @@ class Controller:
             if now - created <= self.notification_retention_s:
                 break
             expired += 1
-        count = max(expired, len(self._notifications) - self.notifications_kept)
+        count = min(max(expired, len(self._notifications) - self.notifications_kept),
+                    len(self._notifications) - 1)  # the newest stays (module doc)
         if count <= 0:
             return
         oldest = [self._notifications[i][0] for i in range(count)]

@@ -41,6 +41,7 @@ __all__ = [
     "BrokerRegistration",
     "EndPoint",
     "live_brokers",
+    "wait_out_previous_registration",
 ]
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,59 @@ def _read_brokers(store: MetadataStore, names: Sequence[str]) -> dict[int, Broke
         if node is not None:
             brokers[int(name)] = BrokerInfo.decode(int(name), node.data)
     return brokers
+
+
+# ZooKeeper expires a session in buckets of its tickTime (2 s by default) once the timeout
+# has passed, and a loaded server later still: how long after the timeout a registration
+# of a dead session may linger.
+EXPIRY_MARGIN_S = 5.0
+
+
+def wait_out_previous_registration(
+    store: MetadataStore, broker_id: int, endpoints: Sequence[EndPoint],
+    session_timeout_s: float,
+) -> None:
+    """Before registering: a registration of ``broker_id`` by another session that holds
+    this broker's own ``endpoints`` is most likely this broker's before a kill -9 and a
+    restart within the session timeout. Wait (saying so) until ZooKeeper expires that
+    session and deletes it, instead of refusing to start as Kafka does (KAFKA-7165), so
+    that a supervisor's restart does not become a crash loop. Refuse
+    (:class:`BrokerIdInUseError`) a registration with other endpoints, or one still
+    there ``session_timeout_s`` + :data:`EXPIRY_MARGIN_S` later: a live broker holds it."""
+    path = f"{BROKER_IDS_PATH}/{broker_id}"
+    wait_s = session_timeout_s + EXPIRY_MARGIN_S
+    deadline = time.monotonic() + wait_s
+    ours = {(e.listener_name, e.host, e.port) for e in endpoints}
+    waiting = False
+    changed = threading.Event()  # the watch: deleted (or changed: read again)
+    while True:
+        changed.clear()
+        node = store.get(path, watch=lambda _path: changed.set())
+        if node is None or node.ephemeral_owner == store.session_id:
+            if waiting:
+                log.info("the previous registration of broker %d is gone", broker_id)
+            return
+        holder = BrokerInfo.decode(broker_id, node.data)
+        held = {(e.listener_name, e.host, e.port) for e in holder.endpoints}
+        if not ours or held != ours or 0 in {e.port for e in endpoints}:
+            raise BrokerIdInUseError(
+                f"broker.id {broker_id} is already registered by a live broker at "
+                f"{holder.address}"
+            )
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise BrokerIdInUseError(
+                f"broker.id {broker_id} is still registered at {holder.address}, this "
+                f"broker's own endpoints, {wait_s:.1f} s later: a live broker holds it"
+            )
+        if not waiting:
+            log.warning(
+                "broker.id %d is registered at %s, this broker's own endpoints, by another "
+                "ZooKeeper session: most likely this broker's before a restart; waiting up "
+                "to %.1f s for ZooKeeper to expire it (zookeeper.session.timeout.ms)",
+                broker_id, holder.address, remaining)
+            waiting = True
+        changed.wait(remaining)
 
 
 class BrokerRegistration:

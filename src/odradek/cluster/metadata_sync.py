@@ -16,8 +16,10 @@ applies it and tells its listeners (the replica manager hosts logs and updates p
   notification parent reads the notifications newer than the last one handled, in
   sequence order, and reads the states they name with pipelined reads. A notification's
   controller epoch decides nothing: the states are read from ZooKeeper, where only fenced
-  or version-conditional writes change them. At start, and after a new ZooKeeper session
-  (notifications may have been purged meanwhile), every state is read once instead.
+  or version-conditional writes change them. At start, after a new ZooKeeper session,
+  whenever the last notification handled is gone (purged: unread ones may have gone with
+  it), and when one listed is gone before it is read (purged meanwhile: a broker that
+  fell behind the purge), every state is read once instead.
 - *Dynamic broker configs.* Data watches on ``/config/brokers/<default>`` and
   ``/config/brokers/<id>``: a change made through any broker is layered again here.
 - *Client quotas.* A children watch on ``/config/clients`` finds client entities added or
@@ -235,9 +237,10 @@ class MetadataSync:
                 log.exception("cannot read %s", NOTIFICATION_PATH)
                 return
             last = self._last_notification
-            if last and last not in names and (not names or names[0] < last):
-                # Ours was purged while newer ones we never read may have gone with it
-                # (the controller keeps the newest 1,000, or 15 minutes' worth).
+            if last and last not in names:
+                # Ours was purged, and unread ones after it may have gone with it: the
+                # survivors, all newer, would not say so (the controller keeps the newest
+                # 1,000, or 15 minutes' worth, and always the newest).
                 log.warning("notifications were purged past %s: reading every state", last)
                 self._reload_states()
                 return
@@ -245,11 +248,17 @@ class MetadataSync:
             if not fresh:
                 return
             nodes = self.store.get_many([f"{NOTIFICATION_PATH}/{n}" for n in fresh])
+            if any(node is None for node in nodes):
+                # Purged between the listing and the read (this broker fell behind by more
+                # than the controller keeps): the partitions it named are unknown.
+                log.warning("notifications were purged before they were read: reading "
+                            "every state")
+                self._reload_states()
+                return
             self._last_notification = fresh[-1]
             keys: dict[tuple[str, int], None] = {}
             for name, node in zip(fresh, nodes, strict=True):
-                if node is None:
-                    continue  # purged before it was read: it was old
+                assert node is not None
                 try:
                     doc = json.loads(node.data)
                     epoch = int(doc["controller_epoch"])

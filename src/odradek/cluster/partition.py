@@ -22,10 +22,12 @@ a partition goes through here, so replication changes this class and
   caught up decides whether it stays in the ISR: :meth:`out_of_sync_replicas` names the
   ones behind for longer than ``replica.lag.time.max.ms`` (the ISR shrinks), and a
   follower outside the ISR that reached the high watermark and the start of the current
-  leader epoch joins it (:meth:`expand_candidate`). The change itself is written by the
-  replica manager's ISR writer (a conditional ZooKeeper write); while it is under way
-  the high watermark counts the union of the old and the new ISR (Kafka's "maximal
-  ISR"), so it never runs ahead of a replica about to be counted.
+  leader epoch joins it (:meth:`expand_candidate`). Only a fetch the leader served counts:
+  one from an offset out of range never reaches :meth:`update_follower_fetch_state`.
+  The change itself is written by the replica manager's ISR writer (a conditional
+  ZooKeeper write); while it is under way the high watermark counts the union of the old
+  and the new ISR (Kafka's "maximal ISR"), so it never runs ahead of a replica about to
+  be counted.
 - *High watermark.* The smallest log end offset over the ISR
   (``Partition.maybeIncrementLeaderHW``). It never moves back on a leader. The log holds
   the value, as Kafka's ``UnifiedLog`` does; this class alone moves it, after every append
@@ -250,14 +252,16 @@ class Partition:
 
     def expand_candidate(self, replica_id: int) -> bool:
         """May ``replica_id`` join the ISR? Kafka's ``isFollowerInSync``: it reached the
-        high watermark and the start of the current leader epoch."""
+        high watermark and the offset where this leadership began, which must be known
+        (``leader_epoch_start_offset``, the one place that value is kept: the epoch
+        cache's entry for it may be rewritten by a log start offset moving past it)."""
         state = self.state
         if replica_id in state.isr or replica_id not in state.replicas:
             return False
         replica = self.follower_states.get(replica_id)
-        if replica is None:
+        epoch_start = self.leader_epoch_start_offset
+        if replica is None or epoch_start is None:
             return False
-        epoch_start = self.log.leader_epoch_cache.start_offset_of(state.leader_epoch)
         return (replica.log_end_offset >= self.log.high_watermark
                 and replica.log_end_offset >= epoch_start)
 

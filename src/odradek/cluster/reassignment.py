@@ -13,8 +13,11 @@ returns to). The controller watches the znode and moves each partition in two st
    the leader adds them to the ISR once caught up.
 2. *Complete*, once every target replica is in the ISR (:func:`completion`): the leader
    stays if it is a target replica, else the first target replica in the ISR leads (leader
-   epoch + 1); the ISR keeps only target replicas; the assignment becomes the target; the
-   entry leaves the znode (which is deleted when empty). Brokers no longer assigned the
+   epoch + 1); the ISR keeps only target replicas; the assignment becomes the target, in
+   the same transaction as that state (its op first: brokers learn the new replica set no
+   later than the ISR without the leaving replicas, so a leader never adds one back, as
+   Kafka sends the leader the new replica set before it shrinks the ISR); the entry
+   leaves the znode (which is deleted when empty). Brokers no longer assigned the
    partition stop fetching it and delete its log.
 
 The controller watches the state znodes of partitions being reassigned, so it hears when a

@@ -15,7 +15,8 @@ How it works:
   to or read from as leader; it raises Kafka's error otherwise (UNKNOWN_TOPIC_OR_PARTITION,
   LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
   UNKNOWN_LEADER_EPOCH). :meth:`wait_for_replication` parks an acks=all Produce until the
-  high watermark passes its last offset (Kafka's ``DelayedProduce``).
+  high watermark passes the records of every partition it appended to, each at the
+  leader epoch it was appended at (Kafka's ``DelayedProduce``).
 - *Events.* Each append tells the followers' fetches waiting in the fetch purgatory how
   many bytes arrived; each high-watermark move tells the consumers' fetches (the bytes
   appended since the previous move: what became visible) and the produce purgatory
@@ -47,8 +48,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import enum
 import logging
-from collections.abc import Callable, Hashable
+import time
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
@@ -74,7 +77,9 @@ if TYPE_CHECKING:
 __all__ = [
     "FollowerKey",
     "IsrWriter",
+    "PendingAppend",
     "ReplicaManager",
+    "Replication",
     "Watchers",
 ]
 
@@ -106,6 +111,26 @@ class Watchers(Protocol):
     async def wait_until(
         self, keys: list[Hashable], condition: Callable[[], bool], timeout_s: float
     ) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PendingAppend:
+    """An acks=all append waiting for its ISR (Kafka's ``ProducePartitionStatus``): taken
+    when the records are appended, with the leader epoch they were written at and the
+    log end offset after them, which the high watermark must reach."""
+
+    partition: Partition
+    leader_epoch: int
+    required_offset: int
+
+
+class Replication(enum.Enum):
+    """Where an acks=all append stands (:meth:`ReplicaManager.replication_of`)."""
+
+    PENDING = "pending"
+    REPLICATED = "replicated"  # the high watermark reached it, at its epoch
+    LEADERSHIP_MOVED = "leadership moved"  # led elsewhere or at another epoch since
+    GONE = "gone"  # the partition is no longer hosted here (deleted, reassigned)
 
 
 class ReplicaManager:
@@ -232,34 +257,57 @@ class ReplicaManager:
         """True while any log of ``topic`` is being created off the loop."""
         return any(tp.topic == topic for tp in self._pending)
 
+    def replication_of(self, append: PendingAppend) -> Replication:
+        """Where an acks=all append stands (Kafka's
+        ``Partition.checkEnoughReplicasReachOffset``, judged at the append's epoch)."""
+        partition = append.partition
+        if self.partitions.get(TopicPartition(partition.topic, partition.partition)) \
+                is not partition:
+            return Replication.GONE
+        if not partition.is_leader or partition.leader_epoch != append.leader_epoch:
+            return Replication.LEADERSHIP_MOVED
+        if partition.high_watermark >= append.required_offset:
+            return Replication.REPLICATED
+        return Replication.PENDING
+
     async def wait_for_replication(
-        self, partition: Partition, offset: int, timeout_s: float
-    ) -> bool:
-        """acks=all: wait until the high watermark passes ``offset`` (every replica of the
-        ISR has it), this broker stops leading, or ``timeout_s`` passes; whether the high
-        watermark passed it while leading (Kafka's ``DelayedProduce``)."""
-        epoch = partition.leader_epoch
+        self, appends: Sequence[PendingAppend], timeout_s: float
+    ) -> list[Replication]:
+        """acks=all: wait until no append is PENDING (every one replicated by its ISR, or
+        its partition led elsewhere, at another epoch, or gone) or ``timeout_s`` passes;
+        where each stands then. All are waited on at once, each judged at the epoch it
+        was appended at, as Kafka's ``DelayedProduce`` holds every partition's status
+        from the append: judged later, a partition that lost its leadership and won it
+        back while another was awaited would count records truncated meanwhile."""
+        deadline = time.monotonic() + timeout_s
 
-        def done() -> bool:
-            return (partition.high_watermark > offset or not partition.is_leader
-                    or partition.leader_epoch != epoch)
+        def pending() -> list[PendingAppend]:
+            return [a for a in appends if self.replication_of(a) is Replication.PENDING]
 
-        if not done():
-            tp = TopicPartition(partition.topic, partition.partition)
-            await self.produce_watchers.wait_until([tp], done, timeout_s)
-        return (partition.high_watermark > offset and partition.is_leader
-                and partition.leader_epoch == epoch)
+        waiting = pending()
+        while waiting and (remaining := deadline - time.monotonic()) > 0:
+            keys: list[Hashable] = [TopicPartition(a.partition.topic, a.partition.partition)
+                                    for a in waiting]
+            await self.produce_watchers.wait_until(keys, lambda: not pending(), remaining)
+            still = pending()
+            if len(still) == len(waiting):
+                break  # timed out (or the purgatory is full): no wait again
+            waiting = still  # a partition woken by a leadership change: wait for the others
+        return [self.replication_of(a) for a in appends]
 
     # -- followers and the ISR (the leader's side) ---------------------------------------
     def record_follower_fetch(self, partition: Partition, replica_id: int,
-                              fetch_offset: int) -> None:
-        """A follower fetched ``partition`` from ``fetch_offset`` (Kafka's
-        ``updateFollowerFetchState``): the high watermark may move, the ISR may grow."""
-        partition.update_follower_fetch_state(replica_id, fetch_offset, monotonic_ms())
+                              fetch_offset: int) -> bool:
+        """A follower's fetch of ``partition`` from ``fetch_offset`` was served (Kafka's
+        ``updateFollowerFetchState``; the caller read first, so that an offset out of
+        range never counts): the high watermark may move (returns whether it did), the
+        ISR may grow."""
+        moved = partition.update_follower_fetch_state(replica_id, fetch_offset, monotonic_ms())
         if (self.isr_writer is not None and partition.pending_isr is None
                 and partition.expand_candidate(replica_id)):
             isr = [*partition.state.isr, replica_id]
             self._change_isr(partition, tuple(r for r in partition.state.replicas if r in isr))
+        return moved
 
     def leader_throttled(self, partition: Partition, replica_id: int) -> bool:
         """Is this follower's fetch of ``partition`` throttled (KIP-73)?"""

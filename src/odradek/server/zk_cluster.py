@@ -10,7 +10,9 @@ a worker thread; what the event loop needs (the live brokers, the controller's i
 handed over with ``post`` (``loop.call_soon_threadsafe``) or read as a single attribute.
 
 The order at start follows Kafka's ZooKeeper mode: connect (and refuse at once a
-``broker.id`` a live broker holds), read the cluster's topics and states, load the logs,
+``broker.id`` a live broker holds, unless its registration holds this broker's own
+endpoints: then it is this broker's before a restart, waited out until its session
+expires), read the cluster's topics and states, load the logs,
 open the listeners, then register (the registration carries the bound ports) and run for
 controller. A clean stop leaves in the reverse order: resign, unregister (so the
 controller moves leadership away now, not after the session timeout), close the session.
@@ -34,11 +36,10 @@ from odradek.cluster.leader_election import (
 )
 from odradek.cluster.membership import (
     BrokerChangeWatcher,
-    BrokerIdInUseError,
     BrokerInfo,
     BrokerRegistration,
     EndPoint,
-    live_brokers,
+    wait_out_previous_registration,
 )
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.metadata_sync import MetadataSync
@@ -80,20 +81,25 @@ class ZkCluster:
 
     # -- start (each step blocking: called with asyncio.to_thread) --------------------------
     def connect(self, broker_id: int) -> None:
-        """Open the session; refuse a broker id that a live broker holds, as Kafka does."""
+        """Open the session; refuse a broker id that a live broker holds, as Kafka does,
+        but wait out a registration with this broker's own endpoints: the one its
+        previous run left when killed, until ZooKeeper expires that session
+        (:func:`~odradek.cluster.membership.wait_out_previous_registration`)."""
         timeout = int(self.config["zookeeper.connection.timeout.ms"])
+        session_timeout_ms = int(self.config["zookeeper.session.timeout.ms"])
         self.store = ZooKeeperStore(
             self.config["zookeeper.connect"],
-            session_timeout_ms=int(self.config["zookeeper.session.timeout.ms"]),
+            session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=timeout if timeout > 0 else None,
         )
-        holder = live_brokers(self.store).get(broker_id)
-        if holder is not None:
+        endpoints = [EndPoint(listener.name.upper(), listener.host, listener.port)
+                     for listener in self.config.advertised_listeners]
+        try:
+            wait_out_previous_registration(self.store, broker_id, endpoints,
+                                           session_timeout_ms / 1000)
+        except BaseException:
             self.store.close()
-            raise BrokerIdInUseError(
-                f"broker.id {broker_id} is already registered by a live broker at "
-                f"{holder.address}"
-            )
+            raise
         log.info("connected to ZooKeeper at %s", self.config["zookeeper.connect"])
 
     def follow(self, metadata: ClusterMetadata) -> dict[tuple[str, int], PartitionState]:

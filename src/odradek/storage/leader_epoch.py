@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
+_MAX_OFFSET = 2**63 - 1  # sorts after every (epoch, offset) of the same epoch
 
 
 class LeaderEpochCache:
@@ -74,23 +75,32 @@ class LeaderEpochCache:
         return self._changes != self._written
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """(epoch, end offset) for OffsetForLeaderEpoch: the start offset of the first epoch
-        after ``epoch``, or the log end offset when ``epoch`` is the latest."""
-        if not self.entries or epoch < self.entries[0][0]:
-            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
-        if epoch >= self.latest_epoch:
-            return self.latest_epoch, log_end_offset
-        i = bisect.bisect_right([e for e, _ in self.entries], epoch)
-        return self.entries[i - 1][0], self.entries[i][1]
+        """(epoch, end offset) for OffsetForLeaderEpoch, Kafka's
+        ``LeaderEpochFileCache.endOffsetFor`` branch by branch:
 
-    def start_offset_of(self, epoch: int) -> int:
-        """Where ``epoch`` began (UNDEFINED_OFFSET when the cache does not know it)."""
-        for e, offset in reversed(self.entries):
-            if e == epoch:
-                return offset
-            if e < epoch:
-                break
-        return UNDEFINED_OFFSET
+        - no epoch asked (-1: a replica that never had one): -1/-1;
+        - the latest epoch: it ends at the log end offset (it is still being written);
+        - no cached epoch above the one asked (newer than the latest, or an empty cache):
+          -1/-1, which a leader never meets since it caches its own epoch when it leads;
+        - older than every cached epoch: the asked epoch, ending where the first cached
+          epoch begins. Retention dropped what came before (``truncate_from_start``), so
+          the asker keeps its log below that offset and fetches the rest, instead of
+          falling back to its high watermark, the rule KIP-101 replaced;
+        - otherwise the largest cached epoch at or below the one asked, ending where the
+          next cached epoch begins.
+        """
+        entries = self.entries
+        if epoch == UNDEFINED_EPOCH:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if entries and epoch == entries[-1][0]:
+            return epoch, log_end_offset
+        # the first cached epoch above the one asked
+        higher = bisect.bisect_right(entries, (epoch, _MAX_OFFSET))
+        if higher == len(entries):
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if higher == 0:
+            return epoch, entries[0][1]
+        return entries[higher - 1][0], entries[higher][1]
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop epochs starting at or after ``end_offset`` (log truncated to it)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from odradek.cluster.replica_manager import PendingAppend, Replication
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC
 from odradek.protocol.errors import ErrorCode
 
@@ -29,8 +30,11 @@ async def group_log_replicated(services: BrokerServices, group_id: str) -> Error
         OFFSETS_TOPIC, manager.partition_for(group_id))
     if partition is None or not partition.is_leader:
         return ErrorCode.none  # the append itself answered that
-    last = partition.log.log_end_offset - 1
+    append = PendingAppend(partition, partition.leader_epoch, partition.log.log_end_offset)
     timeout_s = int(services.config["offsets.commit.timeout.ms"]) / 1000
-    if await services.replica_manager.wait_for_replication(partition, last, timeout_s):
+    [outcome] = await services.replica_manager.wait_for_replication([append], timeout_s)
+    if outcome is Replication.REPLICATED:
         return ErrorCode.none
-    return ErrorCode.request_timed_out if partition.is_leader else ErrorCode.not_coordinator
+    if outcome is Replication.PENDING:
+        return ErrorCode.request_timed_out
+    return ErrorCode.not_coordinator

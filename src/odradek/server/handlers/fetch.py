@@ -483,16 +483,21 @@ def _read_one(
     follower = replica_id >= 0
     throttled = False
     try:
-        if follower:
-            replica_manager.record_follower_fetch(partition, replica_id, cp.fetch_offset)
-            if replica_manager.leader_throttled(partition, replica_id):
-                # KIP-73: over leader.replication.throttled.rate, no records this time
-                now = time.monotonic()
-                if replica_manager.leader_quota.exceeded(now):
-                    limit, min_one = 0, False
-                else:
-                    throttled = True
+        if follower and replica_manager.leader_throttled(partition, replica_id):
+            # KIP-73: over leader.replication.throttled.rate, no records this time
+            now = time.monotonic()
+            if replica_manager.leader_quota.exceeded(now):
+                limit, min_one = 0, False
+            else:
+                throttled = True
         info = partition.read(cp.fetch_offset, limit, min_one, follower)
+        if follower and replica_manager.record_follower_fetch(
+            partition, replica_id, cp.fetch_offset
+        ):
+            # Only a fetch served tells where the follower is (an offset out of range
+            # raised above: Kafka's fetchMessages reads, then updateFollowerFetchState).
+            # The high watermark it moved goes back with this answer.
+            info = dataclasses.replace(info, high_watermark=partition.high_watermark)
         if throttled and info.size:
             replica_manager.leader_quota.record(info.size, time.monotonic())
         if info.size and not min_one and info.size >= limit and _first_incomplete(info):

@@ -5,10 +5,12 @@ Follows Kafka's ``KafkaApis.handleOffsetForLeaderEpochRequest`` /
 ``Partition.lastOffsetForLeaderEpoch``: only the leader answers, at the request's
 ``current_leader_epoch`` (-1 skips the check), with the replica manager's errors
 (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
-UNKNOWN_TOPIC_OR_PARTITION). The answer comes from the leader-epoch cache: for the
-requested epoch, the largest epoch at or below it the log knows and where it ended, which
-is the start of the next epoch, or the log end offset for the latest one; an epoch older
-than every epoch the log holds is answered -1/-1. Followers (``replica_id`` >= 0) use it
+UNKNOWN_TOPIC_OR_PARTITION). The answer comes from the leader-epoch cache
+(``LeaderEpochCache.end_offset_for``, Kafka's ``LeaderEpochFileCache.endOffsetFor``): for
+the requested epoch, the largest epoch at or below it the log knows and where it ended,
+which is the start of the next epoch, or the log end offset for the latest one; an epoch
+older than every epoch the log holds (retention dropped them) ends where the first one
+begins; -1/-1 for no epoch or one newer than the latest. Followers (``replica_id`` >= 0) use it
 to truncate before they fetch; consumers (KIP-320) to check their position after a
 leader change. v0-1 (replicas of 0.11-1.x; KIP-896 removed them, kio lacks them) are
 transcoded to v2 (``_transcode.py``): no ``current_leader_epoch`` (-1, unchecked), and v0

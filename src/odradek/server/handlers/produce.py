@@ -37,9 +37,9 @@ idempotent producers with several requests in flight require.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
+from odradek.cluster.replica_manager import PendingAppend, Replication
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.legacy_api import PRODUCE_LEGACY_MAX
@@ -59,7 +59,6 @@ from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.handlers._errors import error_code_for
 
 if TYPE_CHECKING:
-    from odradek.cluster.partition import Partition
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.server.broker_stats import TopicCounters
     from odradek.server.services import BrokerServices
@@ -98,8 +97,8 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
         refusal = (_INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}")
     transactional = request.transactional_id is not None
     topics: list[tuple[str, list[PartitionResult]]] = []
-    # acks=all: (answer, partition, last offset) of appends the ISR may not have yet
-    waiting: list[tuple[PartitionResult, Partition, int]] | None = [] if acks == -1 else None
+    # acks=all: the appends the ISR may not have yet, with their answers
+    waiting: list[tuple[PartitionResult, PendingAppend]] | None = [] if acks == -1 else None
     legacy = ctx.api_version <= PRODUCE_LEGACY_MAX
     authorizer = services.authorizer
     for topic in request.topic_data:
@@ -157,7 +156,7 @@ def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
 def _append(
     replica_manager: ReplicaManager, acks: int, topic: str, index: int,
     records: memoryview | bytes | None, refusal: tuple[int, str] | None, transactional: bool,
-    waiting: list[tuple[PartitionResult, Partition, int]] | None,
+    waiting: list[tuple[PartitionResult, PendingAppend]] | None,
     counters: TopicCounters | None = None,
 ) -> PartitionResult:
     if refusal is not None:
@@ -185,14 +184,16 @@ def _append(
         counters.messages_in += info.record_count
         counters.appended += 1
     if waiting is not None and partition.high_watermark <= info.last_offset:
-        waiting.append((result, partition, info.last_offset))
+        # The epoch and the log end of this append, taken now (nothing ran since it)
+        waiting.append((result, PendingAppend(partition, partition.leader_epoch,
+                                              info.last_offset + 1)))
     return result
 
 
 def _append_legacy(
     replica_manager: ReplicaManager, acks: int, topic: str, index: int,
     records: memoryview | bytes | None, refusal: tuple[int, str] | None,
-    waiting: list[tuple[PartitionResult, Partition, int]] | None,
+    waiting: list[tuple[PartitionResult, PendingAppend]] | None,
     counters: TopicCounters | None = None,
 ) -> PartitionResult:
     """Produce v0-2: a message set of magic 0/1 becomes one RecordBatch v2 (a v2 batch,
@@ -213,17 +214,19 @@ def _append_legacy(
 
 async def _wait_for_replication(
     replica_manager: ReplicaManager,
-    waiting: list[tuple[PartitionResult, Partition, int]],
+    waiting: list[tuple[PartitionResult, PendingAppend]],
     timeout_ms: int,
 ) -> None:
-    """acks=all: every partition's answer waits until its ISR has the records (Kafka's
-    DelayedProduce); one still short when the request's timeout runs out is
-    REQUEST_TIMED_OUT (the records stay in the leader's log, as with Kafka)."""
-    deadline = time.monotonic() + max(timeout_ms / 1000, 0.0)
-    for result, partition, last_offset in waiting:
-        epoch = partition.leader_epoch
-        remaining = deadline - time.monotonic()
-        if await replica_manager.wait_for_replication(partition, last_offset, remaining):
+    """acks=all: the answers wait, all partitions at once, until the ISR of each has its
+    records (Kafka's DelayedProduce), each judged at the leader epoch it was appended at.
+    One still short when the request's timeout runs out is REQUEST_TIMED_OUT (the
+    records stay in the leader's log, as with Kafka); one whose leadership moved (even
+    and back, at a later epoch) is NOT_LEADER_OR_FOLLOWER."""
+    outcomes = await replica_manager.wait_for_replication(
+        [append for _, append in waiting], max(timeout_ms / 1000, 0.0))
+    for (result, append), outcome in zip(waiting, outcomes, strict=True):
+        partition = append.partition
+        if outcome is Replication.REPLICATED:
             if partition.under_min_isr():
                 # Replicated to the whole ISR, but the ISR shrank below
                 # min.insync.replicas meanwhile (Kafka's DelayedProduce).
@@ -232,11 +235,12 @@ async def _wait_for_replication(
                     f"the ISR of {len(partition.state.isr)} is below min.insync.replicas="
                     f"{partition.log.config.min_insync_replicas}"
                 )
-        elif not partition.is_leader or partition.leader_epoch != epoch:
-            result.error_code = _NOT_LEADER_OR_FOLLOWER
-            result.error_message = "leadership moved before the in-sync replicas had the records"
-        else:
+        elif outcome is Replication.PENDING:
             result.error_code = _REQUEST_TIMED_OUT
             result.error_message = (
-                f"the in-sync replicas did not confirm offset {last_offset} in time"
+                f"the in-sync replicas did not confirm offset {append.required_offset - 1} "
+                "in time"
             )
+        else:
+            result.error_code = _NOT_LEADER_OR_FOLLOWER
+            result.error_message = "leadership moved before the in-sync replicas had the records"

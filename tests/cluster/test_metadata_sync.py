@@ -1,0 +1,116 @@
+"""MetadataSync (odradek.cluster.metadata_sync) over a real ZooKeeper: a broker's partition
+states kept in step with the state notifications."""
+
+from __future__ import annotations
+
+import queue
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from odradek.cluster.controller import NOTIFICATION_PATH, NOTIFICATION_PREFIX
+from odradek.cluster.leader_election import (
+    LeaderAndIsr,
+    notification_data,
+    state_path,
+    topic_path,
+)
+from odradek.cluster.metadata import ClusterMetadata, encode_topic_id
+from odradek.cluster.metadata_sync import MetadataSync
+from odradek.cluster.store import Node
+from odradek.cluster.zk_store import ZooKeeperStore
+from tests.cluster._zookeeper import ZooKeeperServer, wait_for
+
+
+def _notify(store: ZooKeeperStore, *partitions: tuple[str, int]) -> str:
+    return store.create(f"{NOTIFICATION_PATH}/{NOTIFICATION_PREFIX}",
+                        notification_data(1, partitions), sequential=True).path
+
+
+def test_a_broker_whose_last_notification_was_purged_reads_every_state(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[ZooKeeperStore],
+) -> None:
+    """The purge took the broker's last-read notification and the unread one after it;
+    the one that survives is newer and names another partition. Before, a broker
+    reloaded only when an older notification survived, and so never read this state."""
+    broker = zookeeper.store(zk_chroot)
+    writer = zookeeper.store(zk_chroot)
+    zk_stores += [broker, writer]
+    writer.create_json(topic_path("t"), {
+        "version": 3, "topic_id": encode_topic_id(uuid.uuid4()), "partitions": {"0": [0]},
+    })
+    writer.create(state_path("t", 0), LeaderAndIsr(0, 0, (0,), 1).encode())
+    read = _notify(writer, ("t", 0))
+    metadata = ClusterMetadata(broker, lambda: [0], {"num.partitions": 1})
+    posted: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+    sync = MetadataSync(broker, metadata, posted.put)
+
+    def epoch() -> int:
+        while not posted.empty():  # what the event loop would run
+            posted.get()()
+        return metadata.partition_state("t", 0).leader_epoch
+
+    sync.start()
+    assert epoch() == 0
+    try:
+        with sync._lock:  # the broker busy: the writes below land before it looks
+            writer.set(state_path("t", 0), LeaderAndIsr(0, 1, (0,), 1).encode())
+            unread = _notify(writer, ("t", 0))
+            _notify(writer, ("other", 0))
+            writer.delete(read)
+            writer.delete(unread)
+        wait_for(lambda: epoch() == 1, what="the state named by a purged notification")
+    finally:
+        sync.close()
+
+
+class _PurgedBeforeRead(ZooKeeperStore):
+    """A broker's store whose next read of notifications finds the oldest ones purged
+    between its listing and its read: the controller's purge running in that gap."""
+
+    purge: list[str] = []
+
+    def get_many(self, paths: Sequence[str], watch: Any = None) -> list[Node | None]:
+        if self.purge and any(p.startswith(NOTIFICATION_PATH + "/") for p in paths):
+            for path in self.purge:
+                self.delete(path)
+            self.purge = []
+        return super().get_many(paths, watch)
+
+
+def test_a_notification_purged_between_listing_and_reading_makes_the_broker_read_every_state(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[ZooKeeperStore],
+) -> None:
+    """A broker that fell behind lists its unread notifications, and the controller's
+    purge (oldest first, the newest kept) removes some before it reads them. Before, it
+    skipped those as old and moved its last-read mark past them: the states they named
+    were never read."""
+    broker = _PurgedBeforeRead(zookeeper.connect_string(zk_chroot), 4000, 5000)
+    writer = zookeeper.store(zk_chroot)
+    zk_stores += [broker, writer]
+    writer.create_json(topic_path("t"), {
+        "version": 3, "topic_id": encode_topic_id(uuid.uuid4()), "partitions": {"0": [0]},
+    })
+    writer.create(state_path("t", 0), LeaderAndIsr(0, 0, (0,), 1).encode())
+    read = _notify(writer, ("t", 0))
+    metadata = ClusterMetadata(broker, lambda: [0], {"num.partitions": 1})
+    posted: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+    sync = MetadataSync(broker, metadata, posted.put)
+
+    def epoch() -> int:
+        while not posted.empty():  # what the event loop would run
+            posted.get()()
+        return metadata.partition_state("t", 0).leader_epoch
+
+    sync.start()
+    assert epoch() == 0
+    try:
+        with sync._lock:  # the broker busy: the writes below land before it looks
+            writer.set(state_path("t", 0), LeaderAndIsr(0, 1, (0,), 1).encode())
+            unread = _notify(writer, ("t", 0))
+            _notify(writer, ("other", 0))
+            broker.purge = [read, unread]  # listed with the newest, gone when read
+        wait_for(lambda: epoch() == 1, what="the state named by a notification purged unread")
+        assert not broker.purge
+    finally:
+        sync.close()
