@@ -285,15 +285,23 @@ class Broker:
                  ", ".join(sorted(authorizer.super_users)) or "none")
 
     def _warn_if_followers_refused(self, authorizer: AclAuthorizer) -> None:
-        """Followers fetch as User:ANONYMOUS until brokers authenticate to each other: say
-        so at start if the ACLs refuse it ClusterAction (replication would stall)."""
+        """Other brokers fetch as the inter-broker principal: the SASL user of the
+        inter-broker listener, ``User:ANONYMOUS`` on PLAINTEXT or TLS without a client
+        certificate. Say so at start if the ACLs refuse it ClusterAction (replication would
+        stall). A principal from a client certificate is known only to the leader that maps
+        it, so that case is not checked here."""
+        security = self._inter_broker
+        if security.protocol == "SSL" and str(self.config.listener_value(
+                self.config.inter_broker_listener, "ssl.client.auth")).lower() != "none":
+            return
+        principal = f"User:{security.username}" if security.sasl else ANONYMOUS
         host = self.config.advertised_listeners[0].host or "127.0.0.1"
-        if not authorizer.authorize(ANONYMOUS, host, AclOperation.CLUSTER_ACTION,
+        if not authorizer.authorize(principal, host, AclOperation.CLUSTER_ACTION,
                                     ResourceType.CLUSTER, CLUSTER_NAME):
             log.warning("the ACLs refuse %s ClusterAction on the cluster: other brokers' "
                         "replica fetches come as %s and will be refused (grant it, list it "
                         "in super.users, or set allow.everyone.if.no.acl.found)",
-                        ANONYMOUS, ANONYMOUS)
+                        principal, principal)
 
     def _client_quotas(self) -> ClientQuotas:
         """The quota managers, kept in step with the stored client quotas."""
