@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.transaction_state import (
     MAX_PRODUCER_EPOCH,
@@ -16,14 +17,17 @@ from odradek.coordinator.transaction_state import (
     IllegalTransactionTransitionError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
     TransactionMetadata,
     TransactionResult,
     TransactionState,
     TxnTransitMetadata,
+    check_transaction_timeout,
     is_epoch_exhausted,
     prepare_add_partitions,
+    prepare_complete_txn,
     prepare_end_txn,
     prepare_init_producer_id,
 )
@@ -246,9 +250,9 @@ def test_kip360_bump_with_a_stale_epoch_is_fenced() -> None:
     assert m.pending_state is None
 
 
-def test_kip360_bump_with_another_producer_id_is_an_invalid_epoch() -> None:
+def test_kip360_bump_with_another_producer_id_is_fenced() -> None:
     m = meta(EM, epoch=7)
-    with pytest.raises(InvalidProducerEpochError):
+    with pytest.raises(ProducerFencedError):
         prepare_init_producer_id(m, 60000, T0 + 1, no_new_id, expected=(PID + 1, 7))
 
 
@@ -501,3 +505,69 @@ def test_cancel_forgets_the_pending_move() -> None:
     m.cancel_pending_transition()
     assert m.pending_state is None and m.state is EM and m.topic_partitions == set()
     assert not m.has_failed_epoch_fence
+
+
+# -- after the decision is in the log --------------------------------------------------
+
+
+@pytest.mark.parametrize(("result", "prepared", "completed"), [
+    (COMMIT, PC, CC), (ABORT, PA, CA),
+])
+def test_complete_txn_after_the_decision(
+    result: TransactionResult, prepared: TransactionState, completed: TransactionState,
+) -> None:
+    m = meta(prepared)
+    transit = prepare_complete_txn(m, PID, 5, result, T0 + 40)
+    assert transit.state is completed and transit.txn_last_update_timestamp == T0 + 40
+    prepare_and_complete(m, transit)
+    assert m.state is completed
+
+
+@pytest.mark.parametrize(("state", "result", "error", "pid", "epoch"), [
+    (PC, COMMIT, InvalidProducerIdMappingError, PID + 1, 5),
+    (PC, COMMIT, ProducerFencedError, PID, 6),
+    (PC, ABORT, InvalidTxnStateError, PID, 5),
+    (PA, COMMIT, InvalidTxnStateError, PID, 5),
+    (ON, COMMIT, InvalidTxnStateError, PID, 5),
+    (CC, COMMIT, InvalidTxnStateError, PID, 5),
+])
+def test_complete_txn_refuses_what_moved_meanwhile(
+    state: TransactionState, result: TransactionResult, error: type[Exception], pid: int,
+    epoch: int,
+) -> None:
+    with pytest.raises(error):
+        prepare_complete_txn(meta(state), pid, epoch, result, T0)
+
+
+def test_complete_txn_during_another_move_is_concurrent() -> None:
+    m = meta(PC)
+    m.prepare_complete(T0 + 1)
+    with pytest.raises(ConcurrentTransactionsError):
+        prepare_complete_txn(m, PID, 5, COMMIT, T0 + 2)
+
+
+# -- timeouts and error codes ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout", [0, -1, 900_001])
+def test_transaction_timeout_out_of_bounds_is_refused(timeout: int) -> None:
+    with pytest.raises(InvalidTransactionTimeoutError):
+        check_transaction_timeout(timeout, 900_000)
+
+
+def test_transaction_timeout_up_to_the_maximum_is_accepted() -> None:
+    check_transaction_timeout(1, 900_000)
+    check_transaction_timeout(900_000, 900_000)
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (ConcurrentTransactionsError, 51),
+    (InvalidTxnStateError, 48),
+    (ProducerFencedError, 90),
+    (InvalidProducerEpochError, 47),
+    (InvalidProducerIdMappingError, 49),
+    (InvalidTransactionTimeoutError, 50),
+])
+def test_errors_carry_kafkas_codes(error: type[Exception], code: int) -> None:
+    # the server's mapping (server/handlers/_errors.code_of) looks the name up in kio
+    assert int(ErrorCode[error.kafka_error.lower()]) == code

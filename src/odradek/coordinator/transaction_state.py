@@ -38,7 +38,9 @@ The coordinator's decisions for each request are here too, as pure functions tha
 the Kafka error the client gets or return the transit to write (Kafka's
 ``TransactionCoordinator.prepareInitProducerIdTransit`` and the checks of
 ``handleAddPartitionsToTransaction`` / ``endTransaction``):
-:func:`prepare_init_producer_id`, :func:`prepare_add_partitions`, :func:`prepare_end_txn`.
+:func:`check_transaction_timeout`, :func:`prepare_init_producer_id`,
+:func:`prepare_add_partitions`, :func:`prepare_end_txn` and, once the decision is in the
+log, :func:`prepare_complete_txn` before the markers are sent.
 InitProducerId follows KIP-360: a producer that sends its current id and epoch after a
 recoverable error gets the epoch bumped (a retry with the previous epoch gets the same
 answer again), and when the epoch is exhausted (``Short.MAX_VALUE - 1``, kept below the
@@ -77,8 +79,10 @@ __all__ = [
     "TransactionResult",
     "TransactionState",
     "TxnTransitMetadata",
+    "check_transaction_timeout",
     "is_epoch_exhausted",
     "prepare_add_partitions",
+    "prepare_complete_txn",
     "prepare_end_txn",
     "prepare_init_producer_id",
 ]
@@ -196,7 +200,8 @@ class ProducerFencedError(ApiError):
 
 
 class InvalidProducerEpochError(ApiError):
-    """The epoch is not the current one (the code of old request versions)."""
+    """The epoch is not the current one: what InitProducerId before v4 and EndTxn before
+    v2 answer instead of PRODUCER_FENCED (KIP-588); the handlers convert."""
 
     kafka_error = "INVALID_PRODUCER_EPOCH"
 
@@ -516,6 +521,15 @@ class TransactionMetadata:
 # -- the coordinator's rules -----------------------------------------------------------
 
 
+def check_transaction_timeout(txn_timeout_ms: int, max_timeout_ms: int) -> None:
+    """InitProducerId's ``transaction.timeout.ms`` must be positive and at most the
+    broker's ``transaction.max.timeout.ms`` (Kafka's ``validateTransactionTimeoutMs``)."""
+    if txn_timeout_ms <= 0 or txn_timeout_ms > max_timeout_ms:
+        raise InvalidTransactionTimeoutError(
+            f"transaction timeout {txn_timeout_ms} ms is not in 1..{max_timeout_ms} ms "
+            "(transaction.max.timeout.ms)")
+
+
 def prepare_init_producer_id(
     metadata: TransactionMetadata,
     txn_timeout_ms: int,
@@ -526,7 +540,8 @@ def prepare_init_producer_id(
     """InitProducerId for a known transactional id (Kafka's
     ``prepareInitProducerIdTransit``); ``expected`` is KIP-360's (producer id, epoch).
 
-    Returns the transit to write. When it is a PrepareEpochFence (an Ongoing transaction
+    Returns the transit to write (its producer id and epoch are the answer once it is
+    in the log). When it is a PrepareEpochFence (an Ongoing transaction
     left by the previous incarnation) the coordinator aborts that transaction with
     :func:`prepare_end_txn` (``from_client=False``) and answers CONCURRENT_TRANSACTIONS,
     so the client retries and gets a second bump once the abort completed.
@@ -535,7 +550,7 @@ def prepare_init_producer_id(
         raise ConcurrentTransactionsError(
             f"transactional id {metadata.transactional_id!r} is changing state")
     if expected is not None and not _is_valid_producer_id(metadata, *expected):
-        raise InvalidProducerEpochError(
+        raise ProducerFencedError(
             f"producer id {expected[0]} epoch {expected[1]} is not the current producer "
             f"{metadata.producer_id} of {metadata.transactional_id!r}")
     state = metadata.state
@@ -616,7 +631,9 @@ def prepare_end_txn(
             or producer_epoch < metadata.producer_epoch):
         raise ProducerFencedError(
             f"producer epoch {producer_epoch} is not the current {metadata.producer_epoch}")
-    # Only the coordinator's own abort may take over a pending fence.
+    # Only the coordinator's own abort may take over a pending fence. (Kafka lets a
+    # client's EndTxn through here too: its commit then fails the pending-state check and
+    # its abort would be written with the old, unfenced epoch; we answer it as concurrent.)
     if metadata.pending_state is not None and (from_client or metadata.pending_state is not _PF):
         raise ConcurrentTransactionsError(
             f"transactional id {metadata.transactional_id!r} is changing state")
@@ -641,3 +658,35 @@ def prepare_end_txn(
             f"{'commit' if commit else 'abort'} in state {state.value}")
     raise IllegalTransactionTransitionError(
         f"EndTxn found {metadata.transactional_id!r} in {state.value}")
+
+
+def prepare_complete_txn(
+    metadata: TransactionMetadata,
+    producer_id: int,
+    producer_epoch: int,
+    result: TransactionResult,
+    update_timestamp: int,
+) -> TxnTransitMetadata:
+    """The PrepareCommit / PrepareAbort record is in the log: check that nothing moved
+    meanwhile and prepare the completion the markers lead to (the second half of Kafka's
+    ``endTransaction``). The client is answered NONE when this returns; the coordinator
+    writes the markers, then the transit."""
+    if metadata.producer_id != producer_id:
+        raise InvalidProducerIdMappingError(
+            f"transactional id {metadata.transactional_id!r} belongs to producer id "
+            f"{metadata.producer_id}, not {producer_id}")
+    if metadata.producer_epoch != producer_epoch:
+        raise ProducerFencedError(
+            f"producer epoch {producer_epoch} is not the current {metadata.producer_epoch}")
+    if metadata.pending_transition_in_progress:
+        raise ConcurrentTransactionsError(
+            f"transactional id {metadata.transactional_id!r} is changing state")
+    expected = _PC if result is TransactionResult.COMMIT else _PA
+    if metadata.state is expected:
+        return metadata.prepare_complete(update_timestamp)
+    if metadata.state in (_EM, _ON, _CC, _CA, _PC, _PA):
+        raise InvalidTxnStateError(
+            f"transactional id {metadata.transactional_id!r} is {metadata.state.value}, "
+            f"not {expected.value}")
+    raise IllegalTransactionTransitionError(
+        f"EndTxn found {metadata.transactional_id!r} in {metadata.state.value}")
