@@ -31,6 +31,7 @@ from odradek.coordinator.transaction_state import (
     prepare_end_txn,
     prepare_init_producer_id,
 )
+from odradek.storage.errors import ApiError
 
 EM, ON, PC, PA, CC, CA, DE, PF = (
     TransactionState.EMPTY, TransactionState.ONGOING, TransactionState.PREPARE_COMMIT,
@@ -568,6 +569,6 @@ def test_transaction_timeout_up_to_the_maximum_is_accepted() -> None:
     (InvalidProducerIdMappingError, 49),
     (InvalidTransactionTimeoutError, 50),
 ])
-def test_errors_carry_kafkas_codes(error: type[Exception], code: int) -> None:
+def test_errors_carry_kafkas_codes(error: type[ApiError], code: int) -> None:
     # the server's mapping (server/handlers/_errors.code_of) looks the name up in kio
     assert int(ErrorCode[error.kafka_error.lower()]) == code
