@@ -19,7 +19,12 @@ from odradek.coordinator.transaction_records import (
     partition_for,
     tombstone,
 )
-from odradek.coordinator.transaction_state import TransactionMetadata, TransactionState
+from odradek.coordinator.transaction_state import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TransactionMetadata,
+    TransactionState,
+)
 
 T0 = 1_700_000_000_000  # 0x0000018BCFE56800
 
@@ -275,3 +280,23 @@ def test_dead_and_empty_with_partitions_are_never_written() -> None:
     transit = m.prepare_transition_to(TransactionState.EMPTY, topic_partitions={("a", 0)})
     with pytest.raises(ValueError, match="no partitions"):
         TransactionLogValue.from_transit(transit)
+
+
+def test_a_loaded_value_becomes_the_metadata_it_was_written_from() -> None:
+    m = TransactionMetadata("txn-1", 1000, producer_epoch=5, last_producer_epoch=4,
+                            txn_timeout_ms=60000, txn_last_update_timestamp=T0)
+    transit = m.prepare_add_partitions({("orders", 0), ("payments", 3)}, T0 + 1)
+    m.complete_transition_to(transit)
+    for version in (0, 1):
+        value = decode_value(TransactionLogValue.from_transit(transit).encode(version))
+        assert value is not None
+        loaded = value.to_metadata("txn-1")
+        assert loaded.state is TransactionState.ONGOING and loaded.pending_state is None
+        assert loaded.topic_partitions == m.topic_partitions
+        assert (loaded.producer_id, loaded.producer_epoch, loaded.txn_timeout_ms) == (
+            1000, 5, 60000)
+        assert (loaded.txn_start_timestamp, loaded.txn_last_update_timestamp) == (
+            T0 + 1, T0 + 1)
+        assert loaded.last_producer_epoch == NO_PRODUCER_EPOCH  # not in the log
+        # the previous producer id survives only in the flexible version's tag
+        assert loaded.previous_producer_id == (1000 if version == 1 else NO_PRODUCER_ID)

@@ -28,7 +28,10 @@ unsigned varint length or count + 1, and tagged fields after each struct)::
 
 An Empty transaction's partitions are written as null (Kafka's ``valueToBytes``) and read
 as none whatever the record says. Odradek writes value version 0 unless asked for 1, as
-Kafka does before Transactions V2, so a log can still be read by older brokers (KIP-915).
+Kafka does for clients before Transactions V2 (``transactionLogValueVersion``), so older
+brokers can still read the log (KIP-915); tags are written only in version 1 and only
+when they differ from their defaults. Tags this module does not know (newer Kafkas add
+some) are skipped.
 
 Every count and length read is checked against the bytes left before anything loops or
 allocates (as :mod:`odradek.protocol.primitives` does for requests), so decoding a
@@ -45,8 +48,10 @@ from dataclasses import dataclass
 
 from odradek.coordinator.group_records import java_string_hash
 from odradek.coordinator.transaction_state import (
+    NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TopicPartition,
+    TransactionMetadata,
     TransactionState,
     TxnTransitMetadata,
 )
@@ -158,6 +163,24 @@ class TransactionLogValue:
             transit.next_producer_id, transit.client_transaction_version,
         )
 
+    def to_metadata(self, transactional_id: str) -> TransactionMetadata:
+        """The id as loaded from the log (Kafka's ``TransactionLog.read``): no pending
+        move, and no last epoch, which the log does not keep (a KIP-360 retry of a bump
+        that spans a coordinator move is therefore fenced, as in Kafka)."""
+        return TransactionMetadata(
+            transactional_id, self.producer_id,
+            previous_producer_id=self.previous_producer_id,
+            next_producer_id=self.next_producer_id,
+            producer_epoch=self.producer_epoch,
+            last_producer_epoch=NO_PRODUCER_EPOCH,
+            txn_timeout_ms=self.transaction_timeout_ms,
+            state=self.state,
+            topic_partitions=set(self.topic_partitions),
+            txn_start_timestamp=self.start_timestamp_ms,
+            txn_last_update_timestamp=self.last_update_timestamp_ms,
+            client_transaction_version=self.client_transaction_version,
+        )
+
     def encode(self, version: int = TRANSACTION_LOG_VALUE_VERSION) -> bytes:
         if version not in (0, _FLEXIBLE_VALUE):
             raise ValueError(f"unknown transaction log value version {version}")
@@ -198,7 +221,9 @@ class TransactionLogValue:
 
 
 def decode_value(data: bytes | None) -> TransactionLogValue | None:
-    """The value, or None for a tombstone (the id was removed)."""
+    """The value, or None for a tombstone (the id was removed). An unknown version is
+    :class:`TransactionLogFormatError`; loading skips such a record, as Kafka's
+    ``UnknownValueVersion``."""
     if data is None:
         return None
     r = _Reader(data)

@@ -116,10 +116,10 @@ class TransactionState(enum.Enum):
 
     @classmethod
     def from_id(cls, state_id: int) -> TransactionState:
-        for state, known in _STATE_IDS.items():
-            if known == state_id:
-                return state
-        raise ValueError(f"unknown transaction state id {state_id}")
+        state = _STATES_BY_ID.get(state_id)
+        if state is None:
+            raise ValueError(f"unknown transaction state id {state_id}")
+        return state
 
     @classmethod
     def parse(cls, text: str) -> TransactionState | None:
@@ -149,6 +149,7 @@ _EM, _ON, _PC, _PA, _CC, _CA, _DE, _PF = (
 _STATE_IDS: dict[TransactionState, int] = {
     _EM: 0, _ON: 1, _PC: 2, _PA: 3, _CC: 4, _CA: 5, _DE: 6, _PF: 7,
 }
+_STATES_BY_ID = {state_id: state for state, state_id in _STATE_IDS.items()}
 
 #: target state -> the states it may be entered from
 VALID_PREVIOUS_STATES: dict[TransactionState, frozenset[TransactionState]] = {
