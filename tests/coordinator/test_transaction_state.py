@@ -285,6 +285,18 @@ def test_epoch_exhaustion_with_kip360_keeps_the_last_epoch_for_retries() -> None
     assert (retry.producer_id, retry.producer_epoch) == (NEW_PID, 0)
 
 
+def test_a_fence_may_use_the_last_epoch_and_the_retry_rotates() -> None:
+    m = meta(ON, epoch=MAX_PRODUCER_EPOCH - 1)  # the last epoch a client may hold
+    fence = prepare_init_producer_id(m, 60000, T0 + 1, no_new_id)
+    assert fence.producer_epoch == MAX_PRODUCER_EPOCH
+    abort = prepare_end_txn(m, PID, fence.producer_epoch, ABORT, T0 + 2, from_client=False)
+    assert abort is not None
+    prepare_and_complete(m, abort)
+    prepare_and_complete(m, m.prepare_complete(T0 + 3))
+    retry = prepare_init_producer_id(m, 60000, T0 + 4, lambda: NEW_PID)
+    assert (retry.producer_id, retry.producer_epoch) == (NEW_PID, 0)
+
+
 def test_an_exhausted_epoch_is_never_bumped() -> None:
     with pytest.raises(IllegalTransactionTransitionError, match="no epochs left"):
         meta(EM, epoch=MAX_PRODUCER_EPOCH - 1).prepare_increment_producer_epoch(

@@ -45,8 +45,9 @@ InitProducerId follows KIP-360: a producer that sends its current id and epoch a
 recoverable error gets the epoch bumped (a retry with the previous epoch gets the same
 answer again), and when the epoch is exhausted (``Short.MAX_VALUE - 1``, kept below the
 maximum so a fence can always bump once more) the id is rotated to a new producer id with
-epoch 0. Epoch mismatches raise :class:`ProducerFencedError`; InitProducerId before v4 and
-EndTxn before v2 know only INVALID_PRODUCER_EPOCH, which the handlers map it to (KIP-588).
+epoch 0. Epoch mismatches raise :class:`ProducerFencedError`; request versions older than
+KIP-588 (InitProducerId before v4, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn before
+v2) know only INVALID_PRODUCER_EPOCH, which the handlers will answer instead.
 
 What is not here: Transactions V2 (KIP-890's second part, an epoch bump on every EndTxn)
 — ``client_transaction_version`` is carried and stored but always 0; the
@@ -201,8 +202,8 @@ class ProducerFencedError(ApiError):
 
 
 class InvalidProducerEpochError(ApiError):
-    """The epoch is not the current one: what InitProducerId before v4 and EndTxn before
-    v2 answer instead of PRODUCER_FENCED (KIP-588); the handlers convert."""
+    """The epoch is not the current one: what request versions older than KIP-588 answer
+    instead of PRODUCER_FENCED; the handlers will convert."""
 
     kafka_error = "INVALID_PRODUCER_EPOCH"
 
