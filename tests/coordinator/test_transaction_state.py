@@ -7,8 +7,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from odradek.coordinator.transaction_records import TransactionLogValue, decode_value
 from odradek.coordinator.transaction_state import (
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -214,6 +217,23 @@ def test_a_failed_fence_does_not_bump_twice() -> None:
     m.state = PA
     m.prepare_complete(T0 + 1)
     assert not m.has_failed_epoch_fence
+
+
+def test_a_failed_write_of_the_fences_abort_does_not_bump_twice() -> None:
+    m = meta(ON, epoch=5)
+    fence = prepare_init_producer_id(m, 60000, T0 + 1, no_new_id)
+    abort = prepare_end_txn(m, PID, fence.producer_epoch, ABORT, T0 + 2, from_client=False)
+    assert abort is not None and abort.producer_epoch == 6
+    m.cancel_pending_transition()  # the abort record was not written
+    assert m.has_failed_epoch_fence and m.producer_epoch == 6 and m.state is ON
+    again = prepare_init_producer_id(m, 60000, T0 + 3, no_new_id)
+    assert again.state is PF and again.producer_epoch == 6
+    abort = prepare_end_txn(m, PID, again.producer_epoch, ABORT, T0 + 4, from_client=False)
+    assert abort is not None
+    prepare_and_complete(m, abort)
+    assert not m.pending_epoch_fence
+    prepare_and_complete(m, m.prepare_complete(T0 + 5))
+    assert not m.has_failed_epoch_fence and (m.state, m.producer_epoch) == (CA, 6)
 
 
 def test_a_fence_cannot_overflow_the_epoch() -> None:
@@ -584,3 +604,83 @@ def test_transaction_timeout_up_to_the_maximum_is_accepted() -> None:
 def test_errors_carry_kafkas_codes(error: type[ApiError], code: int) -> None:
     # the server's mapping (server/handlers/_errors.code_of) looks the name up in kio
     assert int(ErrorCode[error.kafka_error.lower()]) == code
+
+
+# -- a random coordinator: every prepared move completes, encodes and keeps the invariants --
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("init"), st.booleans()),  # with KIP-360's expected id and epoch?
+    st.tuples(st.just("add"), st.sets(st.sampled_from([TP, TP2, ("t", 9)]), min_size=1)),
+    st.tuples(st.just("end"), st.sampled_from([COMMIT, ABORT])),
+    st.tuples(st.just("markers"), st.just(None)),
+    st.tuples(st.just("expire"), st.just(None)),
+), max_size=40)
+# whether the record of each prepared move is written (mostly) or its write fails
+WRITES = st.lists(st.sampled_from([True, True, True, False]), min_size=40, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS, writes=WRITES,
+       start_epoch=st.sampled_from([NO_PRODUCER_EPOCH, 3, MAX_PRODUCER_EPOCH - 3]))
+def test_random_requests_keep_the_invariants(
+    ops: list[tuple[str, object]], writes: list[bool], start_epoch: int
+) -> None:
+    m = meta(EM, epoch=start_epoch)
+    ids = iter(range(NEW_PID, NEW_PID + 1000))
+    client = (PID, max(start_epoch, 0))
+    pending: TxnTransitMetadata | None = None
+    decided: TransactionResult | None = None
+    now = T0
+    for (op, arg), written in zip(ops, writes, strict=False):
+        now += 1
+        before = (m.producer_id, m.producer_epoch)
+        try:
+            if op == "init":
+                transit = prepare_init_producer_id(
+                    m, 60000, now, lambda: next(ids), expected=client if arg else None)
+                if transit.state is PF:
+                    abort = prepare_end_txn(m, transit.producer_id, transit.producer_epoch,
+                                            ABORT, now, from_client=False)
+                    assert abort is not None and abort.state is PA
+                    transit, decided = abort, ABORT
+                pending = transit
+            elif op == "add":
+                assert isinstance(arg, set)
+                pending = prepare_add_partitions(m, *client, arg, now) or pending
+            elif op == "end":
+                assert isinstance(arg, TransactionResult)
+                decision = prepare_end_txn(m, *client, arg, now)
+                if decision is not None:
+                    pending, decided = decision, arg
+            elif op == "markers" and decided is not None and m.state in (PC, PA):
+                pending = prepare_complete_txn(m, m.producer_id, m.producer_epoch, decided, now)
+            elif op == "expire" and m.pending_state is None and m.state.is_expiration_allowed:
+                assert m.prepare_dead().state is DE
+                m.cancel_pending_transition()  # expiry is a tombstone, never completed
+        except (ConcurrentTransactionsError, InvalidTxnStateError, ProducerFencedError,
+                InvalidProducerIdMappingError):
+            pass
+        except IllegalTransactionTransitionError:
+            # Kafka's own dead end: KIP-360 with an epoch a fence moved past exhaustion
+            assert op == "init" and arg and m.is_producer_epoch_exhausted
+        if pending is not None:
+            value = TransactionLogValue.from_transit(pending)
+            assert decode_value(value.encode(1)) == value
+            if written:
+                m.complete_transition_to(pending)
+                if pending.state is EM:
+                    client = (pending.producer_id, pending.producer_epoch)
+            else:
+                m.cancel_pending_transition()
+            pending = None
+        # invariants
+        if m.state in (EM, CC, CA):
+            assert not m.topic_partitions
+        else:
+            assert m.topic_partitions and m.txn_start_timestamp != -1
+        if m.producer_id == before[0]:
+            assert m.producer_epoch >= before[1]
+        else:
+            assert m.producer_epoch == 0 and m.previous_producer_id == before[0]
+        assert m.producer_epoch <= MAX_PRODUCER_EPOCH
+        assert m.pending_state is None

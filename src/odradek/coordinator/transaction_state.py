@@ -271,6 +271,8 @@ class TransactionMetadata:
     # A fence whose epoch bump may not have reached the log: the next fence does not bump
     # again (the bumped epoch was never returned to a client).
     has_failed_epoch_fence: bool = False
+    # The pending PrepareAbort is a fence's: the epoch above is already the bumped one.
+    pending_epoch_fence: bool = False
 
     @classmethod
     def new(
@@ -505,14 +507,17 @@ class TransactionMetadata:
         self.txn_last_update_timestamp = transit.txn_last_update_timestamp
         self.client_transaction_version = transit.client_transaction_version
         self.pending_state = None
+        self.pending_epoch_fence = False
         self.state = to_state
 
     def cancel_pending_transition(self) -> None:
         """The record of the pending move could not be written: forget the move. A
-        failed fence is remembered so the next one does not bump the epoch again."""
-        if self.pending_state is _PF:
+        failed fence (its abort carried the bumped epoch, now kept in memory though maybe
+        not in the log) is remembered so the next fence does not bump the epoch again."""
+        if self.pending_state is _PF or self.pending_epoch_fence:
             self.has_failed_epoch_fence = True
         self.pending_state = None
+        self.pending_epoch_fence = False
 
     def _refuse(self, transit: TxnTransitMetadata) -> None:
         raise IllegalTransactionTransitionError(
@@ -644,10 +649,14 @@ def prepare_end_txn(
     if state is _ON:
         target = _PC if commit else _PA
         if target is _PA and metadata.pending_state is _PF:
-            # The fence's bumped epoch goes into the abort record itself.
+            # The fence's bumped epoch goes into the abort record itself (and stays in
+            # memory even if that write fails, as in Kafka).
             metadata.pending_state = None
             metadata.producer_epoch = producer_epoch
             metadata.last_producer_epoch = NO_PRODUCER_EPOCH
+            transit = metadata.prepare_abort_or_commit(target, update_timestamp)
+            metadata.pending_epoch_fence = True
+            return transit
         return metadata.prepare_abort_or_commit(target, update_timestamp)
     if (state is _CC and commit) or (state is _CA and not commit):
         return None
