@@ -4,10 +4,13 @@ TransactionLogKey.json and TransactionLogValue.json."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from odradek.coordinator.transaction_records import (
     TRANSACTION_STATE_TOPIC,
@@ -300,3 +303,52 @@ def test_a_loaded_value_becomes_the_metadata_it_was_written_from() -> None:
         assert loaded.last_producer_epoch == NO_PRODUCER_EPOCH  # not in the log
         # the previous producer id survives only in the flexible version's tag
         assert loaded.previous_producer_id == (1000 if version == 1 else NO_PRODUCER_ID)
+
+
+# -- property tests --------------------------------------------------------------------
+
+VALUES = st.builds(
+    TransactionLogValue,
+    producer_id=st.integers(0, (1 << 63) - 1),
+    producer_epoch=st.integers(-1, (1 << 15) - 1),
+    transaction_timeout_ms=st.integers(1, (1 << 31) - 1),
+    state=st.sampled_from([s for s in TransactionState if s is not TransactionState.EMPTY]),
+    topic_partitions=st.frozensets(st.tuples(st.text(max_size=8), st.integers(0, 1 << 20)),
+                                   max_size=6),
+    last_update_timestamp_ms=st.integers(-1, 1 << 50),
+    start_timestamp_ms=st.integers(-1, 1 << 50),
+    previous_producer_id=st.integers(-1, 1 << 40),
+    next_producer_id=st.integers(-1, 1 << 40),
+    client_transaction_version=st.integers(0, 2),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=VALUES)
+def test_values_round_trip(value: TransactionLogValue) -> None:
+    assert decode_value(value.encode(1)) == value
+    legacy = decode_value(value.encode(0))
+    assert legacy is not None and legacy.topic_partitions == value.topic_partitions
+    assert (legacy.previous_producer_id, legacy.next_producer_id) == (-1, -1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=120))
+def test_any_bytes_decode_or_are_refused(data: bytes) -> None:
+    for raw in (data, b"\x00\x00" + data, b"\x00\x01" + data):
+        with contextlib.suppress(TransactionLogFormatError):
+            decode_value(raw)
+        with contextlib.suppress(TransactionLogFormatError):
+            decode_key(raw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=VALUES, version=st.sampled_from([0, 1]), where=st.integers(0, 10_000),
+       byte=st.integers(0, 255))
+def test_a_corrupted_value_decodes_or_is_refused(
+    value: TransactionLogValue, version: int, where: int, byte: int
+) -> None:
+    raw = bytearray(value.encode(version))
+    raw[where % len(raw)] = byte
+    with contextlib.suppress(TransactionLogFormatError):
+        decode_value(bytes(raw))
