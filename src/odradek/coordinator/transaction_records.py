@@ -30,14 +30,13 @@ An Empty transaction's partitions are written as null (Kafka's ``valueToBytes``)
 as none whatever the record says. Odradek writes value version 0 unless asked for 1, as
 Kafka does for clients before Transactions V2 (``transactionLogValueVersion``), so older
 brokers can still read the log (KIP-915); tags are written only in version 1 and only
-when they differ from their defaults. Tags this module does not know (newer Kafkas add
-some) are skipped.
+when they differ from their defaults.
 
 Every count and length read is checked against the bytes left before anything loops or
 allocates (as :mod:`odradek.protocol.primitives` does for requests), so decoding a
 record costs at most its size; a bad record is :class:`TransactionLogFormatError`.
-Bytes after the last field are ignored and unknown tags skipped, as Kafka's generated
-readers do.
+Bytes after the last field are ignored and unknown tags (newer Kafkas add some) skipped,
+as Kafka's generated readers do.
 """
 
 from __future__ import annotations
