@@ -55,8 +55,9 @@ def limits(monkeypatch: pytest.MonkeyPatch) -> _Limits:
     original = fetch_handler._read_all
 
     def spy(replica_manager: Any, parts: Any, max_bytes: int, by_id: bool,
-            follower: bool) -> Any:
-        infos, total, errors = original(replica_manager, parts, max_bytes, by_id, follower)
+            replica_id: int, refused: Any = None) -> Any:
+        infos, total, errors = original(replica_manager, parts, max_bytes, by_id, replica_id,
+                                        refused)
         sizes = [(cp.max_bytes, i.size if isinstance(i, FetchDataInfo) else 0)
                  for cp, i in zip(parts, infos, strict=True)]
         with recorded.lock:

@@ -42,7 +42,7 @@ def test_acks_all_judges_each_partition_at_the_epoch_of_its_append(
 
     monkeypatch.setattr(produce_handler, "write_produce_response", capture)
     services: Any = SimpleNamespace(
-        replica_manager=node.replicas, topic_stats=None,
+        replica_manager=node.replicas, topic_stats=None, authorizer=None,
         client_quotas=SimpleNamespace(produce=SimpleNamespace(active=False)),
     )
     ctx = RequestContext(1, "test", 0, 9, ("127.0.0.1", 1), "test")
