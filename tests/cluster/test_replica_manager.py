@@ -551,3 +551,37 @@ def test_an_isr_change_of_unknown_outcome_is_read_back(tmp_path: Path, applied: 
     _run(main())
     assert reads == [0]
     node.log_manager.shutdown()
+
+
+def test_a_follower_that_is_not_registered_does_not_join_the_isr(tmp_path: Path) -> None:
+    """Kafka's isReplicaIsrEligible (KIP-841): a caught-up follower whose broker has left
+    (a controlled shutdown under way, or gone) is not added to the ISR; once registered
+    again, its next fetch adds it."""
+    node = _node(tmp_path)
+    node.metadata.partition_states = {}
+    _topic(node, "t", {0: [ME, OTHER]})
+    node.metadata.apply_partition_states({("t", 0): PartitionState(ME, 1, (ME,), (ME, OTHER),
+                                                                   5, 1)})
+    written: list[Any] = []
+    alive: set[int] = {ME}
+
+    def writer(topic: str, index: int, new: Any) -> int:
+        written.append(new)
+        return 6
+
+    async def main() -> None:
+        rm = node.replicas
+        rm.isr_writer = writer
+        rm.broker_alive = alive.__contains__
+        partition = rm.get_partition("t", 0)
+        assert partition is not None
+        partition.append_records_as_leader(make_batch(10))
+        rm.record_follower_fetch(partition, OTHER, 10)  # caught up, but not registered
+        assert not rm._isr_tasks and partition.pending_isr is None
+        alive.add(OTHER)
+        rm.record_follower_fetch(partition, OTHER, 10)
+        await _until(lambda: bool(written), "the ISR write")
+
+    _run(main())
+    assert [tuple(w.isr) for w in written] == [(ME, OTHER)]
+    node.log_manager.shutdown()

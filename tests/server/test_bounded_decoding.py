@@ -106,6 +106,22 @@ def run_bounded(decode: Callable[[bytes], Any], data: bytes,
                 raise WorkBudgetExceeded
         return trace
 
+    budget = ALLOC_FIXED + ALLOC_PER_BYTE * len(data)
+    peak = _peak_allocation(decode, data, errors, trace, line_budget)
+    # tracemalloc counts every thread's allocations, and the session's broker runs in
+    # threads of this process: a peak over the budget is measured again, and only one
+    # that repeats every time (the decoder's own) fails.
+    for _ in range(2):
+        if peak <= budget:
+            break
+        lines = 0
+        peak = min(peak, _peak_allocation(decode, data, errors, trace, line_budget))
+    assert peak <= budget, f"decoding {data.hex()} allocated {peak} bytes"
+
+
+def _peak_allocation(decode: Callable[[bytes], Any], data: bytes,
+                     errors: tuple[type[Exception], ...], trace: Any, line_budget: int) -> int:
+    """Peak traced allocation while ``decode(data)`` runs under ``trace``."""
     tracemalloc.start()
     tracemalloc.reset_peak()
     sys.settrace(trace)
@@ -119,8 +135,7 @@ def run_bounded(decode: Callable[[bytes], Any], data: bytes,
         sys.settrace(None)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    assert peak <= ALLOC_FIXED + ALLOC_PER_BYTE * len(data), (
-        f"decoding {data.hex()} allocated {peak} bytes")
+    return peak
 
 
 def _request_decoder(registry: HandlerRegistry, api_key: int,

@@ -164,6 +164,10 @@ class ReplicaManager:
         # Cluster mode: the followers' fetchers, and the ISR writer of the leader side.
         self.fetchers: ReplicaFetcherManager | None = None
         self.isr_writer: IsrWriter | None = None
+        # Cluster mode: whether a broker is registered (alive). A follower that is not
+        # (it left, or is shutting down) does not join an ISR, as Kafka's
+        # isReplicaIsrEligible (KIP-841) refuses fenced and shutting-down brokers.
+        self.broker_alive: Callable[[int], bool] | None = None
         self.isr_reader: IsrReader | None = None
         self.replica_lag_time_max_ms = 30000
         # leader.replication.throttled.rate over the followers named in their topic's
@@ -304,7 +308,8 @@ class ReplicaManager:
         ISR may grow."""
         moved = partition.update_follower_fetch_state(replica_id, fetch_offset, monotonic_ms())
         if (self.isr_writer is not None and partition.pending_isr is None
-                and partition.expand_candidate(replica_id)):
+                and partition.expand_candidate(replica_id)
+                and (self.broker_alive is None or self.broker_alive(replica_id))):
             isr = [*partition.state.isr, replica_id]
             self._change_isr(partition, tuple(r for r in partition.state.replicas if r in isr))
         return moved

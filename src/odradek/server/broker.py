@@ -374,6 +374,7 @@ class Broker:
                 "follower.replication.throttled.rate", UNLIMITED))),
         )
         rm.isr_writer = cluster.write_isr
+        rm.broker_alive = cluster.is_alive
         rm.isr_reader = cluster.read_state
         rm.replica_lag_time_max_ms = int(self.config["replica.lag.time.max.ms"])
         self._tasks.append(asyncio.create_task(self._isr_expiration()))

@@ -253,6 +253,10 @@ class ZkCluster:
     def live_broker_ids(self) -> list[int]:
         return sorted(self._live)
 
+    def is_alive(self, broker_id: int) -> bool:
+        """Whether ``broker_id`` is registered (this broker's view)."""
+        return broker_id in self._live
+
     def live_broker_racks(self) -> dict[int, str]:
         racks = {b: info.rack for b, info in self._live.items() if info.rack is not None}
         # Kafka's rack awareness needs every broker's rack, or none.
