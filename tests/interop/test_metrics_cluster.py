@@ -54,6 +54,9 @@ def test_replication_gauges_follow_a_paused_follower(tmp_path: Path) -> None:
             # (the leader's own view may start from an ISR of itself: AtMinIsr, with
             # min.insync.replicas=1, tells an ISR of one from one of two)
             page = gauges(ports[leader])
+            # and the follower hosts it (it applies the new state on its own watch)
+            if gauges(ports[follower])["kafka_server_replicamanager_partitioncount"] != 1:
+                return False
             return (page["kafka_server_replicamanager_leadercount"] == 1
                     and page["kafka_server_replicamanager_underreplicatedpartitions"] == 0
                     and page["kafka_server_replicamanager_atminisrpartitioncount"] == 0)
