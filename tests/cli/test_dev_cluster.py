@@ -235,7 +235,11 @@ def test_a_new_dev_cluster_starts_on_the_data_dir_of_one_with_a_dead_broker(
     ZooKeeper's data): the next dev-cluster on that data dir clears the registration and
     starts, with the topic and its records."""
     base = free_port_run(3)
-    with dev_cluster(tmp_path, "--brokers", "3", "--base-port", str(base)) as run:
+    # A session that outlives the stop, however slow the machine: with dev-cluster's 6 s
+    # the killed broker's registration could expire before ZooKeeper stops, leaving
+    # nothing for the next start to clear.
+    with dev_cluster(tmp_path, "--brokers", "3", "--base-port", str(base),
+                     "--override", "zookeeper.session.timeout.ms=60000") as run:
         run.wait_for_output("ready:")
         replicated_topic(f"127.0.0.1:{base}")
         os.kill(int(run.table()["2"][3]), signal.SIGKILL)
