@@ -61,9 +61,16 @@ def test_kill9_under_acks1_load_loses_no_acknowledged_record(tmp_path: Path) -> 
                     with lock:
                         acked[msg.offset()] = msg.value()  # type: ignore[attr-defined]
 
+            def acked_in_cycle(prefix: bytes = f"c{cycle}-".encode()) -> bool:
+                with lock:
+                    return any(v.startswith(prefix) for v in acked.values())
+
+            # Produce until this cycle has an acknowledgement (a busy machine may take a
+            # while to connect), then for a random time more, and kill the broker.
             kill_after = rng.uniform(0.3, 1.2)
-            started = time.time()
-            while time.time() - started < kill_after:
+            first_ack_deadline = time.monotonic() + 30
+            started: float | None = None
+            while started is None or time.monotonic() - started < kill_after:
                 sequence += 1
                 try:
                     producer.produce(topic, value=f"c{cycle}-{sequence:08d}".encode(),
@@ -71,6 +78,9 @@ def test_kill9_under_acks1_load_loses_no_acknowledged_record(tmp_path: Path) -> 
                 except BufferError:  # local queue full: let deliveries drain
                     producer.poll(0.05)
                 producer.poll(0)
+                if started is None and acked_in_cycle():
+                    started = time.monotonic()
+                assert time.monotonic() < first_ack_deadline, "no acknowledgement in 30 s"
             broker.kill9()
             producer.flush(10)  # outstanding messages fail: the broker is gone
             broker = start_broker(tmp_path, data_dir=data_dir, port=port,
