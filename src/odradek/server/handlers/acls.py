@@ -157,14 +157,28 @@ def _enum(cls: Callable[[int], T], value: int) -> T | None:
         return None
 
 
+_Kinds = tuple[ResourceType, PatternType, AclOperation, AclPermissionType]
+
+
+def _kinds(resource_type: int, pattern_type: int, operation: int,
+           permission: int) -> _Kinds | None:
+    """The four enum fields of a filter or a creation, or None if one is unknown."""
+    rtype = _enum(ResourceType, resource_type)
+    ptype = _enum(PatternType, pattern_type)
+    op = _enum(AclOperation, operation)
+    perm = _enum(AclPermissionType, permission)
+    if rtype is None or ptype is None or op is None or perm is None:
+        return None
+    return rtype, ptype, op, perm
+
+
 def _filter(f: Any) -> AclBindingFilter | str:
     """The request's filter, or why it is invalid."""
-    rtype = _enum(ResourceType, f.resource_type_filter)
-    ptype = _enum(PatternType, f.pattern_type_filter)
-    op = _enum(AclOperation, f.operation)
-    perm = _enum(AclPermissionType, f.permission_type)
-    if rtype is None or ptype is None or op is None or perm is None:
+    kinds = _kinds(f.resource_type_filter, f.pattern_type_filter, f.operation,
+                   f.permission_type)
+    if kinds is None:
         return "the filter has an unknown resource, pattern, operation or permission type"
+    rtype, ptype, op, perm = kinds
     flt = AclBindingFilter(rtype, f.resource_name_filter, ptype, f.principal_filter,
                            f.host_filter, op, perm)
     return flt.invalid_reason() or flt
@@ -172,12 +186,10 @@ def _filter(f: Any) -> AclBindingFilter | str:
 
 def _binding(c: Any) -> AclBinding | str:
     """The creation's binding, or why it cannot be stored."""
-    rtype = _enum(ResourceType, c.resource_type)
-    ptype = _enum(PatternType, c.resource_pattern_type)
-    op = _enum(AclOperation, c.operation)
-    perm = _enum(AclPermissionType, c.permission_type)
-    if rtype is None or ptype is None or op is None or perm is None:
+    kinds = _kinds(c.resource_type, c.resource_pattern_type, c.operation, c.permission_type)
+    if kinds is None:
         return "the ACL has an unknown resource, pattern, operation or permission type"
+    rtype, ptype, op, perm = kinds
     binding = AclBinding(ResourcePattern(rtype, c.resource_name, ptype),
                          AclEntry(c.principal, c.host, op, perm))
     if "/" in c.resource_name:
@@ -196,11 +208,20 @@ def _check(services: BrokerServices, ctx: RequestContext,
     return authorizer, store
 
 
-async def _write(services: BrokerServices, work: Callable[[], T]) -> T:
-    """Run the store writes off the loop in cluster mode (ZooKeeper), on it otherwise."""
-    if services.metadata.remote:
-        return await asyncio.to_thread(work)
-    return work()
+async def _store(services: BrokerServices, authorizer: AclAuthorizer, store: AclStore,
+                 changes: dict[ResourcePattern, set[AclEntry]],
+                 *, add: bool) -> dict[ResourcePattern, frozenset[AclEntry]]:
+    """Write the changes to the store (off the loop in cluster mode: ZooKeeper), then give
+    the authorizer each pattern's ACLs as stored."""
+    def work() -> dict[ResourcePattern, frozenset[AclEntry]]:
+        if add:
+            return {p: store.update(p, add=entries) for p, entries in changes.items()}
+        return {p: store.update(p, remove=entries) for p, entries in changes.items()}
+
+    written = await asyncio.to_thread(work) if services.metadata.remote else work()
+    for pattern, entries in written.items():
+        authorizer.set_acls(pattern, entries)
+    return written
 
 
 async def describe_acls(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -247,12 +268,7 @@ async def create_acls(services: BrokerServices, ctx: RequestContext, request: An
         outcomes.append(None)
         adds.setdefault(binding.pattern, set()).add(binding.entry)
 
-    def write() -> dict[ResourcePattern, frozenset[AclEntry]]:
-        return {p: store.update(p, add=entries) for p, entries in adds.items()}
-
-    written = await _write(services, write)
-    for pattern, entries in written.items():
-        authorizer.set_acls(pattern, entries)
+    for pattern in await _store(services, authorizer, store, adds, add=True):
         log.info("ACLs added to %s by %s: %s", pattern, ctx.principal,
                  sorted(f"{e.permission.title} {e.principal} {e.operation.title} from "
                         f"{e.host}" for e in adds[pattern]))
@@ -280,12 +296,7 @@ async def delete_acls(services: BrokerServices, ctx: RequestContext, request: An
         for b in bindings:
             removals.setdefault(b.pattern, set()).add(b.entry)
 
-    def write() -> dict[ResourcePattern, frozenset[AclEntry]]:
-        return {p: store.update(p, remove=entries) for p, entries in removals.items()}
-
-    written = await _write(services, write)
-    for pattern, entries in written.items():
-        authorizer.set_acls(pattern, entries)
+    for pattern in await _store(services, authorizer, store, removals, add=False):
         log.info("ACLs removed from %s by %s: %d", pattern, ctx.principal,
                  len(removals[pattern]))
     results = []
