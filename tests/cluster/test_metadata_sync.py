@@ -27,15 +27,13 @@ def _notify(store: ZooKeeperStore, *partitions: tuple[str, int]) -> str:
                         notification_data(1, partitions), sequential=True).path
 
 
-def test_a_broker_whose_last_notification_was_purged_reads_every_state(
-    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[ZooKeeperStore],
-) -> None:
-    """The purge took the broker's last-read notification and the unread one after it;
-    the one that survives is newer and names another partition. Before, a broker
-    reloaded only when an older notification survived, and so never read this state."""
-    broker = zookeeper.store(zk_chroot)
-    writer = zookeeper.store(zk_chroot)
-    zk_stores += [broker, writer]
+def _one_partition_synced(
+    broker: ZooKeeperStore, writer: ZooKeeperStore,
+) -> tuple[MetadataSync, Callable[[], int], str]:
+    """Topic t with one partition at leader epoch 0 and one notification naming it,
+    read by a started MetadataSync of ``broker``; the sync, a function that runs what
+    the sync posted (as the event loop would) and answers t-0's leader epoch, and the
+    path of the notification read."""
     writer.create_json(topic_path("t"), {
         "version": 3, "topic_id": encode_topic_id(uuid.uuid4()), "partitions": {"0": [0]},
     })
@@ -46,12 +44,25 @@ def test_a_broker_whose_last_notification_was_purged_reads_every_state(
     sync = MetadataSync(broker, metadata, posted.put)
 
     def epoch() -> int:
-        while not posted.empty():  # what the event loop would run
+        while not posted.empty():
             posted.get()()
         return metadata.partition_state("t", 0).leader_epoch
 
     sync.start()
     assert epoch() == 0
+    return sync, epoch, read
+
+
+def test_a_broker_whose_last_notification_was_purged_reads_every_state(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[ZooKeeperStore],
+) -> None:
+    """The purge took the broker's last-read notification and the unread one after it;
+    the one that survives is newer and names another partition. Before, a broker
+    reloaded only when an older notification survived, and so never read this state."""
+    broker = zookeeper.store(zk_chroot)
+    writer = zookeeper.store(zk_chroot)
+    zk_stores += [broker, writer]
+    sync, epoch, read = _one_partition_synced(broker, writer)
     try:
         with sync._lock:  # the broker busy: the writes below land before it looks
             writer.set(state_path("t", 0), LeaderAndIsr(0, 1, (0,), 1).encode())
@@ -88,22 +99,7 @@ def test_a_notification_purged_between_listing_and_reading_makes_the_broker_read
     broker = _PurgedBeforeRead(zookeeper.connect_string(zk_chroot), 4000, 5000)
     writer = zookeeper.store(zk_chroot)
     zk_stores += [broker, writer]
-    writer.create_json(topic_path("t"), {
-        "version": 3, "topic_id": encode_topic_id(uuid.uuid4()), "partitions": {"0": [0]},
-    })
-    writer.create(state_path("t", 0), LeaderAndIsr(0, 0, (0,), 1).encode())
-    read = _notify(writer, ("t", 0))
-    metadata = ClusterMetadata(broker, lambda: [0], {"num.partitions": 1})
-    posted: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-    sync = MetadataSync(broker, metadata, posted.put)
-
-    def epoch() -> int:
-        while not posted.empty():  # what the event loop would run
-            posted.get()()
-        return metadata.partition_state("t", 0).leader_epoch
-
-    sync.start()
-    assert epoch() == 0
+    sync, epoch, read = _one_partition_synced(broker, writer)
     try:
         with sync._lock:  # the broker busy: the writes below land before it looks
             writer.set(state_path("t", 0), LeaderAndIsr(0, 1, (0,), 1).encode())
