@@ -125,18 +125,23 @@ def test_denied_topic_refuses_producers_consumers_and_metadata(rb: RunningBroker
                     check=False)
     assert consumed.returncode != 0
     assert "Topic authorization failed" in consumed.stderr
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": rb.bootstrap,
-                                         "group.id": _name("g"),
+    assert (_first_consumer_error(rb, secret, _name("g"))
+            == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED)
+
+
+def _first_consumer_error(rb: RunningBroker, topic: str, group: str) -> int | None:
+    """The code of the first error a confluent-kafka group consumer of ``topic`` sees
+    within 20 s (None if it sees none)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": rb.bootstrap, "group.id": group,
                                          "auto.offset.reset": "earliest"})
     try:
-        consumer.subscribe([secret])
+        consumer.subscribe([topic])
         deadline = time.monotonic() + 20
-        code = None
-        while code is None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and msg.error():
-                code = msg.error().code()
-        assert code == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+                return int(msg.error().code())
+        return None
     finally:
         consumer.close()
 
@@ -149,19 +154,8 @@ def test_denied_group_refuses_the_consumer(rb: RunningBroker) -> None:
             ResourceType.GROUP, group, ResourcePatternType.LITERAL, ANON, "*",
             AclOperation.READ, AclPermissionType.DENY)]).values():
         future.result(15)
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": rb.bootstrap, "group.id": group,
-                                         "auto.offset.reset": "earliest"})
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + 20
-        code = None
-        while code is None and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error():
-                code = msg.error().code()
-        assert code == confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED
-    finally:
-        consumer.close()
+    assert (_first_consumer_error(rb, topic, group)
+            == confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED)
 
 
 def test_kafka_python_admin_acl_calls(rb: RunningBroker) -> None:
