@@ -55,6 +55,7 @@ from odradek.cluster.metadata import ClusterMetadata, MetadataError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.security.tls import TlsConfigError
 from odradek.server.authorization import (
     AclOperation,
     ResourceType,
@@ -73,6 +74,7 @@ from odradek.server.kafka_config_support import (
     kafka_key,
     unserved_reason,
 )
+from odradek.server.tls_reload import listener_tls_key
 from odradek.storage.config import TOPIC_CONFIGS, ConfigDef, ConfigError, LogConfig, parse_value
 
 if TYPE_CHECKING:
@@ -227,9 +229,19 @@ def _validate_broker_configs(
                 "Cannot update these configs at default cluster level, broker id must be "
                 f"specified: {_kafka_set(per_broker)}",
             )
+    # KIP-226: a listener's keystore and truststore (server/tls_reload.py)
+    if any(listener_tls_key(key) for key in configs):
+        reloader = services.tls_reloader
+        if reloader is None:
+            raise ConfigRequestError(ErrorCode.invalid_config,
+                                     "this broker has no TLS listener to reload")
+        try:
+            reloader.validate(configs)
+        except TlsConfigError as exc:
+            raise ConfigRequestError(ErrorCode.invalid_config, str(exc)) from None
     problems = []
     for key in sorted(configs):
-        if key in DYNAMIC_BROKER_KEYS:
+        if key in DYNAMIC_BROKER_KEYS or listener_tls_key(key):
             continue
         reason = unserved_reason(key)
         if reason is not None:
@@ -490,7 +502,18 @@ def _commit(services: BrokerServices, resource_type: int, target: str, configs: 
     services.metadata.set_broker_configs(target, configs)
     # layered again where the local view changes: on the event loop
     services.metadata.apply_locally(services.dynamic_config.apply)
-    log.info("dynamic broker configs of %s are now %s", target, configs)
+    log.info("dynamic broker configs of %s are now %s", target, _loggable(configs))
+
+
+def _loggable(configs: Mapping[str, str]) -> dict[str, str]:
+    """``configs`` with the values of password configs hidden (as Kafka logs them)."""
+    def secret(key: str) -> bool:
+        d = BROKER_CONFIGS.get(key)
+        k = kafka_key(key)
+        return ((d is not None and d.type == "password")
+                or (k is not None and k.type == "password"))
+
+    return {key: "[hidden]" if secret(key) else value for key, value in configs.items()}
 
 
 def _definition(resource_type: int, key: str) -> ConfigDef | None:
