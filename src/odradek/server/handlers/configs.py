@@ -30,8 +30,8 @@ cluster default. Then Odradek's: a key of a feature Odradek lacks names the feat
 that does not apply says why, a served key Odradek reads only at start-up
 (``listeners``, ``advertised.listeners``) says so. A TLS listener's keystore and
 truststore keys (``listener.name.<listener>.ssl.keystore.location`` …) are checked by
-building the new context as Kafka's SslFactory does (:mod:`odradek.server.tls_reload`). A key that is not Kafka's is stored as
-Kafka stores custom broker configs.
+building the new context as Kafka's SslFactory does (:mod:`odradek.server.tls_reload`).
+A key that is not Kafka's is stored as Kafka stores custom broker configs.
 ``log.retention.hours`` / ``minutes``, ``log.roll.hours`` and ``log.roll.jitter.hours`` stay
 static (as in Kafka).
 
