@@ -310,6 +310,12 @@ class Broker:
                         "in super.users, or set allow.everyone.if.no.acl.found)",
                         principal, principal)
 
+    @property
+    def client_quotas(self) -> ClientQuotas | None:
+        """The quota managers once the broker serves (the metrics page reads them)."""
+        services = getattr(self, "services", None)
+        return None if services is None else services.client_quotas
+
     def _client_quotas(self) -> ClientQuotas:
         """The quota managers, kept in step with the stored client quotas."""
         quotas = ClientQuotas(

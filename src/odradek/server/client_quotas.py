@@ -345,6 +345,12 @@ class ClientQuotaManager:
         """The metric tags (user, client id) of the entities measured now."""
         return list(self._rates)
 
+    def rates(self, now_ms: float | None = None) -> list[tuple[QuotaEntity, float]]:
+        """Each measured entity's rate now (Kafka's ``byte-rate`` / ``request-time``
+        sensors, tagged with the user and client id the quota resolved to)."""
+        now_ms = time.monotonic() * 1000.0 if now_ms is None else now_ms
+        return [(tags, rate.measure(now_ms)) for tags, rate in self._rates.items()]
+
     def _rate(self, tags: QuotaEntity, now_ms: float) -> Rate:
         rate = self._rates.get(tags)
         if rate is None:
