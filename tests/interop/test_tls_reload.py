@@ -208,3 +208,20 @@ def test_passwords_are_sensitive_and_never_echoed(
     assert configs[LOCATION].value == str(store)
     assert all(KEY_PASSWORD not in str(c.value) for c in configs.values())
     assert KEY_PASSWORD not in caplog.text
+
+
+def test_a_stored_keystore_serves_again_after_a_restart(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    holder = Tls(None, ca, ca_file, tmp_path)  # type: ignore[arg-type]
+    config = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+              "ssl.keystore.type": "PEM", "ssl.keystore.location": str(holder.keystore("a.pem"))}
+    second = holder.keystore("b.pem")
+    with running_broker(config, data_dir=tmp_path / "broker") as broker:
+        holder.broker = broker
+        alter(holder, **{LOCATION.replace(".", "__"): str(second)})
+        assert served(holder) == fingerprint(second)
+    with running_broker(config, data_dir=tmp_path / "broker") as broker:
+        holder.broker = broker
+        assert served(holder) == fingerprint(second)

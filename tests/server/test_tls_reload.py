@@ -44,7 +44,9 @@ def setup(tmp_path: Path, **extra: str) -> tuple[trustme.CA, BrokerConfig, FakeL
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(first), **extra,
     })
     listener = FakeListener(listener_security(config, "SSL"))
-    return ca, config, listener, TlsReloader(config, [listener])
+    reloader = TlsReloader(config, [listener])
+    reloader.apply({})  # at start, as the broker does: nothing stored, nothing changes
+    return ca, config, listener, reloader
 
 
 def test_only_prefixed_keystore_and_truststore_keys_are_reloadable() -> None:
@@ -133,3 +135,23 @@ def test_errors_never_show_a_password(tmp_path: Path) -> None:
     with pytest.raises(TlsConfigError) as raised:
         reloader.validate(dynamic)
     assert secret not in str(raised.value)
+
+
+def test_at_start_stored_configs_are_taken_as_they_are(tmp_path: Path) -> None:
+    """Kafka builds a listener from its stored dynamic configs at start: the rules guard
+    changes, so a stored keystore with another subject still serves after a restart."""
+    ca = trustme.CA()
+    first = keystore(ca, tmp_path / "a.pem")
+    other = keystore(ca, tmp_path / "o.pem", common_name="renamed")
+    config = BrokerConfig.from_raw({
+        "listeners": "SSL://127.0.0.1:0", "security.inter.broker.protocol": "SSL",
+        "log.dirs": str(tmp_path / "data"),
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(first),
+    })
+    listener = FakeListener(listener_security(config, "SSL"))
+    old = listener.security
+    reloader = TlsReloader(config, [listener])
+    reloader.apply({KEY: str(other)})
+    assert listener.security is not old
+    with pytest.raises(TlsConfigError, match="DistinguishedName"):  # back: a change
+        reloader.validate({KEY: str(first)})

@@ -19,7 +19,8 @@ builds the listener's new context and checks Kafka's rules:
 A refused change is INVALID_CONFIG with the reason (never a password), and the old
 context keeps serving. Once stored, :meth:`TlsReloader.apply` (a reconfigurable of
 :class:`~odradek.server.dynamic_config.DynamicBrokerConfig`, on every broker-config
-change, at start too) rebuilds the context of each listener whose settings, or whose
+change; at start too, where the stored configs are taken without the rules, as Kafka
+builds its listeners from them) rebuilds the context of each listener whose settings, or whose
 keystore or truststore file (its modification time, as Kafka's
 ``shouldBeRebuilt``), changed, and swaps it into the listener: connections accepted from
 then on handshake with the new certificate, established ones keep theirs.
@@ -87,13 +88,16 @@ class TlsReloader:
         self.config = config
         self._servers = {s.security.name.lower(): s for s in servers if s.security.uses_tls}
         self._serving: dict[str, _Serving] = {}
+        # The first apply (at start) takes the stored configs as they are, as Kafka's
+        # broker builds its listeners from them: the rules guard changes, not a start.
+        self._started = False
         for name, server in self._servers.items():
             setting = self._settings(server.security.name, {})
             try:
                 identity = keystore_identity(setting, server.security.name)
             except TlsConfigError as exc:  # e.g. no 'cryptography': reloads are refused
-                log.warning("listener %s: certificates cannot be reloaded: %s",
-                            server.security.name, exc)
+                log.info("listener %s: certificates cannot be reloaded: %s",
+                         server.security.name, exc)
                 continue
             self._serving[name] = _Serving(_fingerprint(setting), identity,
                                            _has_truststore(setting))
@@ -113,9 +117,10 @@ class TlsReloader:
         text = raw.get(f"{_PREFIX}{listener.lower()}.{key}", raw.get(key, "false"))
         return str(text).strip().lower() == "true"
 
-    def _check(self, name: str, dynamic: Mapping[str, str]) -> tuple[ssl.SSLContext, _Serving]:
-        """The listener's new context and what it is built from; TlsConfigError if Kafka's
-        rules refuse it."""
+    def _check(self, name: str, dynamic: Mapping[str, str],
+               rules: bool = True) -> tuple[ssl.SSLContext, _Serving]:
+        """The listener's new context and what it is built from; TlsConfigError if it
+        cannot be built or (``rules``) Kafka's rules refuse it."""
         server = self._servers[name]
         listener = server.security.name
         current = self._serving.get(name)
@@ -125,6 +130,9 @@ class TlsReloader:
         setting = self._settings(listener, dynamic)
         context = server_context(setting, listener)
         identity = keystore_identity(setting, listener)
+        has_truststore = _has_truststore(setting)
+        if not rules:
+            return context, _Serving(_fingerprint(setting), identity, has_truststore)
         old = current.identity
         if not self._flag(listener, "ssl.allow.dn.changes") and identity.subject != old.subject:
             raise TlsConfigError(
@@ -136,7 +144,6 @@ class TlsReloader:
                 f"{_FAILED}Keystore SubjectAltNames do not match: existing={{SAN="
                 f"{sorted(old.subject_alt_names)}}}, new={{SAN="
                 f"{sorted(identity.subject_alt_names)}}} (listener {listener})")
-        has_truststore = _has_truststore(setting)
         if has_truststore and not current.has_truststore:
             raise TlsConfigError(f"{_FAILED}Cannot add SSL truststore to an existing listener "
                                  f"for which no truststore was configured (listener {listener})")
@@ -162,12 +169,13 @@ class TlsReloader:
     def apply(self, dynamic: Mapping[str, str]) -> None:
         """Rebuild the contexts whose settings or files changed; one that fails keeps the
         old context serving, with an error in the log."""
+        rules, self._started = self._started, True
         for name, server in self._servers.items():
             if name not in self._serving or not self._changed(name, dynamic):
                 continue
             listener = server.security.name
             try:
-                context, serving = self._check(name, dynamic)
+                context, serving = self._check(name, dynamic, rules)
             except TlsConfigError as exc:
                 log.error("listener %s keeps its certificate: %s", listener, exc)
                 continue
