@@ -162,8 +162,8 @@ def _password(setting: Settings, key: str) -> str | None:
 
 
 def _keystore_pem(setting: Settings, where: str) -> tuple[bytes, str | None, str]:
-    """The keystore as PEM (the chain, then the key), the key's password (None: not
-    encrypted) and the key naming where it came from."""
+    """The keystore as one PEM text (its key and certificate chain), the key's password
+    (None: not encrypted) and the config key naming where it came from."""
     location = str(setting("ssl.keystore.location") or "")
     inline_key = str(setting("ssl.keystore.key") or "")
     inline_chain = str(setting("ssl.keystore.certificate.chain") or "")
