@@ -536,3 +536,42 @@ def test_consumer_offsets_of_offset_commit_v0(tmp_path: Path) -> None:
     assert metadata.consumer_offset("g", "t", 0) == 43
     node = metadata.store.get("/consumers/g/offsets/t/0")
     assert node is not None and (node.data, node.version) == (b"43", 1)
+
+
+def test_client_quota_entities_in_kafkas_layout(tmp_path: Path) -> None:
+    """KIP-55's entities under /config/clients and /config/users; a user's quotas share
+    its node with its SCRAM credentials, which neither a quota write nor the quota view
+    touch; nodes left empty go."""
+    from odradek.cluster.user_credentials import scram_credential, set_scram_credential
+
+    metadata = _metadata(tmp_path)
+    store = metadata.store
+    seen: list[dict[Any, Any]] = []
+    metadata.add_client_quota_listener(lambda quotas: seen.append(dict(quotas)))
+    set_scram_credential(store, "alice", "SCRAM-SHA-256", "salt=x,stored_key=y")
+    metadata.set_client_quotas(("alice", None), {"producer_byte_rate": "100"})
+    metadata.set_client_quotas(("alice", "app/1"), {"consumer_byte_rate": "200"})
+    metadata.set_client_quotas(("<default>", "<default>"), {"request_percentage": "50.0"})
+    metadata.set_client_quotas((None, "app/1"), {"producer_byte_rate": "300"})
+    assert store.get_json("/config/users/alice") is not None
+    assert store.get_json("/config/users/alice/clients/app%2F1") == (
+        {"version": 1, "config": {"consumer_byte_rate": "200"}}, 0)
+    assert store.get("/config/users/<default>/clients/<default>") is not None
+    assert store.get("/config/clients/app%2F1") is not None
+    expected = {
+        ("alice", None): {"producer_byte_rate": "100"},
+        ("alice", "app/1"): {"consumer_byte_rate": "200"},
+        ("<default>", "<default>"): {"request_percentage": "50.0"},
+        (None, "app/1"): {"producer_byte_rate": "300"},
+    }
+    assert metadata.client_quotas == expected == seen[-1]
+    assert metadata.read_client_quotas() == expected  # read back from the store
+    assert scram_credential(store, "SCRAM-SHA-256", "alice") == "salt=x,stored_key=y"
+
+    metadata.set_client_quotas(("alice", None), {})
+    metadata.set_client_quotas(("alice", "app/1"), {})
+    metadata.set_client_quotas(("<default>", "<default>"), {})
+    assert scram_credential(store, "SCRAM-SHA-256", "alice") == "salt=x,stored_key=y"
+    assert store.children("/config/users/alice") == []
+    assert store.get("/config/users/<default>") is None
+    assert metadata.client_quotas == {(None, "app/1"): {"producer_byte_rate": "300"}}

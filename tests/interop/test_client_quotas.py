@@ -3,9 +3,10 @@
 - A confluent-kafka producer throttled to ``producer_byte_rate`` is slowed to the quota
   (measured once the first 10-second window has filled) and loses nothing.
 - A confluent-kafka consumer throttled to ``consumer_byte_rate`` likewise.
-- ``odradek configs`` alters and describes client quotas (and refuses user entities and
-  unknown keys); the Java Admin's alterClientQuotas / describeClientQuotas work, its user
-  entity is refused; quotas survive a restart (the embedded metadata store).
+- ``odradek configs`` alters and describes client quotas (and refuses ip entities and
+  unknown keys); the Java Admin's alterClientQuotas / describeClientQuotas work, with a
+  user + client-id entity too; quotas survive a restart (the embedded metadata store).
+  (User quotas with SASL users: tests/interop/test_user_quotas.py.)
 """
 
 from __future__ import annotations
@@ -227,9 +228,9 @@ def test_configs_cli_client_quotas(tmp_path: Path) -> None:
         reserved = configs(broker, "--entity-type", "clients", "--entity-name", "<default>",
                            "--alter", "--add-config", "producer_byte_rate=1")
         assert reserved.returncode == 1 and "reserved" in reserved.stderr
-        users = configs(broker, "--entity-type", "users", "--entity-name", "alice", "--alter",
-                        "--add-config", "producer_byte_rate=1")
-        assert users.returncode == 2 and "user quotas are not supported" in users.stderr
+        ips = configs(broker, "--entity-type", "ips", "--entity-name", "10.0.0.1", "--alter",
+                      "--add-config", "connection_creation_rate=1")
+        assert ips.returncode == 2 and "ip quotas are not supported" in ips.stderr
         removed = configs(broker, "--entity-type", "clients", "--entity-name", "app-1",
                           "--alter", "--delete-config", "producer_byte_rate")
         assert removed.returncode == 0, removed.stderr
@@ -282,7 +283,8 @@ def test_java_admin_client_quotas(broker: BrokerProcess) -> None:
                                        "producer_byte_rate": 1048576.0}}
     assert s["default"] == {"<default>": {"controller_mutation_rate": 5.0}}
     assert s["all"] == {**s["exact"], **s["default"]}
-    assert s["user_error"] == "InvalidRequestException"
+    assert s["user_error"] == "none"
+    assert s["user"] == {"java-app": {"producer_byte_rate": 1024.0}}
     assert s["after_removal"] == s["default"]
 
 

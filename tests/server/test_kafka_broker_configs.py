@@ -216,9 +216,13 @@ PREFIX = "Invalid config value for resource ConfigResource(type=BROKER, name='0'
      "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
      "is set"),
     ("listener.name.plaintext.ssl.keystore.location", "/k.jks",
-     "listener.name.plaintext.ssl.keystore.location: per-listener security configs are read "
-     "from server.properties at start-up: changing them dynamically (reloading certificates) "
-     "is not supported by Odradek yet"),
+     "listener.name.plaintext.ssl.keystore.location: this broker has no SSL or SASL_SSL "
+     "listener named PLAINTEXT"),
+    ("listener.name.plaintext.ssl.client.auth", "required",
+     "listener.name.plaintext.ssl.client.auth: per-listener security configs are read from "
+     "server.properties at start-up: of them only the keystore and truststore configs "
+     "(ssl.keystore.*, ssl.key.password, ssl.truststore.*) can change dynamically in Odradek "
+     "yet"),
 ])
 def test_alter_answers_as_kafka_then_names_the_missing_feature(
     rb: RunningBroker, key: str, value: str, message: str

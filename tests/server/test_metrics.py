@@ -329,3 +329,37 @@ def test_a_dead_cleaner_thread_shows(tmp_path: Path) -> None:
         cleaner.clean_one = boom  # type: ignore[method-assign]
         wait_for("the dead thread on the page", lambda: value(scrape(server.url), dead) == 1)
         wait_for("the thread restarted", lambda: value(scrape(server.url), dead) == 0)
+
+
+def test_client_quota_rates_are_tagged_with_user_and_client_id(broker: RunningBroker) -> None:
+    """Kafka's Produce byte-rate sensor, tagged as its DefaultQuotaCallback tags it: a user
+    quota measures the user (client-id tag empty), a user + client-id quota the pair."""
+    server = broker.broker.metrics_server
+    assert server is not None
+    metadata = broker.broker.metadata
+
+    def set_quotas(configs: dict[str, str]) -> None:  # on the broker's loop, as a handler
+        async def write() -> None:
+            metadata.set_client_quotas(("ANONYMOUS", None), configs)
+            metadata.set_client_quotas(("ANONYMOUS", "tagged-app"), configs)
+
+        asyncio.run_coroutine_threadsafe(write(), broker.loop).result(30)
+
+    set_quotas({"producer_byte_rate": "1000000000"})
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("quota-metered", 1, 1)])["quota-metered"].result(30)
+        for client_id in ("plain-app", "tagged-app"):
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0,
+                                 "client.id": client_id})
+            producer.produce("quota-metered", VALUE)
+            assert producer.flush(30) == 0
+        samples = scrape(server.url)
+        assert value(samples, "kafka_server_produce_byte_rate",
+                     user="ANONYMOUS", client_id="") > 0
+        assert value(samples, "kafka_server_produce_byte_rate",
+                     user="ANONYMOUS", client_id="tagged-app") > 0
+        assert not any(n == "kafka_server_produce_byte_rate" and ("client_id", "plain-app") in ls
+                       for n, ls in samples)
+    finally:
+        set_quotas({})

@@ -22,9 +22,11 @@ class FakeQuota:
     def __init__(self, throttle_ms: int) -> None:
         self.throttle_ms = throttle_ms
         self.charged: list[tuple[str | None, float]] = []
+        self.users: list[str] = []  # the principal's name each charge is for (KIP-55)
 
-    def record(self, client_id: str | None, value: float) -> int:
+    def record(self, client_id: str | None, value: float, user: str = "") -> int:
         self.charged.append((client_id, value))
+        self.users.append(user)
         return self.throttle_ms
 
 
@@ -58,6 +60,7 @@ def test_a_handler_that_answers_at_once_is_timed_and_charged() -> None:
         assert timing.started > 0 and timing.suspended == 0 and timing.done >= timing.started
         assert timing.error == int(ErrorCode.rebalance_in_progress)
         assert len(quota.charged) == 1 and quota.charged[0][0] == "c"
+        assert quota.users == ["ANONYMOUS"]  # the request's principal, User:ANONYMOUS
         assert channel.throttled == []
 
     asyncio.run(test())

@@ -1,7 +1,8 @@
 """``odradek configs`` (Kafka's kafka-configs.sh): describe and alter configs and quotas.
 
-    odradek configs --bootstrap-server H:P --entity-type clients|topics|brokers
+    odradek configs --bootstrap-server H:P --entity-type clients|topics|brokers|users
         [--entity-name N | --entity-default]
+        [--entity-type clients [--entity-name N | --entity-default]]   (users + clients)
         --describe [--all] | --alter [--add-config k=v,...] [--delete-config k,...]
 
 Topics and brokers go through DescribeConfigs and IncrementalAlterConfigs, client quotas
@@ -11,9 +12,13 @@ through AlterUserScramCredentials and DescribeUserScramCredentials (KIP-554:
 salted and hashed here, never sent; ``--delete-config SCRAM-SHA-512``). As with
 kafka-configs.sh, a broker's ``--describe`` lists its dynamic configs, ``--describe --all``
 every config in effect with where its value comes from; ``--entity-default`` is the
-cluster-wide default broker (or client id). Quotas of ``users`` and ``ips`` entities are
-refused: user quotas are not served yet, and per-address connection quotas are broker
-configs.
+cluster-wide default broker (or client id, or user). Quotas of users and of a user's
+client ids (KIP-55) are given as kafka-configs.sh takes them: ``--entity-type users
+--entity-name alice`` (or ``--entity-default``), followed for the combined entity by
+``--entity-type clients --entity-name app`` (or ``--entity-default``); each
+``--entity-name`` / ``--entity-default`` goes with the ``--entity-type`` in the same
+position. A user's ``--add-config`` may mix quotas and SCRAM credentials. ``ips`` entities
+are refused: per-address connection quotas are broker configs.
 """
 
 from __future__ import annotations
@@ -38,9 +43,12 @@ SOURCES = {
     6: "DYNAMIC_BROKER_LOGGER_CONFIG",
 }
 ENTITY_TYPES = ("topics", "clients", "brokers", "users", "ips")
-_USER_QUOTAS_REFUSED = ("user quotas are not supported by Odradek yet (only SCRAM "
-                        "credentials: SCRAM-SHA-256, SCRAM-SHA-512); use --entity-type "
-                        "clients")
+QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
+              "controller_mutation_rate")
+# kafka-configs.sh's entity types as KIP-546 names them, and as its output shows them.
+_QUOTA_TYPES = {"users": "user", "clients": "client-id"}
+_SHOWN = {"user": "user-principal", "client-id": "client-id"}
+_ANY = "\0any"  # no --entity-name / --entity-default for this type: every entity
 _REFUSED = {
     "ips": "ip quotas are not supported; use the broker configs max.connections.per.ip, "
            "max.connections.per.ip.overrides and max.connection.creation.rate",
@@ -56,11 +64,14 @@ def add_parser(sub: Any) -> None:
     )
     add_bootstrap(parser)
     parser.add_argument("--entity-type", required=True, choices=ENTITY_TYPES,
-                        help="what the configs belong to")
-    who = parser.add_mutually_exclusive_group()
-    who.add_argument("--entity-name", help="topic name, broker id or client id")
-    who.add_argument("--entity-default", action="store_true",
-                     help="the default broker or client id")
+                        action="append", dest="entity_types",
+                        help="what the configs belong to (users then clients: a user's "
+                             "client id)")
+    parser.add_argument("--entity-name", action=_EntityName, dest="entity_names",
+                        help="topic name, broker id, client id or user")
+    parser.add_argument("--entity-default", action=_EntityDefault, nargs=0,
+                        dest="entity_names",
+                        help="the default broker, client id or user")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--describe", action="store_true", help="print the configs")
     what.add_argument("--alter", action="store_true",
@@ -71,6 +82,23 @@ def add_parser(sub: Any) -> None:
                         help="configs to set, comma-separated (a list value in [a,b])")
     parser.add_argument("--delete-config", metavar="K,...", help="configs to remove")
     parser.set_defaults(func=_run)
+
+
+class _EntityName(argparse.Action):
+    """Each --entity-name / --entity-default in order (None: the default), paired by
+    position with the --entity-type options, as kafka-configs.sh pairs them."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        names = list(getattr(namespace, self.dest, None) or [])
+        names.append(values)
+        setattr(namespace, self.dest, names)
+
+
+class _EntityDefault(_EntityName):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        super().__call__(parser, namespace, None, option_string)
 
 
 def parse_add_config(text: str) -> dict[str, str]:
@@ -109,7 +137,28 @@ def _keys(text: str | None) -> list[str]:
     return [k.strip() for k in (text or "").split(",") if k.strip()]
 
 
+def _entities(args: argparse.Namespace) -> str | None:
+    """Pair the entity types with their names; an error message, or None."""
+    types: list[str] = args.entity_types
+    names: list[str | None] = list(args.entity_names or [])
+    if len(names) > len(types):
+        return "each --entity-name or --entity-default needs its own --entity-type"
+    if len(types) > 1 and types != ["users", "clients"]:
+        return ("only --entity-type users followed by --entity-type clients can be combined "
+                "(a user's client id)")
+    args.entity_pairs = [(t, names[i] if i < len(names) else _ANY) for i, t in enumerate(types)]
+    args.entity_type = types[0]
+    first = args.entity_pairs[0][1]
+    args.entity_name = None if first in (None, _ANY) else first
+    args.entity_default = first is None
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
+    problem = _entities(args)
+    if problem is not None:
+        print(f"odradek: {problem}", file=sys.stderr)
+        return 2
     if args.entity_type in _REFUSED:
         print(f"odradek: {_REFUSED[args.entity_type]}", file=sys.stderr)
         return 2
@@ -135,30 +184,36 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _users(args: argparse.Namespace) -> int:
-    """SCRAM credentials of a user (kafka-configs.sh --entity-type users)."""
-    if args.entity_default:
-        print(f"odradek: {_USER_QUOTAS_REFUSED}", file=sys.stderr)
-        return 2
+    """Quotas and SCRAM credentials of a user, and quotas of a user's client ids
+    (kafka-configs.sh --entity-type users [--entity-type clients])."""
+    combined = len(args.entity_pairs) > 1
     if not args.alter:
         if args.add_config or args.delete_config:
             print("odradek: --add-config and --delete-config go with --alter", file=sys.stderr)
             return 2
-        users = [args.entity_name] if args.entity_name else None
-        return run_with_admin(args, lambda admin: _describe_users(admin, users))
-    if args.entity_name is None:
-        print("odradek: --alter of users needs --entity-name", file=sys.stderr)
+        return run_with_admin(args, lambda admin: _describe_users(admin, args, combined))
+    if any(name == _ANY for _, name in args.entity_pairs):
+        print("odradek: --alter of users needs --entity-name or --entity-default for each "
+              "--entity-type", file=sys.stderr)
         return 2
     set_ = parse_add_config(args.add_config or "")
     delete = _keys(args.delete_config)
     if not set_ and not delete:
         print("odradek: --alter needs --add-config or --delete-config", file=sys.stderr)
         return 2
-    upsertions = []
+    scram = not combined and not args.entity_default
     for key in [*set_, *delete]:
-        if key not in SCRAM_MECHANISMS:
-            print(f"odradek: {key}: {_USER_QUOTAS_REFUSED}", file=sys.stderr)
+        if key not in QUOTA_KEYS and not (scram and key in SCRAM_MECHANISMS):
+            allowed = ", ".join([*QUOTA_KEYS, *(SCRAM_MECHANISMS if scram else ())])
+            print(f"odradek: {key} is not a config of this entity (allowed: {allowed})",
+                  file=sys.stderr)
             return 2
+    quota_set = {k: v for k, v in set_.items() if k in QUOTA_KEYS}
+    quota_delete = [k for k in delete if k in QUOTA_KEYS]
+    upsertions = []
     for mechanism, text in set_.items():
+        if mechanism in QUOTA_KEYS:
+            continue
         fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
         password = fields.get("password")
         if not password:
@@ -171,17 +226,60 @@ def _users(args: argparse.Namespace) -> int:
             print(f"odradek: iterations of {mechanism} must be a number", file=sys.stderr)
             return 2
         upsertions.append((args.entity_name, mechanism, iterations, password))
-    deletions = [(args.entity_name, mechanism) for mechanism in delete]
+    deletions = [(args.entity_name, m) for m in delete if m not in QUOTA_KEYS]
+    values = _quota_values(quota_set)
+    if values is None:
+        return 2
+    entity = [(_QUOTA_TYPES[t], n) for t, n in args.entity_pairs]
 
     async def alter(admin: Admin) -> int:
-        await admin.alter_user_scram_credentials(upsertions, deletions)
-        print(f"Completed updating config for user {args.entity_name}.")
+        if values or quota_delete:
+            await admin.alter_client_quotas(entity, values, quota_delete)
+        if upsertions or deletions:
+            await admin.alter_user_scram_credentials(upsertions, deletions)
+        print(f"Completed updating config for {_entity_text(dict(entity))}.")
         return 0
 
     return run_with_admin(args, alter)
 
 
-async def _describe_users(admin: Admin, users: list[str] | None) -> int:
+def _quota_values(set_: dict[str, str]) -> dict[str, float] | None:
+    values: dict[str, float] = {}
+    for key, text in set_.items():
+        try:
+            values[key] = float(text)
+        except ValueError:
+            print(f"odradek: quota {key} must be a number, not {text!r}", file=sys.stderr)
+            return None
+    return values
+
+
+def _entity_text(entity: dict[str, str | None]) -> str:
+    """kafka-configs.sh's words for an entity: ``user-principal 'alice', client-id 'app'``
+    (``the default client-id`` for a default component)."""
+    return ", ".join(
+        f"the default {_SHOWN[t]}" if entity[t] is None else f"{_SHOWN[t]} '{entity[t]}'"
+        for t in ("user", "client-id") if t in entity
+    )
+
+
+async def _describe_quotas(admin: Admin, pairs: list[tuple[str, str | None]]) -> None:
+    """Print the quotas of the entities with exactly these types, matching each name
+    (None: the default; :data:`_ANY`: any name or the default)."""
+    wanted = {_QUOTA_TYPES[t]: n for t, n in pairs}
+    components = [(t, 1 if n is None else 0, n) for t, n in wanted.items() if n != _ANY]
+    for entity, quotas in await admin.describe_client_quotas(components):
+        if set(entity) != set(wanted):
+            continue
+        values = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
+        print(f"Quota configs for {_entity_text(entity)} are {values}")
+
+
+async def _describe_users(admin: Admin, args: argparse.Namespace, combined: bool) -> int:
+    await _describe_quotas(admin, args.entity_pairs)
+    if combined or args.entity_default:
+        return 0
+    users = [args.entity_name] if args.entity_name else None
     for user, mechanisms in sorted((await admin.describe_user_scram_credentials(users)).items()):
         values = ",".join(f"{m}=iterations={i}" for m, i in sorted(mechanisms.items()))
         print(f"SCRAM credential configs for user-principal '{user}' are {values}")
@@ -191,15 +289,11 @@ async def _describe_users(admin: Admin, users: list[str] | None) -> int:
 async def _alter(admin: Admin, args: argparse.Namespace, set_: dict[str, str],
                  delete: list[str]) -> int:
     if args.entity_type == "clients":
-        values: dict[str, float] = {}
-        for key, text in set_.items():
-            try:
-                values[key] = float(text)
-            except ValueError:
-                print(f"odradek: quota {key} must be a number, not {text!r}", file=sys.stderr)
-                return 2
+        values = _quota_values(set_)
+        if values is None:
+            return 2
         name = None if args.entity_default else args.entity_name
-        await admin.alter_client_quotas(("client-id", name), values, delete)
+        await admin.alter_client_quotas([("client-id", name)], values, delete)
         shown = "the default client-id" if name is None else f"client-id {name}"
         print(f"Completed updating config for {shown}.")
         return 0
@@ -218,11 +312,7 @@ async def _alter(admin: Admin, args: argparse.Namespace, set_: dict[str, str],
 
 async def _describe(admin: Admin, args: argparse.Namespace) -> int:
     if args.entity_type == "clients":
-        entries = await admin.describe_client_quotas(args.entity_name, args.entity_default)
-        for name, quotas in entries:
-            shown = "the default client-id" if name is None else f"client-id '{name}'"
-            values = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
-            print(f"Quota configs for {shown} are {values}")
+        await _describe_quotas(admin, args.entity_pairs)
         return 0
     if args.entity_type == "topics":
         names = [args.entity_name] if args.entity_name else sorted(

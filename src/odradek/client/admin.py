@@ -10,6 +10,7 @@ import datetime
 import hashlib
 import secrets
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,31 +219,32 @@ class Admin:
                 for c in result.configs]
 
     async def describe_client_quotas(
-        self, client_id: str | None, default: bool
-    ) -> list[tuple[str | None, dict[str, float]]]:
-        """DescribeClientQuotas (KIP-546) of client-id entities: one client id, the
-        default (``default``), or every one (neither); (client id or None, quotas)."""
+        self, components: Sequence[tuple[str, int, str | None]] = (), strict: bool = False,
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """DescribeClientQuotas (KIP-546): the entities passing the filter ``components``
+        ((entity type, match type 0 exact / 1 default / 2 any, name to match); none:
+        every entity), each as ({entity type: name or None for the default}, quotas)."""
         version = self.conn.version(48, (0, 1))
         cls = request_class("describe_client_quotas", version, "DescribeClientQuotasRequest")
         comp_cls = request_class("describe_client_quotas", version, "ComponentData")
-        components: tuple[Any, ...] = ()  # every entity
-        if client_id is not None:
-            components = (comp_cls(entity_type="client-id", match_type=0, match=client_id),)
-        elif default:
-            components = (comp_cls(entity_type="client-id", match_type=1, match=None),)
-        response = await self.conn.send(cls(components=components, strict=False))
+        response = await self.conn.send(cls(
+            components=tuple(comp_cls(entity_type=t, match_type=m, match=n)
+                             for t, m, n in components),
+            strict=strict,
+        ))
         check(response.error_code, "describing client quotas", response.error_message)
-        out: list[tuple[str | None, dict[str, float]]] = []
-        for entry in response.entries or ():
-            name = next((e.entity_name for e in entry.entity if e.entity_type == "client-id"),
-                        None)
-            out.append((name, {v.key: float(v.value) for v in entry.values}))
-        return out
+        return [
+            ({e.entity_type: e.entity_name for e in entry.entity},
+             {v.key: float(v.value) for v in entry.values})
+            for entry in response.entries or ()
+        ]
 
     async def alter_client_quotas(
-        self, entity: tuple[str, str | None], set_: dict[str, float], delete: list[str]
+        self, entity: Sequence[tuple[str, str | None]], set_: dict[str, float],
+        delete: list[str],
     ) -> None:
-        """AlterClientQuotas (KIP-546) of one entity: (entity type, name or None: default)."""
+        """AlterClientQuotas (KIP-546) of one entity: its components (entity type, name or
+        None: the default), e.g. ``[("user", "alice"), ("client-id", None)]``."""
         version = self.conn.version(49, (0, 1))
         cls = request_class("alter_client_quotas", version, "AlterClientQuotasRequest")
         entry_cls = request_class("alter_client_quotas", version, "EntryData")
@@ -251,15 +253,14 @@ class Admin:
         ops = [op_cls(key=k, value=v, remove=False) for k, v in set_.items()]
         ops += [op_cls(key=k, value=0.0, remove=True) for k in delete]
         response = await self.conn.send(cls(
-            entries=(entry_cls(entity=(entity_cls(entity_type=entity[0],
-                                                  entity_name=entity[1]),),
+            entries=(entry_cls(entity=tuple(entity_cls(entity_type=t, entity_name=n)
+                                            for t, n in entity),
                                ops=tuple(ops)),),
             validate_only=False,
         ))
         result = response.entries[0]
-        shown = entity[1] if entity[1] is not None else "<default>"
-        check(result.error_code, f"altering quotas of {entity[0]} {shown}",
-              result.error_message)
+        shown = ", ".join(f"{t} {n if n is not None else '<default>'}" for t, n in entity)
+        check(result.error_code, f"altering quotas of {shown}", result.error_message)
 
     async def alter_user_scram_credentials(
         self, upsertions: list[tuple[str, str, int, str]], deletions: list[tuple[str, str]]

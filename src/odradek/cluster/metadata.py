@@ -27,7 +27,13 @@ from typing import Any
 
 from odradek.cluster import topic_names
 from odradek.cluster.partition import PartitionState
-from odradek.cluster.store import CreateOp, MetadataStore, NodeExistsError, NoNodeError
+from odradek.cluster.store import (
+    CreateOp,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
 from odradek.storage.config import ConfigError, LogConfig
 from odradek.storage.errors import ApiError
 from odradek.text import plural
@@ -35,6 +41,15 @@ from odradek.text import plural
 log = logging.getLogger(__name__)
 
 DEFAULT_CLIENT_ENTITY = "<default>"
+QuotaEntity = tuple[str | None, str | None]
+"""A client quota entity: (user, client id), a name, ``<default>``, or None (absent)."""
+# A user's config map holds its SCRAM credentials too (cluster/user_credentials.py).
+SCRAM_CONFIG_KEYS = frozenset({"SCRAM-SHA-256", "SCRAM-SHA-512"})
+
+
+def quota_configs(configs: Mapping[str, str]) -> dict[str, str]:
+    """An entity's configs without the SCRAM credentials a user's node also holds."""
+    return {k: v for k, v in configs.items() if k not in SCRAM_CONFIG_KEYS}
 MAX_PARTITIONS = 100_000  # bound on one topic's partition count
 # Kafka's controller refuses a single user operation of more records than this
 # (QuorumController.MAX_RECORDS_PER_USER_OP): one partition is one record.
@@ -219,6 +234,7 @@ class ClusterMetadata:
     BROKER_CONFIGS = "/config/brokers"  # dynamic broker configs: <id> or <default>
     DEFAULT_BROKER_ENTITY = "<default>"
     CLIENT_CONFIGS = "/config/clients"  # client quotas: <sanitized client id> or <default>
+    USER_CONFIGS = "/config/users"  # user quotas (and SCRAM credentials): <user>[/clients/<c>]
     CONSUMERS = "/consumers"  # offsets committed by OffsetCommit v0 (Kafka 0.8's layout)
 
     def __init__(
@@ -252,9 +268,10 @@ class ClusterMetadata:
         # Dynamic broker configs by entity, read once (cluster mode: kept by the
         # watches of metadata_sync, so DescribeConfigs never waits on ZooKeeper).
         self._broker_configs: dict[str, dict[str, str]] = {}
-        # Client quotas by client id (or <default>), and who hears of their changes.
-        self.client_quotas: dict[str, dict[str, str]] = {}
-        self._client_quota_listeners: list[Callable[[Mapping[str, Mapping[str, str]]], None]] = []
+        # Client quotas by (user, client id) entity, and who hears of their changes.
+        self.client_quotas: dict[QuotaEntity, dict[str, str]] = {}
+        self._client_quota_listeners: list[
+            Callable[[Mapping[QuotaEntity, Mapping[str, str]]], None]] = []
         self.cluster_id = self._ensure_cluster_id()
         self.reload()
 
@@ -618,60 +635,108 @@ class ClusterMetadata:
         stored = dict(configs)
         self.apply_locally(lambda: self.cache_broker_configs(entity, stored))
 
-    # -- client quotas (Kafka's /config/clients/<client id> and /config/clients/<default>) --
+    # -- client quotas (Kafka's /config/clients/<client id>, /config/users/<user> and
+    # /config/users/<user>/clients/<client id>, any name possibly <default>) -------------
     @staticmethod
     def sanitize(name: str) -> str:
-        """A client id as a node name (Kafka's ``Sanitizer``: URL encoding, so ``/`` and
-        ``*`` cannot break the path; ``<default>`` is kept for the default entity)."""
+        """A user or client id as a node name (Kafka's ``Sanitizer``: URL encoding, so
+        ``/`` and ``*`` cannot break the path; ``<default>`` is kept for the default
+        entity)."""
         return name if name == DEFAULT_CLIENT_ENTITY else urllib.parse.quote(name, safe="")
 
     @staticmethod
     def desanitize(node: str) -> str:
         return node if node == DEFAULT_CLIENT_ENTITY else urllib.parse.unquote(node)
 
+    @classmethod
+    def quota_path(cls, entity: QuotaEntity) -> str:
+        """The node of a quota entity (user, client id), Kafka's ZooKeeper layout."""
+        user, client_id = entity
+        if user is None:
+            assert client_id is not None
+            return f"{cls.CLIENT_CONFIGS}/{cls.sanitize(client_id)}"
+        path = f"{cls.USER_CONFIGS}/{cls.sanitize(user)}"
+        return path if client_id is None else f"{path}/clients/{cls.sanitize(client_id)}"
+
     def add_client_quota_listener(
-        self, listener: Callable[[Mapping[str, Mapping[str, str]]], None]
+        self, listener: Callable[[Mapping[QuotaEntity, Mapping[str, str]]], None]
     ) -> None:
         self._client_quota_listeners.append(listener)
         listener(self.client_quotas)
 
-    def read_client_quotas(self) -> dict[str, dict[str, str]]:
-        """Every stored client entity (blocking: in cluster mode, not on the event loop)."""
-        out: dict[str, dict[str, str]] = {}
-        for node in self.store.children(self.CLIENT_CONFIGS):
-            configs = self.read_client_quota_node(node)
+    def read_client_quotas(self) -> dict[QuotaEntity, dict[str, str]]:
+        """Every stored quota entity (blocking: in cluster mode, not on the event loop)."""
+        out: dict[QuotaEntity, dict[str, str]] = {}
+        entities: list[QuotaEntity] = [
+            (None, self.desanitize(node)) for node in self.store.children(self.CLIENT_CONFIGS)
+        ]
+        for node in self.store.children(self.USER_CONFIGS):
+            user = self.desanitize(node)
+            entities.append((user, None))
+            clients = f"{self.USER_CONFIGS}/{node}/clients"
+            entities += [(user, self.desanitize(c)) for c in self.store.children(clients)]
+        for entity in entities:
+            configs = self.read_quota_node(entity)
             if configs:
-                out[self.desanitize(node)] = configs
+                out[entity] = configs
         return out
 
-    def read_client_quota_node(self, node: str) -> dict[str, str]:
+    def read_quota_node(self, entity: QuotaEntity) -> dict[str, str]:
+        """The quotas stored for ``entity`` (a user's SCRAM credentials left out)."""
+        path = self.quota_path(entity)
         try:
-            found = self.store.get_json(f"{self.CLIENT_CONFIGS}/{node}")
-            return dict(found[0]["config"]) if found else {}  # type: ignore[index]
+            found = self.store.get_json(path)
+            configs = dict(found[0]["config"]) if found else {}  # type: ignore[index]
         except (ValueError, KeyError, TypeError):
-            log.warning("ignoring unreadable client quotas in %s/%s", self.CLIENT_CONFIGS, node)
+            log.warning("ignoring unreadable client quotas in %s", path)
             return {}
+        return quota_configs(configs)
 
-    def cache_client_quotas(self, entity: str, configs: Mapping[str, str]) -> None:
+    def cache_client_quotas(self, entity: QuotaEntity, configs: Mapping[str, str]) -> None:
         """Keep ``entity``'s quotas (empty: none) and tell the listeners."""
+        configs = quota_configs(configs)
         if configs:
-            self.client_quotas[entity] = dict(configs)
-        else:
-            self.client_quotas.pop(entity, None)
+            self.client_quotas[entity] = configs
+        elif self.client_quotas.pop(entity, None) is None:
+            return
         for listener in self._client_quota_listeners:
             listener(self.client_quotas)
 
-    def set_client_quotas(self, entity: str, configs: Mapping[str, str]) -> None:
-        """Replace the quotas of client ``entity`` (a client id or ``<default>``); none
-        left removes its node. Validation is the caller's."""
-        path = f"{self.CLIENT_CONFIGS}/{self.sanitize(entity)}"
-        if configs:
-            self._write_config_doc(path, configs)
+    def set_client_quotas(self, entity: QuotaEntity, configs: Mapping[str, str]) -> None:
+        """Replace the quotas of ``entity`` ((user, client id), either possibly
+        ``<default>``, the user None for a client-id entity); a node left with no config
+        and no children is removed. A user's node keeps its SCRAM credentials (the config
+        map they share in Kafka). Validation is the caller's."""
+        path = self.quota_path(entity)
+        kept: dict[str, str] = {}
+        if entity[0] is not None and entity[1] is None:  # /config/users/<user>
+            found = self.store.get_json(path)
+            if found:
+                stored = dict(found[0].get("config") or {})  # type: ignore[attr-defined]
+                kept = {k: v for k, v in stored.items() if k in SCRAM_CONFIG_KEYS}
+        doc = {**kept, **configs}
+        if doc or self.store.children(path):
+            self.store.set_or_create(path, json.dumps({"version": 1, "config": doc}).encode())
         else:
-            with contextlib.suppress(NoNodeError):
+            with contextlib.suppress(NoNodeError, NotEmptyError):
                 self.store.delete(path)
-        stored = dict(configs)
-        self.apply_locally(lambda: self.cache_client_quotas(entity, stored))
+        if entity[0] is not None and entity[1] is not None:
+            self._prune_user(entity[0])
+        stored_quotas = dict(configs)
+        self.apply_locally(lambda: self.cache_client_quotas(entity, stored_quotas))
+
+    def _prune_user(self, user: str) -> None:
+        """Remove ``/config/users/<user>/clients`` and the user's node once nothing is
+        left in them (Kafka leaves them; removing keeps the tree what is stored)."""
+        path = self.quota_path((user, None))
+        clients = f"{path}/clients"
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            if not self.store.children(clients) and self.store.get(clients) is not None:
+                self.store.delete(clients)
+            node = self.store.get(path)
+            if (node is not None and not json.loads(node.data or b"{}").get("config")
+                    and not self.store.children(path)):
+                self.store.delete(path)
 
     # -- offsets committed the old way (OffsetCommit v0 / OffsetFetch v0, Kafka 0.8) --------
     def consumer_offset(self, group: str, topic: str, partition: int) -> int:

@@ -24,8 +24,11 @@ applies it and tells its listeners (the replica manager hosts logs and updates p
   ``/config/brokers/<id>``: a change made through any broker is layered again here.
 - *Client quotas.* A children watch on ``/config/clients`` finds client entities added or
   removed; a data watch on each ``/config/clients/<entity>`` finds its quotas changed.
-  What is read is kept in the metadata, whose listeners (the client quota managers) take
-  it at once.
+  Likewise for users (KIP-55): a children watch on ``/config/users`` and, for each user,
+  a data watch on ``/config/users/<user>`` (the node its SCRAM credentials share, left
+  out of the quotas) and a children watch on ``/config/users/<user>/clients``, whose
+  nodes get a data watch each. What is read is kept in the metadata, whose listeners
+  (the client quota managers) take it at once.
 - *Brokers.* The live brokers (``/brokers/ids``) and the controller are read by
   :class:`~odradek.cluster.membership.BrokerChangeWatcher` and the election; this module
   only carries topics and states.
@@ -51,6 +54,7 @@ log = logging.getLogger(__name__)
 TOPICS = ClusterMetadata.TOPICS
 CONFIGS = ClusterMetadata.CONFIGS
 CLIENTS = ClusterMetadata.CLIENT_CONFIGS
+USERS = ClusterMetadata.USER_CONFIGS
 
 Post = Callable[[Callable[[], None]], None]
 
@@ -70,6 +74,8 @@ class MetadataSync:
         self._lock = threading.RLock()
         self._topics: set[str] = set()  # names whose data and config watches are set
         self._clients: set[str] = set()  # client quota nodes whose data watch is set
+        self._users: set[str] = set()  # user nodes whose data and clients watches are set
+        self._user_clients: set[tuple[str, str]] = set()  # (user node, client node) watched
         self._last_notification = ""  # name of the newest notification handled
         self._controller_epoch = 0  # newest controller epoch seen in a notification
         self._closed = False
@@ -83,6 +89,7 @@ class MetadataSync:
             self._watch_topics()
             self._watch_broker_configs()
             self._watch_clients()
+            self._watch_users()
             return self._reload_states()
 
     def close(self) -> None:
@@ -138,8 +145,7 @@ class MetadataSync:
                 self._refresh_client(node)
             for node in sorted(self._clients - nodes):
                 self._clients.discard(node)
-                entity = ClusterMetadata.desanitize(node)
-                self.post(lambda entity=entity: self.metadata.cache_client_quotas(entity, {}))  # type: ignore[misc]
+                self._forget((None, ClusterMetadata.desanitize(node)))
 
     def _refresh_client(self, node: str, _path: str = "") -> None:
         """Read one client entity's quotas, setting its data watch again."""
@@ -157,7 +163,85 @@ class MetadataSync:
             # reports too; forgetting the node here keeps one watch per node, not two.
             with self._lock:
                 self._clients.discard(node)
-        entity = ClusterMetadata.desanitize(node)
+        entity = (None, ClusterMetadata.desanitize(node))
+        self.post(lambda: self.metadata.cache_client_quotas(entity, configs))
+
+    # -- user quotas (KIP-55) ---------------------------------------------------------
+    def _watch_users(self, _path: str = "") -> None:
+        if self._closed:
+            return
+        with self._lock:
+            try:
+                nodes = set(self.store.children(USERS, watch=self._watch_users))
+            except StoreError:
+                log.exception("cannot read %s", USERS)
+                return
+            for node in sorted(nodes - self._users):
+                self._users.add(node)
+                self._refresh_quota(node, None)
+                self._watch_user_clients(node)
+            for node in sorted(self._users - nodes):
+                self._drop_user(node)
+
+    def _watch_user_clients(self, user: str, _path: str = "") -> None:
+        """The client-id entities below one user, setting the children watch again."""
+        if self._closed:
+            return
+        with self._lock:
+            if user not in self._users:
+                return
+            try:
+                nodes = set(self.store.children(
+                    f"{USERS}/{user}/clients",
+                    watch=lambda path: self._watch_user_clients(user, path)))
+            except StoreError:
+                log.exception("cannot read %s/%s/clients", USERS, user)
+                return
+            known = {c for u, c in self._user_clients if u == user}
+            for node in sorted(nodes - known):
+                self._user_clients.add((user, node))
+                self._refresh_quota(user, node)
+            for node in sorted(known - nodes):
+                self._user_clients.discard((user, node))
+                self._forget((ClusterMetadata.desanitize(user),
+                              ClusterMetadata.desanitize(node)))
+
+    def _drop_user(self, user: str) -> None:
+        """The user's node is gone, and with it every entity below it (locked)."""
+        self._users.discard(user)
+        name = ClusterMetadata.desanitize(user)
+        self._forget((name, None))
+        for u, c in sorted(self._user_clients):
+            if u == user:
+                self._user_clients.discard((u, c))
+                self._forget((name, ClusterMetadata.desanitize(c)))
+
+    def _forget(self, entity: tuple[str | None, str | None]) -> None:
+        self.post(lambda: self.metadata.cache_client_quotas(entity, {}))
+
+    def _refresh_quota(self, user: str, client: str | None, _path: str = "") -> None:
+        """Read a user's (or a user and client id's) quotas, setting the data watch again."""
+        if self._closed:
+            return
+        watched = user in self._users if client is None else (user, client) in self._user_clients
+        if not watched:
+            return
+        path = f"{USERS}/{user}" if client is None else f"{USERS}/{user}/clients/{client}"
+        try:
+            found = self.store.get(path, watch=lambda p: self._refresh_quota(user, client, p))
+            configs = (dict(json.loads(found.data)["config"])
+                       if found is not None and found.data else {})
+        except (StoreError, ValueError, KeyError, TypeError):
+            log.exception("cannot read client quotas %s", path)
+            return
+        if found is None:
+            with self._lock:  # deleted: the children watch reports it too
+                if client is None:
+                    self._drop_user(user)
+                else:
+                    self._user_clients.discard((user, client))
+        entity = (ClusterMetadata.desanitize(user),
+                  None if client is None else ClusterMetadata.desanitize(client))
         self.post(lambda: self.metadata.cache_client_quotas(entity, configs))
 
     # -- dynamic broker configs ----------------------------------------------------------

@@ -17,7 +17,7 @@ import json
 import urllib.parse
 from collections.abc import Mapping
 
-from odradek.cluster.store import MetadataStore, NoNodeError
+from odradek.cluster.store import MetadataStore, NoNodeError, NotEmptyError
 
 __all__ = [
     "USERS_PATH",
@@ -54,10 +54,11 @@ def scram_credential(store: MetadataStore, mechanism: str, user: str) -> str | N
 
 def _write(store: MetadataStore, user: str, configs: Mapping[str, str]) -> None:
     path = _path(user)
-    if configs:
+    # The node stays while quotas of the user's client ids live below it.
+    if configs or store.children(path):
         store.set_or_create(path, json.dumps({"version": 1, "config": dict(configs)}).encode())
     else:
-        with contextlib.suppress(NoNodeError):
+        with contextlib.suppress(NoNodeError, NotEmptyError):
             store.delete(path)
 
 

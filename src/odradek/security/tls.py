@@ -20,7 +20,10 @@ already resolved by the caller) and builds a server context:
 
 ``ssl`` loads a key and certificate only from a file: inline PEM and PKCS12 material is
 written to a private temporary file (mode 0600 in a 0700 directory) that is removed as
-soon as it is loaded. Every problem is a :class:`TlsConfigError` naming the key.
+soon as it is loaded. Every problem is a :class:`TlsConfigError` naming the key, never a
+password. :func:`keystore_identity` reads the subject and subject alternative names of
+the keystore's certificate, which a keystore reloaded at runtime must keep (Kafka's
+``SslFactory.CertificateEntries``).
 """
 
 from __future__ import annotations
@@ -29,9 +32,17 @@ import os
 import ssl
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["TlsConfigError", "client_context", "openssl_cipher_name", "server_context"]
+__all__ = [
+    "CertificateIdentity",
+    "TlsConfigError",
+    "client_context",
+    "keystore_identity",
+    "openssl_cipher_name",
+    "server_context",
+]
 
 _VERSIONS: Final = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH: Final = {
@@ -150,7 +161,9 @@ def _password(setting: Settings, key: str) -> str | None:
     return str(value) if value else None
 
 
-def _load_keystore(ctx: ssl.SSLContext, setting: Settings, where: str) -> None:
+def _keystore_pem(setting: Settings, where: str) -> tuple[bytes, str | None, str]:
+    """The keystore as one PEM text (its key and certificate chain), the key's password
+    (None: not encrypted) and the config key naming where it came from."""
     location = str(setting("ssl.keystore.location") or "")
     inline_key = str(setting("ssl.keystore.key") or "")
     inline_chain = str(setting("ssl.keystore.certificate.chain") or "")
@@ -170,19 +183,64 @@ def _load_keystore(ctx: ssl.SSLContext, setting: Settings, where: str) -> None:
         if not inline_chain:
             raise TlsConfigError(f"ssl.keystore.key{where} needs "
                                  "ssl.keystore.certificate.chain")
-        _load_chain_pem(ctx, (inline_chain.strip() + "\n" + inline_key.strip() + "\n").encode(),
-                        key_password, "ssl.keystore.key", where)
-        return
+        pem = (inline_chain.strip() + "\n" + inline_key.strip() + "\n").encode()
+        return pem, key_password, "ssl.keystore.key"
     data = _read(location, "ssl.keystore.location", where)
     if kind == "PEM":
-        _load_chain_pem(ctx, data, key_password, "ssl.keystore.location", where)
-        return
+        return data, key_password, "ssl.keystore.location"
     store_password = _password(setting, "ssl.keystore.password")
     key, cert, extra = _pkcs12(data, store_password, "ssl.keystore.location", where)
     if key is None or cert is None:
         raise TlsConfigError(f"ssl.keystore.location {location!r}{where} holds no private "
                              "key with its certificate")
-    _load_chain_pem(ctx, key + cert + b"".join(extra), None, "ssl.keystore.location", where)
+    return key + cert + b"".join(extra), None, "ssl.keystore.location"
+
+
+def _load_keystore(ctx: ssl.SSLContext, setting: Settings, where: str) -> None:
+    pem, password, key = _keystore_pem(setting, where)
+    _load_chain_pem(ctx, pem, password, key, where)
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateIdentity:
+    """Who a keystore's certificate says the broker is."""
+
+    subject: str
+    """The subject's distinguished name (RFC 4514)."""
+    subject_alt_names: frozenset[str]
+    """The subject alternative names, as ``DNS:host``, ``IP:addr``, ..."""
+
+
+def keystore_identity(setting: Settings, listener: str = "") -> CertificateIdentity:
+    """The subject and SANs of the keystore's own certificate (the chain's first)."""
+    where = f" (listener {listener})" if listener else ""
+    pem, _, key = _keystore_pem(setting, where)
+    try:
+        from cryptography import x509
+    except ImportError:
+        raise TlsConfigError(f"reading the certificate of {key}{where} needs the "
+                             "'cryptography' package (pip install 'odradek[tls]')") from None
+    try:
+        cert = x509.load_pem_x509_certificate(pem)
+    except ValueError:
+        raise TlsConfigError(f"{key}{where} holds no PEM certificate") from None
+    try:
+        extension = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        names = frozenset(_general_name(n) for n in extension.value)
+    except x509.ExtensionNotFound:
+        names = frozenset()
+    return CertificateIdentity(cert.subject.rfc4514_string(), names)
+
+
+def _general_name(name: Any) -> str:
+    from cryptography import x509
+
+    kinds = ((x509.DNSName, "DNS"), (x509.IPAddress, "IP"), (x509.RFC822Name, "email"),
+             (x509.UniformResourceIdentifier, "URI"))
+    for cls, label in kinds:
+        if isinstance(name, cls):
+            return f"{label}:{name.value}"
+    return f"{type(name).__name__}:{name.value}"
 
 
 def _load_chain_pem(

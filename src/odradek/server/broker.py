@@ -67,6 +67,7 @@ from odradek.server.metrics import MetricsServer, require_prometheus_client
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
 from odradek.server.services import BrokerServices
+from odradek.server.tls_reload import TlsReloader
 from odradek.server.watchdog import LoopWatchdog
 from odradek.server.zk_cluster import ZkCluster
 from odradek.storage import LogAppendInfo, LogManager, PartitionLog, TopicPartition
@@ -215,6 +216,7 @@ class Broker:
             elect_preferred=self._elect_preferred,
             elect_unclean=self._elect_unclean,
             client_quotas=self._client_quotas(),
+            tls_reloader=TlsReloader(self.config, self.servers),
             topic_stats=self.topic_stats,
             authorizer=self.authorizer,
             acl_store=self.acl_store,
@@ -227,6 +229,11 @@ class Broker:
         if threshold_ms > 0:
             self.watchdog = LoopWatchdog(asyncio.get_running_loop(), threshold_ms)
             self.watchdog.start()
+        # Keystores and truststores set dynamically (KIP-226), before anyone connects.
+        reloader = self.services.tls_reloader
+        if reloader is not None:
+            dynamic_config.add_reconfigurable(lambda _values: reloader.apply(
+                self.metadata.broker_configs(str(self.broker_id))))
         for listener, server in zip(self.config.listeners, self.servers, strict=True):
             server.request_quota = self.services.client_quotas.request  # KIP-124
             await server.start()
@@ -302,6 +309,12 @@ class Broker:
                         "replica fetches come as %s and will be refused (grant it, list it "
                         "in super.users, or set allow.everyone.if.no.acl.found)",
                         principal, principal)
+
+    @property
+    def client_quotas(self) -> ClientQuotas | None:
+        """The quota managers once the broker serves (the metrics page reads them)."""
+        services = getattr(self, "services", None)
+        return None if services is None else services.client_quotas
 
     def _client_quotas(self) -> ClientQuotas:
         """The quota managers, kept in step with the stored client quotas."""

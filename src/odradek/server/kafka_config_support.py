@@ -83,8 +83,9 @@ PER_LISTENER = ("per-listener overrides (listener.name.<listener>.<config>) of t
                 "serves)")
 
 PER_LISTENER_STATIC = ("per-listener security configs are read from server.properties at "
-                       "start-up: changing them dynamically (reloading certificates) is not "
-                       "supported by Odradek yet")
+                       "start-up: of them only the keystore and truststore configs "
+                       "(ssl.keystore.*, ssl.key.password, ssl.truststore.*) can change "
+                       "dynamically in Odradek yet")
 _STATIC_PER_LISTENER = ("ssl.", "sasl.", "connections.max.reauth.ms")
 
 NOT_APPLICABLE_PREFIX = "does not apply to Odradek"

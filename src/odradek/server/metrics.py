@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.server.broker_stats import BrokerTopicStats, RequestStats
+    from odradek.server.client_quotas import ClientQuotas
     from odradek.server.config import BrokerConfig
     from odradek.server.network.security import ListenerSecurity
     from odradek.server.watchdog import LoopWatchdog
@@ -82,6 +83,9 @@ class BrokerView(Protocol):
     def controller_id(self) -> int: ...
 
     def controller_epoch(self) -> int: ...
+
+    @property
+    def client_quotas(self) -> ClientQuotas | None: ...
 
 #: How long a scrape waits for the event loop's snapshot before answering an error.
 SNAPSHOT_TIMEOUT_S = 10.0
@@ -144,6 +148,8 @@ class Snapshot:
     connections: list[tuple[str, int]] = field(default_factory=list)
     # listener -> (successful, failed, successful re-authentications)
     authentications: list[tuple[str, int, int, int]] = field(default_factory=list)
+    # (metric, user tag, client-id tag, rate) of each entity a client quota measures
+    quotas: list[tuple[str, str, str, float]] = field(default_factory=list)
     took_s: float = 0.0
 
 
@@ -231,6 +237,14 @@ def snapshot(broker: BrokerView) -> Snapshot:
     snap.authentications = [
         (server.security.name, server.security.stats.successful, server.security.stats.failed,
          server.security.stats.successful_reauthentication) for server in broker.servers]
+    quotas = broker.client_quotas
+    if quotas is not None:
+        now_ms = time.monotonic() * 1000.0
+        for metric, manager in (("produce_byte_rate", quotas.produce),
+                                ("fetch_byte_rate", quotas.fetch),
+                                ("request_request_time", quotas.request)):
+            snap.quotas.extend((metric, user or "", client_id or "", value)
+                               for (user, client_id), value in manager.rates(now_ms))
     snap.took_s = time.perf_counter() - started
     return snap
 
@@ -421,6 +435,21 @@ class BrokerCollector:
             for family, count in zip(families, counts, strict=True):
                 family.add_metric([listener], count)
         yield from families
+
+        # Kafka's client quota sensors (kafka.server:type=Produce|Fetch|Request,user=,
+        # client-id=), tagged as DefaultQuotaCallback tags them ("" for an absent tag)
+        quota_families = {
+            metric: GaugeMetricFamily(f"kafka_server_{metric}", help_text,
+                                      labels=["user", "client_id"])
+            for metric, help_text in (
+                ("produce_byte_rate", "bytes/s produced, per quota entity"),
+                ("fetch_byte_rate", "bytes/s fetched by consumers, per quota entity"),
+                ("request_request_time", "percent of a thread its requests take, per "
+                                         "quota entity"))
+        }
+        for metric, user, client_id, rate in snap.quotas:
+            quota_families[metric].add_metric([user, client_id], rate)
+        yield from quota_families.values()
 
 
 def _sample(name: str, labels: dict[str, str], value: float) -> Any:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from odradek.cluster.reassignment import Reassignment
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.security.acl import AclAuthorizer
+    from odradek.server.tls_reload import TlsReloader
 
 __all__ = ["BrokerServices", "ReassignmentStore"]
 
@@ -80,6 +81,8 @@ class BrokerServices:
     """Partition reassignments in progress (None on the single node: nothing can move)."""
     client_quotas: ClientQuotas = field(default_factory=ClientQuotas)
     """Client quotas (KIP-13, KIP-599): the managers handlers record into and throttle by."""
+    tls_reloader: TlsReloader | None = None
+    """The TLS listeners' keystores and truststores, reloadable at runtime (KIP-226)."""
     topic_stats: BrokerTopicStats | None = None
     """Bytes and messages in and out per topic (None: metrics.listener is unset)."""
     authorizer: AclAuthorizer | None = None

@@ -23,7 +23,8 @@
 //   client-quotas <client-id>
 //                            alterClientQuotas (the client id's producer and consumer byte
 //                            rates, the default client id's mutation rate), then
-//                            describeClientQuotas of each and of all; a user entity (refused);
+//                            describeClientQuotas of each and of all; a user + client-id
+//                            entity (set, described by its user, removed);
 //                            remove the client id's quotas and describe again.
 //   mutation-quota <count> <partitions>
 //                            create <count> topics <topic>-<i> of <partitions> partitions in
@@ -794,7 +795,8 @@ public final class OdradekInterop {
             summary.put("all", describedQuotas(admin, org.apache.kafka.common.quota.ClientQuotaFilter.all()));
             org.apache.kafka.common.quota.ClientQuotaEntity user =
                     new org.apache.kafka.common.quota.ClientQuotaEntity(Map.of(
-                            org.apache.kafka.common.quota.ClientQuotaEntity.USER, "alice"));
+                            org.apache.kafka.common.quota.ClientQuotaEntity.USER, "alice",
+                            org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID, clientId));
             try {
                 get(admin.alterClientQuotas(List.of(
                         new org.apache.kafka.common.quota.ClientQuotaAlteration(user, List.of(
@@ -804,6 +806,14 @@ public final class OdradekInterop {
             } catch (ExecutionException e) {
                 summary.put("user_error", e.getCause().getClass().getSimpleName());
             }
+            // the user's entity: the client id's entries of entities naming user alice
+            summary.put("user", describedQuotas(admin, org.apache.kafka.common.quota.ClientQuotaFilter.contains(
+                    List.of(org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(
+                            org.apache.kafka.common.quota.ClientQuotaEntity.USER, "alice")))));
+            get(admin.alterClientQuotas(List.of(
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration(user, List.of(
+                            new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(
+                                    "producer_byte_rate", null))))).all());
             get(admin.alterClientQuotas(List.of(
                     new org.apache.kafka.common.quota.ClientQuotaAlteration(entity, List.of(
                             new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(

@@ -13,7 +13,7 @@ import datetime
 from typing import TYPE_CHECKING
 
 from odradek.protocol.registry import RequestContext
-from odradek.server.client_quotas import MutationQuota
+from odradek.server.client_quotas import MutationQuota, principal_user
 from odradek.server.handlers._entities import ZERO_THROTTLE
 
 if TYPE_CHECKING:
@@ -28,9 +28,12 @@ def mutation_quota(
 ) -> MutationQuota | None:
     """The request's view of its client's controller mutation quota; None: none set."""
     manager = services.client_quotas.controller_mutation
-    if not manager.active or manager.quota(ctx.client_id) is None:
+    if not manager.active:
         return None
-    return manager.for_request(ctx.client_id, ctx.api_version >= strict_from)
+    user = principal_user(ctx.principal)
+    if manager.quota(ctx.client_id, user) is None:
+        return None
+    return manager.for_request(ctx.client_id, ctx.api_version >= strict_from, user)
 
 
 def throttle_ms_after(ctx: RequestContext, quota: MutationQuota | None) -> int:

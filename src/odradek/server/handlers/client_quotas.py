@@ -4,17 +4,22 @@ Follows Kafka's ``KafkaApis.handleDescribeClientQuotasRequest`` /
 ``handleAlterClientQuotasRequest`` and ``ZkAdminManager``'s quota code:
 
 - An entity is a set of (entity type, name) components; a null name is the type's default
-  entity. Only ``client-id`` entities can be stored: ``user`` entities need authenticated
-  principals, which Odradek does not have yet, and ``ip`` entities (KIP-612 connection
-  rates) are not served; both are refused with INVALID_REQUEST and a message saying so.
+  entity. ``client-id``, ``user`` and ``user`` + ``client-id`` entities are stored (KIP-55;
+  how they combine is :data:`~odradek.server.client_quotas.PRECEDENCE`); ``ip`` entities
+  (KIP-612 connection rates) are not served, and are refused with INVALID_REQUEST and a
+  message saying so, as is any other combination or type.
 - Alter: each entry is checked on its own (known entity types, no type twice, known quota
   keys, no key twice, a positive value, a whole number for the byte rates) and answers
   with its own error; ``validate_only`` checks without writing. What is written lands in
-  the metadata store (``/config/clients/<client id>``) and from there in every broker's
-  quota managers (:mod:`odradek.server.client_quotas`).
+  the metadata store (``/config/clients/<client id>``, ``/config/users/<user>``,
+  ``/config/users/<user>/clients/<client id>``; a user's SCRAM credentials in the same
+  node are kept) and from there in every broker's quota managers
+  (:mod:`odradek.server.client_quotas`).
 - Describe: the filter's components match an entity's by type (exact name, the default,
-  or any specified name); ``strict`` leaves out entities with types the filter does not
-  name. A malformed filter is an INVALID_REQUEST answer for the whole request.
+  or any specified name); an entity without a component the filter names is left out, and
+  ``strict`` leaves out entities with types the filter does not name either. A malformed
+  filter (an unknown type or match type, a type twice, ``ip`` with another type) is an
+  INVALID_REQUEST answer for the whole request.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from odradek.server.client_quotas import (
     ENTITY_TYPES,
     IP,
     USER,
+    QuotaEntity,
 )
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 
@@ -48,12 +54,8 @@ MATCH_EXACT = 0
 MATCH_DEFAULT = 1
 MATCH_SPECIFIED = 2
 
-_UNSUPPORTED_ENTITY = {
-    USER: "user quotas need authenticated users, which Odradek does not have yet (no SASL); "
-          "set client-id quotas instead",
-    IP: "ip quotas (connection_creation_rate, KIP-612) are not supported; use the broker's "
-        "max.connection.creation.rate and max.connections.per.ip",
-}
+_IP_REFUSED = ("ip quotas (connection_creation_rate, KIP-612) are not supported; use the "
+               "broker's max.connection.creation.rate and max.connections.per.ip")
 
 
 class _Refused(Exception):
@@ -62,8 +64,9 @@ class _Refused(Exception):
         self.code = code
 
 
-def _client_entity(components: Any) -> str:
-    """The stored entity an alter entry names: a client id or :data:`DEFAULT_ENTITY`."""
+def _entity(components: Any) -> QuotaEntity:
+    """The stored entity an alter entry names: (user, client id), a name,
+    :data:`DEFAULT_ENTITY`, or None where the entry has no such component."""
     types = Counter(c.entity_type for c in components)
     for entity_type, n in types.items():
         if entity_type not in ENTITY_TYPES:
@@ -71,16 +74,27 @@ def _client_entity(components: Any) -> str:
         if n > 1:
             raise _Refused(ErrorCode.invalid_request,
                            f"duplicate entity type {entity_type!r} in the entity")
-    for entity_type, message in _UNSUPPORTED_ENTITY.items():
-        if entity_type in types:
-            raise _Refused(ErrorCode.invalid_request, message)
+    if IP in types:
+        raise _Refused(ErrorCode.invalid_request, _IP_REFUSED)
     if not components:
         raise _Refused(ErrorCode.invalid_request, "the entity names no component")
-    name = components[0].entity_name
-    if name == DEFAULT_ENTITY:  # where the default entity is stored
-        raise _Refused(ErrorCode.invalid_request,
-                       f"the client id {DEFAULT_ENTITY} is reserved for the default entity")
-    return DEFAULT_ENTITY if name is None else str(name)
+    names: dict[str, str] = {}
+    for c in components:
+        name = c.entity_name
+        if name == DEFAULT_ENTITY:  # where the default entity is stored
+            raise _Refused(ErrorCode.invalid_request,
+                           f"the {c.entity_type} {DEFAULT_ENTITY} is reserved for the "
+                           "default entity")
+        names[c.entity_type] = DEFAULT_ENTITY if name is None else str(name)
+    return names.get(USER), names.get(CLIENT_ID)
+
+
+def _shown(entity: QuotaEntity) -> str:
+    user, client_id = entity
+    parts = [] if user is None else [f"user {user}"]
+    if client_id is not None:
+        parts.append(f"client-id {client_id}")
+    return ", ".join(parts)
 
 
 def _altered(current: dict[str, str], ops: Any) -> dict[str, str]:
@@ -94,7 +108,7 @@ def _altered(current: dict[str, str], ops: Any) -> dict[str, str]:
         if whole is None:
             raise _Refused(
                 ErrorCode.invalid_request,
-                f"invalid quota key {op.key!r} for a client-id entity (supported: "
+                f"invalid quota key {op.key!r} (supported: "
                 f"{', '.join(sorted(CLIENT_QUOTA_KEYS))})",
             )
         if op.remove:
@@ -114,10 +128,13 @@ def _altered(current: dict[str, str], ops: Any) -> dict[str, str]:
     return out
 
 
-def _matches(filters: list[Any], strict: bool, name: str) -> bool:
-    """Does the client-id entity ``name`` pass the filter components?"""
+def _matches(filters: list[Any], strict: bool, entity: QuotaEntity) -> bool:
+    """Does ``entity`` pass the filter components (Kafka's ``ClientQuotaFilter``)?"""
+    user, client_id = entity
+    components = {t: n for t, n in ((USER, user), (CLIENT_ID, client_id)) if n is not None}
     for f in filters:
-        if f.entity_type != CLIENT_ID:
+        name = components.get(f.entity_type)
+        if name is None:
             return False  # the entity has no component of that type
         if f.match_type == MATCH_EXACT and (name == DEFAULT_ENTITY or name != f.match):
             return False
@@ -125,7 +142,7 @@ def _matches(filters: list[Any], strict: bool, name: str) -> bool:
             return False
         if f.match_type == MATCH_SPECIFIED and name == DEFAULT_ENTITY:
             return False
-    return not (strict and not any(f.entity_type == CLIENT_ID for f in filters))
+    return not (strict and set(components) - {f.entity_type for f in filters})
 
 
 def _check_filter(filters: list[Any]) -> None:
@@ -134,6 +151,9 @@ def _check_filter(filters: list[Any]) -> None:
         if n > 1:
             raise _Refused(ErrorCode.invalid_request,
                            f"duplicate filter component entity type {entity_type!r}")
+    if IP in types and len(types) > 1:
+        raise _Refused(ErrorCode.invalid_request,
+                       "an ip filter component cannot be combined with user or client-id")
     for f in filters:
         if f.entity_type not in ENTITY_TYPES:
             raise _Refused(ErrorCode.invalid_request,
@@ -148,6 +168,11 @@ def _check_filter(filters: list[Any]) -> None:
                                f"filter match type {f.match_type} takes no name to match")
         else:
             raise _Refused(ErrorCode.invalid_request, f"unknown match type {f.match_type}")
+
+
+def _order(item: tuple[QuotaEntity, Any]) -> tuple[str, str]:
+    user, client_id = item[0]
+    return (user or "", client_id or "")
 
 
 def register_client_quotas(registry: HandlerRegistry, services: BrokerServices) -> None:
@@ -170,8 +195,8 @@ async def describe_client_quotas(
         return make(m.DescribeClientQuotasResponse, throttle_time=ZERO_THROTTLE,
                     error_code=exc.code, error_message=str(exc), entries=None)
     entries = []
-    for name, configs in sorted(metadata.client_quotas.items()):
-        if not _matches(filters, request.strict, name):
+    for entity, configs in sorted(metadata.client_quotas.items(), key=_order):
+        if not _matches(filters, request.strict, entity):
             continue
         values = tuple(
             make(m.ValueData, key=key, value=float(text))
@@ -179,9 +204,13 @@ async def describe_client_quotas(
         )
         if not values:
             continue
-        entity = (make(m.EntityData, entity_type=CLIENT_ID,
-                       entity_name=None if name == DEFAULT_ENTITY else name),)
-        entries.append(make(m.EntryData, entity=entity, values=values))
+        components = tuple(
+            make(m.EntityData, entity_type=entity_type,
+                 entity_name=None if name == DEFAULT_ENTITY else name)
+            for entity_type, name in ((USER, entity[0]), (CLIENT_ID, entity[1]))
+            if name is not None
+        )
+        entries.append(make(m.EntryData, entity=components, values=values))
     return make(m.DescribeClientQuotasResponse, throttle_time=ZERO_THROTTLE,
                 error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
 
@@ -192,11 +221,11 @@ async def alter_client_quotas(services: BrokerServices, ctx: RequestContext, req
     m = response_module("alter_client_quotas", ctx.api_version)
     results = []
     # entity -> its quotas after this request's earlier entries
-    writes: dict[str, dict[str, str]] = {}
+    writes: dict[QuotaEntity, dict[str, str]] = {}
     for entry in request.entries:
         code, message = ErrorCode.none, None
         try:
-            entity = _client_entity(entry.entity)
+            entity = _entity(entry.entity)
             current = writes.get(entity, metadata.client_quotas.get(entity, {}))
             configs = _altered(current, entry.ops)
             if not request.validate_only:
@@ -212,7 +241,7 @@ async def alter_client_quotas(services: BrokerServices, ctx: RequestContext, req
     def write() -> None:
         for entity, configs in writes.items():
             metadata.set_client_quotas(entity, configs)
-            log.info("client quotas of client-id %s are now %s", entity, configs)
+            log.info("client quotas of %s are now %s", _shown(entity), configs)
 
     if writes:
         if metadata.remote:  # cluster mode: the ZooKeeper writes off the loop

@@ -28,8 +28,10 @@ INVALID_CONFIG ("Invalid config value for resource ConfigResource(type=BROKER, n
 config without a listener prefix, a bad value for Kafka's type, a per-broker key as the
 cluster default. Then Odradek's: a key of a feature Odradek lacks names the feature, a key
 that does not apply says why, a served key Odradek reads only at start-up
-(``listeners``, ``advertised.listeners``) says so. A key that is not Kafka's is stored as
-Kafka stores custom broker configs.
+(``listeners``, ``advertised.listeners``) says so. A TLS listener's keystore and
+truststore keys (``listener.name.<listener>.ssl.keystore.location`` …) are checked by
+building the new context as Kafka's SslFactory does (:mod:`odradek.server.tls_reload`).
+A key that is not Kafka's is stored as Kafka stores custom broker configs.
 ``log.retention.hours`` / ``minutes``, ``log.roll.hours`` and ``log.roll.jitter.hours`` stay
 static (as in Kafka).
 
@@ -55,6 +57,7 @@ from odradek.cluster.metadata import ClusterMetadata, MetadataError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
+from odradek.security.tls import TlsConfigError
 from odradek.server.authorization import (
     AclOperation,
     ResourceType,
@@ -73,6 +76,7 @@ from odradek.server.kafka_config_support import (
     kafka_key,
     unserved_reason,
 )
+from odradek.server.tls_reload import listener_tls_key
 from odradek.storage.config import TOPIC_CONFIGS, ConfigDef, ConfigError, LogConfig, parse_value
 
 if TYPE_CHECKING:
@@ -227,9 +231,19 @@ def _validate_broker_configs(
                 "Cannot update these configs at default cluster level, broker id must be "
                 f"specified: {_kafka_set(per_broker)}",
             )
+    # KIP-226: a listener's keystore and truststore (server/tls_reload.py)
+    if any(listener_tls_key(key) for key in configs):
+        reloader = services.tls_reloader
+        if reloader is None:
+            raise ConfigRequestError(ErrorCode.invalid_config,
+                                     "this broker has no TLS listener to reload")
+        try:
+            reloader.validate(configs)
+        except TlsConfigError as exc:
+            raise ConfigRequestError(ErrorCode.invalid_config, str(exc)) from None
     problems = []
     for key in sorted(configs):
-        if key in DYNAMIC_BROKER_KEYS:
+        if key in DYNAMIC_BROKER_KEYS or listener_tls_key(key):
             continue
         reason = unserved_reason(key)
         if reason is not None:
@@ -490,7 +504,18 @@ def _commit(services: BrokerServices, resource_type: int, target: str, configs: 
     services.metadata.set_broker_configs(target, configs)
     # layered again where the local view changes: on the event loop
     services.metadata.apply_locally(services.dynamic_config.apply)
-    log.info("dynamic broker configs of %s are now %s", target, configs)
+    log.info("dynamic broker configs of %s are now %s", target, _loggable(configs))
+
+
+def _loggable(configs: Mapping[str, str]) -> dict[str, str]:
+    """``configs`` with the values of password configs hidden (as Kafka logs them)."""
+    def secret(key: str) -> bool:
+        d = BROKER_CONFIGS.get(key)
+        k = kafka_key(key)
+        return ((d is not None and d.type == "password")
+                or (k is not None and k.type == "password"))
+
+    return {key: "[hidden]" if secret(key) else value for key, value in configs.items()}
 
 
 def _definition(resource_type: int, key: str) -> ConfigDef | None:

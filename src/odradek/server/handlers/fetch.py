@@ -104,6 +104,7 @@ from odradek.protocol.send import Chunk, FileRegion, Send
 from odradek.records.batch import InvalidRecordError
 from odradek.records.legacy import down_convert, up_convert
 from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.server.client_quotas import principal_user
 from odradek.server.fetch_session import CachedPartition, ContextKind, FetchContext, PartitionKey
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage import TopicPartition
@@ -163,8 +164,9 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
     follower = replica_id >= 0
     quota = services.client_quotas.fetch
     quota_applies = quota.active and not follower
+    user = principal_user(ctx.principal) if quota_applies else ""
     if quota_applies:
-        max_bytes = min(max_bytes, max(int(quota.max_value_in_window(ctx.client_id)), 1))
+        max_bytes = min(max_bytes, max(int(quota.max_value_in_window(ctx.client_id, user)), 1))
     replica_manager = services.replica_manager
     refused = None if services.authorizer is None else _refused(services, ctx, parts, follower)
     infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id,
@@ -186,11 +188,11 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
 
     incremental = context.kind is ContextKind.INCREMENTAL
     if quota_applies and total:
-        throttle_ms = quota.record(ctx.client_id, total)
+        throttle_ms = quota.record(ctx.client_id, total, user=user)
         if throttle_ms:
             # Kafka's getThrottledResponse: no data, the session unchanged (a full fetch
             # creates none), the bytes not counted.
-            quota.unrecord(ctx.client_id, total)
+            quota.unrecord(ctx.client_id, total, user=user)
             if ctx.channel is not None:
                 ctx.channel.throttle(throttle_ms)
             kept = context.session.id if incremental and context.session else 0

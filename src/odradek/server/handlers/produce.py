@@ -56,6 +56,7 @@ from odradek.protocol.send import Send
 from odradek.records.batch import InvalidRecordError
 from odradek.records.legacy import CORRUPT_REASONS, magic_of, to_record_batch
 from odradek.security.acl import AclOperation, ResourceType
+from odradek.server.client_quotas import principal_user
 from odradek.server.handlers._errors import error_code_for
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
     throttle_ms = 0
     quota = services.client_quotas.produce
     if quota.active:
-        throttle_ms = quota.record(ctx.client_id, ctx.size)
+        throttle_ms = quota.record(ctx.client_id, ctx.size, user=principal_user(ctx.principal))
         if throttle_ms and ctx.channel is not None:
             ctx.channel.throttle(throttle_ms)
     if acks == 0:

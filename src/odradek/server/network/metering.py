@@ -35,7 +35,11 @@ from typing import Any, Final
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.registry import Handler, RequestContext
-from odradek.server.client_quotas import NANOS_TO_PERCENTAGE, ClientQuotaManager
+from odradek.server.client_quotas import (
+    NANOS_TO_PERCENTAGE,
+    ClientQuotaManager,
+    principal_user,
+)
 from odradek.server.network.eager import resume
 from odradek.server.network.inflight import TimedInFlight
 
@@ -73,7 +77,8 @@ async def metered(
     throttle_ms = 0
     if quota is not None:
         first_step_ns = (first_wait or now()) - started
-        throttle_ms = quota.record(ctx.client_id, first_step_ns * NANOS_TO_PERCENTAGE)
+        throttle_ms = quota.record(ctx.client_id, first_step_ns * NANOS_TO_PERCENTAGE,
+                                   user=principal_user(ctx.principal))
         if throttle_ms > 0 and ctx.channel is not None:
             ctx.channel.throttle(throttle_ms)
     if first_wait:
