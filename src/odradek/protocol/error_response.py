@@ -128,6 +128,14 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
             "partitions": Echo(("partitions",), (("partition", "partition"),)),
         }),
     },
+    # AddPartitionsToTxnRequest.getErrorResponse: every partition before v4, the top
+    # level only from v4 (the batched form of brokers).
+    ApiKey.ADD_PARTITIONS_TO_TXN: {
+        "results_by_topic_v3_and_below": Echo(("v3_and_below_topics",), _NAME, {
+            "results_by_partition": Echo(("partitions",), (("partition_index", ""),)),
+        }),
+    },
+    ApiKey.TXN_OFFSET_COMMIT: {"topics": Echo(("topics",), _NAME, _PARTITIONS)},
     # ElectLeadersRequest.getErrorResponse: every partition named (none when null).
     ApiKey.ELECT_LEADERS: {
         "replica_election_results": Echo(("topic_partitions",), (("topic", "topic"),), {
