@@ -86,3 +86,7 @@ class BrokerServices:
     """The ACL authorizer (None: ``authorizer.class.name`` unset, nothing is checked)."""
     acl_store: AclStore | None = None
     """Where CreateAcls and DeleteAcls write (None with no authorizer)."""
+    txn_offsets_completed: Callable[[int, bool, list[int]], None] | None = None
+    """Told (producer id, committed, ``__consumer_offsets`` partitions) when WriteTxnMarkers
+    wrote a transaction's markers there: the group coordinator makes the transaction's
+    pending offsets visible or drops them (None: no transactional offsets)."""
