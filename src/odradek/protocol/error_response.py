@@ -142,6 +142,14 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
             "partition_result": Echo(("partitions",), (("partition_id", ""),)),
         }),
     },
+    # WriteTxnMarkersRequest.getErrorResponse: every partition of every marker.
+    ApiKey.WRITE_TXN_MARKERS: {
+        "markers": Echo(("markers",), (("producer_id", "producer_id"),), {
+            "topics": Echo(("topics",), _NAME, {
+                "partitions": Echo(("partition_indexes",), (("partition_index", ""),)),
+            }),
+        }),
+    },
 }
 """API key -> top-level response collection -> the request collection it echoes."""
 

@@ -176,6 +176,7 @@ API_CHECKS: dict[ApiKey, tuple[Check, ...]] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (Check(_R.CLUSTER, _Op.DESCRIBE, _CLUSTER),),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (Check(_R.CLUSTER, _Op.ALTER, _CLUSTER),),
     ApiKey.DESCRIBE_CLUSTER: (),  # answered to all; KIP-430's field from the authorizer
+    ApiKey.WRITE_TXN_MARKERS: (Check(_R.CLUSTER, _Op.CLUSTER_ACTION, _CLUSTER),),
 }
 
 

@@ -229,6 +229,7 @@ class Broker:
             authorizer=self.authorizer,
             acl_store=self.acl_store,
             transaction_coordinator=self.transaction_coordinator,
+            txn_offsets_completed=self._txn_offsets_completed,
         )
         self._wire_transaction_coordinator()
         # The group record a static member's JoinGroup stores waits for the ISR (acks=-1).
@@ -558,6 +559,12 @@ class Broker:
                            "unclean.leader.election.enable": "false"},
         )
         return TransactionCoordinator(topic, config)
+
+    def _txn_offsets_completed(self, producer_id: int, commit: bool,
+                               partitions: list[int]) -> None:
+        """A transaction's markers reached these ``__consumer_offsets`` partitions."""
+        for partition in partitions:
+            self.group_coordinator.on_txn_marker(partition, producer_id, commit)
 
     def _wire_transaction_coordinator(self) -> None:
         """Producer ids, the ISR wait and the markers' connections, then load."""

@@ -89,3 +89,7 @@ class BrokerServices:
     """Where CreateAcls and DeleteAcls write (None with no authorizer)."""
     transaction_coordinator: TransactionCoordinator | None = None
     """The transaction coordinator over the ``__transaction_state`` partitions led here."""
+    txn_offsets_completed: Callable[[int, bool, list[int]], None] | None = None
+    """Told (producer id, committed, ``__consumer_offsets`` partitions) when WriteTxnMarkers
+    wrote a transaction's markers there: the group coordinator makes the transaction's
+    pending offsets visible or drops them (None: no transactional offsets)."""

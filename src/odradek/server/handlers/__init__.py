@@ -32,6 +32,7 @@ from odradek.server.handlers.sasl import register_sasl
 from odradek.server.handlers.scram_credentials import register_scram_credentials
 from odradek.server.handlers.topics import register_topics
 from odradek.server.handlers.transactions import register_transactions
+from odradek.server.handlers.txn_markers import register_txn_markers
 from odradek.server.services import BrokerServices
 
 __all__ = ["register_all"]
@@ -59,3 +60,4 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_acls(registry, services)
     register_sasl(registry)
     register_scram_credentials(registry, services)
+    register_txn_markers(registry, services)
