@@ -52,6 +52,17 @@ class ReplayedRecord(NamedTuple):
     control: bool | None = None  # a marker: True commit, False abort
 
 
+def _next_sequence(partition_log: PartitionLog, producer_id: int, producer_epoch: int) -> int:
+    """The sequence a coordinator's batch of ``producer_id`` continues from in this log.
+    Kafka appends such batches with AppendOrigin.COORDINATOR, unchecked; here the log
+    checks every producer's sequence, so the batch follows the producer's last one (0 in
+    a new epoch)."""
+    entry = partition_log.producer_state.producers.get(producer_id)
+    if entry is None or entry.producer_epoch != producer_epoch or entry.last_seq < 0:
+        return 0
+    return (entry.last_seq + 1) & 0x7FFFFFFF
+
+
 class OffsetsTopicUnavailableError(ApiError):
     """The topic cannot be created or a partition has no log here (COORDINATOR_NOT_AVAILABLE)."""
 
@@ -141,14 +152,15 @@ class OffsetsTopic:
         transactional batch of that producer (TxnOffsetCommit: visible once its
         transaction's commit marker follows)."""
         builder = BatchBuilder()
+        partition_log = self._log(partition)
         if producer_id >= 0:
             builder.producer_id = producer_id
             builder.producer_epoch = producer_epoch
-            builder.base_sequence = 0  # not checked: Kafka's AppendOrigin.COORDINATOR
+            builder.base_sequence = _next_sequence(partition_log, producer_id, producer_epoch)
             builder.is_transactional = True
         for key, value in records:
             builder.append(key, value, timestamp)
-        return self._append(self._log(partition), builder.build())
+        return self._append(partition_log, builder.build())
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         for entry in self.replay_entries(partition):
