@@ -242,3 +242,34 @@ def test_end_txn_writes_the_decision(rb: RunningBroker) -> None:
     # the opposite decision is refused whatever stage the commit is at
     assert end_txn(rb, txn_id, r.producer_id, r.producer_epoch, commit=False) == (
         ErrorCode.invalid_txn_state)
+
+
+def test_describe_and_list_transactions(rb: RunningBroker) -> None:
+    topic, txn_id, idle_id = new_topic(rb), new_id(), new_id()
+    r = init(rb, txn_id)
+    init(rb, idle_id)
+    add_partitions(rb, txn_id, r.producer_id, r.producer_epoch, {topic: [1, 0]})
+    d = req("describe_transactions", 0)
+    response = one(rb, d.DescribeTransactionsRequest(transactional_ids=(txn_id, "unknown-id")))
+    found, unknown = response.transaction_states
+    assert (found.error_code, found.transaction_state, found.producer_id,
+            found.producer_epoch) == (ErrorCode.none, "Ongoing", r.producer_id, 0)
+    assert found.transaction_timeout == TIMEOUT
+    assert found.transaction_start_time.timestamp() > 0
+    assert [(t.topic, t.partitions) for t in found.topics] == [(topic, (0, 1))]
+    assert unknown.error_code == ErrorCode.transactional_id_not_found
+    for version in (0, 1):
+        lt = req("list_transactions", version)
+        response = one(rb, lt.ListTransactionsRequest(
+            state_filters=("Ongoing", "Nonsense"), producer_id_filters=()))
+        assert response.error_code == ErrorCode.none
+        assert response.unknown_state_filters == ("Nonsense",)
+        ids = {s.transactional_id: s.transaction_state for s in response.transaction_states}
+        assert ids.get(txn_id) == "Ongoing" and idle_id not in ids
+        response = one(rb, lt.ListTransactionsRequest(
+            state_filters=(), producer_id_filters=(r.producer_id,)))
+        assert [s.transactional_id for s in response.transaction_states] == [txn_id]
+    lt1 = req("list_transactions", 1)
+    response = one(rb, lt1.ListTransactionsRequest(
+        state_filters=(), producer_id_filters=(), duration_filter=3_600_000))
+    assert txn_id not in {s.transactional_id for s in response.transaction_states}

@@ -136,6 +136,9 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
         }),
     },
     ApiKey.TXN_OFFSET_COMMIT: {"topics": Echo(("topics",), _NAME, _PARTITIONS)},
+    ApiKey.DESCRIBE_TRANSACTIONS: {
+        "transaction_states": Echo(("transactional_ids",), (("transactional_id", ""),)),
+    },
     # ElectLeadersRequest.getErrorResponse: every partition named (none when null).
     ApiKey.ELECT_LEADERS: {
         "replica_election_results": Echo(("topic_partitions",), (("topic", "topic"),), {

@@ -148,6 +148,10 @@ API_CHECKS: dict[ApiKey, tuple[Check, ...]] = {
         Check(_R.GROUP, _Op.READ, _GROUP),
         Check(_R.TOPIC, _Op.READ, _TOPIC, "each topic"),
     ),
+    ApiKey.DESCRIBE_TRANSACTIONS: (Check(_R.TRANSACTIONAL_ID, _Op.DESCRIBE, _TXN, "each id"),),
+    ApiKey.LIST_TRANSACTIONS: (
+        Check(_R.TRANSACTIONAL_ID, _Op.DESCRIBE, _TXN, "each id; left out", hides=True),
+    ),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (
         Check(_R.TOPIC, _Op.DESCRIBE, _TOPIC, "each topic of a consumer's request"),
         Check(_R.CLUSTER, _Op.CLUSTER_ACTION, _CLUSTER, "a follower's (replica_id >= 0)"),

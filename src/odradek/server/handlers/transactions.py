@@ -1,5 +1,6 @@
 """Transaction APIs on the transaction coordinator (KIP-98): AddPartitionsToTxn (key 24)
-v0-4, AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-4, TxnOffsetCommit (28) v0-4 — Kafka 3.9's
+v0-4, AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-4, TxnOffsetCommit (28) v0-4,
+DescribeTransactions (65) v0 and ListTransactions (66) v0-1 (KIP-664) — Kafka 3.9's
 ranges. InitProducerId is in :mod:`.init_producer_id`, FindCoordinator's key type
 TRANSACTION in :mod:`.groups`.
 
@@ -17,10 +18,17 @@ Follows Kafka's ``KafkaApis`` for the request-to-coordinator translation:
 - EndTxn writes PrepareCommit / PrepareAbort and answers; the markers follow.
 - TxnOffsetCommit goes to the group coordinator, which keeps the offsets pending per
   producer id until the marker of the transaction reaches the group's partition.
+- DescribeTransactions answers each id from its coordinator (NOT_COORDINATOR elsewhere;
+  TRANSACTIONAL_ID_NOT_FOUND for an unknown id); ListTransactions lists the ids this
+  broker coordinates, filtered by state names (an unknown name is echoed in
+  ``unknown_state_filters``), producer ids and (v1, KIP-994) a transaction running longer
+  than ``duration_filter`` ms; ids the caller may not Describe are left out.
 - KIP-588: versions before 2 (before 3 for InitProducerId's v4 cut) know no
   PRODUCER_FENCED; they get INVALID_PRODUCER_EPOCH.
 
-With an authorizer: Write on the transactional id for all of them (else
+With an authorizer: Describe on the transactional id for DescribeTransactions (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and ListTransactions (else left out); Write on the
+transactional id for the others (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED), Write on each topic for AddPartitionsToTxn, Read
 on the group for AddOffsetsToTxn and TxnOffsetCommit (GROUP_AUTHORIZATION_FAILED), Read on
 each topic for TxnOffsetCommit (TOPIC_AUTHORIZATION_FAILED).
@@ -28,10 +36,12 @@ each topic for TxnOffsetCommit (TOPIC_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC
 from odradek.coordinator.transaction_coordinator import TransactionCoordinator
+from odradek.coordinator.transaction_state import TransactionState
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
@@ -53,6 +63,8 @@ ADD_PARTITIONS_TO_TXN_VERSIONS = (0, 4)
 ADD_OFFSETS_TO_TXN_VERSIONS = (0, 4)
 END_TXN_VERSIONS = (0, 4)
 TXN_OFFSET_COMMIT_VERSIONS = (0, 4)
+DESCRIBE_TRANSACTIONS_VERSIONS = (0, 0)
+LIST_TRANSACTIONS_VERSIONS = (0, 1)
 BATCHED_FROM = 4  # AddPartitionsToTxn v4: many transactions, from brokers only
 FENCED_FROM = 2  # KIP-588: PRODUCER_FENCED from this version on
 
@@ -67,6 +79,10 @@ def register_transactions(registry: HandlerRegistry, services: BrokerServices) -
     registry.register(ApiKey.END_TXN, *END_TXN_VERSIONS, bind(end_txn, services))
     registry.register(ApiKey.TXN_OFFSET_COMMIT, *TXN_OFFSET_COMMIT_VERSIONS,
                       bind(txn_offset_commit, services))
+    registry.register(ApiKey.DESCRIBE_TRANSACTIONS, *DESCRIBE_TRANSACTIONS_VERSIONS,
+                      bind(describe_transactions, services))
+    registry.register(ApiKey.LIST_TRANSACTIONS, *LIST_TRANSACTIONS_VERSIONS,
+                      bind(list_transactions, services))
 
 
 def _fenced(code: ErrorCode, version: int) -> ErrorCode:
@@ -268,3 +284,79 @@ async def txn_offset_commit(
                            for tp, code in results.items()}
         codes.update(results)
     return answer(codes)
+
+
+# -- DescribeTransactions / ListTransactions (KIP-664) ------------------------------------
+def _start_time(timestamp_ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(timestamp_ms / 1000, tz=datetime.UTC)
+
+
+async def describe_transactions(
+    services: BrokerServices, ctx: RequestContext, request: Any
+) -> Any:
+    m = response_module("describe_transactions", ctx.api_version)
+    coordinator = _coordinator(services)
+    states = []
+    steps = Steps()
+    for txn_id in request.transactional_ids:
+        await steps.tick()
+        code, metadata = ErrorCode.coordinator_not_available, None
+        if not allowed(services.authorizer, ctx, AclOperation.DESCRIBE,
+                       ResourceType.TRANSACTIONAL_ID, txn_id):
+            code = ErrorCode.transactional_id_authorization_failed
+        elif coordinator is not None:
+            code, metadata = coordinator.describe(txn_id)
+        if metadata is None:
+            # Kafka's error entry: the id and the code, every other field its default
+            states.append(make(m.TransactionState, error_code=code, transactional_id=txn_id,
+                               transaction_state="", transaction_timeout=ZERO_THROTTLE,
+                               transaction_start_time=_start_time(0), producer_id=0,
+                               producer_epoch=0, topics=()))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(metadata.topic_partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(make(
+            m.TransactionState, error_code=ErrorCode.none, transactional_id=txn_id,
+            transaction_state=metadata.state.value,
+            transaction_timeout=datetime.timedelta(milliseconds=metadata.txn_timeout_ms),
+            transaction_start_time=_start_time(metadata.txn_start_timestamp),
+            producer_id=metadata.producer_id, producer_epoch=metadata.producer_epoch,
+            topics=tuple(make(m.TopicData, topic=t, partitions=tuple(ps))
+                         for t, ps in by_topic.items())))
+    return make(m.DescribeTransactionsResponse, throttle_time=ZERO_THROTTLE,
+                transaction_states=tuple(states))
+
+
+async def list_transactions(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    m = response_module("list_transactions", ctx.api_version)
+    wanted_states = set(request.state_filters or ())
+    known = {state.value for state in TransactionState}
+    unknown = tuple(name for name in request.state_filters or () if name not in known)
+    producer_ids = {int(p) for p in request.producer_id_filters or ()}
+    duration = int(getattr(request, "duration_filter", -1))
+    coordinator = _coordinator(services)
+    code, found = (ErrorCode.coordinator_not_available, []) if coordinator is None else (
+        coordinator.list_transactions())
+    now = coordinator.time_ms() if coordinator is not None else 0
+    out = []
+    steps = Steps()
+    for metadata in found:
+        await steps.tick()
+        if metadata.state is TransactionState.DEAD:
+            continue
+        if wanted_states and metadata.state.value not in wanted_states:
+            continue
+        if producer_ids and metadata.producer_id not in producer_ids:
+            continue
+        if duration >= 0 and (metadata.txn_start_timestamp < 0
+                              or now - metadata.txn_start_timestamp < duration):
+            continue
+        if not allowed(services.authorizer, ctx, AclOperation.DESCRIBE,
+                       ResourceType.TRANSACTIONAL_ID, metadata.transactional_id):
+            continue
+        out.append(make(m.TransactionState, transactional_id=metadata.transactional_id,
+                        producer_id=metadata.producer_id,
+                        transaction_state=metadata.state.value))
+    return make(m.ListTransactionsResponse, throttle_time=ZERO_THROTTLE, error_code=code,
+                unknown_state_filters=unknown, transaction_states=tuple(out))
