@@ -393,3 +393,16 @@ def test_the_loaded_state_matches_what_was_written(commit: bool) -> None:
         fresh.shutdown()
 
     run(body)
+
+
+def test_a_fenced_coordinator_stops_sending_markers() -> None:
+    async def body(c: TransactionCoordinator, topic: FakeTopic, clock: Clock,
+                   leaders: Leaders) -> None:
+        pid, epoch = await begin(c, TP0)
+        leaders.answers[TP0] = E.transaction_coordinator_fenced
+        assert await c.end_txn(TXN, pid, epoch, commit=True) == E.none
+        await until(lambda: not c._completions)
+        assert len(leaders.calls) == 1
+        assert c.txns[TXN].state is TransactionState.PREPARE_COMMIT
+
+    run(body)

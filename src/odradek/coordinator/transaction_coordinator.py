@@ -153,6 +153,11 @@ _MARKER_RETRIABLE = frozenset({
     ErrorCode.coordinator_load_in_progress, ErrorCode.unknown_server_error,
 })
 
+# Errors of a marker that mean this coordinator is behind: it stops sending.
+_MARKER_FENCED = frozenset({
+    ErrorCode.transaction_coordinator_fenced, ErrorCode.invalid_producer_epoch,
+})
+
 # Kafka's TransactionStateManager maps append errors to what a transactional client
 # understands.
 _APPEND_ERRORS = {
@@ -570,6 +575,13 @@ class TransactionCoordinator:
                     for tp, error in answer.items():
                         if error == ErrorCode.none:
                             remaining.discard(tp)
+                        elif error in _MARKER_FENCED:
+                            # another coordinator (or producer epoch) is ahead: stop, as
+                            # Kafka's TransactionMarkerRequestCompletionHandler aborts
+                            # sending; the current coordinator completes it
+                            log.warning("marker of %s for %s-%d: %s; no longer sending",
+                                        metadata.transactional_id, tp[0], tp[1], error.name)
+                            return
                         elif error not in _MARKER_RETRIABLE:
                             log.warning("marker of %s for %s-%d: %s; retrying",
                                         metadata.transactional_id, tp[0], tp[1], error.name)
