@@ -356,13 +356,13 @@ class BrokerCollector:
             ends.add_metric(labels, end)
         yield from (sizes, segments, starts, ends)
         # kafka.cluster:type=Partition,name=LastStableOffsetLag (an open transaction's hold)
-        stable_lag = GaugeMetricFamily(
+        lso_lag = GaugeMetricFamily(
             "kafka_cluster_partition_laststableoffsetlag",
             "high watermark minus last stable offset of a partition led here",
             labels=["topic", "partition"])
         for topic, index, lag in snap.stable_lag:
-            stable_lag.add_metric([topic, str(index)], lag)
-        yield stable_lag
+            lso_lag.add_metric([topic, str(index)], lag)
+        yield lso_lag
         flush_counts, flush_ns = LOG_FLUSH_STATS.snapshot()
         flush = HistogramMetricFamily("kafka_log_logflushstats_logflushrateandtimems",
                                       "time of log flushes (fsync), in milliseconds")
