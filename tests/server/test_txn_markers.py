@@ -22,6 +22,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import iter_batches
 from odradek.records.builder import BatchBuilder
 from odradek.records.control import read_end_txn_marker
+from odradek.server.metrics import snapshot
 from odradek.storage import files
 from odradek.storage.txn_index import TxnIndex
 from odradek.testing import RunningBroker, running_broker
@@ -103,7 +104,9 @@ def offsets_of(records: bytes | None) -> list[int]:
                                                                     h.last_offset + 1)]
 
 
-def test_open_transaction_holds_the_last_stable_offset(client: TxnClient, topic: str) -> None:
+def test_open_transaction_holds_the_last_stable_offset(
+    broker: RunningBroker, client: TxnClient, topic: str
+) -> None:
     assert client.produce(topic, txn_batch(-1, -1, -1)).error_code == ErrorCode.none  # offset 0
     pid, epoch = client.init_producer_id()
     response = client.produce(topic, txn_batch(pid, epoch, 0, 3), transactional_id=TXN_ID)
@@ -118,6 +121,8 @@ def test_open_transaction_holds_the_last_stable_offset(client: TxnClient, topic:
     assert int(uncommitted.last_stable_offset) == 1
     assert client.latest(topic, read_committed=True) == 1
     assert client.latest(topic, read_committed=False) == 4
+    lags = broker.call(snapshot, broker.broker).stable_lag
+    assert (topic, 0, 3) in lags  # LastStableOffsetLag
 
     assert client.markers(topic, pid, epoch, commit=True) == ErrorCode.none.value
     after = client.fetch(topic)
