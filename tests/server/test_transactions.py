@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import importlib
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -273,3 +274,26 @@ def test_describe_and_list_transactions(rb: RunningBroker) -> None:
     response = one(rb, lt1.ListTransactionsRequest(
         state_filters=(), producer_id_filters=(), duration_filter=3_600_000))
     assert txn_id not in {s.transactional_id for s in response.transaction_states}
+
+
+def test_a_commit_after_the_coordinator_aborted_a_timed_out_transaction(
+        rb: RunningBroker) -> None:
+    topic, txn_id = new_topic(rb), new_id()
+    r = init(rb, txn_id, timeout=datetime.timedelta(milliseconds=1))
+    add_partitions(rb, txn_id, r.producer_id, r.producer_epoch, {topic: [0]})
+    coordinator = rb.broker.transaction_coordinator
+    deadline = time.monotonic() + 30
+    # the timer runs every 10 s here: abort now, once the transaction is past its 1 ms
+    while asyncio.run_coroutine_threadsafe(
+            coordinator.abort_timed_out_transactions(), rb.loop).result(30) == 0:
+        assert time.monotonic() < deadline, "the transaction was never aborted"
+    while rb.call(lambda: coordinator.txns[txn_id].state) is not (
+            TransactionState.COMPLETE_ABORT):
+        assert time.monotonic() < deadline, "the abort did not complete"
+        time.sleep(0.01)
+    assert end_txn(rb, txn_id, r.producer_id, r.producer_epoch, commit=True) == (
+        ErrorCode.producer_fenced)
+    assert end_txn(rb, txn_id, r.producer_id, r.producer_epoch, commit=True, version=1) == (
+        ErrorCode.invalid_producer_epoch)
+    assert add_partitions(rb, txn_id, r.producer_id, r.producer_epoch, {topic: [1]}) == {
+        (topic, 1): ErrorCode.producer_fenced}
