@@ -81,8 +81,11 @@ class OffsetsTopic:
         segment_bytes: int = 104857600,
         name: str = OFFSETS_TOPIC,
         topic_configs: Mapping[str, str] | None = None,
+        load_buffer_size: int = REPLAY_READ_BYTES,
     ) -> None:
         self.name = name
+        # bytes read per step when replaying (transaction.state.log.load.buffer.size)
+        self.load_buffer_size = load_buffer_size
         self.topic_configs = dict(topic_configs or {})
         self.metadata = metadata
         self.broker_id = broker_id
@@ -174,7 +177,7 @@ class OffsetsTopic:
         offset = partition_log.log_start_offset
         end = partition_log.log_end_offset
         while offset < end:
-            data = partition_log.read(offset, REPLAY_READ_BYTES).read()
+            data = partition_log.read(offset, self.load_buffer_size).read()
             if not data:
                 break
             progressed = offset

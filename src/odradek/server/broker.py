@@ -555,6 +555,7 @@ class Broker:
             num_partitions=config.num_partitions,
             replication_factor=config.replication_factor,
             segment_bytes=config.segment_bytes, name=TRANSACTION_STATE_TOPIC,
+            load_buffer_size=config.load_buffer_size,
             topic_configs={"min.insync.replicas": str(config.min_isr),
                            "unclean.leader.election.enable": "false"},
         )
