@@ -143,3 +143,95 @@ def test_the_coordinator_killed_mid_transaction_and_after_a_commit(cluster: Clus
     cluster.start(second)
 
     assert read_committed(cluster, topic, 3) == expected
+
+
+def leader_of(cluster: Cluster, topic: str, partition: int) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    def known() -> int | None:
+        md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, 10)
+        leader = md.topics[topic].partitions[partition].leader
+        return leader if leader in cluster.live_ids() else None
+
+    return cluster.wait_for(known, 30, f"a leader of {topic}-{partition}")
+
+
+def test_consume_transform_produce_exactly_once_across_kills(cluster: Cluster) -> None:
+    """A loop reads an input topic and writes f(record) with its input offsets in the
+    transaction while the transaction coordinator, then an output partition's leader, are
+    killed -9 and restarted. The committed output is f(input), each once, in order."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    source, sink = f"ctp-in-{uuid.uuid4().hex[:6]}", f"ctp-out-{uuid.uuid4().hex[:6]}"
+    for topic in (source, sink):
+        cluster.create_topic(topic, 2, 3, {"min.insync.replicas": "2"})
+    n = 300
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(n):
+        plain.produce(source, value=str(i).encode(), partition=i % 2)
+    assert plain.flush(DEADLINE_S) == 0
+    group, txn_id = f"ctp-{uuid.uuid4().hex[:6]}", f"ctp-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([source])
+    p = producer(cluster, txn_id)
+    killed: list[int] = []
+
+    def rewind() -> None:
+        """Back to the committed offsets: what the aborted transaction read is read again."""
+        assignment = consumer.assignment()
+        if assignment:
+            for tp in consumer.committed(assignment, DEADLINE_S):
+                consumer.seek(TopicPartition(source, tp.partition, max(tp.offset, 0)))
+
+    def committed_total() -> int:
+        offsets = consumer.committed([TopicPartition(source, q) for q in range(2)], DEADLINE_S)
+        return sum(max(tp.offset, 0) for tp in offsets)
+
+    deadline = time.monotonic() + 3 * DEADLINE_S
+    done = 0
+    try:
+        while done < n:
+            assert time.monotonic() < deadline, f"{done} of {n} committed; killed {killed}"
+            if not killed and done >= n // 3:
+                victim = coordinator_of(cluster, txn_id)
+                cluster.kill9(victim)
+                killed.append(victim)
+            elif len(killed) == 1 and done >= 2 * n // 3:
+                cluster.start(killed[0])
+                victim = leader_of(cluster, sink, 0)
+                cluster.kill9(victim)
+                killed.append(victim)
+            batch = [m for m in consumer.consume(20, 0.5) if not m.error()]
+            if not batch:
+                continue
+            try:
+                p.begin_transaction()
+                for msg in batch:
+                    p.produce(sink, value=b"f(" + msg.value() + b")", partition=msg.partition())
+                p.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                              consumer.consumer_group_metadata(), DEADLINE_S)
+                p.commit_transaction(DEADLINE_S)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.fatal():
+                    p = producer(cluster, txn_id)  # a new incarnation fences the old one
+                elif error.txn_requires_abort():
+                    p.abort_transaction(DEADLINE_S)
+                else:
+                    # retriable: the commit's outcome is known once it is retried
+                    try:
+                        p.commit_transaction(DEADLINE_S)
+                    except KafkaException:
+                        p.abort_transaction(DEADLINE_S)
+                rewind()
+            done = committed_total()
+    finally:
+        consumer.close()
+        for broker_id in killed:
+            if not cluster.alive(broker_id):
+                cluster.start(broker_id)
+    out = read_committed(cluster, sink, 2)
+    for q in range(2):
+        assert out[q] == [f"f({i})".encode() for i in range(q, n, 2)], (q, killed)
