@@ -120,6 +120,14 @@ def test_last_stable_offset_waits_for_the_high_watermark(tmp_path: Path) -> None
     assert info.last_stable_offset == 3
 
 
+def test_last_stable_offset_is_never_below_the_log_start(tmp_path: Path) -> None:
+    plog = open_log(tmp_path)
+    plog.append_as_leader(txn(P1, 0))  # 0, open
+    plog.append_as_leader(make_batch(3))  # 1-3
+    plog.maybe_increment_log_start_offset(2)
+    assert plog.last_stable_offset == 2
+
+
 def test_aborted_entry_lso_is_the_oldest_other_open_transaction(tmp_path: Path) -> None:
     plog = open_log(tmp_path)
     plog.append_as_leader(txn(P2, 0))  # 0, stays open

@@ -360,8 +360,8 @@ class BrokerCollector:
             "kafka_cluster_partition_laststableoffsetlag",
             "high watermark minus last stable offset of a partition led here",
             labels=["topic", "partition"])
-        for topic, index, lag in snap.stable_lag:
-            lso_lag.add_metric([topic, str(index)], lag)
+        for topic, index, behind_lso in snap.stable_lag:
+            lso_lag.add_metric([topic, str(index)], behind_lso)
         yield lso_lag
         flush_counts, flush_ns = LOG_FLUSH_STATS.snapshot()
         flush = HistogramMetricFamily("kafka_log_logflushstats_logflushrateandtimems",

@@ -504,13 +504,17 @@ class PartitionLog:
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the oldest transaction not ended and replicated, bounded by
-        the high watermark (Kafka's ``UnifiedLog.lastStableOffset``)."""
+        the high watermark and the log start offset (Kafka's ``UnifiedLog.lastStableOffset``)."""
         hw = self.high_watermark
         state = self.producer_state
         if not (state.ongoing or state.unreplicated):
             return hw
         first = state.first_unstable_offset(hw)
-        return hw if first is None or first > hw else first
+        if first is None or first > hw:
+            return hw
+        # An open transaction whose start retention removed: from the log start on
+        # (Kafka's maybeIncrementFirstUnstableOffset).
+        return max(first, self.log_start_offset)
 
     def collect_aborted_transactions(
         self, start_offset: int, upper_bound_offset: int
