@@ -277,3 +277,26 @@ def test_subprocess_entry_point(logdir: Path) -> None:
         capture_output=True, text=True, check=False,
     ).stdout
     assert "1 when any corruption" in " ".join(help_text.split())
+
+
+def test_transactions_markers_and_txn_index(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "tx-0", LogConfig.build({}, {}), time_ms=lambda: T0)
+    builder = BatchBuilder(producer_id=42, producer_epoch=3, base_sequence=0,
+                           is_transactional=True)
+    builder.append(b"k", b"v", T0)
+    log.append_as_leader(builder.build())
+    log.append_control_as_leader(42, 3, False, 9)
+    log.close()
+    code, lines = _run("--files", str(_segment(tmp_path, "tx", ".log")), "--deep-iteration")
+    assert code == 0
+    assert "producerId: 42 producerEpoch: 3" in lines[2] and "isTransactional: true" in lines[2]
+    assert "isControl: true" in lines[4] and "producerId: 42" in lines[4]
+    assert lines[5].endswith("endTxnMarker: ABORT coordinatorEpoch: 9")
+    txn_index = _segment(tmp_path, "tx", ".txnindex")
+    code, lines = _run("--files", str(txn_index))
+    assert code == 0
+    assert lines[1:] == [
+        "version: 0 producerId: 42 firstOffset: 0 lastOffset: 1 lastStableOffset: 2"]
+    txn_index.write_bytes(txn_index.read_bytes()[:-1])
+    code, lines = _run("--files", str(txn_index))
+    assert code == 1 and "34-byte entries" in lines[-1]

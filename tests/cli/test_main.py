@@ -15,8 +15,8 @@ from odradek.cli import main
 SRC = REPO / "src"
 #: every sub-command ``odradek --help`` must list
 SUBCOMMANDS = ("serve", "dump-log", "topics", "configs", "acls", "produce", "consume",
-               "groups", "leader-election", "status", "dev-cluster", "reassign", "perf",
-               "console", "mirror")
+               "groups", "transactions", "leader-election", "status", "dev-cluster",
+               "reassign", "perf", "console", "mirror")
 CLI_TIMEOUT_S = 60.0
 
 

@@ -487,3 +487,81 @@ def test_random_member_behaviour_keeps_invariants(ops: list[tuple[str, int]],
         await asyncio.wait_for(asyncio.gather(*tasks), 5)
 
     run(body, initial_rebalance_delay_ms=delay)
+
+
+# -- transactional offsets (TxnOffsetCommit) ---------------------------------------------
+
+
+def _txn_commit(c: GroupCoordinator, group: str, pid: int, offset: int,
+                tp: tuple[str, int] = ("t", 0), generation: int = -1,
+                member: str = "") -> dict[tuple[str, int], ErrorCode]:
+    return c.txn_commit_offsets(group, pid, 0, member, None, generation, {tp: (offset, -1, "m")})
+
+
+def test_txn_offsets_are_pending_until_the_commit_marker() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Any) -> None:
+        assert _txn_commit(c, "g", 7, 42) == {("t", 0): ErrorCode.none}
+        error, offsets = c.fetch_offsets("g", [("t", 0)], require_stable=True)
+        assert error == ErrorCode.none and offsets[("t", 0)] is None
+        assert c.unstable_offsets("g") == {("t", 0)}
+        partition = c.partition_of("g")
+        c.on_txn_marker(partition + 1, 7, commit=True)  # another partition: no effect
+        assert c.unstable_offsets("g") == {("t", 0)}
+        topic.marker(partition, 7, True)
+        c.on_txn_marker(partition, 7, commit=True)
+        assert c.unstable_offsets("g") == set()
+        committed = c.fetch_offsets("g", [("t", 0)], require_stable=True)[1][("t", 0)]
+        assert committed is not None and committed.offset == 42
+        # reloaded from the log: committed by its marker
+        fresh = GroupCoordinator(cast(OffsetsTopic, topic), CoordinatorConfig(), time_ms=clock)
+        fresh.startup()
+        loaded = fresh.fetch_offsets("g", [("t", 0)], False)[1][("t", 0)]
+        assert loaded is not None and loaded.offset == 42
+        fresh.shutdown()
+
+    run(body)
+
+
+def test_txn_offsets_of_an_aborted_transaction_are_dropped() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Any) -> None:
+        c.commit_offsets("g", "", None, -1, {("t", 0): (5, -1, "")})
+        _txn_commit(c, "g", 7, 42)
+        partition = c.partition_of("g")
+        topic.marker(partition, 7, False)
+        c.on_txn_marker(partition, 7, commit=False)
+        committed = c.fetch_offsets("g", [("t", 0)], True)[1][("t", 0)]
+        assert committed is not None and committed.offset == 5
+        assert c.unstable_offsets("g") == set()
+        fresh = GroupCoordinator(cast(OffsetsTopic, topic), CoordinatorConfig(), time_ms=clock)
+        fresh.startup()
+        loaded = fresh.fetch_offsets("g", [("t", 0)], False)[1][("t", 0)]
+        assert loaded is not None and loaded.offset == 5
+        fresh.shutdown()
+
+    run(body)
+
+
+def test_an_open_transaction_stays_pending_across_a_reload() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Any) -> None:
+        _txn_commit(c, "g", 9, 11)
+        fresh = GroupCoordinator(cast(OffsetsTopic, topic), CoordinatorConfig(), time_ms=clock)
+        fresh.startup()
+        assert fresh.unstable_offsets("g") == {("t", 0)}
+        fresh.on_txn_marker(fresh.partition_of("g"), 9, commit=True)
+        loaded = fresh.fetch_offsets("g", [("t", 0)], False)[1][("t", 0)]
+        assert loaded is not None and loaded.offset == 11
+        fresh.shutdown()
+
+    run(body)
+
+
+def test_txn_offset_commit_checks_member_and_generation() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Any) -> None:
+        assert _txn_commit(c, "g", 7, 1, member="nobody") == {
+            ("t", 0): ErrorCode.unknown_member_id}
+        assert _txn_commit(c, "g", 7, 1, generation=3) == {
+            ("t", 0): ErrorCode.illegal_generation}
+        assert c.txn_commit_offsets("", 7, 0, "", None, -1, {("t", 0): (1, -1, "")}) == {
+            ("t", 0): ErrorCode.invalid_group_id}
+
+    run(body)

@@ -182,7 +182,7 @@ def test_a_partition_is_loading_while_it_replays_then_owned() -> None:
     seen: list[tuple[bool, bool, bool]] = []
 
     class WatchedTopic(FakeOffsetsTopic):
-        def replay(self, partition: int):  # type: ignore[no-untyped-def]
+        def replay_entries(self, partition: int):  # type: ignore[no-untyped-def]
             seen.append((manager.is_partition_loading(partition), manager.is_loading(),
                          manager.is_partition_owned(partition)))
             yield from ()

@@ -90,3 +90,28 @@ def test_java_consumer_group(broker: BrokerProcess, java: JavaRunner) -> None:
     res = java(broker.bootstrap, "group-consume", topic, group, 0)
     assert res.ok, res.describe()
     assert res.summary["count"] == 0
+
+
+def test_java_transactions(broker: BrokerProcess, java: JavaRunner) -> None:
+    """initTransactions, beginTransaction, send, sendOffsetsToTransaction, commitTransaction
+    and abortTransaction over three partitions: read_committed consumers see each
+    committed record once, in order, and no aborted one; read_uncommitted see all."""
+    topic = unique_topic("java-txn")
+    res = java(broker.bootstrap, "create", topic, 3, 1)
+    assert res.ok, res.describe()
+    n = 30
+    res = java(broker.bootstrap, "transactions", topic, f"java-{uuid.uuid4().hex[:6]}", n)
+    assert res.ok, res.describe()
+    committed = [f"{i % 3}:c1-{i}" for i in range(n)] + [f"{i}:c3-{i}" for i in range(3)]
+    aborted = [f"{i % 3}:a2-{i}" for i in range(n)]
+
+    def per_partition(values: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for v in values:
+            out.setdefault(v.split(":", 1)[0], []).append(v)
+        return out
+
+    s = res.summary
+    assert per_partition(s["read_committed"]) == per_partition(committed), res.describe()
+    assert sorted(s["read_uncommitted"]) == sorted(committed + aborted), res.describe()
+    assert s["group_offset"] == 5

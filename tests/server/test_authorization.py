@@ -76,7 +76,7 @@ def _codes(entity: Any) -> Iterator[ErrorCode]:
         return
     for field in dataclasses.fields(entity):
         value = getattr(entity, field.name)
-        if field.name == "error_code" or field.name == "topic_config_error_code":
+        if field.name in ("error_code", "topic_config_error_code", "partition_error_code"):
             yield ErrorCode(value)
         if dataclasses.is_dataclass(value):
             yield from _codes(value)
@@ -181,9 +181,8 @@ def test_every_served_api_refuses_a_principal_without_acls(broker: RunningBroker
 
 
 def test_every_served_api_serves_a_principal_with_acls(broker: RunningBroker) -> None:
-    """alice may do everything: no topic, group or cluster authorization error anywhere
-    (transactional ids are refused for want of transactions, not of ACLs)."""
-    refused = AUTH_ERRORS - {ErrorCode.transactional_id_authorization_failed}
+    """alice may do everything: no authorization error anywhere."""
+    refused = AUTH_ERRORS
     for key, version in _served_max_versions(broker):
         response, codes = call(broker, sample(key, version), ALICE, version)
         assert not codes & refused, f"{ApiKey(key).name} v{version}: {codes} {response}"
@@ -233,6 +232,46 @@ def test_init_producer_id_needs_idempotent_write_or_write_on_some_topic(
     grant(broker, acl_creation(CLUSTER_T, "kafka-cluster", "User:erin", op=12))
     _, codes = call(broker, request, "User:erin")
     assert codes == {ErrorCode.none}
+
+
+def test_transaction_apis_check_the_transactional_id_the_topics_and_the_group(
+    broker: RunningBroker,
+) -> None:
+    """Write on the transactional id for every transaction API (Describe for
+    FindCoordinator), then Write on AddPartitionsToTxn's topics and Read on the group of
+    AddOffsetsToTxn and TxnOffsetCommit, as Kafka's KafkaApis."""
+    import datetime
+
+    carol, txn_id, topic = "User:carol", "carol-txn", "carol-topic"
+    broker.call(broker.broker.metadata.create_topic, topic, 1, 1, {})
+    init = req("init_producer_id", 4, transactional_id=txn_id,
+               transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
+               producer_epoch=-1)
+    find = req("find_coordinator", 4, key_type=1, coordinator_keys=(txn_id,))
+    assert call(broker, init, carol)[1] == {ErrorCode.transactional_id_authorization_failed}
+    assert call(broker, find, carol)[1] == {ErrorCode.transactional_id_authorization_failed}
+    grant(broker, acl_creation(TXN_T, txn_id, carol, op=4))  # Write (implies Describe)
+    assert call(broker, find, carol)[1] == {ErrorCode.none}
+    response, codes = call(broker, init, carol)
+    assert codes == {ErrorCode.none}
+    pid, epoch = response.producer_id, response.producer_epoch
+    add = __import__("kio.schema.add_partitions_to_txn.v3.request", fromlist=["x"])
+    add_request = add.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+            add.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),))
+    assert call(broker, add_request, carol)[1] == {ErrorCode.topic_authorization_failed}
+    offsets = req("add_offsets_to_txn", 3, transactional_id=txn_id, producer_id=pid,
+                  producer_epoch=epoch, group_id="carol-group")
+    assert call(broker, offsets, carol)[1] == {ErrorCode.group_authorization_failed}
+    end = req("end_txn", 3, transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+              committed=True)
+    assert call(broker, end, "User:bob")[1] == {ErrorCode.transactional_id_authorization_failed}
+    grant(broker, acl_creation(TOPIC_T, topic, carol, op=4),
+          acl_creation(GROUP_T, "carol-group", carol, op=3))
+    assert call(broker, add_request, carol)[1] == {ErrorCode.none}
+    assert call(broker, offsets, carol)[1] == {ErrorCode.none}
+    assert call(broker, end, carol)[1] == {ErrorCode.none}
 
 
 def test_describe_cluster_operations_come_from_the_authorizer(broker: RunningBroker) -> None:

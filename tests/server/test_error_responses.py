@@ -81,10 +81,11 @@ async def _read_payload(reader: asyncio.StreamReader) -> bytes | None:
 
 
 def _fields(entity: Any, name: str) -> Iterator[Any]:
-    """Every value of field ``name`` anywhere in ``entity``."""
+    """Every value of field ``name`` (or ``partition_<name>``: AddPartitionsToTxn's
+    ``partition_error_code``) anywhere in ``entity``."""
     for field in dataclasses.fields(entity):
         value = getattr(entity, field.name)
-        if field.name == name:
+        if field.name in (name, f"partition_{name}"):
             yield value
         if dataclasses.is_dataclass(value):
             yield from _fields(value, name)

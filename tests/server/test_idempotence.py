@@ -124,11 +124,15 @@ def test_existing_id_gets_a_new_id(client: Client) -> None:
     assert (int(response.producer_id), int(response.producer_epoch)) != (pid, epoch)
 
 
-def test_transactional_id_is_refused(client: Client) -> None:
+def test_a_transactional_id_goes_to_the_transaction_coordinator(client: Client) -> None:
+    """(The transaction coordinator's own tests are tests/server/test_transactions.py.)"""
     response = client.call(InitV4(transactional_id="tx",  # type: ignore[arg-type]
                                   transaction_timeout=TXN_TIMEOUT))
-    assert response.error_code == ErrorCode.transactional_id_authorization_failed
-    assert response.producer_id == -1
+    assert response.error_code == ErrorCode.none
+    assert response.producer_id >= 0 and response.producer_epoch == 0
+    empty = client.call(InitV4(transactional_id="",  # type: ignore[arg-type]
+                               transaction_timeout=TXN_TIMEOUT))
+    assert empty.error_code == ErrorCode.invalid_request
 
 
 def test_duplicate_batch_answers_same_offset(broker: RunningBroker, client: Client,

@@ -175,6 +175,7 @@ def test_scrape_matches_what_the_clients_did(broker: RunningBroker) -> None:
         assert value(after, "kafka_log_log_size", **labels) == on_disk[partition]
         assert value(after, "kafka_log_log_numlogsegments", **labels) == 1
         assert value(after, "kafka_log_log_logendoffset", **labels) == PRODUCED[partition]
+        assert value(after, "kafka_cluster_partition_laststableoffsetlag", **labels) == 0
 
     flushes = "kafka_log_logflushstats_logflushrateandtimems_count"
     assert value(after, flushes) - value(before, flushes) >= records

@@ -13,7 +13,9 @@ What it starts, under ``--data-dir`` (default ``./dev-cluster``)::
 Broker ``id`` (1..N) runs ``odradek serve`` with ``broker.id=<id>``,
 ``listeners=PLAINTEXT://127.0.0.1:<base-port + id - 1>``, ``log.dirs=<data-dir>/broker-<id>``
 and ``zookeeper.connect=127.0.0.1:<zk port>/odradek``; every broker gets
-``offsets.topic.replication.factor`` = min(3, N), ``group.initial.rebalance.delay.ms=0``
+``offsets.topic.replication.factor`` = min(3, N) (and
+``transaction.state.log.replication.factor``, with ``transaction.state.log.min.isr`` =
+min(2, N)), ``group.initial.rebalance.delay.ms=0``
 ``zookeeper.session.timeout.ms=6000`` (a killed broker is noticed in seconds) and
 ``controlled.shutdown.retry.backoff.ms=1000`` (see the stop below); ``--override k=v``
 goes to every broker and wins. A second run on the same data dir finds
@@ -168,6 +170,8 @@ class DevCluster:
         # stops has nobody to hand them to); --override wins.
         self.overrides = {
             "offsets.topic.replication.factor": str(min(3, self.count)),
+            "transaction.state.log.replication.factor": str(min(3, self.count)),
+            "transaction.state.log.min.isr": str(min(2, self.count)),
             "group.initial.rebalance.delay.ms": "0",
             "zookeeper.session.timeout.ms": "6000",
             "controlled.shutdown.retry.backoff.ms": "1000", **overrides,

@@ -18,7 +18,11 @@ How it works:
 - ``.timeindex``: ``timestamp: T offset: O`` per entry, checked against the ``.log``: the
   batch holding that offset has that max timestamp; timestamps increase.
 
-Both index kinds stop at the first all-zero entry after the first one (the preallocated
+- ``.txnindex``: ``version: V producerId: P firstOffset: F lastOffset: L lastStableOffset:
+  S`` per aborted transaction (Kafka's ``dumpTxnIndex``); a file that is not a whole number
+  of 34-byte entries, or holds an entry of an unknown version, is reported corrupt.
+
+Both offset index kinds stop at the first all-zero entry after the first one (the preallocated
 tail of an active segment's index). ``--index-sanity-check`` and ``--verify-index-only``
 check an index without printing its entries.
 
@@ -55,13 +59,17 @@ from odradek.records.batch import (
 from odradek.records.compression import CompressionError
 from odradek.records.legacy import LegacyMessage, iter_deep, iter_shallow
 from odradek.storage import files
-from odradek.storage.index import OffsetIndex, TimeIndex
+from odradek.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
+from odradek.storage.txn_index import decode_entries
 
 EXIT_OK = 0
 EXIT_CORRUPT = 1
 EXIT_USAGE = 2
 
-DESCRIPTION = "Print the contents of log segment files (.log, .index, .timeindex) and check them."
+DESCRIPTION = (
+    "Print the contents of log segment files (.log, .index, .timeindex, .txnindex) and "
+    "check them."
+)
 EPILOG = (
     "Exit status: 0 when every file checked is valid, 1 when any corruption was found "
     "(an invalid or torn batch, offsets going backwards, an index entry that does not match "
@@ -560,10 +568,24 @@ def _kind(path: Path) -> str:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break
-    for suffix in (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX):
+    for suffix in (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX,
+                   files.TXN_INDEX_SUFFIX):
         if name.endswith(suffix):
             return suffix
     return ""
+
+
+def dump_txn_index(path: Path, out: TextIO) -> Problems:
+    problems = Problems()
+    try:
+        entries = decode_entries(path.read_bytes(), path)
+    except IndexCorruptError as exc:
+        problems.add(str(exc))
+        return problems
+    for e in entries:
+        out.write(f"version: 0 producerId: {e.producer_id} firstOffset: {e.first_offset} "
+                  f"lastOffset: {e.last_offset} lastStableOffset: {e.last_stable_offset}\n")
+    return problems
 
 
 def dump_file(path: Path, options: Options, out: TextIO) -> Problems:
@@ -575,6 +597,8 @@ def dump_file(path: Path, options: Options, out: TextIO) -> Problems:
         problems = dump_offset_index(path, options, out)
     elif kind == files.TIME_INDEX_SUFFIX:
         problems = dump_time_index(path, options, out)
+    elif kind == files.TXN_INDEX_SUFFIX:
+        problems = dump_txn_index(path, out)
     else:
         out.write(f"Ignoring unknown file {path}\n")
         return Problems()
@@ -598,8 +622,8 @@ def _non_negative(value: str) -> int:
 def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--files", nargs="+", required=True, metavar="FILE", type=Path,
-        help="segment files to dump: .log, .index, .timeindex (also with .deleted, "
-        ".cleaned or .swap)",
+        help="segment files to dump: .log, .index, .timeindex, .txnindex (also with "
+        ".deleted, .cleaned or .swap)",
     )
     parser.add_argument(
         "--deep-iteration", action="store_true",

@@ -33,8 +33,8 @@ from odradek.cli._common import UsageError
 
 #: Modules of ``odradek.cli`` that register sub-commands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES = ("dump_log", "topics", "configs", "acls", "console", "groups",
-                      "leader_election", "status", "dev_cluster", "reassign", "perf",
-                      "webconsole", "mirror")
+                      "transactions", "leader_election", "status", "dev_cluster", "reassign",
+                      "perf", "webconsole", "mirror")
 
 
 SERVE_EPILOG = """\

@@ -35,8 +35,9 @@ a partition goes through here, so replication changes this class and
   alone in the ISR it follows the log end offset at once. A follower takes the leader's
   value from each fetch response, bounded by its own log end. The replica manager
   checkpoints it in ``replication-offset-checkpoint``.
-- *Read.* Consumers read below the high watermark; followers (replica id >= 0) read up
-  to the log end (Kafka's ``FetchIsolation``).
+- *Read.* Consumers read below the high watermark (``read_committed`` ones below the last
+  stable offset); followers (replica id >= 0) read up to the log end (Kafka's
+  ``FetchIsolation``).
 
 The state is swapped whole (:meth:`update_state`), never mutated in place, so a reader on
 the event loop sees one consistent state.
@@ -218,6 +219,23 @@ class Partition:
                 )
         return self.log.append_as_leader(records, leader_epoch=self.state.leader_epoch)
 
+    def append_control_as_leader(
+        self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int
+    ) -> LogAppendInfo:
+        """Append a transaction marker (WriteTxnMarkers; the caller checked leadership).
+        Kafka appends markers with acks=-1: refused with NOT_ENOUGH_REPLICAS when the ISR
+        is below ``min.insync.replicas``, as any acks=-1 append."""
+        min_isr = self.log.config.min_insync_replicas
+        in_sync = len(self.state.isr)
+        if in_sync < min_isr:
+            raise NotEnoughReplicasError(
+                f"ISR of {in_sync} is below min.insync.replicas={min_isr}"
+            )
+        return self.log.append_control_as_leader(
+            producer_id, producer_epoch, committed, coordinator_epoch,
+            leader_epoch=self.state.leader_epoch,
+        )
+
     def under_min_isr(self) -> bool:
         return len(self.state.isr) < self.log.config.min_insync_replicas
 
@@ -322,10 +340,17 @@ class Partition:
 
     # -- read ----------------------------------------------------------------------------
     def read(
-        self, fetch_offset: int, max_bytes: int, min_one_message: bool, follower: bool = False
+        self, fetch_offset: int, max_bytes: int, min_one_message: bool, follower: bool = False,
+        read_committed: bool = False,
     ) -> FetchDataInfo:
-        """Records from ``fetch_offset``: below the high watermark for consumers, up to the
-        log end for a follower."""
+        """Records from ``fetch_offset``: below the high watermark for consumers (below
+        the last stable offset for ``read_committed`` ones), up to the log end for a
+        follower (Kafka's FetchIsolation)."""
         log = self.log
-        limit = None if follower else log.high_watermark
+        if follower:
+            limit = None
+        elif read_committed:
+            limit = log.last_stable_offset
+        else:
+            limit = log.high_watermark
         return log.read(fetch_offset, max_bytes, limit, min_one_message=min_one_message)

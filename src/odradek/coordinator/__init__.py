@@ -1,4 +1,4 @@
-"""Coordinators: the classic consumer group coordinator, producer ids, transactions (in part).
+"""Coordinators: the classic consumer group coordinator, producer ids, transactions.
 
 Consumer groups, from the requests down to the bytes in ``__consumer_offsets``:
 
@@ -15,8 +15,9 @@ Consumer groups, from the requests down to the bytes in ``__consumer_offsets``:
 
 Producers: ``producer_ids`` hands out id blocks for InitProducerId.
 
-Transactions (not served yet): ``transaction_state`` — the sans-I/O state machine of a
-transactional id and the coordinator's rules for each request (Kafka's
-``TransactionMetadata``); ``transaction_records`` — the ``__transaction_state`` key and
-value formats.
+Transactions: ``transaction_state`` — the sans-I/O state machine of a transactional id
+and the coordinator's rules for each request (Kafka's ``TransactionMetadata``);
+``transaction_records`` — the ``__transaction_state`` key and value formats;
+``transaction_coordinator`` — the coordinator itself: loading, the writes, the markers,
+timeouts and expiration (Kafka's ``TransactionCoordinator``).
 """

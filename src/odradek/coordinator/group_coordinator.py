@@ -34,6 +34,9 @@ How it works:
   partition has it (:attr:`GroupCoordinator.wait_replicated`), and on a timeout
   (COORDINATOR_NOT_AVAILABLE) or a lost leadership (NOT_COORDINATOR) the old id is put
   back.
+- **Transactional offsets.** TxnOffsetCommit stores offsets pending under the producer
+  id; :meth:`GroupCoordinator.on_txn_marker`, called when a transaction marker lands on a
+  ``__consumer_offsets`` partition, commits or drops them (KIP-98, KIP-447).
 - **Offsets.** The coordinator checks who may commit (a member of the current
   generation, or anyone while the group is Empty and without group management) and which
   partitions OffsetDelete may touch; the manager writes, caches and expires them.
@@ -884,13 +887,62 @@ class GroupCoordinator:
         self, group_id: str, partitions: Iterable[_Partition] | None, require_stable: bool
     ) -> tuple[ErrorCode, dict[_Partition, CommittedOffset | None]]:
         """(group error, committed offset or None per partition); ``partitions`` None asks
-        for every partition with a committed offset. No transactional commits exist yet,
-        so ``require_stable`` never finds an unstable offset."""
+        for every partition with a committed offset. With ``require_stable`` the handler
+        asks :meth:`unstable_offsets` which partitions to answer UNSTABLE_OFFSET_COMMIT."""
         del require_stable
         error = self._check(group_id, allow_empty_id=True)
         if error != ErrorCode.none:
             return error, {}
         return ErrorCode.none, self.manager.get_offsets(group_id, partitions)
+
+    def unstable_offsets(self, group_id: str) -> set[_Partition]:
+        """Partitions with an offset committed by a transaction not completed yet (an
+        OffsetFetch with ``require_stable`` answers them UNSTABLE_OFFSET_COMMIT, KIP-447)."""
+        group = self.manager.get_group(group_id)
+        if group is None:
+            return set()
+        return {tp for pending in group.pending_txn_offsets.values() for tp in pending}
+
+    # ================================================================ transactions
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[_Partition, tuple[int, int, str | None]],
+    ) -> dict[_Partition, ErrorCode]:
+        """TxnOffsetCommit (Kafka's ``doTxnCommitOffsets``): v3+ carry the member and
+        generation (KIP-447), checked when given; the offsets stay pending until the
+        transaction's marker reaches the group's partition (:meth:`on_txn_marker`)."""
+        error = self._check(group_id)
+        if error != ErrorCode.none:
+            return dict.fromkeys(offsets, error)
+        group = self.manager.get_group(group_id)
+        if group is None:
+            group = self.manager.add_group(
+                GroupMetadata(group_id, state_timestamp_ms=self.time_ms()))
+        if group.is_in(GroupState.DEAD):
+            error = ErrorCode.coordinator_not_available
+        elif member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            error = self._validate_member(group, member_id, group_instance_id)
+        if error == ErrorCode.none and generation_id >= 0 and (
+                generation_id != group.generation_id):
+            error = ErrorCode.illegal_generation
+        if error != ErrorCode.none:
+            return dict.fromkeys(offsets, error)
+        return self.manager.store_txn_offsets(group, producer_id, producer_epoch, offsets)
+
+    def on_txn_marker(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker of ``producer_id`` was appended to ``offsets_partition``
+        of ``__consumer_offsets`` (Kafka's ``scheduleHandleTxnCompletion``): its pending
+        offsets there become committed, or are dropped on abort. The WriteTxnMarkers
+        handler calls this after the marker is in the log, on the event loop."""
+        if not self.manager.is_partition_owned(offsets_partition):
+            return
+        self.manager.complete_txn(offsets_partition, producer_id, commit)
 
     def delete_offsets(
         self, group_id: str, partitions: Sequence[_Partition]

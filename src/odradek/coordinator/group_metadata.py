@@ -13,7 +13,9 @@ only through :meth:`GroupMetadata.transition_to`, which checks the table of
   every member supports; each member votes for the first candidate in its own preference
   order and the most votes win (ties go to the candidate the leader prefers).
 - **Offsets** are ``(topic, partition) -> CommittedOffset``, the last committed value of
-  each partition, as loaded from or written to ``__consumer_offsets``.
+  each partition, as loaded from or written to ``__consumer_offsets``. Offsets committed
+  inside a transaction (TxnOffsetCommit) wait in ``pending_txn_offsets`` under their
+  producer id until the transaction's marker makes them committed or drops them.
 """
 
 from __future__ import annotations
@@ -92,6 +94,9 @@ class GroupMetadata:
     pending_sync_members: set[str] = field(default_factory=set)
     static_members: dict[str, str] = field(default_factory=dict)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # TxnOffsetCommit: producer id -> offsets waiting for its transaction's marker
+    pending_txn_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = field(
+        default_factory=dict)
     new_member_added: bool = False
 
     # -- state ---------------------------------------------------------------------------

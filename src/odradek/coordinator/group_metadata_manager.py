@@ -19,6 +19,12 @@ How it works:
   the group's partition and update the cache only when the append succeeded, so nothing is
   acknowledged before it is in the log. Append failures map to errors group clients
   understand (Kafka's ``appendForGroup`` callbacks).
+- **Transactional offsets** (TxnOffsetCommit, Kafka's ``storeOffsets`` with a producer
+  id): written as a transactional batch of the producer, kept in the group's
+  ``pending_txn_offsets`` and made committed (or dropped) when the transaction's marker
+  lands on the partition (:meth:`GroupMetadataManager.complete_txn`). Loading does the
+  same with the markers found in the log; a transaction without its marker yet stays
+  pending.
 - **Retention** (Kafka's ``cleanupGroupMetadata``, KIP-211): every
   ``offsets.retention.check.interval.ms`` offsets past their deadline are tombstoned.
   An offset committed with its own retention time (OffsetCommit v2-4) expires then;
@@ -149,7 +155,16 @@ class GroupMetadataManager:
     def _replay(self, partition: int) -> dict[str, GroupMetadata]:
         offsets: dict[str, dict[_Partition, CommittedOffset]] = {}
         metadata: dict[str, GroupMetadataValue | None] = {}
-        for raw_key, raw_value in self.topic.replay(partition):
+        # producer id -> group -> the offsets its open transaction committed
+        pending: dict[int, dict[str, dict[_Partition, CommittedOffset]]] = {}
+        for entry in self.topic.replay_entries(partition):
+            if entry.control is not None:
+                done = pending.pop(entry.producer_id, {})
+                if entry.control:
+                    for group_id, txn_offsets in done.items():
+                        offsets.setdefault(group_id, {}).update(txn_offsets)
+                continue
+            raw_key, raw_value = entry.key, entry.value
             try:
                 key = decode_key(raw_key)
                 if key is None:
@@ -161,7 +176,9 @@ class GroupMetadataManager:
                         continue
                     committed = decode_value(key, raw_value)
                     assert isinstance(committed, OffsetCommitValue)
-                    offsets.setdefault(key.group, {})[tp] = CommittedOffset(
+                    target = offsets if entry.producer_id < 0 else pending.setdefault(
+                        entry.producer_id, {})
+                    target.setdefault(key.group, {})[tp] = CommittedOffset(
                         committed.offset, committed.leader_epoch, committed.metadata,
                         committed.commit_timestamp, committed.expire_timestamp,
                     )
@@ -175,11 +192,15 @@ class GroupMetadataManager:
             except RecordFormatError as exc:
                 log.warning("skipping an unreadable record of __consumer_offsets-%d: %s",
                             partition, exc)
+        open_txns: dict[str, dict[int, dict[_Partition, CommittedOffset]]] = {}
+        for producer_id, by_group in pending.items():
+            for group_id, txn_offsets in by_group.items():
+                open_txns.setdefault(group_id, {})[producer_id] = txn_offsets
         groups: dict[str, GroupMetadata] = {}
-        for group_id in set(offsets) | set(metadata):
+        for group_id in set(offsets) | set(metadata) | set(open_txns):
             value = metadata.get(group_id)
             group_offsets = offsets.get(group_id, {})
-            if value is None and not group_offsets:
+            if value is None and not group_offsets and group_id not in open_txns:
                 continue
             group = GroupMetadata(group_id, state_timestamp_ms=self.time_ms())
             if value is not None:
@@ -203,6 +224,7 @@ class GroupMetadataManager:
                 for state in LOAD_PATHS[written_in]:
                     group.transition_to(state, group.state_timestamp_ms)
             group.offsets = dict(group_offsets)
+            group.pending_txn_offsets = open_txns.get(group_id, {})
             groups[group_id] = group
         return groups
 
@@ -280,6 +302,52 @@ class GroupMetadataManager:
                 if error == ErrorCode.none:
                     group.offsets[tp] = value
         return results
+
+    def store_txn_offsets(
+        self,
+        group: GroupMetadata,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Mapping[_Partition, tuple[int, int, str | None]],
+    ) -> dict[_Partition, ErrorCode]:
+        """TxnOffsetCommit: write the offsets as a transactional batch of the producer and
+        keep them pending until its transaction's marker (:meth:`complete_txn`)."""
+        now = self.time_ms()
+        results: dict[_Partition, ErrorCode] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: dict[_Partition, CommittedOffset] = {}
+        for tp, (offset, epoch, metadata) in offsets.items():
+            text = metadata or ""
+            if len(text.encode("utf-8")) > self.config.max_metadata_size:
+                results[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            accepted[tp] = CommittedOffset(offset, epoch, text, now)
+            records.append((
+                OffsetCommitKey(group.group_id, tp[0], tp[1]).encode(),
+                OffsetCommitValue(offset, epoch, text, now, -1).encode(),
+            ))
+        if records:
+            error = self._append(group.group_id, records, now, producer_id, producer_epoch)
+            for tp in accepted:
+                results[tp] = error
+            if error == ErrorCode.none:
+                group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+        return results
+
+    def complete_txn(self, partition: int, producer_id: int, commit: bool) -> int:
+        """The marker of ``producer_id``'s transaction reached ``partition``: its pending
+        offsets become committed (or are dropped on abort). Returns the groups touched."""
+        touched = 0
+        for group in self.groups.values():
+            pending = group.pending_txn_offsets.pop(producer_id, None)
+            if pending is None or self.partition_for(group.group_id) != partition:
+                if pending is not None:
+                    group.pending_txn_offsets[producer_id] = pending
+                continue
+            touched += 1
+            if commit:
+                group.offsets.update(pending)
+        return touched
 
     def get_offsets(
         self, group_id: str, partitions: Iterable[_Partition] | None
@@ -374,13 +442,17 @@ class GroupMetadataManager:
 
     # ================================================================ appends
     def _append(
-        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], now: int
+        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], now: int,
+        producer_id: int = -1, producer_epoch: int = -1,
     ) -> ErrorCode:
         partition = self.partition_for(group_id)
         if partition not in self._owned:
             return ErrorCode.not_coordinator
         try:
-            self.topic.append(partition, records, now)
+            if producer_id >= 0:
+                self.topic.append(partition, records, now, producer_id, producer_epoch)
+            else:
+                self.topic.append(partition, records, now)
         except Exception as exc:
             return _append_error(exc, group_id)
         return ErrorCode.none

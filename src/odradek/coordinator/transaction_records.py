@@ -32,17 +32,20 @@ Kafka does for clients before Transactions V2 (``transactionLogValueVersion``), 
 brokers can still read the log (KIP-915); tags are written only in version 1 and only
 when they differ from their defaults.
 
-Every count and length read is checked against the bytes left before anything loops or
-allocates (as :mod:`odradek.protocol.primitives` does for requests), so decoding a
-record costs at most its size; a bad record is :class:`TransactionLogFormatError`.
+Records are read with the bounded reader requests use
+(:class:`odradek.protocol.primitives.BodyReader`): every count and length is checked
+against the bytes left before anything loops or allocates, so decoding a record costs at
+most its size; a bad record is :class:`TransactionLogFormatError`.
 Bytes after the last field are ignored and unknown tags (newer Kafkas add some) skipped,
 as Kafka's generated readers do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from odradek.coordinator.group_records import java_string_hash
@@ -54,6 +57,8 @@ from odradek.coordinator.transaction_state import (
     TransactionState,
     TxnTransitMetadata,
 )
+from odradek.protocol.errors import InvalidRequestError
+from odradek.protocol.primitives import BodyReader, read_uvarint, refuse_count
 
 __all__ = [
     "TRANSACTION_LOG_KEY_VERSION",
@@ -80,7 +85,7 @@ _TAG_CLIENT_TRANSACTION_VERSION = 2
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
+_I32 = struct.Struct(">i")  # written; read through BodyReader
 _I64 = struct.Struct(">q")
 # Smallest encodings, to bound counts: a topic entry is a string length and an array
 # count (plus tagged fields when flexible); a partition id is an int32; a tagged field
@@ -88,8 +93,6 @@ _I64 = struct.Struct(">q")
 _MIN_TOPIC_ENTRY = {False: 2 + 4, True: 1 + 1 + 1}
 _MIN_PARTITION_ID = 4
 _MIN_TAGGED_FIELD = 2
-# KIP-482: an unsigned varint of an int32 is at most 5 bytes.
-_MAX_UVARINT_BYTES = 5
 
 
 class TransactionLogFormatError(ValueError):
@@ -117,7 +120,11 @@ class TransactionLogKey:
 def decode_key(data: bytes) -> TransactionLogKey | None:
     """The key, or None for a key version this coordinator does not know, which loading
     skips (as Kafka's ``TransactionLog.readTxnRecordKey`` answers an unknown key)."""
-    r = _Reader(data)
+    with _format_errors():
+        return _decode_key(_Reader(data))
+
+
+def _decode_key(r: _Reader) -> TransactionLogKey | None:
     version = r.i16()
     if version != TRANSACTION_LOG_KEY_VERSION:
         return None
@@ -225,7 +232,11 @@ def decode_value(data: bytes | None) -> TransactionLogValue | None:
     ``UnknownValueVersion``."""
     if data is None:
         return None
-    r = _Reader(data)
+    with _format_errors():
+        return _decode_value(_Reader(data))
+
+
+def _decode_value(r: _Reader) -> TransactionLogValue:
     version = r.i16()
     if version not in (0, _FLEXIBLE_VALUE):
         raise TransactionLogFormatError(f"unknown transaction log value version {version}")
@@ -239,11 +250,11 @@ def decode_value(data: bytes | None) -> TransactionLogValue | None:
     except ValueError as exc:
         raise TransactionLogFormatError(str(exc)) from None
     partitions: set[TopicPartition] = set()
-    for _ in range(r.count(_MIN_TOPIC_ENTRY[flexible], flexible, "transaction partitions")):
+    for _ in range(r.elements(_MIN_TOPIC_ENTRY[flexible], flexible, "transaction partitions")):
         topic = r.string(flexible)
         if topic is None:
             raise TransactionLogFormatError("null topic in transaction partitions")
-        for _ in range(r.count(_MIN_PARTITION_ID, flexible, "partition ids")):
+        for _ in range(r.elements(_MIN_PARTITION_ID, flexible, "partition ids")):
             partitions.add((topic, r.i32()))
         if flexible:
             r.skip_tagged_fields()
@@ -300,80 +311,79 @@ def _fixed(layout: struct.Struct, payload: bytes, what: str) -> int:
     return int(layout.unpack(payload)[0])
 
 
-class _Reader:
-    __slots__ = ("data", "pos")
+class _Reader(BodyReader):
+    """The shared bounded body reader (:class:`~odradek.protocol.primitives.BodyReader`)
+    with what the record format adds: int8, int64, unsigned varints, compact strings and
+    arrays, tagged fields. Its errors are turned into :class:`TransactionLogFormatError`
+    by :func:`_format_errors`."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    @property
-    def remaining(self) -> int:
-        return len(self.data) - self.pos
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or n > self.remaining:
-            raise TransactionLogFormatError(
-                f"record ends early at byte {self.pos} (wanted {n}, {self.remaining} left)")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
+    __slots__ = ()
 
     def i8(self) -> int:
-        return int(_I8.unpack(self._take(1))[0])
+        return int(_I8.unpack(self.take(1, "int8"))[0])
 
     def i16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
+        return self.int16()
 
     def i32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
+        return self.int32()
 
     def i64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
+        return int(_I64.unpack(self.take(8, "int64"))[0])
 
     def uvarint(self) -> int:
-        value = 0
-        for i in range(_MAX_UVARINT_BYTES):
-            byte = self._take(1)[0]
-            value |= (byte & 0x7F) << (7 * i)
-            if not byte & 0x80:
-                return value
-        raise TransactionLogFormatError("unsigned varint longer than 5 bytes")
+        if self.remaining <= 0:
+            raise TransactionLogFormatError(f"record ends early at byte {self.pos}")
+        try:
+            value, self.pos = read_uvarint(self.buf, self.pos)
+        except IndexError:
+            raise TransactionLogFormatError(
+                f"record ends early at byte {self.pos} (in a varint)") from None
+        except InvalidRequestError:
+            raise TransactionLogFormatError("unsigned varint longer than 5 bytes") from None
+        return value
 
     def string(self, flexible: bool) -> str | None:
-        n = self.uvarint() - 1 if flexible else self.i16()
+        n = self.uvarint() - 1 if flexible else self.int16()
         if n < 0:
             return None
         try:
-            return self._take(n).decode("utf-8")
+            return bytes(self.take(n, "string")).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise TransactionLogFormatError(f"string is not UTF-8: {exc}") from None
 
-    def count(self, min_size: int, flexible: bool, what: str) -> int:
+    def elements(self, min_size: int, flexible: bool, what: str) -> int:
         """An array's element count (null reads as 0), refused when the bytes left cannot
         hold that many elements of at least ``min_size`` bytes."""
-        n = self.uvarint() - 1 if flexible else self.i32()
+        if not flexible:
+            return self.count(min_size, what)
+        n = self.uvarint() - 1
         if n <= 0:
             return 0
         if n * min_size > self.remaining:
-            raise TransactionLogFormatError(
-                f"{what}: {n} elements of at least {min_size} bytes, but only "
-                f"{self.remaining} bytes remain")
+            raise refuse_count(what, n, min_size, self.remaining)
         return n
 
     def tagged_fields(self) -> list[tuple[int, bytes]]:
-        fields = []
-        for _ in range(self.count_tagged()):
-            tag = self.uvarint()
-            fields.append((tag, self._take(self.uvarint())))
-        return fields
-
-    def count_tagged(self) -> int:
         n = self.uvarint()
         if n * _MIN_TAGGED_FIELD > self.remaining:
             raise TransactionLogFormatError(
                 f"{n} tagged fields, but only {self.remaining} bytes remain")
-        return n
+        fields = []
+        for _ in range(n):
+            tag = self.uvarint()
+            fields.append((tag, bytes(self.take(self.uvarint(), "tagged field"))))
+        return fields
 
     def skip_tagged_fields(self) -> None:
         self.tagged_fields()
+
+
+@contextlib.contextmanager
+def _format_errors() -> Iterator[None]:
+    """The shared reader's refusals (a short record, a count too large for the bytes
+    left) as :class:`TransactionLogFormatError`."""
+    try:
+        yield
+    except InvalidRequestError as exc:
+        raise TransactionLogFormatError(f"record ends early or is malformed: {exc}") from None

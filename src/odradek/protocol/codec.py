@@ -96,6 +96,7 @@ LEGACY_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     int(ApiKey.DESCRIBE_ACLS): (0, 0),
     int(ApiKey.CREATE_ACLS): (0, 0),
     int(ApiKey.DELETE_ACLS): (0, 0),
+    int(ApiKey.WRITE_TXN_MARKERS): (0, 0),
 }
 
 

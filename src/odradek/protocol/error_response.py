@@ -128,10 +128,29 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
             "partitions": Echo(("partitions",), (("partition", "partition"),)),
         }),
     },
+    # AddPartitionsToTxnRequest.getErrorResponse: every partition before v4, the top
+    # level only from v4 (the batched form of brokers).
+    ApiKey.ADD_PARTITIONS_TO_TXN: {
+        "results_by_topic_v3_and_below": Echo(("v3_and_below_topics",), _NAME, {
+            "results_by_partition": Echo(("partitions",), (("partition_index", ""),)),
+        }),
+    },
+    ApiKey.TXN_OFFSET_COMMIT: {"topics": Echo(("topics",), _NAME, _PARTITIONS)},
+    ApiKey.DESCRIBE_TRANSACTIONS: {
+        "transaction_states": Echo(("transactional_ids",), (("transactional_id", ""),)),
+    },
     # ElectLeadersRequest.getErrorResponse: every partition named (none when null).
     ApiKey.ELECT_LEADERS: {
         "replica_election_results": Echo(("topic_partitions",), (("topic", "topic"),), {
             "partition_result": Echo(("partitions",), (("partition_id", ""),)),
+        }),
+    },
+    # WriteTxnMarkersRequest.getErrorResponse: every partition of every marker.
+    ApiKey.WRITE_TXN_MARKERS: {
+        "markers": Echo(("markers",), (("producer_id", "producer_id"),), {
+            "topics": Echo(("topics",), _NAME, {
+                "partitions": Echo(("partition_indexes",), (("partition_index", ""),)),
+            }),
         }),
     },
 }

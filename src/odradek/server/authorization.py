@@ -133,6 +133,25 @@ API_CHECKS: dict[ApiKey, tuple[Check, ...]] = {
         Check(_R.CLUSTER, _Op.IDEMPOTENT_WRITE, _CLUSTER,
               "without one: or Write on any topic"),
     ),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (
+        Check(_R.TRANSACTIONAL_ID, _Op.WRITE, _TXN, "v0-3"),
+        Check(_R.TOPIC, _Op.WRITE, _TOPIC, "v0-3, each topic (the others OPERATION_NOT_ATTEMPTED)"),
+        Check(_R.CLUSTER, _Op.CLUSTER_ACTION, _CLUSTER, "v4 (from brokers)"),
+    ),
+    ApiKey.ADD_OFFSETS_TO_TXN: (
+        Check(_R.TRANSACTIONAL_ID, _Op.WRITE, _TXN),
+        Check(_R.GROUP, _Op.READ, _GROUP),
+    ),
+    ApiKey.END_TXN: (Check(_R.TRANSACTIONAL_ID, _Op.WRITE, _TXN),),
+    ApiKey.TXN_OFFSET_COMMIT: (
+        Check(_R.TRANSACTIONAL_ID, _Op.WRITE, _TXN),
+        Check(_R.GROUP, _Op.READ, _GROUP),
+        Check(_R.TOPIC, _Op.READ, _TOPIC, "each topic"),
+    ),
+    ApiKey.DESCRIBE_TRANSACTIONS: (Check(_R.TRANSACTIONAL_ID, _Op.DESCRIBE, _TXN, "each id"),),
+    ApiKey.LIST_TRANSACTIONS: (
+        Check(_R.TRANSACTIONAL_ID, _Op.DESCRIBE, _TXN, "each id; left out", hides=True),
+    ),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (
         Check(_R.TOPIC, _Op.DESCRIBE, _TOPIC, "each topic of a consumer's request"),
         Check(_R.CLUSTER, _Op.CLUSTER_ACTION, _CLUSTER, "a follower's (replica_id >= 0)"),
@@ -161,6 +180,7 @@ API_CHECKS: dict[ApiKey, tuple[Check, ...]] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (Check(_R.CLUSTER, _Op.DESCRIBE, _CLUSTER),),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (Check(_R.CLUSTER, _Op.ALTER, _CLUSTER),),
     ApiKey.DESCRIBE_CLUSTER: (),  # answered to all; KIP-430's field from the authorizer
+    ApiKey.WRITE_TXN_MARKERS: (Check(_R.CLUSTER, _Op.CLUSTER_ACTION, _CLUSTER),),
 }
 
 

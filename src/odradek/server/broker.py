@@ -43,6 +43,11 @@ from odradek.cluster.user_credentials import scram_credential
 from odradek.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.coordinator.transaction_coordinator import (
+    TRANSACTION_STATE_TOPIC,
+    TransactionConfig,
+    TransactionCoordinator,
+)
 from odradek.protocol.registry import HandlerRegistry
 from odradek.security.acl import (
     CLUSTER_NAME,
@@ -61,13 +66,15 @@ from odradek.server.dynamic_config import CLEANER_KEYS, DynamicBrokerConfig
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.handlers import register_all
-from odradek.server.handlers._group_log import group_log_replicated
+from odradek.server.handlers._group_log import group_log_replicated, txn_log_replicated
+from odradek.server.handlers.init_producer_id import allocate_producer_id
 from odradek.server.listener_security import inter_broker_security, listener_security
 from odradek.server.metrics import MetricsServer, require_prometheus_client
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.purgatory import Purgatory
 from odradek.server.services import BrokerServices
 from odradek.server.tls_reload import TlsReloader
+from odradek.server.txn_markers import TxnMarkerSender
 from odradek.server.watchdog import LoopWatchdog
 from odradek.server.zk_cluster import ZkCluster
 from odradek.storage import LogAppendInfo, LogManager, PartitionLog, TopicPartition
@@ -108,6 +115,8 @@ class Broker:
         self._logs_loaded = False
         self.replica_manager: ReplicaManager
         self.group_coordinator: GroupCoordinator
+        self.transaction_coordinator: TransactionCoordinator
+        self._txn_markers: TxnMarkerSender | None = None
         self.services: BrokerServices
         self._cleaner_values: dict[str, Any] | None = None
         # How this broker reaches the others' inter-broker listener (cluster mode).
@@ -194,6 +203,7 @@ class Broker:
         # before the listeners open.
         self.group_coordinator = self._make_group_coordinator()
         self.group_coordinator.startup()
+        self.transaction_coordinator = self._make_transaction_coordinator()
         await self._start_authorizer(store)
         self.replica_manager.on_leadership_change = self._on_leadership_change
         self.services = BrokerServices(
@@ -220,7 +230,10 @@ class Broker:
             topic_stats=self.topic_stats,
             authorizer=self.authorizer,
             acl_store=self.acl_store,
+            transaction_coordinator=self.transaction_coordinator,
+            txn_offsets_completed=self._txn_offsets_completed,
         )
+        self._wire_transaction_coordinator()
         # The group record a static member's JoinGroup stores waits for the ISR (acks=-1).
         self.group_coordinator.wait_replicated = functools.partial(
             group_log_replicated, self.services)
@@ -532,6 +545,54 @@ class Broker:
     def _on_leadership_change(self, moved: list[TopicPartition]) -> None:
         if any(tp.topic == OFFSETS_TOPIC for tp in moved):
             self.group_coordinator.refresh_leadership()
+        if any(tp.topic == TRANSACTION_STATE_TOPIC for tp in moved):
+            self.transaction_coordinator.refresh_leadership()
+
+    def _make_transaction_coordinator(self) -> TransactionCoordinator:
+        """The transaction coordinator over the ``__transaction_state`` partitions led
+        here; its writes are acks=all (min.insync.replicas = transaction.state.log.min.isr)."""
+        config = TransactionConfig.from_broker(self.config.values)
+        replica_manager = self.replica_manager
+
+        def led_log(topic: str, index: int) -> PartitionLog | None:
+            partition = replica_manager.get_partition(topic, index)
+            return partition.log if partition is not None and partition.is_leader else None
+
+        def append(partition_log: PartitionLog, records: bytes) -> LogAppendInfo:
+            partition = replica_manager.leader_partition(
+                partition_log.topic, partition_log.partition)
+            return partition.append_records_as_leader(records, acks=-1)
+
+        topic = OffsetsTopic(
+            self.metadata, self.broker_id, led_log, append,
+            num_partitions=config.num_partitions,
+            replication_factor=config.replication_factor,
+            segment_bytes=config.segment_bytes, name=TRANSACTION_STATE_TOPIC,
+            load_buffer_size=config.load_buffer_size,
+            topic_configs={"min.insync.replicas": str(config.min_isr),
+                           "unclean.leader.election.enable": "false"},
+        )
+        return TransactionCoordinator(topic, config)
+
+    def _txn_offsets_completed(self, producer_id: int, commit: bool,
+                               partitions: list[int]) -> None:
+        """A transaction's markers reached these ``__consumer_offsets`` partitions."""
+        for partition in partitions:
+            self.group_coordinator.on_txn_marker(partition, producer_id, commit)
+
+    def _wire_transaction_coordinator(self) -> None:
+        """Producer ids, the ISR wait and the markers' connections, then load."""
+        txn = self.transaction_coordinator
+        txn.allocate_producer_id = functools.partial(allocate_producer_id, self.services)
+        txn.wait_replicated = functools.partial(
+            txn_log_replicated, self.services, TRANSACTION_STATE_TOPIC)
+        try:
+            security = inter_broker_security(self.config)
+        except Exception:  # a single node without inter-broker credentials
+            security = self._inter_broker
+        self._txn_markers = TxnMarkerSender(self.broker_id, self._live_brokers, security)
+        txn.send_markers = self._txn_markers
+        txn.startup()
 
     def _make_group_coordinator(self) -> GroupCoordinator:
         """The group coordinator over the ``__consumer_offsets`` partitions led here."""
@@ -573,6 +634,10 @@ class Broker:
             # answer parked JoinGroup/SyncGroup requests (NOT_COORDINATOR) so that
             # in-flight requests can finish
             self.group_coordinator.shutdown()
+        if hasattr(self, "transaction_coordinator"):
+            self.transaction_coordinator.shutdown()
+        if self._txn_markers is not None:
+            await self._txn_markers.close()
         for server in self.servers:
             await server.stop()
         if self.metrics_server is not None:

@@ -54,7 +54,8 @@ ZK_ACL = "ZooKeeper ACLs on Kafka's znodes are not supported by Odradek yet"
 KRAFT = ("KRaft mode is not supported by Odradek (it runs as one embedded node or in "
          "ZooKeeper mode)")
 TIERED = "tiered storage (KIP-405) is not supported by Odradek yet"
-TXN = "transactions are not supported by Odradek yet"
+TXN = ("KIP-890's verification of transactional appends by partition leaders is not "
+       "served by Odradek yet")
 CONSUMER_PROTOCOL = "the consumer group protocol of KIP-848 is not supported by Odradek yet"
 SHARE = "share groups (KIP-932) are not supported by Odradek yet"
 TOKENS = "delegation tokens are not supported by Odradek yet"
@@ -150,7 +151,7 @@ _EXACT: dict[str, str] = {
     "log.message.timestamp.difference.max.ms": TIMESTAMP_DIFF,
     "num.replica.alter.log.dirs.threads": REPLICA_MOVES,
     "num.recovery.threads.per.data.dir": PARALLEL_RECOVERY,
-    "transactional.id.expiration.ms": TXN,
+    "transaction.partition.verification.enable": TXN,
     "max.request.partition.size.limit": SHARE,
     # Kafka 4.0 keys of its shipped server.properties, not in 3.9's KafkaConfig.
     "share.coordinator.state.topic.replication.factor": SHARE,
@@ -178,7 +179,6 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     ("controller.", KRAFT),
     ("metadata.", KRAFT),
     ("remote.", TIERED),
-    ("transaction.", TXN),
     ("group.consumer.", CONSUMER_PROTOCOL),
     ("group.share.", SHARE),
     ("share.", SHARE),
@@ -215,6 +215,8 @@ ODRADEK_DEFAULTS: dict[str, str] = {
     "log.dirs": "./data",
     "log.dir": "empty: log.dirs (./data) is the data directory",
     "offsets.topic.replication.factor": "1, for the embedded single node",
+    "transaction.state.log.replication.factor": "1, for the embedded single node",
+    "transaction.state.log.min.isr": "1, for the embedded single node",
     "log.message.timestamp.after.max.ms": "one hour, Kafka 4.0's default (KIP-1030)",
     "log.retention.ms": "the value in effect (from log.retention.hours), where Kafka says null",
     "log.roll.ms": "the value in effect (from log.roll.hours), where Kafka says null",

@@ -141,6 +141,8 @@ class Snapshot:
     replica_manager: dict[str, int] = field(default_factory=dict)
     controller: dict[str, int] = field(default_factory=dict)
     logs: list[tuple[str, int, int, int, int, int]] = field(default_factory=list)
+    # (topic, partition, high watermark - last stable offset) of each partition led here
+    stable_lag: list[tuple[str, int, int]] = field(default_factory=list)
     cleaner: dict[str, float] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
     offsets: int = 0
@@ -187,6 +189,8 @@ def snapshot(broker: BrokerView) -> Snapshot:
                 under_min_isr += 1
             elif in_sync == min_isr:
                 at_min_isr += 1
+            snap.stable_lag.append((tp.topic, tp.partition, partition_log.high_watermark
+                                    - partition_log.last_stable_offset))
         segments = partition_log.segments
         snap.logs.append((tp.topic, tp.partition, sum(s.size for s in segments), len(segments),
                           partition_log.log_start_offset, partition_log.log_end_offset))
@@ -365,6 +369,14 @@ class BrokerCollector:
             starts.add_metric(labels, start)
             ends.add_metric(labels, end)
         yield from (sizes, segments, starts, ends)
+        # kafka.cluster:type=Partition,name=LastStableOffsetLag (an open transaction's hold)
+        lso_lag = GaugeMetricFamily(
+            "kafka_cluster_partition_laststableoffsetlag",
+            "high watermark minus last stable offset of a partition led here",
+            labels=["topic", "partition"])
+        for topic, index, behind_lso in snap.stable_lag:
+            lso_lag.add_metric([topic, str(index)], behind_lso)
+        yield lso_lag
         flush_counts, flush_ns = LOG_FLUSH_STATS.snapshot()
         flush = HistogramMetricFamily("kafka_log_logflushstats_logflushrateandtimems",
                                       "time of log flushes (fsync), in milliseconds")

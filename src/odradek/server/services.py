@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from odradek.cluster.acl_store import AclStore
     from odradek.cluster.reassignment import Reassignment
     from odradek.coordinator.group_coordinator import GroupCoordinator
+    from odradek.coordinator.transaction_coordinator import TransactionCoordinator
     from odradek.security.acl import AclAuthorizer
     from odradek.server.tls_reload import TlsReloader
 
@@ -89,3 +90,9 @@ class BrokerServices:
     """The ACL authorizer (None: ``authorizer.class.name`` unset, nothing is checked)."""
     acl_store: AclStore | None = None
     """Where CreateAcls and DeleteAcls write (None with no authorizer)."""
+    transaction_coordinator: TransactionCoordinator | None = None
+    """The transaction coordinator over the ``__transaction_state`` partitions led here."""
+    txn_offsets_completed: Callable[[int, bool, list[int]], None] | None = None
+    """Told (producer id, committed, ``__consumer_offsets`` partitions) when WriteTxnMarkers
+    wrote a transaction's markers there: the group coordinator makes the transaction's
+    pending offsets visible or drops them (None: no transactional offsets)."""

@@ -36,8 +36,18 @@ its batch with a *delete horizon* (now + ``delete.retention.ms``) stored as the 
 base timestamp (attribute bit 6); a later pass after the horizon drops it. A tombstone
 therefore survives at least one cleaning plus ``delete.retention.ms``.
 
-Control batches are copied unchanged (transactions are not supported yet, so the only
-control batches are ones a client wrote without data to abort).
+Transactions (Kafka's ``CleanedTransactionMetadata``): the dirty section ends at the last
+stable offset, so no open transaction is cleaned. The aborted transactions of the range
+come from the segments' ``.txnindex``; walking batches in offset order, a producer's
+transactional batches from an aborted transaction's first offset up to its marker are
+*aborted data*: left out of the offset map (an aborted record never shadows a committed
+one) and dropped from the cleaned segment. Control batches (the markers) are copied
+unchanged and never enter the map: Kafka also removes a marker once its transaction's data
+is gone and ``delete.retention.ms`` passed, which Odradek does not do yet (markers stay,
+which costs a few bytes per transaction and is always safe). A cleaned segment's
+``.txnindex`` holds every entry of the segments it replaces (entries whose data is gone
+are harmless to readers), so a read_committed fetcher still learns of aborted data the
+pass left (above the map's end).
 
 Reading and copying run in a cleaner thread outside the log's lock; only the swap takes it.
 Records are decoded in Python (per record, off the produce and fetch paths); digests,
@@ -74,6 +84,7 @@ from odradek.storage.errors import StorageError
 from odradek.storage.log import PartitionLog
 from odradek.storage.offset_map import SkimpyOffsetMap
 from odradek.storage.segment import LogSegment
+from odradek.storage.txn_index import AbortedTxn
 
 _INT32 = struct.Struct(">i")
 _MIN_ENTRY = LOG_OVERHEAD + MESSAGE_OVERHEAD_V0  # a v0 message, the smallest entry
@@ -201,6 +212,26 @@ def empty_batch(header: BatchHeader) -> bytes:
     return bytes(buf)
 
 
+class AbortedTxnTracker:
+    """Which batches belong to aborted transactions, fed every batch in offset order
+    (Kafka's CleanedTransactionMetadata): per batch, never per record."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._aborting: set[int] = set()
+
+    def is_aborted(self, header: BatchHeader) -> bool:
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next].first_offset <= header.base_offset:
+            self._aborting.add(pending[self._next].producer_id)
+            self._next += 1
+        if header.is_control:
+            self._aborting.discard(header.producer_id)
+            return False
+        return header.is_transactional and header.producer_id in self._aborting
+
+
 # -- the pass ----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LogToClean:
@@ -318,6 +349,7 @@ class Cleaner:
     def _fill(self, log: PartitionLog, start: int, end: int, stats: CleanerStats) -> int:
         offset_map = self.offset_map
         covered = start
+        tracker = AbortedTxnTracker(log.collect_aborted_transactions(start, end))
         for segment in list(log.segments):
             if segment.base_offset >= end or segment.next_offset <= start:
                 continue
@@ -333,7 +365,7 @@ class Cleaner:
                 stats.map_bytes_read += header.size
                 if header.next_offset <= start:
                     continue
-                if not header.is_control:
+                if not tracker.is_aborted(header) and not header.is_control:
                     if offset_map.size + header.record_count > offset_map.max_entries:
                         if covered > start:
                             return covered  # full: clean up to here, the rest next pass
@@ -393,8 +425,10 @@ class Cleaner:
         new_horizon: int, stats: CleanerStats,
     ) -> int:
         base = group[0].base_offset
-        for fn in (files.log_file, files.index_file, files.time_index_file):
+        for fn in (files.log_file, files.index_file, files.time_index_file,
+                   files.txn_index_file):
             fn(log.dir, base, files.CLEANED_SUFFIX).unlink(missing_ok=True)
+        tracker = AbortedTxnTracker(log.collect_aborted_transactions(base, end))
         cleaned = LogSegment(
             log.dir, base, log.config.index_interval_bytes, log.config.segment_index_bytes,
             suffix=files.CLEANED_SUFFIX, new=True,
@@ -425,8 +459,11 @@ class Cleaner:
                     self._check_abort,
                 ):
                     stats.bytes_read += header.size
-                    kept, horizon = self._filter_batch(header, batch, end, now, new_horizon,
-                                                       stats)
+                    if tracker.is_aborted(header) and header.base_offset < end:
+                        kept, horizon = None, -1  # aborted data (module doc)
+                    else:
+                        kept, horizon = self._filter_batch(header, batch, end, now,
+                                                           new_horizon, stats)
                     if kept is None:
                         last_dropped = header
                         continue
@@ -438,6 +475,9 @@ class Cleaner:
                 # Keep the group's offset range (and the producer's last batch): see header.
                 emit(empty_batch(last_dropped))
             flush()
+            for segment in group:
+                for entry in segment.txn_index.entries:
+                    cleaned.txn_index.append(entry)
             cleaned.on_become_inactive()
             cleaned.flush()
         except BaseException:

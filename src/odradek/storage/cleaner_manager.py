@@ -6,7 +6,8 @@ How it works:
   ``compact`` and that are neither being cleaned nor backing off after a failure, the
   dirty section runs from the log's entry in ``cleaner-offset-checkpoint`` (Kafka's file,
   one per log dir; reset to the log start offset when out of range) to the first
-  uncleanable offset: the active segment's base, the high watermark, or the first segment
+  uncleanable offset: the active segment's base, the last stable offset (at most the high
+  watermark: no open transaction is compacted), or the first segment
   whose newest record is younger than ``min.compaction.lag.ms``. The log with the highest
   dirty ratio (dirty bytes / total bytes, by whole segments) at or above
   ``min.cleanable.dirty.ratio`` wins; a log whose oldest dirty record is older than
@@ -122,7 +123,9 @@ class LogCleanerManager:
         config = partition_log.config
         segments = list(partition_log.segments)
         first_dirty = self.first_dirty_offset(tp, partition_log)
-        uncleanable = min(segments[-1].base_offset, partition_log.high_watermark)
+        # The last stable offset: an open transaction's records are never compacted (they
+        # may still be aborted), as Kafka's firstUnstableOffset bound.
+        uncleanable = min(segments[-1].base_offset, partition_log.last_stable_offset)
         min_lag = int(config["min.compaction.lag.ms"])
         if min_lag > 0:
             for segment in segments[:-1]:

@@ -2,8 +2,9 @@
 
 Segment files are named by their base offset as 20 zero-padded digits, so that a directory
 listing sorts them. Suffixes mark a file's role and life cycle: ``.log``, ``.index``,
-``.timeindex``, ``.snapshot`` (producer state), ``.cleaned`` and ``.swap`` (the cleaner's
-crash-safe swap), ``.deleted`` (renamed before asynchronous deletion).
+``.timeindex``, ``.txnindex`` (aborted transactions), ``.snapshot`` (producer state),
+``.cleaned`` and ``.swap`` (the cleaner's crash-safe swap), ``.deleted`` (renamed before
+asynchronous deletion).
 
 Small metadata files (checkpoints) are written atomically: write a temporary file, fsync
 it, rename it over the old one, fsync the directory.
@@ -18,6 +19,7 @@ from pathlib import Path
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -63,6 +65,10 @@ def index_file(dir: Path, offset: int, suffix: str = "") -> Path:
 
 def time_index_file(dir: Path, offset: int, suffix: str = "") -> Path:
     return dir / (filename_prefix(offset) + TIME_INDEX_SUFFIX + suffix)
+
+
+def txn_index_file(dir: Path, offset: int, suffix: str = "") -> Path:
+    return dir / (filename_prefix(offset) + TXN_INDEX_SUFFIX + suffix)
 
 
 def offset_from_filename(name: str) -> int:

@@ -15,6 +15,14 @@ How it works:
   ``.swap`` files completed, indexes rebuilt where missing or failing their sanity check,
   and after an unclean shutdown every segment from the recovery point on revalidated and a
   torn or corrupt tail truncated.
+- **Transactions** (Kafka's UnifiedLog with ProducerStateManager, KIP-98): transactional
+  batches open their producer's transaction; a commit or abort marker, appended by
+  :meth:`PartitionLog.append_control_as_leader` for the transaction coordinator (or
+  replicated), ends it, and an abort adds an entry to the active segment's ``.txnindex``.
+  :attr:`PartitionLog.last_stable_offset` is the first offset of the oldest transaction
+  not yet ended and replicated, bounded by the high watermark: ``read_committed`` reads
+  stop there, and :meth:`PartitionLog.collect_aborted_transactions` names the aborted
+  transactions a read returns records of.
 - **Retention** deletes closed segments only (never the active one): older than
   ``retention.ms``, beyond ``retention.bytes``, or wholly below the log start offset. Their
   files are renamed ``.deleted`` and removed later, asynchronously.
@@ -50,6 +58,7 @@ from odradek.records.batch import (
     validate_batches,
 )
 from odradek.records.compression import CompressionType
+from odradek.records.control import ControlType, EndTransactionMarker, build_end_txn_marker
 from odradek.storage import files, log_loader
 from odradek.storage.config import LogConfig
 from odradek.storage.dir_failure import LogDirFailureChannel
@@ -64,8 +73,9 @@ from odradek.storage.errors import (
 )
 from odradek.storage.index import TimestampOffset
 from odradek.storage.leader_epoch import LeaderEpochCache
-from odradek.storage.producer_state import BatchMetadata, ProducerStateManager
+from odradek.storage.producer_state import BatchMetadata, CompletedTxn, ProducerStateManager
 from odradek.storage.segment import AppendedBatch, BatchExtent, LogSegment
+from odradek.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +111,7 @@ _CORRUPT_REASONS = frozenset(
     {"short_header", "short_length", "truncated", "magic", "crc", "codec", "empty"}
 )
 _INT32_MAX = (1 << 31) - 1
+_CONTROL_MASK = 0x20  # the control bit of a batch's attributes (records/batch.py)
 _TOPIC_CODECS = {
     "uncompressed": CompressionType.NONE, "gzip": CompressionType.GZIP,
     "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD,
@@ -138,9 +149,19 @@ class FetchDataInfo:
     # The region may hold v0/v1 entries (a segment of a Kafka before 0.11): fetchers get
     # it up-converted (records/legacy.py ``up_convert``), not as it is.
     legacy: bool = False
+    # The last stable offset when read (-1: not asked for).
+    last_stable_offset: int = -1
+    # read_committed: (producer id, first offset) of the aborted transactions the region
+    # may hold records of (None: read_uncommitted).
+    aborted_transactions: list[tuple[int, int]] | None = None
 
     def read(self) -> bytes:
         return os.pread(self.fd, self.size, self.position) if self.size else b""
+
+
+def _marker_of(committed: bool, coordinator_epoch: int) -> EndTransactionMarker:
+    return EndTransactionMarker(
+        ControlType.COMMIT if committed else ControlType.ABORT, coordinator_epoch)
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
@@ -322,6 +343,10 @@ class PartitionLog:
                 raise RecordTooLargeError(
                     f"batch of {header.size} bytes exceeds max.message.bytes {max_size}"
                 )
+            if strict and header.attributes & _CONTROL_MASK:
+                # Kafka's LogValidator: markers come from the transaction coordinator
+                # (append_control_as_leader), never in a client's produce.
+                raise InvalidRecordBatchError("Clients are not allowed to write control records")
         if strict and self.config.compact:  # a producer's batches, not replicated ones
             _require_keys(records, info.batches, self.name)
         return info
@@ -438,6 +463,76 @@ class PartitionLog:
             self.log_start_offset, 0, 0,
         )
 
+    def append_control_as_leader(
+        self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
+        leader_epoch: int = -1,
+    ) -> LogAppendInfo:
+        """Append the marker ending a transaction, for the transaction coordinator
+        (WriteTxnMarkers); fenced as Kafka's coordinator-origin appends are
+        (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED)."""
+        now = self.time_ms()
+        batch = build_end_txn_marker(producer_id, producer_epoch, committed,
+                                     coordinator_epoch, now)
+        info = self.validate(batch, strict=False)
+        header = info.batches[0]
+        buf = bytearray(batch)
+        with self._lock:
+            self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            offset = self._view[1][-1].next_offset
+            if leader_epoch >= 0:
+                self.leader_epoch_cache.assign(leader_epoch, offset)
+                set_partition_leader_epoch(buf, 0, leader_epoch)
+            set_base_offset(buf, 0, offset)
+            if self.config.log_append_time:
+                set_log_append_time(buf, 0, now)
+            placed = header._replace(base_offset=offset)
+            self._append(buf, (placed,), offset, offset)
+            completed = self.producer_state.complete_txn(
+                placed, _marker_of(committed, coordinator_epoch))
+            self._index_completed([completed])
+        return LogAppendInfo(offset, offset, now, -1, self.log_start_offset, 1, len(buf))
+
+    def _index_completed(self, completed: Sequence[CompletedTxn]) -> None:
+        """Aborted transactions go into the active segment's ``.txnindex`` (the segment
+        their markers were just appended to)."""
+        for txn in completed:
+            if txn.is_aborted:
+                entry = self.producer_state.aborted_txn(txn)
+                with self._io("writing the transaction index"):
+                    self.active_segment.txn_index.append(entry)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest transaction not ended and replicated, bounded by
+        the high watermark and the log start offset (Kafka's ``UnifiedLog.lastStableOffset``)."""
+        hw = self.high_watermark
+        state = self.producer_state
+        if not (state.ongoing or state.unreplicated):
+            return hw
+        first = state.first_unstable_offset(hw)
+        if first is None or first > hw:
+            return hw
+        # An open transaction whose start retention removed: from the log start on
+        # (Kafka's maybeIncrementFirstUnstableOffset).
+        return max(first, self.log_start_offset)
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset), from
+        the ``.txnindex`` of the segment holding ``start_offset`` and the ones after it,
+        until an entry's last stable offset says no later one can overlap (Kafka's
+        ``collectAbortedTransactions``)."""
+        bases, segments = self._view
+        found: list[AbortedTxn] = []
+        with self._io("reading the transaction index"):
+            for segment in segments[max(0, bisect.bisect_right(bases, start_offset) - 1):]:
+                result = segment.txn_index.collect(start_offset, upper_bound_offset)
+                found.extend(result.aborted)
+                if result.complete:
+                    break
+        return found
+
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches whose offsets are already assigned (replication, the cleaner)."""
         info = self.validate(records, strict=False)
@@ -457,7 +552,9 @@ class PartitionLog:
             for header in info.batches:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
             self._append(records, info.batches, first, last)
-            self.producer_state.apply(info.batches)
+            completed = self.producer_state.apply(info.batches, records)
+            if completed:
+                self._index_completed(completed)
         return LogAppendInfo(
             first, last, info.max_timestamp, -1, self.log_start_offset,
             info.record_count, info.size,
@@ -555,6 +652,8 @@ class PartitionLog:
         leo = self.log_end_offset
         start = self.log_start_offset
         hw = self.high_watermark
+        state = self.producer_state
+        lso = self.last_stable_offset if state.ongoing or state.unreplicated else hw
         if offset < start or offset > leo:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range [{start}, {leo}] of {self.name}"
@@ -564,7 +663,8 @@ class PartitionLog:
         i = max(0, bisect.bisect_right(bases, offset) - 1)
         active_fd = segments[-1].fd
         if offset >= limit:
-            return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw)
+            return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw,
+                                 last_stable_offset=lso)
         with self._io("reading"):
             while i < len(segments):
                 segment = segments[i]
@@ -590,10 +690,11 @@ class PartitionLog:
                     handle = segment.file_handle()  # keeps the fd open (segment.py doc)
                     return FetchDataInfo(
                         offset, handle.fd, first.position, size, start, leo, hw, handle,
-                        segment.legacy,
+                        segment.legacy, lso,
                     )
                 i += 1
-        return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw)
+        return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw,
+                             last_stable_offset=lso)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """ListOffsets: earliest (-2), latest (-1), max timestamp (-3), or the first record
@@ -710,7 +811,7 @@ class PartitionLog:
             ):
                 return False
             base = cleaned.base_offset
-            for fn in (files.index_file, files.time_index_file):
+            for fn in (files.index_file, files.time_index_file, files.txn_index_file):
                 src = fn(self.dir, base, files.CLEANED_SUFFIX)
                 if src.exists():
                     src.rename(fn(self.dir, base, files.SWAP_SUFFIX))

@@ -7,7 +7,9 @@ How it works, run once when a :class:`~odradek.storage.log.PartitionLog` opens:
    interrupted after its commit point: it replaces the segments it covers
    (:func:`complete_swaps`); a ``.swap`` index without its log was not committed and goes.
 2. **Segments**: each ``.log`` becomes a segment. Indexes are caches: one that is missing
-   or fails its sanity check is rebuilt from the log (:func:`recover_segment`). Orphan
+   or fails its sanity check is rebuilt from the log (:func:`recover_segment`); a
+   ``.txnindex`` that does not decode is emptied and refilled by the producer state's
+   replay (step 4; a missing one is a segment without aborted transactions). Orphan
    indexes (no ``.log``) are removed.
 3. **Recovery** after an unclean shutdown (or a lost recovery-point or leader-epoch
    checkpoint): every segment from the one holding the recovery point on is revalidated
@@ -17,7 +19,8 @@ How it works, run once when a :class:`~odradek.storage.log.PartitionLog` opens:
 4. **Offsets**: the log start offset is at least the first segment's base offset, the
    recovery point at most the log end offset; the leader epoch cache and the producer
    state are brought in line with them (producer state from its snapshots and the batches
-   after them).
+   after them, which also appends to each ``.txnindex`` the aborted transactions it
+   lacks).
 
 Kafka's LogLoader does the same in ``load``, ``completeSwapOperations``,
 ``recoverSegment`` and ``recoverLog``.
@@ -112,9 +115,10 @@ def load(plog: LoadableLog, had_clean_shutdown: bool) -> int:
     for path in plog.dir.glob("*" + files.INDEX_SUFFIX):
         if not files.log_file(plog.dir, files.offset_from_filename(path.name)).exists():
             path.unlink()  # an orphan index without its log
-    for path in plog.dir.glob("*" + files.TIME_INDEX_SUFFIX):
-        if not files.log_file(plog.dir, files.offset_from_filename(path.name)).exists():
-            path.unlink()
+    for suffix in (files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX):
+        for path in plog.dir.glob("*" + suffix):
+            if not files.log_file(plog.dir, files.offset_from_filename(path.name)).exists():
+                path.unlink()
     if not plog.segments:
         plog._add_segment(plog._new_segment(plog.log_start_offset))
     elif not had_clean_shutdown:
@@ -150,8 +154,10 @@ def complete_swaps(plog: LoadableLog) -> None:
                 files.log_file(plog.dir, other).unlink(missing_ok=True)
                 files.index_file(plog.dir, other).unlink(missing_ok=True)
                 files.time_index_file(plog.dir, other).unlink(missing_ok=True)
+                files.txn_index_file(plog.dir, other).unlink(missing_ok=True)
         segment.close()
-        for fn in (files.log_file, files.index_file, files.time_index_file):
+        for fn in (files.txn_index_file, files.index_file, files.time_index_file,
+                   files.log_file):
             src = fn(plog.dir, base, files.SWAP_SUFFIX)
             if src.exists():
                 src.rename(fn(plog.dir, base))

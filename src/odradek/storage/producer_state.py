@@ -29,7 +29,23 @@ How it works:
   ===============================================  =========================================
 
   A refused batch refuses the whole partition's data: nothing of it is written.
-- **Replicated / recovered batches** update the state without checks (replication origin).
+- **Transactions** (Kafka's ``ProducerAppendInfo`` / ``ProducerStateManager``). A producer's
+  first transactional batch opens its transaction: the entry's ``current_txn_first_offset``
+  is that batch's first offset, and the transaction is *ongoing*. A non-transactional batch
+  from a producer with an ongoing transaction is INVALID_TXN_STATE. A control batch (a
+  commit or abort marker, :mod:`odradek.records.control`) ends it: on the leader it is
+  fenced first, INVALID_PRODUCER_EPOCH for an epoch older than the producer's and
+  TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than the last marker's;
+  then the transaction is *unreplicated* until the high watermark passes its marker, and
+  forgotten after. The **first unstable offset** is the smallest first offset of the
+  ongoing and unreplicated transactions; the log's last stable offset (LSO) is that,
+  bounded by the high watermark. An ended transaction is answered as a
+  :class:`CompletedTxn`; for an aborted one the log writes an :class:`AbortedTxn` into the
+  segment's ``.txnindex``, whose last stable offset is the first offset of the oldest
+  transaction of another producer still ongoing (else the marker's offset + 1), as
+  Kafka's ``lastStableOffset(completedTxn)``.
+- **Replicated / recovered batches** update the state without checks (replication origin),
+  markers included.
 - **Snapshots** ``<20-digit offset>.snapshot`` hold the state of every batch below that
   offset. They are written on log roll (the old segment was just flushed) and on clean
   shutdown; the two newest are kept. On load, snapshots above the log end are deleted, the
@@ -53,11 +69,18 @@ Snapshot format — the layout of Kafka's version-1 producer snapshot, big-endia
       last_offset          int64   of that batch
       offset_delta         int32   last_offset - first_offset of that batch
       timestamp            int64   the producer's last timestamp
-      coordinator_epoch    int32   -1 (no transactions yet)
-      current_txn_first_offset int64  -1 (no transactions yet)
+      coordinator_epoch    int32   of the producer's last marker (-1: none)
+      current_txn_first_offset int64  first offset of its ongoing transaction (-1: none)
 
 Like Kafka, a snapshot keeps only each producer's last batch; the replay after it restores
-the later ones.
+the later ones. The ongoing transactions are rebuilt from ``current_txn_first_offset``, so
+the last stable offset holds at an open transaction across a restart.
+
+While replaying, each abort marker's :class:`AbortedTxn` is appended to its segment's
+``.txnindex`` when the index does not have it yet (an index lost, or behind its log after
+an unclean shutdown: Kafka rebuilds the index in ``LogSegment.recover`` the same way). A
+segment whose index had to be rebuilt whole is replayed from the log's start, without the
+snapshots (the state its first batch needs is not in them).
 """
 
 from __future__ import annotations
@@ -73,9 +96,11 @@ from typing import TYPE_CHECKING
 
 import crc32c
 
-from odradek.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from odradek.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, InvalidRecordError
+from odradek.records.control import EndTransactionMarker, read_end_txn_marker
 from odradek.storage import files
 from odradek.storage.errors import InvalidRecordBatchError, StorageError
+from odradek.storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from odradek.storage.segment import LogSegment
@@ -84,11 +109,14 @@ __all__ = [
     "NUM_BATCHES_TO_RETAIN",
     "AppendAnalysis",
     "BatchMetadata",
+    "CompletedTxn",
     "InvalidProducerEpochError",
+    "InvalidTxnStateError",
     "OutOfOrderSequenceError",
     "ProducerStateEntry",
     "ProducerStateManager",
     "SnapshotCorruptError",
+    "TransactionCoordinatorFencedError",
 ]
 
 log = logging.getLogger(__name__)
@@ -109,6 +137,9 @@ _SNAPSHOT_HEAD = struct.Struct(">hI")  # version, crc
 _COUNT = struct.Struct(">i")
 _ENTRY = struct.Struct(">qhiqiqiq")
 _ENTRIES_OFFSET = _SNAPSHOT_HEAD.size
+# Batch attribute bits (records/batch.py), tested without building a property per batch.
+_TRANSACTIONAL_MASK = 0x10
+_CONTROL_MASK = 0x20
 
 
 class InvalidProducerEpochError(StorageError):
@@ -124,8 +155,31 @@ class OutOfOrderSequenceError(StorageError):
     kafka_error = "OUT_OF_ORDER_SEQUENCE_NUMBER"
 
 
+class InvalidTxnStateError(StorageError):
+    """A non-transactional batch from a producer whose transaction is open."""
+
+    kafka_error = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A marker from a transaction coordinator older than the one that wrote the last."""
+
+    kafka_error = "TRANSACTION_COORDINATOR_FENCED"
+
+
 class SnapshotCorruptError(StorageError):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction its marker ended (Kafka's CompletedTxn): its first offset, the
+    marker's offset, and whether it was aborted."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -210,6 +264,11 @@ class ProducerStateManager:
     def __init__(self, dir: Path) -> None:
         self.dir = dir
         self.producers: dict[int, ProducerStateEntry] = {}
+        #: first offset -> producer id of each ongoing transaction
+        self.ongoing: dict[int, int] = {}
+        #: first offset -> (producer id, marker offset) of each transaction ended by a
+        #: marker the high watermark has not passed yet
+        self.unreplicated: dict[int, tuple[int, int]] = {}
         # Appends run on the event loop; expiration runs in a worker thread.
         self._lock = threading.Lock()
 
@@ -252,6 +311,14 @@ class ProducerStateManager:
                 entry = current.copy() if current is not None else ProducerStateEntry(pid)
                 updates[pid] = entry
             self._check(entry, current, epoch, first_seq)
+            if header.attributes & _TRANSACTIONAL_MASK:
+                if entry.current_txn_first_offset < 0:
+                    entry.current_txn_first_offset = batch_first
+            elif entry.current_txn_first_offset >= 0:
+                raise InvalidTxnStateError(
+                    f"producer {pid} sent a non-transactional batch while its transaction "
+                    f"from offset {entry.current_txn_first_offset} is open"
+                )
             entry.add_batch(epoch, _metadata(header, batch_first))
         return AppendAnalysis(updates=updates)
 
@@ -281,25 +348,124 @@ class ProducerStateManager:
             )
 
     def commit(self, analysis: AppendAnalysis) -> None:
-        if analysis.updates:
+        updates = analysis.updates
+        if updates:
             with self._lock:
-                self.producers.update(analysis.updates)
+                self.producers.update(updates)
+                for pid, entry in updates.items():
+                    if entry.current_txn_first_offset >= 0:
+                        self.ongoing[entry.current_txn_first_offset] = pid
 
-    # -- replication, recovery -----------------------------------------------------------
-    def apply(self, headers: Iterable[BatchHeader]) -> None:
-        """Install batches whose offsets are assigned, without checks (replication)."""
-        with self._lock:
-            for header in headers:
-                self._apply_one(header)
-
-    def _apply_one(self, header: BatchHeader) -> None:
-        pid = header.producer_id
-        if pid < 0 or header.is_control:
+    # -- markers (leader) ------------------------------------------------------------------
+    def check_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> None:
+        """Fence a marker the coordinator asks the leader to write (Kafka's
+        ``checkProducerEpoch`` and ``checkCoordinatorEpoch``, coordinator origin)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
             return
+        if producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker epoch {producer_epoch} of producer {producer_id} is older than "
+                f"the current epoch {entry.producer_epoch}"
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker of producer {producer_id} from coordinator epoch "
+                f"{coordinator_epoch}, older than the last marker's {entry.coordinator_epoch}"
+            )
+
+    def complete_txn(
+        self, header: BatchHeader, marker: EndTransactionMarker
+    ) -> CompletedTxn:
+        """Install a marker at ``header.base_offset`` (offsets assigned): the producer's
+        transaction ends, and waits for the high watermark to pass the marker."""
+        with self._lock:
+            return self._complete(header, marker)
+
+    def _complete(self, header: BatchHeader, marker: EndTransactionMarker) -> CompletedTxn:
+        pid = header.producer_id
+        offset = header.base_offset
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerStateEntry(pid)
+        if header.producer_epoch != entry.producer_epoch:
+            entry.batches.clear()
+            entry.producer_epoch = header.producer_epoch
+        first = entry.current_txn_first_offset
+        if first >= 0:
+            self.ongoing.pop(first, None)
+        else:
+            first = offset
+        entry.current_txn_first_offset = -1
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp = header.max_timestamp
+        self.unreplicated[first] = (pid, offset)
+        return CompletedTxn(pid, first, offset, not marker.committed)
+
+    def aborted_txn(self, completed: CompletedTxn) -> AbortedTxn:
+        """The ``.txnindex`` entry of an aborted transaction (module doc)."""
+        lso = completed.last_offset + 1
+        for first, pid in self.ongoing.items():
+            if pid != completed.producer_id and first < lso:
+                lso = first
+        return AbortedTxn(completed.producer_id, completed.first_offset,
+                          completed.last_offset, lso)
+
+    # -- last stable offset ----------------------------------------------------------------
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest ongoing or unreplicated transaction (None: none);
+        forgets the transactions whose marker the high watermark passed."""
+        unreplicated = self.unreplicated
+        if unreplicated:
+            done = [f for f, (_pid, last) in unreplicated.items() if last < high_watermark]
+            if done:
+                with self._lock:
+                    for f in done:
+                        unreplicated.pop(f, None)
+        firsts = [*self.ongoing, *unreplicated]
+        return min(firsts) if firsts else None
+
+    # -- replication, recovery -----------------------------------------------------------
+    def apply(
+        self, headers: Iterable[BatchHeader], records: bytes | bytearray | memoryview
+    ) -> list[CompletedTxn]:
+        """Install batches whose offsets are assigned, without checks (replication);
+        ``records`` holds them (at their headers' positions). Returns the transactions
+        their markers ended."""
+        completed: list[CompletedTxn] = []
+        view = memoryview(records)
+        with self._lock:
+            for header in headers:
+                if header.producer_id < 0:
+                    continue
+                marker = None
+                if header.attributes & _CONTROL_MASK:
+                    marker = _marker(view[header.position : header.position + header.size])
+                    if marker is None:
+                        continue
+                done = self._apply_one(header, marker)
+                if done is not None:
+                    completed.append(done)
+        return completed
+
+    def _apply_one(
+        self, header: BatchHeader, marker: EndTransactionMarker | None = None
+    ) -> CompletedTxn | None:
+        pid = header.producer_id
+        if pid < 0:
+            return None
+        if header.attributes & _CONTROL_MASK:
+            return self._complete(header, marker) if marker is not None else None
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = self.producers[pid] = ProducerStateEntry(pid)
+        if header.attributes & _TRANSACTIONAL_MASK and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = header.base_offset
+            self.ongoing[header.base_offset] = pid
         entry.add_batch(header.producer_epoch, _metadata(header, header.base_offset))
+        return None
 
     # -- expiration ----------------------------------------------------------------------
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
@@ -352,6 +518,8 @@ class ProducerStateManager:
     def reset(self) -> None:
         with self._lock:
             self.producers.clear()
+            self.ongoing.clear()
+            self.unreplicated.clear()
         self.delete_snapshots()
 
     def load(
@@ -362,7 +530,13 @@ class ProducerStateManager:
         self.delete_snapshots(above=log_end_offset)
         producers: dict[int, ProducerStateEntry] = {}
         start = segments[0].base_offset if segments else log_start_offset
+        # A segment whose .txnindex was rebuilt whole needs the state at its start, which
+        # only a replay from the log's start gives (module doc).
+        rebuild = min((s.base_offset for s in segments if s.txn_index.rebuilding),
+                      default=None)
         for offset in reversed(self.snapshot_offsets()):
+            if rebuild is not None:
+                break
             path = self.snapshot_file(offset)
             try:
                 producers = decode_snapshot(path.read_bytes())
@@ -373,21 +547,47 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
         with self._lock:
             self.producers = producers
+            self.ongoing = {e.current_txn_first_offset: pid for pid, e in producers.items()
+                            if e.current_txn_first_offset >= 0}
+            self.unreplicated = {}
             replayed = 0
             for segment in segments:
                 if segment.next_offset <= start:
+                    segment.txn_index.rebuilding = False
                     continue
                 found = segment.translate_offset(start) if start > segment.base_offset else None
                 position = found.position if found is not None else 0
+                txn_index = segment.txn_index
                 for header in segment._walk(position):
-                    if header.base_offset >= start:
-                        self._apply_one(header)
-                        replayed += 1
+                    if header.base_offset < start or header.producer_id < 0:
+                        continue
+                    marker = None
+                    if header.attributes & _CONTROL_MASK:
+                        marker = _marker(segment.read_bytes(header.position, header.size))
+                        if marker is None:
+                            continue
+                    completed = self._apply_one(header, marker)
+                    replayed += 1
+                    if completed is not None and completed.is_aborted and (
+                        completed.last_offset > txn_index.last_offset
+                    ):
+                        txn_index.append(self.aborted_txn(completed))
+                txn_index.rebuilding = False
             for pid in [p for p, e in producers.items() if e.last_offset < log_start_offset
-                        and e.batches]:
+                        and e.batches and e.current_txn_first_offset < 0]:
                 del producers[pid]
         log.debug("%s: producer state from offset %d, %d batches replayed, %d producers",
                   self.dir.name, start, replayed, len(self.producers))
+
+
+def _marker(batch: bytes | bytearray | memoryview) -> EndTransactionMarker | None:
+    """A stored control batch's marker; one that does not decode is skipped, as Kafka
+    skips a control record of an unknown type."""
+    try:
+        return read_end_txn_marker(batch)
+    except InvalidRecordError as exc:
+        log.warning("ignoring a control batch that does not decode: %s", exc)
+        return None
 
 
 def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:

@@ -1,4 +1,4 @@
-"""One segment of a partition log: a ``.log`` file plus its two indexes (Kafka's LogSegment).
+"""One segment of a partition log: a ``.log`` file plus its indexes (Kafka's LogSegment).
 
 How it works: batches are appended to the ``.log`` exactly as given (their offsets already
 assigned). For each batch, once more than ``index.interval.bytes`` were written since the
@@ -10,7 +10,9 @@ never records) to the batch that holds the offset; the answer is a *file region*
 
 Recovery (after an unclean shutdown) re-reads the log through a read-only mmap, validates
 every batch (length, magic, CRC32C, offsets increasing), rebuilds both indexes and truncates
-the file at the first torn or corrupt batch.
+the file at the first torn or corrupt batch. The aborted-transaction index (``.txnindex``,
+:mod:`odradek.storage.txn_index`) is written by the log when an abort marker is appended;
+the segment truncates, renames, flushes and deletes it with its other files.
 
 Descriptors (Kafka's LazyIndex, KAFKA-7283; bounded further here). A segment costs up to
 three descriptors: its ``.log`` and one per mapped index (a CPython ``mmap`` holds a dup of
@@ -61,6 +63,7 @@ from odradek.records.legacy import (
 from odradek.storage import files
 from odradek.storage.errors import StorageError
 from odradek.storage.index import IndexCorruptError, OffsetIndex, TimeIndex, TimestampOffset
+from odradek.storage.txn_index import TxnIndex
 
 # Cold segments kept open at once, process-wide: at most three descriptors each. Enough for
 # consumers catching up on a few hundred partitions without reopening per fetch, small
@@ -202,6 +205,7 @@ class LogSegment:
         self.time_index = TimeIndex(
             files.time_index_file(dir, base_offset, suffix), base_offset, max_index_size, new
         )
+        self.txn_index = TxnIndex(files.txn_index_file(dir, base_offset, suffix))
         self._file = handle
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
@@ -486,6 +490,11 @@ class LogSegment:
             os.ftruncate(handle.fd, valid)
             self.size = valid
         self._next_offset = next_offset
+        try:
+            self.txn_index.truncate_to(next_offset)
+        except IndexCorruptError:
+            self.txn_index.reset()
+            self.txn_index.rebuilding = True
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
@@ -517,8 +526,15 @@ class LogSegment:
         self.bytes_since_last_index_entry += size
 
     def sanity_check(self) -> None:
-        """Cheap-enough checks of both indexes against the log; raises IndexCorruptError."""
+        """Cheap-enough checks of the indexes against the log; raises IndexCorruptError."""
         self.offset_index.sanity_check(self.size)
+        try:
+            self.txn_index.sanity_check()
+        except IndexCorruptError:
+            # Rebuilt from the markers by the producer state's replay (not from this
+            # segment alone: its entries need the state before it).
+            self.txn_index.reset()
+            self.txn_index.rebuilding = True
         self.time_index.sanity_check(self.next_offset - 1 if self.size else self.base_offset)
         if self.offset_index.entries:
             last = self.offset_index.entry(self.offset_index.entries - 1)
@@ -536,6 +552,7 @@ class LogSegment:
             return 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self.size - found.position
         os.ftruncate(self.file_handle().fd, found.position)
         self.size = found.position
@@ -581,6 +598,7 @@ class LogSegment:
                 self._flushed_size = self.size
             self.offset_index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
 
     def close(self) -> None:
         if self._closed:
@@ -606,6 +624,7 @@ class LogSegment:
         self.log_path = files.log_file(self.dir, self.base_offset, new)
         self.offset_index.path = files.index_file(self.dir, self.base_offset, new)
         self.time_index.path = files.time_index_file(self.dir, self.base_offset, new)
+        self.txn_index.rename(files.txn_index_file(self.dir, self.base_offset, new))
 
     def abandon(self) -> None:
         """The segment is going (its files are deleted, or its whole directory is): drop
@@ -625,6 +644,7 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.path.unlink(missing_ok=True)
         self.time_index.path.unlink(missing_ok=True)
+        self.txn_index.delete()
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"

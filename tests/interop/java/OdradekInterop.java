@@ -179,6 +179,12 @@ public final class OdradekInterop {
                     }
                     app.acls(args.get(0));
                     break;
+                case "transactions":
+                    if (args.isEmpty()) {
+                        usage("transactions needs <transactional-id>");
+                    }
+                    app.transactions(args.get(0), intArg(args, 1, 30));
+                    break;
                 case "authorized-operations":
                     if (args.isEmpty()) {
                         usage("authorized-operations needs <group>");
@@ -597,6 +603,75 @@ public final class OdradekInterop {
         summary.put("codec", codec);
         summary.put("produced", n);
         summary.put("last_offsets", last);
+    }
+
+    /** Transactions (KIP-98): commit n records over the topic's partitions with an offset
+     * of group "<id>-group" in the transaction, abort n more, commit 3 more; then read the
+     * topic read_committed and read_uncommitted to its end (the LSO / the high watermark). */
+    void transactions(String transactionalId, int n) throws Exception {
+        Properties p = base();
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.putAll(extra);
+        String group = transactionalId + "-group";
+        int partitions;
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            producer.initTransactions();
+            partitions = producer.partitionsFor(topic).size();
+            producer.beginTransaction();
+            for (int i = 0; i < n; i++) {
+                producer.send(new ProducerRecord<>(topic, i % partitions, null, utf8("c1-" + i)));
+            }
+            producer.sendOffsetsToTransaction(
+                    Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(5)),
+                    new org.apache.kafka.clients.consumer.ConsumerGroupMetadata(group));
+            producer.commitTransaction();
+            producer.beginTransaction();
+            for (int i = 0; i < n; i++) {
+                producer.send(new ProducerRecord<>(topic, i % partitions, null, utf8("a2-" + i)));
+            }
+            producer.flush();
+            producer.abortTransaction();
+            producer.beginTransaction();
+            for (int i = 0; i < 3; i++) {
+                producer.send(new ProducerRecord<>(topic, i % partitions, null, utf8("c3-" + i)));
+            }
+            producer.commitTransaction();
+        }
+        for (String isolation : List.of("read_committed", "read_uncommitted")) {
+            Properties c = base();
+            c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+            c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+            c.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+            c.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+            List<String> values = new ArrayList<>();
+            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(c)) {
+                List<TopicPartition> tps = partitionsOf(consumer);
+                consumer.assign(tps);
+                consumer.seekToBeginning(tps);
+                Map<TopicPartition, Long> end = consumer.endOffsets(tps, Duration.ofSeconds(FUTURE_TIMEOUT_S));
+                long deadline = System.currentTimeMillis() + CONSUME_TIMEOUT_MS;
+                while (System.currentTimeMillis() < deadline) {
+                    boolean done = true;
+                    for (TopicPartition tp : tps) {
+                        done &= consumer.position(tp) >= end.get(tp);
+                    }
+                    if (done) {
+                        break;
+                    }
+                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                        values.add(r.partition() + ":" + str(r.value()));
+                    }
+                }
+            }
+            summary.put(isolation, values);
+        }
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(group)) {
+            TopicPartition tp0 = new TopicPartition(topic, 0);
+            OffsetAndMetadata committed = consumer.committed(Set.of(tp0), Duration.ofSeconds(FUTURE_TIMEOUT_S)).get(tp0);
+            summary.put("group_offset", committed == null ? null : committed.offset());
+        }
     }
 
     List<TopicPartition> partitionsOf(KafkaConsumer<byte[], byte[]> consumer) {

@@ -31,6 +31,8 @@ from odradek.server.handlers.reassignments import register_reassignments
 from odradek.server.handlers.sasl import register_sasl
 from odradek.server.handlers.scram_credentials import register_scram_credentials
 from odradek.server.handlers.topics import register_topics
+from odradek.server.handlers.transactions import register_transactions
+from odradek.server.handlers.txn_markers import register_txn_markers
 from odradek.server.services import BrokerServices
 
 __all__ = ["register_all"]
@@ -44,6 +46,7 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_list_offsets(registry, services)
     register_topics(registry, services)
     register_init_producer_id(registry, services)
+    register_transactions(registry, services)
     register_partitions(registry, services)
     register_configs(registry, services)
     register_client_quotas(registry, services)
@@ -57,3 +60,4 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_acls(registry, services)
     register_sasl(registry)
     register_scram_credentials(registry, services)
+    register_txn_markers(registry, services)

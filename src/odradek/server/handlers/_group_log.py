@@ -1,4 +1,5 @@
-"""Waiting for the ISR of a group's ``__consumer_offsets`` partition.
+"""Waiting for the ISR of a group's ``__consumer_offsets`` partition (and of a
+``__transaction_state`` partition for the transaction coordinator).
 
 How it works: Kafka appends a group's records (its committed offsets, and the group
 metadata stored when a generation's assignment is synced) with acks=-1
@@ -33,6 +34,28 @@ async def group_log_replicated(services: BrokerServices, group_id: str) -> Error
     append = PendingAppend(partition, partition.leader_epoch, partition.log.log_end_offset)
     timeout_s = int(services.config["offsets.commit.timeout.ms"]) / 1000
     [outcome] = await services.replica_manager.wait_for_replication([append], timeout_s)
+    if outcome is Replication.REPLICATED:
+        return ErrorCode.none
+    if outcome is Replication.PENDING:
+        return ErrorCode.request_timed_out
+    return ErrorCode.not_coordinator
+
+
+# Kafka's request.timeout.ms default: the transaction coordinator's acks=all wait
+# (TransactionStateManager.appendTransactionToLog).
+TXN_LOG_TIMEOUT_S = 30.0
+
+
+async def txn_log_replicated(services: BrokerServices, topic: str, partition: int) -> ErrorCode:
+    """NONE once the ISR of ``__transaction_state`` partition ``partition`` holds
+    everything appended to it so far; NOT_COORDINATOR if this broker stopped leading it;
+    REQUEST_TIMED_OUT when the ISR did not catch up in time."""
+    hosted = services.replica_manager.get_partition(topic, partition)
+    if hosted is None or not hosted.is_leader:
+        return ErrorCode.not_coordinator
+    append = PendingAppend(hosted, hosted.leader_epoch, hosted.log.log_end_offset)
+    [outcome] = await services.replica_manager.wait_for_replication([append],
+                                                                    TXN_LOG_TIMEOUT_S)
     if outcome is Replication.REPLICATED:
         return ErrorCode.none
     if outcome is Replication.PENDING:

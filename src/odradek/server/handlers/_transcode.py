@@ -44,7 +44,7 @@ class OldVersions:
 
 def register_with_old_versions(
     registry: HandlerRegistry, api_key: int, max_version: int, handler: Handler,
-    old: OldVersions,
+    old: OldVersions, serial: bool = False,
 ) -> None:
     new = old.kio_version
 
@@ -75,4 +75,4 @@ def register_with_old_versions(
     decoder: RequestDecoder = decode
     errors: ErrorResponseBuilder = error_response
     registry.register(api_key, old.first, max_version, dispatch, decode=decoder,
-                      error_response=errors)
+                      error_response=errors, serial=serial)

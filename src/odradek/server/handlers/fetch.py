@@ -18,7 +18,10 @@ Follows Kafka's ``KafkaApis.handleFetchRequest`` / ``ReplicaManager.fetchMessage
 - Partitions are reached through the replica manager, which answers for leadership and
   the request's ``current_leader_epoch`` (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
   UNKNOWN_LEADER_EPOCH, LEADER_NOT_AVAILABLE while a log is being created). Consumers'
-  reads stop at the high watermark, a follower's (replica id >= 0) at the log end. A
+  reads stop at the high watermark (``isolation_level`` READ_COMMITTED, v4+: at the last
+  stable offset, with the aborted transactions the answer may hold records of, from the
+  segments' ``.txnindex``), a follower's (replica id >= 0) at the log end. Every answer
+  reports the last stable offset beside the high watermark. A
   fetch offset outside [log start, log end] is OFFSET_OUT_OF_RANGE; an unknown partition
   UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for v13+ requests by topic id).
 - When fewer than ``min_bytes`` are available and ``max_wait_ms`` > 0 the request waits in
@@ -114,12 +117,14 @@ if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.server.broker_stats import BrokerTopicStats
     from odradek.server.services import BrokerServices
-    from odradek.storage.log import FetchDataInfo
+    from odradek.storage.log import FetchDataInfo, PartitionLog
 
 log = logging.getLogger(__name__)
 
 VERSIONS = (0, 17)
 ZERO_UUID = uuid.UUID(int=0)
+# The request's isolation_level (v4+): 0 READ_UNCOMMITTED, 1 READ_COMMITTED.
+READ_COMMITTED = 1
 
 # Log bytes down-converted per Fetch v0-3 response at most (at least one batch): the
 # conversion walks records in Python, so one old consumer's request must stay small.
@@ -169,8 +174,9 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
         max_bytes = min(max_bytes, max(int(quota.max_value_in_window(ctx.client_id, user)), 1))
     replica_manager = services.replica_manager
     refused = None if services.authorizer is None else _refused(services, ctx, parts, follower)
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED and not follower
     infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id,
-                                     refused)
+                                     refused, read_committed)
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     if total < request.min_bytes and max_wait_ms > 0 and not errors and parts:
         # Followers wait for appends; consumers for the high watermark to move.
@@ -181,7 +187,7 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
         ]
         await services.fetch_purgatory.wait(keys, request.min_bytes, total, max_wait_ms / 1000)
         infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id,
-                                         refused)
+                                         refused, read_committed)
 
     if version <= FETCH_LEGACY_MAX:  # sessionless: no session fields below v7
         return await _legacy_response(version, parts, infos, max_bytes)
@@ -426,8 +432,8 @@ def _region(cp: CachedPartition, info: FetchDataInfo, owned: list[int]) -> Fetch
             records = up_convert(info.read(), cp.fetch_offset)
         except InvalidRecordError:
             hw = info.high_watermark
-            return FetchPartition(cp.partition, ErrorCode.corrupt_message, hw, hw,
-                                  info.log_start_offset)
+            return FetchPartition(cp.partition, ErrorCode.corrupt_message, hw,
+                                  info.last_stable_offset, info.log_start_offset)
     elif info.size:
         try:
             fd = os.dup(info.fd)
@@ -437,13 +443,14 @@ def _region(cp: CachedPartition, info: FetchDataInfo, owned: list[int]) -> Fetch
         else:
             owned.append(fd)
             records = FileRegion(fd, info.position, info.size)
-    hw = info.high_watermark
-    return FetchPartition(cp.partition, ErrorCode.none, hw, hw, info.log_start_offset, records)
+    return FetchPartition(cp.partition, ErrorCode.none, info.high_watermark,
+                          info.last_stable_offset, info.log_start_offset, records,
+                          info.aborted_transactions)
 
 
 def _read_all(
     replica_manager: ReplicaManager, parts: list[CachedPartition], max_bytes: int, by_id: bool,
-    replica_id: int, refused: frozenset[str] | None = None,
+    replica_id: int, refused: frozenset[str] | None = None, read_committed: bool = False,
 ) -> tuple[list[FetchPartition | FetchDataInfo], int, int]:
     results: list[FetchPartition | FetchDataInfo] = []
     remaining = max_bytes
@@ -455,7 +462,8 @@ def _read_all(
             results.append(FetchPartition(cp.partition, ErrorCode.topic_authorization_failed))
             errors += 1
             continue
-        result = _read_one(replica_manager, cp, remaining, min_one, by_id, replica_id)
+        result = _read_one(replica_manager, cp, remaining, min_one, by_id, replica_id,
+                           read_committed)
         if isinstance(result, FetchPartition):
             errors += 1
         elif result.size:
@@ -468,7 +476,7 @@ def _read_all(
 
 def _read_one(
     replica_manager: ReplicaManager, cp: CachedPartition, remaining: int, min_one: bool,
-    by_id: bool, replica_id: int,
+    by_id: bool, replica_id: int, read_committed: bool = False,
 ) -> FetchPartition | FetchDataInfo:
     """The log region to send, or a FetchPartition carrying an error."""
     if cp.topic is None:
@@ -492,7 +500,9 @@ def _read_one(
                 limit, min_one = 0, False
             else:
                 throttled = True
-        info = partition.read(cp.fetch_offset, limit, min_one, follower)
+        info = partition.read(cp.fetch_offset, limit, min_one, follower, read_committed)
+        if read_committed:
+            info = _with_aborted(partition.log, info)
         if follower and replica_manager.record_follower_fetch(
             partition, replica_id, cp.fetch_offset
         ):
@@ -516,6 +526,17 @@ def _read_one(
             code = ErrorCode.unknown_server_error
         hw = partition.high_watermark
         return FetchPartition(cp.partition, code, hw, hw, partition.log.log_start_offset)
+
+
+def _with_aborted(partition_log: PartitionLog, info: FetchDataInfo) -> FetchDataInfo:
+    """A read_committed answer names the aborted transactions whose records it may hold:
+    those overlapping [fetch offset, last stable offset) (the region ends below it)."""
+    aborted: list[tuple[int, int]] = []
+    if info.size:
+        aborted = [(t.producer_id, t.first_offset) for t in
+                   partition_log.collect_aborted_transactions(
+                       info.fetch_offset, info.last_stable_offset)]
+    return dataclasses.replace(info, aborted_transactions=aborted)
 
 
 def _first_incomplete(info: FetchDataInfo) -> bool:

@@ -8,9 +8,9 @@ Follows Kafka's ``KafkaApis`` for the request-to-coordinator translation:
 
 - FindCoordinator: key type 0 (group) creates ``__consumer_offsets`` on first use and
   answers the leader of the group's partition; v4+ answers every key of the batch. Key
-  type 1 (transaction) is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as InitProducerId
-  answers transactional ids: clients report it as fatal instead of retrying forever;
-  share groups (2) and unknown types are INVALID_REQUEST.
+  type 1 (transaction) does the same with ``__transaction_state`` and the transactional
+  id (Describe on it, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); share groups (2) and
+  unknown types are INVALID_REQUEST.
 - JoinGroup v4+ requires a known member id (KIP-394); the response waits until the join
   phase of the rebalance completes. A v0 request has no rebalance timeout: the session
   timeout stands in, as in Kafka.
@@ -95,8 +95,11 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, reques
     m = response_module("find_coordinator", ctx.api_version)
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     offsets_topic = services.group_coordinator.topic
+    if key_type == KEY_TYPE_TRANSACTION and services.transaction_coordinator is not None:
+        offsets_topic = services.transaction_coordinator.topic
     not_yet = False
-    if key_type == KEY_TYPE_GROUP and services.metadata.remote and not offsets_topic.exists():
+    if (key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION) and services.metadata.remote
+            and not offsets_topic.exists()):
         # Cluster mode: __consumer_offsets is created with its ZooKeeper write off
         # the loop; made meanwhile through another broker, it is not known here yet.
         with contextlib.suppress(OffsetsTopicUnavailableError):
@@ -130,14 +133,26 @@ def _coordinator(
         return (ErrorCode.group_authorization_failed,
                 f"Describe on group {key!r} is not authorized", -1, "", -1)
     if key_type == KEY_TYPE_TRANSACTION:
-        return (ErrorCode.transactional_id_authorization_failed,
-                "transactions are not supported yet", -1, "", -1)
-    if key_type != KEY_TYPE_GROUP:
+        if not allowed(services.authorizer, ctx, AclOperation.DESCRIBE,
+                       ResourceType.TRANSACTIONAL_ID, key):
+            return (ErrorCode.transactional_id_authorization_failed,
+                    f"Describe on transactional id {key!r} is not authorized", -1, "", -1)
+        txn = services.transaction_coordinator
+        if txn is None:
+            return ErrorCode.coordinator_not_available, None, -1, "", -1
+        if not_yet:
+            return (ErrorCode.coordinator_not_available,
+                    "the transaction state topic is being created", -1, "", -1)
+        if not key:
+            return ErrorCode.invalid_request, "empty transactional id", -1, "", -1
+        error, node = txn.coordinator_for(key)
+    elif key_type != KEY_TYPE_GROUP:
         return ErrorCode.invalid_request, f"unsupported key type {key_type}", -1, "", -1
-    if not_yet:
+    elif not_yet:
         return (ErrorCode.coordinator_not_available,
                 "the offsets topic is being created", -1, "", -1)
-    error, node = services.group_coordinator.coordinator_for(key)
+    else:
+        error, node = services.group_coordinator.coordinator_for(key)
     if error != ErrorCode.none:
         return error, None, -1, "", -1
     endpoint = next(

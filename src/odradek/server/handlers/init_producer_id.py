@@ -8,12 +8,15 @@ it; an idempotent producer bumps its epoch locally and asks for a new id only wh
 epoch would overflow or its state is lost. A new id is always safe: no partition has state
 for it, so its first batch is accepted at any sequence.
 
-Transactions are not supported yet: a non-null transactional id is answered
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which the Java client (TransactionalIdAuthorization-
-Exception) and librdkafka both treat as fatal and report in plain words, instead of
-retrying forever as they would on COORDINATOR_NOT_AVAILABLE; UNSUPPORTED_VERSION would
-wrongly suggest that another request version could work. Produce uses the same code for
-transactional requests.
+A non-null transactional id goes to the transaction coordinator
+(:meth:`~odradek.coordinator.transaction_coordinator.TransactionCoordinator.init_producer_id`):
+a new producer id or an epoch bump, a fence of the previous incarnation
+(CONCURRENT_TRANSACTIONS while its open transaction is aborted), KIP-360's expected
+producer id and epoch (v3+; one of them without the other is INVALID_REQUEST), and
+``transaction.timeout.ms`` checked against ``transaction.max.timeout.ms``
+(INVALID_TRANSACTION_TIMEOUT). An empty transactional id is INVALID_REQUEST; versions
+before 4 (KIP-588) get INVALID_PRODUCER_EPOCH instead of PRODUCER_FENCED. It needs Write on
+the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
 With an authorizer, an idempotent producer needs IdempotentWrite on the cluster or Write
 on at least one topic (Kafka 3.x's ``authorizeByResourceType``), else
@@ -38,6 +41,7 @@ from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.authorization import (
     AclOperation,
     ResourceType,
+    allowed,
     allowed_on_any,
     allowed_on_cluster,
 )
@@ -57,7 +61,6 @@ def register_init_producer_id(registry: HandlerRegistry, services: BrokerService
 
 
 async def init_producer_id(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    manager = services.producer_ids
     m = response_module("init_producer_id", ctx.api_version)
 
     def answer(code: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
@@ -67,17 +70,15 @@ async def init_producer_id(services: BrokerServices, ctx: RequestContext, reques
         )
 
     if request.transactional_id is not None:
-        return answer(ErrorCode.transactional_id_authorization_failed)
+        code, producer_id, epoch = await _transactional(services, ctx, request)
+        return answer(code, producer_id, epoch)
     authorizer = services.authorizer
     if authorizer is not None and not (
             allowed_on_cluster(authorizer, ctx, AclOperation.IDEMPOTENT_WRITE)
             or allowed_on_any(authorizer, ctx, AclOperation.WRITE, ResourceType.TOPIC)):
         return answer(ErrorCode.cluster_authorization_failed)
     try:
-        if services.metadata.remote:  # a block claim is a ZooKeeper write
-            producer_id = await asyncio.to_thread(manager.generate_producer_id)
-        else:
-            producer_id = manager.generate_producer_id()
+        producer_id = await allocate_producer_id(services)
     except ProducerIdsExhaustedError:
         log.error("producer ids are exhausted")
         return answer(ErrorCode.unknown_server_error)
@@ -87,3 +88,43 @@ async def init_producer_id(services: BrokerServices, ctx: RequestContext, reques
     return answer(ErrorCode.none, producer_id, 0)
 
 
+
+
+async def allocate_producer_id(services: BrokerServices) -> int:
+    """A new producer id (a block claim is a ZooKeeper write: off the loop in a cluster)."""
+    manager = services.producer_ids
+    if services.metadata.remote:
+        return await asyncio.to_thread(manager.generate_producer_id)
+    return manager.generate_producer_id()
+
+
+async def _transactional(
+    services: BrokerServices, ctx: RequestContext, request: Any
+) -> tuple[ErrorCode, int, int]:
+    txn_id: str = request.transactional_id
+    coordinator = services.transaction_coordinator
+    if coordinator is None:
+        return ErrorCode.coordinator_not_available, -1, -1
+    if not txn_id:
+        return ErrorCode.invalid_request, -1, -1
+    if not allowed(services.authorizer, ctx, AclOperation.WRITE,
+                   ResourceType.TRANSACTIONAL_ID, txn_id):
+        return ErrorCode.transactional_id_authorization_failed, -1, -1
+    producer_id = int(getattr(request, "producer_id", -1))
+    producer_epoch = int(getattr(request, "producer_epoch", -1))
+    if (producer_id == -1) != (producer_epoch == -1):
+        return ErrorCode.invalid_request, -1, -1
+    expected = None if producer_id == -1 else (producer_id, producer_epoch)
+    timeout_ms = round(request.transaction_timeout.total_seconds() * 1000)
+    try:
+        result = await coordinator.init_producer_id(txn_id, timeout_ms, expected)
+    except ProducerIdsExhaustedError:
+        log.error("producer ids are exhausted")
+        return ErrorCode.unknown_server_error, -1, -1
+    except StoreError as exc:
+        log.warning("could not claim a block of producer ids: %s", exc)
+        return ErrorCode.coordinator_load_in_progress, -1, -1
+    code = result.error
+    if code == ErrorCode.producer_fenced and ctx.api_version < 4:
+        code = ErrorCode.invalid_producer_epoch  # KIP-588
+    return code, result.producer_id, result.producer_epoch

@@ -2,14 +2,15 @@
 
 Follows Kafka's ``KafkaApis.handleListOffsetRequest`` / ``UnifiedLog.fetchOffsetByTimestamp``:
 -2 (and -4, earliest local, v8+) is the log start offset, -5 (latest tiered, v9+) is -1
-as nothing is tiered, -1 is the high watermark (read_committed and read_uncommitted alike
-without transactions), -3 (v7+, KIP-734)
+as nothing is tiered, -1 is the high watermark for ``isolation_level`` READ_UNCOMMITTED and
+the last stable offset for READ_COMMITTED (v2+), -3 (v7+, KIP-734)
 the offset of the largest timestamp; any other timestamp goes through the time index to
 the first record whose timestamp is ≥ it, or -1 when there is none below the high
-watermark. A replica's or a debugging tool's request (replica_id ≥ 0 or -2) is answered
-from the whole log instead, as Kafka's. A leader just elected whose high watermark
-still lags the start of its epoch answers a client OFFSET_NOT_AVAILABLE (KIP-207)
-instead of a stale end, which the client retries. Only the leader
+watermark (the last stable offset for READ_COMMITTED). A replica's or a debugging
+tool's request (replica_id ≥ 0 or -2) is answered from the whole log instead, as
+Kafka's. A leader just elected whose high watermark still lags the start of its epoch
+answers a client OFFSET_NOT_AVAILABLE (KIP-207) instead of a stale end, which the client
+retries. Only the leader
 answers, at the request's ``current_leader_epoch`` (the replica manager's errors), and
 the answer carries the partition's leader epoch.
 
@@ -54,6 +55,8 @@ VERSIONS = (0, 9)
 # local: -4 is the log start offset and -5 finds nothing (-1).
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+# The request's isolation_level (v2+): 0 READ_UNCOMMITTED, 1 READ_COMMITTED.
+READ_COMMITTED = 1
 # replica_id of a client's request; a follower sends its id, a debugging tool -2.
 CONSUMER_REPLICA_ID = -1
 
@@ -75,7 +78,8 @@ async def list_offsets(services: BrokerServices, ctx: RequestContext, request: A
         for p in topic.partitions:
             partitions.append(_one(m, services, topic.name, p, ctx.api_version,
                                    request.replica_id == CONSUMER_REPLICA_ID,
-                                   topic.name in refused))
+                                   topic.name in refused,
+                                   getattr(request, "isolation_level", 0) == READ_COMMITTED))
         topics.append(make(m.ListOffsetsTopicResponse, name=topic.name,
                            partitions=tuple(partitions)))
     return make(m.ListOffsetsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
@@ -146,7 +150,7 @@ def _offsets_before(log: PartitionLog, timestamp: int, max_num: int) -> list[int
 
 def _one(
     m: Any, services: BrokerServices, topic: str, p: Any, version: int, client: bool,
-    refused: bool = False,
+    refused: bool = False, read_committed: bool = False,
 ) -> Any:
     def answer(code: ErrorCode, timestamp: int = -1, offset: int = -1) -> Any:
         return make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
@@ -180,7 +184,12 @@ def _one(
     # A new leader whose high watermark still lags the start of its epoch does not know
     # where the committed records end: OFFSET_NOT_AVAILABLE, retriable (KIP-207).
     lagging = client and partition.high_watermark_lags_epoch_start()
-    last_fetchable = partition.high_watermark if client else partition_log.log_end_offset
+    if not client:
+        last_fetchable = partition_log.log_end_offset
+    elif read_committed:
+        last_fetchable = partition_log.last_stable_offset
+    else:
+        last_fetchable = partition.high_watermark
     try:
         if ts == LATEST_TIMESTAMP:
             if lagging:

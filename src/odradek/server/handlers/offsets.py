@@ -11,7 +11,9 @@ OffsetFetch: v1 has no group-level error field, so a group error is repeated on 
 partition; v2-7 carry it at the top; v8+ ask for several groups in one request, each
 answered with its own error. A partition without a committed offset is offset -1 with
 no error. A null topic list (v2+) asks for every committed offset of the group.
-``require_stable`` (v7+) can never find a pending transactional commit yet. The
+``require_stable`` (v7+) answers a partition with an offset committed by a transaction not
+completed yet UNSTABLE_OFFSET_COMMIT (when topics are named; a null topic list leaves
+pending offsets out). The
 retention time of v2-4 sets an expire timestamp on the committed offsets (value v1).
 
 With an authorizer: OffsetCommit needs Read on the group (else the whole request is
@@ -241,6 +243,8 @@ def _fetch_group(services: BrokerServices, ctx: RequestContext, m: Any, version:
             if name is not None:
                 wanted.extend((name, p) for p in topic.partition_indexes)
     error, offsets = services.group_coordinator.fetch_offsets(group_id, wanted, require_stable)
+    unstable = (services.group_coordinator.unstable_offsets(group_id)
+                if require_stable and error == ErrorCode.none else set())
     if error != ErrorCode.none and version >= 2:
         return error, ()
     if topics is None:
@@ -254,6 +258,8 @@ def _fetch_group(services: BrokerServices, ctx: RequestContext, m: Any, version:
         for index in topic.partition_indexes:
             code = topic_error if topic_error != ErrorCode.none else error
             committed = offsets.get((name, index)) if name is not None else None
+            if code == ErrorCode.none and (name, index) in unstable:
+                code, committed = ErrorCode.unstable_offset_commit, None
             parts.append(_answer(part_cls, index, committed, code))
         out.append(make(topic_cls, name=getattr(topic, "name", None),
                         topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))

@@ -14,11 +14,16 @@ is smaller than ``min.insync.replicas``, and its answer waits until the high wat
 passes the appended records (the ISR has them) or the request's timeout runs out
 (REQUEST_TIMED_OUT); with the leader alone in the ISR it passes them at once. Idempotent
 batches go through the partition's producer state (sequence checks, duplicate detection)
-before the append.
+before the append; so do transactional ones, which open their producer's transaction
+(storage/producer_state.py: a non-transactional batch while it is open is
+INVALID_TXN_STATE), and a control batch is refused (INVALID_RECORD: markers come from the
+transaction coordinator, WriteTxnMarkers). A leader does not yet check that the
+coordinator added the partition to the transaction (KIP-890's first part).
 
 With an authorizer, each topic needs Write: the partitions of a topic refused are
 TOPIC_AUTHORIZATION_FAILED, with nothing appended (checked before the topic's existence,
-so an answer does not tell whether it exists).
+so an answer does not tell whether it exists); a transactional produce also needs Write on
+its transactional id, else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
 A client over its ``producer_byte_rate`` quota (:mod:`odradek.server.client_quotas`) has
 its records appended all the same; the request's size is recorded, and the answer carries
@@ -96,12 +101,17 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
     refusal: tuple[int, str] | None = None
     if acks not in VALID_ACKS:
         refusal = (_INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}")
-    transactional = request.transactional_id is not None
+    transactional_id = request.transactional_id
+    authorizer = services.authorizer
+    if (transactional_id is not None and refusal is None and authorizer is not None
+            and not authorizer.authorize(ctx.principal, ctx.peer[0], AclOperation.WRITE,
+                                         ResourceType.TRANSACTIONAL_ID, transactional_id)):
+        refusal = (_TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                   f"Write on transactional id {transactional_id!r} is not authorized")
     topics: list[tuple[str, list[PartitionResult]]] = []
     # acks=all: the appends the ISR may not have yet, with their answers
     waiting: list[tuple[PartitionResult, PendingAppend]] | None = [] if acks == -1 else None
     legacy = ctx.api_version <= PRODUCE_LEGACY_MAX
-    authorizer = services.authorizer
     for topic in request.topic_data:
         name = topic.name
         counters = stats.topic(name) if stats is not None else None
@@ -119,7 +129,7 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
         else:
             partitions = [
                 _append(replica_manager, acks, name, index, records, topic_refusal,
-                        transactional, waiting, counters)
+                        waiting, counters)
                 for index, records in topic.partition_data
             ]
         topics.append((name, partitions))
@@ -156,7 +166,7 @@ def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
 
 def _append(
     replica_manager: ReplicaManager, acks: int, topic: str, index: int,
-    records: memoryview | bytes | None, refusal: tuple[int, str] | None, transactional: bool,
+    records: memoryview | bytes | None, refusal: tuple[int, str] | None,
     waiting: list[tuple[PartitionResult, PendingAppend]] | None,
     counters: TopicCounters | None = None,
 ) -> PartitionResult:
@@ -167,9 +177,6 @@ def _append(
         if not records:
             return PartitionResult(index, _CORRUPT_MESSAGE,
                                    error_message="no records in the partition data")
-        if transactional:
-            return PartitionResult(index, _TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                   error_message="transactions are not supported yet")
         info = partition.append_records_as_leader(records, acks)
     except Exception as exc:
         code, message = error_code_for(exc, f"appending to {topic}-{index}")
@@ -209,8 +216,7 @@ def _append_legacy(
         except Exception as exc:
             error, message = error_code_for(exc, f"appending to {topic}-{index}")
             return PartitionResult(index, int(error.value), error_message=message)
-    return _append(replica_manager, acks, topic, index, records, refusal, False, waiting,
-                   counters)
+    return _append(replica_manager, acks, topic, index, records, refusal, waiting, counters)
 
 
 async def _wait_for_replication(

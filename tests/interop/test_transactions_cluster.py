@@ -1,0 +1,237 @@
+"""Transactions on a three-broker cluster (``__transaction_state`` and the topics with
+replication factor 3): the transaction coordinator killed -9 in the middle of a
+transaction, and right after a commit was acknowledged. The new coordinator (the new
+leader of the id's ``__transaction_state`` partition) loads the state the old one
+replicated, resumes the markers of a prepared commit, and read_committed consumers see
+every committed record exactly once and no aborted one."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.client.connection import BrokerConnection, ClientError
+
+from ._cluster import Cluster, running_cluster
+
+pytestmark = pytest.mark.interop
+
+DEADLINE_S = 90.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("txn-cluster"), overrides={
+        "offsets.topic.replication.factor": 3,
+        "offsets.topic.num.partitions": 3,
+        "transaction.state.log.replication.factor": 3,
+        "transaction.state.log.min.isr": 2,
+        "transaction.state.log.num.partitions": 3,
+        "group.initial.rebalance.delay.ms": 0,
+    }) as c:
+        yield c
+
+
+def coordinator_of(cluster: Cluster, txn_id: str) -> int:
+    """The broker FindCoordinator names for ``txn_id`` (asked of any live broker)."""
+    async def ask() -> int | None:
+        for broker_id in sorted(cluster.live_ids()):
+            try:
+                conn = await BrokerConnection.open(cluster.address(broker_id), timeout=5)
+            except (ClientError, OSError):
+                continue
+            try:
+                from kio.schema.find_coordinator.v4 import request as fc
+
+                response: Any = await conn.send(fc.FindCoordinatorRequest(
+                    key_type=1, coordinator_keys=(txn_id,)))
+            finally:
+                await conn.close()
+            [found] = response.coordinators
+            if found.error_code == ErrorCode.none:
+                return int(found.node_id)
+        return None
+
+    return cluster.wait_for(lambda: asyncio.run(ask()), 30, f"a coordinator for {txn_id}")
+
+
+def read_committed(cluster: Cluster, topic: str, partitions: int) -> dict[int, list[bytes]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": cluster.bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
+        "isolation.level": "read_committed", "enable.partition.eof": True,
+        "enable.auto.commit": False,
+    })
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"read {out}, at end {at_end}"
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            out[msg.partition()].append(msg.value())
+    finally:
+        consumer.close()
+    return out
+
+
+def producer(cluster: Cluster, txn_id: str) -> Any:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
+                  "linger.ms": 5, "transaction.timeout.ms": 60000})
+    p.init_transactions(DEADLINE_S)
+    return p
+
+
+def test_the_coordinator_killed_mid_transaction_and_after_a_commit(cluster: Cluster) -> None:
+    topic = f"txn-out-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
+    txn_id = f"failover-{uuid.uuid4().hex[:6]}"
+    p = producer(cluster, txn_id)
+    expected: dict[int, list[bytes]] = {i: [] for i in range(3)}
+
+    def send(tag: str, n: int = 12, keep: bool = True) -> None:
+        for i in range(n):
+            value = f"{tag}-{i}".encode()
+            p.produce(topic, value=value, partition=i % 3)
+            if keep:
+                expected[i % 3].append(value)
+
+    p.begin_transaction()
+    send("first")
+    p.commit_transaction(DEADLINE_S)
+
+    # killed mid-transaction: the new coordinator knows the open transaction
+    first = coordinator_of(cluster, txn_id)
+    p.begin_transaction()
+    send("second")
+    p.flush(DEADLINE_S)
+    cluster.kill9(first)
+    p.commit_transaction(DEADLINE_S)
+    second = coordinator_of(cluster, txn_id)
+    assert second != first
+    cluster.start(first)
+
+    # killed right after a commit was acknowledged: its markers may still be in flight
+    p.begin_transaction()
+    send("third")
+    p.commit_transaction(DEADLINE_S)
+    cluster.kill9(second)
+    # an aborted transaction next, through whichever coordinator takes over
+    p.begin_transaction()
+    send("aborted", keep=False)
+    p.flush(DEADLINE_S)
+    p.abort_transaction(DEADLINE_S)
+    p.begin_transaction()
+    send("fourth")
+    p.commit_transaction(DEADLINE_S)
+    cluster.start(second)
+
+    assert read_committed(cluster, topic, 3) == expected
+
+
+def leader_of(cluster: Cluster, topic: str, partition: int) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    def known() -> int | None:
+        md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, 10)
+        leader = md.topics[topic].partitions[partition].leader
+        return leader if leader in cluster.live_ids() else None
+
+    return cluster.wait_for(known, 30, f"a leader of {topic}-{partition}")
+
+
+def test_consume_transform_produce_exactly_once_across_kills(cluster: Cluster) -> None:
+    """A loop reads an input topic and writes f(record) with its input offsets in the
+    transaction while the transaction coordinator, then an output partition's leader, are
+    killed -9 and restarted. The committed output is f(input), each once, in order."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    source, sink = f"ctp-in-{uuid.uuid4().hex[:6]}", f"ctp-out-{uuid.uuid4().hex[:6]}"
+    for topic in (source, sink):
+        cluster.create_topic(topic, 2, 3, {"min.insync.replicas": "2"})
+    n = 300
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(n):
+        plain.produce(source, value=str(i).encode(), partition=i % 2)
+    assert plain.flush(DEADLINE_S) == 0
+    group, txn_id = f"ctp-{uuid.uuid4().hex[:6]}", f"ctp-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([source])
+    p = producer(cluster, txn_id)
+    killed: list[int] = []
+
+    def rewind() -> None:
+        """Back to the committed offsets: what the aborted transaction read is read again."""
+        assignment = consumer.assignment()
+        if assignment:
+            for tp in consumer.committed(assignment, DEADLINE_S):
+                consumer.seek(TopicPartition(source, tp.partition, max(tp.offset, 0)))
+
+    def committed_total() -> int:
+        offsets = consumer.committed([TopicPartition(source, q) for q in range(2)], DEADLINE_S)
+        return sum(max(tp.offset, 0) for tp in offsets)
+
+    deadline = time.monotonic() + 3 * DEADLINE_S
+    done = 0
+    try:
+        while done < n:
+            assert time.monotonic() < deadline, f"{done} of {n} committed; killed {killed}"
+            if not killed and done >= n // 3:
+                victim = coordinator_of(cluster, txn_id)
+                cluster.kill9(victim)
+                killed.append(victim)
+            elif len(killed) == 1 and done >= 2 * n // 3:
+                cluster.start(killed[0])
+                victim = leader_of(cluster, sink, 0)
+                cluster.kill9(victim)
+                killed.append(victim)
+            batch = [m for m in consumer.consume(20, 0.5) if not m.error()]
+            if not batch:
+                continue
+            try:
+                p.begin_transaction()
+                for msg in batch:
+                    p.produce(sink, value=b"f(" + msg.value() + b")", partition=msg.partition())
+                p.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                              consumer.consumer_group_metadata(), DEADLINE_S)
+                p.commit_transaction(DEADLINE_S)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.fatal():
+                    p = producer(cluster, txn_id)  # a new incarnation fences the old one
+                elif error.txn_requires_abort():
+                    p.abort_transaction(DEADLINE_S)
+                else:
+                    # retriable: the commit's outcome is known once it is retried
+                    try:
+                        p.commit_transaction(DEADLINE_S)
+                    except KafkaException:
+                        p.abort_transaction(DEADLINE_S)
+                rewind()
+            done = committed_total()
+    finally:
+        consumer.close()
+        for broker_id in killed:
+            if not cluster.alive(broker_id):
+                cluster.start(broker_id)
+    out = read_committed(cluster, sink, 2)
+    for q in range(2):
+        assert out[q] == [f"f({i})".encode() for i in range(q, n, 2)], (q, killed)

@@ -1,0 +1,227 @@
+"""Transactions on the partition side over a real socket: transactional produce, the last
+stable offset, WriteTxnMarkers (v0 and v1) with its fencing, read_committed Fetch with
+aborted transactions, ListOffsets by isolation level, and the state after a restart."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.fetch.v11 import request as fetch_v11
+from kio.schema.list_offsets.v5 import request as list_offsets_v5
+from kio.schema.write_txn_markers.v1 import request as markers_v1
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from odradek.protocol.errors import ErrorCode
+from odradek.records.batch import iter_batches
+from odradek.records.builder import BatchBuilder
+from odradek.records.control import read_end_txn_marker
+from odradek.server.metrics import snapshot
+from odradek.storage import files
+from odradek.storage.txn_index import TxnIndex
+from odradek.testing import RunningBroker, running_broker
+from tests.protocol.wire import raw_header
+from tests.server.test_idempotence import Client
+
+TXN_ID = "txn-test"
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[RunningBroker]:
+    with running_broker() as running:
+        yield running
+
+
+@pytest.fixture
+def topic(broker: RunningBroker) -> str:
+    name = f"txn-{uuid.uuid4().hex[:8]}"
+    broker.call(broker.broker.metadata.create_topic, name, 1, 1)
+    return name
+
+
+@pytest.fixture
+def client(broker: RunningBroker) -> Iterator[TxnClient]:
+    c = TxnClient(broker.port)
+    yield c
+    c.close()
+
+
+def txn_batch(pid: int, epoch: int, seq: int, count: int = 1, transactional: bool = True,
+              tag: str = "v") -> bytes:
+    builder = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                           is_transactional=transactional)
+    now = int(time.time() * 1000)
+    for i in range(count):
+        builder.append(b"k", f"{tag}-{seq + i}".encode(), now)
+    return builder.build()
+
+
+class TxnClient(Client):
+    def markers(self, topic: str, pid: int, epoch: int, commit: bool,
+                coordinator_epoch: int = 0, partitions: tuple[int, ...] = (0,)) -> int:
+        m = markers_v1
+        response = self.call(m.WriteTxnMarkersRequest(markers=(m.WritableTxnMarker(
+            producer_id=pid, producer_epoch=i16(epoch),  # type: ignore[arg-type]
+            transaction_result=commit, coordinator_epoch=i32(coordinator_epoch),
+            topics=(m.WritableTxnMarkerTopic(name=topic,  # type: ignore[arg-type]
+                                             partition_indexes=tuple(map(i32, partitions))),),
+        ),)))
+        assert int(response.markers[0].producer_id) == pid
+        return int(response.markers[0].topics[0].partitions[0].error_code.value)
+
+    def fetch(self, topic: str, offset: int = 0, read_committed: bool = True) -> Any:
+        m = fetch_v11
+        response = self.call(m.FetchRequest(
+            max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(0),
+            isolation_level=i8(1 if read_committed else 0),
+            topics=(m.FetchTopic(topic=topic, partitions=(  # type: ignore[arg-type]
+                m.FetchPartition(partition=i32(0), fetch_offset=i64(offset),
+                                 partition_max_bytes=i32(1 << 20)),)),),
+            forgotten_topics_data=(), rack_id="",
+        ))
+        return response.responses[0].partitions[0]
+
+    def latest(self, topic: str, read_committed: bool) -> int:
+        m = list_offsets_v5
+        response = self.call(m.ListOffsetsRequest(
+            replica_id=-1, isolation_level=i8(1 if read_committed else 0),  # type: ignore[arg-type]
+            topics=(m.ListOffsetsTopic(name=topic, partitions=(  # type: ignore[arg-type]
+                m.ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),)),),
+        ))
+        partition = response.topics[0].partitions[0]
+        assert partition.error_code == ErrorCode.none
+        return int(partition.offset)
+
+
+def offsets_of(records: bytes | None) -> list[int]:
+    return [o for h in iter_batches(records or b"") for o in range(h.base_offset,
+                                                                    h.last_offset + 1)]
+
+
+def test_open_transaction_holds_the_last_stable_offset(
+    broker: RunningBroker, client: TxnClient, topic: str
+) -> None:
+    assert client.produce(topic, txn_batch(-1, -1, -1)).error_code == ErrorCode.none  # offset 0
+    pid, epoch = client.init_producer_id()
+    response = client.produce(topic, txn_batch(pid, epoch, 0, 3), transactional_id=TXN_ID)
+    assert response.error_code == ErrorCode.none and response.base_offset == 1
+    committed = client.fetch(topic)
+    assert int(committed.high_watermark) == 4
+    assert int(committed.last_stable_offset) == 1
+    assert offsets_of(committed.records) == [0]
+    assert committed.aborted_transactions == ()
+    uncommitted = client.fetch(topic, read_committed=False)
+    assert offsets_of(uncommitted.records) == [0, 1, 2, 3]
+    assert int(uncommitted.last_stable_offset) == 1
+    assert client.latest(topic, read_committed=True) == 1
+    assert client.latest(topic, read_committed=False) == 4
+    lags = broker.call(snapshot, broker.broker).stable_lag
+    assert (topic, 0, 3) in lags  # LastStableOffsetLag
+
+    assert client.markers(topic, pid, epoch, commit=True) == ErrorCode.none.value
+    after = client.fetch(topic)
+    assert int(after.last_stable_offset) == int(after.high_watermark) == 5
+    assert offsets_of(after.records) == [0, 1, 2, 3, 4]
+    assert client.latest(topic, read_committed=True) == 5
+
+
+def test_abort_is_indexed_and_named_to_read_committed_fetchers(
+    broker: RunningBroker, client: TxnClient, topic: str
+) -> None:
+    pid, epoch = client.init_producer_id()
+    client.produce(topic, txn_batch(pid, epoch, 0, 2, tag="aborted"), transactional_id=TXN_ID)
+    assert client.markers(topic, pid, epoch, commit=False, coordinator_epoch=3) == 0
+    client.produce(topic, txn_batch(pid, epoch, 2, 1, tag="kept"), transactional_id=TXN_ID)
+    assert client.markers(topic, pid, epoch, commit=True, coordinator_epoch=3) == 0
+    fetched = client.fetch(topic)
+    assert [(int(t.producer_id), int(t.first_offset)) for t in
+            fetched.aborted_transactions] == [(pid, 0)]
+    assert offsets_of(fetched.records) == [0, 1, 2, 3, 4]
+    uncommitted = client.fetch(topic, read_committed=False)
+    assert uncommitted.aborted_transactions is None
+    plog = broker.broker.get_log(topic, 0)
+    assert plog is not None
+    index = TxnIndex(files.txn_index_file(plog.dir, 0))
+    [entry] = index.entries
+    assert (entry.producer_id, entry.first_offset, entry.last_offset,
+            entry.last_stable_offset) == (pid, 0, 2, 3)
+    data = plog.read(0, 1 << 20).read()
+    markers = [h for h in iter_batches(data) if h.is_control]
+    assert [h.base_offset for h in markers] == [2, 4]
+    assert all(h.is_transactional and h.producer_id == pid for h in markers)
+    first = read_end_txn_marker(data[markers[0].position: markers[0].position + markers[0].size])
+    assert first is not None and not first.committed and first.coordinator_epoch == 3
+
+
+def test_markers_are_fenced(client: TxnClient, topic: str) -> None:
+    pid, _ = client.init_producer_id()
+    client.produce(topic, txn_batch(pid, 2, 0), transactional_id=TXN_ID)
+    assert client.markers(topic, pid, 1, commit=True, coordinator_epoch=5) == (
+        ErrorCode.invalid_producer_epoch.value)
+    assert client.markers(topic, pid, 2, commit=True, coordinator_epoch=5) == 0
+    client.produce(topic, txn_batch(pid, 2, 1), transactional_id=TXN_ID)
+    assert client.markers(topic, pid, 2, commit=True, coordinator_epoch=4) == (
+        ErrorCode.transaction_coordinator_fenced.value)
+    assert client.fetch(topic).last_stable_offset == 2  # still open from offset 2
+    assert client.markers(topic, pid, 2, commit=False, coordinator_epoch=6) == 0
+    assert client.fetch(topic).last_stable_offset == 4
+
+
+def test_unknown_partition(client: TxnClient, topic: str) -> None:
+    assert client.markers(topic, 1, 0, commit=True, partitions=(7,)) == (
+        ErrorCode.unknown_topic_or_partition.value)
+    assert client.markers("no-such-topic", 1, 0, commit=True) == (
+        ErrorCode.unknown_topic_or_partition.value)
+
+
+def test_produce_rules(client: TxnClient, topic: str) -> None:
+    pid, epoch = client.init_producer_id()
+    client.produce(topic, txn_batch(pid, epoch, 0), transactional_id=TXN_ID)
+    response = client.produce(topic, txn_batch(pid, epoch, 1, transactional=False))
+    assert response.error_code == ErrorCode.invalid_txn_state
+    builder = BatchBuilder(producer_id=pid, producer_epoch=epoch, is_transactional=True,
+                           is_control=True)
+    builder.append(struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 0), 0)
+    response = client.produce(topic, builder.build(), transactional_id=TXN_ID)
+    assert response.error_code == ErrorCode.invalid_record
+
+
+def test_version_0(client: TxnClient, topic: str) -> None:
+    pid, epoch = client.init_producer_id()
+    client.produce(topic, txn_batch(pid, epoch, 0), transactional_id=TXN_ID)
+    name = topic.encode()
+    body = (struct.pack(">iqh?", 1, pid, epoch, True) + struct.pack(">ih", 1, len(name)) + name
+            + struct.pack(">iii", 1, 0, 0))
+    payload = raw_header(27, 0, 99, "test", flexible=False) + body
+    client.sock.sendall(struct.pack(">i", len(payload)) + payload)
+    (size,) = struct.unpack(">i", client._exact(4))
+    answer = client._exact(size)
+    expected = (struct.pack(">iiqi", 99, 1, pid, 1) + struct.pack(">h", len(name)) + name
+                + struct.pack(">iih", 1, 0, 0))
+    assert answer == expected
+    assert client.fetch(topic).last_stable_offset == 2
+
+
+def test_open_transaction_survives_restart(tmp_path: Path) -> None:
+    with running_broker(data_dir=tmp_path) as running:
+        running.call(running.broker.metadata.create_topic, "t", 1, 1)
+        c = TxnClient(running.port)
+        c.produce("t", txn_batch(-1, -1, -1))
+        pid, epoch = c.init_producer_id()
+        c.produce("t", txn_batch(pid, epoch, 0, 2), transactional_id=TXN_ID)
+        c.close()
+    with running_broker(data_dir=tmp_path) as running:
+        c = TxnClient(running.port)
+        assert c.fetch("t").last_stable_offset == 1
+        assert c.markers("t", pid, epoch, commit=False) == 0
+        fetched = c.fetch("t")
+        assert fetched.last_stable_offset == 4
+        assert [(int(t.producer_id), int(t.first_offset))
+                for t in fetched.aborted_transactions] == [(pid, 1)]
+        c.close()
