@@ -1,7 +1,7 @@
 """Odradek against peer brokers on this machine, same run, same load generator.
 
 Usage: ``.venv/bin/python bench/peers.py [--quick] [--messages N] [--brokers a,b]
-[--only produce,consume,fetch,latency,scale] [--profile]``
+[--only produce,consume,fetch,latency,scale,tls] [--tls-rounds N] [--profile]``
 
 Brokers (each started fresh for every cell, on loopback, stopped afterwards):
 - ``odradek``: this repo, ``odradek serve``, data on disk (page cache, no fsync per write).
@@ -43,6 +43,15 @@ Cells (a fresh broker and a fresh topic each):
 - scale: the same N spread over 1, 10, 100 and 1000 partitions (every record to a random
   partition: light load on each), produced and consumed; CPU seconds per GB shows the
   cost per byte as partitions grow.
+- tls (Odradek only, ``odradek@REF`` included): TLS against plaintext on one broker with a
+  PLAINTEXT and an SSL listener (TLS 1.3, the server's certificate only; a CA and the
+  broker's certificate made at run time with trustme under ``.bench-tmp``, never kept),
+  ``--tls-rounds`` rounds (3; quick 1) of a fresh broker each, both listeners in turn (the
+  first alternating): N x 100 B produced (acks=1, 1 MB batches, 1 partition) and consumed
+  back, then the fetch cell's 100 KB records produced and fetched back once, with
+  rdkafka_performance over the listener. The table gives SSL / PLAINTEXT per round, their
+  median, and the broker's and the client's CPU seconds per GB (on a shared machine the
+  CPU figures are the steady ones).
 For every cell: the broker's CPU seconds (utime+stime of its process tree from /proc,
 delta over the workload) per GB of payload, and its peak RSS during the cell (VmHWM,
 reset with /proc/PID/clear_refs before the workload).
