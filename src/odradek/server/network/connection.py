@@ -49,7 +49,11 @@ from odradek.server.network.inflight import InFlightRequests
 from odradek.server.network.reader import RequestReader
 from odradek.server.network.sasl import SaslAuthenticator
 from odradek.server.network.security import ListenerSecurity
-from odradek.server.network.writer import ResponseWriter, TlsResponseWriter
+from odradek.server.network.writer import (
+    TLS_WRITE_BUFFER_BYTES,
+    ResponseWriter,
+    TlsResponseWriter,
+)
 
 if TYPE_CHECKING:
     from odradek.server.broker_stats import RequestStats
@@ -123,6 +127,8 @@ class KafkaConnection(asyncio.Protocol):
         if sock is not None:
             _tune_socket(sock, self._config)
         high = self._config.write_buffer_high_water_bytes
+        if self._tls:  # a short queue in asyncio's TLS layer: see TLS_WRITE_BUFFER_BYTES
+            high = min(high, TLS_WRITE_BUFFER_BYTES)
         transport.set_write_buffer_limits(high=high, low=high // 4)
         # 2. authenticate (see the module's header)
         security = self._server.security

@@ -19,7 +19,9 @@ each answer once its handler is done, whatever order the handlers finish in.
   cannot cross TLS: a TLS connection gets a :class:`TlsResponseWriter` (chosen once,
   when the connection is made: the plaintext writer does no per-request check), whose
   large regions are read and written in chunks of :data:`TLS_CHUNK_BYTES`, waiting for
-  the drain between them, so a 50 MB fetch holds one chunk, not the response.
+  the drain between them, so a 50 MB fetch holds one chunk, not the response; its
+  transport's high-water mark is :data:`TLS_WRITE_BUFFER_BYTES` (what asyncio's TLS
+  layer holds is re-copied at every partial send, see the constant).
 - *Drain.* When the transport's buffer passes its high-water mark the writer waits for
   it to drain (:mod:`odradek.server.flow_control`), so a slow reader cannot make the
   broker buffer unbounded responses; copied regions are handed over in slices for the
@@ -48,8 +50,8 @@ from odradek.server.network.reader import RequestReader
 if TYPE_CHECKING:
     from odradek.server.broker_stats import RequestStats
 
-__all__ = ["COALESCE_BYTES", "COPY_REGION_BYTES", "TLS_CHUNK_BYTES", "ResponseWriter",
-           "TlsResponseWriter"]
+__all__ = ["COALESCE_BYTES", "COPY_REGION_BYTES", "TLS_CHUNK_BYTES", "TLS_WRITE_BUFFER_BYTES",
+           "ResponseWriter", "TlsResponseWriter"]
 
 # File regions up to this size are copied with pread instead of sent with sendfile: below
 # it the copy costs less than sendfile's pause-reading / wait-for-empty-buffer / resume.
@@ -57,8 +59,15 @@ COPY_REGION_BYTES: Final = 64 * 1024
 # Finished responses gathered into one write stop growing here.
 COALESCE_BYTES: Final = 256 * 1024
 # A TLS connection reads large file regions in chunks of this size (encrypted by the
-# transport as they are written).
-TLS_CHUNK_BYTES: Final = 256 * 1024
+# transport as they are written), and waits for its transport to drain once more than
+# TLS_WRITE_BUFFER_BYTES are queued (the connection sets that high-water mark). asyncio's
+# TLS layer encrypts what it is given into OpenSSL's memory BIO at once, and hands it to
+# the socket in one piece when the socket can take more; what the socket does not take is
+# copied twice more by the socket transport (the rest of the piece, then into its
+# buffer). A queue of a chunk or two keeps those pieces, and their copies, small; the
+# plaintext writer's 4 MiB would let megabytes be re-copied at every partial send.
+TLS_CHUNK_BYTES: Final = 128 * 1024
+TLS_WRITE_BUFFER_BYTES: Final = 256 * 1024
 _Buffers = tuple[bytes | bytearray | memoryview, ...]
 _Ready = list[bytes | bytearray | memoryview]
 # The outcome of a cancelled handler: the request cannot be answered, nor the ones after it.
@@ -274,7 +283,8 @@ class ResponseWriter:
 class TlsResponseWriter(ResponseWriter):
     """The writer of a TLS connection: file regions larger than ``COPY_REGION_BYTES`` are
     read and handed to the transport in chunks of :data:`TLS_CHUNK_BYTES`, waiting for
-    the transport to drain between them (no sendfile: the bytes must be encrypted)."""
+    the transport to drain (past :data:`TLS_WRITE_BUFFER_BYTES`) between them (no
+    sendfile: the bytes must be encrypted)."""
 
     __slots__ = ()
 
