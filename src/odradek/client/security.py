@@ -23,10 +23,29 @@ from typing import Any
 from odradek.security.sasl import MECHANISMS, parse_jaas_config
 from odradek.security.tls import TlsConfigError, client_context
 
-__all__ = ["ClientSecurity", "client_security", "librdkafka_settings",
-           "load_client_properties"]
+__all__ = ["SECRET_KEYS", "ClientSecurity", "client_security", "librdkafka_config",
+           "librdkafka_settings", "load_client_properties", "redacted"]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+#: client keys whose values are secrets: never printed, logged or shown in a plan
+SECRET_KEYS = frozenset({
+    "sasl.password", "sasl.jaas.config", "ssl.key.password", "ssl.keystore.password",
+    "ssl.truststore.password", "ssl.keystore.key", "ssl.key.pem",
+})
+
+#: the Java client's security keys librdkafka does not know (:func:`librdkafka_config`
+#: translates them)
+_JAVA_ONLY_KEYS = frozenset({
+    "sasl.jaas.config", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates", "ssl.keystore.type",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain",
+})
+
+
+def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with the values of :data:`SECRET_KEYS` replaced, for a message."""
+    return {k: ("[hidden]" if k in SECRET_KEYS else v) for k, v in config.items()}
 
 
 @dataclass(frozen=True)
@@ -117,6 +136,33 @@ def librdkafka_settings(props: Mapping[str, str]) -> dict[str, str]:
     if "ssl.ca.location" not in out and props.get("ssl.truststore.location") and \
             props.get("ssl.truststore.type", "").upper() == "PEM":
         out["ssl.ca.location"] = props["ssl.truststore.location"]
+    return out
+
+
+def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
+    """A whole client config for librdkafka (confluent-kafka): its own keys as they are,
+    the Java client's security keys translated (:func:`librdkafka_settings`; a PKCS12
+    keystore is librdkafka's ``ssl.keystore.location`` too, a PEM one its certificate and
+    key locations). ValueError for a setting that cannot work, or that librdkafka cannot
+    take (a PKCS12 truststore: give the CA as PEM, ``ssl.ca.location``)."""
+    if props.get("ssl.truststore.location") and \
+            props.get("ssl.truststore.type", "JKS").upper() != "PEM" and \
+            props.get("security.protocol", "").upper() in ("SSL", "SASL_SSL"):
+        raise ValueError("librdkafka reads a truststore in PEM only: set "
+                         "ssl.truststore.type=PEM, or ssl.ca.location to the CA's PEM file")
+    out = {k: v for k, v in props.items() if k not in _JAVA_ONLY_KEYS}
+    out.update(librdkafka_settings(props))
+    if props.get("ssl.truststore.certificates") and "ssl.ca.location" not in out:
+        out["ssl.ca.pem"] = props["ssl.truststore.certificates"]
+    keystore = props.get("ssl.keystore.location", "")
+    if keystore and props.get("ssl.keystore.type", "JKS").upper() == "PEM":
+        del out["ssl.keystore.location"]
+        out.pop("ssl.keystore.password", None)
+        out.setdefault("ssl.certificate.location", keystore)
+        out.setdefault("ssl.key.location", keystore)
+    if props.get("ssl.keystore.key"):
+        out["ssl.key.pem"] = props["ssl.keystore.key"]
+        out["ssl.certificate.pem"] = props.get("ssl.keystore.certificate.chain", "")
     return out
 
 
