@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 import trustme
 
-from odradek.client.security import client_security, librdkafka_settings, load_client_properties
+from odradek.client.security import (
+    client_security,
+    librdkafka_config,
+    librdkafka_settings,
+    load_client_properties,
+    redacted,
+)
 
 JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
         'username="alice" password="a=b;c";')
@@ -57,3 +63,27 @@ def test_no_hostname_check_when_asked() -> None:
 def test_errors(props: dict[str, str], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         client_security(props)
+
+
+def test_librdkafka_config_translates_the_java_keys(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    config = librdkafka_config({
+        "bootstrap.servers": "h:1", "linger.ms": "5", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": JAAS,
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tmp_path / "ca.pem")})
+    assert config == {"bootstrap.servers": "h:1", "linger.ms": "5",
+                      "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                      "sasl.username": "alice", "sasl.password": "a=b;c",
+                      "ssl.ca.location": str(tmp_path / "ca.pem")}
+    assert "a=b;c" not in str(redacted(config))
+
+
+def test_librdkafka_config_keeps_librdkafka_keys_and_refuses_a_pkcs12_truststore(
+        tmp_path: Path) -> None:
+    plain = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+             "sasl.username": "bob", "sasl.password": "pw", "client.id": "c"}
+    assert librdkafka_config(plain) == plain
+    with pytest.raises(ValueError, match="PEM only"):
+        librdkafka_config({"security.protocol": "SSL", "ssl.truststore.type": "PKCS12",
+                           "ssl.truststore.location": str(tmp_path / "t.p12")})
