@@ -87,3 +87,36 @@ def test_librdkafka_config_keeps_librdkafka_keys_and_refuses_a_pkcs12_truststore
     with pytest.raises(ValueError, match="PEM only"):
         librdkafka_config({"security.protocol": "SSL", "ssl.truststore.type": "PKCS12",
                            "ssl.truststore.location": str(tmp_path / "t.p12")})
+
+
+def test_config_providers_keep_the_secrets_out_of_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ODRADEK_TEST_PASSWORD", "from-env")
+    (tmp_path / "secrets.properties").write_text("bob.password=from-file\n")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "user").write_text("carol")
+    path = tmp_path / "client.properties"
+    path.write_text(
+        "config.providers=env,file,dir\n"
+        "config.providers.env.class=org.apache.kafka.common.config.provider."
+        "EnvVarConfigProvider\n"
+        "config.providers.file.class=org.apache.kafka.common.config.provider."
+        "FileConfigProvider\n"
+        "config.providers.dir.class=org.apache.kafka.common.config.provider."
+        "DirectoryConfigProvider\n"
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        f"sasl.username=${{dir:{tmp_path / 'dir'}:user}}\n"
+        "sasl.password=${env:ODRADEK_TEST_PASSWORD}\n"
+        f"other=${{file:{tmp_path / 'secrets.properties'}:bob.password}} ${{nope:x}}\n")
+    props = load_client_properties(str(path))
+    assert props == {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                     "sasl.username": "carol", "sasl.password": "from-env",
+                     "other": "from-file ${nope:x}"}
+    assert client_security(props).password == "from-env"
+    monkeypatch.delenv("ODRADEK_TEST_PASSWORD")
+    with pytest.raises(ValueError, match=r"sasl\.password: \$\{env:ODRADEK_TEST_PASSWORD\} "
+                                         r"is not set"):
+        load_client_properties(str(path))
+    with pytest.raises(ValueError, match="not supported"):
+        librdkafka_config({"config.providers": "vault",
+                           "config.providers.vault.class": "com.example.Vault"})

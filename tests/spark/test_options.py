@@ -128,3 +128,16 @@ def test_security_options_in_the_java_clients_keys_reach_librdkafka_and_no_repr(
                             "kafka.sasl.mechanism": "PLAIN",
                             "kafka.sasl.password": "s3cret-pw"}, streaming=False)
     assert "s3cret-pw" not in str(caught.value)
+
+
+def test_a_password_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ODRADEK_SPARK_PASSWORD", "env-secret")
+    read = parse_read_options({
+        **BOOT, "subscribe": "a", "kafka.config.providers": "env",
+        "kafka.config.providers.env.class":
+            "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+        "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.username": "bob", "kafka.sasl.password": "${env:ODRADEK_SPARK_PASSWORD}",
+    }, streaming=True)
+    assert read.client["sasl.password"] == "env-secret"
+    assert not any(k.startswith("config.providers") for k in read.client)
