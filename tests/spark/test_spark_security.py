@@ -1,7 +1,8 @@
 """The odradek data source over SASL_SSL: a broker with TLS and SCRAM (certificates made at
 test time), the shared Spark session, writes and reads whose tasks run in Spark's Python
 workers with the ``kafka.*`` security options, in the Java client's keys and in
-librdkafka's. No password reaches a query plan, and a wrong one fails the read with the
+librdkafka's, through the native reader (Odradek's client over TLS and SCRAM) and through
+librdkafka. No password reaches a query plan, and a wrong one fails the read with the
 broker's reason."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from odradek.spark import fetcher
+from odradek.spark.options import parse_read_options
 from odradek.testing import RunningBroker
 from tests.interop._security import USERS, Certs, bootstrap, confluent_settings, secure_broker
 
@@ -68,11 +71,19 @@ def test_write_and_read_over_sasl_ssl(spark: Any, secured: tuple[RunningBroker, 
     assert got == sorted(rows)
     plan = df._jdf.queryExecution().toString()
     assert USERS["alice"] not in plan
+    opts = parse_read_options({**librdkafka_options(broker, certs), "subscribe": topic},
+                              streaming=False)
+    assert fetcher.supports(opts.client)  # the tasks above read natively, over SASL_SSL
+    batches = list(fetcher.read_range(opts, topic, 0, 0, 10))
+    assert sum(b.num_rows for b in batches) == 10
 
-    java = spark.read.format("odradek").option("subscribe", topic)
+    # a librdkafka property the native reader lacks: the tasks read through librdkafka
+    java = spark.read.format("odradek").option("subscribe", topic) \
+        .option("kafka.fetch.min.bytes", "1")
     for k, v in java_options(broker, certs).items():
         java = java.option(k, v)
-    assert java.load().count() == len(rows)
+    got = sorted((r.key.decode(), r.value.decode()) for r in java.load().collect())
+    assert got == sorted(rows)
 
 
 def test_a_wrong_password_fails_the_read_with_the_reason(

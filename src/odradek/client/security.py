@@ -227,8 +227,14 @@ def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
     the Java client's security keys translated (:func:`librdkafka_settings`; a PKCS12
     keystore is librdkafka's ``ssl.keystore.location`` too, a PEM one its certificate and
     key locations). ValueError for a setting that cannot work, or that librdkafka cannot
-    take (a PKCS12 truststore: give the CA as PEM, ``ssl.ca.location``)."""
+    take (a PKCS12 truststore: give the CA as PEM, ``ssl.ca.location``). A SASL
+    mechanism Odradek's client lacks (GSSAPI, OAUTHBEARER) is librdkafka's business: such
+    a config is passed on as it is."""
     props = resolve_config_providers(props)
+    mechanism = props.get("sasl.mechanism", props.get("sasl.mechanisms", "GSSAPI")).upper()
+    if props.get("security.protocol", "").upper().startswith("SASL_") and \
+            mechanism not in MECHANISMS:
+        return dict(props)  # librdkafka's own (GSSAPI, OAUTHBEARER), as they are
     if props.get("ssl.truststore.location") and \
             props.get("ssl.truststore.type", "JKS").upper() != "PEM" and \
             props.get("security.protocol", "").upper() in ("SSL", "SASL_SSL"):
