@@ -82,8 +82,10 @@ def test_write_and_read_over_sasl_ssl(spark: Any, secured: tuple[RunningBroker, 
         .option("kafka.fetch.min.bytes", "1")
     for k, v in java_options(broker, certs).items():
         java = java.option(k, v)
-    got = sorted((r.key.decode(), r.value.decode()) for r in java.load().collect())
+    loaded = java.load()
+    got = sorted((r.key.decode(), r.value.decode()) for r in loaded.collect())
     assert got == sorted(rows)
+    assert USERS["alice"] not in loaded._jdf.queryExecution().toString()
 
 
 def test_a_wrong_password_fails_the_read_with_the_reason(
