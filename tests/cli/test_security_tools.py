@@ -122,3 +122,19 @@ def test_console_over_sasl_ssl(secured: tuple[RunningBroker, Certs, Path]) -> No
         with urllib.request.urlopen(query, timeout=30) as answer:
             records = json.loads(answer.read())["records"]
         assert [r["value"] for r in records] == ["over-tls"]
+
+
+def test_a_bad_security_file_is_a_usage_error_naming_the_option(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.properties")
+    mirror = odradek("mirror", "--source-bootstrap-server", "127.0.0.1:1",
+                     "--target-bootstrap-server", "127.0.0.1:1", "--include", "x",
+                     "--target-command-config", missing)
+    assert mirror.returncode == 2, mirror.stderr
+    assert f"cannot read --target-command-config {missing}" in mirror.stderr
+    bad = tmp_path / "bad.properties"
+    bad.write_text("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")
+    for verb in (("console", "--bootstrap-server", "127.0.0.1:1"),
+                 ("status", "-b", "127.0.0.1:1")):
+        done = odradek(*verb, "--command-config", str(bad))
+        assert done.returncode == 2, done.stderr
+        assert "--command-config" in done.stderr and "GSSAPI" in done.stderr, done.stderr

@@ -141,3 +141,11 @@ def test_a_password_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     }, streaming=True)
     assert read.client["sasl.password"] == "env-secret"
     assert not any(k.startswith("config.providers") for k in read.client)
+
+
+def test_a_mechanism_odradek_lacks_goes_to_librdkafka_as_it_is() -> None:
+    options = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "OAUTHBEARER",
+               "kafka.sasl.oauthbearer.config": "principal=alice"}
+    read = parse_read_options({**BOOT, **options, "subscribe": "a"}, streaming=False)
+    assert read.client == {"bootstrap.servers": "127.0.0.1:9092",
+                           **{k[len("kafka."):]: v for k, v in options.items()}}
