@@ -240,6 +240,9 @@ def test_sasl_ssl_cluster_serves_a_client_with_the_printed_settings(tmp_path: Pa
         assert run.interrupt() == 0, run.describe()
         assert "SIGKILL" not in run.stderr(), run.describe()
         assert "stopped" in run.stdout()
+    for broker_id in (1, 2):  # nothing failed to authenticate, dev-cluster's probes neither
+        log = (tmp_path / "dc" / "logs" / f"broker-{broker_id}.log").read_text()
+        assert "Failed authentication" not in log, log[-3000:]
 
 
 def test_a_killed_broker_is_reported_the_rest_run_and_restart_brings_it_back(

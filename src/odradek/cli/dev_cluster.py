@@ -65,6 +65,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -109,6 +110,9 @@ class DevBroker:
     process: subprocess.Popen[bytes]
     log_file: IO[bytes]
     reported: bool = False  # its death was reported
+    #: a TLS listener's: the readiness check completes a handshake (a bare TCP connection
+    #: would be logged by the broker as a failed authentication)
+    tls: ssl.SSLContext | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -119,9 +123,11 @@ class DevBroker:
 
     def accepts_connections(self) -> bool:
         try:
-            with socket.create_connection((HOST, self.port), timeout=0.5):
+            with socket.create_connection((HOST, self.port), timeout=0.5) as sock:
+                if self.tls is not None:
+                    self.tls.wrap_socket(sock, server_hostname=HOST).close()
                 return True
-        except OSError:
+        except OSError:  # ssl.SSLError included
             return False
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
@@ -231,6 +237,8 @@ class DevCluster:
             start_new_session=True,
         )
         broker = DevBroker(broker_id, port, log_dir, log_path, process, log_file)
+        if self.security is not None:
+            broker.tls = ssl.create_default_context(cafile=str(self.security.ca))
         self.brokers[broker_id] = broker
         run_dir = self.data_dir / RUN_DIR
         run_dir.mkdir(exist_ok=True)
