@@ -31,17 +31,10 @@ from typing import Any
 from odradek.security.sasl import MECHANISMS, parse_jaas_config
 from odradek.security.tls import TlsConfigError, client_context
 
-__all__ = ["SECRET_KEYS", "ClientSecurity", "client_security", "librdkafka_config",
-           "librdkafka_settings", "load_client_properties", "redacted",
-           "resolve_config_providers"]
+__all__ = ["ClientSecurity", "client_security", "librdkafka_config", "librdkafka_settings",
+           "load_client_properties", "resolve_config_providers"]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
-#: client keys whose values are secrets: never printed, logged or shown in a plan
-SECRET_KEYS = frozenset({
-    "sasl.password", "sasl.jaas.config", "ssl.key.password", "ssl.keystore.password",
-    "ssl.truststore.password", "ssl.keystore.key", "ssl.key.pem",
-})
 
 #: the Java client's security keys librdkafka does not know (:func:`librdkafka_config`
 #: translates them)
@@ -50,11 +43,6 @@ _JAVA_ONLY_KEYS = frozenset({
     "ssl.truststore.password", "ssl.truststore.certificates", "ssl.keystore.type",
     "ssl.keystore.key", "ssl.keystore.certificate.chain",
 })
-
-
-def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with the values of :data:`SECRET_KEYS` replaced, for a message."""
-    return {k: ("[hidden]" if k in SECRET_KEYS else v) for k, v in config.items()}
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ come in either dialect, as Spark's Kafka source takes them (the Java client's
 ``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.*``) or librdkafka's
 (``kafka.sasl.username``, ``kafka.ssl.ca.location``); the Java ones are translated for
 librdkafka by :func:`odradek.client.security.librdkafka_config`. The client config travels
-to the executors inside the options; it is left out of every ``repr`` (the secrets in it,
-:data:`~odradek.client.security.SECRET_KEYS`, must never reach a log or a plan).
+to the executors inside the options; it is left out of every ``repr`` (the secrets in it
+must never reach a log or a plan).
 """
 
 from __future__ import annotations
