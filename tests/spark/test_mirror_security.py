@@ -70,3 +70,12 @@ def test_mirror_copies_over_sasl_ssl(tmp_path: Path) -> None:
         assert values == [f"v{i}".encode() for i in range(RECORDS)]
         output = log.read_text(errors="replace")
         assert all(p not in output for p in USERS.values()), output[-4000:]
+
+
+def test_the_mirror_config_keeps_the_passwords_out_of_its_repr() -> None:
+    from odradek.spark.mirror import MirrorConfig
+
+    cfg = MirrorConfig("a:1", "b:1", "x", source_client={"sasl.password": "pw-one"},
+                       target_client={"sasl.password": "pw-two"})
+    assert "pw-one" not in repr(cfg) and "pw-two" not in repr(cfg)
+    assert cfg.target_conf()["sasl.password"] == "pw-two"
