@@ -192,6 +192,59 @@ def test_starts_prints_the_table_serves_and_stops_on_ctrl_c(tmp_path: Path) -> N
         assert "stopped cleanly" in log, log[-2000:]
 
 
+def test_sasl_ssl_cluster_serves_a_client_with_the_printed_settings(tmp_path: Path) -> None:
+    """``--security sasl_ssl``: the brokers replicate over SASL_SSL, confluent-kafka with the
+    printed librdkafka settings produces (acks=all) and consumes in a group, the odradek
+    tools take the printed ``--command-config``; no password is printed; Ctrl-C stops it."""
+    import confluent_kafka as ck
+
+    from odradek.client.security import load_client_properties
+
+    base = free_port_run(2)
+    bootstrap = f"127.0.0.1:{base},127.0.0.1:{base + 1}"
+    with dev_cluster(tmp_path, "--brokers", "2", "--base-port", str(base),
+                     "--security", "sasl_ssl") as run:
+        run.wait_for_output("ready:")
+        out = run.stdout()
+        command_config = out.split("odradek tools:   --command-config ", 1)[1].split()[0]
+        librdkafka = out.split("confluent-kafka: the settings of ", 1)[1].split()[0]
+        settings = load_client_properties(librdkafka)
+        assert settings["security.protocol"] == "SASL_SSL"
+        assert settings["sasl.password"] not in out + run.stderr()
+        security = tmp_path / "dc" / "security"
+        for name in ("ca.key", "broker.pem", "users.properties", "broker.properties",
+                     "client.properties", "librdkafka.properties"):
+            assert (security / name).stat().st_mode & 0o077 == 0, name
+        made = odradek("topics", "create", "--topic", "secure", "--partitions", "2",
+                       "--replication-factor", "2", "-b", bootstrap,
+                       "--command-config", command_config)
+        assert made.returncode == 0, made.stderr + run.describe()
+        producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", **settings})
+        for i in range(20):
+            producer.produce("secure", f"r{i}".encode(), partition=i % 2)
+        assert producer.flush(30) == 0, run.describe()
+        consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "secure-group",
+                                "auto.offset.reset": "earliest", **settings})
+        consumer.subscribe(["secure"])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 20:
+            assert time.monotonic() < deadline, f"consumed {got}\n{run.describe()}"
+            got += [m.value() for m in consumer.consume(20, 1.0) if m.error() is None]
+        consumer.close()
+        assert sorted(got) == sorted(f"r{i}".encode() for i in range(20))
+        described = odradek("topics", "describe", "--topic", "secure", "-b", bootstrap,
+                            "--command-config", command_config)
+        assert "Isr: 1,2" in described.stdout or "Isr: 2,1" in described.stdout, \
+            described.stdout + described.stderr
+        assert run.interrupt() == 0, run.describe()
+        assert "SIGKILL" not in run.stderr(), run.describe()
+        assert "stopped" in run.stdout()
+    for broker_id in (1, 2):  # nothing failed to authenticate, dev-cluster's probes neither
+        log = (tmp_path / "dc" / "logs" / f"broker-{broker_id}.log").read_text()
+        assert "Failed authentication" not in log, log[-3000:]
+
+
 def test_a_killed_broker_is_reported_the_rest_run_and_restart_brings_it_back(
     tmp_path: Path,
 ) -> None:

@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 import trustme
 
-from odradek.client.security import client_security, librdkafka_settings, load_client_properties
+from odradek.client.security import (
+    client_security,
+    librdkafka_config,
+    librdkafka_settings,
+    load_client_properties,
+)
 
 JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
         'username="alice" password="a=b;c";')
@@ -57,3 +62,59 @@ def test_no_hostname_check_when_asked() -> None:
 def test_errors(props: dict[str, str], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         client_security(props)
+
+
+def test_librdkafka_config_translates_the_java_keys(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    config = librdkafka_config({
+        "bootstrap.servers": "h:1", "linger.ms": "5", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": JAAS,
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tmp_path / "ca.pem")})
+    assert config == {"bootstrap.servers": "h:1", "linger.ms": "5",
+                      "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                      "sasl.username": "alice", "sasl.password": "a=b;c",
+                      "ssl.ca.location": str(tmp_path / "ca.pem")}
+
+
+def test_librdkafka_config_keeps_librdkafka_keys_and_refuses_a_pkcs12_truststore(
+        tmp_path: Path) -> None:
+    plain = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+             "sasl.username": "bob", "sasl.password": "pw", "client.id": "c"}
+    assert librdkafka_config(plain) == plain
+    with pytest.raises(ValueError, match="PEM only"):
+        librdkafka_config({"security.protocol": "SSL", "ssl.truststore.type": "PKCS12",
+                           "ssl.truststore.location": str(tmp_path / "t.p12")})
+
+
+def test_config_providers_keep_the_secrets_out_of_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ODRADEK_TEST_PASSWORD", "from-env")
+    (tmp_path / "secrets.properties").write_text("bob.password=from-file\n")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "user").write_text("carol")
+    path = tmp_path / "client.properties"
+    path.write_text(
+        "config.providers=env,file,dir\n"
+        "config.providers.env.class=org.apache.kafka.common.config.provider."
+        "EnvVarConfigProvider\n"
+        "config.providers.file.class=org.apache.kafka.common.config.provider."
+        "FileConfigProvider\n"
+        "config.providers.dir.class=org.apache.kafka.common.config.provider."
+        "DirectoryConfigProvider\n"
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        f"sasl.username=${{dir:{tmp_path / 'dir'}:user}}\n"
+        "sasl.password=${env:ODRADEK_TEST_PASSWORD}\n"
+        f"other=${{file:{tmp_path / 'secrets.properties'}:bob.password}} ${{nope:x}}\n")
+    props = load_client_properties(str(path))
+    assert props == {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                     "sasl.username": "carol", "sasl.password": "from-env",
+                     "other": "from-file ${nope:x}"}
+    assert client_security(props).password == "from-env"
+    monkeypatch.delenv("ODRADEK_TEST_PASSWORD")
+    with pytest.raises(ValueError, match=r"sasl\.password: \$\{env:ODRADEK_TEST_PASSWORD\} "
+                                         r"is not set"):
+        load_client_properties(str(path))
+    with pytest.raises(ValueError, match="not supported"):
+        librdkafka_config({"config.providers": "vault",
+                           "config.providers.vault.class": "com.example.Vault"})

@@ -142,3 +142,19 @@ def stats(broker: RunningBroker, listener: str) -> Mapping[str, int]:
     s = server(broker, listener).security.stats
     return {"successful": s.successful, "failed": s.failed,
             "reauth": s.successful_reauthentication}
+
+
+def client_properties(path: Path, certs: Certs, mechanism: str = "SCRAM-SHA-256",
+                      user: str = "alice", password: str | None = None) -> Path:
+    """A ``--command-config`` file in the Java client's keys for :func:`secure_broker`'s
+    SASL_SSL listener (the password in a JAAS config, the CA as a PEM truststore)."""
+    module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if mechanism ==
+              "PLAIN" else "org.apache.kafka.common.security.scram.ScramLoginModule")
+    secret = USERS.get(user, "x") if password is None else password
+    path.write_text("security.protocol=SASL_SSL\n"
+                    f"sasl.mechanism={mechanism}\n"
+                    f'sasl.jaas.config={module} required username="{user}" '
+                    f'password="{secret}";\n'
+                    "ssl.truststore.type=PEM\n"
+                    f"ssl.truststore.location={certs.ca}\n")
+    return path

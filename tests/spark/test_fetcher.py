@@ -126,6 +126,13 @@ def test_no_broker_is_a_clear_error_without_hang() -> None:
 def test_supports_only_what_it_honours() -> None:
     assert fetcher.supports({"bootstrap.servers": "h:1", "fetch.max.bytes": "1000"})
     assert fetcher.supports({"bootstrap.servers": "h:1", "security.protocol": "PLAINTEXT"})
-    assert not fetcher.supports({"bootstrap.servers": "h:1", "security.protocol": "SSL"})
+    assert fetcher.supports({"bootstrap.servers": "h:1", "security.protocol": "SSL",
+                             "ssl.ca.location": "/ca.pem"})
+    assert fetcher.supports({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+                             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
+                             "sasl.password": "p"})
+    assert not fetcher.supports({"bootstrap.servers": "h:1", "sasl.mechanism": "GSSAPI"})
+    assert not fetcher.supports({"bootstrap.servers": "h:1",
+                                 "ssl.certificate.location": "/c.pem"})
     assert not fetcher.supports({"bootstrap.servers": "h:1", "isolation.level": "read_committed"})
-    assert not fetcher.supports({"bootstrap.servers": "h:1", "sasl.mechanism": "PLAIN"})
+

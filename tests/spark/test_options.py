@@ -108,3 +108,44 @@ def test_max_records_per_partition_then_min_partitions() -> None:
             {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "maxRecordsPerPartition": "0"},
             streaming=False,
         )
+
+
+def test_security_options_in_the_java_clients_keys_reach_librdkafka_and_no_repr() -> None:
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+            'username="alice" password="s3cret-pw";')
+    security = {"kafka.security.protocol": "SASL_PLAINTEXT",
+                "kafka.sasl.mechanism": "SCRAM-SHA-256", "kafka.sasl.jaas.config": jaas}
+    read = parse_read_options({**BOOT, **security, "subscribe": "a"}, streaming=False)
+    assert read.client == {"bootstrap.servers": "127.0.0.1:9092",
+                           "security.protocol": "SASL_PLAINTEXT",
+                           "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice",
+                           "sasl.password": "s3cret-pw"}
+    write = parse_write_options({**BOOT, **security, "topic": "a"})
+    assert write.client == read.client
+    assert "s3cret-pw" not in repr(read) and "s3cret-pw" not in repr(write)
+    with pytest.raises(OdradekOptionError, match=r"sasl\.username") as caught:
+        parse_read_options({**BOOT, "subscribe": "a", "kafka.security.protocol": "SASL_SSL",
+                            "kafka.sasl.mechanism": "PLAIN",
+                            "kafka.sasl.password": "s3cret-pw"}, streaming=False)
+    assert "s3cret-pw" not in str(caught.value)
+
+
+def test_a_password_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ODRADEK_SPARK_PASSWORD", "env-secret")
+    read = parse_read_options({
+        **BOOT, "subscribe": "a", "kafka.config.providers": "env",
+        "kafka.config.providers.env.class":
+            "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+        "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.username": "bob", "kafka.sasl.password": "${env:ODRADEK_SPARK_PASSWORD}",
+    }, streaming=True)
+    assert read.client["sasl.password"] == "env-secret"
+    assert not any(k.startswith("config.providers") for k in read.client)
+
+
+def test_a_mechanism_odradek_lacks_goes_to_librdkafka_as_it_is() -> None:
+    options = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "OAUTHBEARER",
+               "kafka.sasl.oauthbearer.config": "principal=alice"}
+    read = parse_read_options({**BOOT, **options, "subscribe": "a"}, streaming=False)
+    assert read.client == {"bootstrap.servers": "127.0.0.1:9092",
+                           **{k[len("kafka."):]: v for k, v in options.items()}}

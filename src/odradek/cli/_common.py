@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from odradek.client.connection import ClientError
 from odradek.client.routing import ClusterAdmin
@@ -19,6 +19,7 @@ from odradek.client.security import (
     PLAINTEXT,
     ClientSecurity,
     client_security,
+    librdkafka_settings,
     load_client_properties,
 )
 
@@ -52,13 +53,29 @@ def security_of(args: argparse.Namespace) -> ClientSecurity:
     path = getattr(args, "command_config", None)
     if not path:
         return PLAINTEXT
+    return _checked(str(path), "--command-config", client_security)
+
+
+def librdkafka_security_of(path: Any, option: str = "--command-config") -> dict[str, str]:
+    """The same client properties for the tools built on librdkafka (perf, console,
+    mirror): its security settings, the Java client's keys translated (none without a
+    file). Exits as :func:`security_of`; no message shows a secret."""
+    if not path:
+        return {}
+    return _checked(str(path), option, librdkafka_settings)
+
+
+_T = TypeVar("_T")
+
+
+def _checked(path: str, option: str, convert: Callable[[dict[str, str]], _T]) -> _T:
     try:
-        return client_security(load_client_properties(path))
+        return convert(load_client_properties(path))
     except OSError as exc:
-        raise UsageError(f"odradek: cannot read --command-config {path}: "
+        raise UsageError(f"odradek: cannot read {option} {path}: "
                          f"{exc.strerror or exc}") from None
     except ValueError as exc:
-        raise UsageError(f"odradek: --command-config {path}: {exc}") from None
+        raise UsageError(f"odradek: {option} {path}: {exc}") from None
 
 
 def parse_pairs(items: list[str] | None, what: str) -> dict[str, str]:

@@ -34,6 +34,7 @@ from odradek.cli._perf_report import (
 )
 from odradek.client.connection import ClientError
 from odradek.client.routing import ClusterAdmin
+from odradek.client.security import client_security
 from odradek.records.batch import InvalidRecordError
 from odradek.records.columnar import add_batches, new_builder
 
@@ -61,13 +62,15 @@ class _Reader:
         self.partition_max_bytes = int(config.get("max.partition.fetch.bytes",
                                                   8 * 1024 * 1024))
         self.reset = EARLIEST if config.get("auto.offset.reset") == "earliest" else LATEST
+        self.security = client_security(config)  # TLS and SASL, as librdkafka's settings
         self.admin: ClusterAdmin | None = None
         self.builder = new_builder(False)
 
     async def _admin(self) -> ClusterAdmin:
         if self.admin is None:
             self.admin = await ClusterAdmin.connect(self.bootstrap,
-                                                    client_id="odradek-perf-consumer")
+                                                    client_id="odradek-perf-consumer",
+                                                    security=self.security)
         return self.admin
 
     async def locate(self, partitions: list[int]) -> None:

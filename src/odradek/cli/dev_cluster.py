@@ -48,6 +48,12 @@ brokers just stopped, so a dev-cluster's brokers bound that wait to 3 retries of
 (Kafka's default: of 5 s). A broker that does not stop within ``--stop-grace`` seconds is
 killed (SIGKILL, said on stderr).
 
+``--security sasl_ssl`` secures the cluster (:mod:`odradek.cli._dev_security`): a CA, the
+brokers' certificate, a first SCRAM user ``admin`` and the brokers' own user under
+``<data-dir>/security/``; each broker's only listener is ``SASL_SSL://127.0.0.1:<port>``,
+also the inter-broker one; the client settings are printed after the table (where they
+are: a password is never printed).
+
 Every child runs in its own session (process group): a Ctrl-C in the terminal reaches only
 this command, which then stops the brokers before ZooKeeper (brokers that lose ZooKeeper
 first would spend their shutdown reconnecting).
@@ -61,6 +67,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -70,6 +77,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from odradek.cli import _dev_security
 from odradek.cli._common import UsageError, parse_pairs, print_table
 from odradek.cluster.local_zookeeper import (
     LocalZooKeeper,
@@ -104,6 +112,9 @@ class DevBroker:
     process: subprocess.Popen[bytes]
     log_file: IO[bytes]
     reported: bool = False  # its death was reported
+    #: a TLS listener's: the readiness check completes a handshake (a bare TCP connection
+    #: would be logged by the broker as a failed authentication)
+    tls: ssl.SSLContext | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -114,9 +125,11 @@ class DevBroker:
 
     def accepts_connections(self) -> bool:
         try:
-            with socket.create_connection((HOST, self.port), timeout=0.5):
+            with socket.create_connection((HOST, self.port), timeout=0.5) as sock:
+                if self.tls is not None:
+                    self.tls.wrap_socket(sock, server_hostname=HOST).close()
                 return True
-        except OSError:
+        except OSError:  # ssl.SSLError included
             return False
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
@@ -130,17 +143,22 @@ class DevBroker:
 
 
 def broker_command(broker_id: int, port: int, log_dir: Path, zookeeper_connect: str,
-                   overrides: dict[str, str]) -> list[str]:
-    """``python -m odradek.cli.main serve --override ...`` for one broker (this interpreter,
-    so the brokers run the same code as this command)."""
+                   overrides: dict[str, str], protocol: str = "PLAINTEXT",
+                   config_file: Path | None = None) -> list[str]:
+    """``python -m odradek.cli.main serve [--config FILE] --override ...`` for one broker
+    (this interpreter, so the brokers run the same code as this command); ``protocol``:
+    its listener's, ``config_file``: the security settings (secrets stay off the command
+    line)."""
     config = {
         "broker.id": str(broker_id),
-        "listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": f"{protocol}://{HOST}:{port}",
         "log.dirs": str(log_dir),
         "zookeeper.connect": zookeeper_connect,
         **overrides,
     }
     argv = [sys.executable, "-m", "odradek.cli.main", "serve"]
+    if config_file is not None:
+        argv += ["--config", str(config_file)]
     for key, value in config.items():
         argv += ["--override", f"{key}={value}"]
     return argv
@@ -176,6 +194,9 @@ class DevCluster:
             "zookeeper.session.timeout.ms": "6000",
             "controlled.shutdown.retry.backoff.ms": "1000", **overrides,
         }
+        self.security: _dev_security.DevSecurity | None = None
+        if getattr(args, "security", "plaintext") == "sasl_ssl":
+            self.security = _dev_security.prepare(self.data_dir)
         self.zookeeper: LocalZooKeeper | None = None
         self._zk: Any = None  # a KazooClient on the chroot, while ZooKeeper runs
         self.brokers: dict[int, DevBroker] = {}
@@ -198,6 +219,9 @@ class DevCluster:
             log_path=logs / "zookeeper.log",
         )
         self.clear_registrations(range(1, self.count + 1), "left by an earlier run")
+        if self.security is not None:
+            _dev_security.write_scram_users(self.zookeeper.connect_string(CHROOT),
+                                            self.security)
         for broker_id in range(1, self.count + 1):
             self.start_broker(broker_id)
 
@@ -210,11 +234,15 @@ class DevCluster:
         log_file = log_path.open("ab")
         process = subprocess.Popen(
             broker_command(broker_id, port, log_dir, self.zookeeper.connect_string(CHROOT),
-                           self.overrides),
+                           self.overrides,
+                           "PLAINTEXT" if self.security is None else "SASL_SSL",
+                           None if self.security is None else self.security.broker_properties),
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         broker = DevBroker(broker_id, port, log_dir, log_path, process, log_file)
+        if self.security is not None:
+            broker.tls = ssl.create_default_context(cafile=str(self.security.ca))
         self.brokers[broker_id] = broker
         run_dir = self.data_dir / RUN_DIR
         run_dir.mkdir(exist_ok=True)
@@ -270,6 +298,9 @@ class DevCluster:
                          b.log_path])
         print_table(rows)
         print(f"bootstrap: {self.bootstrap}", flush=True)
+        if self.security is not None:
+            print("\n".join(_dev_security.client_lines(self.security, self.bootstrap)),
+                  flush=True)
 
     @property
     def bootstrap(self) -> str:
@@ -437,7 +468,13 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "verb", None) == "restart":
         return request_restart(args)
     overrides = check_args(args)
-    cluster = DevCluster(args, overrides)
+    try:
+        cluster = DevCluster(args, overrides)
+    except ImportError:
+        print("odradek dev-cluster: --security sasl_ssl makes certificates with the "
+              "'cryptography' package, which is not installed: pip install 'odradek[tls]'",
+              file=sys.stderr)
+        return 1
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         cluster.stopping.set()
@@ -524,6 +561,10 @@ def add_parser(subparsers: Any) -> None:
                              "(default ./dev-cluster)")
     parser.add_argument("--override", action="append", metavar="KEY=VALUE",
                         help="a broker config key for every broker (repeatable)")
+    parser.add_argument("--security", choices=_dev_security.PROTOCOLS, default="plaintext",
+                        help="sasl_ssl: a CA, broker certificates and a first SCRAM user "
+                             "under DATA_DIR/security, SASL_SSL listeners (also between "
+                             "brokers); prints the client settings (default plaintext)")
     parser.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S,
                         help=argparse.SUPPRESS)
     parser.add_argument("--stop-grace", type=float, default=STOP_GRACE_S,

@@ -3,7 +3,10 @@ Structured Streaming job; the job itself is :mod:`odradek.spark.mirror`.
 
 This module only parses the command line and checks that the ``spark`` extra is
 installed (pyspark, pyarrow, confluent-kafka), importing them where the command runs, so
-``odradek --help`` works without them.
+``odradek --help`` works without them. Each side takes its client security settings from
+a properties file, ``--source-command-config`` / ``--target-command-config`` (the Java
+client's keys or librdkafka's, as ``--command-config`` of the other verbs; MirrorMaker's
+``source.`` / ``target.`` client settings).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from odradek.cli._common import parse_pairs
+from odradek.cli._common import librdkafka_security_of, parse_pairs
 
 SPARK_EXTRA = "pip install 'odradek[spark]'"
 
@@ -52,6 +55,11 @@ def add_parser(sub: Any) -> None:
                    help="maxOffsetsPerTrigger of the source (500000)")
     p.add_argument("--replication-factor", type=int, default=-1,
                    help="of the target topics it creates (default: the target's default)")
+    p.add_argument("--source-command-config", metavar="FILE",
+                   help="client properties for the source cluster (security.protocol, "
+                        "sasl.*, ssl.*), as --command-config of the other verbs")
+    p.add_argument("--target-command-config", metavar="FILE",
+                   help="client properties for the target cluster, likewise")
     p.add_argument("--source-property", action="append", metavar="KEY=VALUE",
                    help="librdkafka property for the source clients (repeatable)")
     p.add_argument("--target-property", action="append", metavar="KEY=VALUE",
@@ -62,6 +70,10 @@ def add_parser(sub: Any) -> None:
 
 
 def _mirror(args: argparse.Namespace) -> int:
+    source_security = librdkafka_security_of(args.source_command_config,
+                                             "--source-command-config")
+    target_security = librdkafka_security_of(args.target_command_config,
+                                             "--target-command-config")
     for module in ("pyspark", "pyarrow", "confluent_kafka"):
         try:
             importlib.import_module(module)
@@ -93,8 +105,10 @@ def _mirror(args: argparse.Namespace) -> int:
         max_records_per_batch=args.max_records_per_batch,
         replication_factor=args.replication_factor,
         api_timeout_ms=args.timeout,
-        source_client=parse_pairs(args.source_property, "--source-property"),
-        target_client=parse_pairs(args.target_property, "--target-property"),
+        source_client={**source_security,
+                       **parse_pairs(args.source_property, "--source-property")},
+        target_client={**target_security,
+                       **parse_pairs(args.target_property, "--target-property")},
     )
     try:
         return MirrorJob(cfg).run()

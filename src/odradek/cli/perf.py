@@ -18,8 +18,15 @@ subscribes to the topic, reads ``--messages`` records (or until ``--timeout`` ms
 without one) and prints Kafka's CSV line: start and end time, MB and records consumed and
 per second, rebalance time (subscribe until the first assignment), fetch time (the rest)
 and the rates over the fetch time. The group is librdkafka's, but the records are read by
-the native batch reader of ``_perf_fetch.py`` (no Python object per record) unless
-``--librdkafka-fetch`` is given or a setting asks for what that reader lacks (TLS, SASL).
+the native batch reader of ``_perf_fetch.py`` (no Python object per record, over TLS and
+SASL too) unless ``--librdkafka-fetch`` is given or a setting asks for what that reader
+lacks.
+
+Security: ``--command-config client.properties`` (as the other verbs) and the
+``--producer.config`` / ``--consumer.config`` files take the Java client's keys or
+librdkafka's; the Java ones are translated for librdkafka
+(:func:`odradek.client.security.librdkafka_config`). A secret is never printed: a bad
+configuration's message names the key.
 
 On a terminal (standard error is a TTY) a progress bar is redrawn below the output.
 ``--histogram FILE.png`` plots the latency distribution; it needs matplotlib (the
@@ -38,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from odradek.cli._common import UsageError, parse_pairs
+from odradek.cli._common import UsageError, librdkafka_security_of, parse_pairs
 from odradek.cli._perf_report import (
     CONSUMER_HEADER,
     DETAILED_HEADER,
@@ -48,6 +55,7 @@ from odradek.cli._perf_report import (
     consumer_line,
     print_detailed,
 )
+from odradek.client.security import librdkafka_config
 
 #: librdkafka's queue is full: serve delivery reports for this long, then retry
 QUEUE_FULL_POLL_S = 0.005
@@ -155,8 +163,15 @@ def _payloads(args: argparse.Namespace) -> list[bytes]:
     return [bytes(rnd.randrange(65, 91) for _ in range(args.record_size))]
 
 
+def _for_librdkafka(config: dict[str, str]) -> dict[str, str]:
+    try:
+        return librdkafka_config(config)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"odradek: invalid client configuration: {exc}") from None
+
+
 def _producer_config(args: argparse.Namespace) -> dict[str, str]:
-    config: dict[str, str] = {}
+    config: dict[str, str] = librdkafka_security_of(args.command_config)
     if args.producer_config is not None:
         config.update(_read_properties(args.producer_config))
     config.update(parse_pairs(args.producer_props, "--producer-props"))
@@ -167,7 +182,7 @@ def _producer_config(args: argparse.Namespace) -> dict[str, str]:
     if "bootstrap.servers" not in config:
         raise UsageError("odradek: set --bootstrap-server or bootstrap.servers in "
                          "--producer-props")
-    return config
+    return _for_librdkafka(config)
 
 
 def _read_properties(path: Path) -> dict[str, str]:
@@ -286,7 +301,7 @@ def write_histogram(path: Path, latencies: list[float], label: str) -> None:
 # --------------------------------------------------------------------------- consumer
 
 def _consumer_config(args: argparse.Namespace) -> dict[str, Any]:
-    config: dict[str, Any] = {}
+    config: dict[str, Any] = librdkafka_security_of(args.command_config)
     if args.consumer_config is not None:
         config.update(_read_properties(args.consumer_config))
     config.update(parse_pairs(args.consumer_props, "--consumer-props"))
@@ -295,8 +310,8 @@ def _consumer_config(args: argparse.Namespace) -> dict[str, Any]:
     config.setdefault("auto.offset.reset", "latest" if args.from_latest else "earliest")
     config.setdefault("enable.auto.commit", "true")
     if args.fetch_size is not None:
-        config["max.partition.fetch.bytes"] = args.fetch_size
-    return config
+        config["max.partition.fetch.bytes"] = str(args.fetch_size)
+    return _for_librdkafka(config)
 
 
 def _perf_consume(args: argparse.Namespace) -> int:
@@ -384,11 +399,15 @@ FAST_PATH_KEYS = frozenset({
     "max.partition.fetch.bytes", "fetch.max.bytes", "session.timeout.ms",
     "heartbeat.interval.ms", "max.poll.interval.ms", "partition.assignment.strategy",
     "group.instance.id",
+    # security, as Odradek's own client takes it (client/security.py)
+    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username",
+    "sasl.password", "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+    "ssl.key.password", "ssl.endpoint.identification.algorithm",
 })
 
 
 def fast_path_possible(config: dict[str, Any]) -> bool:
-    """Plaintext, read_uncommitted, nothing the batch reader does not implement."""
+    """read_uncommitted, nothing the batch reader does not implement."""
     from odradek.records.columnar import native_available
 
     return native_available() and set(config) <= FAST_PATH_KEYS
@@ -419,6 +438,8 @@ def add_parser(sub: Any) -> None:
                    help="librdkafka producer properties")
     p.add_argument("--producer.config", dest="producer_config", type=Path,
                    help="a properties file of producer settings")
+    p.add_argument("--command-config", type=Path, metavar="FILE",
+                   help="client security properties, as the other verbs take them")
     p.add_argument("--acks", choices=["-1", "0", "1", "all"],
                    help="the producer's acks (default librdkafka's: all)")
     p.add_argument("--reporting-interval", type=int, default=5000, help="ms (default 5000)")
@@ -441,6 +462,8 @@ def add_parser(sub: Any) -> None:
                    help="librdkafka consumer properties")
     c.add_argument("--consumer.config", dest="consumer_config", type=Path,
                    help="a properties file of consumer settings")
+    c.add_argument("--command-config", type=Path, metavar="FILE",
+                   help="client security properties, as the other verbs take them")
     c.add_argument("--show-detailed-stats", action="store_true",
                    help="a line every --reporting-interval instead of one at the end")
     c.add_argument("--reporting-interval", type=int, default=5000, help="ms (default 5000)")

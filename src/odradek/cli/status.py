@@ -12,6 +12,8 @@ or an uncleanable partition), 2 when there is no status file. A file older than
 With ``--bootstrap-server``/``-b`` it first asks the broker over the Kafka protocol
 (ApiVersions, then Metadata for the controller) and says whether it is up, or why not
 (refused, not a Kafka broker, ...); a broker that does not answer makes the exit status 1.
+``--command-config client.properties`` gives the client security settings (TLS, SASL) of
+a secured listener, as the other verbs take them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from odradek.cli._common import security_of
 from odradek.client.admin import Admin
 from odradek.client.connection import BrokerConnection, ClientError
+from odradek.client.security import PLAINTEXT, ClientSecurity
 from odradek.storage.cleaner_manager import STATUS_FILE
 
 
@@ -59,11 +63,12 @@ def render(status: dict[str, Any], out: TextIO, stale_seconds: float) -> None:
                   f"{info['bytes_read']} -> {info['bytes_written']} bytes\n")
 
 
-def broker_up(bootstrap: str, out: TextIO) -> bool:
+def broker_up(bootstrap: str, out: TextIO, security: ClientSecurity = PLAINTEXT) -> bool:
     """One line: is the broker at ``bootstrap`` up (and which broker is the controller)."""
 
     async def ask() -> str:
-        conn = await BrokerConnection.open(bootstrap, client_id="odradek-status")
+        conn = await BrokerConnection.open(bootstrap, client_id="odradek-status",
+                                           security=security)
         try:
             controller, host, port = await Admin(conn).controller()
         except ClientError as exc:
@@ -85,7 +90,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     up = True
     if args.bootstrap_server is not None:
-        up = broker_up(args.bootstrap_server, out)
+        up = broker_up(args.bootstrap_server, out, security_of(args))
     path = find_status(Path(args.data_dir))
     if path is None:
         print(f"odradek: no {STATUS_FILE} under {args.data_dir} (the broker writes it "
@@ -107,6 +112,9 @@ def add_parser(subparsers: Any) -> None:
                         help="a log dir (or its parent); default ./data, as make serve uses")
     parser.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT",
                         help="also check over the network that the broker answers")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client properties for a secured listener (security.protocol, "
+                             "sasl.*, ssl.*), as the other verbs take them")
     parser.add_argument("--json", action="store_true", help="print the raw status JSON")
     parser.add_argument("--stale-seconds", type=float, default=60.0,
                         help="flag a status file older than this (default 60)")

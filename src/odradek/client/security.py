@@ -5,7 +5,13 @@ How it works: :func:`client_security` reads a client config as Kafka's tools tak
 (``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config`` with ``username`` and
 ``password``, ``ssl.truststore.*``, ``ssl.keystore.*``) or librdkafka's (``sasl.username``,
 ``sasl.password``, ``ssl.ca.location``, ``ssl.certificate.location``,
-``ssl.key.location``). The result, a :class:`ClientSecurity`, tells
+``ssl.key.location``). Secrets can stay out of the file through Kafka's config providers
+(KIP-297, KIP-887): with ``config.providers=env,file`` and
+``config.providers.env.class=org.apache.kafka.common.config.provider.EnvVarConfigProvider``
+a value ``${env:KAFKA_PASSWORD}`` is read from the environment, ``${file:/path:key}`` from
+another properties file (``FileConfigProvider``), ``${dir:/path:name}`` from a file of a
+directory (``DirectoryConfigProvider``): :func:`resolve_config_providers`.
+The result, a :class:`ClientSecurity`, tells
 :class:`~odradek.client.connection.BrokerConnection` to wrap its socket in TLS (verifying
 the broker against the truststore, its host name unless
 ``ssl.endpoint.identification.algorithm`` is empty) and to authenticate with SaslHandshake
@@ -15,18 +21,28 @@ v1 and SaslAuthenticate (PLAIN, or SCRAM through
 
 from __future__ import annotations
 
+import os
+import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from odradek.security.sasl import MECHANISMS, parse_jaas_config
 from odradek.security.tls import TlsConfigError, client_context
 
-__all__ = ["ClientSecurity", "client_security", "librdkafka_settings",
-           "load_client_properties"]
+__all__ = ["ClientSecurity", "client_security", "librdkafka_config", "librdkafka_settings",
+           "load_client_properties", "resolve_config_providers"]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+#: the Java client's security keys librdkafka does not know (:func:`librdkafka_config`
+#: translates them)
+_JAVA_ONLY_KEYS = frozenset({
+    "sasl.jaas.config", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates", "ssl.keystore.type",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain",
+})
 
 
 @dataclass(frozen=True)
@@ -51,7 +67,11 @@ PLAINTEXT = ClientSecurity()
 
 def load_client_properties(path: str) -> dict[str, str]:
     """A Java properties file (``--command-config``): ``key=value`` or ``key: value``,
-    ``#``/``!`` comments, backslash continuations."""
+    ``#``/``!`` comments, backslash continuations; config providers resolved."""
+    return resolve_config_providers(_read_properties(path))
+
+
+def _read_properties(path: str) -> dict[str, str]:
     with open(path, encoding="utf-8") as f:
         text = f.read()
     props: dict[str, str] = {}
@@ -67,6 +87,76 @@ def load_client_properties(path: str) -> dict[str, str]:
         key, _, value = line.partition("=") if "=" in line else line.partition(":")
         props[key.strip()] = value.strip()
     return props
+
+
+#: ``${provider:[path:]key}``, Kafka's ConfigTransformer pattern
+_VARIABLE = re.compile(r"\$\{([^}]*?):(?:([^}]*?):)?([^}]*?)\}")
+
+
+def _env(path: str, key: str) -> str | None:
+    return os.environ.get(key)
+
+
+def _file(path: str, key: str) -> str | None:
+    return _read_properties(path).get(key)
+
+
+def _directory(path: str, key: str) -> str | None:
+    try:
+        with open(os.path.join(path, key), encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+#: the config providers Odradek's tools implement, by the tail of Kafka's class name
+_PROVIDERS: dict[str, Callable[[str, str], str | None]] = {
+    "EnvVarConfigProvider": _env,
+    "FileConfigProvider": _file,
+    "DirectoryConfigProvider": _directory,
+}
+
+
+def resolve_config_providers(props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` with every ``${provider:[path:]key}`` of a provider named in
+    ``config.providers`` replaced by its value, and the ``config.providers`` keys
+    removed. ValueError naming the key or the variable that cannot be resolved (never a
+    value)."""
+    names = [n.strip() for n in props.get("config.providers", "").split(",") if n.strip()]
+    out = {k: v for k, v in props.items()
+           if k != "config.providers" and not k.startswith("config.providers.")}
+    if not names:
+        return out
+    providers: dict[str, Callable[[str, str], str | None]] = {}
+    for name in names:
+        cls = props.get(f"config.providers.{name}.class", "").strip()
+        found = _PROVIDERS.get(cls.rpartition(".")[2])
+        if found is None:
+            raise ValueError(f"config.providers.{name}.class {cls!r} is not supported (only "
+                             f"Kafka's {', '.join(_PROVIDERS)})")
+        providers[name] = found
+
+    def value(key: str, match: re.Match[str]) -> str:
+        provider, path, name = match.group(1), match.group(2) or "", match.group(3)
+        if provider not in providers:
+            return match.group(0)  # not a provider: left as it is, as Kafka does
+        try:
+            found = providers[provider](path, name)
+        except OSError as exc:
+            raise ValueError(f"{key}: cannot read {path!r} for ${{{provider}:...}}: "
+                             f"{exc.strerror or exc}") from None
+        if found is None:
+            raise ValueError(f"{key}: ${{{provider}:{path + ':' if path else ''}{name}}} "
+                             "is not set")
+        return found
+
+    resolved: dict[str, str] = {}
+    for key, text in out.items():
+        def one(match: re.Match[str], key: str = key) -> str:
+            return value(key, match)
+
+        resolved[key] = _VARIABLE.sub(one, text)
+    return resolved
 
 
 def client_security(props: Mapping[str, str]) -> ClientSecurity:
@@ -117,6 +207,40 @@ def librdkafka_settings(props: Mapping[str, str]) -> dict[str, str]:
     if "ssl.ca.location" not in out and props.get("ssl.truststore.location") and \
             props.get("ssl.truststore.type", "").upper() == "PEM":
         out["ssl.ca.location"] = props["ssl.truststore.location"]
+    return out
+
+
+def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
+    """A whole client config for librdkafka (confluent-kafka): its own keys as they are,
+    the Java client's security keys translated (:func:`librdkafka_settings`; a PKCS12
+    keystore is librdkafka's ``ssl.keystore.location`` too, a PEM one its certificate and
+    key locations). ValueError for a setting that cannot work, or that librdkafka cannot
+    take (a PKCS12 truststore: give the CA as PEM, ``ssl.ca.location``). A SASL
+    mechanism Odradek's client lacks (GSSAPI, OAUTHBEARER) is librdkafka's business: such
+    a config is passed on as it is."""
+    props = resolve_config_providers(props)
+    mechanism = props.get("sasl.mechanism", props.get("sasl.mechanisms", "GSSAPI")).upper()
+    if props.get("security.protocol", "").upper().startswith("SASL_") and \
+            mechanism not in MECHANISMS:
+        return dict(props)  # librdkafka's own (GSSAPI, OAUTHBEARER), as they are
+    if props.get("ssl.truststore.location") and \
+            props.get("ssl.truststore.type", "JKS").upper() != "PEM" and \
+            props.get("security.protocol", "").upper() in ("SSL", "SASL_SSL"):
+        raise ValueError("librdkafka reads a truststore in PEM only: set "
+                         "ssl.truststore.type=PEM, or ssl.ca.location to the CA's PEM file")
+    out = {k: v for k, v in props.items() if k not in _JAVA_ONLY_KEYS}
+    out.update(librdkafka_settings(props))
+    if props.get("ssl.truststore.certificates") and "ssl.ca.location" not in out:
+        out["ssl.ca.pem"] = props["ssl.truststore.certificates"]
+    keystore = props.get("ssl.keystore.location", "")
+    if keystore and props.get("ssl.keystore.type", "JKS").upper() == "PEM":
+        del out["ssl.keystore.location"]
+        out.pop("ssl.keystore.password", None)
+        out.setdefault("ssl.certificate.location", keystore)
+        out.setdefault("ssl.key.location", keystore)
+    if props.get("ssl.keystore.key"):
+        out["ssl.key.pem"] = props["ssl.keystore.key"]
+        out["ssl.certificate.pem"] = props.get("ssl.keystore.certificate.chain", "")
     return out
 
 

@@ -98,6 +98,26 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
+class _Consumer(ck.Consumer):
+    """A consumer that keeps librdkafka's last error (``error_cb``: a failed SASL
+    authentication or TLS handshake), so that a request failing with only "transport
+    failure" can say why."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.last_error = ""
+        super().__init__({**config, "error_cb": self._on_error})
+
+    def _on_error(self, err: Any) -> None:
+        self.last_error = str(err.str())
+
+
+def _why(c: ck.Consumer) -> str:
+    """`` (last error: ...)`` when librdkafka reported one (a broker's refusal)."""
+    serve_log(c)
+    last = getattr(c, "last_error", "")
+    return f" (last error: {last})" if last else ""
+
+
 def consumer(client: dict[str, str], extra: dict[str, Any] | None = None) -> ck.Consumer:
     config: dict[str, Any] = {
         "group.id": "odradek-spark-reader",
@@ -109,7 +129,7 @@ def consumer(client: dict[str, str], extra: dict[str, Any] | None = None) -> ck.
         **client,
     }
     try:
-        return ck.Consumer(config)
+        return _Consumer(config)
     except (ck.KafkaException, ValueError, TypeError) as exc:
         raise OdradekOptionError(f"bad kafka.* client option: {exc}") from None
 
@@ -147,7 +167,7 @@ def discover(c: ck.Consumer, opts: ReadOptions, *, require_topics: bool) -> list
     except ck.KafkaException as exc:
         raise OdradekSparkError(
             f"cannot reach the brokers at kafka.bootstrap.servers={opts.bootstrap!r} within "
-            f"{opts.api_timeout_ms} ms (kafka.default.api.timeout.ms): {exc}"
+            f"{opts.api_timeout_ms} ms (kafka.default.api.timeout.ms): {exc}{_why(c)}"
         ) from None
     finally:
         serve_log(c)
@@ -190,7 +210,7 @@ def watermarks(
             err = exc.args[0]
             transient = err.retriable() or err.code() in _TRANSIENT
             raise (TransientSparkError if transient else OdradekSparkError)(
-                f"cannot list offsets of {t}-{p}: {exc}") from None
+                f"cannot list offsets of {t}-{p}: {exc}{_why(c)}") from None
         finally:
             serve_log(c)
     return out

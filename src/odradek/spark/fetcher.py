@@ -19,8 +19,11 @@ connection loss, ...) re-resolves the leader and retries with backoff until
 ``kafkaConsumer.pollTimeoutMs`` passes without progress; OFFSET_OUT_OF_RANGE is data loss,
 handled as ``failOnDataLoss`` says; anything else fails the task with the Kafka error name.
 
-The client speaks plaintext only: options it cannot honour (TLS, SASL, read_committed, ...)
-send the read through librdkafka instead (:func:`supports`).
+TLS and SASL (PLAIN, SCRAM) are Odradek's own client's
+(:func:`odradek.client.security.client_security`, built in the task from the ``kafka.*``
+security options the driver translated to librdkafka's keys); options it cannot honour
+(read_committed, mutual TLS, any other librdkafka property) send the read through
+librdkafka instead (:func:`supports`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import pyarrow.compute as pc
 
 from odradek.client.admin import Admin
 from odradek.client.connection import BrokerConnection, ClientError
+from odradek.client.security import ClientSecurity, client_security
 from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import InvalidRecordError
 from odradek.records.columnar import (
@@ -56,11 +60,18 @@ _UNDERSTOOD = {
     "fetch.max.bytes",
     "max.partition.fetch.bytes",
     "fetch.wait.max.ms",
+    # security, as librdkafka_config leaves it (client/security.py)
+    "security.protocol",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.endpoint.identification.algorithm",
 }
 # ...and these only with the values it implements.
 _UNDERSTOOD_VALUES = {
-    "security.protocol": {"plaintext"},
     "isolation.level": {"read_uncommitted"},
+    "sasl.mechanism": {"plain", "scram-sha-256", "scram-sha-512"},
+    "sasl.mechanisms": {"plain", "scram-sha-256", "scram-sha-512"},
 }
 
 _RETRIABLE = {
@@ -113,6 +124,7 @@ class _PartitionReader:
         self.bootstrap = [b.strip() for b in opts.bootstrap.split(",") if b.strip()]
         self.conn: BrokerConnection | None = None
         client = opts.client
+        self.security: ClientSecurity = client_security(client)
         self.client_id = client.get("client.id", "odradek-spark-reader")
         self.max_bytes = _int(client, "fetch.max.bytes", 64 * 1024 * 1024)
         self.partition_max_bytes = _int(client, "max.partition.fetch.bytes", 16 * 1024 * 1024)
@@ -130,7 +142,8 @@ class _PartitionReader:
         errors = []
         for server in self.bootstrap:
             try:
-                boot = await BrokerConnection.open(server, self.timeout, client_id=self.client_id)
+                boot = await BrokerConnection.open(server, self.timeout, client_id=self.client_id,
+                                                   security=self.security)
             except (ClientError, OSError, TimeoutError) as exc:
                 errors.append(f"{server}: {exc}")
                 continue
@@ -141,7 +154,8 @@ class _PartitionReader:
             finally:
                 await boot.close()
             self.conn = await BrokerConnection.open(
-                f"{host}:{port}", self.timeout, client_id=self.client_id
+                f"{host}:{port}", self.timeout, client_id=self.client_id,
+                security=self.security,
             )
             return Admin(self.conn)
         raise ClientError("cannot reach any bootstrap server: " + "; ".join(errors))

@@ -117,8 +117,9 @@ class MirrorConfig:
     max_records_per_batch: int = 500_000
     replication_factor: int = -1
     api_timeout_ms: int = 30_000
-    source_client: dict[str, str] = field(default_factory=dict)
-    target_client: dict[str, str] = field(default_factory=dict)
+    # librdkafka settings of each side: secrets (a SASL password), kept out of the repr
+    source_client: dict[str, str] = field(default_factory=dict, repr=False)
+    target_client: dict[str, str] = field(default_factory=dict, repr=False)
 
     def source_conf(self) -> dict[str, str]:
         return {"bootstrap.servers": self.source, **self.source_client}

@@ -4,7 +4,13 @@ The option names and meanings follow Spark's own Kafka source and sink
 (``spark-sql-kafka-0-10``); see docs/spark.md for the side-by-side table. Everything is
 validated on the driver, before any task runs, and every error names the option at fault.
 Option keys are case-insensitive as Spark's are, except the ``kafka.*`` client properties,
-which are passed to librdkafka (confluent-kafka) with the prefix removed.
+which are passed to librdkafka (confluent-kafka) with the prefix removed. Security settings
+come in either dialect, as Spark's Kafka source takes them (the Java client's
+``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.*``) or librdkafka's
+(``kafka.sasl.username``, ``kafka.ssl.ca.location``); the Java ones are translated for
+librdkafka by :func:`odradek.client.security.librdkafka_config`. The client config travels
+to the executors inside the options; it is left out of every ``repr`` (the secrets in it
+must never reach a log or a plan).
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from odradek.client.security import librdkafka_config
 
 __all__ = [
     "OdradekOptionError",
@@ -110,7 +118,7 @@ class ReadOptions:
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
     api_timeout_ms: int = 60_000
-    client: dict[str, str] = field(default_factory=dict)
+    client: dict[str, str] = field(default_factory=dict, repr=False)  # secrets
 
     def topic_filter(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -126,7 +134,7 @@ class WriteOptions:
     topic: str | None
     commit_topic: str
     api_timeout_ms: int
-    client: dict[str, str] = field(default_factory=dict)
+    client: dict[str, str] = field(default_factory=dict, repr=False)  # secrets
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -152,7 +160,10 @@ def client_config(options: Mapping[str, str]) -> tuple[dict[str, str], int]:
         config[name] = str(value)
     if not config.get("bootstrap.servers"):
         raise OdradekOptionError("option 'kafka.bootstrap.servers' is required")
-    return config, timeout_ms
+    try:
+        return librdkafka_config(config), timeout_ms
+    except (ValueError, OSError) as exc:  # a message naming the key, never its value
+        raise OdradekOptionError(f"kafka.* security options: {exc}") from None
 
 
 def _int(name: str, value: str, minimum: int | None = None) -> int:

@@ -238,11 +238,15 @@ def _result(future: Any, what: str) -> Any:
 
 
 class ClusterClient:
-    """The console's view of one cluster, reached through ``bootstrap``."""
+    """The console's view of one cluster, reached through ``bootstrap``; ``security``:
+    librdkafka's security settings (``odradek console --command-config``), for every
+    client it makes."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, security: dict[str, str] | None = None) -> None:
         self.bootstrap = bootstrap
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "odradek-console",
+        self._security = dict(security or {})
+        self.admin = AdminClient({**self._security,
+                                  "bootstrap.servers": bootstrap, "client.id": "odradek-console",
                                   "socket.timeout.ms": int(TIMEOUT * 1000),
                                   "logger": LIBRDKAFKA_LOG})  # type: ignore[dict-item]
         self.lag_history = LagHistory()
@@ -393,6 +397,7 @@ class ClusterClient:
             return []
         want = min(limit, end - max(offset, 0))
         consumer = Consumer({
+            **self._security,
             "bootstrap.servers": self.bootstrap, "group.id": "odradek-console-browser",
             "enable.auto.commit": False, "enable.partition.eof": True,
             "auto.offset.reset": "earliest", "client.id": "odradek-console",
