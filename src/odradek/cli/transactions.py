@@ -35,7 +35,8 @@ def add_parser(sub: Any) -> None:
                      help="only transactions running longer than MS milliseconds")
     lst.set_defaults(func=_list)
     describe = verbs.add_parser("describe", help="one transactional id's state")
-    describe.add_argument("--transactional-id", required=True)
+    describe.add_argument("--transactional-id", required=True,
+                          help="the transactional id to describe")
     describe.set_defaults(func=_describe)
     for parser in (lst, describe):
         add_bootstrap(parser)
