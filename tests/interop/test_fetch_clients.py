@@ -55,9 +55,9 @@ def limits(monkeypatch: pytest.MonkeyPatch) -> _Limits:
     original = fetch_handler._read_all
 
     def spy(replica_manager: Any, parts: Any, max_bytes: int, by_id: bool,
-            replica_id: int, refused: Any = None) -> Any:
+            replica_id: int, refused: Any = None, read_committed: bool = False) -> Any:
         infos, total, errors = original(replica_manager, parts, max_bytes, by_id, replica_id,
-                                        refused)
+                                        refused, read_committed)
         sizes = [(cp.max_bytes, i.size if isinstance(i, FetchDataInfo) else 0)
                  for cp, i in zip(parts, infos, strict=True)]
         with recorded.lock:

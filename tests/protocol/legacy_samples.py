@@ -97,6 +97,12 @@ def _acl_entries(version: int) -> bytes:
     return _array(_acl_filter(version))
 
 
+def _write_txn_markers(version: int) -> bytes:
+    """producer id, epoch, result (commit), topics, coordinator epoch."""
+    topic = _str(TOPIC) + _array(struct.pack(">i", 0))
+    return _array(struct.pack(">qh?", 1, 0, True) + _array(topic) + struct.pack(">i", 0))
+
+
 _BUILDERS = {
     ApiKey.DESCRIBE_ACLS: _acl_filter,
     ApiKey.CREATE_ACLS: _acl_entries,
@@ -110,6 +116,7 @@ _BUILDERS = {
     ApiKey.DELETE_TOPICS: _delete_topics,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
     ApiKey.DESCRIBE_CONFIGS: _describe_configs,
+    ApiKey.WRITE_TXN_MARKERS: _write_txn_markers,
 }
 
 

@@ -267,3 +267,39 @@ def test_cleaner_drops_aborted_data_keeps_markers_and_open_transactions(tmp_path
                     (plog.log_end_offset - 1, False)]
     assert plog.segments[0].txn_index.entries == [AbortedTxn(P1, 2, 3, 4)]
     assert plog.fetch_offset_by_timestamp(LATEST_TIMESTAMP) is not None
+
+
+def test_cleaner_removes_markers_once_their_data_is_gone_and_the_horizon_passed(
+    tmp_path: Path,
+) -> None:
+    plog = open_log(tmp_path, config(cleanup_policy="compact", delete_retention_ms=1000))
+    plog.append_as_leader(txn(P1, 0, keys=[b"a"]))  # 0
+    end(plog, P1, commit=True)  # 1
+    plog.append_as_leader(txn(P2, 0, keys=[b"b"]))  # 2 aborted
+    end(plog, P2, commit=False)  # 3
+    plog.append_as_leader(txn(P1, 1, keys=[b"a"]))  # 4 shadows 0
+    end(plog, P1, commit=True)  # 5
+    plog.roll()
+    plog.append_as_leader(make_batch())
+    cleaner = Cleaner(SkimpyOffsetMap(1 << 16))
+
+    def clean(now: int) -> list[tuple[int, bool, bool]]:
+        result = cleaner.clean(LogToClean(plog, 0, plog.last_stable_offset, 0, 1), now)
+        for segment in result.old_segments:
+            segment.delete_files()
+        return [(h.base_offset, h.is_control, h.has_delete_horizon)
+                for s in segment_batches(plog)[:-1] for h in iter_batches(s)]
+
+    # pass 1: 0 and 2 dropped; both markers saw their transaction's batches in this pass
+    # (Kafka's rule): kept as they are
+    assert clean(NOW) == [(1, True, False), (3, True, False), (4, False, False),
+                          (5, True, False)]
+    # pass 2: they guard nothing any more: they get a delete horizon, and stay until it
+    assert clean(NOW + 10) == [(1, True, True), (3, True, True), (4, False, False),
+                               (5, True, False)]
+    assert clean(NOW + 20) == [(1, True, True), (3, True, True), (4, False, False),
+                               (5, True, False)]
+    # pass 3, past both horizons: both markers go; the last transaction keeps its marker
+    assert clean(NOW + 2000) == [(4, False, False), (5, True, False)]
+    again = open_log(tmp_path, config(cleanup_policy="compact"), had_clean_shutdown=False)
+    assert again.last_stable_offset == again.log_end_offset

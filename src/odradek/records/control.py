@@ -77,11 +77,13 @@ def build_end_txn_marker(
 
 def read_end_txn_marker(batch: bytes | bytearray | memoryview) -> EndTransactionMarker | None:
     """The marker a control batch holds; None for a control record of another type (Kafka
-    has types beyond the markers, which a partition's state ignores). Raises
+    has types beyond the markers, which a partition's state ignores) or an empty batch. Raises
     :class:`InvalidRecordError` on a control batch that does not decode."""
     header = BatchHeader.parse(batch)
     if not header.is_control:
         raise InvalidRecordError("control", "not a control batch")
+    if header.record_count == 0:
+        return None  # emptied by the cleaner, which keeps a group's last batch
     for record in iter_records(batch):
         key = record.key
         if key is None or len(key) < _KEY.size:

@@ -41,10 +41,13 @@ stable offset, so no open transaction is cleaned. The aborted transactions of th
 come from the segments' ``.txnindex``; walking batches in offset order, a producer's
 transactional batches from an aborted transaction's first offset up to its marker are
 *aborted data*: left out of the offset map (an aborted record never shadows a committed
-one) and dropped from the cleaned segment. Control batches (the markers) are copied
-unchanged and never enter the map: Kafka also removes a marker once its transaction's data
-is gone and ``delete.retention.ms`` passed, which Odradek does not do yet (markers stay,
-which costs a few bytes per transaction and is always safe). A cleaned segment's
+one) and dropped from the cleaned segment. Control batches (the markers) never enter the
+map, and are kept while their transaction's data remains: a commit marker while any batch
+of its transaction is still in the log, an abort marker while the pass still saw (and
+dropped) some of its batches. Once a marker guards nothing, the pass that finds it so
+gives it a delete horizon (now + ``delete.retention.ms``), and a pass after the horizon
+removes it, so a consumer that read the data in time still reads the marker. The state
+is one per pass, fed from the log's first segment on. A cleaned segment's
 ``.txnindex`` holds every entry of the segments it replaces (entries whose data is gone
 are harmless to readers), so a read_committed fetcher still learns of aborted data the
 pass left (above the map's end).
@@ -78,6 +81,7 @@ from odradek.records.batch import (
     validate_batch,
 )
 from odradek.records.builder import BatchBuilder
+from odradek.records.control import ControlType, EndTransactionMarker, read_end_txn_marker
 from odradek.records.legacy import MESSAGE_OVERHEAD_V0, up_convert
 from odradek.storage import files
 from odradek.storage.errors import StorageError
@@ -212,24 +216,68 @@ def empty_batch(header: BatchHeader) -> bytes:
     return bytes(buf)
 
 
-class AbortedTxnTracker:
-    """Which batches belong to aborted transactions, fed every batch in offset order
-    (Kafka's CleanedTransactionMetadata): per batch, never per record."""
+class CleanedTransactions:
+    """What one pass knows of transactions, fed every batch in offset order from the log's
+    first segment on (Kafka's CleanedTransactionMetadata): which data batches are aborted
+    (dropped), and which markers no longer guard any data (removable). Per batch, never
+    per record."""
 
-    def __init__(self, aborted: list[AbortedTxn]) -> None:
-        self._pending = sorted(aborted, key=lambda t: t.first_offset)
+    def __init__(self) -> None:
+        self._pending: list[AbortedTxn] = []
         self._next = 0
-        self._aborting: set[int] = set()
+        self._known: set[tuple[int, int]] = set()
+        # producer id -> whether a batch of its aborted transaction was seen this pass
+        self._aborting: dict[int, bool] = {}
+        # producers with a transaction whose (non-aborted) batches were seen this pass
+        self._committing: set[int] = set()
+
+    def add_aborted(self, aborted: list[AbortedTxn]) -> None:
+        new = [t for t in aborted if (t.producer_id, t.first_offset) not in self._known]
+        self._known.update((t.producer_id, t.first_offset) for t in new)
+        if new:
+            self._pending = sorted([*self._pending[self._next:], *new],
+                                   key=lambda t: t.first_offset)
+            self._next = 0
+
+    def _start_aborted_up_to(self, offset: int) -> None:
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next].first_offset <= offset:
+            self._aborting.setdefault(pending[self._next].producer_id, False)
+            self._next += 1
 
     def is_aborted(self, header: BatchHeader) -> bool:
-        pending = self._pending
-        while self._next < len(pending) and pending[self._next].first_offset <= header.base_offset:
-            self._aborting.add(pending[self._next].producer_id)
-            self._next += 1
-        if header.is_control:
-            self._aborting.discard(header.producer_id)
+        """A data batch: is it aborted data? (Control batches: :meth:`marker_removable`.)"""
+        self._start_aborted_up_to(header.base_offset)
+        if not header.is_transactional:
             return False
-        return header.is_transactional and header.producer_id in self._aborting
+        pid = header.producer_id
+        if pid in self._aborting:
+            self._aborting[pid] = True
+            return True
+        self._committing.add(pid)
+        return False
+
+    def end_txn(self, header: BatchHeader) -> None:
+        """A control batch, where whether it may go does not matter (the map phase)."""
+        self._start_aborted_up_to(header.base_offset)
+        self._aborting.pop(header.producer_id, None)
+        self._committing.discard(header.producer_id)
+
+    def marker_removable(self, header: BatchHeader, marker: EndTransactionMarker | None) -> bool:
+        """A control batch: does no data of its transaction remain? An abort marker stays
+        while the pass still saw its transaction's batches (it drops them now; the next
+        pass may remove the marker), a commit marker while any of its batches is kept."""
+        self._start_aborted_up_to(header.base_offset)
+        pid = header.producer_id
+        if marker is None:
+            return False  # not a transaction marker: kept
+        if marker.control_type is ControlType.ABORT:
+            seen = self._aborting.pop(pid, None)
+            return not seen
+        if pid in self._committing:
+            self._committing.discard(pid)
+            return False
+        return True
 
 
 # -- the pass ----------------------------------------------------------------------------
@@ -325,8 +373,12 @@ class Cleaner:
         delete_retention = int(log.config["delete.retention.ms"])
         old: list[LogSegment] = []
         min_horizon = -1
+        transactions = CleanedTransactions()
         for group in self.group_segments(log, end):
-            horizon = self._clean_group(log, group, end, now, now + delete_retention, stats)
+            transactions.add_aborted(
+                log.collect_aborted_transactions(group[0].base_offset, end))
+            horizon = self._clean_group(log, group, end, now, now + delete_retention, stats,
+                                        transactions)
             if horizon >= 0 and (min_horizon < 0 or horizon < min_horizon):
                 min_horizon = horizon
             old.extend(group)
@@ -349,7 +401,8 @@ class Cleaner:
     def _fill(self, log: PartitionLog, start: int, end: int, stats: CleanerStats) -> int:
         offset_map = self.offset_map
         covered = start
-        tracker = AbortedTxnTracker(log.collect_aborted_transactions(start, end))
+        tracker = CleanedTransactions()
+        tracker.add_aborted(log.collect_aborted_transactions(start, end))
         for segment in list(log.segments):
             if segment.base_offset >= end or segment.next_offset <= start:
                 continue
@@ -365,7 +418,9 @@ class Cleaner:
                 stats.map_bytes_read += header.size
                 if header.next_offset <= start:
                     continue
-                if not tracker.is_aborted(header) and not header.is_control:
+                if header.is_control:
+                    tracker.end_txn(header)
+                elif not tracker.is_aborted(header):
                     if offset_map.size + header.record_count > offset_map.max_entries:
                         if covered > start:
                             return covered  # full: clean up to here, the rest next pass
@@ -422,13 +477,15 @@ class Cleaner:
 
     def _clean_group(
         self, log: PartitionLog, group: list[LogSegment], end: int, now: int,
-        new_horizon: int, stats: CleanerStats,
+        new_horizon: int, stats: CleanerStats, transactions: CleanedTransactions | None = None,
     ) -> int:
         base = group[0].base_offset
         for fn in (files.log_file, files.index_file, files.time_index_file,
                    files.txn_index_file):
             fn(log.dir, base, files.CLEANED_SUFFIX).unlink(missing_ok=True)
-        tracker = AbortedTxnTracker(log.collect_aborted_transactions(base, end))
+        if transactions is None:
+            transactions = CleanedTransactions()
+            transactions.add_aborted(log.collect_aborted_transactions(base, end))
         cleaned = LogSegment(
             log.dir, base, log.config.index_interval_bytes, log.config.segment_index_bytes,
             suffix=files.CLEANED_SUFFIX, new=True,
@@ -459,7 +516,10 @@ class Cleaner:
                     self._check_abort,
                 ):
                     stats.bytes_read += header.size
-                    if tracker.is_aborted(header) and header.base_offset < end:
+                    if header.is_control:
+                        kept, horizon = self._filter_marker(header, batch, end, now,
+                                                            new_horizon, transactions)
+                    elif transactions.is_aborted(header) and header.base_offset < end:
                         kept, horizon = None, -1  # aborted data (module doc)
                     else:
                         kept, horizon = self._filter_batch(header, batch, end, now,
@@ -491,6 +551,36 @@ class Cleaner:
             cleaned.delete_files()
             raise CleanerAbortedError(f"{log.name} changed while it was being cleaned")
         return min_horizon
+
+    @staticmethod
+    def _filter_marker(
+        header: BatchHeader, batch: memoryview, end: int, now: int, new_horizon: int,
+        transactions: CleanedTransactions,
+    ) -> tuple[bytes | memoryview | None, int]:
+        """A control batch (Kafka's rule, KIP-534): kept while data of its transaction
+        remains; once none does, it gets a delete horizon (now + ``delete.retention.ms``)
+        and a pass after the horizon removes it, so that a consumer that read the
+        transaction's data still reads its marker."""
+        try:
+            marker = read_end_txn_marker(batch)
+        except InvalidRecordError:
+            marker = None
+        removable = transactions.marker_removable(header, marker)
+        if header.base_offset >= end or not removable or marker is None:
+            return batch, header.base_timestamp if header.has_delete_horizon else -1
+        if header.has_delete_horizon:
+            if now >= header.base_timestamp:
+                return None, -1
+            return batch, header.base_timestamp
+        [record] = list(iter_records(batch))
+        builder = BatchBuilder(
+            base_offset=header.base_offset, timestamp_type=header.timestamp_type,
+            producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+            partition_leader_epoch=header.partition_leader_epoch, is_transactional=True,
+            is_control=True, delete_horizon_ms=new_horizon,
+        )
+        builder.append(record.key, record.value, record.timestamp)
+        return builder.build(), new_horizon
 
     def _filter_batch(
         self, header: BatchHeader, batch: memoryview, end: int, now: int, new_horizon: int,
