@@ -441,6 +441,8 @@ class Broker:
             elif answer.remaining:
                 log.info("controlled shutdown: %s still led here with other ISR replicas",
                          plural(answer.remaining, "partition"))
+                if attempt < retries:
+                    await asyncio.sleep(backoff)  # Kafka's back-off before asking again
             else:
                 break
         rm = self.replica_manager
