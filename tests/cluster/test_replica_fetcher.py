@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from odradek.cluster.partition import Partition, PartitionState
 from kio.schema.errors import ErrorCode
 
+from odradek.cluster.partition import Partition, PartitionState
 from odradek.cluster.replica_fetcher import (
     FetchSessionHandler,
     Position,
