@@ -130,10 +130,13 @@ class ZkCluster:
         def apply() -> None:
             joined = sorted(set(brokers) - set(self._live))
             left = sorted(set(self._live) - set(brokers))
+            # registered again since last read (a new broker epoch, KIP-380)
+            bounced = sorted(b for b, info in brokers.items() if b in self._live
+                             and info.broker_epoch != self._live[b].broker_epoch)
             self._live = brokers
-            if joined or left:
-                log.info("live brokers now %s (joined %s, left %s)",
-                         sorted(brokers), joined, left)
+            if joined or left or bounced:
+                log.info("live brokers now %s (joined %s, left %s, bounced %s)",
+                         sorted(brokers), joined, left, bounced)
 
         self.post(apply)
 
