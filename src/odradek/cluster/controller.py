@@ -526,6 +526,9 @@ class Controller:
         # ... and back: offline partitions they can lead come back
         self._live = live
         self._elect(self._all_partitions())
+        if back or bounced:
+            # a broker may have asked to stop before this controller knew it registered
+            self._on_controlled_shutdown()
 
     def _on_controlled_shutdown(self) -> None:
         """Kafka's ``doControlledShutdown`` for every request not answered yet."""
