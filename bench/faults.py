@@ -7,7 +7,9 @@ Usage: ``.venv/bin/python bench/faults.py [--faults 200] [--seed 1]``
 Each round picks one fault at random (kill -9 of a partition leader, kill -9 of the
 controller, SIGSTOP of a leader past its session timeout, a rolling restart of every
 broker, a leader cut off the network by a proxy, with or without its ZooKeeper
-connection), waits until every partition acknowledges again (timed), then heals the cluster
+connection, SIGTERM of a leader under load, kill -9 of every broker at once, a follower
+paused past its session, ZooKeeper paused for less and for more than the session
+timeout), waits until every partition acknowledges again (timed), then heals the cluster
 (every broker up, every partition fully in sync). At the end everything is read back and
 checked (lost, moved, duplicated, retracted, diverged replicas). Prints one JSON document.
 """
@@ -35,7 +37,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--faults", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--rate", type=float, default=300.0, help="records per second")
+    parser.add_argument("--rate", type=float, default=300.0,
+                        help="records per second (0: as fast as the producer goes)")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="keep ZooKeeper's and the brokers' data and logs here")
     args = parser.parse_args()
@@ -58,8 +61,13 @@ def main() -> None:
             "a leader cut off from the others": run.isolate_leader,
             "a leader cut off from the others and ZooKeeper":
                 lambda: run.isolate_leader(zookeeper=True),
+            "SIGTERM of a leader under load": run.sigterm_leader,
+            "kill -9 of every broker at once": run.kill9_all,
+            "SIGSTOP of a follower past its session": run.pause_follower_past_session,
+            "SIGSTOP of ZooKeeper within the session": lambda: run.pause_zookeeper(False),
+            "SIGSTOP of ZooKeeper past the session": lambda: run.pause_zookeeper(True),
         }
-        weights = [6, 3, 2, 1, 2, 2]
+        weights = [6, 3, 2, 1, 2, 2, 3, 1, 2, 1, 1]
         try:
             for i in range(args.faults):
                 name = random.choices(list(kinds), weights)[0]

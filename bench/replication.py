@@ -1,7 +1,8 @@
 """Replication cost and failover time on one machine: three broker processes over a real
 ZooKeeper (the tests' harness), one load generator (librdkafka through confluent-kafka).
 
-Usage: ``.venv/bin/python bench/replication.py [--records 300000] [--size 100]``
+Usage: ``.venv/bin/python bench/replication.py [--records 300000] [--size 100]
+[--idle-partitions 1000] [--idle-seconds 30] [--skip-failover]``
 
 Measured in the same run, same producer settings (linger.ms 5, batch 1 MB, lz4 off):
 - RF 1, acks=1: a 3-partition topic whose partitions are spread over the 3 brokers;
@@ -10,6 +11,10 @@ Measured in the same run, same producer settings (linger.ms 5, batch 1 MB, lz4 o
 - failover: with the RF 3 topic under a steady load, kill -9 of partition 0's leader, to
   the first acknowledgement of a record of partition 0 sent after the kill (the session
   timeout, 6 s in the harness, bounds the detection).
+- idle cost (with ``--idle-partitions N``): a topic of N partitions with replication factor
+  3, every ISR full, nothing produced; the CPU seconds each broker process used (user +
+  system, every thread, from /proc) over ``--idle-seconds``, as a share of one core. CPU
+  seconds, not wall time, so that other work on the machine does not count.
 Prints one JSON document.
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -95,10 +101,42 @@ def failover(cluster: object, bootstrap: str, topic: str) -> float:
     return acked_after[0] - killed_at[0] if acked_after else float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cost(cluster: object, partitions: int, seconds: float) -> dict[str, float]:
+    """Each broker's share of one core over ``seconds`` with ``partitions`` idle RF 3
+    partitions (every ISR full first)."""
+    topic = f"idle-{uuid.uuid4().hex[:6]}"
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # type: ignore[attr-defined]
+    admin.create_topics([NewTopic(topic, partitions, 3)],
+                        operation_timeout=120, request_timeout=120)[topic].result(180)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        states = [partition_state(cluster, topic, p) for p in range(partitions)]  # type: ignore[arg-type]
+        if all(s is not None and len(s["isr"]) == 3 for s in states):
+            break
+        time.sleep(1)
+    time.sleep(10)  # settled: logs created, followers caught up (a benchmark, not a test)
+    brokers = cluster.brokers  # type: ignore[attr-defined]
+    before = {b: cpu_seconds(p.pid) for b, p in brokers.items()}
+    time.sleep(seconds)
+    return {str(b): round((cpu_seconds(p.pid) - before[b]) / seconds, 4)
+            for b, p in brokers.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--idle-partitions", type=int, default=0)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--skip-failover", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, running_cluster(
         Path(tmp), 3, {"offsets.topic.replication.factor": 3, "replica.lag.time.max.ms": 10000}
@@ -110,12 +148,16 @@ def main() -> None:
         time.sleep(2)  # states propagated (a benchmark, not a test)
         one = throughput(bootstrap, rf1, "1", args.records, args.size)
         three = throughput(bootstrap, rf3, "all", args.records, args.size)
-        took = failover(cluster, bootstrap, rf3)
+        took = float("nan") if args.skip_failover else failover(cluster, bootstrap, rf3)
+        idle = (idle_cost(cluster, args.idle_partitions, args.idle_seconds)
+                if args.idle_partitions else {})
     print(json.dumps({
         "records": args.records, "record_size": args.size,
         "rf1_acks1_records_per_s": round(one), "rf3_acksall_records_per_s": round(three),
         "ratio": round(three / one, 2), "failover_s": round(took, 2),
         "session_timeout_ms": SESSION_TIMEOUT_MS,
+        "idle_partitions": args.idle_partitions, "idle_seconds": args.idle_seconds,
+        "idle_cores_per_broker": idle,
     }, indent=2))
 
 

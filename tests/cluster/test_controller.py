@@ -26,10 +26,16 @@ from odradek.cluster.leader_election import (
     state_path,
     topic_path,
 )
-from odradek.cluster.membership import BrokerInfo, EndPoint
+from odradek.cluster.membership import (
+    CONTROLLED_SHUTDOWN_PATH,
+    STALE_BROKER_EPOCH,
+    BrokerInfo,
+    EndPoint,
+    request_controlled_shutdown,
+)
 from odradek.cluster.metadata import assign_replicas, encode_topic_id
 from odradek.cluster.reassignment import REASSIGN_PATH, Reassignment, encode_reassignments
-from odradek.cluster.store import BadVersionError, CreateOp, SetOp
+from odradek.cluster.store import BadVersionError, CreateOp, DeleteOp, SetOp
 from odradek.cluster.zk_store import ZooKeeperStore
 from tests.cluster._zookeeper import ZooKeeperServer, expire_session, wait_for
 
@@ -64,6 +70,12 @@ class Member:
     def register(self) -> None:
         info = BrokerInfo(self.broker_id, (EndPoint("PLAINTEXT", "localhost", 9092),))
         self.store.create(info.path, info.encode(), ephemeral=True)
+
+    @property
+    def broker_epoch(self) -> int:
+        node = self.store.get(f"/brokers/ids/{self.broker_id}")
+        assert node is not None
+        return node.czxid
 
     def start(self) -> Member:
         self.register()
@@ -455,3 +467,92 @@ def test_a_move_completes_with_the_assignment_and_the_state_in_one_write(
                          grown.controller_epoch, written.version)
     with pytest.raises(BadVersionError):
         cluster.observer.multi([SetOp(state_path("t", 0), stale.encode(), written.version)])
+
+
+def test_controlled_shutdown_moves_leaderships_and_shrinks_isrs_while_registered(
+    cluster: Cluster,
+) -> None:
+    cluster.start(range(3))
+    epoch = cluster.controller_epoch()
+    assignment = assign_replicas([0, 1, 2], 6, 3, start_index=0)
+    cluster.create_topic("t", assignment)
+    before = cluster.wait_states("t", 6)
+    stopping = non_controller(cluster)
+    b = stopping.broker_id
+    answer = request_controlled_shutdown(stopping.store, b, stopping.broker_epoch, 15)
+    assert answer is not None and answer.error_code == 0 and answer.remaining == 0
+    after = cluster.states("t", 6)
+    for p, replicas in assignment.items():
+        if before[p].leader == b:
+            # Kafka's controlled-shutdown election: the next ISR replica, a new epoch
+            successor = next(r for r in replicas if r != b)
+            assert after[p] == LeaderAndIsr(successor, 1,
+                                             tuple(r for r in before[p].isr if r != b), epoch, 1)
+        else:
+            assert after[p] == LeaderAndIsr(before[p].leader, 0,
+                                             tuple(r for r in before[p].isr if r != b), epoch, 1)
+    assert cluster.observer.get(f"/brokers/ids/{b}") is not None  # still registered
+    # a broker shutting down is not elected: its partitions' other replicas lose theirs
+    other = next(m for m in cluster.members.values()
+                 if m is not stopping and m is not cluster.active())
+    expire_session(other.store, cluster.zookeeper)
+    offline = cluster.wait_states("t", 6, lambda s: all(
+        s[p].leader != other.broker_id for p in s), "the move off the lost broker")
+    assert all(state.leader != b for state in offline.values())
+
+
+def test_the_controllers_own_controlled_shutdown(cluster: Cluster) -> None:
+    cluster.start(range(3))
+    cluster.create_topic("t", assign_replicas([0, 1, 2], 6, 3, start_index=0))
+    cluster.wait_states("t", 6)
+    active = cluster.active()
+    assert active is not None
+    answer = request_controlled_shutdown(active.store, active.broker_id, active.broker_epoch,
+                                         15)
+    assert answer is not None and answer.error_code == 0 and answer.remaining == 0
+    assert all(active.broker_id not in s.isr for s in cluster.states("t", 6).values())
+    assert cluster.active() is active  # it controls until it resigns
+
+
+def test_a_request_with_a_stale_broker_epoch_is_refused(cluster: Cluster) -> None:
+    cluster.start(range(3))
+    cluster.create_topic("t", assign_replicas([0, 1, 2], 6, 3, start_index=0))
+    before = cluster.wait_states("t", 6)
+    stopping = non_controller(cluster)
+    stale = stopping.broker_epoch - 1  # an earlier incarnation's
+    answer = request_controlled_shutdown(stopping.store, stopping.broker_id, stale, 15)
+    assert answer is not None and answer.error_code == STALE_BROKER_EPOCH
+    assert cluster.states("t", 6) == before
+    # asked again with its epoch, it is heard
+    answer = request_controlled_shutdown(stopping.store, stopping.broker_id,
+                                         stopping.broker_epoch, 15)
+    assert answer is not None and answer.error_code == 0
+    assert all(stopping.broker_id not in s.isr for s in cluster.states("t", 6).values())
+
+
+def test_a_bounced_broker_is_seen_gone_and_back(cluster: Cluster) -> None:
+    """Its registration replaced in one transaction (the set of brokers never changes):
+    only the broker epoch says it was bounced (KIP-380), and its leaderships move
+    through a new leader epoch, its followers' places in the ISRs are lost."""
+    cluster.start(range(3))
+    epoch = cluster.controller_epoch()
+    assignment = assign_replicas([0, 1, 2], 6, 3, start_index=0)
+    cluster.create_topic("t", assignment)
+    before = cluster.wait_states("t", 6)
+    bounced = non_controller(cluster)
+    b = bounced.broker_id
+    old_epoch = bounced.broker_epoch
+    path = f"/brokers/ids/{b}"
+    node = bounced.store.get(path)
+    assert node is not None
+    bounced.store.multi([DeleteOp(path), CreateOp(path, node.data, ephemeral=True)])
+    assert bounced.broker_epoch != old_epoch
+    after = cluster.wait_states("t", 6, lambda s: all(b not in s[p].isr for p in s),
+                                "the bounced broker out of every ISR")
+    for p in assignment:
+        if before[p].leader == b:
+            assert after[p].leader != b and after[p].leader_epoch == 1
+        else:
+            assert after[p].leader == before[p].leader and after[p].leader_epoch == 0
+        assert after[p].controller_epoch == epoch
+    assert not cluster.observer.children(CONTROLLED_SHUTDOWN_PATH)

@@ -77,3 +77,33 @@ def test_state_round_trip() -> None:
     s = LeaderAndIsr(3, 7, (3, 1), 2)
     assert decode_state(s.encode(), 9) == LeaderAndIsr(3, 7, (3, 1), 2, 9)
     assert b'"version": 1' in s.encode()
+
+
+def test_a_leader_shutting_down_hands_over_to_the_first_eligible_isr_replica() -> None:
+    # Kafka's controlledShutdownPartitionLeaderElection: assignment order, live, in the
+    # ISR, not shutting down; the new ISR leaves the brokers shutting down out
+    assert decide((0, 1, 2), state(0, 4, (0, 2, 1)), {0, 1, 2}, 5, shutting_down={0}) == (
+        LeaderAndIsr(1, 5, (2, 1), 5, 3))
+    assert decide((0, 1, 2), state(0, 4, (0, 1, 2)), {0, 1, 2}, 5,
+                  shutting_down={0, 1}) == LeaderAndIsr(2, 5, (2,), 5, 3)
+
+
+def test_a_leader_shutting_down_with_no_successor_stays_and_sheds_stopping_followers() -> None:
+    assert decide((0, 1), state(0, 4, (0,)), {0, 1}, 5, shutting_down={0}) is None
+    assert decide((0, 1, 2), state(0, 4, (0, 1)), {0, 1, 2}, 5, shutting_down={0, 1}) == (
+        LeaderAndIsr(0, 4, (0,), 5, 3))
+
+
+def test_a_follower_shutting_down_leaves_the_isr_leader_and_epoch_unchanged() -> None:
+    assert decide((0, 1, 2), state(0, 4, (0, 1, 2)), {0, 1, 2}, 5, shutting_down={2}) == (
+        LeaderAndIsr(0, 4, (0, 1), 5, 3))
+
+
+def test_a_broker_shutting_down_is_never_elected() -> None:
+    # its leader gone, the only other ISR replica stopping: offline, as Kafka's election
+    # counts a broker shutting down as not online
+    assert decide((0, 1), state(0, 4, (0, 1)), {1}, 5, shutting_down={1}) == (
+        LeaderAndIsr(NO_LEADER, 5, (0, 1), 5, 3))
+    assert decide((0, 1, 2), None, {0, 1, 2}, 5, shutting_down={0}) == (
+        LeaderAndIsr(1, 0, (1, 2), 5))
+    assert decide_preferred((0, 1), state(1, 4, (0, 1)), {0, 1}, 5, shutting_down={0}) is None

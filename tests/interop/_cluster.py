@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 
 from odradek.cluster.local_zookeeper import LocalZooKeeper, ZooKeeperNotInstalled, start_zookeeper
 
@@ -260,11 +260,20 @@ class Cluster:
         return self._zk
 
     def zk_get(self, path: str) -> bytes | None:
-        try:
-            data, _ = self.zk.get(path)
-        except NoNodeError:
-            return None
-        return bytes(data) if data is not None else b""
+        # A busy machine may expire this observer's own session (or drop its connection):
+        # kazoo opens a new one, and the read is asked again once it is connected.
+        for attempt in range(3):
+            try:
+                data, _ = self.zk.get(path)
+            except NoNodeError:
+                return None
+            except (ConnectionLoss, SessionExpiredError):
+                if attempt == 2:
+                    raise
+                wait_for(lambda: self.zk.connected, 30, "the observer's ZooKeeper session")
+                continue
+            return bytes(data) if data is not None else b""
+        raise AssertionError("unreachable")
 
     def registered(self, broker_id: int) -> bool:
         return self.zk_get(f"/brokers/ids/{broker_id}") is not None

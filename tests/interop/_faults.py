@@ -131,16 +131,26 @@ class FaultRun:
                 self.last_ack_of[msg.partition()] = time.monotonic()
 
         sequence = 0
-        interval = 1.0 / self.rate_per_s
+        # rate_per_s <= 0: as fast as the producer goes (busy partitions show races that a
+        # paced load hides)
+        interval = 1.0 / self.rate_per_s if self.rate_per_s > 0 else 0.0
         next_send = time.monotonic()
         try:
             while not self._stop.is_set():
                 value = f"v-{sequence}".encode()
-                producer.produce(self.topic, value=value, partition=sequence % self.partitions,
-                                 on_delivery=delivered)
+                try:
+                    producer.produce(self.topic, value=value,
+                                     partition=sequence % self.partitions,
+                                     on_delivery=delivered)
+                except BufferError:  # the producer's queue is full: let it drain
+                    producer.poll(0.01)
+                    continue
                 sequence += 1
-                next_send += interval
-                producer.poll(max(0.0, next_send - time.monotonic()))
+                if interval:
+                    next_send += interval
+                    producer.poll(max(0.0, next_send - time.monotonic()))
+                else:
+                    producer.poll(0)
             remaining = producer.flush(120)
             if remaining:
                 self.errors.append(f"{remaining} records never answered")
@@ -216,6 +226,45 @@ class FaultRun:
                                   2 * SESSION_TIMEOUT_MS / 1000 + 10, f"{victim} expired")
         finally:
             self.cluster.sigcont(victim)
+
+    def sigterm_leader(self) -> None:
+        """SIGTERM a partition leader under load (a controlled shutdown: the controller
+        moves its leaderships before it unregisters); :meth:`heal` starts it again."""
+        self.cluster.stop(self.leader(random.randrange(self.partitions)))
+
+    def kill9_all(self) -> None:
+        """kill -9 of every broker at once, then every broker started again (each waits
+        out its old registration until ZooKeeper expires it)."""
+        for broker_id in sorted(self.cluster.brokers):
+            self.cluster.kill9(broker_id)
+        self.cluster.restore()
+
+    def pause_follower_past_session(self) -> None:
+        """SIGSTOP a follower (in a partition's ISR, not its leader) until ZooKeeper expires
+        its session, then SIGCONT: it comes back fenced, out of the ISRs, and catches up."""
+        state = self._state(random.randrange(self.partitions))
+        followers = [b for b in state["isr"] if b != state["leader"]]
+        victim = random.choice(followers or sorted(self.cluster.brokers))
+        self.cluster.sigstop(victim)
+        try:
+            self.cluster.wait_for(lambda: not self.cluster.registered(victim),
+                                  2 * SESSION_TIMEOUT_MS / 1000 + 10, f"{victim} expired")
+        finally:
+            self.cluster.sigcont(victim)
+
+    def pause_zookeeper(self, past_session: bool) -> None:
+        """SIGSTOP ZooKeeper for half the session timeout, or (``past_session``) for twice
+        it, then SIGCONT: the brokers ride out the first; after the second their sessions
+        may be expired by ZooKeeper as it resumes, and they register again. The pause is
+        the fault itself, hence a fixed length."""
+        zookeeper = self.cluster.zookeeper
+        assert zookeeper is not None
+        seconds = SESSION_TIMEOUT_MS / 1000 * (2.0 if past_session else 0.5)
+        zookeeper.pause()
+        try:
+            self._stop.wait(seconds)
+        finally:
+            zookeeper.resume()
 
     def isolate_leader(self, zookeeper: bool = False) -> None:
         """Cut a partition leader off from clients and the other brokers (and, with

@@ -3,7 +3,8 @@ real ZooKeeper, an idempotent acks=all producer and a consumer on a topic of rep
 factor 3 and ``min.insync.replicas`` 2, while a partition leader is killed -9, the
 controller is killed -9, a leader is paused past its session timeout, every broker is
 restarted in turn, and a leader is cut off the network (a proxy in front of its listener,
-and of its ZooKeeper connection for the second cut). The oracle is
+and of its ZooKeeper connection for the second cut), a leader is stopped with SIGTERM
+under load, and every broker is killed -9 at once. The oracle is
 :meth:`tests.interop._faults.FaultRun.verify`: nothing acknowledged lost or moved, nothing
 seen retracted, nothing doubled, no replica diverged.
 """
@@ -46,6 +47,10 @@ def test_no_acknowledged_write_is_lost_through_faults(tmp_path: Path) -> None:
             run.heal()
             run.inject("a leader cut off from the others and ZooKeeper",
                        lambda: run.isolate_leader(zookeeper=True))
+            run.heal()
+            run.inject("SIGTERM of a leader under load", run.sigterm_leader)
+            run.heal()
+            run.inject("kill -9 of every broker at once", run.kill9_all)
             run.heal()
             run.wait_acks(100, 60)
         finally:

@@ -14,7 +14,21 @@ Events (Kafka's ControllerEvent subclasses):
   (``/brokers/ids`` children), every topic's assignment (``/brokers/topics/<t>``) and every
   partition state, with pipelined reads (:meth:`MetadataStore.get_many`), then elect.
 - :class:`BrokerChange` (BrokerChange): ``/brokers/ids`` changed; partitions whose leader
-  is gone, or offline ones whose ISR replica is back, get a new leader.
+  is gone, or offline ones whose ISR replica is back, get a new leader. Each live broker is
+  known with its epoch, its registration's czxid (KIP-380): a broker whose epoch changed
+  was bounced (its session lost and a new one registered) and is handled as gone and back,
+  its leaderships moved through a new leader epoch (Kafka's ``onBrokerFailure`` then
+  ``onBrokerStartup`` for bounced brokers).
+- :class:`ControlledShutdownChange` (ControlledShutdown): ``/controlled_shutdown``
+  changed (:mod:`odradek.cluster.membership`). A request whose broker epoch is not the
+  broker's registered one comes from an older incarnation and is refused
+  (answered ``STALE_BROKER_EPOCH``); for every other, the broker joins the brokers
+  shutting down, which :func:`~odradek.cluster.leader_election.decide` never elects and
+  takes out of the ISRs they follow, and the partitions it hosts are decided again: its
+  leaderships move to another in-sync replica where one can lead (Kafka's
+  ``doControlledShutdown``). The request is then answered with the partitions the broker
+  still leads with other ISR replicas. Startup answers the requests left unanswered by a
+  previous controller.
 - :class:`TopicChange` (TopicChange): ``/brokers/topics`` children changed; new topics get
   their first states, deleted ones are forgotten (the deleting broker removes
   ``/brokers/topics/<t>`` recursively, states included).
@@ -81,7 +95,14 @@ from odradek.cluster.leader_election import (
     state_path,
     topic_path,
 )
-from odradek.cluster.membership import BROKER_IDS_PATH
+from odradek.cluster.membership import (
+    BROKER_IDS_PATH,
+    CONTROLLED_SHUTDOWN_PATH,
+    NO_BROKER_EPOCH,
+    STALE_BROKER_EPOCH,
+    ShutdownRequest,
+    decode_shutdown_request,
+)
 from odradek.cluster.metadata import decode_topic_id
 from odradek.cluster.reassignment import (
     REASSIGN_PATH,
@@ -110,6 +131,7 @@ __all__ = [
     "NOTIFICATION_PATH",
     "NOTIFICATION_PREFIX",
     "BrokerChange",
+    "ControlledShutdownChange",
     "Controller",
     "ControllerEvent",
     "NotificationChange",
@@ -157,6 +179,11 @@ class TopicChange:
 
 
 @dataclass(frozen=True, slots=True)
+class ControlledShutdownChange:
+    """``/controlled_shutdown`` changed: a broker asks to leave (or left)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionModifications:
     topic: str
 
@@ -201,9 +228,9 @@ class _Purge:
     pass
 
 
-ControllerEvent = (Startup | BrokerChange | TopicChange | PartitionModifications | Resync
-                   | PreferredElection | ReassignmentChange | UncleanElection
-                   | NotificationChange | _Purge)
+ControllerEvent = (Startup | BrokerChange | ControlledShutdownChange | TopicChange
+                   | PartitionModifications | Resync | PreferredElection | ReassignmentChange
+                   | UncleanElection | NotificationChange | _Purge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +297,8 @@ class Controller:
         self.startup_s = 0.0   # Startup: reading, electing and writing, until ready
         # Everything below belongs to the worker thread.
         self._live: frozenset[int] = frozenset()
+        self._epochs: dict[int, int] = {}  # live broker -> its broker epoch (czxid)
+        self._shutting_down: frozenset[int] = frozenset()
         self._topics: dict[str, _Topic] = {}
         self._states: dict[TopicPartition, LeaderAndIsr] = {}
         self._unreadable: set[TopicPartition] = set()
@@ -326,6 +355,8 @@ class Controller:
             self._armed.discard(path)
         if path == BROKER_IDS_PATH:
             self._enqueue(BrokerChange())
+        elif path == CONTROLLED_SHUTDOWN_PATH:
+            self._enqueue(ControlledShutdownChange())
         elif path == REASSIGN_PATH or (path.startswith(TOPICS_PATH + "/")
                                        and path.endswith("/state")):
             self._enqueue(ReassignmentChange())
@@ -394,6 +425,8 @@ class Controller:
             self._on_startup()
         elif isinstance(event, BrokerChange):
             self._on_broker_change()
+        elif isinstance(event, ControlledShutdownChange):
+            self._on_controlled_shutdown()
         elif isinstance(event, TopicChange):
             self._on_topic_change()
         elif isinstance(event, PartitionModifications):
@@ -431,12 +464,17 @@ class Controller:
                  plural(sum(len(t.partitions) for t in self._topics.values()), "partition"),
                  self.load_s)
         self._elect(self._all_partitions())
+        self._on_controlled_shutdown()  # what a previous controller left unanswered
         self._on_reassignments()
         self.startup_s = self._clock() - started
         self._ready.set()
 
     def _reload_everything(self) -> None:
-        self._live = self._read_live()
+        self._epochs = self._read_live()
+        self._live = frozenset(self._epochs)
+        self._shutting_down = frozenset(
+            b for b, (request, _) in self._read_shutdown_requests().items()
+            if request.broker_epoch == self._epochs.get(b))
         names = self._read_topic_names()
         for name in list(self._topics):
             self._forget(name)
@@ -461,21 +499,70 @@ class Controller:
         self._notifications = collections.deque(sorted(kept))
 
     def _on_broker_change(self) -> None:
-        live = self._read_live()
-        if live == self._live:
+        epochs = self._read_live()
+        live = frozenset(epochs)
+        bounced = sorted(b for b in live & self._live
+                         if epochs[b] != self._epochs.get(b, NO_BROKER_EPOCH))
+        if live == self._live and not bounced:
             return
         gone, back = sorted(self._live - live), sorted(live - self._live)
-        log.info("controller %d: brokers %s gone, %s back (live: %s)", self.broker_id,
-                 gone, back, sorted(live))
-        self._live = live
+        log.info("controller %d: brokers %s gone, %s back, %s bounced (live: %s)",
+                 self.broker_id, gone, back, bounced, sorted(live))
+        self._epochs = epochs
+        # A broker shutting down that left is done; a bounced one's request was its old
+        # incarnation's.
+        self._shutting_down = self._shutting_down & live - set(bounced)
         # Leaders change ISRs with writes of their own: read again the states this change
         # decides on (pipelined), so that the writes below rarely fail on a stale version.
-        changed = set(gone) | set(back)
+        changed = set(gone) | set(back) | set(bounced)
         self._load_states([
             tp for tp in self._all_partitions()
             if changed.intersection(self._topics[tp.topic].partitions[tp.partition])
         ])
+        if bounced:
+            # gone first: their leaderships move (or go offline) through a new epoch ...
+            self._live = live - set(bounced)
+            self._elect(self._all_partitions())
+        # ... and back: offline partitions they can lead come back
+        self._live = live
         self._elect(self._all_partitions())
+        if back or bounced:
+            # a broker may have asked to stop before this controller knew it registered
+            self._on_controlled_shutdown()
+
+    def _on_controlled_shutdown(self) -> None:
+        """Kafka's ``doControlledShutdown`` for every request not answered yet."""
+        requests = self._read_shutdown_requests()
+        self._shutting_down = frozenset(
+            b for b, (request, _) in requests.items()
+            if request.broker_epoch == self._epochs.get(b))
+        asking = sorted(b for b in self._shutting_down if requests[b][0].error_code is None)
+        if asking:
+            tps = [tp for tp in self._all_partitions()
+                   if set(asking).intersection(self._topics[tp.topic].partitions[tp.partition])]
+            self._load_states(tps)
+            led = sum(1 for tp in tps if (state := self._states.get(tp)) is not None
+                      and state.leader in asking)
+            log.info("controller %d: controlled shutdown of brokers %s: deciding %s, %s led "
+                     "by them", self.broker_id, asking, plural(len(tps), "partition"),
+                     plural(led, "partition"))
+            self._elect(tps)
+        for broker, (request, version) in sorted(requests.items()):
+            if request.error_code is not None or broker not in self._epochs:
+                continue  # answered already, or gone
+            if broker in self._shutting_down:
+                remaining = sum(1 for state in self._states.values()
+                                if state.leader == broker and len(state.isr) > 1)
+                answer = ShutdownRequest(request.broker_epoch, 0, remaining)
+            else:
+                log.warning("controller %d: controlled shutdown of broker %d refused: "
+                            "STALE_BROKER_EPOCH (the request's broker epoch %d, the "
+                            "registration's %d)", self.broker_id, broker,
+                            request.broker_epoch, self._epochs[broker])
+                answer = ShutdownRequest(request.broker_epoch, STALE_BROKER_EPOCH)
+            with contextlib.suppress(BadVersionError, NoNodeError):  # asked again, or gone
+                self.elector.fenced_multi([SetOp(f"{CONTROLLED_SHUTDOWN_PATH}/{broker}",
+                                                 answer.encode(), version)], epoch=self.epoch)
 
     def _on_topic_change(self) -> None:
         names = set(self._read_topic_names())
@@ -622,9 +709,22 @@ class Controller:
             self._disarm([path])
             raise
 
-    def _read_live(self) -> frozenset[int]:
-        names = self._watched(BROKER_IDS_PATH, self.store.children)
-        return frozenset(int(n) for n in names if n.isdigit())
+    def _read_live(self) -> dict[int, int]:
+        """The registered brokers, each with its broker epoch (its registration's czxid)."""
+        names = [n for n in self._watched(BROKER_IDS_PATH, self.store.children) if n.isdigit()]
+        nodes = self.store.get_many([f"{BROKER_IDS_PATH}/{n}" for n in names])
+        return {int(n): node.czxid or NO_BROKER_EPOCH
+                for n, node in zip(names, nodes, strict=True) if node is not None}
+
+    def _read_shutdown_requests(self) -> dict[int, tuple[ShutdownRequest, int]]:
+        """The controlled-shutdown requests of live brokers, each with its node's version
+        (arming the children watch)."""
+        names = [n for n in self._watched(CONTROLLED_SHUTDOWN_PATH, self.store.children)
+                 if n.isdigit()]
+        nodes = self.store.get_many([f"{CONTROLLED_SHUTDOWN_PATH}/{n}" for n in names])
+        return {int(name): (decode_shutdown_request(node.data), node.version)
+                for name, node in zip(names, nodes, strict=True)
+                if node is not None and int(name) in self._epochs}
 
     def _read_topic_names(self) -> list[str]:
         return self._watched(TOPICS_PATH, self.store.children)
@@ -732,7 +832,8 @@ class Controller:
             replicas = topic.partitions.get(tp.partition) if topic is not None else None
             if replicas is None or tp in self._unreadable:
                 continue
-            new = decide_preferred(replicas, self._states.get(tp), self._live, self.epoch)
+            new = decide_preferred(replicas, self._states.get(tp), self._live, self.epoch,
+                                   self._shutting_down)
             if new is not None:
                 changes.append((tp, new))
         if changes:
@@ -751,7 +852,8 @@ class Controller:
                     or (current.leader != NO_LEADER and current.leader in self._live)):
                 continue
             replicas = self._topics[tp.topic].partitions[tp.partition]
-            new = decide(replicas, current, self._live, self.epoch, unclean=True)
+            new = decide(replicas, current, self._live, self.epoch, unclean=True,
+                         shutting_down=self._shutting_down)
             if new is not None and new.leader != NO_LEADER:
                 if new.leader not in current.isr:
                     log.warning("controller %d: unclean election of %d for %s-%d asked for: "
@@ -774,7 +876,7 @@ class Controller:
                 by_preferred.setdefault(replicas[0], []).append(tp)
         wanted: list[TopicPartition] = []
         for broker, tps in sorted(by_preferred.items()):
-            if broker not in self._live:
+            if broker not in self._live or broker in self._shutting_down:
                 continue
             imbalanced = [tp for tp in tps
                           if (state := self._states.get(tp)) is not None
@@ -795,11 +897,13 @@ class Controller:
             if replicas is None or tp in self._unreadable:
                 continue
             current = self._states.get(tp)
-            new = decide(replicas, current, self._live, self.epoch)
+            new = decide(replicas, current, self._live, self.epoch,
+                         shutting_down=self._shutting_down)
             after = new if new is not None else current
             if (current is not None and after is not None and after.leader == NO_LEADER
                     and self._unclean(tp.topic)):
-                unclean = decide(replicas, current, self._live, self.epoch, unclean=True)
+                unclean = decide(replicas, current, self._live, self.epoch, unclean=True,
+                                 shutting_down=self._shutting_down)
                 if unclean is not None and unclean.leader != NO_LEADER:
                     new = unclean
                     log.warning("controller %d: unclean election of %d for %s-%d: records "

@@ -26,6 +26,14 @@ state (None: it has none yet) and the live brokers:
   unchanged (Kafka's ``ReplicaStateMachine`` taking an offline replica out of the ISR), so
   acks=all writes do not wait ``replica.lag.time.max.ms`` for a broker known to be gone.
 
+Brokers in controlled shutdown (``shutting_down``: registered still, but asking to leave,
+Kafka's ``shuttingDownBrokerIds``) are live for nothing but the leadership they hold: they
+are never elected, they leave every ISR they follow in (leader and leader epoch unchanged,
+as a follower gone), and a partition they lead moves, leader epoch + 1 and without them in
+the ISR, to the first replica of the assignment that is live, in the ISR and not shutting
+down (Kafka's ``controlledShutdownPartitionLeaderElection``); with no such replica it
+stays where it is (the partitions Kafka's ControlledShutdown answers as remaining).
+
 :func:`decide_preferred` moves leadership back to the preferred replica (the first of the
 assignment) when it is live and in the ISR (Kafka's ``PreferredReplicaPartitionLeader
 Election``). The leader itself changes the ISR with :func:`isr_change`: a state write
@@ -123,23 +131,33 @@ def decide(
     live: Collection[int],
     controller_epoch: int,
     unclean: bool = False,
+    shutting_down: Collection[int] = (),
 ) -> LeaderAndIsr | None:
     """The state to write for a partition, or None when its current one stands (see the
     table in the module docstring). The result's ``zk_version`` is the current one's."""
+    # who may lead or stay in an ISR: live and not shutting down
+    eligible = [r for r in replicas if r in live and r not in shutting_down]
     if current is None:
-        alive = tuple(r for r in replicas if r in live)
+        alive = tuple(eligible)
         if alive:
             return LeaderAndIsr(alive[0], INITIAL_LEADER_EPOCH, alive, controller_epoch)
         return LeaderAndIsr(NO_LEADER, INITIAL_LEADER_EPOCH, tuple(replicas), controller_epoch)
     if current.leader != NO_LEADER and current.leader in live:
-        isr = tuple(r for r in current.isr if r in live or r == current.leader)
+        isr = tuple(r for r in current.isr
+                    if r == current.leader or (r in live and r not in shutting_down))
+        if current.leader in shutting_down:
+            successor = next((r for r in eligible if r in current.isr), NO_LEADER)
+            if successor != NO_LEADER:
+                return LeaderAndIsr(successor, current.leader_epoch + 1,
+                                    tuple(r for r in isr if r != current.leader),
+                                    controller_epoch, current.zk_version)
         if isr == current.isr:
             return None
         return LeaderAndIsr(current.leader, current.leader_epoch, isr, controller_epoch,
                             current.zk_version)
-    leader = next((r for r in replicas if r in live and r in current.isr), NO_LEADER)
+    leader = next((r for r in eligible if r in current.isr), NO_LEADER)
     if leader == NO_LEADER and unclean:
-        leader = next((r for r in replicas if r in live), NO_LEADER)
+        leader = eligible[0] if eligible else NO_LEADER
         if leader != NO_LEADER:
             return LeaderAndIsr(leader, current.leader_epoch + 1, (leader,), controller_epoch,
                                 current.zk_version)
@@ -148,7 +166,7 @@ def decide(
             return None
         isr = current.isr  # no live ISR replica: keep the last ISR, lead with nobody
     else:
-        isr = tuple(r for r in current.isr if r in live)
+        isr = tuple(r for r in current.isr if r in live and r not in shutting_down)
     return LeaderAndIsr(
         leader, current.leader_epoch + 1, isr, controller_epoch, current.zk_version
     )
@@ -156,14 +174,15 @@ def decide(
 
 def decide_preferred(
     replicas: Sequence[int], current: LeaderAndIsr | None, live: Collection[int],
-    controller_epoch: int,
+    controller_epoch: int, shutting_down: Collection[int] = (),
 ) -> LeaderAndIsr | None:
     """Leadership back to the preferred replica (the first of the assignment), if it is
-    live, in the ISR and not leading already; else None."""
+    live, not shutting down, in the ISR and not leading already; else None."""
     if current is None or not replicas:
         return None
     preferred = replicas[0]
-    if current.leader == preferred or preferred not in live or preferred not in current.isr:
+    if (current.leader == preferred or preferred not in live or preferred in shutting_down
+            or preferred not in current.isr):
         return None
     return LeaderAndIsr(preferred, current.leader_epoch + 1, current.isr, controller_epoch,
                         current.zk_version)

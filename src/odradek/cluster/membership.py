@@ -12,6 +12,25 @@ expires the store opens a new one and :class:`BrokerRegistration` registers agai
 Kafka's broker does on a new session.
 :class:`BrokerChangeWatcher` keeps a child watch on ``/brokers/ids`` and reports the set of
 live brokers whenever it changes.
+
+A registration's creation zxid (``czxid``) is the broker's epoch (KIP-380, as Kafka's
+ZooKeeper mode takes it): a broker that lost its session and registered again, however
+quickly, has a new one, so whoever compares epochs sees it gone and back, and a request
+carrying an older one comes from a previous incarnation (``STALE_BROKER_EPOCH``).
+
+Controlled shutdown (Kafka's ControlledShutdownRequest and its response, exchanged here
+through ZooKeeper as every controller exchange is): a stopping broker, still registered,
+creates the ephemeral ``/controlled_shutdown/<id>`` holding
+``{"version":1,"broker_epoch":E}`` (:func:`request_controlled_shutdown`); the controller
+watches those children, moves the broker's leaderships and takes it out of the ISRs it
+follows (:mod:`odradek.cluster.controller`), then answers in the same node: its data set
+to ``{"version":1,"broker_epoch":E,"error_code":C,"remaining":N}``, N the partitions the
+broker still leads with other ISR replicas (Kafka's RemainingPartitions), C 0 or
+``STALE_BROKER_EPOCH`` for a request whose epoch is not the registration's. The broker
+waits for the answer on a data watch and asks again (a new node) while partitions remain,
+``controlled.shutdown.max.retries`` times. Unregistering removes the request.
+:class:`ChildrenWatcher` reports the brokers shutting down to the leaders, which do not
+take them into an ISR again (KIP-841's eligibility).
 """
 
 from __future__ import annotations
@@ -22,7 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from odradek.cluster.store import (
@@ -35,12 +54,17 @@ from odradek.cluster.store import (
 
 __all__ = [
     "BROKER_IDS_PATH",
+    "CONTROLLED_SHUTDOWN_PATH",
     "BrokerChangeWatcher",
     "BrokerIdInUseError",
     "BrokerInfo",
     "BrokerRegistration",
+    "ChildrenWatcher",
     "EndPoint",
+    "ShutdownRequest",
+    "decode_shutdown_request",
     "live_brokers",
+    "request_controlled_shutdown",
     "wait_out_previous_registration",
 ]
 
@@ -48,6 +72,10 @@ log = logging.getLogger(__name__)
 
 BROKER_IDS_PATH = "/brokers/ids"
 BROKER_INFO_VERSION = 5  # BrokerIdZNode's JSON version since Kafka 2.7 (IBP_2_7_IV0)
+CONTROLLED_SHUTDOWN_PATH = "/controlled_shutdown"
+SHUTDOWN_REQUEST_VERSION = 1
+NO_BROKER_EPOCH = -1
+STALE_BROKER_EPOCH = 77  # Kafka's error code (Errors.STALE_BROKER_EPOCH)
 
 
 class BrokerIdInUseError(StoreError):
@@ -88,6 +116,8 @@ class BrokerInfo:
     rack: str | None = None
     timestamp_ms: int = 0
     features: Mapping[str, Any] = field(default_factory=dict)
+    # The registration's czxid as read (not part of its JSON): the broker epoch.
+    broker_epoch: int = NO_BROKER_EPOCH
 
     @property
     def path(self) -> str:
@@ -161,8 +191,68 @@ def _read_brokers(store: MetadataStore, names: Sequence[str]) -> dict[int, Broke
             continue
         node = store.get(f"{BROKER_IDS_PATH}/{name}")
         if node is not None:
-            brokers[int(name)] = BrokerInfo.decode(int(name), node.data)
+            info = BrokerInfo.decode(int(name), node.data)
+            brokers[int(name)] = replace(info, broker_epoch=node.czxid or NO_BROKER_EPOCH)
     return brokers
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownRequest:
+    """A controlled-shutdown request as stored, with the controller's answer once set
+    (``error_code`` None: not answered yet)."""
+
+    broker_epoch: int
+    error_code: int | None = None
+    remaining: int = 0
+
+    def encode(self) -> bytes:
+        doc: dict[str, Any] = {"version": SHUTDOWN_REQUEST_VERSION,
+                               "broker_epoch": self.broker_epoch}
+        if self.error_code is not None:
+            doc["error_code"] = self.error_code
+            doc["remaining"] = self.remaining
+        return json.dumps(doc).encode()
+
+
+def decode_shutdown_request(data: bytes) -> ShutdownRequest:
+    """A stored request (an unreadable one: broker epoch -1, which no registration has)."""
+    try:
+        doc = json.loads(data)
+        code = doc.get("error_code")
+        return ShutdownRequest(int(doc["broker_epoch"]), None if code is None else int(code),
+                               int(doc.get("remaining", 0)))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return ShutdownRequest(NO_BROKER_EPOCH)
+
+
+def request_controlled_shutdown(store: MetadataStore, broker_id: int, broker_epoch: int,
+                                timeout_s: float) -> ShutdownRequest | None:
+    """Ask the controller to move this broker's leaderships and take it out of the ISRs:
+    a new ephemeral ``/controlled_shutdown/<id>`` (replacing one asked before, or left by
+    an older session about to expire), then wait up to ``timeout_s`` for the answer in it.
+    Returns the answered request, or None when no answer came in time."""
+    path = f"{CONTROLLED_SHUTDOWN_PATH}/{broker_id}"
+    data = ShutdownRequest(broker_epoch).encode()
+    while True:
+        try:
+            store.create(path, data, ephemeral=True)
+            break
+        except NodeExistsError:
+            with contextlib.suppress(NoNodeError):
+                store.delete(path)
+    deadline = time.monotonic() + timeout_s
+    changed = threading.Event()
+    while True:
+        changed.clear()
+        node = store.get(path, watch=lambda _path: changed.set())
+        if node is None:
+            return None  # removed (our session expired): nothing more to hear
+        request = decode_shutdown_request(node.data)
+        if request.error_code is not None:
+            return request
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not changed.wait(remaining):
+            return None
 
 
 # ZooKeeper expires a session in buckets of its tickTime (2 s by default) once the timeout
@@ -236,6 +326,8 @@ class BrokerRegistration:
         self._on_error = on_error
         self._registered = False
         self._lock = threading.Lock()
+        # The czxid of the registration made (KIP-380's broker epoch), -1 before.
+        self.broker_epoch = NO_BROKER_EPOCH
 
     def register(self) -> BrokerInfo:
         """Create ``/brokers/ids/<id>``; raise :class:`BrokerIdInUseError` if it is taken."""
@@ -251,20 +343,26 @@ class BrokerRegistration:
                 )
                 try:
                     self.store.create(info.path, info.encode(), ephemeral=True)
+                    node = self.store.get(info.path)
+                    if node is not None:
+                        self.broker_epoch = node.czxid or NO_BROKER_EPOCH
                     break
                 except NodeExistsError:
                     node = self.store.get(info.path)
                     if node is None:  # its owner went away in between: try again
                         continue
                     if node.ephemeral_owner == self.store.session_id:
-                        break  # ours already (a create retried after a lost answer)
+                        # ours already (a create retried after a lost answer)
+                        self.broker_epoch = node.czxid or NO_BROKER_EPOCH
+                        break
                     holder = BrokerInfo.decode(self.broker_id, node.data)
                     raise BrokerIdInUseError(
                         f"broker.id {self.broker_id} is already registered by a live broker "
                         f"at {holder.address}"
                     ) from None
             self._registered = True
-        log.info("registered broker %d at %s", self.broker_id, info.path)
+        log.info("registered broker %d at %s (broker epoch %d)", self.broker_id, info.path,
+                 self.broker_epoch)
         return info
 
     def _on_session(self, event: SessionEvent) -> None:
@@ -284,8 +382,14 @@ class BrokerRegistration:
     def registered(self) -> bool:
         return self._registered
 
+    def request_controlled_shutdown(self, timeout_s: float) -> ShutdownRequest | None:
+        """:func:`request_controlled_shutdown` with this registration's broker epoch."""
+        return request_controlled_shutdown(self.store, self.broker_id, self.broker_epoch,
+                                           timeout_s)
+
     def unregister(self) -> None:
-        """Remove our node now (a clean shutdown), rather than when the session ends."""
+        """Remove our node now (a clean shutdown), rather than when the session ends, and
+        our controlled-shutdown request with it."""
         self.store.remove_session_listener(self._on_session)
         with self._lock:
             path = f"{BROKER_IDS_PATH}/{self.broker_id}"
@@ -293,6 +397,11 @@ class BrokerRegistration:
             if node is not None and node.ephemeral_owner == self.store.session_id:
                 with contextlib.suppress(NoNodeError):
                     self.store.delete(path, expected_version=node.version)
+            request = self.store.get(f"{CONTROLLED_SHUTDOWN_PATH}/{self.broker_id}")
+            if request is not None and request.ephemeral_owner == self.store.session_id:
+                with contextlib.suppress(NoNodeError):
+                    self.store.delete(request.path or
+                                      f"{CONTROLLED_SHUTDOWN_PATH}/{self.broker_id}")
             self._registered = False
 
 
@@ -341,6 +450,48 @@ class BrokerChangeWatcher:
     @property
     def brokers(self) -> dict[int, BrokerInfo]:
         return dict(self._last or {})
+
+    def close(self) -> None:
+        self._closed = True
+        self.store.remove_session_listener(self._on_session)
+
+
+class ChildrenWatcher:
+    """Calls ``on_change(names)`` with the children of ``path`` whenever they change (a
+    broker's view of the brokers in controlled shutdown); the same rules as
+    :class:`BrokerChangeWatcher`."""
+
+    def __init__(self, store: MetadataStore, path: str,
+                 on_change: Callable[[frozenset[str]], None]) -> None:
+        self.store = store
+        self.path = path
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._last: frozenset[str] | None = None
+        self._closed = False
+
+    def start(self) -> frozenset[str]:
+        self.store.add_session_listener(self._on_session)
+        self._refresh()
+        return self._last or frozenset()
+
+    def _refresh(self, _path: str = "") -> None:
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                names = frozenset(self.store.children(self.path, watch=self._refresh))
+            except StoreError as exc:
+                log.warning("could not read %s: %s", self.path, exc)
+                return
+            if names == self._last:
+                return
+            self._last = names
+            self._on_change(names)
+
+    def _on_session(self, event: SessionEvent) -> None:
+        if event in (SessionEvent.RECONNECTED, SessionEvent.NEW_SESSION):
+            self._refresh()
 
     def close(self) -> None:
         self._closed = True

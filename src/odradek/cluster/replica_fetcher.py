@@ -28,6 +28,17 @@ connection backs the whole fetcher off and reconnects (the leader's address is l
 again each time). Partitions named in their topic's
 ``follower.replication.throttled.replicas`` share ``follower.replication.throttled.rate``
 (KIP-73, :mod:`odradek.cluster.replication_quota`): over it, they sit out fetches.
+
+Each fetcher keeps an incremental fetch session with its leader (KIP-227, the client side:
+Kafka's ``FetchSessionHandler``, :class:`FetchSessionHandler` here). The first fetch is
+full (every partition) and asks for a session; the next ones name only the partitions
+whose fetch position changed (an append, a truncation, a new leader epoch) and, in
+``forgotten_topics_data``, those that left the fetch (removed, backing off, truncating,
+throttled), and the leader answers only the partitions with news (records, a moved high
+watermark or log start, an error). An idle follower's fetch is then a few dozen bytes
+each way, whatever the number of partitions. A session error (FETCH_SESSION_ID_NOT_FOUND:
+the leader restarted or evicted it; INVALID_FETCH_SESSION_EPOCH), a lost connection or a
+failed exchange starts a new full session at once.
 """
 
 from __future__ import annotations
@@ -58,6 +69,57 @@ log = logging.getLogger(__name__)
 
 # How long a throttled partition waits before it is considered for a fetch again.
 THROTTLE_PAUSE_S = 0.1
+INITIAL_EPOCH = 0  # FetchMetadata.INITIAL_EPOCH: a full fetch, opening a session
+_MAX_EPOCH = 2**31 - 1
+_SESSION_ERRORS = frozenset({
+    ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch,
+    ErrorCode.fetch_session_topic_id_error,
+})
+
+# A partition as a Fetch request names it: fetch offset, current leader epoch, last fetched
+# epoch, log start offset, partition max bytes.
+Position = tuple[int, int, int, int, int]
+
+
+class FetchSessionHandler:
+    """The follower's side of one fetch session (Kafka's ``FetchSessionHandler``):
+    :meth:`build` says what the next request carries, :meth:`handle` takes the answer."""
+
+    def __init__(self) -> None:
+        self.session_id = 0
+        self.epoch = INITIAL_EPOCH
+        self.sent: dict[TopicPartition, Position] = {}  # the session's partitions
+
+    def build(self, wanted: dict[TopicPartition, Position]
+              ) -> tuple[bool, list[TopicPartition], list[TopicPartition]]:
+        """(full, the partitions to name, the partitions to forget) for fetching
+        ``wanted``: everything when no session is open, else what changed."""
+        if self.session_id == 0 or self.epoch == INITIAL_EPOCH:
+            return True, list(wanted), []
+        sent = self.sent
+        changed = [tp for tp, position in wanted.items() if sent.get(tp) != position]
+        forgotten = [tp for tp in sent if tp not in wanted]
+        return False, changed, forgotten
+
+    def handle(self, full: bool, wanted: dict[TopicPartition, Position], error: ErrorCode,
+               session_id: int) -> bool:
+        """The answer to a request built for ``wanted``; False on a session error (the
+        next request opens a new session)."""
+        if error in _SESSION_ERRORS:
+            self.reset()
+            return False
+        if full:
+            self.session_id = session_id
+            self.epoch = 1 if session_id else INITIAL_EPOCH
+        else:
+            self.epoch = 1 if self.epoch == _MAX_EPOCH else self.epoch + 1
+        self.sent = dict(wanted) if self.session_id else {}
+        return True
+
+    def reset(self) -> None:
+        """Start over with a full fetch (which also closes the old session, if any)."""
+        self.epoch = INITIAL_EPOCH
+        self.sent = {}
 
 _LEADERSHIP_ERRORS = frozenset({
     ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
@@ -132,6 +194,7 @@ class ReplicaFetcher:
         self._conn: Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self.fetches = 0
+        self.session = FetchSessionHandler()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -149,6 +212,7 @@ class ReplicaFetcher:
         await self._close()
 
     async def _close(self) -> None:
+        self.session.reset()  # whether the leader took the last epoch is unknown
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -271,8 +335,8 @@ class ReplicaFetcher:
         self, conn: Connection, fetchable: list[tuple[TopicPartition, _FetchState]]
     ) -> None:
         config = self.manager.config
-        by_topic: dict[str, list[fetch_v12.FetchPartition]] = {}
         asked: dict[TopicPartition, tuple[_FetchState, int]] = {}
+        wanted: dict[TopicPartition, Position] = {}
         quota = self.manager.quota
         now = time.monotonic()
         over_quota = quota is not None and quota.exceeded(now)
@@ -289,24 +353,40 @@ class ReplicaFetcher:
                 throttled.add(tp)
             offset = partition_log.log_end_offset
             asked[tp] = (state, offset)
-            by_topic.setdefault(tp.topic, []).append(fetch_v12.FetchPartition(
-                partition=i32(tp.partition), current_leader_epoch=i32(state.leader_epoch),
-                fetch_offset=i64(offset),
-                last_fetched_epoch=i32(partition_log.leader_epoch_cache.latest_epoch),
-                log_start_offset=i64(partition_log.log_start_offset),
-                partition_max_bytes=i32(config.max_bytes),
-            ))
+            wanted[tp] = (offset, state.leader_epoch, partition_log.leader_epoch_cache.latest_epoch,
+                          partition_log.log_start_offset, config.max_bytes)
         if not asked:
             return
+        session = self.session
+        full, named, forgotten = session.build(wanted)
+        by_topic: dict[str, list[fetch_v12.FetchPartition]] = {}
+        for tp in named:
+            offset, leader_epoch, last_epoch, log_start, max_bytes = wanted[tp]
+            by_topic.setdefault(tp.topic, []).append(fetch_v12.FetchPartition(
+                partition=i32(tp.partition), current_leader_epoch=i32(leader_epoch),
+                fetch_offset=i64(offset), last_fetched_epoch=i32(last_epoch),
+                log_start_offset=i64(log_start), partition_max_bytes=i32(max_bytes),
+            ))
+        forgotten_by_topic: dict[str, list[i32]] = {}
+        for tp in forgotten:
+            forgotten_by_topic.setdefault(tp.topic, []).append(i32(tp.partition))
         response = await self._send(conn, fetch_v12.FetchRequest(
             cluster_id=None, replica_id=BrokerId(self.manager.broker_id),
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=config.max_wait_ms)),
             min_bytes=i32(config.min_bytes), max_bytes=i32(config.response_max_bytes),
-            isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1),
+            isolation_level=i8(0), session_id=i32(session.session_id),
+            session_epoch=i32(session.epoch),
             topics=tuple(fetch_v12.FetchTopic(topic=TopicName(t), partitions=tuple(ps))
                          for t, ps in by_topic.items()),
-            forgotten_topics_data=(), rack_id="",
+            forgotten_topics_data=tuple(
+                fetch_v12.ForgottenTopic(topic=TopicName(t), partitions=tuple(ps))
+                for t, ps in forgotten_by_topic.items()),
+            rack_id="",
         ))
+        if not session.handle(full, wanted, response.error_code, int(response.session_id)):
+            log.info("broker %d: fetch session with broker %d: %s; starting a new one",
+                     self.manager.broker_id, self.leader, response.error_code.name)
+            return
         self.fetches += 1
         if response.error_code != ErrorCode.none:
             raise RuntimeError(f"fetch answered {response.error_code.name}")

@@ -85,6 +85,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# The most one step of the shutdown (the fetchers, the ISR writes under way, the logs
+# being created) is waited for.
+SHUTDOWN_STEP_S = 5.0
 
 
 class FollowerKey(NamedTuple):
@@ -207,11 +210,24 @@ class ReplicaManager:
         """Stop fetching, wait for logs being created and ISR writes under way; then write
         the high-watermark checkpoints."""
         if self.fetchers is not None:
-            await self.fetchers.shutdown()
-        if self._isr_tasks:
-            await asyncio.wait(self._isr_tasks, timeout=5.0)
-        if self._log_creation is not None:
-            await asyncio.wait((self._log_creation,))
+            log.info("shutdown: stopping the replica fetchers (waiting at most %.0f s)",
+                     SHUTDOWN_STEP_S)
+            try:
+                await asyncio.wait_for(self.fetchers.shutdown(), SHUTDOWN_STEP_S)
+            except TimeoutError:
+                log.warning("shutdown: the replica fetchers did not stop in %.0f s; going on",
+                            SHUTDOWN_STEP_S)
+        creating = {self._log_creation} if self._log_creation is not None else set()
+        for what, tasks in (("ISR writes under way", set(self._isr_tasks)),
+                            ("log creations", creating)):
+            if not tasks:
+                continue
+            log.info("shutdown: waiting at most %.0f s for %d %s", SHUTDOWN_STEP_S, len(tasks),
+                     what)
+            _done, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_STEP_S)
+            if pending:
+                log.warning("shutdown: %d %s did not finish in %.0f s; going on",
+                            len(pending), what, SHUTDOWN_STEP_S)
         self.checkpoint_high_watermarks()
 
     def checkpoint_high_watermarks(self) -> None:

@@ -106,6 +106,10 @@ class Node:
     # The node's path: for a sequential create, the name with its counter appended. Set on
     # what create, set and multi return and on what get reads; "" where unknown.
     path: str = ""
+    # The transaction id that created the node (ZooKeeper's Stat.czxid), as ``get`` reads
+    # it; 0 where unknown (what create returns, the embedded store). A broker's
+    # registration's is its broker epoch (KIP-380).
+    czxid: int = 0
 
 
 # A sequential node's name is the requested path + the parent's counter in 10 digits

@@ -267,7 +267,7 @@ class ZooKeeperStore(MetadataStore):
 
     def _node(self, data: bytes | None, stat: ZnodeStat, path: str) -> Node:
         owner = int(stat.ephemeralOwner)
-        return Node(data or b"", int(stat.version), owner != 0, owner, path)
+        return Node(data or b"", int(stat.version), owner != 0, owner, path, int(stat.czxid))
 
     def get(self, path: str, watch: Watcher | None = None) -> Node | None:
         w = self._watch(watch, path) if watch is not None else None

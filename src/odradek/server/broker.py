@@ -26,7 +26,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,6 +81,7 @@ from odradek.storage import LogAppendInfo, LogManager, PartitionLog, TopicPartit
 from odradek.storage.cleaner_manager import LogCleaner
 from odradek.storage.files import META_PROPERTIES, atomic_write
 from odradek.storage.segment import MAX_OPEN_COLD_SEGMENTS
+from odradek.text import plural
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -95,6 +96,9 @@ DESCRIPTORS_PER_LOG = 3
 RESERVED_DESCRIPTORS_SHARE = 0.25
 # How often dead cleaner threads are looked for and cleaner-status.json rewritten.
 CLEANER_HEALTH_INTERVAL_MS = 5000
+# The most one step of the shutdown (leaving the cluster, the cleaner, closing the
+# ZooKeeper session...) is waited for before the next one goes on.
+STOP_STEP_S = 5.0
 
 
 class Broker:
@@ -400,7 +404,7 @@ class Broker:
                 "follower.replication.throttled.rate", UNLIMITED))),
         )
         rm.isr_writer = cluster.write_isr
-        rm.broker_alive = cluster.is_alive
+        rm.broker_alive = cluster.isr_eligible
         rm.isr_reader = cluster.read_state
         rm.replica_lag_time_max_ms = int(self.config["replica.lag.time.max.ms"])
         self._tasks.append(asyncio.create_task(self._isr_expiration()))
@@ -433,28 +437,78 @@ class Broker:
                     return None
         return None
 
-    async def _hand_over_leadership(self) -> None:
-        """Controlled shutdown: after leaving the cluster, keep serving until the
-        controller has moved every leadership that another in-sync replica can take, so
-        that clients only see a metadata refresh (bounded by controlled.shutdown.max.retries
-        x controlled.shutdown.retry.backoff.ms)."""
+    async def _controlled_shutdown(self, cluster: ZkCluster) -> None:
+        """Kafka's controlled shutdown: while still registered, ask the controller to move
+        this broker's leaderships and take it out of the ISRs it follows in, asking again
+        while it answers that partitions remain (controlled.shutdown.max.retries times, each
+        answer waited for at most controlled.shutdown.retry.backoff.ms); then keep serving
+        until the partition states applied here agree (no partition led here with another
+        replica in its ISR, none followed with this broker in the ISR of a live leader), so
+        that clients only see a metadata refresh."""
+        retries = max(1, int(self.config["controlled.shutdown.max.retries"]))
+        backoff = int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000
+        started = time.monotonic()
+        deadline = started + retries * backoff
+        answer = None
+        if not cluster.registered:
+            return  # not a member (yet): nothing to hand over
+        for attempt in range(1, retries + 1):
+            answer = await self._bounded_step(
+                f"controlled shutdown: asking the controller (attempt {attempt} of {retries})",
+                _in_daemon_thread(functools.partial(cluster.request_controlled_shutdown,
+                                                    backoff)), backoff + 1)
+            if answer is None:
+                log.warning("controlled shutdown: no answer from the controller in %.0f s",
+                            backoff)
+            elif answer.error_code:
+                log.warning("controlled shutdown: refused by the controller (error %d)",
+                            answer.error_code)
+                break
+            elif answer.remaining:
+                log.info("controlled shutdown: %s still led here with other ISR replicas",
+                         plural(answer.remaining, "partition"))
+                if attempt < retries:
+                    await asyncio.sleep(backoff)  # Kafka's back-off before asking again
+            else:
+                break
         rm = self.replica_manager
-        bound = max(1, int(self.config["controlled.shutdown.max.retries"])) * int(
-            self.config["controlled.shutdown.retry.backoff.ms"]) / 1000
-        deadline = time.monotonic() + bound
 
-        def still_leading() -> int:
-            return sum(1 for p in rm.partitions.values()
-                       if p.is_leader and len(p.state.isr) > 1)
+        def remaining() -> tuple[int, int]:
+            # every state this broker knows, hosted here yet or not (logs being created)
+            leading = following = 0
+            for state in list((self.metadata.partition_states or {}).values()):
+                if state.leader == self.broker_id:
+                    leading += len(state.isr) > 1
+                elif (self.broker_id in state.isr and state.leader != -1
+                      and cluster.is_alive(state.leader)):
+                    following += 1
+            return leading, following
 
-        while (left := still_leading()) and time.monotonic() < deadline:
+        while any(left := remaining()) and time.monotonic() < deadline:
             rm.states_changed.clear()
+            # states applied wake us; a leader's registration going away does not: look
+            # again a little later in any case
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(rm.states_changed.wait(), deadline - time.monotonic())
-        if left:
-            log.warning("controlled shutdown: %d leaderships not moved in %.0f s", left, bound)
+                await asyncio.wait_for(rm.states_changed.wait(),
+                                       min(0.25, max(0.0, deadline - time.monotonic())))
+        if any(left) or answer is None or answer.error_code or answer.remaining:
+            log.warning("controlled shutdown: stopping with %s led here with other ISR "
+                        "replicas and in %s as a follower, after %.1f s",
+                        plural(left[0], "partition"), plural(left[1], "ISR"),
+                        time.monotonic() - started)
         else:
-            log.info("controlled shutdown: leaderships handed over")
+            log.info("controlled shutdown: leaderships moved and out of every ISR in %.1f s",
+                     time.monotonic() - started)
+
+    async def _bounded_step(self, what: str, step: Awaitable[T], timeout: float) -> T | None:
+        """One step of the shutdown, said in the log and waited for at most ``timeout``
+        seconds (None when it did not finish: the shutdown goes on)."""
+        log.info("shutdown: %s (waiting at most %.0f s)", what, timeout)
+        try:
+            return await asyncio.wait_for(step, timeout)
+        except TimeoutError:
+            log.warning("shutdown: %s did not finish in %.0f s; going on", what, timeout)
+            return None
 
     def _endpoints(self) -> list[EndPoint]:
         """This broker's advertised listeners, with the ports actually bound."""
@@ -625,11 +679,14 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         if self._cluster is not None:
-            # Leave the cluster first: the controller moves leadership away at once
-            # rather than after the session timeout.
-            await asyncio.to_thread(self._cluster.leave)
+            # Controlled shutdown first, still registered (and still the controller, if it
+            # is): the controller moves leaderships away and takes this broker out of the
+            # ISRs; then leave (resign, unregister). Without it, unregistering alone has
+            # the controller treat this broker as failed.
             if hasattr(self, "replica_manager") and self.config["controlled.shutdown.enable"]:
-                await self._hand_over_leadership()
+                await self._controlled_shutdown(self._cluster)
+            await self._bounded_step("leaving the cluster (resigning, unregistering)",
+                                     _in_daemon_thread(self._cluster.leave), STOP_STEP_S)
         if hasattr(self, "group_coordinator"):
             # answer parked JoinGroup/SyncGroup requests (NOT_COORDINATOR) so that
             # in-flight requests can finish
@@ -641,20 +698,24 @@ class Broker:
         for server in self.servers:
             await server.stop()
         if self.metrics_server is not None:
-            await asyncio.to_thread(self.metrics_server.stop)
+            await self._bounded_step("stopping the metrics listener",
+                                     _in_daemon_thread(self.metrics_server.stop), STOP_STEP_S)
             self.metrics_server = None
         if hasattr(self, "replica_manager"):
             await self.replica_manager.shutdown()
         if self.log_cleaner is not None:
-            await asyncio.to_thread(self.log_cleaner.shutdown)
+            await self._bounded_step("stopping the log cleaner",
+                                     _in_daemon_thread(self.log_cleaner.shutdown), STOP_STEP_S)
         if self._logs_loaded:
+            log.info("shutdown: flushing and closing the logs")
             self.log_manager.shutdown()
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.acl_store is not None:
             self.acl_store.close()
         if self._cluster is not None:
-            await asyncio.to_thread(self._cluster.close)
+            await self._bounded_step("closing the ZooKeeper session",
+                                     _in_daemon_thread(self._cluster.close), STOP_STEP_S)
         elif self._store is not None:
             self._store.close()
         if self.started.is_set():
@@ -698,6 +759,34 @@ class Broker:
         return found.log if found is not None else None
 
 
+async def _in_daemon_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` on a daemon thread of its own: unlike ``asyncio.to_thread`` (the loop's
+    executor, joined when the loop closes), a step that never returns cannot hold the
+    process after the shutdown gave up waiting for it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, exc: BaseException | None) -> None:
+        if done.done():
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, exc = fn(), None
+        except BaseException as raised:
+            result, exc = None, raised
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=run, name=f"odradek-stop-{getattr(fn, '__name__', 'step')}",
+                     daemon=True).start()
+    return await done
+
+
 def partition_limit(configured: int) -> int:
     """``max.broker.partitions``, lowered to the partitions whose logs fit in the process's
     open-files limit once a share is kept for everything else: past it, creating one more
@@ -724,6 +813,13 @@ async def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> No
     raise_open_files_limit()
     broker = Broker(config)
     started = time.monotonic()
+    # Handled from the start: a SIGTERM while the broker starts (registered already, say)
+    # stops it cleanly once started, rather than killing it half-way.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
     try:
         await broker.start()
     except BaseException:
@@ -737,11 +833,6 @@ async def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> No
     # and holds every thread (the event loop's) for that much less (watchdog.py).
     gc.collect()
     gc.freeze()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
     if ready_file is not None:
         ready_file.write_text(str(broker.port))
     await stop.wait()

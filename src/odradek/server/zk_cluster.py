@@ -14,8 +14,11 @@ The order at start follows Kafka's ZooKeeper mode: connect (and refuse at once a
 endpoints: then it is this broker's before a restart, waited out until its session
 expires), read the cluster's topics and states, load the logs,
 open the listeners, then register (the registration carries the bound ports) and run for
-controller. A clean stop leaves in the reverse order: resign, unregister (so the
-controller moves leadership away now, not after the session timeout), close the session.
+controller. A clean stop first asks for a controlled shutdown while still registered (and,
+if it is the controller, while still controlling): :meth:`ZkCluster.request_controlled_shutdown`,
+after which the broker waits for the controller's answer in the partition states it
+applies (:meth:`odradek.server.broker.Broker.stop`); then it leaves in the reverse order
+of the start: resign, unregister, close the session.
 """
 
 from __future__ import annotations
@@ -35,10 +38,13 @@ from odradek.cluster.leader_election import (
     state_path,
 )
 from odradek.cluster.membership import (
+    CONTROLLED_SHUTDOWN_PATH,
     BrokerChangeWatcher,
     BrokerInfo,
     BrokerRegistration,
+    ChildrenWatcher,
     EndPoint,
+    ShutdownRequest,
     wait_out_previous_registration,
 )
 from odradek.cluster.metadata import ClusterMetadata
@@ -70,7 +76,9 @@ class ZkCluster:
         self.rack: str | None = config["broker.rack"] or None
         self.store: ZooKeeperStore
         self._live: dict[int, BrokerInfo] = {}
+        self._shutting_down: frozenset[int] = frozenset()
         self._watcher: BrokerChangeWatcher | None = None
+        self._shutdown_watcher: ChildrenWatcher | None = None
         self._sync: MetadataSync | None = None
         self._registration: BrokerRegistration | None = None
         self._elector: ControllerElector | None = None
@@ -107,6 +115,9 @@ class ZkCluster:
         self._metadata = metadata
         self._watcher = BrokerChangeWatcher(self.store, self._brokers_changed)
         self._live = self._watcher.start()
+        self._shutdown_watcher = ChildrenWatcher(self.store, CONTROLLED_SHUTDOWN_PATH,
+                                                 self._shutting_down_changed)
+        self._shutting_down = _broker_ids(self._shutdown_watcher.start())
         self._sync = MetadataSync(self.store, metadata, self.post, self.broker_id,
                                   on_broker_configs=self._broker_configs_changed)
         return self._sync.start()
@@ -119,10 +130,21 @@ class ZkCluster:
         def apply() -> None:
             joined = sorted(set(brokers) - set(self._live))
             left = sorted(set(self._live) - set(brokers))
+            # registered again since last read (a new broker epoch, KIP-380)
+            bounced = sorted(b for b, info in brokers.items() if b in self._live
+                             and info.broker_epoch != self._live[b].broker_epoch)
             self._live = brokers
-            if joined or left:
-                log.info("live brokers now %s (joined %s, left %s)",
-                         sorted(brokers), joined, left)
+            if joined or left or bounced:
+                log.info("live brokers now %s (joined %s, left %s, bounced %s)",
+                         sorted(brokers), joined, left, bounced)
+
+        self.post(apply)
+
+    def _shutting_down_changed(self, names: frozenset[str]) -> None:
+        ids = _broker_ids(names)
+
+        def apply() -> None:
+            self._shutting_down = ids
 
         self.post(apply)
 
@@ -257,6 +279,11 @@ class ZkCluster:
         """Whether ``broker_id`` is registered (this broker's view)."""
         return broker_id in self._live
 
+    def isr_eligible(self, broker_id: int) -> bool:
+        """Whether a follower on ``broker_id`` may join an ISR: registered and not in
+        controlled shutdown (KIP-841's ``isReplicaIsrEligible``)."""
+        return broker_id in self._live and broker_id not in self._shutting_down
+
     def live_broker_racks(self) -> dict[int, str]:
         racks = {b: info.rack for b, info in self._live.items() if info.rack is not None}
         # Kafka's rack awareness needs every broker's rack, or none.
@@ -285,6 +312,20 @@ class ZkCluster:
         return controller.epoch if controller is not None else -1
 
     # -- stop ------------------------------------------------------------------------------
+    @property
+    def registered(self) -> bool:
+        registration = self._registration
+        return registration is not None and registration.registered
+
+    def request_controlled_shutdown(self, timeout_s: float) -> ShutdownRequest | None:
+        """Ask the controller to move this broker's leaderships and take it out of the
+        ISRs, and wait up to ``timeout_s`` for its answer (blocking); None when not
+        registered (nothing to ask) or no answer came."""
+        registration = self._registration
+        if registration is None or not registration.registered:
+            return None
+        return registration.request_controlled_shutdown(timeout_s)
+
     def leave(self) -> None:
         """Resign, then unregister: the controller moves leadership away at once."""
         if self._elector is not None:
@@ -301,5 +342,11 @@ class ZkCluster:
             self._sync.close()
         if self._watcher is not None:
             self._watcher.close()
+        if self._shutdown_watcher is not None:
+            self._shutdown_watcher.close()
         if hasattr(self, "store"):
             self.store.close()
+
+
+def _broker_ids(names: frozenset[str]) -> frozenset[int]:
+    return frozenset(int(n) for n in names if n.isdigit())
