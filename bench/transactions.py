@@ -11,8 +11,9 @@ topic from the start to its end with a confluent-kafka consumer, once with
 ``isolation.level=read_uncommitted`` and once with ``read_committed`` (alternating again),
 taking the records with ``consume(num_messages=...)``. Each figure is the median of the
 rounds; the ratios are transactional / plain and read_committed / read_uncommitted
-records per second. Each round reads the topic once before it is timed (page cache,
-connections).
+records per second. The clock starts once a producer is connected and knows the topic's
+leaders (and, transactional, has its producer id). Each round reads the topic once before
+it is timed (page cache, connections).
 
     .venv/bin/python bench/transactions.py
     .venv/bin/python bench/transactions.py --records 500000 --rounds 5
@@ -59,6 +60,7 @@ def produce(bootstrap: str, topic: str, records: int, value: bytes,
     if per_txn is not None:
         config["transactional.id"] = f"bench-{uuid.uuid4().hex[:8]}"
     producer = ck.Producer(config)
+    producer.list_topics(topic, timeout=30)  # connected, the topic's leaders known
     if per_txn is not None:
         producer.init_transactions(30)
     step = per_txn or 10_000
@@ -141,8 +143,8 @@ def main() -> int:
         for n in range(args.rounds):
             order = [None, args.per_txn] if n % 2 == 0 else [args.per_txn, None]
             written = ""
-            for per_txn in order:
-                topic = _topic(bootstrap, args.partitions)
+            topics = [_topic(bootstrap, args.partitions) for _ in order]
+            for topic, per_txn in zip(topics, order, strict=True):
                 seconds = produce(bootstrap, topic, args.records, value, per_txn)
                 (plain if per_txn is None else txn).append(args.records / seconds)
                 if per_txn is not None:
