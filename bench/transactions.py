@@ -4,14 +4,16 @@ How it works: one ``odradek serve`` (its own data directory, a free port). The b
 produces ``--records`` records of ``--size`` bytes with confluent-kafka twice per round, to
 fresh topics of ``--partitions`` partitions: once with an idempotent producer (acks=all,
 the settings a transactional producer implies) and once with a transactional producer
-committing every ``--per-txn`` records (``begin_transaction``, produce, ``commit_
-transaction``: InitProducerId, AddPartitionsToTxn, EndTxn and the markers are all in the
-time). The order alternates between rounds. Then it reads one transactionally written
-topic from the start to its end with a confluent-kafka consumer, once with
+committing every ``--per-txn`` records (``begin_transaction``, produce,
+``commit_transaction``: AddPartitionsToTxn, EndTxn and the markers are in the time,
+InitProducerId is not). The order alternates between rounds. Then it reads one
+transactionally written topic from the start to its end with a confluent-kafka consumer, once with
 ``isolation.level=read_uncommitted`` and once with ``read_committed`` (alternating again),
 taking the records with ``consume(num_messages=...)``. Each figure is the median of the
-rounds; the ratios are transactional / plain and read_committed / read_uncommitted
-records per second. The clock starts once a producer is connected and knows the topic's
+rounds; the ratios (transactional / plain, read_committed / read_uncommitted) are the
+median of the per-round ratios, of records per second and of the broker's CPU time per
+record (utime + stime from /proc: on a shared machine it moves less than the wall
+clock). The clock starts once a producer is connected and knows the topic's
 leaders (and, transactional, has its producer id). Each round reads the topic once before
 it is timed (page cache, connections).
 
@@ -22,6 +24,7 @@ it is timed (page cache, connections).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import socket
 import statistics
@@ -36,6 +39,7 @@ import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parents[1]
+CLK = os.sysconf("SC_CLK_TCK")
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
             "batch.size": 256 * 1024, "queue.buffering.max.messages": 1_000_000}
 
@@ -44,6 +48,26 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _cpu_s(pid: int) -> float:
+    """The process's CPU seconds (user + system) from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def _row(case: str, rates: list[float], cpu: list[float], base: tuple[list[float],
+         list[float]] | None) -> str:
+    """A table row: medians of the rates and of the broker's CPU µs per record, and (with
+    ``base``, the same case's baseline) the median of the per-round ratios."""
+    med = statistics.median
+    rate_ratio = cpu_ratio = "—"
+    if base is not None:
+        rate_ratio = f"{med(r / b for r, b in zip(rates, base[0], strict=True)):.2f}x"
+        cpu_ratio = f"{med(c / b for c, b in zip(cpu, base[1], strict=True)):.2f}x"
+    return (f"| {case} | {med(rates):,.0f} | {rate_ratio} | {med(cpu):.2f} | {cpu_ratio} | "
+            f"{', '.join(f'{r:,.0f}' for r in rates)} |")
 
 
 def _topic(bootstrap: str, partitions: int) -> str:
@@ -140,12 +164,17 @@ def main() -> int:
         txn: list[float] = []
         uncommitted: list[float] = []
         committed: list[float] = []
+        # the broker's CPU µs per record of each run, same lists
+        cpu: dict[str, list[float]] = {"plain": [], "txn": [], "ru": [], "rc": []}
         for n in range(args.rounds):
             order = [None, args.per_txn] if n % 2 == 0 else [args.per_txn, None]
             written = ""
             topics = [_topic(bootstrap, args.partitions) for _ in order]
             for topic, per_txn in zip(topics, order, strict=True):
+                before = _cpu_s(proc.pid)
                 seconds = produce(bootstrap, topic, args.records, value, per_txn)
+                cpu["plain" if per_txn is None else "txn"].append(
+                    (_cpu_s(proc.pid) - before) / args.records * 1e6)
                 (plain if per_txn is None else txn).append(args.records / seconds)
                 if per_txn is not None:
                     written = topic
@@ -153,29 +182,27 @@ def main() -> int:
             consume(bootstrap, written, args.partitions, args.records, "read_uncommitted")
             for isolation in (["read_uncommitted", "read_committed"] if n % 2 == 0
                               else ["read_committed", "read_uncommitted"]):
+                before = _cpu_s(proc.pid)
                 seconds = consume(bootstrap, written, args.partitions, args.records, isolation)
+                cpu["rc" if isolation == "read_committed" else "ru"].append(
+                    (_cpu_s(proc.pid) - before) / args.records * 1e6)
                 (committed if isolation == "read_committed" else uncommitted).append(
                     args.records / seconds)
             print(f"  round {n + 1}: produce plain {plain[-1]:,.0f}/s, transactional "
                   f"{txn[-1]:,.0f}/s; fetch read_uncommitted {uncommitted[-1]:,.0f}/s, "
                   f"read_committed {committed[-1]:,.0f}/s", file=sys.stderr, flush=True)
-        med = statistics.median
         print(f"Command: `.venv/bin/python bench/transactions.py {' '.join(sys.argv[1:])}`")
         print()
         print(f"{args.records:,} records of {args.size} B, {args.partitions} partitions, "
-              f"{args.per_txn:,} records per transaction, median of {args.rounds} rounds")
+              f"{args.per_txn:,} records per transaction, {args.rounds} rounds; ratios are "
+              "the median of the per-round ratios")
         print()
-        print("| case | records/s | ratio | each round |")
-        print("|---|---:|---:|---|")
-        print(f"| produce, idempotent | {med(plain):,.0f} | — | "
-              f"{', '.join(f'{r:,.0f}' for r in plain)} |")
-        print(f"| produce, transactional | {med(txn):,.0f} | {med(txn) / med(plain):.2f}x | "
-              f"{', '.join(f'{r:,.0f}' for r in txn)} |")
-        print(f"| fetch, read_uncommitted | {med(uncommitted):,.0f} | — | "
-              f"{', '.join(f'{r:,.0f}' for r in uncommitted)} |")
-        print(f"| fetch, read_committed | {med(committed):,.0f} | "
-              f"{med(committed) / med(uncommitted):.2f}x | "
-              f"{', '.join(f'{r:,.0f}' for r in committed)} |")
+        print("| case | records/s | ratio | broker CPU µs a record | CPU ratio | each round |")
+        print("|---|---:|---:|---:|---:|---|")
+        print(_row("produce, idempotent", plain, cpu["plain"], None))
+        print(_row("produce, transactional", txn, cpu["txn"], (plain, cpu["plain"])))
+        print(_row("fetch, read_uncommitted", uncommitted, cpu["ru"], None))
+        print(_row("fetch, read_committed", committed, cpu["rc"], (uncommitted, cpu["ru"])))
     finally:
         proc.terminate()
         proc.wait(30)
