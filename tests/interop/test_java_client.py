@@ -115,3 +115,19 @@ def test_java_transactions(broker: BrokerProcess, java: JavaRunner) -> None:
     assert per_partition(s["read_committed"]) == per_partition(committed), res.describe()
     assert sorted(s["read_uncommitted"]) == sorted(committed + aborted), res.describe()
     assert s["group_offset"] == 5
+
+
+def test_java_admin_describe_producers(broker: BrokerProcess, java: JavaRunner) -> None:
+    """Admin.describeProducers (KIP-664) sees the transactional producer's open
+    transaction on partition 0, then no open transaction once it aborted."""
+    topic = unique_topic("java-dp")
+    res = java(broker.bootstrap, "create", topic, 1, 1)
+    assert res.ok, res.describe()
+    res = java(broker.bootstrap, "describe-producers", topic, f"java-{uuid.uuid4().hex[:6]}")
+    assert res.ok, res.describe()
+    [open_state] = res.summary["producers"]
+    assert open_state["txn_start_offset"] == 0 and open_state["last_sequence"] == 2
+    assert open_state["producer_epoch"] == 0 and open_state["last_timestamp"] > 0
+    [after] = res.summary["after_abort"]
+    assert after["producer_id"] == open_state["producer_id"]
+    assert after["txn_start_offset"] == -1 and after["coordinator_epoch"] >= 0

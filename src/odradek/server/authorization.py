@@ -148,6 +148,7 @@ API_CHECKS: dict[ApiKey, tuple[Check, ...]] = {
         Check(_R.GROUP, _Op.READ, _GROUP),
         Check(_R.TOPIC, _Op.READ, _TOPIC, "each topic"),
     ),
+    ApiKey.DESCRIBE_PRODUCERS: (Check(_R.TOPIC, _Op.READ, _TOPIC, "each topic"),),
     ApiKey.DESCRIBE_TRANSACTIONS: (Check(_R.TRANSACTIONAL_ID, _Op.DESCRIBE, _TXN, "each id"),),
     ApiKey.LIST_TRANSACTIONS: (
         Check(_R.TRANSACTIONAL_ID, _Op.DESCRIBE, _TXN, "each id; left out", hides=True),

@@ -467,6 +467,12 @@ class ProducerStateManager:
         entry.add_batch(header.producer_epoch, _metadata(header, header.base_offset))
         return None
 
+    def active_producers(self) -> list[ProducerStateEntry]:
+        """A copy of every producer's entry (DescribeProducers, KIP-664), taken under the
+        lock expiration holds."""
+        with self._lock:
+            return [entry.copy() for entry in self.producers.values()]
+
     # -- expiration ----------------------------------------------------------------------
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for ``expiration_ms``; returns how many."""

@@ -185,6 +185,12 @@ public final class OdradekInterop {
                     }
                     app.transactions(args.get(0), intArg(args, 1, 30));
                     break;
+                case "describe-producers":
+                    if (args.isEmpty()) {
+                        usage("describe-producers needs <transactional-id>");
+                    }
+                    app.describeProducers(args.get(0));
+                    break;
                 case "authorized-operations":
                     if (args.isEmpty()) {
                         usage("authorized-operations needs <group>");
@@ -672,6 +678,54 @@ public final class OdradekInterop {
             OffsetAndMetadata committed = consumer.committed(Set.of(tp0), Duration.ofSeconds(FUTURE_TIMEOUT_S)).get(tp0);
             summary.put("group_offset", committed == null ? null : committed.offset());
         }
+    }
+
+    /** DescribeProducers (KIP-664) through Admin.describeProducers while a transactional
+     * producer holds a transaction open on partition 0 (its state in "producers"), then
+     * once more once the abort marker is written ("after_abort"). */
+    void describeProducers(String transactionalId) throws Exception {
+        Properties p = base();
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.putAll(extra);
+        TopicPartition tp0 = new TopicPartition(topic, 0);
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
+             Admin admin = admin()) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            for (int i = 0; i < 3; i++) {
+                producer.send(new ProducerRecord<>(topic, 0, null, utf8("open-" + i))).get();
+            }
+            summary.put("producers", producersOf(admin, tp0));
+            producer.abortTransaction();
+            // the abort answers once PrepareAbort is written; the marker follows
+            long deadline = System.currentTimeMillis() + CONSUME_TIMEOUT_MS;
+            List<Map<String, Object>> after = producersOf(admin, tp0);
+            while (after.stream().anyMatch(m -> (Long) m.get("txn_start_offset") >= 0)
+                    && System.currentTimeMillis() < deadline) {
+                Thread.sleep(50);
+                after = producersOf(admin, tp0);
+            }
+            summary.put("after_abort", after);
+        }
+    }
+
+    List<Map<String, Object>> producersOf(Admin admin, TopicPartition tp) throws Exception {
+        List<Map<String, Object>> out = new ArrayList<>();
+        for (org.apache.kafka.clients.admin.ProducerState s : admin.describeProducers(List.of(tp))
+                .partitionResult(tp).get(FUTURE_TIMEOUT_S, TimeUnit.SECONDS).activeProducers()) {
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("producer_id", s.producerId());
+            m.put("producer_epoch", s.producerEpoch());
+            m.put("last_sequence", s.lastSequence());
+            m.put("last_timestamp", s.lastTimestamp());
+            m.put("coordinator_epoch", s.coordinatorEpoch().isPresent() ? s.coordinatorEpoch().getAsInt() : -1);
+            m.put("txn_start_offset", s.currentTransactionStartOffset().isPresent()
+                    ? s.currentTransactionStartOffset().getAsLong() : -1L);
+            out.add(m);
+        }
+        return out;
     }
 
     List<TopicPartition> partitionsOf(KafkaConsumer<byte[], byte[]> consumer) {

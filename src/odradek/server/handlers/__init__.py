@@ -17,6 +17,7 @@ from odradek.server.handlers.client_quotas import register_client_quotas
 from odradek.server.handlers.configs import register_configs
 from odradek.server.handlers.delete_records import register_delete_records
 from odradek.server.handlers.describe_cluster import register_describe_cluster
+from odradek.server.handlers.describe_producers import register_describe_producers
 from odradek.server.handlers.elect_leaders import register_elect_leaders
 from odradek.server.handlers.fetch import register_fetch
 from odradek.server.handlers.groups import register_groups
@@ -61,3 +62,4 @@ def register_all(registry: HandlerRegistry, services: BrokerServices) -> None:
     register_sasl(registry)
     register_scram_credentials(registry, services)
     register_txn_markers(registry, services)
+    register_describe_producers(registry, services)
