@@ -139,6 +139,12 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: {
         "transaction_states": Echo(("transactional_ids",), (("transactional_id", ""),)),
     },
+    # DescribeProducersRequest.getErrorResponse: every partition of every topic.
+    ApiKey.DESCRIBE_PRODUCERS: {
+        "topics": Echo(("topics",), _NAME, {
+            "partitions": Echo(("partition_indexes",), (("partition_index", ""),)),
+        }),
+    },
     # ElectLeadersRequest.getErrorResponse: every partition named (none when null).
     ApiKey.ELECT_LEADERS: {
         "replica_election_results": Echo(("topic_partitions",), (("topic", "topic"),), {

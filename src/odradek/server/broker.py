@@ -838,3 +838,11 @@ async def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> No
     await stop.wait()
     log.info("shutting down")
     await broker.stop()
+    # Stopped: what is left is the process's exit (asyncio's executor threads joined, the
+    # interpreter finalized). A SIGTERM repeated meanwhile (a supervisor's, a second Ctrl-C)
+    # must not turn a clean stop into death by signal, as the JVM ignores signals once its
+    # shutdown hooks run; asyncio would put the default handlers back when its loop closes.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, ValueError):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
