@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from odradek.client.connection import BrokerConnection, request_class
+from odradek.client.admin import Admin, TopicDescription
+from odradek.client.connection import BrokerConnection, ClientError, request_class
 
 from ._broker import java_client, odradek_executable, start_broker
 from ._cluster import Cluster, running_cluster, wait_for
@@ -58,6 +59,23 @@ def partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], li
     return {p.id: (p.leader, list(p.replicas), sorted(p.isrs)) for p in t.partitions.values()}
 
 
+def broker_view(cluster: Cluster, broker_id: int,
+                topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """``{partition: (leader, replicas, isr)}`` as broker ``broker_id`` itself answers
+    Metadata ({} if it does not know the topic or cannot be reached)."""
+    async def ask() -> list[TopicDescription]:
+        async with await BrokerConnection.open(cluster.address(broker_id)) as conn:
+            return await Admin(conn).metadata([topic])
+
+    try:
+        described = asyncio.run(ask())
+    except (ClientError, OSError):
+        return {}
+    return {p.partition: (p.leader, list(p.replicas), sorted(p.isr))
+            for t in described if t.name == topic and t.error == "none"
+            for p in t.partitions if p.error == "none"}
+
+
 def live_bootstrap(cluster: Cluster) -> str:
     return ",".join(cluster.address(b) for b in sorted(cluster.brokers) if cluster.alive(b))
 
@@ -69,14 +87,21 @@ def create_topic(cluster: Cluster, topic: str, rf: int = 3, n: int = PARTITIONS,
     # retried while a broker just restarted by the previous test is not in every live list
     cluster.create_topic(topic, n, rf, configs)
 
-    def settled() -> dict[int, list[int]] | None:
-        found = partitions(live_bootstrap(cluster), topic)
+    def settled_on(broker_id: int) -> dict[int, list[int]] | None:
+        found = broker_view(cluster, broker_id, topic)
         if len(found) != n or any(
             leader != replicas[0] or isr != sorted(replicas)
             for leader, replicas, isr in found.values()
         ):
             return None
         return {p: replicas for p, (_, replicas, _) in found.items()}
+
+    def settled() -> dict[int, list[int]] | None:
+        # every live broker's own view: each applies the states on its own watch, and the
+        # tests ask a given broker (the controller's answer to ElectLeaders is its view)
+        views = [settled_on(b) for b in sorted(cluster.brokers) if cluster.alive(b)]
+        return views[0] if views and all(v is not None and v == views[0] for v in views) \
+            else None
 
     return cluster.wait_for(settled, 60, f"{topic}: every replica in sync, preferred leaders")
 
