@@ -14,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from collections.abc import Iterator
 
 from odradek.testing import RunningBroker, running_broker
 from tests.interop._broker import java_client, start_broker
