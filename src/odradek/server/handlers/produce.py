@@ -138,9 +138,10 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
         refusal = (_TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                    f"Write on transactional id {transactional_id!r} is not authorized")
     verified: _Verified | None = None
-    verifier = services.txn_verifier
-    if transactional_id is not None and refusal is None and verifier is not None:
-        verified = await _verify(services, verifier, ctx, request, transactional_id)
+    if transactional_id is not None and refusal is None:
+        verifier = services.txn_verifier
+        if verifier is not None:  # KIP-890
+            verified = await _verify(services, verifier, ctx, request, transactional_id)
     topics: list[tuple[str, list[PartitionResult]]] = []
     # acks=all: the appends the ISR may not have yet, with their answers
     waiting: list[tuple[PartitionResult, PendingAppend]] | None = [] if acks == -1 else None
