@@ -326,3 +326,8 @@ def test_verification_guard(tmp_path: Path) -> None:
     assert state.verified(P1, 0, guard)  # the transaction is open
     end(plog, P1, commit=False)
     assert not state.verified(P1, 0, guard)
+    guard = state.start_verification(P1)
+    state.end_verification(P1, object())  # another's: kept
+    assert state.verified(P1, 0, guard)
+    state.end_verification(P1, guard)  # refused, or its append tried: dropped
+    assert P1 not in state.verifying

@@ -48,7 +48,8 @@ How it works:
   appends a producer's first transactional batch it asks the transaction coordinator
   whether the partition is in the producer's transaction; :meth:`start_verification`
   hands out a guard for the producer first, and a marker for the producer (or its
-  transactional append) drops it. :meth:`verified` says whether the guard is still the
+  transactional append) drops it, as does :meth:`end_verification` once the append was
+  tried or refused. :meth:`verified` says whether the guard is still the
   producer's (or its transaction is open by now), so a marker written while the
   coordinator was being asked cannot be followed by an append that reopens a transaction
   nobody will end.
@@ -381,6 +382,11 @@ class ProducerStateManager:
         guard = object()
         self.verifying[producer_id] = guard
         return guard
+
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        """The verification under ``guard`` is over (refused, or its append was tried)."""
+        if self.verifying.get(producer_id) is guard:
+            del self.verifying[producer_id]
 
     def verified(self, producer_id: int, producer_epoch: int, guard: object) -> bool:
         """Whether an append verified under ``guard`` may go on: the guard is still the

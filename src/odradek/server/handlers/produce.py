@@ -282,8 +282,11 @@ async def _verify(
     out: _Verified = {}
     for tp, state in unverified.items():
         found = refused.get(tp)
-        out[tp] = ((int(found[0].value), found[1]) if found is not None
-                   else _Guard(state, producer_id, epoch, guards[tp]))
+        if found is not None:
+            state.end_verification(producer_id, guards[tp])
+            out[tp] = (int(found[0].value), found[1])
+        else:
+            out[tp] = _Guard(state, producer_id, epoch, guards[tp])
     return out
 
 
@@ -305,10 +308,16 @@ def _append_verified(
             current = replica_manager.leader_partition(topic, index).log.producer_state
         except Exception:
             current = None  # the append answers its error
-        if current is not None and (current is not state or not state.verified(
-                found.producer_id, found.epoch, found.guard)):
-            return PartitionResult(index, _INVALID_TXN_STATE,
-                                   error_message="Record was not part of an ongoing transaction")
+        try:
+            if current is not None and (current is not state or not state.verified(
+                    found.producer_id, found.epoch, found.guard)):
+                return PartitionResult(
+                    index, _INVALID_TXN_STATE,
+                    error_message="Record was not part of an ongoing transaction")
+            return _append(replica_manager, acks, topic, index, records, refusal, waiting,
+                           counters)
+        finally:
+            state.end_verification(found.producer_id, found.guard)
     return _append(replica_manager, acks, topic, index, records, refusal, waiting, counters)
 
 
