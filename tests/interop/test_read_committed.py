@@ -3,24 +3,30 @@ aiokafka, the Java client) over transactions written with raw Produce and WriteT
 requests: aborted records never seen, committed ones once and in order, an open
 transaction holding every later record back; read_uncommitted consumers see everything.
 Then kill -9 with a transaction open: after the restart the last stable offset still
-holds at its first offset."""
+holds at its first offset.
+
+The transactions are written without a transaction coordinator, so the brokers here run
+with ``transaction.partition.verification.enable=false`` (Kafka's switch for KIP-890's
+verification, which would refuse batches the coordinator never added to a transaction)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from odradek.testing import RunningBroker
+from odradek.testing import RunningBroker, running_broker
 from tests.interop._broker import java_client, start_broker
 from tests.server.test_txn_markers import TXN_ID, TxnClient, txn_batch
 
 pytestmark = pytest.mark.interop
 
 CONSUME_TIMEOUT = 30.0
+NO_VERIFICATION = {"transaction.partition.verification.enable": "false"}
 
 
 def _write_transactions(port: int, topic: str) -> tuple[list[bytes], list[bytes], int]:
@@ -70,10 +76,16 @@ def _write_transactions(port: int, topic: str) -> tuple[list[bytes], list[bytes]
 
 
 @pytest.fixture(scope="module")
-def transactions(shared_broker: RunningBroker) -> tuple[str, list[bytes], list[bytes], int]:
+def rc_broker() -> Iterator[RunningBroker]:
+    with running_broker(overrides=NO_VERIFICATION) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="module")
+def transactions(rc_broker: RunningBroker) -> tuple[str, list[bytes], list[bytes], int]:
     topic = f"rc-{uuid.uuid4().hex[:8]}"
-    shared_broker.call(shared_broker.broker.metadata.create_topic, topic, 1, 1)
-    return (topic, *_write_transactions(shared_broker.port, topic))
+    rc_broker.call(rc_broker.broker.metadata.create_topic, topic, 1, 1)
+    return (topic, *_write_transactions(rc_broker.port, topic))
 
 
 def _confluent(bootstrap: str, topic: str, isolation: str, expected: int) -> list[bytes]:
@@ -103,21 +115,21 @@ def _confluent(bootstrap: str, topic: str, isolation: str, expected: int) -> lis
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
-def test_confluent_kafka(shared_broker: RunningBroker, isolation: str,
+def test_confluent_kafka(rc_broker: RunningBroker, isolation: str,
                          transactions: tuple[str, list[bytes], list[bytes], int]) -> None:
     topic, committed, everything, _ = transactions
     expected = committed if isolation == "read_committed" else everything
-    assert _confluent(shared_broker.bootstrap, topic, isolation, len(expected)) == expected
+    assert _confluent(rc_broker.bootstrap, topic, isolation, len(expected)) == expected
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
-def test_kafka_python(shared_broker: RunningBroker, isolation: str,
+def test_kafka_python(rc_broker: RunningBroker, isolation: str,
                       transactions: tuple[str, list[bytes], list[bytes], int]) -> None:
     from kafka import KafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 
     topic, committed, everything, open_first = transactions
     expected = committed if isolation == "read_committed" else everything
-    consumer = KafkaConsumer(bootstrap_servers=shared_broker.bootstrap,
+    consumer = KafkaConsumer(bootstrap_servers=rc_broker.bootstrap,
                              isolation_level=isolation, enable_auto_commit=False,
                              fetch_max_wait_ms=50)
     tp = TopicPartition(topic, 0)
@@ -139,14 +151,14 @@ def test_kafka_python(shared_broker: RunningBroker, isolation: str,
     assert got == expected
 
 
-def test_aiokafka(shared_broker: RunningBroker,
+def test_aiokafka(rc_broker: RunningBroker,
                   transactions: tuple[str, list[bytes], list[bytes], int]) -> None:
     from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 
     topic, committed, _, _ = transactions
 
     async def main() -> list[bytes]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=shared_broker.bootstrap,
+        consumer = AIOKafkaConsumer(bootstrap_servers=rc_broker.bootstrap,
                                     isolation_level="read_committed",
                                     enable_auto_commit=False, fetch_max_wait_ms=50)
         await consumer.start()
@@ -169,11 +181,11 @@ def test_aiokafka(shared_broker: RunningBroker,
     assert asyncio.run(main()) == committed
 
 
-def test_java_client(shared_broker: RunningBroker,
+def test_java_client(rc_broker: RunningBroker,
                      transactions: tuple[str, list[bytes], list[bytes], int]) -> None:
     topic, committed, _, _ = transactions
     java = java_client()
-    result = java(shared_broker.bootstrap, "consume-count", topic, len(committed),
+    result = java(rc_broker.bootstrap, "consume-count", topic, len(committed),
                   props={"isolation.level": "read_committed"})
     assert result.ok, result.describe()
 
@@ -181,7 +193,7 @@ def test_java_client(shared_broker: RunningBroker,
 @pytest.mark.slow
 def test_kill9_with_an_open_transaction_keeps_the_last_stable_offset(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    broker = start_broker(tmp_path, data_dir=data_dir)
+    broker = start_broker(tmp_path, data_dir=data_dir, overrides=NO_VERIFICATION)
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -200,7 +212,8 @@ def test_kill9_with_an_open_transaction_keeps_the_last_stable_offset(tmp_path: P
         c.close()
         port = broker.port
         broker.kill9()
-        broker = start_broker(tmp_path, data_dir=data_dir, port=port)
+        broker = start_broker(tmp_path, data_dir=data_dir, port=port,
+                              overrides=NO_VERIFICATION)
         c = TxnClient(broker.port)
         deadline = time.monotonic() + 10
         while (answer := c.fetch("t")).error_code != 0:

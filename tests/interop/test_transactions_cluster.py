@@ -235,3 +235,64 @@ def test_consume_transform_produce_exactly_once_across_kills(cluster: Cluster) -
     out = read_committed(cluster, sink, 2)
     for q in range(2):
         assert out[q] == [f"f({i})".encode() for i in range(q, n, 2)], (q, killed)
+
+
+def test_a_leader_verifies_with_a_coordinator_on_another_broker(cluster: Cluster) -> None:
+    """KIP-890 across brokers: the partition leader asks the coordinator (another broker)
+    with AddPartitionsToTxn v4 ``verify_only`` before a producer's first transactional
+    batch there; a partition never added is INVALID_TXN_STATE and stays empty."""
+    import datetime
+
+    from kio.schema.add_partitions_to_txn.v3 import request as add_v3
+    from kio.schema.end_txn.v3 import request as end_v3
+    from kio.schema.init_producer_id.v4 import request as init_v4
+    from kio.schema.produce.v9 import request as produce_v9
+    from kio.static.primitive import i32Timedelta
+
+    from tests.server.test_txn_markers import txn_batch
+
+    topic = f"txn-verify-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    leader = leader_of(cluster, topic, 0)
+    for _ in range(50):  # an id whose coordinator is not the partition's leader
+        txn_id = f"verify-{uuid.uuid4().hex[:6]}"
+        coordinator = coordinator_of(cluster, txn_id)
+        if coordinator != leader:
+            break
+    assert coordinator != leader
+
+    async def call(broker_id: int, request: Any) -> Any:
+        conn = await BrokerConnection.open(cluster.address(broker_id), timeout=10)
+        try:
+            return await conn.send(request)
+        finally:
+            await conn.close()
+
+    def produce(pid: int, epoch: int, seq: int) -> Any:
+        m = produce_v9
+        response = asyncio.run(call(leader, m.ProduceRequest(
+            transactional_id=txn_id, acks=-1,
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+            topic_data=(m.TopicProduceData(name=topic, partition_data=(
+                m.PartitionProduceData(index=0, records=txn_batch(pid, epoch, seq)),)),),
+        )))
+        return response.responses[0].partition_responses[0]
+
+    init = asyncio.run(call(coordinator, init_v4.InitProducerIdRequest(
+        transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=-1, producer_epoch=-1)))
+    assert init.error_code == ErrorCode.none
+    pid, epoch = int(init.producer_id), int(init.producer_epoch)
+    refused = produce(pid, epoch, 0)
+    assert refused.error_code == ErrorCode.invalid_txn_state, refused
+    added = asyncio.run(call(coordinator, add_v3.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+            add_v3.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),))))
+    [result] = added.results_by_topic_v3_and_below[0].results_by_partition
+    assert result.partition_error_code == ErrorCode.none
+    accepted = produce(pid, epoch, 0)
+    assert accepted.error_code == ErrorCode.none and accepted.base_offset == 0, accepted
+    ended = asyncio.run(call(coordinator, end_v3.EndTxnRequest(
+        transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=True)))
+    assert ended.error_code == ErrorCode.none

@@ -2,7 +2,9 @@
 by the partition leader alone and answers once the ISR has the marker; followers
 replicate markers and their ``.txnindex``; after the leader is killed -9, the new
 leader's read_committed answers hold the same aborted transactions and last stable
-offset, and a read_committed consumer sees the committed records only."""
+offset, and a read_committed consumer sees the committed records only. The transactions
+are written without a coordinator, so KIP-890's verification is off here
+(``transaction.partition.verification.enable=false``)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ pytestmark = [pytest.mark.interop, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with running_cluster(tmp_path_factory.mktemp("txn-markers"), 3,
-                         {"replica.lag.time.max.ms": 5000}) as c:
+                         {"replica.lag.time.max.ms": 5000,
+                          "transaction.partition.verification.enable": "false"}) as c:
         yield c
 
 

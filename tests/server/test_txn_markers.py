@@ -1,6 +1,11 @@
 """Transactions on the partition side over a real socket: transactional produce, the last
 stable offset, WriteTxnMarkers (v0 and v1) with its fencing, read_committed Fetch with
-aborted transactions, ListOffsets by isolation level, and the state after a restart."""
+aborted transactions, ListOffsets by isolation level, and the state after a restart.
+
+The transactions are written without a transaction coordinator (the test plays its part
+with WriteTxnMarkers), so the brokers run with
+``transaction.partition.verification.enable=false`` (KIP-890's verification is tested in
+test_txn_verification.py)."""
 
 from __future__ import annotations
 
@@ -30,11 +35,12 @@ from tests.protocol.wire import raw_header
 from tests.server.test_idempotence import Client
 
 TXN_ID = "txn-test"
+NO_VERIFICATION = {"transaction.partition.verification.enable": "false"}
 
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[RunningBroker]:
-    with running_broker() as running:
+    with running_broker(NO_VERIFICATION) as running:
         yield running
 
 
@@ -209,14 +215,14 @@ def test_version_0(client: TxnClient, topic: str) -> None:
 
 
 def test_open_transaction_survives_restart(tmp_path: Path) -> None:
-    with running_broker(data_dir=tmp_path) as running:
+    with running_broker(NO_VERIFICATION, data_dir=tmp_path) as running:
         running.call(running.broker.metadata.create_topic, "t", 1, 1)
         c = TxnClient(running.port)
         c.produce("t", txn_batch(-1, -1, -1))
         pid, epoch = c.init_producer_id()
         c.produce("t", txn_batch(pid, epoch, 0, 2), transactional_id=TXN_ID)
         c.close()
-    with running_broker(data_dir=tmp_path) as running:
+    with running_broker(NO_VERIFICATION, data_dir=tmp_path) as running:
         c = TxnClient(running.port)
         assert c.fetch("t").last_stable_offset == 1
         assert c.markers("t", pid, epoch, commit=False) == 0

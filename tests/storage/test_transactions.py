@@ -303,3 +303,31 @@ def test_cleaner_removes_markers_once_their_data_is_gone_and_the_horizon_passed(
     assert clean(NOW + 2000) == [(4, False, False), (5, True, False)]
     again = open_log(tmp_path, config(cleanup_policy="compact"), had_clean_shutdown=False)
     assert again.last_stable_offset == again.log_end_offset
+
+
+def test_verification_guard(tmp_path: Path) -> None:
+    """KIP-890's verification guard (Kafka's VerificationStateEntry): a marker for the
+    producer while its partition was verified voids the guard; its transactional append
+    drops the guard, the open transaction needing none."""
+    plog = open_log(tmp_path)
+    state = plog.producer_state
+    assert not state.has_ongoing_txn(P1, 0)
+    guard = state.start_verification(P1)
+    assert state.verified(P1, 0, guard)
+    end(plog, P1, commit=True)  # a marker came while the coordinator was asked
+    assert not state.verified(P1, 0, guard)
+    older = state.start_verification(P1)
+    guard = state.start_verification(P1)
+    assert not state.verified(P1, 0, older)  # replaced by a newer verification
+    assert state.verified(P1, 0, guard)
+    plog.append_as_leader(txn(P1, 0, 2))
+    assert state.has_ongoing_txn(P1, 0) and not state.has_ongoing_txn(P1, 1)
+    assert P1 not in state.verifying
+    assert state.verified(P1, 0, guard)  # the transaction is open
+    end(plog, P1, commit=False)
+    assert not state.verified(P1, 0, guard)
+    guard = state.start_verification(P1)
+    state.end_verification(P1, object())  # another's: kept
+    assert state.verified(P1, 0, guard)
+    state.end_verification(P1, guard)  # refused, or its append tried: dropped
+    assert P1 not in state.verifying

@@ -75,6 +75,7 @@ from odradek.server.purgatory import Purgatory
 from odradek.server.services import BrokerServices
 from odradek.server.tls_reload import TlsReloader
 from odradek.server.txn_markers import TxnMarkerSender
+from odradek.server.txn_verification import TxnVerifier
 from odradek.server.watchdog import LoopWatchdog
 from odradek.server.zk_cluster import ZkCluster
 from odradek.storage import LogAppendInfo, LogManager, PartitionLog, TopicPartition
@@ -646,6 +647,11 @@ class Broker:
             security = self._inter_broker
         self._txn_markers = TxnMarkerSender(self.broker_id, self._live_brokers, security)
         txn.send_markers = self._txn_markers
+        if self.config["transaction.partition.verification.enable"]:
+            # KIP-890: leaders verify first transactional appends with the coordinator
+            self.services.txn_verifier = TxnVerifier(
+                self.broker_id, lambda: self.services.transaction_coordinator,
+                self._txn_markers)
         txn.startup()
 
     def _make_group_coordinator(self) -> GroupCoordinator:

@@ -301,6 +301,9 @@ _OWN: tuple[ConfigDef, ...] = (
               "largest transaction.timeout.ms a producer may ask for", _ge(1)),
     ConfigDef("transactional.id.expiration.ms", "int", 604800000, None,
               "an idle transactional id is removed after this long", _ge(1)),
+    ConfigDef("transaction.partition.verification.enable", "boolean", True, None,
+              "leaders verify a producer's first transactional append on a partition with "
+              "the transaction coordinator (KIP-890)"),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
               None, "how often transactions past their timeout are aborted", _ge(1)),
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,

@@ -54,8 +54,6 @@ ZK_ACL = "ZooKeeper ACLs on Kafka's znodes are not supported by Odradek yet"
 KRAFT = ("KRaft mode is not supported by Odradek (it runs as one embedded node or in "
          "ZooKeeper mode)")
 TIERED = "tiered storage (KIP-405) is not supported by Odradek yet"
-TXN = ("KIP-890's verification of transactional appends by partition leaders is not "
-       "served by Odradek yet")
 CONSUMER_PROTOCOL = "the consumer group protocol of KIP-848 is not supported by Odradek yet"
 SHARE = "share groups (KIP-932) are not supported by Odradek yet"
 TOKENS = "delegation tokens are not supported by Odradek yet"
@@ -151,7 +149,6 @@ _EXACT: dict[str, str] = {
     "log.message.timestamp.difference.max.ms": TIMESTAMP_DIFF,
     "num.replica.alter.log.dirs.threads": REPLICA_MOVES,
     "num.recovery.threads.per.data.dir": PARALLEL_RECOVERY,
-    "transaction.partition.verification.enable": TXN,
     "max.request.partition.size.limit": SHARE,
     # Kafka 4.0 keys of its shipped server.properties, not in 3.9's KafkaConfig.
     "share.coordinator.state.topic.replication.factor": SHARE,

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from odradek.coordinator.transaction_coordinator import TransactionCoordinator
     from odradek.security.acl import AclAuthorizer
     from odradek.server.tls_reload import TlsReloader
+    from odradek.server.txn_verification import TxnVerifier
 
 __all__ = ["BrokerServices", "ReassignmentStore"]
 
@@ -92,6 +93,10 @@ class BrokerServices:
     """Where CreateAcls and DeleteAcls write (None with no authorizer)."""
     transaction_coordinator: TransactionCoordinator | None = None
     """The transaction coordinator over the ``__transaction_state`` partitions led here."""
+    txn_verifier: TxnVerifier | None = None
+    """Asks the transaction coordinator whether a partition is in a producer's transaction
+    before its first transactional append there (KIP-890; None:
+    ``transaction.partition.verification.enable=false``)."""
     txn_offsets_completed: Callable[[int, bool, list[int]], None] | None = None
     """Told (producer id, committed, ``__consumer_offsets`` partitions) when WriteTxnMarkers
     wrote a transaction's markers there: the group coordinator makes the transaction's

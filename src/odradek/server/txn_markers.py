@@ -5,7 +5,9 @@ How it works: one connection per leader broker, opened on first use to the broke
 inter-broker listener with that listener's security settings (as the replica fetcher
 connects; on a single node, to this broker itself) and kept for the next markers. A
 marker is one WriteTxnMarkers v1 request carrying the transaction's partitions led by
-that broker; the answer is the error per partition. A failed exchange (no answer within
+that broker; the answer is the error per partition. The same connections carry the
+partition leaders' AddPartitionsToTxn ``verify_only`` requests
+(server/txn_verification.py). A failed exchange (no answer within
 ``request.timeout.ms``, a lost connection) closes the connection and raises: the
 coordinator retries those partitions in its next round, with the leaders looked up again.
 """
@@ -49,7 +51,7 @@ class TxnMarkerSender:
         self._locks: dict[int, asyncio.Lock] = {}
 
     async def __call__(self, leader: int, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
-        conn = await self._connection(leader)
+        conn = await self.connection(leader)
         by_topic: dict[str, list[int]] = {}
         for topic, partition in marker.partitions:
             by_topic.setdefault(topic, []).append(partition)
@@ -65,7 +67,7 @@ class TxnMarkerSender:
         try:
             response: Any = await asyncio.wait_for(conn.send(request), REQUEST_TIMEOUT_S)
         except BaseException:
-            await self._drop(leader)
+            await self.drop(leader)
             raise
         out: dict[TopicPartition, ErrorCode] = {}
         for result in response.markers:
@@ -74,7 +76,7 @@ class TxnMarkerSender:
                     out[(str(topic.name), int(p.partition_index))] = ErrorCode(p.error_code)
         return out
 
-    async def _connection(self, broker_id: int) -> BrokerConnection:
+    async def connection(self, broker_id: int) -> BrokerConnection:
         lock = self._locks.setdefault(broker_id, asyncio.Lock())
         async with lock:
             conn = self._connections.get(broker_id)
@@ -84,13 +86,13 @@ class TxnMarkerSender:
                 if found == broker_id:
                     conn = await BrokerConnection.open(
                         f"{host}:{port}", timeout=10.0,
-                        client_id=f"broker-{self.broker_id}-txn-markers",
+                        client_id=f"broker-{self.broker_id}-txn",
                         security=self._security)
                     self._connections[broker_id] = conn
                     return conn
             raise ConnectionError(f"broker {broker_id} is not live")
 
-    async def _drop(self, broker_id: int) -> None:
+    async def drop(self, broker_id: int) -> None:
         conn = self._connections.pop(broker_id, None)
         if conn is not None:
             try:
@@ -100,4 +102,4 @@ class TxnMarkerSender:
 
     async def close(self) -> None:
         for broker_id in list(self._connections):
-            await self._drop(broker_id)
+            await self.drop(broker_id)

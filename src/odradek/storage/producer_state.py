@@ -44,6 +44,15 @@ How it works:
   segment's ``.txnindex``, whose last stable offset is the first offset of the oldest
   transaction of another producer still ongoing (else the marker's offset + 1), as
   Kafka's ``lastStableOffset(completedTxn)``.
+- **Verification guards** (KIP-890, Kafka's ``VerificationStateEntry``). Before a leader
+  appends a producer's first transactional batch it asks the transaction coordinator
+  whether the partition is in the producer's transaction; :meth:`start_verification`
+  hands out a guard for the producer first, and a marker for the producer (or its
+  transactional append) drops it, as does :meth:`end_verification` once the append was
+  tried or refused. :meth:`verified` says whether the guard is still the
+  producer's (or its transaction is open by now), so a marker written while the
+  coordinator was being asked cannot be followed by an append that reopens a transaction
+  nobody will end.
 - **Replicated / recovered batches** update the state without checks (replication origin),
   markers included.
 - **Snapshots** ``<20-digit offset>.snapshot`` hold the state of every batch below that
@@ -269,6 +278,8 @@ class ProducerStateManager:
         #: first offset -> (producer id, marker offset) of each transaction ended by a
         #: marker the high watermark has not passed yet
         self.unreplicated: dict[int, tuple[int, int]] = {}
+        #: producer id -> the guard of its transaction verification in progress
+        self.verifying: dict[int, object] = {}
         # Appends run on the event loop; expiration runs in a worker thread.
         self._lock = threading.Lock()
 
@@ -355,6 +366,33 @@ class ProducerStateManager:
                 for pid, entry in updates.items():
                     if entry.current_txn_first_offset >= 0:
                         self.ongoing[entry.current_txn_first_offset] = pid
+                        if self.verifying:
+                            self.verifying.pop(pid, None)
+
+    # -- transaction verification (KIP-890) ------------------------------------------------
+    def has_ongoing_txn(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether the producer, at this epoch, has a transaction open here (Kafka's
+        ``UnifiedLog.hasOngoingTransaction``): its batches need no verification."""
+        entry = self.producers.get(producer_id)
+        return (entry is not None and entry.current_txn_first_offset >= 0
+                and entry.producer_epoch == producer_epoch)
+
+    def start_verification(self, producer_id: int) -> object:
+        """A new guard for the producer's verification (replacing an older one)."""
+        guard = object()
+        self.verifying[producer_id] = guard
+        return guard
+
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        """The verification under ``guard`` is over (refused, or its append was tried)."""
+        if self.verifying.get(producer_id) is guard:
+            del self.verifying[producer_id]
+
+    def verified(self, producer_id: int, producer_epoch: int, guard: object) -> bool:
+        """Whether an append verified under ``guard`` may go on: the guard is still the
+        producer's (no marker came meanwhile), or its transaction is open by now."""
+        return (self.verifying.get(producer_id) is guard
+                or self.has_ongoing_txn(producer_id, producer_epoch))
 
     # -- markers (leader) ------------------------------------------------------------------
     def check_marker(
@@ -399,6 +437,7 @@ class ProducerStateManager:
         else:
             first = offset
         entry.current_txn_first_offset = -1
+        self.verifying.pop(pid, None)
         entry.coordinator_epoch = marker.coordinator_epoch
         entry.last_timestamp = header.max_timestamp
         self.unreplicated[first] = (pid, offset)
@@ -526,6 +565,7 @@ class ProducerStateManager:
             self.producers.clear()
             self.ongoing.clear()
             self.unreplicated.clear()
+            self.verifying.clear()
         self.delete_snapshots()
 
     def load(
@@ -553,6 +593,7 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
         with self._lock:
             self.producers = producers
+            self.verifying.clear()
             self.ongoing = {e.current_txn_first_offset: pid for pid, e in producers.items()
                             if e.current_txn_first_offset >= 0}
             self.unreplicated = {}

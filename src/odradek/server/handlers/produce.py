@@ -17,8 +17,17 @@ batches go through the partition's producer state (sequence checks, duplicate de
 before the append; so do transactional ones, which open their producer's transaction
 (storage/producer_state.py: a non-transactional batch while it is open is
 INVALID_TXN_STATE), and a control batch is refused (INVALID_RECORD: markers come from the
-transaction coordinator, WriteTxnMarkers). A leader does not yet check that the
-coordinator added the partition to the transaction (KIP-890's first part).
+transaction coordinator, WriteTxnMarkers). With ``transaction.partition.verification.enable``
+(KIP-890's first part, Kafka's ``ReplicaManager.handleProduceAppend``), a producer's first
+transactional batch on a partition (no transaction of its open there at its epoch) is
+appended only once the transaction coordinator confirmed the partition is in its ongoing
+transaction (server/txn_verification.py, one question per request for all such
+partitions); else INVALID_TXN_STATE, or NOT_ENOUGH_REPLICAS while the coordinator cannot
+answer. Kafka's verification guard is the producer state's (storage/producer_state.py): a
+marker written while the coordinator was asked refuses the append (INVALID_TXN_STATE).
+Transactional batches of more than one producer id in a request are
+INVALID_PRODUCER_ID_MAPPING. Batches of a producer whose transaction is open, and
+non-transactional produce, are not checked.
 
 With an authorizer, each topic needs Write: the partitions of a topic refused are
 TOPIC_AUTHORIZATION_FAILED, with nothing appended (checked before the topic's existence,
@@ -42,7 +51,7 @@ idempotent producers with several requests in flight require.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from odradek.cluster.replica_manager import PendingAppend, Replication
 from odradek.protocol.api_keys import ApiKey
@@ -58,7 +67,7 @@ from odradek.protocol.registry import (
     bind,
 )
 from odradek.protocol.send import Send
-from odradek.records.batch import InvalidRecordError
+from odradek.records.batch import InvalidRecordError, iter_batches
 from odradek.records.legacy import CORRUPT_REASONS, magic_of, to_record_batch
 from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.client_quotas import principal_user
@@ -68,6 +77,8 @@ if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.server.broker_stats import TopicCounters
     from odradek.server.services import BrokerServices
+    from odradek.server.txn_verification import TxnVerifier
+    from odradek.storage.producer_state import ProducerStateManager
 
 VERSIONS = (0, 11)
 VALID_ACKS = (0, 1, -1)
@@ -84,6 +95,24 @@ _REQUEST_TIMED_OUT = int(ErrorCode.request_timed_out.value)
 _TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.topic_authorization_failed.value)
 _NOT_ENOUGH_REPLICAS_AFTER_APPEND = int(ErrorCode.not_enough_replicas_after_append.value)
 _NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower.value)
+_INVALID_TXN_STATE = int(ErrorCode.invalid_txn_state.value)
+_INVALID_PRODUCER_ID_MAPPING = int(ErrorCode.invalid_producer_id_mapping.value)
+_TRANSACTIONAL = 0x10  # attributes bit 4 (bit 5, control, marks markers)
+_CONTROL = 0x20
+
+
+
+class _Guard(NamedTuple):
+    """KIP-890: the verification guard a verified partition's append must still hold."""
+
+    state: ProducerStateManager
+    producer_id: int
+    epoch: int
+    guard: object
+
+
+# (topic, partition) -> a refusal (code, message), or the guard of a verified partition
+_Verified = dict[tuple[str, int], tuple[int, str | None] | _Guard]
 
 
 def register_produce(registry: HandlerRegistry, services: BrokerServices) -> None:
@@ -108,6 +137,11 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
                                          ResourceType.TRANSACTIONAL_ID, transactional_id)):
         refusal = (_TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                    f"Write on transactional id {transactional_id!r} is not authorized")
+    verified: _Verified | None = None
+    if transactional_id is not None and refusal is None:
+        verifier = services.txn_verifier
+        if verifier is not None:  # KIP-890
+            verified = await _verify(services, verifier, ctx, request, transactional_id)
     topics: list[tuple[str, list[PartitionResult]]] = []
     # acks=all: the appends the ISR may not have yet, with their answers
     waiting: list[tuple[PartitionResult, PendingAppend]] | None = [] if acks == -1 else None
@@ -126,10 +160,16 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
                                waiting, counters)
                 for index, records in topic.partition_data
             ]
-        else:
+        elif verified is None:
             partitions = [
                 _append(replica_manager, acks, name, index, records, topic_refusal,
                         waiting, counters)
+                for index, records in topic.partition_data
+            ]
+        else:
+            partitions = [
+                _append_verified(replica_manager, acks, name, index, records,
+                                 topic_refusal, waiting, counters, verified)
                 for index, records in topic.partition_data
             ]
         topics.append((name, partitions))
@@ -196,6 +236,89 @@ def _append(
         waiting.append((result, PendingAppend(partition, partition.leader_epoch,
                                               info.last_offset + 1)))
     return result
+
+
+async def _verify(
+    services: BrokerServices, verifier: TxnVerifier, ctx: RequestContext, request: Any,
+    transactional_id: str,
+) -> _Verified:
+    """KIP-890: ask the coordinator about the partitions where the request's producer
+    has no transaction open yet (per batch header, never per record); a guard is taken
+    on each before the question."""
+    replica_manager = services.replica_manager
+    authorizer = services.authorizer
+    producers: set[tuple[int, int]] = set()
+    unverified: dict[tuple[str, int], ProducerStateManager] = {}
+    for topic in request.topic_data:
+        name = topic.name
+        if authorizer is not None and not authorizer.authorize(
+                ctx.principal, ctx.peer[0], AclOperation.WRITE, ResourceType.TOPIC, name):
+            continue  # refused by the append loop
+        for index, records in topic.partition_data:
+            if not records:
+                continue
+            try:
+                state = replica_manager.leader_partition(name, index).log.producer_state
+            except Exception:
+                continue  # the append answers its error
+            for header in iter_batches(records):
+                attributes = header.attributes
+                if (header.magic >= 2 and header.producer_id >= 0
+                        and attributes & _TRANSACTIONAL and not attributes & _CONTROL):
+                    producer = (header.producer_id, header.producer_epoch)
+                    producers.add(producer)
+                    if not state.has_ongoing_txn(*producer):
+                        unverified[(name, index)] = state
+    if len(producers) > 1:  # Kafka's InvalidPidMappingException, for the whole request
+        every = (_INVALID_PRODUCER_ID_MAPPING,
+                 "Transactional records contained more than one producer ID")
+        return {(t.name, index): every for t in request.topic_data
+                for index, _ in t.partition_data}
+    if not unverified:
+        return {}
+    (producer_id, epoch), = producers
+    guards = {tp: state.start_verification(producer_id) for tp, state in unverified.items()}
+    refused = await verifier.verify(transactional_id, producer_id, epoch, list(unverified))
+    out: _Verified = {}
+    for tp, state in unverified.items():
+        found = refused.get(tp)
+        if found is not None:
+            state.end_verification(producer_id, guards[tp])
+            out[tp] = (int(found[0].value), found[1])
+        else:
+            out[tp] = _Guard(state, producer_id, epoch, guards[tp])
+    return out
+
+
+def _append_verified(
+    replica_manager: ReplicaManager, acks: int, topic: str, index: int,
+    records: memoryview | bytes | None, refusal: tuple[int, str] | None,
+    waiting: list[tuple[PartitionResult, PendingAppend]] | None,
+    counters: TopicCounters | None, verified: _Verified,
+) -> PartitionResult:
+    """A transactional request's append: refused if the coordinator did not verify the
+    partition, or if a marker came for the producer while it was asked (Kafka's
+    verification guard); nothing runs between this check and the append."""
+    found = verified.get((topic, index)) if refusal is None else None
+    if found is not None:
+        if not isinstance(found, _Guard):
+            return PartitionResult(index, found[0], error_message=found[1])
+        state = found.state
+        try:
+            current = replica_manager.leader_partition(topic, index).log.producer_state
+        except Exception:
+            current = None  # the append answers its error
+        try:
+            if current is not None and (current is not state or not state.verified(
+                    found.producer_id, found.epoch, found.guard)):
+                return PartitionResult(
+                    index, _INVALID_TXN_STATE,
+                    error_message="Record was not part of an ongoing transaction")
+            return _append(replica_manager, acks, topic, index, records, refusal, waiting,
+                           counters)
+        finally:
+            state.end_verification(found.producer_id, found.guard)
+    return _append(replica_manager, acks, topic, index, records, refusal, waiting, counters)
 
 
 def _append_legacy(
