@@ -251,14 +251,18 @@ def test_a_leader_verifies_with_a_coordinator_on_another_broker(cluster: Cluster
 
     from tests.server.test_txn_markers import txn_batch
 
+    txn_id = f"verify-{uuid.uuid4().hex[:6]}"
+    coordinator = coordinator_of(cluster, txn_id)
+    # The partition's preferred leader is another broker than the coordinator (after the
+    # earlier tests' kills every coordinator may sit on one broker: a topic placed at
+    # random would often share it).
+    others = sorted(b for b in cluster.live_ids() if b != coordinator)
     topic = f"txn-verify-{uuid.uuid4().hex[:6]}"
-    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
-    leader = leader_of(cluster, topic, 0)
-    for _ in range(50):  # an id whose coordinator is not the partition's leader
-        txn_id = f"verify-{uuid.uuid4().hex[:6]}"
-        coordinator = coordinator_of(cluster, txn_id)
-        if coordinator != leader:
-            break
+    cluster.create_topic(topic, config={"min.insync.replicas": "2"},
+                         replica_assignment=[[*others, coordinator]])
+    leader = cluster.wait_for(
+        lambda: others[0] if leader_of(cluster, topic, 0) == others[0] else None, 30,
+        f"broker {others[0]} leading {topic}-0")
     assert coordinator != leader
 
     async def call(broker_id: int, request: Any) -> Any:
