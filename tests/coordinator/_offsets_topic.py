@@ -34,6 +34,9 @@ class FakeOffsetsTopic:
     def leader_of(self, partition: int) -> int:
         return 0
 
+    def leader_epoch(self, partition: int) -> int:
+        return 0
+
     def led_partitions(self) -> list[int]:
         return list(range(PARTITIONS))
 

@@ -82,7 +82,7 @@ def test_first_join_requires_a_member_id_then_one_member_group_is_formed() -> No
         assert c.heartbeat("g", 0, first.member_id, None) == ErrorCode.illegal_generation
         assert c.heartbeat("g", 1, "stranger", None) == ErrorCode.unknown_member_id
         assert c.heartbeat("nope", 1, first.member_id, None) == ErrorCode.unknown_member_id
-        keys = [decode_key(k) for k, _ in topic.records[c.partition_of("g")]]
+        keys = [decode_key(k) for k, _ in topic.records[c.partition_for("g")]]
         assert GroupMetadataKey("g") in keys
 
     run(body)
@@ -504,7 +504,7 @@ def test_txn_offsets_are_pending_until_the_commit_marker() -> None:
         error, offsets = c.fetch_offsets("g", [("t", 0)], require_stable=True)
         assert error == ErrorCode.none and offsets[("t", 0)] is None
         assert c.unstable_offsets("g") == {("t", 0)}
-        partition = c.partition_of("g")
+        partition = c.partition_for("g")
         c.on_txn_marker(partition + 1, 7, commit=True)  # another partition: no effect
         assert c.unstable_offsets("g") == {("t", 0)}
         topic.marker(partition, 7, True)
@@ -526,7 +526,7 @@ def test_txn_offsets_of_an_aborted_transaction_are_dropped() -> None:
     async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Any) -> None:
         c.commit_offsets("g", "", None, -1, {("t", 0): (5, -1, "")})
         _txn_commit(c, "g", 7, 42)
-        partition = c.partition_of("g")
+        partition = c.partition_for("g")
         topic.marker(partition, 7, False)
         c.on_txn_marker(partition, 7, commit=False)
         committed = c.fetch_offsets("g", [("t", 0)], True)[1][("t", 0)]
@@ -547,7 +547,7 @@ def test_an_open_transaction_stays_pending_across_a_reload() -> None:
         fresh = GroupCoordinator(cast(OffsetsTopic, topic), CoordinatorConfig(), time_ms=clock)
         fresh.startup()
         assert fresh.unstable_offsets("g") == {("t", 0)}
-        fresh.on_txn_marker(fresh.partition_of("g"), 9, commit=True)
+        fresh.on_txn_marker(fresh.partition_for("g"), 9, commit=True)
         loaded = fresh.fetch_offsets("g", [("t", 0)], False)[1][("t", 0)]
         assert loaded is not None and loaded.offset == 11
         fresh.shutdown()

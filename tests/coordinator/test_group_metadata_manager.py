@@ -152,7 +152,7 @@ def test_groups_and_offsets_survive_a_reload() -> None:
     fresh = make_manager(topic, clock, load=False)
     for partition in range(PARTITIONS):
         fresh.load_partition(partition, lambda g: loaded.append(g.group_id))
-    assert sorted(loaded) == ["g", "s"] and fresh.owned_partitions() == list(range(PARTITIONS))
+    assert sorted(loaded) == ["g", "s"] and fresh.partitions.owned() == list(range(PARTITIONS))
     again = fresh.get_group("g")
     assert again is not None
     assert (again.state, again.generation_id, again.protocol_name, again.leader_id) == (
@@ -183,14 +183,14 @@ def test_a_partition_is_loading_while_it_replays_then_owned() -> None:
 
     class WatchedTopic(FakeOffsetsTopic):
         def replay_entries(self, partition: int):  # type: ignore[no-untyped-def]
-            seen.append((manager.is_partition_loading(partition), manager.is_loading(),
-                         manager.is_partition_owned(partition)))
+            seen.append((manager.partitions.is_loading(partition), manager.partitions.any_loading(),
+                         manager.partitions.is_owned(partition)))
             yield from ()
 
     manager.topic = cast(OffsetsTopic, WatchedTopic())
     manager.load_partition(1, lambda group: None)
     assert seen == [(True, True, False)]
-    assert not manager.is_loading() and manager.is_partition_owned(1)
+    assert not manager.partitions.any_loading() and manager.partitions.is_owned(1)
 
 
 def test_unloading_a_partition_drops_only_its_groups() -> None:
@@ -204,7 +204,7 @@ def test_unloading_a_partition_drops_only_its_groups() -> None:
     manager.unload_partition(partition, lambda g: unloaded.append(g.group_id))
     assert sorted(unloaded) == sorted(g for g in ids if manager.partition_for(g) == partition)
     assert set(manager.groups) == set(ids) - set(unloaded)
-    assert not manager.is_partition_owned(partition)
+    assert not manager.partitions.is_owned(partition)
 
 
 # -- retention --------------------------------------------------------------------------------
@@ -290,5 +290,5 @@ def test_a_load_the_state_table_forbids_is_loud(monkeypatch: pytest.MonkeyPatch)
     assert "CompletingRebalance to Stable" in str(raised.value)
     assert f"__consumer_offsets-{partition}" in "".join(raised.value.__notes__)
     assert fresh.get_group("g") is None
-    assert not fresh.is_partition_loading(partition)
-    assert not fresh.is_partition_owned(partition)
+    assert not fresh.partitions.is_loading(partition)
+    assert not fresh.partitions.is_owned(partition)

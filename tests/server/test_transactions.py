@@ -201,7 +201,7 @@ def test_txn_offset_commit_is_unstable_until_the_transaction_ends(rb: RunningBro
         group_id=group))
     assert response.error_code == ErrorCode.none
     coordinator = rb.broker.transaction_coordinator
-    offsets_partition = rb.broker.group_coordinator.partition_of(group)
+    offsets_partition = rb.broker.group_coordinator.partition_for(group)
     assert ("__consumer_offsets", offsets_partition) in coordinator.txns[txn_id].topic_partitions
     t = req("txn_offset_commit", 3)
     response = one(rb, t.TxnOffsetCommitRequest(

@@ -11,7 +11,9 @@ How it works:
   leadership moves (:meth:`on_resigned`: waiting requests get NOT_COORDINATOR).
   Requests for a partition this broker does not lead get NOT_COORDINATOR, while it loads
   COORDINATOR_LOAD_IN_PROGRESS, and when the topic cannot be created
-  COORDINATOR_NOT_AVAILABLE.
+  COORDINATOR_NOT_AVAILABLE. This bookkeeping is
+  :class:`~odradek.coordinator.internal_topic_coordinator.InternalTopicCoordinator`'s,
+  shared with the transaction coordinator.
 - **Rebalances** follow :mod:`odradek.coordinator.group_state`. A JoinGroup parks on an
   asyncio future until the join phase completes (Kafka's ``DelayedJoin``): when every
   member has rejoined, or when the rebalance timeout (the largest of the members') fires
@@ -46,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +61,8 @@ from odradek.coordinator.group_metadata import (
 )
 from odradek.coordinator.group_metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.group_state import GroupState
-from odradek.coordinator.offsets_topic import OffsetsTopic, OffsetsTopicUnavailableError
+from odradek.coordinator.internal_topic_coordinator import InternalTopicCoordinator
+from odradek.coordinator.offsets_topic import OffsetsTopic
 from odradek.protocol.errors import ErrorCode
 from odradek.text import plural
 
@@ -159,18 +161,19 @@ class GroupSummary:
     members: tuple[MemberSummary, ...] = field(default=())
 
 
-class GroupCoordinator:
+class GroupCoordinator(InternalTopicCoordinator):
+    LOADED_NOUN = "group"
+
     def __init__(
         self,
         offsets_topic: OffsetsTopic,
         config: CoordinatorConfig | None = None,
         time_ms: Callable[[], int] = now_ms,
     ) -> None:
-        self.topic = offsets_topic
         self.config = config or CoordinatorConfig()
         self.time_ms = time_ms
         self.manager = GroupMetadataManager(offsets_topic, self.config.offset_config, time_ms)
-        self._active = False
+        super().__init__(offsets_topic, self.manager.partitions)
         self._joins: dict[str, dict[str, asyncio.Future[JoinResult]]] = {}
         self._syncs: dict[str, dict[str, asyncio.Future[SyncResult]]] = {}
         self._heartbeats: dict[tuple[str, str], asyncio.TimerHandle] = {}
@@ -191,43 +194,15 @@ class GroupCoordinator:
     def startup(self) -> None:
         """Load the partitions this broker leads (if the topic exists) and start the
         offset expiry timer. Call on the broker's event loop."""
-        self._active = True
-        self._elect_led_partitions()
+        super().startup()
         self.manager.startup()
 
     def shutdown(self) -> None:
-        self._active = False
         self.manager.shutdown()
-        for partition in self.manager.owned_partitions():
-            self.on_resigned(partition)
+        super().shutdown()
 
-    def _elect_led_partitions(self) -> None:
-        """Load every partition led here and not loaded yet; one summary line for them
-        all (each partition's own line is at DEBUG)."""
-        started = time.monotonic()
-        before = len(self.manager.groups)
-        elected = 0
-        for partition in self.topic.led_partitions():
-            if not self.manager.is_partition_owned(partition):
-                self.on_elected(partition)
-                elected += 1
-        loaded = len(self.manager.groups) - before
-        if loaded > 0:
-            log.info("loaded %s from %s of __consumer_offsets in %.0f ms",
-                     plural(loaded, "group"), plural(elected, "partition"),
-                     (time.monotonic() - started) * 1000)
-
-    def refresh_leadership(self) -> None:
-        """Leadership of ``__consumer_offsets`` partitions moved (cluster mode): load the
-        groups of partitions led here now, unload those of partitions led elsewhere (their
-        requests then answer NOT_COORDINATOR), as Kafka's onElection / onResignation."""
-        if not self._active:
-            return
-        led = set(self.topic.led_partitions())
-        for partition in self.manager.owned_partitions():
-            if partition not in led:
-                self.on_resigned(partition)
-        self._elect_led_partitions()
+    def cached_count(self) -> int:
+        return len(self.manager.groups)
 
     def on_elected(self, partition: int) -> None:
         """This broker became the leader of ``partition``: load its groups and start
@@ -260,47 +235,13 @@ class GroupCoordinator:
                 sync.set_result(SyncResult(ErrorCode.not_coordinator))
 
     # ================================================================ ownership checks
-    def partition_of(self, group_id: str) -> int:
+    def partition_for(self, group_id: str) -> int:
         return self.manager.partition_for(group_id)
-
-    def ensure_offsets_topic(self) -> ErrorCode:
-        """Create ``__consumer_offsets`` if needed and take the partitions this broker
-        leads; NONE, or COORDINATOR_NOT_AVAILABLE."""
-        if not self._active:
-            return ErrorCode.coordinator_not_available
-        try:
-            self.topic.ensure()
-        except OffsetsTopicUnavailableError as exc:
-            log.warning("%s", exc)
-            return ErrorCode.coordinator_not_available
-        self._elect_led_partitions()
-        return ErrorCode.none
-
-    def coordinator_for(self, group_id: str) -> tuple[ErrorCode, int]:
-        """(error, node id) for FindCoordinator."""
-        error = self.ensure_offsets_topic()
-        if error != ErrorCode.none:
-            return error, -1
-        leader = self.topic.leader_of(self.partition_of(group_id))
-        if leader is None:
-            return ErrorCode.coordinator_not_available, -1
-        return ErrorCode.none, leader
 
     def _check(self, group_id: str | None, *, allow_empty_id: bool = False) -> ErrorCode:
         if group_id is None or (not group_id and not allow_empty_id):
             return ErrorCode.invalid_group_id
-        if not self._active:
-            return ErrorCode.coordinator_not_available
-        if not self.topic.exists():
-            error = self.ensure_offsets_topic()
-            if error != ErrorCode.none:
-                return error
-        partition = self.partition_of(group_id)
-        if self.manager.is_partition_loading(partition):
-            return ErrorCode.coordinator_load_in_progress
-        if not self.manager.is_partition_owned(partition):
-            return ErrorCode.not_coordinator
-        return ErrorCode.none
+        return self.check_coordinator(group_id)
 
     # ================================================================ JoinGroup
     async def join_group(
@@ -940,7 +881,7 @@ class GroupCoordinator:
         of ``__consumer_offsets`` (Kafka's ``scheduleHandleTxnCompletion``): its pending
         offsets there become committed, or are dropped on abort. The WriteTxnMarkers
         handler calls this after the marker is in the log, on the event loop."""
-        if not self.manager.is_partition_owned(offsets_partition):
+        if not self.partitions.is_owned(offsets_partition):
             return
         self.manager.complete_txn(offsets_partition, producer_id, commit)
 
@@ -997,10 +938,9 @@ class GroupCoordinator:
         )
 
     def list_groups(self, states: Iterable[str] = ()) -> tuple[ErrorCode, list[GroupSummary]]:
-        if not self._active:
-            return ErrorCode.coordinator_not_available, []
-        if self.manager.is_loading():
-            return ErrorCode.coordinator_load_in_progress, []
+        error = self.check_listing()
+        if error != ErrorCode.none:
+            return error, []
         wanted = {s.lower() for s in states}
         out = []
         for group in sorted(self.manager.groups.values(), key=lambda g: g.group_id):

@@ -13,8 +13,9 @@ How it works:
   Empty) by the moves :data:`~odradek.coordinator.group_state.LOAD_PATHS` lists, each
   checked by the transition table, never by setting the state: a move the table forbids
   raises :class:`~odradek.coordinator.group_state.IllegalStateTransitionError` and the
-  partition is not loaded. While a partition loads it is *loading*, then *owned*;
-  :meth:`unload_partition` drops its groups.
+  partition is not loaded. While a partition loads it is *loading*, then *owned*
+  (:class:`~odradek.coordinator.internal_topic_coordinator.CoordinatorPartitions`, which
+  the coordinator reads); :meth:`unload_partition` drops its groups.
 - **Writes** (:meth:`store_group`, :meth:`store_offsets`, tombstones) append one batch to
   the group's partition and update the cache only when the append succeeded, so nothing is
   acknowledged before it is in the log. Append failures map to errors group clients
@@ -57,6 +58,11 @@ from odradek.coordinator.group_records import (
     partition_for,
 )
 from odradek.coordinator.group_state import LOAD_PATHS, GroupState, IllegalStateTransitionError
+from odradek.coordinator.internal_topic_coordinator import (
+    APPEND_ERRORS,
+    CoordinatorPartitions,
+    append_error,
+)
 from odradek.coordinator.offsets_topic import OffsetsTopic
 from odradek.protocol.errors import ErrorCode
 from odradek.text import plural
@@ -88,8 +94,8 @@ class GroupMetadataManager:
         self.config = config or OffsetConfig()
         self.time_ms = time_ms
         self.groups: dict[str, GroupMetadata] = {}
-        self._owned: set[int] = set()
-        self._loading: set[int] = set()
+        # the partitions loading and owned (shared with the coordinator)
+        self.partitions = CoordinatorPartitions()
         self._active = False
         self._expiry_timer: asyncio.TimerHandle | None = None
 
@@ -108,36 +114,21 @@ class GroupMetadataManager:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.topic.partition_count)
 
-    def is_partition_owned(self, partition: int) -> bool:
-        return partition in self._owned
-
-    def is_partition_loading(self, partition: int) -> bool:
-        return partition in self._loading
-
-    def is_loading(self) -> bool:
-        return bool(self._loading)
-
-    def owned_partitions(self) -> list[int]:
-        return sorted(self._owned)
-
     def load_partition(
         self, partition: int, on_group_loaded: Callable[[GroupMetadata], None]
     ) -> None:
         """Replay ``partition`` into the cache and own it; ``on_group_loaded`` is called
         for each group found (the coordinator starts its members' session timers)."""
-        self._loading.add(partition)
         started = time.monotonic()
         try:
-            groups = self._replay(partition)
+            groups = self.partitions.load(
+                partition, self.topic.leader_epoch(partition), self._replay)
         except IllegalStateTransitionError as exc:
             exc.add_note(f"while loading __consumer_offsets-{partition}")
             raise
-        finally:
-            self._loading.discard(partition)
         for group in groups.values():
             self.groups[group.group_id] = group
             on_group_loaded(group)
-        self._owned.add(partition)
         if groups:
             log.debug("loaded %s from __consumer_offsets-%d in %.0f ms",
                      plural(len(groups), "group"), partition,
@@ -148,7 +139,7 @@ class GroupMetadataManager:
     ) -> None:
         """Stop owning ``partition`` and drop its groups, calling ``on_group_unloaded``
         for each after it left the cache."""
-        self._owned.discard(partition)
+        self.partitions.unload(partition)
         for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
             on_group_unloaded(self.groups.pop(group_id))
 
@@ -281,20 +272,8 @@ class GroupMetadataManager:
         coordinator accepted, and cache what was written. ``retention_ms`` (-1 for the
         broker's retention) gives these offsets their own expire timestamp."""
         now = self.time_ms()
-        results: dict[_Partition, ErrorCode] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: dict[_Partition, CommittedOffset] = {}
-        for tp, (offset, epoch, metadata) in offsets.items():
-            text = metadata or ""
-            if len(text.encode("utf-8")) > self.config.max_metadata_size:
-                results[tp] = ErrorCode.offset_metadata_too_large
-                continue
-            expire = now + retention_ms if retention_ms >= 0 else -1
-            accepted[tp] = CommittedOffset(offset, epoch, text, now, expire)
-            records.append((
-                OffsetCommitKey(group.group_id, tp[0], tp[1]).encode(),
-                OffsetCommitValue(offset, epoch, text, now, expire).encode(),
-            ))
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        results, records, accepted = self._offset_records(group.group_id, offsets, now, expire)
         if records:
             error = self._append(group.group_id, records, now)
             for tp, value in accepted.items():
@@ -313,19 +292,7 @@ class GroupMetadataManager:
         """TxnOffsetCommit: write the offsets as a transactional batch of the producer and
         keep them pending until its transaction's marker (:meth:`complete_txn`)."""
         now = self.time_ms()
-        results: dict[_Partition, ErrorCode] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: dict[_Partition, CommittedOffset] = {}
-        for tp, (offset, epoch, metadata) in offsets.items():
-            text = metadata or ""
-            if len(text.encode("utf-8")) > self.config.max_metadata_size:
-                results[tp] = ErrorCode.offset_metadata_too_large
-                continue
-            accepted[tp] = CommittedOffset(offset, epoch, text, now)
-            records.append((
-                OffsetCommitKey(group.group_id, tp[0], tp[1]).encode(),
-                OffsetCommitValue(offset, epoch, text, now, -1).encode(),
-            ))
+        results, records, accepted = self._offset_records(group.group_id, offsets, now, -1)
         if records:
             error = self._append(group.group_id, records, now, producer_id, producer_epoch)
             for tp in accepted:
@@ -333,6 +300,30 @@ class GroupMetadataManager:
             if error == ErrorCode.none:
                 group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
         return results
+
+    def _offset_records(
+        self, group_id: str, offsets: Mapping[_Partition, tuple[int, int, str | None]],
+        now: int, expire: int,
+    ) -> tuple[dict[_Partition, ErrorCode], list[tuple[bytes, bytes | None]],
+               dict[_Partition, CommittedOffset]]:
+        """The offset records to write for (offset, leader epoch, metadata) per partition,
+        committed at ``now`` and expiring at ``expire`` (-1: by the broker's retention):
+        (OFFSET_METADATA_TOO_LARGE for the partitions refused, the records, the offsets
+        they commit)."""
+        refused: dict[_Partition, ErrorCode] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: dict[_Partition, CommittedOffset] = {}
+        for tp, (offset, epoch, metadata) in offsets.items():
+            text = metadata or ""
+            if len(text.encode("utf-8")) > self.config.max_metadata_size:
+                refused[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            accepted[tp] = CommittedOffset(offset, epoch, text, now, expire)
+            records.append((
+                OffsetCommitKey(group_id, tp[0], tp[1]).encode(),
+                OffsetCommitValue(offset, epoch, text, now, expire).encode(),
+            ))
+        return refused, records, accepted
 
     def complete_txn(self, partition: int, producer_id: int, commit: bool) -> int:
         """The marker of ``producer_id``'s transaction reached ``partition``: its pending
@@ -406,8 +397,7 @@ class GroupMetadataManager:
         for group in list(self.groups.values()):
             if group.is_in(GroupState.DEAD):
                 continue
-            partition = self.partition_for(group.group_id)
-            if partition not in self._owned:
+            if not self.partitions.is_owned(self.partition_for(group.group_id)):
                 continue
             expired: list[_Partition] = []
             if group.protocol_type is None or group.is_in(GroupState.EMPTY):
@@ -446,7 +436,7 @@ class GroupMetadataManager:
         producer_id: int = -1, producer_epoch: int = -1,
     ) -> ErrorCode:
         partition = self.partition_for(group_id)
-        if partition not in self._owned:
+        if not self.partitions.is_owned(partition):
             return ErrorCode.not_coordinator
         try:
             if producer_id >= 0:
@@ -454,29 +444,15 @@ class GroupMetadataManager:
             else:
                 self.topic.append(partition, records, now)
         except Exception as exc:
-            return _append_error(exc, group_id)
+            return append_error(exc, _APPEND_ERRORS, self.topic.name, f"group {group_id}")
         return ErrorCode.none
 
 
-# Kafka's GroupMetadataManager maps append errors to what a group client understands.
+# Kafka's GroupMetadataManager maps append errors to what a group client understands:
+# those of every coordinator, and an offset commit too large for the log.
 _APPEND_ERRORS = {
-    "UNKNOWN_TOPIC_OR_PARTITION": ErrorCode.coordinator_not_available,
-    "NOT_ENOUGH_REPLICAS": ErrorCode.coordinator_not_available,
-    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": ErrorCode.coordinator_not_available,
-    "REQUEST_TIMED_OUT": ErrorCode.coordinator_not_available,
-    "COORDINATOR_NOT_AVAILABLE": ErrorCode.coordinator_not_available,
-    "NOT_LEADER_OR_FOLLOWER": ErrorCode.not_coordinator,
-    "KAFKA_STORAGE_ERROR": ErrorCode.not_coordinator,
+    **APPEND_ERRORS,
     "MESSAGE_TOO_LARGE": ErrorCode.invalid_commit_offset_size,
     "RECORD_LIST_TOO_LARGE": ErrorCode.invalid_commit_offset_size,
     "INVALID_FETCH_SIZE": ErrorCode.invalid_commit_offset_size,
 }
-
-
-def _append_error(exc: BaseException, group_id: str) -> ErrorCode:
-    name = getattr(exc, "kafka_error", None)
-    if isinstance(name, str) and name.upper() in _APPEND_ERRORS:
-        log.warning("writing to __consumer_offsets for group %s failed: %s", group_id, exc)
-        return _APPEND_ERRORS[name.upper()]
-    log.error("writing to __consumer_offsets for group %s failed", group_id, exc_info=exc)
-    return ErrorCode.unknown_server_error

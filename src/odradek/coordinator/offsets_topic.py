@@ -129,6 +129,11 @@ class OffsetsTopic:
         leader = self.metadata.partition_state(self.name, partition).leader
         return leader if leader >= 0 else None
 
+    def leader_epoch(self, partition: int) -> int:
+        """The leader epoch of ``partition`` (-1 without a leader): the coordinator epoch
+        of what a coordinator loads from it."""
+        return self.metadata.partition_state(self.name, partition).leader_epoch
+
     def led_partitions(self) -> list[int]:
         """The partitions this broker leads and has a log of (``get_log`` answers only
         for partitions led here)."""

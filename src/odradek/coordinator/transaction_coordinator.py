@@ -10,8 +10,11 @@ How it works:
   ``transaction.state.log.min.isr``); this broker coordinates it while it leads that
   partition. On election the partition is replayed (the last value per id wins, a
   tombstone removes it) and its ids cached with the partition's leader epoch as the
-  *coordinator epoch*; on resignation they are dropped. Requests for a partition led
-  elsewhere get NOT_COORDINATOR, while it loads COORDINATOR_LOAD_IN_PROGRESS.
+  *coordinator epoch*; on resignation, or when that epoch moves, they are dropped.
+  Requests for a partition led elsewhere get NOT_COORDINATOR, while it loads
+  COORDINATOR_LOAD_IN_PROGRESS. This bookkeeping is
+  :class:`~odradek.coordinator.internal_topic_coordinator.InternalTopicCoordinator`'s,
+  shared with the group coordinator.
 - **Moves.** Every change of an id goes through :mod:`~odradek.coordinator.transaction_state`:
   the rules there prepare a transit (the id is then *pending*, other requests get
   CONCURRENT_TRANSACTIONS), the transit is appended to the id's partition and awaited until
@@ -41,13 +44,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from odradek.clock import now_ms
-from odradek.coordinator.offsets_topic import OffsetsTopic, OffsetsTopicUnavailableError
+from odradek.coordinator.internal_topic_coordinator import (
+    APPEND_ERRORS,
+    CoordinatorPartitions,
+    InternalTopicCoordinator,
+    append_error,
+)
+from odradek.coordinator.offsets_topic import OffsetsTopic
 from odradek.coordinator.transaction_records import (
     TRANSACTION_STATE_TOPIC,
     TransactionLogFormatError,
@@ -71,7 +79,6 @@ from odradek.coordinator.transaction_state import (
 )
 from odradek.protocol.errors import ErrorCode
 from odradek.storage.errors import ApiError
-from odradek.text import plural
 
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
@@ -158,24 +165,15 @@ _MARKER_FENCED = frozenset({
     ErrorCode.transaction_coordinator_fenced, ErrorCode.invalid_producer_epoch,
 })
 
-# Kafka's TransactionStateManager maps append errors to what a transactional client
-# understands.
-_APPEND_ERRORS = {
-    "UNKNOWN_TOPIC_OR_PARTITION": ErrorCode.coordinator_not_available,
-    "NOT_ENOUGH_REPLICAS": ErrorCode.coordinator_not_available,
-    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": ErrorCode.coordinator_not_available,
-    "REQUEST_TIMED_OUT": ErrorCode.coordinator_not_available,
-    "COORDINATOR_NOT_AVAILABLE": ErrorCode.coordinator_not_available,
-    "NOT_LEADER_OR_FOLLOWER": ErrorCode.not_coordinator,
-    "KAFKA_STORAGE_ERROR": ErrorCode.not_coordinator,
-}
-
 
 def api_error_code(exc: ApiError) -> ErrorCode:
     return ErrorCode[exc.kafka_error.lower()]
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(InternalTopicCoordinator):
+    LOADED_NOUN = "transactional id"
+    RELOAD_ON_NEW_EPOCH = True
+
     def __init__(
         self,
         topic: OffsetsTopic,
@@ -183,16 +181,13 @@ class TransactionCoordinator:
         allocate_producer_id: Callable[[], Awaitable[int]] | None = None,
         time_ms: Callable[[], int] = now_ms,
     ) -> None:
-        self.topic = topic
+        super().__init__(topic, CoordinatorPartitions())
         self.config = config or TransactionConfig()
         self.time_ms = time_ms
         self.allocate_producer_id = allocate_producer_id
         self.txns: dict[str, TransactionMetadata] = {}
-        self._owned: dict[int, int] = {}  # partition -> coordinator epoch
-        self._loading: set[int] = set()
         self._completions: dict[str, asyncio.Task[None]] = {}
         self._timers: list[asyncio.Task[None]] = []
-        self._active = False
         # Set by the broker: NONE once the ISR of a __transaction_state partition holds
         # what was appended to it, else the error (None: nothing to wait for).
         self.wait_replicated: Callable[[int], Awaitable[ErrorCode]] | None = None
@@ -206,8 +201,7 @@ class TransactionCoordinator:
     def startup(self) -> None:
         """Load the partitions led here and start the timeout and expiration timers (on
         the running event loop, if any)."""
-        self._active = True
-        self._elect_led_partitions()
+        super().startup()
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -220,12 +214,10 @@ class TransactionCoordinator:
         ]
 
     def shutdown(self) -> None:
-        self._active = False
         for timer in self._timers:
             timer.cancel()
         self._timers = []
-        for partition in list(self._owned):
-            self.on_resigned(partition)
+        super().shutdown()
 
     async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[int]]) -> None:
         while True:
@@ -239,48 +231,20 @@ class TransactionCoordinator:
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.topic.partition_count)
 
-    def owned_partitions(self) -> list[int]:
-        return sorted(self._owned)
+    def cached_count(self) -> int:
+        return len(self.txns)
 
-    def refresh_leadership(self) -> None:
-        """Leadership of ``__transaction_state`` partitions moved: load those led here
-        now, drop those led elsewhere (Kafka's onElection / onResignation)."""
-        if not self._active:
-            return
-        led = set(self.topic.led_partitions())
-        for partition in list(self._owned):
-            if partition not in led or self._epoch_of(partition) != self._owned[partition]:
-                self.on_resigned(partition)
-        self._elect_led_partitions()
-
-    def _elect_led_partitions(self) -> None:
-        started = time.monotonic()
-        before = len(self.txns)
-        for partition in self.topic.led_partitions():
-            if partition not in self._owned:
-                self.on_elected(partition)
-        loaded = len(self.txns) - before
-        if loaded > 0:
-            log.info("loaded %s from %s in %.0f ms", plural(loaded, "transactional id"),
-                     TRANSACTION_STATE_TOPIC, (time.monotonic() - started) * 1000)
-
-    def _epoch_of(self, partition: int) -> int:
-        try:
-            return self.topic.metadata.partition_state(self.topic.name, partition).leader_epoch
-        except Exception:
-            return -1
+    def _epoch(self, partition: int) -> int:
+        """The coordinator epoch ``partition`` is owned at, -1 when it is not."""
+        epoch = self.partitions.epoch_of(partition)
+        return -1 if epoch is None else epoch
 
     def on_elected(self, partition: int) -> None:
         """Replay ``partition`` and own its ids; resume the markers of transactions the
         previous coordinator left in PrepareCommit / PrepareAbort."""
-        self._loading.add(partition)
-        try:
-            loaded = self._replay(partition)
-        finally:
-            self._loading.discard(partition)
-        epoch = self._epoch_of(partition)
+        epoch = self.topic.leader_epoch(partition)
+        loaded = self.partitions.load(partition, epoch, self._replay)
         self.txns.update(loaded)
-        self._owned[partition] = epoch
         for metadata in loaded.values():
             if metadata.state in (_PC, _PA):
                 self._start_completion(metadata, epoch)
@@ -302,52 +266,19 @@ class TransactionCoordinator:
     def on_resigned(self, partition: int) -> None:
         """Stop coordinating ``partition``: forget its ids and stop their markers (the
         new coordinator resumes them from the log)."""
-        self._owned.pop(partition, None)
+        self.partitions.unload(partition)
         for txn_id in [t for t in self.txns if self.partition_for(t) == partition]:
             del self.txns[txn_id]
             task = self._completions.pop(txn_id, None)
             if task is not None:
                 task.cancel()
 
-    def ensure_topic(self) -> ErrorCode:
-        """Create ``__transaction_state`` if needed and take the partitions led here."""
-        if not self._active:
-            return ErrorCode.coordinator_not_available
-        try:
-            self.topic.ensure()
-        except OffsetsTopicUnavailableError as exc:
-            log.warning("%s", exc)
-            return ErrorCode.coordinator_not_available
-        self._elect_led_partitions()
-        return ErrorCode.none
-
-    def coordinator_for(self, transactional_id: str) -> tuple[ErrorCode, int]:
-        """(error, node id) for FindCoordinator with key type TRANSACTION."""
-        error = self.ensure_topic()
-        if error != ErrorCode.none:
-            return error, -1
-        leader = self.topic.leader_of(self.partition_for(transactional_id))
-        if leader is None:
-            return ErrorCode.coordinator_not_available, -1
-        return ErrorCode.none, leader
-
     def check(self, transactional_id: str | None) -> ErrorCode:
         """NONE when this broker coordinates the id now (Kafka's ``getTransactionState``
         preconditions)."""
         if not transactional_id:
             return ErrorCode.invalid_request
-        if not self._active:
-            return ErrorCode.coordinator_not_available
-        if not self.topic.exists():
-            error = self.ensure_topic()
-            if error != ErrorCode.none:
-                return error
-        partition = self.partition_for(transactional_id)
-        if partition in self._loading:
-            return ErrorCode.coordinator_load_in_progress
-        if partition not in self._owned:
-            return ErrorCode.not_coordinator
-        return ErrorCode.none
+        return self.check_coordinator(transactional_id)
 
     # ================================================================ writes
     async def _write(
@@ -355,7 +286,7 @@ class TransactionCoordinator:
     ) -> ErrorCode:
         """Append the transit (None: a tombstone) and wait until the ISR has it."""
         partition = self.partition_for(transactional_id)
-        epoch = self._owned.get(partition)
+        epoch = self.partitions.epoch_of(partition)
         if epoch is None:
             return ErrorCode.not_coordinator
         if transit is None:
@@ -366,21 +297,15 @@ class TransactionCoordinator:
         try:
             self.topic.append(partition, [(key, value)], self.time_ms())
         except Exception as exc:
-            name = getattr(exc, "kafka_error", None)
-            if isinstance(name, str) and name.upper() in _APPEND_ERRORS:
-                log.warning("writing %s for %s failed: %s", TRANSACTION_STATE_TOPIC,
-                            transactional_id, exc)
-                return _APPEND_ERRORS[name.upper()]
-            log.error("writing %s for %s failed", TRANSACTION_STATE_TOPIC, transactional_id,
-                      exc_info=exc)
-            return ErrorCode.unknown_server_error
+            return append_error(exc, APPEND_ERRORS, self.topic.name,
+                                f"transactional id {transactional_id}")
         if self.wait_replicated is not None:
             error = await self.wait_replicated(partition)
             if error == ErrorCode.request_timed_out:
                 return ErrorCode.coordinator_not_available
             if error != ErrorCode.none:
                 return error
-        if self._owned.get(partition) != epoch:
+        if self.partitions.epoch_of(partition) != epoch:
             return ErrorCode.not_coordinator
         return ErrorCode.none
 
@@ -518,7 +443,7 @@ class TransactionCoordinator:
         if error != ErrorCode.none:
             return error
         partition = self.partition_for(metadata.transactional_id)
-        self._start_completion(metadata, self._owned.get(partition, -1))
+        self._start_completion(metadata, self._epoch(partition))
         return ErrorCode.none
 
     # ================================================================ markers
@@ -541,11 +466,11 @@ class TransactionCoordinator:
         for metadata in list(self.txns.values()):
             if metadata.state in (_PC, _PA) and metadata.pending_state is None:
                 partition = self.partition_for(metadata.transactional_id)
-                self._start_completion(metadata, self._owned.get(partition, -1))
+                self._start_completion(metadata, self._epoch(partition))
 
     def _still_mine(self, metadata: TransactionMetadata, coordinator_epoch: int) -> bool:
         partition = self.partition_for(metadata.transactional_id)
-        return (self._active and self._owned.get(partition) == coordinator_epoch
+        return (self._active and self.partitions.epoch_of(partition) == coordinator_epoch
                 and self.txns.get(metadata.transactional_id) is metadata)
 
     async def _complete(self, metadata: TransactionMetadata, coordinator_epoch: int) -> None:
@@ -634,7 +559,7 @@ class TransactionCoordinator:
             if (metadata.state is not _ON or metadata.pending_state is not None
                     or metadata.txn_start_timestamp + metadata.txn_timeout_ms > now):
                 continue
-            if self.partition_for(metadata.transactional_id) not in self._owned:
+            if not self.partitions.is_owned(self.partition_for(metadata.transactional_id)):
                 continue
             log.info("aborting the transaction of %s: older than its timeout of %d ms",
                      metadata.transactional_id, metadata.txn_timeout_ms)
@@ -654,7 +579,7 @@ class TransactionCoordinator:
             if (not metadata.state.is_expiration_allowed or metadata.pending_state is not None
                     or metadata.txn_last_update_timestamp + self.config.id_expiration_ms > now):
                 continue
-            if self.partition_for(metadata.transactional_id) not in self._owned:
+            if not self.partitions.is_owned(self.partition_for(metadata.transactional_id)):
                 continue
             metadata.prepare_dead()
             error = await self._write(metadata.transactional_id, None)
@@ -678,10 +603,9 @@ class TransactionCoordinator:
         return ErrorCode.none, metadata
 
     def list_transactions(self) -> tuple[ErrorCode, list[TransactionMetadata]]:
-        if not self._active:
-            return ErrorCode.coordinator_not_available, []
-        if self._loading:
-            return ErrorCode.coordinator_load_in_progress, []
+        error = self.check_listing()
+        if error != ErrorCode.none:
+            return error, []
         return ErrorCode.none, sorted(self.txns.values(), key=lambda m: m.transactional_id)
 
     async def wait_completions(self) -> None:

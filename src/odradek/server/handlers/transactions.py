@@ -203,7 +203,7 @@ async def add_offsets_to_txn(
         return answer(ErrorCode.transactional_id_authorization_failed)
     if not allowed(services.authorizer, ctx, AclOperation.READ, ResourceType.GROUP, group_id):
         return answer(ErrorCode.group_authorization_failed)
-    offsets_partition = services.group_coordinator.partition_of(group_id)
+    offsets_partition = services.group_coordinator.partition_for(group_id)
     code = await coordinator.add_partitions(
         txn_id, int(request.producer_id), int(request.producer_epoch),
         [(OFFSETS_TOPIC, offsets_partition)])
