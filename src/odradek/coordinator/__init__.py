@@ -13,6 +13,10 @@ Consumer groups, from the requests down to the bytes in ``__consumer_offsets``:
   its key and value formats; ``group_protocol`` — the consumer protocol's subscription
   and assignment bytes.
 
+Both coordinators of an internal topic: ``internal_topic_coordinator`` — creating the
+topic, FindCoordinator, loading the partitions led here and unloading the others, and
+which partitions are loading or owned (in the spirit of Kafka's ``CoordinatorRuntime``).
+
 Producers: ``producer_ids`` hands out id blocks for InitProducerId.
 
 Transactions: ``transaction_state`` — the sans-I/O state machine of a transactional id

@@ -95,6 +95,21 @@ def _coordinator(services: BrokerServices) -> TransactionCoordinator | None:
     return services.transaction_coordinator
 
 
+def _writable_coordinator(
+    services: BrokerServices, ctx: RequestContext, txn_id: str, *, check_auth: bool = True,
+) -> tuple[TransactionCoordinator | None, ErrorCode]:
+    """The transaction coordinator for a request that writes ``txn_id``'s transaction, and
+    NONE; or None and COORDINATOR_NOT_AVAILABLE (no coordinator), or
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no Write on the id, when ``check_auth``)."""
+    coordinator = _coordinator(services)
+    if coordinator is None:
+        return None, ErrorCode.coordinator_not_available
+    if check_auth and not allowed(services.authorizer, ctx, AclOperation.WRITE,
+                                  ResourceType.TRANSACTIONAL_ID, txn_id):
+        return None, ErrorCode.transactional_id_authorization_failed
+    return coordinator, ErrorCode.none
+
+
 # -- AddPartitionsToTxn ----------------------------------------------------------------
 async def add_partitions_to_txn(
     services: BrokerServices, ctx: RequestContext, request: Any
@@ -153,12 +168,9 @@ async def _add_one(
     def every(code: ErrorCode) -> dict[_Partition, ErrorCode]:
         return dict.fromkeys(partitions, code)
 
-    coordinator = _coordinator(services)
+    coordinator, error = _writable_coordinator(services, ctx, txn_id, check_auth=check_auth)
     if coordinator is None:
-        return every(ErrorCode.coordinator_not_available)
-    if check_auth and not allowed(services.authorizer, ctx, AclOperation.WRITE,
-                                  ResourceType.TRANSACTIONAL_ID, txn_id):
-        return every(ErrorCode.transactional_id_authorization_failed)
+        return every(error)
     refused = (filter_refused(services.authorizer, ctx, AclOperation.WRITE,
                               ResourceType.TOPIC, {t for t, _ in partitions})
                if check_auth else set())
@@ -194,13 +206,10 @@ async def add_offsets_to_txn(
     def answer(code: ErrorCode) -> Any:
         return make(m.AddOffsetsToTxnResponse, throttle_time=ZERO_THROTTLE, error_code=code)
 
-    coordinator = _coordinator(services)
-    if coordinator is None:
-        return answer(ErrorCode.coordinator_not_available)
     txn_id, group_id = request.transactional_id, request.group_id
-    if not allowed(services.authorizer, ctx, AclOperation.WRITE,
-                   ResourceType.TRANSACTIONAL_ID, txn_id):
-        return answer(ErrorCode.transactional_id_authorization_failed)
+    coordinator, error = _writable_coordinator(services, ctx, txn_id)
+    if coordinator is None:
+        return answer(error)
     if not allowed(services.authorizer, ctx, AclOperation.READ, ResourceType.GROUP, group_id):
         return answer(ErrorCode.group_authorization_failed)
     offsets_partition = services.group_coordinator.partition_for(group_id)
@@ -217,14 +226,10 @@ async def end_txn(services: BrokerServices, ctx: RequestContext, request: Any) -
     def answer(code: ErrorCode) -> Any:
         return make(m.EndTxnResponse, throttle_time=ZERO_THROTTLE, error_code=code)
 
-    coordinator = _coordinator(services)
+    coordinator, error = _writable_coordinator(services, ctx, request.transactional_id)
     if coordinator is None:
-        return answer(ErrorCode.coordinator_not_available)
-    txn_id = request.transactional_id
-    if not allowed(services.authorizer, ctx, AclOperation.WRITE,
-                   ResourceType.TRANSACTIONAL_ID, txn_id):
-        return answer(ErrorCode.transactional_id_authorization_failed)
-    code = await coordinator.end_txn(txn_id, int(request.producer_id),
+        return answer(error)
+    code = await coordinator.end_txn(request.transactional_id, int(request.producer_id),
                                      int(request.producer_epoch), bool(request.committed))
     return answer(_fenced(code, ctx.api_version))
 
