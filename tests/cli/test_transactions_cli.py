@@ -14,7 +14,7 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 from tests.interop._broker import REPO, odradek_executable
-from tests.server.test_txn_markers import TxnClient, txn_batch
+from tests.server._raw_client import TxnClient, txn_batch
 
 from odradek.cli import transactions
 from odradek.testing import RunningBroker, running_broker

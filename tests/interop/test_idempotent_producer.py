@@ -106,7 +106,7 @@ def test_duplicates_detected_after_kill9(tmp_path: Path) -> None:
 
     from odradek.protocol.errors import ErrorCode
     from tests.interop._broker import start_broker
-    from tests.server.test_idempotence import Client, batch
+    from tests.server._raw_client import Client, batch
 
     data_dir = tmp_path / "data"
     broker = start_broker(tmp_path, data_dir=data_dir)

@@ -21,7 +21,7 @@ import pytest
 
 from odradek.testing import RunningBroker, running_broker
 from tests.interop._broker import java_client, start_broker
-from tests.server.test_txn_markers import TXN_ID, TxnClient, txn_batch
+from tests.server._raw_client import TXN_ID, TxnClient, txn_batch
 
 pytestmark = pytest.mark.interop
 

@@ -17,6 +17,8 @@ import pytest
 from odradek.coordinator.transaction_state import TransactionState
 from odradek.testing import RunningBroker, running_broker
 
+from ._transactions import read_to_end, txn_producer
+
 pytestmark = pytest.mark.interop
 
 DEADLINE_S = 60.0
@@ -36,67 +38,28 @@ def new_topic(rb: RunningBroker, prefix: str, partitions: int = 3) -> str:
     return topic
 
 
-def read_all(rb: RunningBroker, topic: str, isolation: str,
-             partitions: int = 3) -> dict[int, list[bytes]]:
-    """Every record a consumer of ``isolation`` reads, per partition, up to the end."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({
-        "bootstrap.servers": rb.bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:6]}",
-        "isolation.level": isolation, "enable.partition.eof": True,
-        "enable.auto.commit": False,
-    })
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
-    at_end: set[int] = set()
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"read {out}, at end {at_end}"
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                at_end.add(msg.partition())
-                continue
-            at_end.discard(msg.partition())
-            out[msg.partition()].append(msg.value())
-    finally:
-        consumer.close()
-    return out
-
-
-def txn_producer(rb: RunningBroker, txn_id: str, **extra: object) -> object:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": rb.bootstrap, "transactional.id": txn_id,
-                         "linger.ms": 5, **extra})
-    producer.init_transactions(DEADLINE_S)
-    return producer
-
-
 def test_confluent_kafka_commits_and_aborts_over_several_partitions(
         rb: RunningBroker) -> None:
     topic = new_topic(rb, "txn-ck")
-    producer = txn_producer(rb, f"ck-{uuid.uuid4().hex[:6]}")
+    producer = txn_producer(rb.bootstrap, f"ck-{uuid.uuid4().hex[:6]}")
     expected: dict[int, list[bytes]] = {p: [] for p in range(3)}
     everything: dict[int, list[bytes]] = {p: [] for p in range(3)}
     for round_ in range(4):
         commit = round_ % 2 == 0
-        producer.begin_transaction()  # type: ignore[attr-defined]
+        producer.begin_transaction()
         for i in range(30):
             value = f"{'commit' if commit else 'abort'}-{round_}-{i}".encode()
-            producer.produce(topic, value=value, partition=i % 3)  # type: ignore[attr-defined]
+            producer.produce(topic, value=value, partition=i % 3)
             everything[i % 3].append(value)
             if commit:
                 expected[i % 3].append(value)
         if commit:
-            producer.commit_transaction(DEADLINE_S)  # type: ignore[attr-defined]
+            producer.commit_transaction(DEADLINE_S)
         else:
-            producer.flush(DEADLINE_S)  # type: ignore[attr-defined]
-            producer.abort_transaction(DEADLINE_S)  # type: ignore[attr-defined]
-    assert read_all(rb, topic, "read_committed") == expected
-    assert read_all(rb, topic, "read_uncommitted") == everything
+            producer.flush(DEADLINE_S)
+            producer.abort_transaction(DEADLINE_S)
+    assert read_to_end(rb.bootstrap, topic, "read_committed") == expected
+    assert read_to_end(rb.bootstrap, topic, "read_uncommitted") == everything
 
 
 def test_confluent_kafka_consume_transform_produce(rb: RunningBroker) -> None:
@@ -112,7 +75,7 @@ def test_confluent_kafka_consume_transform_produce(rb: RunningBroker) -> None:
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "isolation.level": "read_committed"})
     consumer.subscribe([source])
-    producer = txn_producer(rb, f"ctp-{uuid.uuid4().hex[:6]}")
+    producer = txn_producer(rb.bootstrap, f"ctp-{uuid.uuid4().hex[:6]}")
     done = 0
     aborted_once = False
     deadline = time.monotonic() + DEADLINE_S
@@ -122,16 +85,16 @@ def test_confluent_kafka_consume_transform_produce(rb: RunningBroker) -> None:
             batch = consumer.consume(10, 0.5)
             if not batch:
                 continue
-            producer.begin_transaction()  # type: ignore[attr-defined]
+            producer.begin_transaction()
             for msg in batch:
-                producer.produce(sink, value=b"f(" + msg.value() + b")",  # type: ignore[attr-defined]
+                producer.produce(sink, value=b"f(" + msg.value() + b")",
                                  partition=msg.partition())
             positions = consumer.position(consumer.assignment())
-            producer.send_offsets_to_transaction(  # type: ignore[attr-defined]
+            producer.send_offsets_to_transaction(
                 positions, consumer.consumer_group_metadata(), DEADLINE_S)
             if not aborted_once:
                 # the first batch is aborted: rewind and do it again
-                producer.abort_transaction(DEADLINE_S)  # type: ignore[attr-defined]
+                producer.abort_transaction(DEADLINE_S)
                 aborted_once = True
                 for msg in batch:
                     consumer.seek(TopicPartition(source, msg.partition(), msg.offset()))
@@ -140,14 +103,14 @@ def test_confluent_kafka_consume_transform_produce(rb: RunningBroker) -> None:
                 for tp in committed:
                     consumer.seek(TopicPartition(source, tp.partition, max(tp.offset, 0)))
                 continue
-            producer.commit_transaction(DEADLINE_S)  # type: ignore[attr-defined]
+            producer.commit_transaction(DEADLINE_S)
             done += len(batch)
         committed = consumer.committed([TopicPartition(source, p) for p in range(2)],
                                        DEADLINE_S)
         assert sorted(tp.offset for tp in committed) == [20, 20]
     finally:
         consumer.close()
-    out = read_all(rb, sink, "read_committed", 2)
+    out = read_to_end(rb.bootstrap, sink, "read_committed", 2)
     for p in range(2):
         assert out[p] == [f"f({i})".encode() for i in range(p, 40, 2)]
 
@@ -204,18 +167,18 @@ def test_a_zombie_producer_is_fenced_and_writes_nothing_visible(rb: RunningBroke
 
     topic = new_topic(rb, "txn-zombie")
     txn_id = f"zombie-{uuid.uuid4().hex[:6]}"
-    zombie = txn_producer(rb, txn_id)
-    zombie.begin_transaction()  # type: ignore[attr-defined]
-    zombie.produce(topic, value=b"zombie", partition=0)  # type: ignore[attr-defined]
-    zombie.flush(DEADLINE_S)  # type: ignore[attr-defined]
-    successor = txn_producer(rb, txn_id)  # fences the zombie, aborts its transaction
-    successor.begin_transaction()  # type: ignore[attr-defined]
-    successor.produce(topic, value=b"successor", partition=1)  # type: ignore[attr-defined]
-    successor.commit_transaction(DEADLINE_S)  # type: ignore[attr-defined]
+    zombie = txn_producer(rb.bootstrap, txn_id)
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie", partition=0)
+    zombie.flush(DEADLINE_S)
+    successor = txn_producer(rb.bootstrap, txn_id)  # fences the zombie, aborts its transaction
+    successor.begin_transaction()
+    successor.produce(topic, value=b"successor", partition=1)
+    successor.commit_transaction(DEADLINE_S)
     with pytest.raises(KafkaException) as failure:
-        zombie.commit_transaction(DEADLINE_S)  # type: ignore[attr-defined]
+        zombie.commit_transaction(DEADLINE_S)
     assert failure.value.args[0].fatal() or "fenced" in str(failure.value).lower()
-    assert read_all(rb, topic, "read_committed") == {0: [], 1: [b"successor"], 2: []}
+    assert read_to_end(rb.bootstrap, topic, "read_committed") == {0: [], 1: [b"successor"], 2: []}
 
 
 def test_a_transaction_past_its_timeout_is_aborted_and_its_commit_fails(
@@ -224,10 +187,10 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_commit_fails(
 
     topic = new_topic(rb, "txn-timeout")
     txn_id = f"slow-{uuid.uuid4().hex[:6]}"
-    producer = txn_producer(rb, txn_id, **{"transaction.timeout.ms": 1000})
-    producer.begin_transaction()  # type: ignore[attr-defined]
-    producer.produce(topic, value=b"late", partition=0)  # type: ignore[attr-defined]
-    producer.flush(DEADLINE_S)  # type: ignore[attr-defined]
+    producer = txn_producer(rb.bootstrap, txn_id, **{"transaction.timeout.ms": 1000})
+    producer.begin_transaction()
+    producer.produce(topic, value=b"late", partition=0)
+    producer.flush(DEADLINE_S)
     coordinator = rb.broker.transaction_coordinator
     deadline = time.monotonic() + DEADLINE_S
     while rb.call(lambda: coordinator.txns[txn_id].state) is not (
@@ -235,6 +198,6 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_commit_fails(
         assert time.monotonic() < deadline, "the coordinator did not abort the transaction"
         time.sleep(0.05)
     with pytest.raises(KafkaException):
-        producer.commit_transaction(DEADLINE_S)  # type: ignore[attr-defined]
-    assert read_all(rb, topic, "read_committed") == {0: [], 1: [], 2: []}
-    assert read_all(rb, topic, "read_uncommitted")[0] == [b"late"]
+        producer.commit_transaction(DEADLINE_S)
+    assert read_to_end(rb.bootstrap, topic, "read_committed") == {0: [], 1: [], 2: []}
+    assert read_to_end(rb.bootstrap, topic, "read_uncommitted")[0] == [b"late"]

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from odradek.client.connection import BrokerConnection, ClientError
 
 from ._cluster import Cluster, running_cluster
+from ._transactions import read_to_end, txn_producer
 
 pytestmark = pytest.mark.interop
 
@@ -61,41 +62,9 @@ def coordinator_of(cluster: Cluster, txn_id: str) -> int:
     return cluster.wait_for(lambda: asyncio.run(ask()), 30, f"a coordinator for {txn_id}")
 
 
-def read_committed(cluster: Cluster, topic: str, partitions: int) -> dict[int, list[bytes]]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({
-        "bootstrap.servers": cluster.bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
-        "isolation.level": "read_committed", "enable.partition.eof": True,
-        "enable.auto.commit": False,
-    })
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
-    at_end: set[int] = set()
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"read {out}, at end {at_end}"
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                at_end.add(msg.partition())
-                continue
-            at_end.discard(msg.partition())
-            out[msg.partition()].append(msg.value())
-    finally:
-        consumer.close()
-    return out
-
-
 def producer(cluster: Cluster, txn_id: str) -> Any:
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
-                  "linger.ms": 5, "transaction.timeout.ms": 60000})
-    p.init_transactions(DEADLINE_S)
-    return p
+    return txn_producer(cluster.bootstrap, txn_id, DEADLINE_S,
+                        **{"transaction.timeout.ms": 60000})
 
 
 def test_the_coordinator_killed_mid_transaction_and_after_a_commit(cluster: Cluster) -> None:
@@ -142,7 +111,7 @@ def test_the_coordinator_killed_mid_transaction_and_after_a_commit(cluster: Clus
     p.commit_transaction(DEADLINE_S)
     cluster.start(second)
 
-    assert read_committed(cluster, topic, 3) == expected
+    assert read_to_end(cluster.bootstrap, topic, "read_committed", 3, DEADLINE_S) == expected
 
 
 def leader_of(cluster: Cluster, topic: str, partition: int) -> int:
@@ -232,7 +201,7 @@ def test_consume_transform_produce_exactly_once_across_kills(cluster: Cluster) -
         for broker_id in killed:
             if not cluster.alive(broker_id):
                 cluster.start(broker_id)
-    out = read_committed(cluster, sink, 2)
+    out = read_to_end(cluster.bootstrap, sink, "read_committed", 2, DEADLINE_S)
     for q in range(2):
         assert out[q] == [f"f({i})".encode() for i in range(q, n, 2)], (q, killed)
 
@@ -249,7 +218,7 @@ def test_a_leader_verifies_with_a_coordinator_on_another_broker(cluster: Cluster
     from kio.schema.produce.v9 import request as produce_v9
     from kio.static.primitive import i32Timedelta
 
-    from tests.server.test_txn_markers import txn_batch
+    from tests.server._raw_client import txn_batch
 
     txn_id = f"verify-{uuid.uuid4().hex[:6]}"
     coordinator = coordinator_of(cluster, txn_id)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from odradek.protocol.errors import ErrorCode
-from tests.server.test_txn_markers import TXN_ID, TxnClient, txn_batch
+from tests.server._raw_client import TXN_ID, TxnClient, txn_batch
 
 from ._cluster import Cluster, running_cluster
 

@@ -23,8 +23,7 @@ from odradek.protocol.registry import RequestContext
 from odradek.server.handlers.describe_producers import describe_producers
 from odradek.testing import RunningBroker, running_broker
 from tests.cluster.test_replica_manager import ME, OTHER, _node, _topic
-from tests.server.test_idempotence import batch
-from tests.server.test_txn_markers import TxnClient, txn_batch
+from tests.server._raw_client import TxnClient, batch, txn_batch
 
 
 @pytest.fixture(scope="module")

@@ -3,80 +3,18 @@ and epoch fencing, with batches built by BatchBuilder and requests encoded with 
 
 from __future__ import annotations
 
-import datetime
-import socket
-import struct
-import time
-import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kio.schema.init_producer_id.v0.request import InitProducerIdRequest as InitV0
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest as InitV4
-from kio.schema.produce.v9 import request as produce_v9
-from kio.static.primitive import i32Timedelta
 
 from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import iter_batches
-from odradek.records.builder import BatchBuilder
 from odradek.testing import RunningBroker, running_broker
-from tests.protocol.wire import decode_response, request_frame
-
-TXN_TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=60))
-
-
-class Client:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.correlation_id = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _exact(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            assert chunk, "connection closed"
-            buf += chunk
-        return buf
-
-    def call(self, request: Any) -> Any:
-        self.correlation_id += 1
-        self.sock.sendall(request_frame(request, self.correlation_id))
-        (size,) = struct.unpack(">i", self._exact(4))
-        cid, response = decode_response(
-            self._exact(size), request.__api_key__, request.__version__
-        )
-        assert cid == self.correlation_id
-        return response
-
-    def init_producer_id(self) -> tuple[int, int]:
-        response = self.call(InitV4(transactional_id=None,
-                                    transaction_timeout=TXN_TIMEOUT))
-        assert response.error_code == ErrorCode.none
-        return int(response.producer_id), int(response.producer_epoch)
-
-    def produce(self, topic: str, records: bytes, transactional_id: str | None = None) -> Any:
-        m = produce_v9
-        request = m.ProduceRequest(
-            transactional_id=transactional_id, acks=-1,  # type: ignore[arg-type]
-            timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-            topic_data=(m.TopicProduceData(name=topic, partition_data=(  # type: ignore[arg-type]
-                m.PartitionProduceData(index=0, records=records),  # type: ignore[arg-type]
-            )),),
-        )
-        return self.call(request).responses[0].partition_responses[0]
-
-
-def batch(pid: int, epoch: int, seq: int, count: int = 1) -> bytes:
-    builder = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq)
-    now = int(time.time() * 1000)
-    for i in range(count):
-        builder.append(b"k", f"value-{seq + i}".encode(), now)
-    return builder.build()
+from tests.server._raw_client import TXN_TIMEOUT, Client, batch, new_topic
 
 
 @pytest.fixture(scope="module")
@@ -87,16 +25,13 @@ def broker() -> Iterator[RunningBroker]:
 
 @pytest.fixture
 def topic(broker: RunningBroker) -> str:
-    name = f"idem-{uuid.uuid4().hex[:8]}"
-    broker.call(broker.broker.metadata.create_topic, name, 1, 1)
-    return name
+    return new_topic(broker, "idem")
 
 
 @pytest.fixture
 def client(broker: RunningBroker) -> Iterator[Client]:
-    c = Client(broker.port)
-    yield c
-    c.close()
+    with closing(Client(broker.port)) as c:
+        yield c
 
 
 def log_batches(broker: RunningBroker, topic: str) -> list[tuple[int, int, int]]:

@@ -9,19 +9,12 @@ test_txn_verification.py)."""
 
 from __future__ import annotations
 
-import datetime
 import struct
-import time
-import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
-from kio.schema.fetch.v11 import request as fetch_v11
-from kio.schema.list_offsets.v5 import request as list_offsets_v5
-from kio.schema.write_txn_markers.v1 import request as markers_v1
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import iter_batches
@@ -32,9 +25,8 @@ from odradek.storage import files
 from odradek.storage.txn_index import TxnIndex
 from odradek.testing import RunningBroker, running_broker
 from tests.protocol.wire import raw_header
-from tests.server.test_idempotence import Client
+from tests.server._raw_client import TXN_ID, TxnClient, new_topic, txn_batch
 
-TXN_ID = "txn-test"
 NO_VERIFICATION = {"transaction.partition.verification.enable": "false"}
 
 
@@ -46,63 +38,13 @@ def broker() -> Iterator[RunningBroker]:
 
 @pytest.fixture
 def topic(broker: RunningBroker) -> str:
-    name = f"txn-{uuid.uuid4().hex[:8]}"
-    broker.call(broker.broker.metadata.create_topic, name, 1, 1)
-    return name
+    return new_topic(broker, "txn")
 
 
 @pytest.fixture
 def client(broker: RunningBroker) -> Iterator[TxnClient]:
-    c = TxnClient(broker.port)
-    yield c
-    c.close()
-
-
-def txn_batch(pid: int, epoch: int, seq: int, count: int = 1, transactional: bool = True,
-              tag: str = "v") -> bytes:
-    builder = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                           is_transactional=transactional)
-    now = int(time.time() * 1000)
-    for i in range(count):
-        builder.append(b"k", f"{tag}-{seq + i}".encode(), now)
-    return builder.build()
-
-
-class TxnClient(Client):
-    def markers(self, topic: str, pid: int, epoch: int, commit: bool,
-                coordinator_epoch: int = 0, partitions: tuple[int, ...] = (0,)) -> int:
-        m = markers_v1
-        response = self.call(m.WriteTxnMarkersRequest(markers=(m.WritableTxnMarker(
-            producer_id=pid, producer_epoch=i16(epoch),  # type: ignore[arg-type]
-            transaction_result=commit, coordinator_epoch=i32(coordinator_epoch),
-            topics=(m.WritableTxnMarkerTopic(name=topic,  # type: ignore[arg-type]
-                                             partition_indexes=tuple(map(i32, partitions))),),
-        ),)))
-        assert int(response.markers[0].producer_id) == pid
-        return int(response.markers[0].topics[0].partitions[0].error_code.value)
-
-    def fetch(self, topic: str, offset: int = 0, read_committed: bool = True) -> Any:
-        m = fetch_v11
-        response = self.call(m.FetchRequest(
-            max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(0),
-            isolation_level=i8(1 if read_committed else 0),
-            topics=(m.FetchTopic(topic=topic, partitions=(  # type: ignore[arg-type]
-                m.FetchPartition(partition=i32(0), fetch_offset=i64(offset),
-                                 partition_max_bytes=i32(1 << 20)),)),),
-            forgotten_topics_data=(), rack_id="",
-        ))
-        return response.responses[0].partitions[0]
-
-    def latest(self, topic: str, read_committed: bool) -> int:
-        m = list_offsets_v5
-        response = self.call(m.ListOffsetsRequest(
-            replica_id=-1, isolation_level=i8(1 if read_committed else 0),  # type: ignore[arg-type]
-            topics=(m.ListOffsetsTopic(name=topic, partitions=(  # type: ignore[arg-type]
-                m.ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),)),),
-        ))
-        partition = response.topics[0].partitions[0]
-        assert partition.error_code == ErrorCode.none
-        return int(partition.offset)
+    with closing(TxnClient(broker.port)) as c:
+        yield c
 
 
 def offsets_of(records: bytes | None) -> list[int]:

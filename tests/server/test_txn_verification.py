@@ -19,8 +19,8 @@ from kio.static.primitive import i32Timedelta
 from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import iter_batches
 from odradek.testing import RunningBroker, running_broker
+from tests.server._raw_client import TxnClient, txn_batch
 from tests.server.test_transactions import add_partitions, end_txn, init, new_id
-from tests.server.test_txn_markers import TxnClient, txn_batch
 
 DEADLINE = 20.0
 
