@@ -26,19 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _tools.broker import cpu_seconds, free_port
+
 REPO = Path(__file__).resolve().parents[1]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def _records(body: bytes, topic: str, version: int) -> memoryview:
@@ -110,7 +100,7 @@ def cell(mb: int, record_size: int, codec: str) -> dict[str, float]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     data_dir = Path(tempfile.mkdtemp(prefix="downconv-"))
-    port = _free_port()
+    port = free_port()
     broker = subprocess.Popen(
         [str(REPO / ".venv/bin/odradek"), "serve", "--override",
          f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={data_dir}"],
@@ -146,11 +136,11 @@ def cell(mb: int, record_size: int, codec: str) -> dict[str, float]:
         payload = n * record_size
         out: dict[str, float] = {}
         for version, name in ((4, "zero-copy (Fetch v4)"), (2, "down-converted (Fetch v2)")):
-            cpu0 = _cpu_seconds(broker.pid)
+            cpu0 = cpu_seconds(broker.pid)
             t0 = time.monotonic()
             read_all(port, topic, n, version)
             elapsed = time.monotonic() - t0
-            cpu = _cpu_seconds(broker.pid) - cpu0
+            cpu = cpu_seconds(broker.pid) - cpu0
             out[f"{name} MB/s"] = payload / 1e6 / elapsed
             out[f"{name} CPU s/GB"] = cpu / (payload / 1e9)
         return out

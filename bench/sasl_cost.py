@@ -19,37 +19,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
+
+from _tools.broker import cpu_seconds, free_port, odradek_serve
 
 from odradek.client.admin import Admin
 from odradek.client.connection import BrokerConnection
 from odradek.client.security import PLAINTEXT, ClientSecurity
 
-ROOT = Path(__file__).resolve().parents[1]
-CLK = os.sysconf("SC_CLK_TCK")
 JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
         'user_alice="alice-secret";')
 CASES = (("PLAIN", 0), ("SCRAM-SHA-256", 4096), ("SCRAM-SHA-512", 4096),
          ("SCRAM-SHA-512", 8192))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
 
 
 async def _connections(address: str, security: ClientSecurity, count: int) -> None:
@@ -62,27 +44,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--connections", type=int, default=300)
     args = parser.parse_args()
-    plain_port, sasl_port = _free_port(), _free_port()
-    data = Path(tempfile.mkdtemp(prefix="sasl-cost-"))
-    proc = subprocess.Popen([
-        str(ROOT / ".venv" / "bin" / "odradek"), "serve", "--log-level", "warning",
-        "--override", f"listeners=PLAINTEXT://127.0.0.1:{plain_port},"
-                      f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-        "--override", "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "--override", f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
-        "--override", f"log.dirs={data}",
-    ])
+    plain_port, sasl_port = free_port(), free_port()
     plain, sasl = f"127.0.0.1:{plain_port}", f"127.0.0.1:{sasl_port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", sasl_port), 1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("the broker did not start") from None
-                time.sleep(0.1)
+    with odradek_serve([
+        f"listeners=PLAINTEXT://127.0.0.1:{plain_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
+    ], sasl_port, "sasl-cost-") as proc:
 
         async def users() -> None:
             admin = Admin(await BrokerConnection.open(plain))
@@ -97,10 +65,10 @@ def main() -> int:
 
         def cost(address: str, security: ClientSecurity) -> float:
             asyncio.run(_connections(address, security, 20))  # warm-up
-            before = _cpu_s(proc.pid)
+            before = cpu_seconds(proc.pid)
             started = time.monotonic()
             asyncio.run(_connections(address, security, args.connections))
-            spent = _cpu_s(proc.pid) - before
+            spent = cpu_seconds(proc.pid) - before
             print(f"  {security.mechanism or 'PLAINTEXT':14s} {args.connections} connections "
                   f"in {time.monotonic() - started:.2f} s", file=sys.stderr)
             return float(spent / args.connections * 1000)
@@ -117,10 +85,6 @@ def main() -> int:
             ms = cost(sasl, ClientSecurity("SASL_PLAINTEXT", None, mechanism, user, password))
             label = mechanism + (f", {iterations:,} iterations" if iterations else "")
             print(f"| SASL_PLAINTEXT {label} | {ms:.2f} | {ms - base:.2f} |", flush=True)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(data, ignore_errors=True)
     return 0
 
 

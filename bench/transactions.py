@@ -24,37 +24,17 @@ it is timed (page cache, connections).
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import confluent_kafka as ck
+from _tools.broker import cpu_seconds, free_port, odradek_serve
 from confluent_kafka.admin import AdminClient, NewTopic
 
-ROOT = Path(__file__).resolve().parents[1]
-CLK = os.sysconf("SC_CLK_TCK")
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
             "batch.size": 256 * 1024, "queue.buffering.max.messages": 1_000_000}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _cpu_s(pid: int) -> float:
-    """The process's CPU seconds (user + system) from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
 
 
 def _row(case: str, rates: list[float], cpu: list[float], base: tuple[list[float],
@@ -139,25 +119,11 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4, help="partitions per topic")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are shown)")
     args = parser.parse_args()
-    port = _free_port()
-    data = Path(tempfile.mkdtemp(prefix="txn-bench-"))
-    proc = subprocess.Popen([
-        str(ROOT / ".venv" / "bin" / "odradek"), "serve", "--log-level", "warning",
-        "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-        "--override", f"log.dirs={data}",
-    ])
+    port = free_port()
     bootstrap = f"127.0.0.1:{port}"
     value = b"x" * args.size
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("the broker did not start") from None
-                time.sleep(0.1)
+    with odradek_serve([f"listeners=PLAINTEXT://127.0.0.1:{port}"], port,
+                       "txn-bench-") as proc:
         # warm-up: the broker's first transaction creates __transaction_state
         produce(bootstrap, _topic(bootstrap, args.partitions), 10_000, value, args.per_txn)
         plain: list[float] = []
@@ -171,10 +137,10 @@ def main() -> int:
             written = ""
             topics = [_topic(bootstrap, args.partitions) for _ in order]
             for topic, per_txn in zip(topics, order, strict=True):
-                before = _cpu_s(proc.pid)
+                before = cpu_seconds(proc.pid)
                 seconds = produce(bootstrap, topic, args.records, value, per_txn)
                 cpu["plain" if per_txn is None else "txn"].append(
-                    (_cpu_s(proc.pid) - before) / args.records * 1e6)
+                    (cpu_seconds(proc.pid) - before) / args.records * 1e6)
                 (plain if per_txn is None else txn).append(args.records / seconds)
                 if per_txn is not None:
                     written = topic
@@ -182,10 +148,10 @@ def main() -> int:
             consume(bootstrap, written, args.partitions, args.records, "read_uncommitted")
             for isolation in (["read_uncommitted", "read_committed"] if n % 2 == 0
                               else ["read_committed", "read_uncommitted"]):
-                before = _cpu_s(proc.pid)
+                before = cpu_seconds(proc.pid)
                 seconds = consume(bootstrap, written, args.partitions, args.records, isolation)
                 cpu["rc" if isolation == "read_committed" else "ru"].append(
-                    (_cpu_s(proc.pid) - before) / args.records * 1e6)
+                    (cpu_seconds(proc.pid) - before) / args.records * 1e6)
                 (committed if isolation == "read_committed" else uncommitted).append(
                     args.records / seconds)
             print(f"  round {n + 1}: produce plain {plain[-1]:,.0f}/s, transactional "
@@ -203,10 +169,6 @@ def main() -> int:
         print(_row("produce, transactional", txn, cpu["txn"], (plain, cpu["plain"])))
         print(_row("fetch, read_uncommitted", uncommitted, cpu["ru"], None))
         print(_row("fetch, read_committed", committed, cpu["rc"], (uncommitted, cpu["ru"])))
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(data, ignore_errors=True)
     return 0
 
 

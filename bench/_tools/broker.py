@@ -1,0 +1,68 @@
+"""One ``odradek serve`` for a benchmark, and the CPU time a process has used.
+
+How it works: :func:`odradek_serve` starts the broker of this checkout's venv in a fresh
+data directory with the given ``--override`` settings (the listeners among them, on ports
+from :func:`free_port`), waits until ``wait_port`` accepts connections (at most 30 s, or
+until the process dies), and on exit terminates it and removes the directory.
+:func:`cpu_seconds` reads a process's utime + stime from ``/proc/<pid>/stat``: on a shared
+machine it moves less than the wall clock, so benchmarks report the broker's CPU per
+record or per connection beside their rates.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 free now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU seconds (user + system) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+@contextmanager
+def odradek_serve(
+    overrides: Sequence[str], wait_port: int, data_prefix: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``odradek serve --log-level warning`` with ``--override`` for each of ``overrides``
+    and ``log.dirs`` in a temporary directory named ``data_prefix...``; yields the process
+    once ``wait_port`` accepts connections."""
+    data = Path(tempfile.mkdtemp(prefix=data_prefix))
+    command = [str(ROOT / ".venv" / "bin" / "odradek"), "serve", "--log-level", "warning"]
+    for override in (*overrides, f"log.dirs={data}"):
+        command += ["--override", override]
+    proc = subprocess.Popen(command)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", wait_port), 1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the broker did not start") from None
+                time.sleep(0.1)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(data, ignore_errors=True)
