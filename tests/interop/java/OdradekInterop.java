@@ -72,7 +72,6 @@ import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -252,17 +251,25 @@ public final class OdradekInterop {
         return Admin.create(p);
     }
 
-    KafkaProducer<byte[], byte[]> producer(String codec) {
+    /** A producer of byte arrays: the base settings, then {@code settings}, then the
+     * command line's -X settings. */
+    KafkaProducer<byte[], byte[]> producer(Map<String, String> settings) {
         Properties p = base();
-        // Everything else stays at the 3.9 defaults: acks=all, enable.idempotence=true.
-        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.putAll(settings);
         p.putAll(extra);
         return new KafkaProducer<>(p);
     }
 
-    KafkaConsumer<byte[], byte[]> consumer(String groupId) {
+    KafkaProducer<byte[], byte[]> producer(String codec) {
+        // Everything else stays at the 3.9 defaults: acks=all, enable.idempotence=true.
+        return producer(Map.of(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec));
+    }
+
+    /** A consumer of byte arrays without auto commit, in group {@code groupId} (reading
+     * from the earliest offset) or none; {@code settings} and the -X settings last. */
+    KafkaConsumer<byte[], byte[]> consumer(String groupId, Map<String, String> settings) {
         Properties p = base();
         if (groupId != null) {
             p.put(ConsumerConfig.GROUP_ID_CONFIG, groupId);
@@ -271,8 +278,38 @@ public final class OdradekInterop {
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.putAll(settings);
         p.putAll(extra);
         return new KafkaConsumer<>(p);
+    }
+
+    KafkaConsumer<byte[], byte[]> consumer(String groupId) {
+        return consumer(groupId, Map.of());
+    }
+
+    /** Assign every partition of the topic, read it from the start until each position
+     * reaches the end offset the partition had then (or the consume timeout passes),
+     * handing each record to {@code sink}; returns those end offsets. */
+    Map<TopicPartition, Long> readToEnd(KafkaConsumer<byte[], byte[]> consumer, Duration poll,
+            java.util.function.Consumer<ConsumerRecord<byte[], byte[]>> sink) {
+        List<TopicPartition> tps = partitionsOf(consumer);
+        consumer.assign(tps);
+        consumer.seekToBeginning(tps);
+        Map<TopicPartition, Long> end = consumer.endOffsets(tps, Duration.ofSeconds(FUTURE_TIMEOUT_S));
+        long deadline = System.currentTimeMillis() + CONSUME_TIMEOUT_MS;
+        while (System.currentTimeMillis() < deadline) {
+            boolean done = true;
+            for (TopicPartition tp : tps) {
+                done &= consumer.position(tp) >= end.get(tp);
+            }
+            if (done) {
+                break;
+            }
+            for (ConsumerRecord<byte[], byte[]> r : consumer.poll(poll)) {
+                sink.accept(r);
+            }
+        }
+        return end;
     }
 
     static byte[] utf8(String s) {
@@ -615,14 +652,10 @@ public final class OdradekInterop {
      * of group "<id>-group" in the transaction, abort n more, commit 3 more; then read the
      * topic read_committed and read_uncommitted to its end (the LSO / the high watermark). */
     void transactions(String transactionalId, int n) throws Exception {
-        Properties p = base();
-        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        p.putAll(extra);
         String group = transactionalId + "-group";
         int partitions;
-        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+        try (KafkaProducer<byte[], byte[]> producer =
+                producer(Map.of(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId))) {
             producer.initTransactions();
             partitions = producer.partitionsFor(topic).size();
             producer.beginTransaction();
@@ -646,30 +679,11 @@ public final class OdradekInterop {
             producer.commitTransaction();
         }
         for (String isolation : List.of("read_committed", "read_uncommitted")) {
-            Properties c = base();
-            c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
-            c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-            c.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-            c.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
             List<String> values = new ArrayList<>();
-            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(c)) {
-                List<TopicPartition> tps = partitionsOf(consumer);
-                consumer.assign(tps);
-                consumer.seekToBeginning(tps);
-                Map<TopicPartition, Long> end = consumer.endOffsets(tps, Duration.ofSeconds(FUTURE_TIMEOUT_S));
-                long deadline = System.currentTimeMillis() + CONSUME_TIMEOUT_MS;
-                while (System.currentTimeMillis() < deadline) {
-                    boolean done = true;
-                    for (TopicPartition tp : tps) {
-                        done &= consumer.position(tp) >= end.get(tp);
-                    }
-                    if (done) {
-                        break;
-                    }
-                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
-                        values.add(r.partition() + ":" + str(r.value()));
-                    }
-                }
+            try (KafkaConsumer<byte[], byte[]> consumer =
+                    consumer(null, Map.of(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation))) {
+                readToEnd(consumer, Duration.ofMillis(200),
+                        r -> values.add(r.partition() + ":" + str(r.value())));
             }
             summary.put(isolation, values);
         }
@@ -684,13 +698,9 @@ public final class OdradekInterop {
      * producer holds a transaction open on partition 0 (its state in "producers"), then
      * once more once the abort marker is written ("after_abort"). */
     void describeProducers(String transactionalId) throws Exception {
-        Properties p = base();
-        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        p.putAll(extra);
         TopicPartition tp0 = new TopicPartition(topic, 0);
-        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
+        try (KafkaProducer<byte[], byte[]> producer =
+                producer(Map.of(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId));
              Admin admin = admin()) {
             producer.initTransactions();
             producer.beginTransaction();
@@ -741,38 +751,23 @@ public final class OdradekInterop {
 
     void consumeCount(int expectedCount) {
         Map<String, Object> counts = new TreeMap<>();
-        int total = 0;
+        int[] total = {0};
         try (KafkaConsumer<byte[], byte[]> consumer = consumer(null)) {
-            List<TopicPartition> tps = partitionsOf(consumer);
-            check(!tps.isEmpty(), "topic has no partitions (does it exist?)");
-            consumer.assign(tps);
-            consumer.seekToBeginning(tps);
-            Map<TopicPartition, Long> end = consumer.endOffsets(tps, Duration.ofSeconds(FUTURE_TIMEOUT_S));
-            long deadline = System.currentTimeMillis() + CONSUME_TIMEOUT_MS;
-            while (System.currentTimeMillis() < deadline) {
-                boolean done = true;
-                for (TopicPartition tp : tps) {
-                    done &= consumer.position(tp) >= end.get(tp);
-                }
-                if (done) {
-                    break;
-                }
-                ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(500));
-                for (ConsumerRecord<byte[], byte[]> r : recs) {
-                    counts.merge(Integer.toString(r.partition()), 1, (a, b) -> (Integer) a + (Integer) b);
-                    total++;
-                }
-            }
+            Map<TopicPartition, Long> end = readToEnd(consumer, Duration.ofMillis(500), r -> {
+                counts.merge(Integer.toString(r.partition()), 1, (a, b) -> (Integer) a + (Integer) b);
+                total[0]++;
+            });
+            check(!end.isEmpty(), "topic has no partitions (does it exist?)");
             Map<String, Object> endJ = new TreeMap<>();
-            for (TopicPartition tp : tps) {
-                endJ.put(Integer.toString(tp.partition()), end.get(tp));
+            for (Map.Entry<TopicPartition, Long> e : end.entrySet()) {
+                endJ.put(Integer.toString(e.getKey().partition()), e.getValue());
             }
             summary.put("end_offsets", endJ);
         }
-        summary.put("count", total);
+        summary.put("count", total[0]);
         summary.put("per_partition", counts);
         if (expectedCount >= 0) {
-            check(total == expectedCount, "consumed " + total + " records, expected " + expectedCount);
+            check(total[0] == expectedCount, "consumed " + total[0] + " records, expected " + expectedCount);
         }
     }
 
@@ -836,15 +831,11 @@ public final class OdradekInterop {
     }
 
     void produceKeyless(int n) throws Exception {
-        Properties p = base();
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "1000");
-        p.put(ProducerConfig.BATCH_SIZE_CONFIG, "1000000");
-        p.putAll(extra);
         Map<String, Object> outcomes = new TreeMap<>();
         List<Object> named = new ArrayList<>();
-        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+        try (KafkaProducer<byte[], byte[]> producer = producer(Map.of(
+                ProducerConfig.LINGER_MS_CONFIG, "1000",
+                ProducerConfig.BATCH_SIZE_CONFIG, "1000000"))) {
             List<Future<RecordMetadata>> futures = new ArrayList<>();
             for (int i = 0; i < n; i++) {
                 byte[] key = i % 10 == 5 ? null : utf8("key-" + i);
