@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import importlib
 import subprocess
 import sys
 import time
@@ -23,31 +22,16 @@ from odradek.coordinator.group_protocol import encode_assignment
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC
 from odradek.records.builder import build_batch
 from odradek.testing import RunningBroker, running_broker
+from tests.server._requests import call, req
 
 SESSION = datetime.timedelta(seconds=10)
 SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
-
-
-def req(api: str, version: int) -> Any:
-    return importlib.import_module(f"kio.schema.{api}.v{version}.request")
 
 
 @pytest.fixture(scope="module")
 def rb() -> Iterator[RunningBroker]:
     with running_broker(overrides={"group.min.session.timeout.ms": "100"}) as broker:
         yield broker
-
-
-def call(rb: RunningBroker, *requests: Any) -> list[Any]:
-    """Send requests in order on one connection; return their responses."""
-    async def go() -> list[Any]:
-        conn = await BrokerConnection.open(rb.bootstrap, client_id="test-client")
-        try:
-            return [await conn.send(r) for r in requests]
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
 
 
 def new_topic(rb: RunningBroker, partitions: int = 2, records: int = 0) -> str:

@@ -20,7 +20,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import iter_batches
 from odradek.testing import RunningBroker, running_broker
 from tests.server._raw_client import TxnClient, txn_batch
-from tests.server.test_transactions import add_partitions, end_txn, init, new_id
+from tests.server._requests import add_partitions, end_txn, init, new_id
 
 DEADLINE = 20.0
 
