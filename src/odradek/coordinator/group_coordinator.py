@@ -376,23 +376,23 @@ class GroupCoordinator(InternalTopicCoordinator):
         )
         group.add(member)
         group.new_member_added = True
-        future = self._join_future(group.group_id, member_id)
-        self._schedule_heartbeat(group, member)
-        self._maybe_prepare_rebalance(group, f"member {member_id} joined")
-        self._try_complete_join(group)
-        return await future
+        return await self._await_join(group, member, f"member {member_id} joined")
 
     async def _update_member_and_rebalance(
         self, group: GroupMetadata, member: MemberMetadata, spec: _JoinSpec
     ) -> JoinResult:
-        member.protocols = spec.protocols
-        member.rebalance_timeout_ms = spec.rebalance_timeout_ms
-        member.session_timeout_ms = spec.session_timeout_ms
-        member.client_id, member.client_host = spec.client_id, spec.client_host
+        _update_member(member, spec)
         member.awaiting_join = True
+        return await self._await_join(group, member, f"member {member.member_id} rejoined")
+
+    async def _await_join(
+        self, group: GroupMetadata, member: MemberMetadata, reason: str
+    ) -> JoinResult:
+        """Park the member's JoinGroup until the join phase completes (its session timer
+        running), after starting a rebalance for ``reason`` or completing the join."""
         future = self._join_future(group.group_id, member.member_id)
         self._schedule_heartbeat(group, member)
-        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
+        self._maybe_prepare_rebalance(group, reason)
         self._try_complete_join(group)
         return await future
 
@@ -411,10 +411,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             old_sync.set_result(SyncResult(ErrorCode.fenced_instance_id))
         member = group.replace_static_member(spec.instance_id, old_id, new_id)
         old_protocols = member.protocols
-        member.protocols = spec.protocols
-        member.rebalance_timeout_ms = spec.rebalance_timeout_ms
-        member.session_timeout_ms = spec.session_timeout_ms
-        member.client_id, member.client_host = spec.client_id, spec.client_host
+        _update_member(member, spec)
         member.awaiting_sync = False
         if group.is_in(GroupState.STABLE) and group.select_protocol() == group.protocol_name:
             error = self.manager.store_group(group)
@@ -446,11 +443,8 @@ class GroupCoordinator(InternalTopicCoordinator):
                 group.protocol_name, current_leader,
             )
         member.awaiting_join = True
-        future = self._join_future(group.group_id, new_id)
-        self._schedule_heartbeat(group, member)
-        self._maybe_prepare_rebalance(group, f"static member {spec.instance_id} rejoined")
-        self._try_complete_join(group)
-        return await future
+        return await self._await_join(
+            group, member, f"static member {spec.instance_id} rejoined")
 
     # ---------------------------------------------------------------- rebalance phases
     def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
@@ -979,3 +973,12 @@ class _JoinSpec:
     session_timeout_ms: int
     protocol_type: str
     protocols: list[tuple[str, bytes]]
+
+
+def _update_member(member: MemberMetadata, spec: _JoinSpec) -> None:
+    """A known member joins again: take its protocols, timeouts and client from the
+    JoinGroup."""
+    member.protocols = spec.protocols
+    member.rebalance_timeout_ms = spec.rebalance_timeout_ms
+    member.session_timeout_ms = spec.session_timeout_ms
+    member.client_id, member.client_host = spec.client_id, spec.client_host

@@ -578,6 +578,20 @@ def prepare_init_producer_id(
         f"InitProducerId found {metadata.transactional_id!r} in {state.value}")
 
 
+def _check_producer(metadata: TransactionMetadata, producer_id: int, producer_epoch: int,
+                    *, exact_epoch: bool) -> None:
+    """Raise INVALID_PRODUCER_ID_MAPPING for a producer id not the id's, PRODUCER_FENCED
+    for an epoch other than the current one (``exact_epoch``) or older than it."""
+    if metadata.producer_id != producer_id:
+        raise InvalidProducerIdMappingError(
+            f"transactional id {metadata.transactional_id!r} belongs to producer id "
+            f"{metadata.producer_id}, not {producer_id}")
+    if (producer_epoch != metadata.producer_epoch if exact_epoch
+            else producer_epoch < metadata.producer_epoch):
+        raise ProducerFencedError(
+            f"producer epoch {producer_epoch} is not the current {metadata.producer_epoch}")
+
+
 def _is_valid_producer_id(metadata: TransactionMetadata, producer_id: int, epoch: int) -> bool:
     """KIP-360: the id just created (no epoch yet: a producer recovering from
     UNKNOWN_PRODUCER_ID), the current id (its epoch is checked by the bump), or the
@@ -598,13 +612,7 @@ def prepare_add_partitions(
     ``handleAddPartitionsToTransaction``): the transit to write, or None when every
     partition is already in the Ongoing transaction (answered at once, nothing written)."""
     wanted = frozenset(partitions)
-    if metadata.producer_id != producer_id:
-        raise InvalidProducerIdMappingError(
-            f"transactional id {metadata.transactional_id!r} belongs to producer id "
-            f"{metadata.producer_id}, not {producer_id}")
-    if metadata.producer_epoch != producer_epoch:
-        raise ProducerFencedError(
-            f"producer epoch {producer_epoch} is not the current {metadata.producer_epoch}")
+    _check_producer(metadata, producer_id, producer_epoch, exact_epoch=True)
     if metadata.pending_transition_in_progress or metadata.state in (_PC, _PA):
         raise ConcurrentTransactionsError(
             f"transactional id {metadata.transactional_id!r} is changing state")
@@ -629,15 +637,8 @@ def prepare_end_txn(
     while its markers are still being written gets CONCURRENT_TRANSACTIONS; the opposite
     decision, or no transaction at all, INVALID_TXN_STATE.
     """
-    if metadata.producer_id != producer_id:
-        raise InvalidProducerIdMappingError(
-            f"transactional id {metadata.transactional_id!r} belongs to producer id "
-            f"{metadata.producer_id}, not {producer_id}")
     # Clients must send the current epoch; the coordinator's own abort may be ahead.
-    if ((from_client and producer_epoch != metadata.producer_epoch)
-            or producer_epoch < metadata.producer_epoch):
-        raise ProducerFencedError(
-            f"producer epoch {producer_epoch} is not the current {metadata.producer_epoch}")
+    _check_producer(metadata, producer_id, producer_epoch, exact_epoch=from_client)
     # Only the coordinator's own abort may take over a pending fence. (Kafka lets a
     # client's EndTxn through here too: its commit then fails the pending-state check and
     # its abort would be written with the old, unfenced epoch; we answer it as concurrent.)
@@ -682,13 +683,7 @@ def prepare_complete_txn(
     meanwhile and prepare the completion the markers lead to (the second half of Kafka's
     ``endTransaction``). The client is answered NONE when this returns; the coordinator
     writes the markers, then the transit."""
-    if metadata.producer_id != producer_id:
-        raise InvalidProducerIdMappingError(
-            f"transactional id {metadata.transactional_id!r} belongs to producer id "
-            f"{metadata.producer_id}, not {producer_id}")
-    if metadata.producer_epoch != producer_epoch:
-        raise ProducerFencedError(
-            f"producer epoch {producer_epoch} is not the current {metadata.producer_epoch}")
+    _check_producer(metadata, producer_id, producer_epoch, exact_epoch=True)
     if metadata.pending_transition_in_progress:
         raise ConcurrentTransactionsError(
             f"transactional id {metadata.transactional_id!r} is changing state")
