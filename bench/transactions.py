@@ -45,7 +45,8 @@ def _row(case: str, rates: list[float], cpu: list[float], base: tuple[list[float
     rate_ratio = cpu_ratio = "—"
     if base is not None:
         rate_ratio = f"{med(r / b for r, b in zip(rates, base[0], strict=True)):.2f}x"
-        cpu_ratio = f"{med(c / b for c, b in zip(cpu, base[1], strict=True)):.2f}x"
+        if all(b > 0 for b in base[1]):  # a short run can round the base's CPU to 0 ticks
+            cpu_ratio = f"{med(c / b for c, b in zip(cpu, base[1], strict=True)):.2f}x"
     return (f"| {case} | {med(rates):,.0f} | {rate_ratio} | {med(cpu):.2f} | {cpu_ratio} | "
             f"{', '.join(f'{r:,.0f}' for r in rates)} |")
 
