@@ -8,6 +8,7 @@ every committed record exactly once and no aborted one."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from odradek.client.connection import BrokerConnection, ClientError
 
 from ._cluster import Cluster, running_cluster
-from ._transactions import read_to_end, txn_producer
+from ._transactions import bounded, read_to_end, txn_producer
 
 pytestmark = pytest.mark.interop
 
@@ -62,9 +63,19 @@ def coordinator_of(cluster: Cluster, txn_id: str) -> int:
     return cluster.wait_for(lambda: asyncio.run(ask()), 30, f"a coordinator for {txn_id}")
 
 
+# librdkafka's send_offsets_to_transaction looks the group coordinator up again only when
+# one of the producer's broker connections comes up or goes down (librdkafka #5511): once
+# the coordinator it cached was killed and has left the metadata, nothing else wakes it
+# and the call blocks past its timeout (#5456) until some connection changes. Closing
+# idle connections makes one change within this long. (A run under load blocked 10
+# minutes, until a broker closed an idle connection of the producer's.)
+IDLE_CLOSE_MS = 10000
+
+
 def producer(cluster: Cluster, txn_id: str) -> Any:
     return txn_producer(cluster.bootstrap, txn_id, DEADLINE_S,
-                        **{"transaction.timeout.ms": 60000})
+                        **{"transaction.timeout.ms": 60000,
+                           "connections.max.idle.ms": IDLE_CLOSE_MS})
 
 
 def test_the_coordinator_killed_mid_transaction_and_after_a_commit(cluster: Cluster) -> None:
@@ -158,6 +169,19 @@ def test_consume_transform_produce_exactly_once_across_kills(cluster: Cluster) -
         offsets = consumer.committed([TopicPartition(source, q) for q in range(2)], DEADLINE_S)
         return sum(max(tp.offset, 0) for tp in offsets)
 
+    def abandon(error: Any) -> None:
+        """Abort the transaction; a new incarnation (which fences the old one) when the
+        producer failed fatally."""
+        nonlocal p
+        while not error.fatal():
+            try:
+                p.abort_transaction(DEADLINE_S)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                assert time.monotonic() < deadline, f"abort_transaction: {error}"
+        p = producer(cluster, txn_id)
+
     deadline = time.monotonic() + 3 * DEADLINE_S
     done = 0
     try:
@@ -175,25 +199,33 @@ def test_consume_transform_produce_exactly_once_across_kills(cluster: Cluster) -
             batch = [m for m in consumer.consume(20, 0.5) if not m.error()]
             if not batch:
                 continue
+            offsets = consumer.position(consumer.assignment())
+            group_metadata = consumer.consumer_group_metadata()
             try:
                 p.begin_transaction()
                 for msg in batch:
                     p.produce(sink, value=b"f(" + msg.value() + b")", partition=msg.partition())
-                p.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                              consumer.consumer_group_metadata(), DEADLINE_S)
+                bounded(functools.partial(p.send_offsets_to_transaction, offsets,
+                                          group_metadata, DEADLINE_S), deadline,
+                        f"send_offsets_to_transaction ({done} of {n} committed; killed {killed})")
+            except KafkaException as exc:
+                # the offsets may be missing from the transaction (even on a retriable
+                # error): committing it would write the batch twice
+                abandon(exc.args[0])
+                rewind()
+                continue
+            try:
                 p.commit_transaction(DEADLINE_S)
             except KafkaException as exc:
                 error = exc.args[0]
-                if error.fatal():
-                    p = producer(cluster, txn_id)  # a new incarnation fences the old one
-                elif error.txn_requires_abort():
-                    p.abort_transaction(DEADLINE_S)
-                else:
-                    # retriable: the commit's outcome is known once it is retried
+                if error.retriable() and not error.txn_requires_abort():
+                    # the commit's outcome is known once it is retried
                     try:
                         p.commit_transaction(DEADLINE_S)
-                    except KafkaException:
-                        p.abort_transaction(DEADLINE_S)
+                    except KafkaException as again:
+                        abandon(again.args[0])
+                else:
+                    abandon(error)
                 rewind()
             done = committed_total()
     finally:
