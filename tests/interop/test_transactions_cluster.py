@@ -40,8 +40,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
 
 
-def coordinator_of(cluster: Cluster, txn_id: str) -> int:
-    """The broker FindCoordinator names for ``txn_id`` (asked of any live broker)."""
+def coordinator_of(cluster: Cluster, txn_id: str, key_type: int = 1,
+                   other_than: int | None = None) -> int:
+    """The broker FindCoordinator names for transactional id ``txn_id`` (a group id with
+    ``key_type`` 0), asked of any live broker; with ``other_than``, once it names
+    another broker than that one."""
     async def ask() -> int | None:
         for broker_id in sorted(cluster.live_ids()):
             try:
@@ -52,11 +55,11 @@ def coordinator_of(cluster: Cluster, txn_id: str) -> int:
                 from kio.schema.find_coordinator.v4 import request as fc
 
                 response: Any = await conn.send(fc.FindCoordinatorRequest(
-                    key_type=1, coordinator_keys=(txn_id,)))
+                    key_type=key_type, coordinator_keys=(txn_id,)))
             finally:
                 await conn.close()
             [found] = response.coordinators
-            if found.error_code == ErrorCode.none:
+            if found.error_code == ErrorCode.none and int(found.node_id) != other_than:
                 return int(found.node_id)
         return None
 
@@ -236,6 +239,58 @@ def test_consume_transform_produce_exactly_once_across_kills(cluster: Cluster) -
     out = read_to_end(cluster.bootstrap, sink, "read_committed", 2, DEADLINE_S)
     for q in range(2):
         assert out[q] == [f"f({i})".encode() for i in range(q, n, 2)], (q, killed)
+
+
+def test_send_offsets_once_the_group_coordinator_left_the_cluster(cluster: Cluster) -> None:
+    """The group coordinator a transactional producer cached is killed -9 and leaves the
+    metadata (librdkafka then decommissions it). send_offsets_to_transaction still
+    returns: librdkafka waits for a connection of the producer's to change before it
+    looks the coordinator up again (librdkafka #5511), which the producer's
+    ``connections.max.idle.ms`` brings about; without it the call blocks for good."""
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    topic = f"so-in-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(4):
+        plain.produce(topic, value=str(i).encode())
+    assert plain.flush(DEADLINE_S) == 0
+    group, txn_id = f"so-{uuid.uuid4().hex[:6]}", f"so-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    p = producer(cluster, txn_id)
+    deadline = time.monotonic() + DEADLINE_S
+    killed = None
+    try:
+        read: list[Any] = []
+        while not read:
+            assert time.monotonic() < deadline, "nothing consumed"
+            read = [m for m in consumer.consume(4, 0.5) if not m.error()]
+
+        def send_offsets(timeout_s: float) -> None:
+            offsets = consumer.position(consumer.assignment())
+            bounded(functools.partial(p.send_offsets_to_transaction, offsets,
+                                      consumer.consumer_group_metadata(), timeout_s),
+                    time.monotonic() + timeout_s + 30, "send_offsets_to_transaction")
+
+        p.begin_transaction()
+        send_offsets(DEADLINE_S)  # the producer caches the group coordinator
+        p.commit_transaction(DEADLINE_S)
+        killed = coordinator_of(cluster, group, key_type=0)
+        cluster.kill9(killed)
+        coordinator_of(cluster, group, key_type=0, other_than=killed)
+        cluster.wait_for(lambda: killed not in p.list_topics(timeout=10).brokers, 30,
+                         f"the producer's metadata without broker {killed}")
+        p.begin_transaction()
+        try:
+            send_offsets(10)
+        except KafkaException as exc:  # an error is an answer too (the group may rebalance)
+            assert not exc.args[0].fatal(), exc
+    finally:
+        consumer.close()
+        if killed is not None and not cluster.alive(killed):
+            cluster.start(killed)
 
 
 def test_a_leader_verifies_with_a_coordinator_on_another_broker(cluster: Cluster) -> None:
