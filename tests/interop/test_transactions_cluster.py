@@ -329,14 +329,21 @@ def test_a_leader_verifies_with_a_coordinator_on_another_broker(cluster: Cluster
             await conn.close()
 
     def produce(pid: int, epoch: int, seq: int) -> Any:
+        """The leader's answer, once it is not LEADER_NOT_AVAILABLE (the metadata can name
+        a leader still creating the partition's log)."""
         m = produce_v9
-        response = asyncio.run(call(leader, m.ProduceRequest(
-            transactional_id=txn_id, acks=-1,
-            timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
-            topic_data=(m.TopicProduceData(name=topic, partition_data=(
-                m.PartitionProduceData(index=0, records=txn_batch(pid, epoch, seq)),)),),
-        )))
-        return response.responses[0].partition_responses[0]
+
+        def answered() -> Any:
+            response = asyncio.run(call(leader, m.ProduceRequest(
+                transactional_id=txn_id, acks=-1,
+                timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+                topic_data=(m.TopicProduceData(name=topic, partition_data=(
+                    m.PartitionProduceData(index=0, records=txn_batch(pid, epoch, seq)),)),),
+            )))
+            partition = response.responses[0].partition_responses[0]
+            return None if partition.error_code == ErrorCode.leader_not_available else partition
+
+        return cluster.wait_for(answered, 30, f"broker {leader} serving {topic}-0")
 
     init = asyncio.run(call(coordinator, init_v4.InitProducerIdRequest(
         transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
