@@ -286,7 +286,7 @@ class PartitionLog:
 
     @property
     def log_end_offset(self) -> int:
-        return self.active_segment.next_offset
+        return self._view[1][-1].next_offset  # the active segment's (read on every append)
 
     @property
     def size_in_bytes(self) -> int:
