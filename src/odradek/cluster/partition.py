@@ -336,13 +336,10 @@ class Partition:
         if new <= self.log.high_watermark:
             return False
         self.log.high_watermark = new
-        self._high_watermark_moved()
-        return True
-
-    def _high_watermark_moved(self) -> None:
-        nbytes, self._unreplicated_bytes = self._unreplicated_bytes, 0
+        moved, self._unreplicated_bytes = self._unreplicated_bytes, 0
         if self._on_high_watermark is not None:
-            self._on_high_watermark(self, nbytes)
+            self._on_high_watermark(self, moved)
+        return True
 
     def high_watermark_lags_epoch_start(self) -> bool:
         """A new leader whose high watermark has not yet reached the offset where its

@@ -42,14 +42,6 @@ class FileRegion:
 Chunk = bytes | bytearray | memoryview | FileRegion
 
 
-def _chunk_size(chunk: Chunk) -> int:
-    if isinstance(chunk, FileRegion):
-        return chunk.size
-    if isinstance(chunk, memoryview):
-        return chunk.nbytes
-    return len(chunk)
-
-
 @dataclass(frozen=True, slots=True)
 class Send:
     """A response body as an ordered sequence of buffers and file regions, and the
@@ -68,9 +60,16 @@ class Send:
         parts = tuple(parts)
         if len(parts) == 1 and type(parts[0]) is bytes:
             size, regions = len(parts[0]), False
-        else:
-            size = sum(_chunk_size(p) for p in parts)
-            regions = any(isinstance(p, FileRegion) for p in parts)
+        else:  # one pass, per part (a few a partition), never per record
+            size, regions = 0, False
+            for part in parts:
+                if isinstance(part, FileRegion):
+                    size += part.size
+                    regions = True
+                elif isinstance(part, memoryview):
+                    size += part.nbytes
+                else:
+                    size += len(part)
         object.__setattr__(self, "parts", parts)
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "has_file_regions", regions)
