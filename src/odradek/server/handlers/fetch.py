@@ -72,7 +72,6 @@ also keeps ``sendfile`` (which moves the file offset) away from the segment's ow
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -148,9 +147,12 @@ class _OwningSend(Send):
         object.__setattr__(self, "_owned", owned)
 
     def __del__(self) -> None:
+        # Not contextlib.suppress around each close: this runs for every region sent.
         for fd in self._owned:
-            with contextlib.suppress(OSError):
+            try:
                 os.close(fd)
+            except OSError:
+                continue  # closed already: the others still close
         self._owned.clear()
 
 
