@@ -5,7 +5,9 @@ it executes (all threads) and no other event: unlike time on this shared virtual
 machine, where the same broker's cost per request moved by ±10 % between rounds of one
 sitting (bench/metrics_cost.py), the count repeats to 0.1 % from run to run, so a change
 of a few hundred instructions a request shows. A broker with topic ``t`` gets 300
-requests to warm up, then callgrind's counters are zeroed (``callgrind_control -z``),
+requests to warm up (not instrumented: ``--instr-atstart=no``, which keeps the start
+fast on a loaded machine), then callgrind's instrumentation is switched on and its
+counters zeroed (``callgrind_control -i on``, ``-z``),
 ``--requests`` pre-encoded requests (bench/metrics_cost.py's cases) are pipelined to it,
 and the counters are dumped (``-d``): the dump's total divided by the requests is the
 figure. The default of 4,096 requests includes exactly one fold of the request timings
