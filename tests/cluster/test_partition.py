@@ -38,7 +38,7 @@ def _partition(
 ) -> Partition:
     log = log_manager.get_or_create_log(TopicPartition("t", 0), LogConfig.build({}, config))
 
-    def on_high_watermark(p: Partition) -> None:
+    def on_high_watermark(p: Partition, _nbytes: int) -> None:
         if moved is not None:
             moved.append(p.high_watermark)
 

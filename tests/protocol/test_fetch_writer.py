@@ -113,6 +113,15 @@ def _scenarios(fd: int) -> list[tuple[str, list[FetchTopic], dict[str, Any]]]:
             ]),
         ], {}),
         ("session-error", [], {"error_code": ErrorCode.invalid_fetch_session_epoch.value}),
+        # compact counts of 127 and more take two bytes (one byte is written inline)
+        ("counts-past-one-byte", [
+            FetchTopic("many-partitions", tid1, [
+                FetchPartition(i, 0, 1, 1, 0, b"", aborted_transactions=[(i, 0)] * i)
+                for i in range(125, 130)] + [FetchPartition(i, 0, 1, 1, 0, b"")
+                                             for i in range(125)]),
+            *(FetchTopic(f"t{i}", uuid.UUID(int=i + 1), [FetchPartition(0)])
+              for i in range(126)),
+        ], {}),
         ("endpoints", [FetchTopic("t", tid1, [FetchPartition(
             0, ErrorCode.not_leader_or_follower.value, current_leader=(1, 5))])],
          {"node_endpoints": (NodeEndpoint(1, "host-a", 9092, None),

@@ -75,6 +75,20 @@ def test_decodes_what_kio_decodes(version: int, r: dict[str, Any], prefix: bytes
                 assert records.obj is frame and not records.readonly
 
 
+@pytest.mark.parametrize("version", [8, 9, 11])
+@pytest.mark.parametrize("count", [126, 127, 200])
+def test_lengths_past_one_varint_byte(version: int, count: int) -> None:
+    """Compact lengths and counts below 128 are read inline, longer ones as varints: a
+    transactional id, topic names, topic and partition counts around that edge."""
+    r = {"transactional_id": "x" * count, "acks": 1, "timeout_ms": 5,
+         "topics": [("n" * count, [(i, b"r" * (i % 3)) for i in range(count)]),
+                    *((f"t{i}", [(0, None)]) for i in range(count))]}
+    got = read_produce_request(bytearray(_encode(version, r)), 0, version)
+    assert got.transactional_id == r["transactional_id"]
+    assert [(t.name, [(i, None if v is None else bytes(v)) for i, v in t.partition_data])
+            for t in got.topic_data] == [(name, parts) for name, parts in r["topics"]]
+
+
 @pytest.mark.parametrize("version", [3, 8, 9, 11])
 @settings(max_examples=60, deadline=None)
 @given(r=requests, data=st.data())

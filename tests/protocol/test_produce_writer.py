@@ -75,6 +75,18 @@ def test_byte_identical_to_kio(
     assert write_produce_response(version, data, throttle) == _kio(version, data, throttle)
 
 
+@pytest.mark.parametrize("version", [9, 11])
+@pytest.mark.parametrize("count", [126, 127, 130])
+def test_lengths_past_one_varint_byte(version: int, count: int) -> None:
+    """Compact lengths and counts are one byte up to 126 and written inline: the names
+    and partition counts around that edge still match kio."""
+    data = [("n" * count, [PartitionResult(i, 0, i) for i in range(count)]),
+            ("é" * count, [PartitionResult(0, 0, 1)])]
+    assert write_produce_response(version, data, 0) == _kio(version, data, 0)
+    many = [(f"t{i}", [PartitionResult(0, 0, i)]) for i in range(count)]
+    assert write_produce_response(version, many, 0) == _kio(version, many, 0)
+
+
 def test_rejects_versions_it_does_not_know() -> None:
     with pytest.raises(ValueError):
         write_produce_response(12, [])

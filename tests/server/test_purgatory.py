@@ -32,7 +32,7 @@ async def _park(
     purgatory: Purgatory, op: DelayedBytes | DelayedCondition, timeout_s: float = LONG
 ) -> asyncio.Task[bool]:
     task = asyncio.create_task(purgatory.park(op, timeout_s))
-    await _until(lambda: all(op in purgatory._watchers.get(k, ()) for k in op.keys),
+    await _until(lambda: all(op in purgatory.watched.get(k, ()) for k in op.keys),
                  "the operation to park")
     return task
 
@@ -199,7 +199,7 @@ def test_many_keys_per_operation() -> None:
         purgatory.notify("b", 10)  # bytes of every key count toward one threshold
         assert await task
         assert [purgatory.watching(k) for k in "abc"] == [0, 0, 0]
-        assert purgatory._watchers == {}
+        assert purgatory.watched == {}
 
         produce = asyncio.create_task(purgatory.wait_until(["x", "y"], lambda: True, LONG))
         assert await produce
@@ -238,4 +238,4 @@ def test_cancelled_operation_cleaned_up() -> None:
 def test_notify_without_watchers_is_cheap_and_harmless() -> None:
     purgatory = Purgatory()
     purgatory.notify("k", 10)
-    assert purgatory.watching("k") == 0 and purgatory._watchers == {}
+    assert purgatory.watching("k") == 0 and purgatory.watched == {}

@@ -31,10 +31,13 @@ a partition goes through here, so replication changes this class and
 - *High watermark.* The smallest log end offset over the ISR
   (``Partition.maybeIncrementLeaderHW``). It never moves back on a leader. The log holds
   the value, as Kafka's ``UnifiedLog`` does; this class alone moves it, after every append
-  (the log's append listener) and when a follower's position is learnt. With the leader
-  alone in the ISR it follows the log end offset at once. A follower takes the leader's
-  value from each fetch response, bounded by its own log end. The replica manager
-  checkpoints it in ``replication-offset-checkpoint``.
+  (the log's one append listener, which tells ``on_append`` first) and when a follower's
+  position is learnt. With the leader alone in the ISR it follows the log end offset at
+  once: checked inline in the listener, the one case of every append on a single broker.
+  Each move tells ``on_high_watermark`` the bytes appended since the previous one (what
+  became visible to consumers). A follower takes the leader's value from each fetch
+  response, bounded by its own log end. The replica manager checkpoints it in
+  ``replication-offset-checkpoint``.
 - *Read.* Consumers read below the high watermark (``read_committed`` ones below the last
   stable offset); followers (replica id >= 0) read up to the log end (Kafka's
   ``FetchIsolation``).
@@ -98,22 +101,28 @@ class ReplicaState:
 
 
 class Partition:
-    __slots__ = ("_on_high_watermark", "broker_id", "follower_states",
-                 "leader_epoch_start_offset", "log", "partition", "pending_isr", "state", "topic")
+    __slots__ = ("_on_append", "_on_high_watermark", "_unreplicated_bytes", "broker_id",
+                 "follower_states", "leader_epoch_start_offset", "log", "partition",
+                 "pending_isr", "state", "topic")
 
     def __init__(
         self,
         broker_id: int,
         log: PartitionLog,
         state: PartitionState,
-        on_high_watermark: Callable[[Partition], None] | None = None,
+        on_high_watermark: Callable[[Partition, int], None] | None = None,
+        on_append: Callable[[int], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.topic = log.topic
         self.partition = log.partition
         self.log = log
         self.state = state
+        # Told (this partition, the bytes appended since the previous move) when the high
+        # watermark moves; and (the bytes) after every append, before the move.
         self._on_high_watermark = on_high_watermark
+        self._on_append = on_append
+        self._unreplicated_bytes = 0  # appended since the high watermark last moved
         # What this leader knows of each follower, by broker id (Kafka's remote replicas,
         # ``remoteReplicasMap``); kept while this broker leads (reset by make_leader). Not
         # to be confused with ``state.replicas``, the assigned broker ids.
@@ -283,8 +292,23 @@ class Partition:
         return (replica.log_end_offset >= self.log.high_watermark
                 and replica.log_end_offset >= epoch_start)
 
-    def _appended(self, _log: PartitionLog, _nbytes: int) -> None:
-        self.maybe_increment_high_watermark()
+    def _appended(self, log: PartitionLog, nbytes: int) -> None:
+        """The log's append listener (every append, leader or follower)."""
+        self._unreplicated_bytes += nbytes
+        if self._on_append is not None:
+            self._on_append(nbytes)
+        state = self.state
+        if len(state.isr) == 1 and self.pending_isr is None and state.leader == self.broker_id:
+            # The leader alone in its ISR: maybe_increment_high_watermark's answer without
+            # its call (the log end offset, never back), on every append of one broker.
+            end = log.log_end_offset
+            if end > log.high_watermark:
+                log.high_watermark = end
+                moved, self._unreplicated_bytes = self._unreplicated_bytes, 0
+                if self._on_high_watermark is not None:
+                    self._on_high_watermark(self, moved)
+        else:
+            self.maybe_increment_high_watermark()
 
     # -- high watermark ----------------------------------------------------------------
     @property
@@ -312,8 +336,9 @@ class Partition:
         if new <= self.log.high_watermark:
             return False
         self.log.high_watermark = new
+        moved, self._unreplicated_bytes = self._unreplicated_bytes, 0
         if self._on_high_watermark is not None:
-            self._on_high_watermark(self)
+            self._on_high_watermark(self, moved)
         return True
 
     def high_watermark_lags_epoch_start(self) -> bool:

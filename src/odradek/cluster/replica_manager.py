@@ -20,7 +20,9 @@ How it works:
 - *Events.* Each append tells the followers' fetches waiting in the fetch purgatory how
   many bytes arrived; each high-watermark move tells the consumers' fetches (the bytes
   appended since the previous move: what became visible) and the produce purgatory
-  (acks=all waiters re-check their offset): events, never polling.
+  (acks=all waiters re-check their offset): events, never polling. A purgatory is told
+  only when something waits on the key (``Purgatory.watched``): an append nobody waits for
+  costs a dict lookup, not a call.
 - *Roles* (Kafka's ``becomeLeaderOrFollower``). A partition this broker leads takes no
   fetcher and tracks its followers (:class:`~odradek.cluster.partition.Partition`); one it
   follows is handed to the :class:`~odradek.cluster.replica_fetcher.ReplicaFetcherManager`
@@ -51,7 +53,7 @@ import datetime
 import enum
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Container, Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
@@ -106,6 +108,10 @@ IsrReader = Callable[[str, int], PartitionState | None]
 
 class Watchers(Protocol):
     """What the replica manager tells a purgatory (server.purgatory.Purgatory)."""
+
+    @property
+    def watched(self) -> Container[Hashable]:
+        """The keys something waits on: notify reaches no one for the others."""
 
     def notify(self, key: Hashable, nbytes: int = 0) -> None: ...
 
@@ -254,20 +260,24 @@ class ReplicaManager:
         else Kafka's error for the request."""
         tp = TopicPartition(topic, index)
         partition = self.partitions.get(tp)
-        if partition is None:
-            if tp in self._pending:
-                raise LeaderNotAvailableError(f"the log of {tp} is still being created")
-            info = self.metadata.get(topic)
-            if info is not None and index in info.partitions:
-                state = self.metadata.partition_state(topic, index)
-                if state.leader != self.broker_id:
-                    raise NotLeaderOrFollowerError(
-                        f"broker {self.broker_id} does not lead {tp} (leader: {state.leader})"
-                    )
-                raise LeaderNotAvailableError(f"{tp} has no log on this broker")
-            raise UnknownTopicOrPartitionError(f"{tp} does not exist")
-        partition.check_leader(current_leader_epoch)
-        return partition
+        if partition is not None:
+            state = partition.state
+            if state.leader == self.broker_id and (current_leader_epoch == -1 or
+                                                   current_leader_epoch == state.leader_epoch):
+                return partition  # check_leader's answer for every request, without its call
+            partition.check_leader(current_leader_epoch)  # raises Kafka's error
+            return partition
+        if tp in self._pending:
+            raise LeaderNotAvailableError(f"the log of {tp} is still being created")
+        info = self.metadata.get(topic)
+        if info is not None and index in info.partitions:
+            state = self.metadata.partition_state(topic, index)
+            if state.leader != self.broker_id:
+                raise NotLeaderOrFollowerError(
+                    f"broker {self.broker_id} does not lead {tp} (leader: {state.leader})"
+                )
+            raise LeaderNotAvailableError(f"{tp} has no log on this broker")
+        raise UnknownTopicOrPartitionError(f"{tp} does not exist")
 
     def is_pending(self, topic: str, index: int) -> bool:
         """True while the log of ``topic``-``index`` is being created off the loop."""
@@ -584,25 +594,26 @@ class ReplicaManager:
 
     def _new_partition(self, partition_log: PartitionLog, state: PartitionState) -> Partition:
         tp = TopicPartition(partition_log.topic, partition_log.partition)
-        fetch_notify = self.fetch_watchers.notify
+        fetch_notify, fetch_watched = self.fetch_watchers.notify, self.fetch_watchers.watched
         produce_notify = self.produce_watchers.notify
+        produce_watched = self.produce_watchers.watched
         follower_key = FollowerKey(tp)
-        # Bytes appended since the high watermark last moved: what consumers are told of
-        # when it moves (with the leader alone in the ISR, at once after each append).
-        unreplicated = [0]
 
-        def on_append(_log: PartitionLog, nbytes: int) -> None:
-            unreplicated[0] += nbytes
-            fetch_notify(follower_key, nbytes)
+        # A purgatory is told only when something waits on the key (a dict lookup, no
+        # call, on every append nobody waits for).
+        def on_append(nbytes: int) -> None:
+            if follower_key in fetch_watched:
+                fetch_notify(follower_key, nbytes)
 
-        def on_high_watermark(_p: Partition) -> None:
-            nbytes, unreplicated[0] = unreplicated[0], 0
-            fetch_notify(tp, nbytes)
-            produce_notify(tp, 0)
+        def on_high_watermark(_p: Partition, nbytes: int) -> None:
+            # nbytes: appended since the previous move, what became visible to consumers
+            if tp in fetch_watched:
+                fetch_notify(tp, nbytes)
+            if tp in produce_watched:
+                produce_notify(tp, 0)
 
-        partition_log.add_append_listener(on_append)
         return Partition(self.broker_id, partition_log, state,
-                         on_high_watermark=on_high_watermark)
+                         on_high_watermark=on_high_watermark, on_append=on_append)
 
     def _schedule_creation(self, wanted: list[tuple[TopicPartition, LogConfig]]) -> None:
         previous = self._log_creation

@@ -184,7 +184,13 @@ def write_fetch_response(
     buf = bytearray(_I32.pack(throttle_time_ms))
     if version >= 7:
         buf += _I16_I32.pack(error_code, session_id)
-    buf += array_length(len(topics), flexible)
+    # Compact counts below 127 are one byte, written inline (a call each cost more than
+    # the rest of a partition's fields).
+    n = len(topics)
+    if flexible and n < 0x7F:
+        buf.append(n + 1)
+    else:
+        buf += array_length(n, flexible)
     for topic in topics:
         if by_id:
             buf += topic.topic_id.bytes if topic.topic_id is not None else _ZERO_UUID
@@ -192,7 +198,11 @@ def write_fetch_response(
             if topic.name is None:
                 raise ValueError("a topic name is required below Fetch v13")
             buf += string(topic.name, flexible)
-        buf += array_length(len(topic.partitions), flexible)
+        n = len(topic.partitions)
+        if flexible and n < 0x7F:
+            buf.append(n + 1)
+        else:
+            buf += array_length(n, flexible)
         for p in topic.partitions:
             buf += _PART_HEAD.pack(
                 p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset
@@ -200,7 +210,14 @@ def write_fetch_response(
             if with_log_start:
                 buf += _I64.pack(p.log_start_offset)
             aborted = p.aborted_transactions
-            buf += array_length(None if aborted is None else len(aborted), flexible)
+            if not flexible:
+                buf += array_length(None if aborted is None else len(aborted), False)
+            elif aborted is None:
+                buf.append(0)  # null
+            elif len(aborted) < 0x7F:
+                buf.append(len(aborted) + 1)
+            else:
+                buf += array_length(len(aborted), True)
             if aborted is not None:
                 for producer_id, first_offset in aborted:
                     buf += _I64_I64.pack(producer_id, first_offset)
@@ -222,7 +239,11 @@ def write_fetch_response(
                 else:
                     buf += records
             if flexible:
-                buf += _partition_tags(p)
+                if (p.diverging_epoch == _DEFAULT_PAIR and p.current_leader == _DEFAULT_PAIR
+                        and p.snapshot_id == _DEFAULT_PAIR):
+                    buf.append(0)  # no tagged fields (_partition_tags' answer, inline)
+                else:
+                    buf += _partition_tags(p)
         if flexible:
             buf += b"\x00"
     if flexible:

@@ -64,24 +64,21 @@ class FrameDecoder:
     fresh large allocations per frame — page faults included, about 1 s of CPU per GB
     of produce requests."""
 
-    __slots__ = ("_buffered", "_chunks", "_max_frame_size", "_next_size")
+    __slots__ = ("_chunks", "_max_frame_size", "_next_size", "buffered")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if max_frame_size < 0:
             raise ValueError("max_frame_size must be >= 0")
         self._max_frame_size = max_frame_size
         self._chunks: deque[memoryview] = deque()  # unconsumed bytes, in arrival order
-        self._buffered = 0  # total bytes in _chunks
+        # Bytes received but not yet returned as frames (total bytes in _chunks): read it
+        # (the reader does after every response), never set it.
+        self.buffered = 0
         self._next_size = -1  # validated size of the next frame, once its prefix is in
 
     @property
     def max_frame_size(self) -> int:
         return self._max_frame_size
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not yet returned as frames."""
-        return self._buffered
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Buffer ``data``; validates the size prefix of the next frame once it is known."""
@@ -90,8 +87,8 @@ class FrameDecoder:
         if not isinstance(data, bytes):
             data = bytes(data)  # the caller may reuse a mutable buffer
         self._chunks.append(memoryview(data))
-        self._buffered += len(data)
-        if self._next_size < 0 and self._buffered >= 4:
+        self.buffered += len(data)
+        if self._next_size < 0 and self.buffered >= 4:
             self._read_next_size()
 
     def next_frame(self) -> bytearray | None:
@@ -102,14 +99,14 @@ class FrameDecoder:
         """
         size = self._next_size
         if size < 0:
-            if self._buffered < 4:
+            if self.buffered < 4:
                 return None
             size = self._read_next_size()
         end = 4 + size
-        if self._buffered < end:
+        if self.buffered < end:
             return None
         self._next_size = -1
-        self._buffered -= end
+        self.buffered -= end
         chunks = self._chunks
         first = chunks[0]
         if len(first) >= end:  # the whole frame in one chunk: the common case
@@ -150,7 +147,7 @@ class FrameDecoder:
         return bytes(out)
 
     def _drop(self, n: int) -> None:
-        """Remove the first ``n`` bytes (already deducted from ``_buffered``)."""
+        """Remove the first ``n`` bytes (already deducted from ``buffered``)."""
         chunks = self._chunks
         while n:
             first = chunks[0]
@@ -161,7 +158,7 @@ class FrameDecoder:
             n -= len(first)
 
     def _take(self, n: int) -> bytearray:
-        """Remove the first ``n`` bytes (already deducted from ``_buffered``), joined."""
+        """Remove the first ``n`` bytes (already deducted from ``buffered``), joined."""
         chunks = self._chunks
         pieces: list[memoryview] = []
         while n:

@@ -36,7 +36,7 @@ result against kio's decoding of the same bytes for every version.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from odradek.protocol.errors import InvalidRequestError
 from odradek.protocol.primitives import read_uvarint, refuse_count, skip_tagged_fields
@@ -116,7 +116,8 @@ def _read_legacy(view: memoryview, pos: int, with_transactional_id: bool) -> Pro
             raise InvalidRequestError(f"negative string length {n} in a Produce request")
     acks, timeout_ms, topic_count = _ACKS_TIMEOUT_COUNT.unpack_from(view, pos)
     pos += _ACKS_TIMEOUT_COUNT.size
-    _check_count(topic_count, _TOPIC_MIN, end - pos)
+    if topic_count < 0 or topic_count * _TOPIC_MIN > end - pos:
+        _refuse_count(topic_count, _TOPIC_MIN, end - pos)
     topics = []
     for _ in range(topic_count):
         (n,) = _I16.unpack_from(view, pos)
@@ -127,7 +128,8 @@ def _read_legacy(view: memoryview, pos: int, with_transactional_id: bool) -> Pro
         pos += n
         (count,) = _I32.unpack_from(view, pos)
         pos += 4
-        _check_count(count, _INDEX_LENGTH.size, end - pos)
+        if count < 0 or count * _INDEX_LENGTH.size > end - pos:
+            _refuse_count(count, _INDEX_LENGTH.size, end - pos)
         partitions = []
         for _ in range(count):
             index, n = _INDEX_LENGTH.unpack_from(view, pos)
@@ -147,7 +149,13 @@ def _read_legacy(view: memoryview, pos: int, with_transactional_id: bool) -> Pro
 
 def _read_flexible(view: memoryview, pos: int) -> ProduceRequestView:
     end = len(view)
-    n, pos = read_uvarint(view, pos)
+    # Varints inline where they fit in one byte (every length and count below 128),
+    # counts checked inline (the refusal alone is a call): this runs on every request.
+    n = view[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = read_uvarint(view, pos)
     transactional_id = None
     if n:
         n -= 1
@@ -155,22 +163,38 @@ def _read_flexible(view: memoryview, pos: int) -> ProduceRequestView:
         pos += n
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(view, pos)
     pos += _ACKS_TIMEOUT.size
-    topic_count, pos = read_uvarint(view, pos)
+    topic_count = view[pos]
+    if topic_count < 0x80:
+        pos += 1
+    else:
+        topic_count, pos = read_uvarint(view, pos)
     if not topic_count:
         raise InvalidRequestError("null array in a Produce request")
-    _check_count(topic_count - 1, _COMPACT_TOPIC_MIN, end - pos)
+    if (topic_count - 1) * _COMPACT_TOPIC_MIN > end - pos:
+        _refuse_count(topic_count - 1, _COMPACT_TOPIC_MIN, end - pos)
     topics = []
     for _ in range(topic_count - 1):
-        n, pos = read_uvarint(view, pos)
+        n = view[pos]
+        if n < 0x80:
+            pos += 1
+        else:
+            n, pos = read_uvarint(view, pos)
         if not n:
             raise InvalidRequestError("null topic name in a Produce request")
         n -= 1
-        name = _text(view, pos, n, end)
+        if n > end - pos:
+            raise InvalidRequestError(f"string of {n} bytes runs past the request")
+        name = str(view[pos : pos + n], "utf-8")
         pos += n
-        count, pos = read_uvarint(view, pos)
+        count = view[pos]
+        if count < 0x80:
+            pos += 1
+        else:
+            count, pos = read_uvarint(view, pos)
         if not count:
             raise InvalidRequestError("null array in a Produce request")
-        _check_count(count - 1, _COMPACT_PARTITION_MIN, end - pos)
+        if (count - 1) * _COMPACT_PARTITION_MIN > end - pos:
+            _refuse_count(count - 1, _COMPACT_PARTITION_MIN, end - pos)
         partitions = []
         for _ in range(count - 1):
             (index,) = _I32.unpack_from(view, pos)
@@ -204,11 +228,11 @@ def _text(view: memoryview, pos: int, n: int, end: int) -> str:
     return str(view[pos : pos + n], "utf-8")
 
 
-def _check_count(count: int, min_size: int, remaining: int) -> None:
-    """Refuse a negative count, and one whose elements (``min_size`` bytes at least)
-    could not fit in the bytes that remain, before looping over it."""
+def _refuse_count(count: int, min_size: int, remaining: int) -> NoReturn:
+    """Refuse a negative count, or one whose elements (``min_size`` bytes at least)
+    could not fit in the bytes that remain, before looping over it (the callers test
+    ``count < 0 or count * min_size > remaining`` inline)."""
     if count < 0:
         raise InvalidRequestError(f"array length {count} in a Produce request")
-    if count * min_size > remaining:
-        raise refuse_count("a Produce request's array", count, min_size, remaining)
+    raise refuse_count("a Produce request's array", count, min_size, remaining)
 

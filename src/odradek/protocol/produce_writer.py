@@ -88,10 +88,22 @@ def write_produce_response(
         raise ValueError(f"Produce response v{version} is not supported by this writer")
     flexible = version >= _FLEXIBLE
     tail = _TAILS[version]
-    out = bytearray(array_length(len(topics), flexible))
+    # Compact lengths and counts below 127 are one byte, written inline (every answer
+    # has some, and a call each cost more than the rest of a one-partition answer).
+    n = len(topics)
+    out = bytearray((n + 1,)) if flexible and n < 0x7F else bytearray(array_length(n, flexible))
     for name, partitions in topics:
-        out += string(name, flexible)
-        out += array_length(len(partitions), flexible)
+        raw = name.encode()
+        if flexible and len(raw) < 0x7F:
+            out.append(len(raw) + 1)
+            out += raw
+        else:
+            out += string(name, flexible)
+        n = len(partitions)
+        if flexible and n < 0x7F:
+            out.append(n + 1)
+        else:
+            out += array_length(n, flexible)
         for p in partitions:
             if p.error_message is None and not p.record_errors and version >= _LOG_START_OFFSET:
                 out += _PART_V5.pack(p.index, p.error_code, p.base_offset,

@@ -42,30 +42,35 @@ class FileRegion:
 Chunk = bytes | bytearray | memoryview | FileRegion
 
 
-def _chunk_size(chunk: Chunk) -> int:
-    if isinstance(chunk, FileRegion):
-        return chunk.size
-    if isinstance(chunk, memoryview):
-        return chunk.nbytes
-    return len(chunk)
-
-
 @dataclass(frozen=True, slots=True)
 class Send:
     """A response body as an ordered sequence of buffers and file regions, and the
     response's top-level error code (0 for none, or a response without one), which the
-    request metrics count as kio responses' ``error_code``."""
+    request metrics count as kio responses' ``error_code``. ``size`` and
+    ``has_file_regions`` (whether the writer must read or sendfile some of it) are
+    computed once, at construction: a body of one buffer (every Produce answer) without a
+    walk over its parts."""
 
     parts: tuple[Chunk, ...]
     size: int = field(init=False)
+    has_file_regions: bool = field(init=False)
     error_code: int = 0
 
     def __init__(self, parts: Iterable[Chunk], error_code: int = 0) -> None:
         parts = tuple(parts)
+        if len(parts) == 1 and type(parts[0]) is bytes:
+            size, regions = len(parts[0]), False
+        else:  # one pass, per part (a few a partition), never per record
+            size, regions = 0, False
+            for part in parts:
+                if isinstance(part, FileRegion):
+                    size += part.size
+                    regions = True
+                elif isinstance(part, memoryview):
+                    size += part.nbytes
+                else:
+                    size += len(part)
         object.__setattr__(self, "parts", parts)
-        object.__setattr__(self, "size", sum(_chunk_size(p) for p in parts))
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "has_file_regions", regions)
         object.__setattr__(self, "error_code", error_code)
-
-    @property
-    def has_file_regions(self) -> bool:
-        return any(isinstance(p, FileRegion) for p in self.parts)

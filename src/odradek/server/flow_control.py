@@ -29,28 +29,29 @@ __all__ = ["FlowControl", "RequestMemoryPool"]
 
 
 class FlowControl:
-    """Tracks why reading is paused and whether writing may proceed."""
+    """Tracks why reading is paused and whether writing may proceed.
 
-    __slots__ = ("_read_paused", "_transport", "_writable")
+    ``read_paused`` and ``writable`` are plain attributes, read by the reader and the
+    writer after every response (a property was a call each); only this class sets
+    them."""
+
+    __slots__ = ("_transport", "_writable", "read_paused", "writable")
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
-        self._read_paused = False
+        self.read_paused = False
+        self.writable = True  # mirrors _writable, which drain() waits on
         self._writable = asyncio.Event()
         self._writable.set()
 
-    @property
-    def read_paused(self) -> bool:
-        return self._read_paused
-
     def pause_reading(self) -> None:
-        if not self._read_paused:
-            self._read_paused = True
+        if not self.read_paused:
+            self.read_paused = True
             self._transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self._read_paused:
-            self._read_paused = False
+        if self.read_paused:
+            self.read_paused = False
             if not self._transport.is_closing():
                 self._transport.resume_reading()
 
@@ -58,29 +59,28 @@ class FlowControl:
         """Re-assert the read state (``loop.sendfile`` toggles reading behind our back)."""
         if self._transport.is_closing():
             return
-        if self._read_paused:
+        if self.read_paused:
             self._transport.pause_reading()
         else:
             self._transport.resume_reading()
 
     # asyncio.Protocol write flow-control callbacks are forwarded here.
     def pause_writing(self) -> None:
+        self.writable = False
         self._writable.clear()
 
     def resume_writing(self) -> None:
+        self.writable = True
         self._writable.set()
-
-    @property
-    def writable(self) -> bool:
-        return self._writable.is_set()
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its low-water mark."""
-        if not self._writable.is_set():
+        if not self.writable:
             await self._writable.wait()
 
     def release(self) -> None:
         """Wake any writer waiting on :meth:`drain` (the connection is going away)."""
+        self.writable = True
         self._writable.set()
 
 

@@ -13,6 +13,11 @@ completes it otherwise. Two kinds are parked today, as in Kafka's ``DelayedFetch
   evaluate, such as an acks=all Produce waiting for the high watermark to pass its last
   offset; each event re-evaluates it.
 
+Nobody waits on most keys most of the time: :attr:`Purgatory.watched` is the map from a
+key to its parked operations, and a caller on the append path tests ``key in watched``
+before it calls :meth:`Purgatory.notify`, so an append nobody waits for costs a dict
+lookup, not a call.
+
 The number of parked operations is bounded; past the bound new operations complete at
 once (a Fetch then answers with what it has; a Produce checks its condition one last time).
 """
@@ -85,7 +90,10 @@ class DelayedCondition(DelayedOperation):
 
 class Purgatory:
     def __init__(self, max_parked: int = DEFAULT_MAX_PARKED) -> None:
-        self._watchers: dict[Hashable, set[DelayedOperation]] = {}
+        # key -> the operations parked on it; a key leaves when its last one does, so
+        # ``key in watched`` says whether notify(key) would reach anyone (read it, never
+        # change it from outside)
+        self.watched: dict[Hashable, set[DelayedOperation]] = {}
         self.parked = 0
         self.max_parked = max_parked
 
@@ -108,7 +116,7 @@ class Purgatory:
         if op.satisfied() or timeout_s <= 0 or self.parked >= self.max_parked:
             return op.satisfied()
         for key in op.keys:
-            self._watchers.setdefault(key, set()).add(op)
+            self.watched.setdefault(key, set()).add(op)
         self.parked += 1
         try:
             await asyncio.wait_for(op.done.wait(), timeout_s)
@@ -117,25 +125,25 @@ class Purgatory:
         finally:
             self.parked -= 1
             for key in op.keys:
-                watchers = self._watchers.get(key)
+                watchers = self.watched.get(key)
                 if watchers is not None:
                     watchers.discard(op)
                     if not watchers:
-                        del self._watchers[key]
+                        del self.watched[key]
         return op.satisfied()
 
     def notify(self, key: Hashable, nbytes: int = 0) -> None:
         """Something changed on ``key``: ``nbytes`` appended, or a condition may hold."""
-        watchers = self._watchers.get(key)
+        watchers = self.watched.get(key)
         if watchers:  # called on every append: nothing to copy when nobody waits
             for op in list(watchers):
                 op.try_complete(nbytes)
 
     def wake_all(self, key: Hashable) -> None:
         """Complete every operation on ``key`` (e.g. its partition was deleted)."""
-        for op in list(self._watchers.get(key, ())):
+        for op in list(self.watched.get(key, ())):
             op.force()
 
     def watching(self, key: Hashable) -> int:
         """How many parked operations watch ``key``."""
-        return len(self._watchers.get(key, ()))
+        return len(self.watched.get(key, ()))

@@ -286,7 +286,7 @@ class PartitionLog:
 
     @property
     def log_end_offset(self) -> int:
-        return self.active_segment.next_offset
+        return self._view[1][-1].next_offset  # the active segment's (read on every append)
 
     @property
     def size_in_bytes(self) -> int:
@@ -661,11 +661,14 @@ class PartitionLog:
         limit = leo if max_offset is None else min(max_offset, leo)
         bases, segments = self._view
         i = max(0, bisect.bisect_right(bases, offset) - 1)
-        active_fd = segments[-1].fd
         if offset >= limit:
-            return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw,
+            return FetchDataInfo(offset, segments[-1].fd, segments[-1].size, 0, start, leo, hw,
                                  last_stable_offset=lso)
-        with self._io("reading"):
+        # The disk-error choke point without a context manager: this runs for every
+        # partition of every fetch.
+        channel = self.failure_channel
+        channel.check(self.log_dir)
+        try:
             while i < len(segments):
                 segment = segments[i]
                 max_position = None
@@ -693,7 +696,9 @@ class PartitionLog:
                         segment.legacy, lso,
                     )
                 i += 1
-        return FetchDataInfo(offset, active_fd, segments[-1].size, 0, start, leo, hw,
+        except OSError as exc:
+            raise channel.failed(self.log_dir, f"reading for {self.dir.name}", exc) from exc
+        return FetchDataInfo(offset, segments[-1].fd, segments[-1].size, 0, start, leo, hw,
                              last_stable_offset=lso)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:

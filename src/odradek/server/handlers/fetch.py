@@ -72,14 +72,13 @@ also keeps ``sendfile`` (which moves the file offset) away from the segment's ow
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import logging
 import os
 import time
 import uuid
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +102,7 @@ from odradek.protocol.registry import (
     RequestContext,
     bind,
 )
-from odradek.protocol.send import Chunk, FileRegion, Send
+from odradek.protocol.send import FileRegion, Send
 from odradek.records.batch import InvalidRecordError
 from odradek.records.legacy import down_convert, up_convert
 from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -139,14 +138,21 @@ class _OwningSend(Send):
     __slots__ = ("_owned",)
     _owned: list[int]
 
-    def __init__(self, parts: Iterable[Chunk], owned: list[int]) -> None:
-        super().__init__(parts)
+    def __init__(self, send: Send, owned: list[int]) -> None:
+        # ``send``'s fields taken over as they are (its size is not summed again)
+        object.__setattr__(self, "parts", send.parts)
+        object.__setattr__(self, "size", send.size)
+        object.__setattr__(self, "has_file_regions", send.has_file_regions)
+        object.__setattr__(self, "error_code", send.error_code)
         object.__setattr__(self, "_owned", owned)
 
     def __del__(self) -> None:
+        # Not contextlib.suppress around each close: this runs for every region sent.
         for fd in self._owned:
-            with contextlib.suppress(OSError):
+            try:
                 os.close(fd)
+            except OSError:
+                continue  # closed already: the others still close
         self._owned.clear()
 
 
@@ -304,9 +310,7 @@ def _response(
             for cp in rotate:
                 context.session.move_to_end(cp)
         return _OwningSend(
-            write_fetch_response(version, list(topics.values()), session_id=session_id).parts,
-            owned,
-        )
+            write_fetch_response(version, list(topics.values()), session_id=session_id), owned)
     except BaseException:
         for fd in owned:
             os.close(fd)

@@ -164,27 +164,22 @@ class Dispatcher:
             connection_id=self._connection_id,
             header_version=header.header_version,
             received_ns=received_ns,
-            size=len(frame),
+            size=(size := len(frame)),
             channel=self._channel,
             principal=self.principal,
             listener_name=self._listener_name,
         )
-        size = len(frame)
         timing = (None if self._stats is None
                   else TimedInFlight(size, api_key, api_version, received_ns))
-        self._start(registration, ctx, request, size, timing)
-
-    def _start(
-        self, registration: Registration, ctx: RequestContext, request: Any, size: int,
-        timing: TimedInFlight | None,
-    ) -> None:
-        """Start the handler (eagerly unless it must wait for earlier requests) and queue
-        the request."""
+        # Start the handler (eagerly unless it must wait for earlier requests) and queue
+        # the request (inline: this runs for every request).
         prior: list[asyncio.Future[Outcome]] = []
         if registration.serial:
-            if self._serial_barrier is not None and not self._serial_barrier.done():
-                prior.append(self._serial_barrier)
-            prior.extend(self._since_barrier)
+            barrier = self._serial_barrier
+            if barrier is not None and not barrier.done():
+                prior.append(barrier)
+            if self._since_barrier:
+                prior.extend(self._since_barrier)
         coro = self._handle(registration, ctx, request, prior, timing)
         task: asyncio.Future[Outcome]
         if prior:
@@ -193,21 +188,34 @@ class Dispatcher:
             task = start_eagerly(self._loop, coro)
             if timing is not None and not task.done():
                 note_first_wait(timing)
+        done = task.done()
         if registration.serial:
             self._serial_barrier = task
-            self._since_barrier = set()
-        elif not task.done():
+            if self._since_barrier:
+                self._since_barrier = set()
+        elif not done:
             # Done tasks leave at once: a finished response (and the descriptors its
             # file regions own) must not be kept alive by this bookkeeping.
             self._since_barrier.add(task)
             task.add_done_callback(self._since_barrier.discard)
-        if not task.done():
+        if not done:
             self._track(task)
+        entry: InFlight
         if timing is None:
-            self._requests.push(InFlight(task, size))
+            entry = InFlight(task, size)
         else:
             timing.task = task
-            self._requests.push(timing)
+            entry = timing
+        # InFlightRequests.push, inline; the writer waits on wakeup only once it found the
+        # queue empty, so a request behind others need not set it.
+        requests = self._requests
+        requests.bytes += size
+        if requests.pool is not None:
+            requests.pool.take(size)
+        entries = requests.entries
+        entries.append(entry)
+        if len(entries) == 1:
+            requests.wakeup.set()
 
     def _answer_unsupported_api_versions(
         self, frame: bytes | bytearray, api_version: int, correlation_id: int

@@ -84,8 +84,11 @@ class InFlightRequests:
     """The queue of one connection's requests, and what they hold.
 
     ``entries`` is read directly by the reader (its length) and the writer (its head);
-    :meth:`push` adds a request, counts its bytes and wakes the writer; the writer pops
-    entries and releases their bytes (``bytes`` and the pool) itself, on its hot path."""
+    :meth:`push` adds a request, counts its bytes and wakes the writer; on their hot
+    paths the dispatcher pushes and the writer pops entries and releases their bytes
+    (``bytes`` and the pool) themselves. The writer waits on ``wakeup`` only after it
+    found ``entries`` empty, so the dispatcher sets it only for a request that finds the
+    queue empty."""
 
     __slots__ = ("bytes", "entries", "max_bytes", "pool", "wakeup")
 
@@ -94,7 +97,7 @@ class InFlightRequests:
         self.bytes = 0  # frame bytes of the entries, against max_bytes
         self.max_bytes = max_bytes  # socket.request.max.bytes
         self.pool = pool  # the broker's queued.max.request.bytes; None: unbounded
-        self.wakeup = asyncio.Event()  # set on every push: the writer waits on it
+        self.wakeup = asyncio.Event()  # set by a push to an empty queue: the writer waits
 
     def __len__(self) -> int:
         return len(self.entries)

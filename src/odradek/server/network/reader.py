@@ -112,8 +112,17 @@ class RequestReader:
         already buffered as soon as a slot frees."""
         if self.stopped or self._throttle_timer is not None:
             return
-        if self._flow.read_paused and self.may_read():
-            self._flow.resume_reading()
+        flow = self._flow
+        if flow.read_paused:
+            # may_read, inline: this runs after every response
+            requests = self._requests
+            if (len(requests.entries) <= self._resume_at
+                    and requests.bytes < requests.max_bytes):
+                pool = requests.pool
+                if pool is None or not pool.exhausted:
+                    flow.resume_reading()
+                else:
+                    pool.wait(self, self.wake)
         if self._decoder.buffered >= 4:
             self.pump()
 
