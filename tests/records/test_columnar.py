@@ -3,6 +3,7 @@ iter_records decodes, and refuse the same malformed input without crashing."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 from array import array
 
@@ -190,7 +191,7 @@ def test_aborted_transactions_are_dropped_whole(kind: str) -> None:
         rows, _, _, _, _, (_, offsets, raw, _), _ = cols.finish()
         ends = struct.unpack(f"<{rows + 1}i", bytes(offsets))
         raw = bytes(raw)
-        return [raw[a:b] for a, b in zip(ends, ends[1:], strict=False)], added.next_offset
+        return [raw[a:b] for a, b in itertools.pairwise(ends)], added.next_offset
 
     assert values(0, None) == (
         [b"a0", b"a1", b"plain", b"c0", b"c1", b"a2", b"a3", b"n0"], 11)

@@ -316,16 +316,12 @@ class Admin:
                                 for c in result.credential_infos}
         return out
 
-    async def list_offset(
-        self, topic: str, partition: int, timestamp: int, isolation_level: int = 0
-    ) -> tuple[int, int]:
-        """(offset, timestamp); the latest offset (-1) is the last stable offset under
-        ``isolation_level=1`` (read_committed), the high watermark under 0."""
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
         cls = request_class("list_offsets", 7, "ListOffsetsRequest")
         topic_cls = request_class("list_offsets", 7, "ListOffsetsTopic")
         part_cls = request_class("list_offsets", 7, "ListOffsetsPartition")
         response = await self.conn.send(cls(
-            replica_id=-1, isolation_level=isolation_level,
+            replica_id=-1, isolation_level=0,
             topics=(topic_cls(name=topic, partitions=(
                 part_cls(partition_index=partition, current_leader_epoch=-1,
                          timestamp=timestamp),)),),

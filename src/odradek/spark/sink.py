@@ -309,7 +309,8 @@ def read_markers(
 
     tp = ck.TopicPartition(opts.commit_topic, 0)
     high = _stable_end(opts, tp) if read_committed else None
-    c = consumer(opts.client, {"isolation.level": "read_committed"} if read_committed else None)
+    level = "read_committed" if read_committed else "read_uncommitted"
+    c = consumer({**opts.client, "isolation.level": level})
     done: set[int] = set()
     committed = -1
     prefix = f"{query}/{batch}/".encode()
@@ -360,8 +361,8 @@ def _stable_end(opts: WriteOptions, tp: ck.TopicPartition) -> int:
 
     timeout = opts.api_timeout_ms / 1000
     deadline = time.monotonic() + timeout
-    hw_reader = consumer(opts.client)
-    lso_reader = consumer(opts.client, {"isolation.level": "read_committed"})
+    hw_reader = consumer({**opts.client, "isolation.level": "read_uncommitted"})
+    lso_reader = consumer({**opts.client, "isolation.level": "read_committed"})
     try:
         _, high = hw_reader.get_watermark_offsets(tp, timeout=timeout)
         backoff = 0.01
