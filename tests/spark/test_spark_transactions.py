@@ -100,9 +100,14 @@ def test_batch_read_committed_skips_aborted_and_stops_at_the_open_transaction(
         + [f"open-{i}" for i in range(4)])
 
 
-def _wait(what: str, cond: Any, deadline_s: float = DEADLINE_S, state: Any = None) -> None:
+def _wait(what: str, cond: Any, deadline_s: float = DEADLINE_S, state: Any = None,
+          query: Any = None) -> None:
+    """Wait for ``cond``; a ``query`` that has stopped fails the wait at once."""
     deadline = time.monotonic() + deadline_s
     while not cond():
+        if query is not None and not query.isActive:
+            raise AssertionError(f"the query stopped while waiting for {what}: "
+                                 f"{query.exception()}")
         assert time.monotonic() < deadline, (
             f"timed out waiting for {what}" + (f": {state()}" if state else ""))
         time.sleep(0.2)
@@ -125,7 +130,7 @@ def test_streaming_read_committed_is_held_back_by_an_open_transaction(
             return sorted(r.value for r in spark.sql(f"select value from {name}").collect())
 
         _wait("the records before any transaction", lambda: seen() == ["before-0", "before-1"],
-              state=lambda: (seen(), q.exception(), q.status, q.lastProgress))
+              query=q)
         _in_txn(p, topic, ["aborted-0", "aborted-1"])
         p.abort_transaction(DEADLINE_S)
         _in_txn(p, topic, ["open-0", "open-1"])
@@ -149,12 +154,12 @@ def test_streaming_read_committed_is_held_back_by_an_open_transaction(
         # a micro-batch planned up to the last stable offsets (not the high watermarks,
         # which are 2 further) and ran: the aborted records and the markers read as none
         _wait("a micro-batch up to the last stable offsets", at_lso,
-              state=lambda: (lso, ends()))
+              state=lambda: (lso, ends()), query=q)
         assert seen() == ["before-0", "before-1"]
         p.commit_transaction(DEADLINE_S)
         _wait("the committed transaction and the records behind it",
               lambda: seen() == sorted(["before-0", "before-1", "open-0", "open-1",
-                                        "held-0", "held-1"]))
+                                        "held-0", "held-1"]), query=q)
     finally:
         q.stop()
 
