@@ -3,6 +3,7 @@ iter_records decodes, and refuse the same malformed input without crashing."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 from array import array
 
@@ -20,6 +21,7 @@ from odradek.records.batch import (
 )
 from odradek.records.builder import BatchBuilder
 from odradek.records.columnar import (
+    AbortedFilter,
     BinaryBuffers,
     ColumnBuilder,
     Columns,
@@ -27,6 +29,7 @@ from odradek.records.columnar import (
     new_builder,
 )
 from odradek.records.compression import CompressionType
+from odradek.records.control import build_end_txn_marker
 from odradek.records.varint import encode_varint
 
 KINDS = ("native", "python")
@@ -155,6 +158,48 @@ def test_control_batches_are_skipped(kind: str) -> None:
     cols = builder(kind)
     added = add_batches(cols, control.build() + data.build(), 0, 100)
     assert (added.rows, added.next_offset) == (1, 2)
+
+
+def _txn_batch(offset: int, pid: int, values: list[bytes]) -> bytes:
+    b = BatchBuilder(base_offset=offset, producer_id=pid, producer_epoch=0, base_sequence=0,
+                     is_transactional=pid >= 0)
+    for v in values:
+        b.append(None, v, 1)
+    return b.build()
+
+
+def _marker(offset: int, pid: int, committed: bool) -> bytes:
+    marker = build_end_txn_marker(pid, 0, committed, 0, 1)
+    return struct.pack(">q", offset) + marker[8:]  # the CRC does not cover the base offset
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_aborted_transactions_are_dropped_whole(kind: str) -> None:
+    # offsets: 0-1 p7 (aborted), 2 plain, 3-4 p8 (committed), 5-6 p7 (aborted), 7 abort p7,
+    # 8 commit p8, 9 p7 again (a new transaction, committed), 10 commit p7
+    data = b"".join([
+        _txn_batch(0, 7, [b"a0", b"a1"]), _txn_batch(2, -1, [b"plain"]),
+        _txn_batch(3, 8, [b"c0", b"c1"]), _txn_batch(5, 7, [b"a2", b"a3"]),
+        _marker(7, 7, committed=False), _marker(8, 8, committed=True),
+        _txn_batch(9, 7, [b"n0"]), _marker(10, 7, committed=True),
+    ])
+
+    def values(lo: int, aborted: list[tuple[int, int]] | None) -> tuple[list[bytes], int]:
+        cols = builder(kind, headers=False)
+        added = add_batches(cols, data, lo, 100,
+                            aborted=None if aborted is None else AbortedFilter(aborted))
+        rows, _, _, _, _, (_, offsets, raw, _), _ = cols.finish()
+        ends = struct.unpack(f"<{rows + 1}i", bytes(offsets))
+        raw = bytes(raw)
+        return [raw[a:b] for a, b in itertools.pairwise(ends)], added.next_offset
+
+    assert values(0, None) == (
+        [b"a0", b"a1", b"plain", b"c0", b"c1", b"a2", b"a3", b"n0"], 11)
+    assert values(0, [(7, 0)]) == ([b"plain", b"c0", b"c1", b"n0"], 11)
+    # a fetch from inside the aborted transaction: the broker still names it (first
+    # offset 0 < the fetch offset)
+    assert values(5, [(7, 0)]) == ([b"n0"], 11)
+    assert values(9, []) == ([b"n0"], 11)
 
 
 def _records_section(batch: bytes) -> bytes:

@@ -134,5 +134,7 @@ def test_supports_only_what_it_honours() -> None:
     assert not fetcher.supports({"bootstrap.servers": "h:1", "sasl.mechanism": "GSSAPI"})
     assert not fetcher.supports({"bootstrap.servers": "h:1",
                                  "ssl.certificate.location": "/c.pem"})
-    assert not fetcher.supports({"bootstrap.servers": "h:1", "isolation.level": "read_committed"})
+    assert fetcher.supports({"bootstrap.servers": "h:1", "isolation.level": "read_committed"})
+    assert fetcher.supports({"bootstrap.servers": "h:1", "isolation.level": "READ_UNCOMMITTED"})
+    assert not fetcher.supports({"bootstrap.servers": "h:1", "isolation.level": "serializable"})
 

@@ -149,3 +149,18 @@ def test_a_mechanism_odradek_lacks_goes_to_librdkafka_as_it_is() -> None:
     read = parse_read_options({**BOOT, **options, "subscribe": "a"}, streaming=False)
     assert read.client == {"bootstrap.servers": "127.0.0.1:9092",
                            **{k[len("kafka."):]: v for k, v in options.items()}}
+
+
+def test_transactional_id_is_the_sinks_prefix_and_not_a_client_setting() -> None:
+    from odradek.spark.sink import task_transactional_id
+
+    o = parse_write_options({**BOOT, "topic": "t", "kafka.transactional.id": "etl",
+                             "kafka.transaction.timeout.ms": "120000"})
+    assert o.transactional_id == "etl"
+    assert "transactional.id" not in o.client  # the marker reader and admin client use it
+    assert o.client["transaction.timeout.ms"] == "120000"
+    assert parse_write_options({**BOOT, "topic": "t"}).transactional_id is None
+    with pytest.raises(OdradekOptionError, match=r"kafka.transactional.id"):
+        parse_write_options({**BOOT, "topic": "t", "kafka.transactional.id": " "})
+    assert task_transactional_id("etl", "q-1", 3) == "etl-q-1-3"
+    assert task_transactional_id("etl", None, 3) == "etl-3"

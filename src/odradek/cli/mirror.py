@@ -66,6 +66,10 @@ def add_parser(sub: Any) -> None:
                    help="librdkafka property for the target clients (repeatable)")
     p.add_argument("--timeout", type=int, default=30_000, metavar="MS",
                    help="bound on every request to either cluster (30000)")
+    p.add_argument("--isolation-level", choices=("read_committed", "read_uncommitted"),
+                   default="read_committed",
+                   help="how the source is read (Kafka's consumer isolation.level): "
+                        "read_committed (the default) leaves out aborted transactions")
     p.set_defaults(func=_mirror)
 
 
@@ -105,6 +109,7 @@ def _mirror(args: argparse.Namespace) -> int:
         max_records_per_batch=args.max_records_per_batch,
         replication_factor=args.replication_factor,
         api_timeout_ms=args.timeout,
+        isolation_level=args.isolation_level,
         source_client={**source_security,
                        **parse_pairs(args.source_property, "--source-property")},
         target_client={**target_security,

@@ -12,7 +12,7 @@ import secrets
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
@@ -58,6 +58,16 @@ class TopicDescription:
     internal: bool
     partitions: tuple[PartitionInfo, ...]
     error: str
+
+
+class FetchedPartition(NamedTuple):
+    """One partition of a Fetch answer."""
+
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    aborted_transactions: list[tuple[int, int]]  # (producer id, first offset)
+    records: bytes
 
 
 class Admin:
@@ -343,12 +353,25 @@ class Admin:
         max_bytes: int = 52428800, partition_max_bytes: int = 1048576,
     ) -> dict[int, tuple[int, int, bytes]]:
         """{partition: (error code, high watermark, records)} from the given offsets."""
+        out = await self.fetch_partitions(topic, partitions, max_wait_ms, max_bytes,
+                                          partition_max_bytes)
+        return {p: (f.error_code, f.high_watermark, f.records) for p, f in out.items()}
+
+    async def fetch_partitions(
+        self, topic: str, partitions: dict[int, int], max_wait_ms: int = 500,
+        max_bytes: int = 52428800, partition_max_bytes: int = 1048576,
+        isolation_level: int = 0,
+    ) -> dict[int, FetchedPartition]:
+        """Each partition's answer from the given offsets; under ``isolation_level=1``
+        (read_committed) the records end at the last stable offset and the answer names
+        the aborted transactions they may hold."""
         cls = request_class("fetch", 12, "FetchRequest")
         topic_cls = request_class("fetch", 12, "FetchTopic")
         part_cls = request_class("fetch", 12, "FetchPartition")
         request = cls(
             max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1,
-            max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            max_bytes=max_bytes, isolation_level=isolation_level, session_id=0,
+            session_epoch=-1,
             topics=(topic_cls(topic=topic, partitions=tuple(
                 part_cls(partition=p, fetch_offset=o, partition_max_bytes=partition_max_bytes)
                 for p, o in partitions.items())),),
@@ -356,11 +379,14 @@ class Admin:
         )
         response = await self.conn.send(request)
         check(response.error_code, f"fetching {topic}")
-        out: dict[int, tuple[int, int, bytes]] = {}
+        out: dict[int, FetchedPartition] = {}
         for t in response.responses:
             for p in t.partitions:
-                out[p.partition_index] = (
+                out[p.partition_index] = FetchedPartition(
                     int(ErrorCode(p.error_code).value), int(p.high_watermark),
+                    int(p.last_stable_offset),
+                    [(int(a.producer_id), int(a.first_offset))
+                     for a in p.aborted_transactions or ()],
                     bytes(p.records or b""),
                 )
         return out

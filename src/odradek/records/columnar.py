@@ -7,6 +7,11 @@ says so, and hands the records section to a column builder, which appends each r
 with ``lo <= offset < hi`` to growable buffers: int64 offsets and timestamps, int32
 timestamp types, and for key, value and headers the validity bitmap / int32 offsets / data
 triple of Arrow's binary layout (headers as list<struct<key: string, value: binary>>).
+Under read_committed an :class:`AbortedFilter` (built from a Fetch answer's
+aborted_transactions) drops the batches of aborted transactions whole, by Kafka's
+consumer rule (``CompletedFetch`` in the Java client): a transaction of producer P that
+began at offset F is aborted from the first batch of P ending at or after F until P's
+abort marker.
 :meth:`finish` returns the buffers (memoryviews of the C builder's own memory, or
 ``bytes``), which ``pyarrow.Array.from_buffers`` wraps without copying.
 
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from odradek.records.batch import (
+    BatchHeader,
     InvalidRecordError,
     decode_records,
     iter_batches,
@@ -32,8 +38,10 @@ from odradek.records.batch import (
     validate_batch,
 )
 from odradek.records.compression import DEFAULT_MAX_DECOMPRESSED
+from odradek.records.control import ControlType, read_end_txn_marker
 
 __all__ = [
+    "AbortedFilter",
     "BinaryBuffers",
     "Blob",
     "ColumnBuilder",
@@ -217,11 +225,43 @@ class Added:
 _TS_TYPE = 0x08  # attributes bit 3: LogAppendTime
 
 
+class AbortedFilter:
+    """Which batches of one Fetch answer belong to aborted transactions (read_committed).
+
+    ``aborted`` is the answer's aborted_transactions, (producer id, first offset) pairs.
+    Batches must be shown in offset order. One decision per batch, never per record: a
+    transaction's records are whole batches of its producer."""
+
+    __slots__ = ("_aborting", "_next", "_pending")
+
+    def __init__(self, aborted: list[tuple[int, int]]) -> None:
+        self._pending = sorted(aborted, key=lambda a: a[1])  # by first offset
+        self._next = 0
+        self._aborting: set[int] = set()  # producers inside an aborted transaction
+
+    def skip(self, header: BatchHeader, batch: memoryview) -> bool:
+        """Whether the batch is left out: a control batch always, a transactional batch
+        of a producer inside an aborted transaction."""
+        if header.producer_id >= 0:
+            pending = self._pending
+            while self._next < len(pending) and pending[self._next][1] <= header.last_offset:
+                self._aborting.add(pending[self._next][0])
+                self._next += 1
+            if header.is_control:
+                marker = read_end_txn_marker(batch)
+                if marker is not None and marker.control_type is ControlType.ABORT:
+                    self._aborting.discard(header.producer_id)
+                return True
+            return header.is_transactional and header.producer_id in self._aborting
+        return header.is_control
+
+
 def add_batches(
     builder: ColumnBuilder, data: bytes | memoryview, lo: int, hi: int,
-    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED, aborted: AbortedFilter | None = None,
 ) -> Added:
-    """Append the records with ``lo <= offset < hi`` of every whole batch in ``data``.
+    """Append the records with ``lo <= offset < hi`` of every whole batch in ``data``
+    (leaving out, with ``aborted``, the batches of aborted transactions).
 
     A trailing partial batch (a fetch cut at its byte limit) is left alone. Raises
     :class:`InvalidRecordError` for a batch that breaks the format (CRC, magic, sizes,
@@ -234,9 +274,13 @@ def add_batches(
         header = validate_batch(data, shallow.position, strict_offsets=False)
         end = shallow.position + header.size
         next_offset = header.next_offset
-        if header.is_control or header.next_offset <= lo or header.base_offset >= hi:
+        if header.next_offset <= lo or header.base_offset >= hi:
+            if aborted is not None and header.producer_id >= 0:
+                aborted.skip(header, memoryview(data)[header.position:end])  # its state
             continue
         batch = memoryview(data)[header.position:end]
+        if aborted.skip(header, batch) if aborted is not None else header.is_control:
+            continue
         payload = records_payload(batch, max_decompressed)
         try:
             rows += builder.add(

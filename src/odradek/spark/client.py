@@ -124,6 +124,9 @@ def consumer(client: dict[str, str], extra: dict[str, Any] | None = None) -> ck.
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": False,
+        # the Java consumer's default (and so Spark's), not librdkafka's read_committed:
+        # planning and reading agree on the isolation level the options give
+        "isolation.level": "read_uncommitted",
         "logger": LIBRDKAFKA_LOG,
         **(extra or {}),
         **client,

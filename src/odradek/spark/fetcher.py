@@ -3,11 +3,19 @@
 How it works: a Spark task reads one planned range ``[start, until)`` of one partition.
 It finds the partition's leader (Metadata), checks the range against the log start and
 the high watermark (ListOffsets, with ``failOnDataLoss``), then sends Fetch requests
-(v12, read_uncommitted, long-polling) from ``position`` and hands each response's record
-batches to a column builder (:mod:`odradek.records.columnar`, native code), which keeps
-the records with ``position <= offset < until``. ``position`` moves to the end of the last
-whole batch received, so offsets removed by compaction and control batches are stepped
-over. Buffers become an Arrow ``RecordBatch`` (zero-copy) whenever enough rows gather.
+(v12, long-polling) from ``position`` and hands each response's record batches to a
+column builder (:mod:`odradek.records.columnar`, native code), which keeps the records
+with ``position <= offset < until``. ``position`` moves to the end of the last whole batch
+received, so offsets removed by compaction and control batches are stepped over. Buffers
+become an Arrow ``RecordBatch`` (zero-copy) whenever enough rows gather.
+
+``kafka.isolation.level=read_committed`` (Kafka's consumer setting, as Spark's Kafka source
+passes it): Fetch asks with isolation_level=1, so the broker answers only up to the last
+stable offset, with the aborted transactions the answer may hold; the column builder then
+drops those transactions' batches whole (:class:`~odradek.records.columnar.AbortedFilter`,
+the Java consumer's rule) and every control batch. A range planned past the last stable
+offset (an explicit ``endingOffsets``) waits for the open transactions to end, within
+``kafkaConsumer.pollTimeoutMs``. The data-loss check stays against the high watermark.
 
 Why not librdkafka here: through confluent-kafka every record becomes a Python ``Message``
 with Python ``bytes`` for its key and value before Arrow sees it; decoding whole batches in
@@ -22,7 +30,7 @@ handled as ``failOnDataLoss`` says; anything else fails the task with the Kafka 
 TLS and SASL (PLAIN, SCRAM) are Odradek's own client's
 (:func:`odradek.client.security.client_security`, built in the task from the ``kafka.*``
 security options the driver translated to librdkafka's keys); options it cannot honour
-(read_committed, mutual TLS, any other librdkafka property) send the read through
+(mutual TLS, any other librdkafka property) send the read through
 librdkafka instead (:func:`supports`).
 """
 
@@ -36,12 +44,13 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from odradek.client.admin import Admin
+from odradek.client.admin import Admin, FetchedPartition
 from odradek.client.connection import BrokerConnection, ClientError
 from odradek.client.security import ClientSecurity, client_security
 from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import InvalidRecordError
 from odradek.records.columnar import (
+    AbortedFilter,
     BinaryBuffers,
     ColumnBuilder,
     Columns,
@@ -69,7 +78,7 @@ _UNDERSTOOD = {
 }
 # ...and these only with the values it implements.
 _UNDERSTOOD_VALUES = {
-    "isolation.level": {"read_uncommitted"},
+    "isolation.level": {"read_uncommitted", "read_committed"},
     "sasl.mechanism": {"plain", "scram-sha-256", "scram-sha-512"},
     "sasl.mechanisms": {"plain", "scram-sha-256", "scram-sha-512"},
 }
@@ -130,6 +139,8 @@ class _PartitionReader:
         self.partition_max_bytes = _int(client, "max.partition.fetch.bytes", 16 * 1024 * 1024)
         self.max_wait_ms = _int(client, "fetch.wait.max.ms", 500)
         self.timeout = opts.api_timeout_ms / 1000
+        level = client.get("isolation.level", "read_uncommitted").strip().lower()
+        self.isolation_level = 1 if level == "read_committed" else 0
 
     @property
     def name(self) -> str:
@@ -175,12 +186,13 @@ class _PartitionReader:
         )
         return low, high
 
-    async def fetch(self, position: int) -> tuple[int, int, bytes]:
+    async def fetch(self, position: int) -> FetchedPartition:
         admin = await self.connect()
         out = await asyncio.wait_for(
-            admin.fetch(
+            admin.fetch_partitions(
                 self.topic, {self.partition: position}, max_wait_ms=self.max_wait_ms,
                 max_bytes=self.max_bytes, partition_max_bytes=self.partition_max_bytes,
+                isolation_level=self.isolation_level,
             ),
             self.timeout + self.max_wait_ms / 1000,
         )
@@ -235,7 +247,9 @@ def _read(
                 checked = True
                 if position >= until:
                     break
-            code, high_watermark, records = loop.run_until_complete(reader.fetch(position))
+            answer = loop.run_until_complete(reader.fetch(position))
+            code, high_watermark, records = (
+                answer.error_code, answer.high_watermark, answer.records)
         except ClientError as exc:
             code, high_watermark, records = (
                 _CONNECTION if exc.error_code is None else exc.error_code), -1, b""
@@ -261,7 +275,11 @@ def _read(
             checked = False
             continue
         backoff = 0.05
-        added = add_batches(builder, records, position, until)
+        aborted = None
+        if reader.isolation_level:
+            aborted = AbortedFilter(answer.aborted_transactions)
+            high_watermark = answer.last_stable_offset
+        added = add_batches(builder, records, position, until, aborted=aborted)
         if added.next_offset > position:
             position = added.next_offset
             last_progress = time.monotonic()
@@ -272,7 +290,9 @@ def _read(
                 f"kafka.fetch.max.bytes={reader.max_bytes}); raise them"
             )
         elif time.monotonic() - last_progress > opts.poll_timeout_ms / 1000:
-            raise _timed_out(opts, name, position, until, f"high watermark {high_watermark}")
+            raise _timed_out(opts, name, position, until,
+                             ("last stable offset" if reader.isolation_level else
+                              "high watermark") + f" {high_watermark}")
         if builder.rows >= flush_rows or builder.nbytes >= FLUSH_BYTES:
             yield to_arrow(builder.finish(), reader.topic, reader.partition,
                            opts.include_headers)

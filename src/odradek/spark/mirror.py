@@ -5,7 +5,10 @@ topic configs, MirrorCheckpointConnector for the consumer-group offsets; here on
 query and one driver thread):
 
 * The query reads the source cluster through this connector (``subscribePattern`` from
-  ``--include`` / ``--exclude``, ``includeHeaders``, from the earliest offsets) and hands
+  ``--include`` / ``--exclude``, ``includeHeaders``, from the earliest offsets, and
+  ``--isolation-level``, read_committed unless told otherwise, as Kafka's consumer
+  ``isolation.level``: the records of aborted transactions and the transaction markers
+  never reach the target, and a planned range ends at the last stable offset) and hands
   each micro-batch to ``foreachBatch``, which writes it with :class:`MirrorSink` (a
   Python data source, so tasks get the connector's Arrow batches). One Spark task is one
   source offset range of one partition; it writes the range's records to the same
@@ -117,6 +120,8 @@ class MirrorConfig:
     max_records_per_batch: int = 500_000
     replication_factor: int = -1
     api_timeout_ms: int = 30_000
+    #: the source reader's ``isolation.level``
+    isolation_level: str = "read_committed"
     # librdkafka settings of each side: secrets (a SASL password), kept out of the repr
     source_client: dict[str, str] = field(default_factory=dict, repr=False)
     target_client: dict[str, str] = field(default_factory=dict, repr=False)
@@ -705,6 +710,7 @@ class MirrorJob:
             spark.readStream.format("odradek")
             .option("kafka.bootstrap.servers", self.cfg.source)
             .option("kafka.default.api.timeout.ms", str(self.cfg.api_timeout_ms))
+            .option("kafka.isolation.level", self.cfg.isolation_level)
             .option("subscribePattern", self.pattern)
             .option("startingOffsets", "earliest")
             .option("includeHeaders", "true")

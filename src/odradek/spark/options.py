@@ -135,6 +135,9 @@ class WriteOptions:
     commit_topic: str
     api_timeout_ms: int
     client: dict[str, str] = field(default_factory=dict, repr=False)  # secrets
+    #: ``kafka.transactional.id``: the prefix of each task's transactional.id (the sink's
+    #: transactional mode); kept out of ``client``, which the marker reader also uses
+    transactional_id: str | None = None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -428,10 +431,14 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise OdradekOptionError("option 'topic' must not be empty")
+    txn = client.pop("transactional.id", None)
+    if txn is not None and not txn.strip():
+        raise OdradekOptionError("option 'kafka.transactional.id' must not be empty")
     return WriteOptions(
         bootstrap=client["bootstrap.servers"],
         topic=topic,
         commit_topic=opts.get("odradek.sinkcommittopic", "_odradek_spark_sink_commits"),
         api_timeout_ms=timeout_ms,
         client=client,
+        transactional_id=txn,
     )

@@ -16,12 +16,25 @@ Before producing, a task scans the marker topic backwards from its end until it 
 query's latest commit marker. If that marker is >= its batch id, or its own task marker is
 there, the task writes nothing. So a micro-batch Spark replays after a crash is not written
 twice, nor is any task of it that had completed. A task that dies half-way through its rows
-and is retried writes those rows again (at-least-once for that task's partial output): Kafka
-transactions would be needed to close that window, see docs/spark.md.
+and is retried writes those rows again (at-least-once for that task's partial output),
+unless the sink is transactional.
+
+Transactional mode (``kafka.transactional.id``, a prefix, as Flink's Kafka sink takes
+one; Kafka's transactional producer, KIP-98): each task writes through a transactional
+producer whose transactional.id is ``<prefix>-<query id>-<task partition>`` (a batch
+write: ``<prefix>-<task partition>``), the same for every attempt of the task. Its
+``init_transactions`` fences any earlier attempt (a zombie gets PRODUCER_FENCED) and has
+the coordinator abort the transaction such an attempt left open, or finish the one it was
+committing. Only then does the task read the markers, read_committed, once the marker
+partition's last stable offset has reached the high watermark it had after the fencing
+(so every transaction that could hold its own marker has ended). It then writes its rows
+and its task marker in one transaction and commits it: rows and marker become visible to
+read_committed readers together, or not at all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator, Mapping
@@ -92,7 +105,15 @@ def _check_schema(schema: StructType, opts: WriteOptions) -> None:
         raise OdradekOptionError("no topic: set the 'topic' option or add a 'topic' column")
 
 
-def _producer(opts: WriteOptions, errors: list[str]) -> ck.Producer:
+def task_transactional_id(prefix: str, query: str | None, task: int) -> str:
+    """The transactional.id of a task: the same for every attempt of it (so an attempt
+    fences the earlier ones), distinct between tasks and between streaming queries."""
+    return f"{prefix}-{query}-{task}" if query else f"{prefix}-{task}"
+
+
+def _producer(
+    opts: WriteOptions, errors: list[str], transactional_id: str | None = None
+) -> ck.Producer:
     def on_delivery(err: Any, msg: Any) -> None:
         if err is not None:
             errors.append(f"{msg.topic()}-{msg.partition()}: {err}")
@@ -109,6 +130,11 @@ def _producer(opts: WriteOptions, errors: list[str]) -> ck.Producer:
         "logger": LIBRDKAFKA_LOG,  # its log events are served by poll() and flush()
         **opts.client,
     }
+    if transactional_id is not None:
+        config["transactional.id"] = transactional_id
+        # librdkafka requires a record's delivery timeout within the transaction's
+        txn_timeout = int(opts.client.get("transaction.timeout.ms", 60_000))
+        config["message.timeout.ms"] = min(opts.api_timeout_ms, txn_timeout)
     try:
         return ck.Producer(config)
     except (ck.KafkaException, ValueError, TypeError) as exc:
@@ -175,6 +201,48 @@ def produce_batches(
     return rows
 
 
+def _txn_error(what: str, tid: str, exc: BaseException) -> OdradekSparkError:
+    return OdradekSparkError(f"{what} (transactional.id {tid!r}): {exc}")
+
+
+def write_transactionally(
+    opts: WriteOptions, batches: Iterator[pa.RecordBatch], query: str | None,
+    batch: int | None, task: int,
+) -> SinkCommitMessage:
+    """The task's rows (and, streaming, its marker) in one transaction (module header)."""
+    assert opts.transactional_id is not None
+    tid = task_transactional_id(opts.transactional_id, query, task)
+    errors: list[str] = []
+    producer = _producer(opts, errors, tid)
+    timeout = opts.api_timeout_ms / 1000
+    try:
+        producer.init_transactions(timeout)  # fences earlier attempts of this task
+    except ck.KafkaException as exc:
+        raise _txn_error("cannot initialize the transactional producer", tid, exc) from None
+    if query is not None and batch is not None:
+        committed, done = read_markers(opts, query, batch, read_committed=True)
+        if committed >= batch or task in done:
+            return SinkCommitMessage(query, batch, task, 0, True)
+    try:
+        producer.begin_transaction()
+        rows = produce_batches(opts, batches, producer)
+        if query is not None:
+            producer.produce(opts.commit_topic, json.dumps({"rows": rows}).encode(),
+                             f"{query}/{batch}/{task}".encode(), 0)
+        producer.commit_transaction(timeout)
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            producer.abort_transaction(timeout)
+        if isinstance(exc, ck.KafkaException):
+            detail = f"{exc}; first failed record: {errors[0]}" if errors else str(exc)
+            raise _txn_error("the transaction failed and was aborted", tid,
+                             RuntimeError(detail)) from None
+        raise
+    finally:
+        serve_log(producer)
+    return SinkCommitMessage(query, batch, task, rows, False)
+
+
 class OdradekBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         if overwrite:
@@ -188,11 +256,14 @@ class OdradekBatchWriter(DataSourceArrowWriter):
         from pyspark import TaskContext
 
         tc = TaskContext.get()
+        task = tc.partitionId() if tc else 0
+        if self.opts.transactional_id is not None:
+            return write_transactionally(self.opts, iterator, None, None, task)
         errors: list[str] = []
         producer = _producer(self.opts, errors)
         rows = produce_batches(self.opts, iterator, producer)
         _flush(producer, errors, self.opts)
-        return SinkCommitMessage(None, None, tc.partitionId() if tc else 0, rows, False)
+        return SinkCommitMessage(None, None, task, rows, False)
 
 
 def ensure_commit_topic(opts: WriteOptions) -> None:
@@ -226,20 +297,27 @@ def _create_commit_topic(opts: WriteOptions, futures: Any) -> None:
 
 
 def read_markers(
-    opts: WriteOptions, query: str, batch: int, window: int = 2000
+    opts: WriteOptions, query: str, batch: int, window: int = 2000,
+    read_committed: bool = False,
 ) -> tuple[int, set[int]]:
-    """(last committed batch id of ``query`` or -1, task partitions already done in ``batch``)."""
+    """(last committed batch id of ``query`` or -1, task partitions already done in ``batch``).
+
+    ``read_committed``: markers of aborted transactions do not count, and the scan starts
+    once the partition's last stable offset has reached the high watermark it has now, so
+    a marker of a transaction that has ended is never behind an open one."""
     from odradek.spark.client import consumer
 
-    c = consumer(opts.client)
     tp = ck.TopicPartition(opts.commit_topic, 0)
+    high = _stable_end(opts, tp) if read_committed else None
+    level = "read_committed" if read_committed else "read_uncommitted"
+    c = consumer({**opts.client, "isolation.level": level})
     done: set[int] = set()
     committed = -1
     prefix = f"{query}/{batch}/".encode()
     qkey = query.encode()
     try:
-        low, high = c.get_watermark_offsets(tp, timeout=opts.api_timeout_ms / 1000)
-        end = high
+        low, last = c.get_watermark_offsets(tp, timeout=opts.api_timeout_ms / 1000)
+        end = last if high is None else high
         while end > low and committed < 0:
             begin = max(low, end - window)
             c.assign([ck.TopicPartition(opts.commit_topic, 0, begin)])
@@ -276,6 +354,39 @@ def read_markers(
     return committed, done
 
 
+def _stable_end(opts: WriteOptions, tp: ck.TopicPartition) -> int:
+    """The marker partition's high watermark, once its last stable offset has reached it
+    (the transactions open now have ended); waits up to ``kafka.default.api.timeout.ms``."""
+    from odradek.spark.client import consumer
+
+    timeout = opts.api_timeout_ms / 1000
+    deadline = time.monotonic() + timeout
+    hw_reader = consumer({**opts.client, "isolation.level": "read_uncommitted"})
+    lso_reader = consumer({**opts.client, "isolation.level": "read_committed"})
+    try:
+        _, high = hw_reader.get_watermark_offsets(tp, timeout=timeout)
+        backoff = 0.01
+        while True:
+            _, stable = lso_reader.get_watermark_offsets(tp, timeout=timeout)
+            if stable >= high:
+                return int(high)
+            if time.monotonic() > deadline:
+                raise OdradekSparkError(
+                    f"the sink markers in {opts.commit_topic!r} stay behind an open "
+                    f"transaction (last stable offset {stable}, high watermark {high}) for "
+                    f"{opts.api_timeout_ms} ms (kafka.default.api.timeout.ms)"
+                )
+            time.sleep(backoff)  # polling a condition, with a deadline
+            backoff = min(backoff * 2, 0.5)
+    except ck.KafkaException as exc:
+        raise OdradekSparkError(
+            f"cannot list the offsets of the sink markers in {opts.commit_topic!r}: {exc}"
+        ) from None
+    finally:
+        close_consumer(hw_reader)
+        close_consumer(lso_reader)
+
+
 class OdradekStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         self.opts = parse_write_options(options)
@@ -294,6 +405,8 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
                 "streaming write without a query id / batch id in the task context"
             )
         batch = int(batch_s)
+        if self.opts.transactional_id is not None:
+            return write_transactionally(self.opts, iterator, query, batch, task)
         committed, done = read_markers(self.opts, query, batch)
         if committed >= batch or task in done:
             return SinkCommitMessage(query, batch, task, 0, True)
