@@ -180,6 +180,15 @@ class KafkaConnection(asyncio.Protocol):
         self.last_activity = self._loop.time()
         reader.receive(data)
 
+    def buffer_received(self, data: memoryview) -> None:
+        """Decrypted bytes from the TLS transport (:mod:`odradek.server.network.
+        tls_transport`), handed over: kept without a copy."""
+        reader = self._reader
+        if reader is None or reader.stopped:
+            return
+        self.last_activity = self._loop.time()
+        reader.receive_owned(data)
+
     def pause_writing(self) -> None:
         assert self._flow is not None
         self._flow.pause_writing()

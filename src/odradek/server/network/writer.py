@@ -282,28 +282,47 @@ class ResponseWriter:
 
 class TlsResponseWriter(ResponseWriter):
     """The writer of a TLS connection: file regions larger than ``COPY_REGION_BYTES`` are
-    read and handed to the transport in chunks of :data:`TLS_CHUNK_BYTES`, waiting for
-    the transport to drain (past :data:`TLS_WRITE_BUFFER_BYTES`) between them (no
-    sendfile: the bytes must be encrypted)."""
+    read into one reused buffer and handed to the transport in chunks of
+    :data:`TLS_CHUNK_BYTES`, waiting for the transport to drain (past
+    :data:`TLS_WRITE_BUFFER_BYTES`) between them (no sendfile: the bytes must be
+    encrypted; the TLS transport encrypts what it is given at once, so the buffer is free
+    again when ``write`` returns)."""
 
-    __slots__ = ()
+    __slots__ = ("_chunk",)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        connection: _Connection,
+        transport: asyncio.Transport,
+        flow: FlowControl,
+        requests: InFlightRequests,
+        reader: RequestReader,
+        stats: RequestStats | None,
+    ) -> None:
+        super().__init__(loop, connection, transport, flow, requests, reader, stats)
+        self._chunk: memoryview | None = None  # made at the first large region
 
     async def _write_region(self, part: FileRegion, buffered: _Ready) -> bool:
         transport, flow, connection = self._transport, self._flow, self._connection
         _write_all(transport, buffered)
+        chunk = self._chunk
+        if chunk is None:
+            chunk = self._chunk = memoryview(bytearray(TLS_CHUNK_BYTES))
         position, left = part.position, part.size
         while left:
             want = min(left, TLS_CHUNK_BYTES)
+            view = chunk[:want] if want < TLS_CHUNK_BYTES else chunk
             try:
-                data = os.pread(part.fd, want, position)
+                got = os.preadv(part.fd, (view,), position)
             except OSError as e:
                 connection.close(f"reading {part} failed: {e!r}", logging.ERROR)
                 return False
-            if len(data) != want:
-                connection.close(f"file region {part} short by {left - len(data)} bytes",
+            if got != want:
+                connection.close(f"file region {part} short by {left - got} bytes",
                                  logging.ERROR)
                 return False
-            transport.write(data)
+            transport.write(view)
             position += want
             left -= want
             if not flow.writable:
