@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import os
 import socket
 import ssl
@@ -21,6 +22,10 @@ from typing import Any
 
 import pytest
 import trustme
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.heartbeat.v4.response import HeartbeatResponse
+from kio.static.primitive import i32
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
@@ -32,10 +37,17 @@ from odradek.server.network.security import ListenerSecurity
 from odradek.server.network.tls_transport import TlsTransport
 from odradek.server.network.writer import TLS_CHUNK_BYTES, TLS_WRITE_BUFFER_BYTES
 from tests.protocol.wire import decode_response, request_frame
-from tests.server.test_network import _api_versions_v3, _heartbeat, _heartbeat_response
 
 TIMEOUT = 30.0
 REGION = 5 * 1024 * 1024 + 123  # several chunks, not a multiple of one
+
+
+def _api_versions_v3() -> ApiVersionsRequest:
+    return ApiVersionsRequest(client_software_name="odradek-tests", client_software_version="0.1")
+
+
+def _heartbeat(action: str) -> HeartbeatRequest:
+    return HeartbeatRequest(group_id=action, generation_id=i32(1), member_id="m")  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +76,11 @@ async def tls_server(ca: trustme.CA, fd: int) -> AsyncIterator[tuple[KafkaServer
         seen.append(action)
         if action.startswith("region:"):
             return Send([b"\x00\x00", FileRegion(fd, 0, int(action.split(":")[1]))])
-        return _heartbeat_response(ctx.api_version, ErrorCode.none)
+        return HeartbeatResponse(error_code=ErrorCode.none, throttle_time=datetime.timedelta(0))
 
     registry = HandlerRegistry()
     register_api_versions(registry)
-    registry.register(ApiKey.HEARTBEAT, 0, 4, handler)
+    registry.register(ApiKey.HEARTBEAT, 4, 4, handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ca.issue_cert("127.0.0.1").configure_cert(context)
     security = ListenerSecurity(name="SSL", protocol="SSL", ssl_context=context)
