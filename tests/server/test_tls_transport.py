@@ -32,7 +32,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.protocol.send import FileRegion, Send
 from odradek.server.handlers.api_versions import register_api_versions
-from odradek.server.network import KafkaServer, acceptor
+from odradek.server.network import KafkaServer, NetworkConfig, acceptor, tls_transport
 from odradek.server.network.security import ListenerSecurity
 from odradek.server.network.tls_transport import TlsTransport
 from odradek.server.network.writer import TLS_CHUNK_BYTES, TLS_WRITE_BUFFER_BYTES
@@ -68,7 +68,8 @@ def region_file() -> Iterator[tuple[int, bytes]]:
 
 
 @contextlib.asynccontextmanager
-async def tls_server(ca: trustme.CA, fd: int) -> AsyncIterator[tuple[KafkaServer, list[str]]]:
+async def tls_server(ca: trustme.CA, fd: int, config: NetworkConfig | None = None,
+                     ) -> AsyncIterator[tuple[KafkaServer, list[str]]]:
     seen: list[str] = []
 
     async def handler(ctx: RequestContext, request: Any) -> Any:
@@ -84,7 +85,7 @@ async def tls_server(ca: trustme.CA, fd: int) -> AsyncIterator[tuple[KafkaServer
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ca.issue_cert("127.0.0.1").configure_cert(context)
     security = ListenerSecurity(name="SSL", protocol="SSL", ssl_context=context)
-    server = KafkaServer(registry, "127.0.0.1", 0, security=security)
+    server = KafkaServer(registry, "127.0.0.1", 0, config=config, security=security)
     await server.start()
     try:
         yield server, seen
@@ -259,5 +260,30 @@ def test_a_client_closing_with_requests_in_flight_does_not_break_the_broker(
             got, _ = decode_response(await read_frame(reader), 12, 4)
             assert got == 2
             writer.close()
+
+    run(test)
+
+
+def test_a_closed_connection_whose_peer_does_not_read_is_aborted(
+        ca: trustme.CA, region_file: tuple[int, bytes],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing sends what is queued first, but not forever: a peer that never reads
+    again is dropped after CLOSE_TIMEOUT_S (here the connection closes for idleness in the
+    middle of a large response)."""
+    monkeypatch.setattr(tls_transport, "CLOSE_TIMEOUT_S", 0.3)
+    fd, _ = region_file
+
+    async def test() -> None:
+        async with tls_server(ca, fd, NetworkConfig(connections_max_idle_ms=300)) as (
+                server, _):
+            _, writer = await asyncio.open_connection(
+                "127.0.0.1", server.port, ssl=client_context(ca),
+                server_hostname="127.0.0.1")
+            writer.transport.pause_reading()
+            writer.write(request_frame(_heartbeat(f"region:{REGION}"), 1))
+            await wait_for(lambda: any(c._transport for c in server.connections),
+                           "the connection, past its handshake")
+            await wait_for(lambda: not server.connections, "the connection aborted")
+            writer.transport.abort()
 
     run(test)

@@ -24,10 +24,11 @@ between the socket and the connection:
 - *Flow control* as an asyncio transport: ``pause_writing`` past the high-water mark of
   encrypted bytes queued, ``resume_writing`` at the low one; ``pause_reading`` removes
   the reader.
-- *Close.* :meth:`TlsTransport.close` sends what is queued, then a ``close_notify``
-  (without waiting for the peer's, as Kafka's ``SslTransportLayer.close``), then closes
-  the socket; :meth:`~TlsTransport.abort` closes at once. The peer's ``close_notify`` or
-  end of stream is ``eof_received`` (TLS has no half-close: the transport then closes).
+- *Close.* :meth:`TlsTransport.close` sends what is queued (within
+  :data:`CLOSE_TIMEOUT_S`), then a ``close_notify`` (without waiting for the peer's, as
+  Kafka's ``SslTransportLayer.close``), then closes the socket;
+  :meth:`~TlsTransport.abort` closes at once. The peer's ``close_notify`` or end of
+  stream is ``eof_received`` (TLS has no half-close: the transport then closes).
 
 A non-blocking ``ssl.SSLSocket`` was measured too, and cost more on both sides here:
 without OpenSSL's read-ahead (which Python's ``ssl`` does not expose) it makes two
@@ -47,7 +48,7 @@ import socket
 import ssl
 from typing import Any, Final, Protocol
 
-__all__ = ["RECEIVE_BYTES", "TlsProtocol", "TlsTransport", "handshake"]
+__all__ = ["CLOSE_TIMEOUT_S", "RECEIVE_BYTES", "TlsProtocol", "TlsTransport", "handshake"]
 
 log = logging.getLogger("odradek.server.network")
 
@@ -58,6 +59,9 @@ RECEIVE_BYTES: Final = 256 * 1024
 # incoming BIO by OpenSSL may complete with the bytes just received, so a read of the
 # BIO's pending bytes may yield up to this much more.
 _RECORD_BYTES: Final = 16 * 1024
+# A closing connection whose queue the peer does not read is aborted after this long
+# (asyncio's TLS layer has the same bound, its ssl_shutdown_timeout).
+CLOSE_TIMEOUT_S: Final = 30.0
 # asyncio's default write-buffer limits (the connection sets its own).
 _DEFAULT_HIGH_WATER: Final = 64 * 1024
 _SEND_ERRNOS: Final = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR})
@@ -171,6 +175,7 @@ class TlsTransport(asyncio.Transport):
         self._reading = False
         self._closing = False  # close() or abort() called, or the connection failed
         self._lost = False  # connection_lost scheduled
+        self._close_timer: asyncio.TimerHandle | None = None
         self._extra: dict[str, Any] = {
             "socket": sock, "peername": _address(sock.getpeername),
             "sockname": _address(sock.getsockname), "ssl_object": session,
@@ -205,6 +210,8 @@ class TlsTransport(asyncio.Transport):
         self._stop_reading()
         if not self._queue:
             self._finish()
+        else:  # sent when the socket takes it, unless the peer stops reading
+            self._close_timer = self._loop.call_later(CLOSE_TIMEOUT_S, self.abort)
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         self._protocol = protocol  # type: ignore[assignment]
@@ -416,6 +423,8 @@ class TlsTransport(asyncio.Transport):
         if self._lost:
             return
         self._lost = True
+        if self._close_timer is not None:
+            self._close_timer.cancel()
         self._loop.remove_writer(self._fd)
         self._queue.clear()
         self._queued = 0
