@@ -20,8 +20,7 @@ each answer once its handler is done, whatever order the handlers finish in.
   when the connection is made: the plaintext writer does no per-request check), whose
   large regions are read and written in chunks of :data:`TLS_CHUNK_BYTES`, waiting for
   the drain between them, so a 50 MB fetch holds one chunk, not the response; its
-  transport's high-water mark is :data:`TLS_WRITE_BUFFER_BYTES` (what asyncio's TLS
-  layer holds is re-copied at every partial send, see the constant).
+  transport's high-water mark is :data:`TLS_WRITE_BUFFER_BYTES`.
 - *Drain.* When the transport's buffer passes its high-water mark the writer waits for
   it to drain (:mod:`odradek.server.flow_control`), so a slow reader cannot make the
   broker buffer unbounded responses; copied regions are handed over in slices for the
@@ -58,14 +57,12 @@ __all__ = ["COALESCE_BYTES", "COPY_REGION_BYTES", "TLS_CHUNK_BYTES", "TLS_WRITE_
 COPY_REGION_BYTES: Final = 64 * 1024
 # Finished responses gathered into one write stop growing here.
 COALESCE_BYTES: Final = 256 * 1024
-# A TLS connection reads large file regions in chunks of this size (encrypted by the
-# transport as they are written), and waits for its transport to drain once more than
-# TLS_WRITE_BUFFER_BYTES are queued (the connection sets that high-water mark). asyncio's
-# TLS layer encrypts what it is given into OpenSSL's memory BIO at once, and hands it to
-# the socket in one piece when the socket can take more; what the socket does not take is
-# copied twice more by the socket transport (the rest of the piece, then into its
-# buffer). A queue of a chunk or two keeps those pieces, and their copies, small; the
-# plaintext writer's 4 MiB would let megabytes be re-copied at every partial send.
+# A TLS connection reads large file regions in chunks of this size into one reused
+# buffer (its transport, :mod:`odradek.server.network.tls_transport`, encrypts each at
+# once), and waits for the transport to drain once more than TLS_WRITE_BUFFER_BYTES of
+# encrypted records are queued (the connection sets that high-water mark). Measured
+# against 64 and 256 KiB chunks and a 1 MiB queue (bench/results/tls-transport-2026-11-27.md):
+# a chunk and its records stay in the CPU's cache from the read to the send.
 TLS_CHUNK_BYTES: Final = 128 * 1024
 TLS_WRITE_BUFFER_BYTES: Final = 256 * 1024
 _Buffers = tuple[bytes | bytearray | memoryview, ...]
