@@ -91,6 +91,17 @@ class FrameDecoder:
         if self._next_size < 0 and self.buffered >= 4:
             self._read_next_size()
 
+    def receive_owned(self, data: memoryview) -> None:
+        """Buffer ``data`` as it is, without the copy :meth:`receive_data` makes of a
+        mutable buffer: the caller hands it over and never writes to it again (the TLS
+        transport decrypts into a new buffer for each read)."""
+        if not data:
+            return
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._next_size < 0 and self._buffered >= 4:
+            self._read_next_size()
+
     def next_frame(self) -> bytearray | None:
         """The next complete frame, or ``None`` when more data is needed.
 

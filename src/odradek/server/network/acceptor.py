@@ -42,6 +42,7 @@ from odradek.server.log_summary import RejectionLog, Summary
 from odradek.server.network.config import NetworkConfig
 from odradek.server.network.connection import KafkaConnection
 from odradek.server.network.security import ListenerSecurity
+from odradek.server.network.tls_transport import TlsTransport, handshake
 
 if TYPE_CHECKING:
     from odradek.server.broker_stats import RequestStats
@@ -290,10 +291,9 @@ class KafkaServer:
             if context is None:
                 await loop.connect_accepted_socket(functools.partial(_same, connection), sock)
             else:  # the TLS handshake runs first; connection_made follows it
-                await loop.connect_accepted_socket(
-                    functools.partial(_same, connection), sock, ssl=context,
-                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
-                )
+                async with asyncio.timeout(TLS_HANDSHAKE_TIMEOUT_S):
+                    session, incoming, outgoing = await handshake(loop, sock, context)
+                TlsTransport(loop, sock, session, incoming, outgoing, connection).start()
         except BaseException as e:  # the socket died between accept and setup, or stop()
             peer = self._counted.get(connection, "?")
             sock.close()

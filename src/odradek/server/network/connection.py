@@ -6,8 +6,10 @@ copies) and plays the per-channel part of Kafka's ``SocketServer.Processor``. It
 1. *Accept.* The acceptor (:mod:`odradek.server.network.acceptor`, Kafka's
    ``Acceptor``) admits the socket and makes the connection; :meth:`connection_made`
    tunes the socket and starts serving.
-2. *Authenticate.* On a TLS listener the handshake has already run (the acceptor wraps
-   the socket; a failed handshake never becomes a connection): the principal comes from
+2. *Authenticate.* On a TLS listener the handshake has already run (the acceptor drives
+   it, then hands the connection Odradek's own TLS transport,
+   :mod:`odradek.server.network.tls_transport`, which delivers decrypted bytes through
+   :meth:`buffer_received`; a failed handshake never becomes a connection): the principal comes from
    the client's certificate (:meth:`ListenerSecurity.tls_principal`), else it is
    ``User:ANONYMOUS``. On a SASL listener the connection starts unauthenticated: its
    :class:`~odradek.server.network.sasl.SaslAuthenticator` gates the reader's frames
@@ -127,7 +129,7 @@ class KafkaConnection(asyncio.Protocol):
         if sock is not None:
             _tune_socket(sock, self._config)
         high = self._config.write_buffer_high_water_bytes
-        if self._tls:  # a short queue in asyncio's TLS layer: see TLS_WRITE_BUFFER_BYTES
+        if self._tls:  # a short queue of encrypted records: see TLS_WRITE_BUFFER_BYTES
             high = min(high, TLS_WRITE_BUFFER_BYTES)
         transport.set_write_buffer_limits(high=high, low=high // 4)
         # 2. authenticate (see the module's header)
@@ -179,6 +181,15 @@ class KafkaConnection(asyncio.Protocol):
             return
         self.last_activity = self._loop.time()
         reader.receive(data)
+
+    def buffer_received(self, data: memoryview) -> None:
+        """Decrypted bytes from the TLS transport (:mod:`odradek.server.network.
+        tls_transport`), handed over: kept without a copy."""
+        reader = self._reader
+        if reader is None or reader.stopped:
+            return
+        self.last_activity = self._loop.time()
+        reader.receive_owned(data)
 
     def pause_writing(self) -> None:
         assert self._flow is not None

@@ -82,6 +82,16 @@ class RequestReader:
             return
         self.pump()
 
+    def receive_owned(self, data: memoryview) -> None:
+        """:meth:`receive` of a buffer handed over for good (the TLS transport's): the
+        decoder keeps it without a copy."""
+        try:
+            self._decoder.receive_owned(data)
+        except RemoteProtocolError as e:
+            self.refuse("invalid frame", f"invalid frame: {e}")
+            return
+        self.pump()
+
     def pump(self) -> None:
         """Dispatch buffered frames while the in-flight bounds allow."""
         limit = self._limit

@@ -20,8 +20,7 @@ each answer once its handler is done, whatever order the handlers finish in.
   when the connection is made: the plaintext writer does no per-request check), whose
   large regions are read and written in chunks of :data:`TLS_CHUNK_BYTES`, waiting for
   the drain between them, so a 50 MB fetch holds one chunk, not the response; its
-  transport's high-water mark is :data:`TLS_WRITE_BUFFER_BYTES` (what asyncio's TLS
-  layer holds is re-copied at every partial send, see the constant).
+  transport's high-water mark is :data:`TLS_WRITE_BUFFER_BYTES`.
 - *Drain.* When the transport's buffer passes its high-water mark the writer waits for
   it to drain (:mod:`odradek.server.flow_control`), so a slow reader cannot make the
   broker buffer unbounded responses; copied regions are handed over in slices for the
@@ -58,14 +57,12 @@ __all__ = ["COALESCE_BYTES", "COPY_REGION_BYTES", "TLS_CHUNK_BYTES", "TLS_WRITE_
 COPY_REGION_BYTES: Final = 64 * 1024
 # Finished responses gathered into one write stop growing here.
 COALESCE_BYTES: Final = 256 * 1024
-# A TLS connection reads large file regions in chunks of this size (encrypted by the
-# transport as they are written), and waits for its transport to drain once more than
-# TLS_WRITE_BUFFER_BYTES are queued (the connection sets that high-water mark). asyncio's
-# TLS layer encrypts what it is given into OpenSSL's memory BIO at once, and hands it to
-# the socket in one piece when the socket can take more; what the socket does not take is
-# copied twice more by the socket transport (the rest of the piece, then into its
-# buffer). A queue of a chunk or two keeps those pieces, and their copies, small; the
-# plaintext writer's 4 MiB would let megabytes be re-copied at every partial send.
+# A TLS connection reads large file regions in chunks of this size into one reused
+# buffer (its transport, :mod:`odradek.server.network.tls_transport`, encrypts each at
+# once), and waits for the transport to drain once more than TLS_WRITE_BUFFER_BYTES of
+# encrypted records are queued (the connection sets that high-water mark). Measured
+# against 64 and 256 KiB chunks and a 1 MiB queue (bench/results/tls-transport-2026-11-27.md):
+# a chunk and its records stay in the CPU's cache from the read to the send.
 TLS_CHUNK_BYTES: Final = 128 * 1024
 TLS_WRITE_BUFFER_BYTES: Final = 256 * 1024
 _Buffers = tuple[bytes | bytearray | memoryview, ...]
@@ -282,28 +279,47 @@ class ResponseWriter:
 
 class TlsResponseWriter(ResponseWriter):
     """The writer of a TLS connection: file regions larger than ``COPY_REGION_BYTES`` are
-    read and handed to the transport in chunks of :data:`TLS_CHUNK_BYTES`, waiting for
-    the transport to drain (past :data:`TLS_WRITE_BUFFER_BYTES`) between them (no
-    sendfile: the bytes must be encrypted)."""
+    read into one reused buffer and handed to the transport in chunks of
+    :data:`TLS_CHUNK_BYTES`, waiting for the transport to drain (past
+    :data:`TLS_WRITE_BUFFER_BYTES`) between them (no sendfile: the bytes must be
+    encrypted; the TLS transport encrypts what it is given at once, so the buffer is free
+    again when ``write`` returns)."""
 
-    __slots__ = ()
+    __slots__ = ("_chunk",)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        connection: _Connection,
+        transport: asyncio.Transport,
+        flow: FlowControl,
+        requests: InFlightRequests,
+        reader: RequestReader,
+        stats: RequestStats | None,
+    ) -> None:
+        super().__init__(loop, connection, transport, flow, requests, reader, stats)
+        self._chunk: memoryview | None = None  # made at the first large region
 
     async def _write_region(self, part: FileRegion, buffered: _Ready) -> bool:
         transport, flow, connection = self._transport, self._flow, self._connection
         _write_all(transport, buffered)
+        chunk = self._chunk
+        if chunk is None:
+            chunk = self._chunk = memoryview(bytearray(TLS_CHUNK_BYTES))
         position, left = part.position, part.size
         while left:
             want = min(left, TLS_CHUNK_BYTES)
+            view = chunk[:want] if want < TLS_CHUNK_BYTES else chunk
             try:
-                data = os.pread(part.fd, want, position)
+                got = os.preadv(part.fd, (view,), position)
             except OSError as e:
                 connection.close(f"reading {part} failed: {e!r}", logging.ERROR)
                 return False
-            if len(data) != want:
-                connection.close(f"file region {part} short by {left - len(data)} bytes",
+            if got != want:
+                connection.close(f"file region {part} short by {left - got} bytes",
                                  logging.ERROR)
                 return False
-            transport.write(data)
+            transport.write(view)
             position += want
             left -= want
             if not flow.writable:
