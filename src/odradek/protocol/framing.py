@@ -98,8 +98,8 @@ class FrameDecoder:
         if not data:
             return
         self._chunks.append(data)
-        self._buffered += len(data)
-        if self._next_size < 0 and self._buffered >= 4:
+        self.buffered += len(data)
+        if self._next_size < 0 and self.buffered >= 4:
             self._read_next_size()
 
     def next_frame(self) -> bytearray | None:
