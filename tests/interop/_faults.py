@@ -12,6 +12,11 @@ Used by the short run in the suite (``tests/interop/test_faults.py``) and the lo
 - the replicas of every partition hold the same bytes (no divergence);
 
 and it counts, per fault, the time from the fault to the next acknowledged produce.
+
+:meth:`FaultRun.interrupt` (safe to call from a signal handler: it sets a flag) makes the
+fault in progress give up at its next wait (:class:`Interrupted`); its own clean-up still
+runs (SIGCONT, proxies healed) and :meth:`FaultRun.heal` restores the rest, so a run can be
+stopped early and still be verified.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from typing import Any
 from ._cluster import SESSION_TIMEOUT_MS, Cluster
 
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
+
+
+class Interrupted(Exception):
+    """Raised by a fault's wait once :meth:`FaultRun.interrupt` was called."""
 
 
 @dataclass
@@ -83,6 +92,8 @@ class FaultRun:
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
         self.report = Report()
+        # a plain flag, not an Event: set from signal handlers, where locks may deadlock
+        self.interrupted = False
 
     # -- set-up ---------------------------------------------------------------------------
     def create_topic(self) -> None:
@@ -200,13 +211,30 @@ class FaultRun:
                 return all(self.last_ack_of.get(p, 0.0) > started
                            for p in range(self.partitions))
 
-        self.cluster.wait_for(resumed, 4 * SESSION_TIMEOUT_MS / 1000 + 60,
+        self._wait(resumed, 4 * SESSION_TIMEOUT_MS / 1000 + 60,
                               f"acknowledgements on every partition after {name}")
         took = time.monotonic() - started
         self.report.faults.append((name, took))
         return took
 
+    def interrupt(self) -> None:
+        """Make the fault in progress stop at its next wait (see the module's docstring)."""
+        self.interrupted = True
+
+    def _wait(self, condition: Callable[[], Any], timeout: float, what: str) -> None:
+        """A fault's wait: :meth:`Cluster.wait_for`, given up once :meth:`interrupt` was
+        called."""
+        def checked() -> Any:
+            if self.interrupted:
+                raise Interrupted(what)
+            return condition()
+
+        self.cluster.wait_for(checked, timeout, what)
+
     def heal(self, timeout: float = 90.0) -> None:
+        zookeeper = self.cluster.zookeeper
+        if zookeeper is not None:
+            zookeeper.resume()  # a ZooKeeper pause stopped midway (SIGCONT is harmless)
         self.cluster.restore()
         self.cluster.wait_for(self.fully_in_sync, timeout, f"{self.topic} back in sync")
 
@@ -222,7 +250,7 @@ class FaultRun:
         victim = self.leader(random.randrange(self.partitions))
         self.cluster.sigstop(victim)
         try:
-            self.cluster.wait_for(lambda: not self.cluster.registered(victim),
+            self._wait(lambda: not self.cluster.registered(victim),
                                   2 * SESSION_TIMEOUT_MS / 1000 + 10, f"{victim} expired")
         finally:
             self.cluster.sigcont(victim)
@@ -247,7 +275,7 @@ class FaultRun:
         victim = random.choice(followers or sorted(self.cluster.brokers))
         self.cluster.sigstop(victim)
         try:
-            self.cluster.wait_for(lambda: not self.cluster.registered(victim),
+            self._wait(lambda: not self.cluster.registered(victim),
                                   2 * SESSION_TIMEOUT_MS / 1000 + 10, f"{victim} expired")
         finally:
             self.cluster.sigcont(victim)
@@ -262,7 +290,9 @@ class FaultRun:
         seconds = SESSION_TIMEOUT_MS / 1000 * (2.0 if past_session else 0.5)
         zookeeper.pause()
         try:
-            self._stop.wait(seconds)
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and not self.interrupted:
+                time.sleep(0.05)
         finally:
             zookeeper.resume()
 
@@ -278,12 +308,12 @@ class FaultRun:
         self.cluster.isolate(victim, zookeeper)
         try:
             if zookeeper:
-                self.cluster.wait_for(
+                self._wait(
                     lambda: self._state(partition)["leader"] not in (victim, -1),
                     2 * SESSION_TIMEOUT_MS / 1000 + 20,
                     f"leadership of partition {partition} moved off the isolated {victim}")
             else:
-                self.cluster.wait_for(
+                self._wait(
                     lambda: self._state(partition)["isr"] == [victim], 60,
                     f"the isolated {victim} alone in its ISR")
         finally:
@@ -295,7 +325,7 @@ class FaultRun:
         for broker_id in sorted(self.cluster.brokers):
             self.cluster.stop(broker_id)
             self.cluster.start(broker_id)
-            self.cluster.wait_for(self.fully_in_sync, 90, f"in sync after restarting "
+            self._wait(self.fully_in_sync, 90, f"in sync after restarting "
                                                           f"{broker_id}")
 
     # -- the oracle -----------------------------------------------------------------------
