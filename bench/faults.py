@@ -127,7 +127,7 @@ def main() -> None:
         "failed_sends": report.failed_sends, "lost": report.lost, "moved": report.moved,
         "duplicated": report.duplicated, "retracted": report.retracted,
         "diverged": report.diverged, "duplicates": report.duplicates,
-        "client_errors": run.errors, "faults_planned": args.faults,
+        "client_errors": run.errors, "notes": run.notes, "faults_planned": args.faults,
         "stopped_by": stopped_by[0] if stopped_by else None, "harness_failure": failure,
         "seconds_to_next_ack": {
             k: {"count": len(v), "median": round(sorted(v)[len(v) // 2], 2),
