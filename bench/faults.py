@@ -118,7 +118,13 @@ def main() -> None:
                       flush=True)
         finally:
             run.finish()
-        report = run.verify()
+        verify_error: str | None = None
+        try:
+            report = run.verify()
+        except Exception as exc:  # e.g. a partition without a leader after a failed heal
+            verify_error = repr(exc)
+            report = run.report
+            report.acknowledged, report.failed_sends = run.acks(), run.failed
     by_kind: dict[str, list[float]] = collections.defaultdict(list)
     for name, took in report.faults:
         by_kind[name].append(took)
@@ -129,13 +135,14 @@ def main() -> None:
         "diverged": report.diverged, "duplicates": report.duplicates,
         "client_errors": run.errors, "notes": run.notes, "faults_planned": args.faults,
         "stopped_by": stopped_by[0] if stopped_by else None, "harness_failure": failure,
+        "verify_error": verify_error,
         "seconds_to_next_ack": {
             k: {"count": len(v), "median": round(sorted(v)[len(v) // 2], 2),
                 "max": round(max(v), 2)} for k, v in sorted(by_kind.items())
         },
         "wall_s": round(time.monotonic() - started),
     }, indent=2), flush=True)
-    if not report.ok or run.errors or failure:
+    if not report.ok or run.errors or failure or verify_error:
         sys.exit(1)
 
 
