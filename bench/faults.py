@@ -12,6 +12,12 @@ paused past its session, ZooKeeper paused for less and for more than the session
 timeout), waits until every partition acknowledges again (timed), then heals the cluster
 (every broker up, every partition fully in sync). At the end everything is read back and
 checked (lost, moved, duplicated, retracted, diverged replicas). Prints one JSON document.
+
+SIGTERM or SIGINT stops the run early: the fault in progress gives up at its next wait
+(not counted), the cluster is healed, the producer finishes, everything is verified as at
+the normal end and the summary covers the faults done. Handlers are installed for both
+signals, since a process started in the background from a non-interactive shell inherits
+SIGINT ignored (Python then installs no KeyboardInterrupt handler).
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import argparse
 import collections
 import contextlib
 import json
+import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -30,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.interop._cluster import running_cluster
-from tests.interop._faults import FaultRun
+from tests.interop._faults import FaultRun, Interrupted
 
 
 def main() -> None:
@@ -44,6 +52,21 @@ def main() -> None:
     args = parser.parse_args()
     random.seed(args.seed)
     started = time.monotonic()
+    stopped_by: list[str] = []
+    runs: list[FaultRun] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        # no print(): the main thread may be inside a write to stderr
+        name = signal.Signals(signum).name
+        if not stopped_by:
+            os.write(2, f"{name}: stopping: healing, then verifying\n".encode())
+        stopped_by.append(name)
+        for run in runs:
+            run.interrupt()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    failure: str | None = None
     overrides = {"offsets.topic.replication.factor": 3, "replica.lag.time.max.ms": 5000}
     with contextlib.ExitStack() as stack:
         root = args.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -51,6 +74,9 @@ def main() -> None:
         c = stack.enter_context(running_cluster(root, 3, overrides, proxied=True))
         run = FaultRun(c, f"faults-{uuid.uuid4().hex[:8]}", partitions=3,
                        rate_per_s=args.rate)
+        runs.append(run)
+        if stopped_by:
+            run.interrupt()
         run.create_topic()
         run.start()
         kinds = {
@@ -70,13 +96,35 @@ def main() -> None:
         weights = [6, 3, 2, 1, 2, 2, 3, 1, 2, 1, 1]
         try:
             for i in range(args.faults):
+                if run.interrupted:
+                    break
                 name = random.choices(list(kinds), weights)[0]
-                took = run.inject(name, kinds[name])
-                run.heal()
-                print(f"{i + 1}/{args.faults} {name}: {took:.1f} s", file=sys.stderr)
+                try:
+                    took = run.inject(name, kinds[name])
+                    run.heal()
+                except Interrupted:
+                    print(f"{i + 1}/{args.faults} {name}: interrupted (not counted)",
+                          file=sys.stderr)
+                    run.heal()
+                    break
+                except AssertionError as exc:
+                    # a wait ran out: keep what the run found, heal and verify anyway
+                    failure = f"{i + 1}/{args.faults} {name}: {exc}"
+                    print(failure, file=sys.stderr, flush=True)
+                    with contextlib.suppress(AssertionError):
+                        run.heal()
+                    break
+                print(f"{i + 1}/{args.faults} {name}: {took:.1f} s", file=sys.stderr,
+                      flush=True)
         finally:
             run.finish()
-        report = run.verify()
+        verify_error: str | None = None
+        try:
+            report = run.verify()
+        except Exception as exc:  # e.g. a partition without a leader after a failed heal
+            verify_error = repr(exc)
+            report = run.report
+            report.acknowledged, report.failed_sends = run.acks(), run.failed
     by_kind: dict[str, list[float]] = collections.defaultdict(list)
     for name, took in report.faults:
         by_kind[name].append(took)
@@ -85,13 +133,17 @@ def main() -> None:
         "failed_sends": report.failed_sends, "lost": report.lost, "moved": report.moved,
         "duplicated": report.duplicated, "retracted": report.retracted,
         "diverged": report.diverged, "duplicates": report.duplicates,
-        "client_errors": run.errors,
+        "client_errors": run.errors, "notes": run.notes, "faults_planned": args.faults,
+        "stopped_by": stopped_by[0] if stopped_by else None, "harness_failure": failure,
+        "verify_error": verify_error,
         "seconds_to_next_ack": {
             k: {"count": len(v), "median": round(sorted(v)[len(v) // 2], 2),
                 "max": round(max(v), 2)} for k, v in sorted(by_kind.items())
         },
         "wall_s": round(time.monotonic() - started),
-    }, indent=2))
+    }, indent=2), flush=True)
+    if not report.ok or run.errors or failure or verify_error:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

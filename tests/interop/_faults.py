@@ -11,7 +11,15 @@ Used by the short run in the suite (``tests/interop/test_faults.py``) and the lo
 - no value appears twice (the idempotent producer's retries are deduplicated);
 - the replicas of every partition hold the same bytes (no divergence);
 
-and it counts, per fault, the time from the fault to the next acknowledged produce.
+and it counts, per fault, the time from the fault to the moment every partition has
+acknowledged a record handed to the producer after the fault's act (the kill, the pause,
+the cut): an acknowledgement of a record sent before it proves nothing, and on a loaded
+machine the producer's thread may deliver a backlog of those well after the act.
+
+:meth:`FaultRun.interrupt` (safe to call from a signal handler: it sets a flag) makes the
+fault in progress give up at its next wait (:class:`Interrupted`); its own clean-up still
+runs (SIGCONT, proxies healed) and :meth:`FaultRun.heal` restores the rest, so a run can be
+stopped early and still be verified.
 """
 
 from __future__ import annotations
@@ -29,6 +37,10 @@ from typing import Any
 from ._cluster import SESSION_TIMEOUT_MS, Cluster
 
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
+
+
+class Interrupted(Exception):
+    """Raised by a fault's wait once :meth:`FaultRun.interrupt` was called."""
 
 
 @dataclass
@@ -77,12 +89,20 @@ class FaultRun:
         self.acked: dict[int, dict[int, bytes]] = defaultdict(dict)
         self.seen: dict[int, dict[int, bytes]] = defaultdict(dict)
         self.failed = 0
-        self.last_ack_of: dict[int, float] = {}
+        # records handed to the producer so far (their values are v-<sequence>), and the
+        # highest sequence acknowledged on each partition
+        self.sent = 0
+        self.acked_up_to: dict[int, int] = {}
+        self._recovery_from = 0  # the first sequence that counts as the fault's recovery
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
+        # what the harness met that is neither a failure nor a finding
+        self.notes: list[str] = []
         self.report = Report()
+        # a plain flag, not an Event: set from signal handlers, where locks may deadlock
+        self.interrupted = False
 
     # -- set-up ---------------------------------------------------------------------------
     def create_topic(self) -> None:
@@ -90,6 +110,12 @@ class FaultRun:
         self.cluster.wait_for(self.fully_in_sync, 60, f"{self.topic} fully in sync")
 
     def fully_in_sync(self) -> bool:
+        """Every broker registered, a controller elected, and every partition led with its
+        three replicas in sync."""
+        if not all(self.cluster.registered(b) for b in sorted(self.cluster.brokers)):
+            return False
+        if self.cluster.controller()[0] is None:
+            return False
         for p in range(self.partitions):
             state = partition_state(self.cluster, self.topic, p)
             if state is None or state["leader"] < 0 or len(state["isr"]) != 3:
@@ -127,8 +153,11 @@ class FaultRun:
                 if err is not None:
                     self.failed += 1
                     return
-                self.acked[msg.partition()][msg.offset()] = msg.value()
-                self.last_ack_of[msg.partition()] = time.monotonic()
+                value = msg.value()
+                self.acked[msg.partition()][msg.offset()] = value
+                sequence = int(value[2:])
+                if sequence > self.acked_up_to.get(msg.partition(), -1):
+                    self.acked_up_to[msg.partition()] = sequence
 
         sequence = 0
         # rate_per_s <= 0: as fast as the producer goes (busy partitions show races that a
@@ -146,6 +175,7 @@ class FaultRun:
                     producer.poll(0.01)
                     continue
                 sequence += 1
+                self.sent = sequence
                 if interval:
                     next_send += interval
                     producer.poll(max(0.0, next_send - time.monotonic()))
@@ -191,45 +221,73 @@ class FaultRun:
     # -- faults ---------------------------------------------------------------------------
     def inject(self, name: str, fault: Callable[[], None]) -> float:
         """Run ``fault``; return (and report) the seconds from its start until every
-        partition had a produce acknowledged again."""
+        partition acknowledged a record sent after the fault's act (:meth:`_acted`; a
+        fault that does not call it, from its start)."""
         started = time.monotonic()
+        self._recovery_from = self.sent
         fault()
 
         def resumed() -> bool:
             with self._lock:
-                return all(self.last_ack_of.get(p, 0.0) > started
+                return all(self.acked_up_to.get(p, -1) >= self._recovery_from
                            for p in range(self.partitions))
 
-        self.cluster.wait_for(resumed, 4 * SESSION_TIMEOUT_MS / 1000 + 60,
-                              f"acknowledgements on every partition after {name}")
+        self._wait(resumed, 4 * SESSION_TIMEOUT_MS / 1000 + 60,
+                   f"acknowledgements on every partition after {name}")
         took = time.monotonic() - started
         self.report.faults.append((name, took))
         return took
 
+    def _acted(self) -> None:
+        """The fault's act is done: only records sent from now on show the recovery."""
+        self._recovery_from = self.sent
+
+    def interrupt(self) -> None:
+        """Make the fault in progress stop at its next wait (see the module's docstring)."""
+        self.interrupted = True
+
+    def _wait(self, condition: Callable[[], Any], timeout: float, what: str) -> None:
+        """A fault's wait: :meth:`Cluster.wait_for`, given up once :meth:`interrupt` was
+        called."""
+        def checked() -> Any:
+            if self.interrupted:
+                raise Interrupted(what)
+            return condition()
+
+        self.cluster.wait_for(checked, timeout, what)
+
     def heal(self, timeout: float = 90.0) -> None:
+        zookeeper = self.cluster.zookeeper
+        if zookeeper is not None:
+            zookeeper.resume()  # a ZooKeeper pause stopped midway (SIGCONT is harmless)
         self.cluster.restore()
         self.cluster.wait_for(self.fully_in_sync, timeout, f"{self.topic} back in sync")
 
     def kill9_leader(self) -> None:
         self.cluster.kill9(self.leader(random.randrange(self.partitions)))
+        self._acted()
 
     def kill9_controller(self) -> None:
         controller, _ = self.cluster.wait_controller()
         self.cluster.kill9(controller)
+        self._acted()
 
     def pause_past_session(self) -> None:
         """SIGSTOP a partition leader until ZooKeeper expires its session, then SIGCONT."""
         victim = self.leader(random.randrange(self.partitions))
         self.cluster.sigstop(victim)
+        self._acted()
         try:
-            self.cluster.wait_for(lambda: not self.cluster.registered(victim),
-                                  2 * SESSION_TIMEOUT_MS / 1000 + 10, f"{victim} expired")
+            self._wait(lambda: not self.cluster.registered(victim),
+                       2 * SESSION_TIMEOUT_MS / 1000 + 10, f"{victim} expired")
         finally:
             self.cluster.sigcont(victim)
 
     def sigterm_leader(self) -> None:
         """SIGTERM a partition leader under load (a controlled shutdown: the controller
         moves its leaderships before it unregisters); :meth:`heal` starts it again."""
+        # no _acted(): a leader shutting down keeps serving until its leaderships moved,
+        # so records sent after the SIGTERM may rightly be acknowledged at once
         self.cluster.stop(self.leader(random.randrange(self.partitions)))
 
     def kill9_all(self) -> None:
@@ -237,6 +295,7 @@ class FaultRun:
         out its old registration until ZooKeeper expires it)."""
         for broker_id in sorted(self.cluster.brokers):
             self.cluster.kill9(broker_id)
+        self._acted()
         self.cluster.restore()
 
     def pause_follower_past_session(self) -> None:
@@ -246,9 +305,10 @@ class FaultRun:
         followers = [b for b in state["isr"] if b != state["leader"]]
         victim = random.choice(followers or sorted(self.cluster.brokers))
         self.cluster.sigstop(victim)
+        self._acted()
         try:
-            self.cluster.wait_for(lambda: not self.cluster.registered(victim),
-                                  2 * SESSION_TIMEOUT_MS / 1000 + 10, f"{victim} expired")
+            self._wait(lambda: not self.cluster.registered(victim),
+                       2 * SESSION_TIMEOUT_MS / 1000 + 10, f"{victim} expired")
         finally:
             self.cluster.sigcont(victim)
 
@@ -261,8 +321,11 @@ class FaultRun:
         assert zookeeper is not None
         seconds = SESSION_TIMEOUT_MS / 1000 * (2.0 if past_session else 0.5)
         zookeeper.pause()
+        self._acted()
         try:
-            self._stop.wait(seconds)
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and not self.interrupted:
+                time.sleep(0.05)
         finally:
             zookeeper.resume()
 
@@ -276,16 +339,27 @@ class FaultRun:
         partition = random.randrange(self.partitions)
         victim = self.leader(partition)
         self.cluster.isolate(victim, zookeeper)
+        self._acted()
         try:
             if zookeeper:
-                self.cluster.wait_for(
+                self._wait(
                     lambda: self._state(partition)["leader"] not in (victim, -1),
                     2 * SESSION_TIMEOUT_MS / 1000 + 20,
                     f"leadership of partition {partition} moved off the isolated {victim}")
             else:
-                self.cluster.wait_for(
-                    lambda: self._state(partition)["isr"] == [victim], 60,
-                    f"the isolated {victim} alone in its ISR")
+                # The victim was read as leader an instant ago, but a controller may be
+                # moving leaderships still (ZooKeeper expiring every session as it
+                # resumes from a pause past the session timeout, the states not yet
+                # rewritten): a victim that is no longer leader has no ISR to shrink.
+                def effect() -> bool:
+                    state = self._state(partition)
+                    if state["leader"] != victim:
+                        self.notes.append(f"a leader cut off: {victim} was no longer leader "
+                                          f"of partition {partition} (now {state})")
+                        return True
+                    return bool(state["isr"] == [victim])
+
+                self._wait(effect, 60, f"the isolated {victim} alone in its ISR")
         finally:
             self.cluster.reconnect(victim)
 
@@ -295,8 +369,7 @@ class FaultRun:
         for broker_id in sorted(self.cluster.brokers):
             self.cluster.stop(broker_id)
             self.cluster.start(broker_id)
-            self.cluster.wait_for(self.fully_in_sync, 90, f"in sync after restarting "
-                                                          f"{broker_id}")
+            self._wait(self.fully_in_sync, 90, f"in sync after restarting {broker_id}")
 
     # -- the oracle -----------------------------------------------------------------------
     def finish(self) -> None:
