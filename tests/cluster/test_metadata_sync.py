@@ -17,7 +17,7 @@ from odradek.cluster.leader_election import (
 )
 from odradek.cluster.metadata import ClusterMetadata, encode_topic_id
 from odradek.cluster.metadata_sync import MetadataSync
-from odradek.cluster.store import Node
+from odradek.cluster.store import ConnectionLossError, Node, SessionEvent
 from odradek.cluster.zk_store import ZooKeeperStore
 from tests.cluster._zookeeper import ZooKeeperServer, wait_for
 
@@ -108,5 +108,44 @@ def test_a_notification_purged_between_listing_and_reading_makes_the_broker_read
             broker.purge = [read, unread]  # listed with the newest, gone when read
         wait_for(lambda: epoch() == 1, what="the state named by a notification purged unread")
         assert not broker.purge
+    finally:
+        sync.close()
+
+
+class _DropsOnNextNotificationRead(ZooKeeperStore):
+    """A broker's store whose next listing of the notifications fails as it would when
+    the connection drops at that moment (the watch that fired is then gone)."""
+
+    fail_next = False
+
+    def children(self, path: str, watch: Any = None) -> list[str]:
+        if self.fail_next and path == NOTIFICATION_PATH:
+            self.fail_next = False
+            raise ConnectionLossError(f"{path}: ConnectionLoss")
+        return super().children(path, watch)
+
+
+def test_a_watch_whose_read_failed_is_set_again_when_the_session_comes_back(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[ZooKeeperStore],
+) -> None:
+    """The notification watch fired and the read that sets it again failed with
+    ConnectionLoss; the same session came back. Before, nothing set the watch again and
+    the broker never learned a partition state from then on (the 300-fault run's broker
+    kept fetching from a leader that had moved)."""
+    broker = _DropsOnNextNotificationRead(zookeeper.connect_string(zk_chroot), 4000, 5000)
+    writer = zookeeper.store(zk_chroot)
+    zk_stores += [broker, writer]
+    sync, epoch, _read = _one_partition_synced(broker, writer)
+    try:
+        broker.fail_next = True
+        writer.set(state_path("t", 0), LeaderAndIsr(0, 1, (0,), 1).encode())
+        _notify(writer, ("t", 0))
+        wait_for(lambda: not broker.fail_next, what="the failed read of the notifications")
+        assert epoch() == 0  # missed: no watch is set now
+        broker._dispatch(lambda: broker._notify(SessionEvent.RECONNECTED))
+        wait_for(lambda: epoch() == 1, what="the state read once the session came back")
+        writer.set(state_path("t", 0), LeaderAndIsr(0, 2, (0,), 1).encode())
+        _notify(writer, ("t", 0))
+        wait_for(lambda: epoch() == 2, what="a later state, through the watch set again")
     finally:
         sync.close()

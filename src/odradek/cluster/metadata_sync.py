@@ -29,6 +29,12 @@ applies it and tells its listeners (the replica manager hosts logs and updates p
   out of the quotas) and a children watch on ``/config/users/<user>/clients``, whose
   nodes get a data watch each. What is read is kept in the metadata, whose listeners
   (the client quota managers) take it at once.
+- *Watches whose read failed.* A watch fires once; the read that sets it again can fail
+  when the connection drops at that moment (ConnectionLoss), and the same session may
+  then come back (RECONNECTED) with no watch left there and no event to say so. Each
+  such read is remembered and run again when the session is back (RECONNECTED or, for
+  what a new session does not re-read, NEW_SESSION), as Kafka's ZooKeeperClient re-sends
+  its registrations after a reconnection.
 - *Brokers.* The live brokers (``/brokers/ids``) and the controller are read by
   :class:`~odradek.cluster.membership.BrokerChangeWatcher` and the election; this module
   only carries topics and states.
@@ -79,6 +85,9 @@ class MetadataSync:
         self._last_notification = ""  # name of the newest notification handled
         self._controller_epoch = 0  # newest controller epoch seen in a notification
         self._closed = False
+        # Reads that set a watch and failed (the connection dropped): run again when the
+        # session is back. Keyed by what they watch, so a path is retried once.
+        self._retry: dict[str, Callable[[], None]] = {}
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> dict[tuple[str, int], PartitionState]:
@@ -96,12 +105,29 @@ class MetadataSync:
         self._closed = True
         self.store.remove_session_listener(self._on_session)
 
+    def _failed(self, key: str, again: Callable[[], None]) -> None:
+        """A read that sets a watch failed: that watch is gone until ``again`` runs."""
+        with self._lock:
+            self._retry[key] = again
+
+    def _run_retries(self, skip: Callable[[str], bool] = lambda key: False) -> None:
+        with self._lock:
+            retry, self._retry = self._retry, {}
+            for key, again in retry.items():
+                if not skip(key):
+                    again()
+
     # -- topics --------------------------------------------------------------------------
     def _watch_topics(self, _path: str = "") -> None:
         if self._closed:
             return
         with self._lock:
-            names = set(self.store.children(TOPICS, watch=self._watch_topics))
+            try:
+                names = set(self.store.children(TOPICS, watch=self._watch_topics))
+            except StoreError:
+                log.exception("cannot read %s", TOPICS)
+                self._failed("topics", self._watch_topics)
+                return
             for name in sorted(names - self._topics):
                 self._topics.add(name)
                 self._refresh_topic(name)
@@ -119,6 +145,7 @@ class MetadataSync:
             config = self.store.get(f"{CONFIGS}/{name}", watch=refresh)
         except StoreError:
             log.exception("cannot read topic %s from ZooKeeper", name)
+            self._failed(f"topic:{name}", lambda: self._refresh_topic(name))
             return
         if node is None:
             return  # deleted: the children watch reports it
@@ -139,6 +166,7 @@ class MetadataSync:
                 nodes = set(self.store.children(CLIENTS, watch=self._watch_clients))
             except StoreError:
                 log.exception("cannot read %s", CLIENTS)
+                self._failed("clients", self._watch_clients)
                 return
             for node in sorted(nodes - self._clients):
                 self._clients.add(node)
@@ -157,6 +185,7 @@ class MetadataSync:
             configs = dict(json.loads(found.data)["config"]) if found is not None else {}
         except (StoreError, ValueError, KeyError, TypeError):
             log.exception("cannot read client quotas %s/%s", CLIENTS, node)
+            self._failed(f"client:{node}", lambda: self._refresh_client(node))
             return
         if found is None:
             # Deleted: the watch just set waits for a creation, which the children watch
@@ -175,6 +204,7 @@ class MetadataSync:
                 nodes = set(self.store.children(USERS, watch=self._watch_users))
             except StoreError:
                 log.exception("cannot read %s", USERS)
+                self._failed("users", self._watch_users)
                 return
             for node in sorted(nodes - self._users):
                 self._users.add(node)
@@ -196,6 +226,7 @@ class MetadataSync:
                     watch=lambda path: self._watch_user_clients(user, path)))
             except StoreError:
                 log.exception("cannot read %s/%s/clients", USERS, user)
+                self._failed(f"user-clients:{user}", lambda: self._watch_user_clients(user))
                 return
             known = {c for u, c in self._user_clients if u == user}
             for node in sorted(nodes - known):
@@ -233,6 +264,7 @@ class MetadataSync:
                        if found is not None and found.data else {})
         except (StoreError, ValueError, KeyError, TypeError):
             log.exception("cannot read client quotas %s", path)
+            self._failed(f"quota:{path}", lambda: self._refresh_quota(user, client))
             return
         if found is None:
             with self._lock:  # deleted: the children watch reports it too
@@ -260,6 +292,8 @@ class MetadataSync:
                 configs = dict(json.loads(node.data)["config"]) if node is not None else {}
             except (StoreError, ValueError, KeyError, TypeError):
                 log.exception("cannot read %s", watched)
+                self._failed(f"broker-configs:{watched}",
+                             lambda w=watched: self._watch_broker_configs(w))  # type: ignore[misc]
                 continue
             if not path:  # at start, before the broker serves
                 self.metadata.cache_broker_configs(entity, configs)
@@ -319,6 +353,7 @@ class MetadataSync:
                 names = self.store.children(NOTIFICATION_PATH, watch=self._on_notifications)
             except StoreError:
                 log.exception("cannot read %s", NOTIFICATION_PATH)
+                self._failed("notifications", self._on_notifications)
                 return
             last = self._last_notification
             if last and last not in names:
@@ -357,7 +392,9 @@ class MetadataSync:
                 self.post(lambda: self.metadata.apply_partition_states(states))
 
     def _on_session(self, event: SessionEvent) -> None:
-        if event is SessionEvent.NEW_SESSION and not self._closed:
+        if self._closed:
+            return
+        if event is SessionEvent.NEW_SESSION:
             # Watches were lost with the old session, and notifications may have been
             # purged meanwhile: read everything again.
             with self._lock:
@@ -365,3 +402,8 @@ class MetadataSync:
                 self._watch_topics()
                 self._watch_broker_configs()
                 self._reload_states()
+                # What the reads above set again needs no retry; quotas' watches do.
+                self._run_retries(skip=lambda key: key.startswith(
+                    ("topics", "topic:", "broker-configs:", "notifications")))
+        elif event is SessionEvent.RECONNECTED:
+            self._run_retries()
