@@ -15,6 +15,7 @@ end of a run: the busiest worker's sum is the run's critical path."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -176,6 +177,25 @@ class _Timings:
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
         config.pluginmanager.register(_Timings(config), "odradek-timings")
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        _lean_children(config)  # in the process that runs the tests, not xdist's controller
+
+
+def _lean_children(config: pytest.Config) -> None:
+    """The processes the tests start (brokers, CLI commands, Spark's Python workers) find a
+    ``hypothesis`` that fails to import, first on their PYTHONPATH: kio imports Hypothesis
+    whenever it can, to register strategies for its types, and Hypothesis (with pytest and
+    trio behind it) is more than half of a broker's or a command's start-up CPU here. Only
+    the test process uses it; an install without the test extras has none either. A test
+    that sets its own PYTHONPATH for a child only makes that child slower."""
+    stub = Path(tempfile.mkdtemp(prefix="odradek-lean-"))
+    config.add_cleanup(lambda: shutil.rmtree(stub, ignore_errors=True))
+    (stub / "hypothesis").mkdir()
+    (stub / "hypothesis" / "__init__.py").write_text(
+        "raise ImportError('hypothesis is left out of the processes the tests start "
+        "(tests/conftest.py)')\n")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, (str(stub), os.environ.get("PYTHONPATH"))))
 
 
 GROUPS_KEY = "odradek_xdist_groups"
