@@ -1,12 +1,25 @@
 """Shared fixtures: real brokers on free loopback ports (see odradek.testing); and how the
 suite is spread over pytest-xdist's workers (``make test`` runs ``pytest -n ...
---dist loadgroup``; see :func:`pytest_collection_modifyitems`)."""
+--dist loadgroup``; see :func:`pytest_collection_modifyitems` and docs/testing.md).
+
+How the spreading works: the tests that share a costly fixture (a module- or class-scoped
+broker or cluster, the Spark session) form one *group*, run on one worker one after the
+other; every other test is a group of its own. The groups are handed out longest first
+(the longest-processing-time rule of list scheduling), their lengths taken from
+``tests/durations.json``, what each test took in an earlier run, so that no long test
+starts last and ends the run alone on one worker while the others are idle. A test the
+file does not know is estimated (:func:`_estimate`); ``--store-durations`` rewrites the
+file from the run it ends. The controller prints what each worker was busy for at the
+end of a run: the busiest worker's sum is the run's critical path."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
+import time
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +35,22 @@ __all__ = ["odradek_broker", "shared_broker"]
 #: one worker, as one group (the Spark session is a JVM of 1 GB and ~10 s to start).
 SHARED_SESSION_FIXTURES = {"spark": "spark-session"}
 
-#: Tests that take longest, started first so that they do not end the run alone on one
-#: worker while the others are idle: the Spark session's group (minutes, on one worker),
-#: tests marked ``slow``, then whole directories. Within a tier the collection order is
-#: kept.
-SLOW_FIRST = ("tests/spark/", "tests/interop/", "tests/cli/", "tests/webconsole/")
+#: What each test took (setup, call and teardown, in seconds) in an earlier run; the tests
+#: under :data:`STORED_MIN_S` only as their file's mean. Only the order of the run
+#: depends on it.
+DURATIONS = Path(__file__).with_name("durations.json")
+STORED_MIN_S = 0.5
+#: The key suffix of a file's entry for its other tests (their mean).
+REST = "::*"
+
+#: The estimates of a test ``tests/durations.json`` does not know (a new one): one marked
+#: ``slow``, one in a directory whose tests start brokers, clusters or JVMs, any other.
+#: High rather than low: a long test started early costs nothing, one started last may
+#: end the run alone.
+UNKNOWN_SLOW_S = 60.0
+SLOW_DIRS = {"tests/spark/": 20.0, "tests/interop/": 5.0, "tests/cli/": 3.0,
+             "tests/webconsole/": 3.0}
+UNKNOWN_S = 0.2
 
 
 @pytest.fixture(scope="session")
@@ -52,39 +76,126 @@ def _group_of(item: pytest.Item) -> str | None:
     return None
 
 
-def _tier(item: pytest.Item, group: str | None) -> int:
-    if group in SHARED_SESSION_FIXTURES.values():
-        return -1
+def _estimate(item: pytest.Item, durations: dict[str, float]) -> float:
+    """How long a test takes: as stored, else as the stored short tests of its file took
+    on average (``<file>::*``), else the estimate of its kind (a new file's test)."""
+    known = durations.get(item.nodeid)
+    if known is None:
+        known = durations.get(item.nodeid.split("::", 1)[0] + REST)
+    if known is not None:
+        return known
     if item.get_closest_marker("slow") is not None:
-        return 0
-    path = item.nodeid.split("::", 1)[0]
-    for n, prefix in enumerate(SLOW_FIRST):
-        if path.startswith(prefix):
-            return 1 + n
-    return 1 + len(SLOW_FIRST)
+        return UNKNOWN_SLOW_S
+    for prefix, seconds in SLOW_DIRS.items():
+        if item.nodeid.startswith(prefix):
+            return seconds
+    return UNKNOWN_S
+
+
+def _stored_durations() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError):
+        return {}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Find the group of every test (the tests that share a module- or class-scoped
-    fixture, or a costly session one) and put the slowest tiers first. Under xdist the
+    fixture, or a costly session one) and order the groups longest first. Under xdist the
     worker writes the groups where the controller's scheduler (:class:`GroupScheduling`)
     reads them; with ``--no-loadscope-reorder`` work is handed out in this order. Without
     xdist the order only changes which test runs when, never what runs."""
+    durations = _stored_durations()
     unit: dict[str, str] = {}  # nodeid -> its group, or itself
-    tier: dict[str, int] = {}  # a group's tier: its slowest test's
+    cost: dict[str, float] = defaultdict(float)  # a group's estimated length
     first: dict[str, int] = {}
     for index, item in enumerate(items):
-        group = _group_of(item)
-        key = unit[item.nodeid] = group or item.nodeid
-        tier[key] = min(tier.get(key, _tier(item, group)), _tier(item, group))
+        key = unit[item.nodeid] = _group_of(item) or item.nodeid
+        cost[key] += _estimate(item, durations)
         first.setdefault(key, index)
     # a group's tests stay together (its module fixture is started once), in their order
-    items.sort(key=lambda item: (tier[unit[item.nodeid]], first[unit[item.nodeid]]))
+    items.sort(key=lambda item: (-cost[unit[item.nodeid]], first[unit[item.nodeid]]))
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and GROUPS_KEY in workerinput:
         path = Path(workerinput[GROUPS_KEY]) / f"{workerinput['workerid']}.json"
         path.write_text(json.dumps(unit))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help="rewrite tests/durations.json (the scheduler's estimates) from "
+                          "what this run's tests took; run the whole suite for it")
+
+
+class _Timings:
+    """A plugin of the controller (or of a run without xdist): what the tests took, per
+    test and per worker, as their reports come in."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.started = time.monotonic()
+        self.test: dict[str, float] = defaultdict(float)
+        self.busy: dict[str, float] = defaultdict(float)
+        self.tests: dict[str, int] = defaultdict(int)
+        self.done_at: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)
+        worker = node.gateway.id if node is not None else "main"
+        self.test[report.nodeid] += report.duration
+        self.busy[worker] += report.duration
+        if report.when == "teardown":
+            self.tests[worker] += 1
+        self.done_at[worker] = time.monotonic() - self.started
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Each worker's load: the busiest one's sum is the run's critical path."""
+        if not self.busy or "main" in self.busy:  # none without xdist's workers
+            return
+        terminalreporter.write_sep("-", "time per worker (the busiest one sets the wall time)")
+        for worker in sorted(self.busy):
+            terminalreporter.write_line(
+                f"{worker}: {self.tests[worker]} tests, {self.busy[worker]:.0f} s of tests, "
+                f"its last one done {self.done_at[worker]:.0f} s into the run")
+
+    def pytest_sessionfinish(self) -> None:
+        if not self.config.getoption("store_durations") or not self.test:
+            return
+        stored: dict[str, float] = {}
+        rest: dict[str, list[float]] = defaultdict(list)
+        for nodeid, seconds in self.test.items():
+            if seconds >= STORED_MIN_S:
+                stored[nodeid] = round(seconds, 1)
+            else:
+                rest[nodeid.split("::", 1)[0]].append(seconds)
+        for path, values in rest.items():
+            stored[path + REST] = round(sum(values) / len(values), 3)
+        DURATIONS.write_text(json.dumps(dict(sorted(stored.items())), indent=0) + "\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
+        config.pluginmanager.register(_Timings(config), "odradek-timings")
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        _lean_children(config)  # in the process that runs the tests, not xdist's controller
+
+
+def _lean_children(config: pytest.Config) -> None:
+    """The processes the tests start (brokers, CLI commands, Spark's Python workers) find a
+    ``hypothesis`` that fails to import, first on their PYTHONPATH: kio imports Hypothesis
+    whenever it can, to register strategies for its types, and Hypothesis (with pytest and
+    trio behind it) is more than half of a broker's or a command's start-up CPU here. Only
+    the test process uses it; an install without the test extras has none either. A test
+    that sets its own PYTHONPATH for a child only makes that child slower."""
+    stub = Path(tempfile.mkdtemp(prefix="odradek-lean-"))
+    config.add_cleanup(lambda: shutil.rmtree(stub, ignore_errors=True))
+    (stub / "hypothesis").mkdir()
+    (stub / "hypothesis" / "__init__.py").write_text(
+        "raise ImportError('hypothesis is left out of the processes the tests start "
+        "(tests/conftest.py)')\n")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, (str(stub), os.environ.get("PYTHONPATH"))))
 
 
 GROUPS_KEY = "odradek_xdist_groups"

@@ -3,6 +3,13 @@
 The session's JVM is started with its stderr (and so that of Spark's Python workers, which
 the JVM copies to its own) in a file, :func:`spark_stderr`, so a test can check what the
 workers print there (librdkafka's raw ``%3|...`` lines must not be).
+
+Every Spark JVM of the run (this session's, and those of the ``odradek mirror`` and plain
+``python`` processes the tests start, which inherit the environment) gets the client JIT
+and the serial collector through ``SPARK_SUBMIT_OPTS``, as ZooKeeper's and the Java
+client's JVMs in the tests do: the tests' Spark applications are short and small, and on a
+2-core machine that runs several of them beside the brokers, the server JIT's compiler
+threads and the parallel collector's cost more CPU than their work.
 """
 
 from __future__ import annotations
@@ -16,6 +23,11 @@ from typing import Any
 import pyarrow  # noqa: F401  (a missing Spark dependency fails the run, never skips it)
 import pyspark  # noqa: F401
 import pytest
+
+#: The JVM options of every Spark application the tests start (see the module's header).
+SPARK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+    filter(None, (os.environ.get("SPARK_SUBMIT_OPTS"), SPARK_JVM_OPTIONS)))
 
 
 @pytest.fixture(scope="session")
