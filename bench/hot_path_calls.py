@@ -28,15 +28,7 @@ import time
 from pathlib import Path
 
 from hot_path_instructions import CASES, QUIET
-from metrics_cost import (
-    ROOT,
-    fetch_blob,
-    log_dirs_root,
-    make_batch,
-    produce_blob,
-    run_round,
-    start,
-)
+from metrics_cost import ROOT, log_dirs_root, run_round, start, warm_up
 from peers import odradek_at
 
 WARM_UP = 300
@@ -49,19 +41,13 @@ _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 def profile(tree: Path, case: tuple[str, int, bool, int, bool], requests: int,
             out: Path) -> dict[Key, int]:
     """Calls of each function over ``requests`` counted requests of one broker."""
-    _name, records, lz4, _round, fetch = case
     done = Path(f"{out}.done")
     done.unlink(missing_ok=True)
     os.environ["PROFILE_OUT"] = str(out)
     broker = start(f"{tree.name} profiled", tree, False, log_dirs_root(),
                    (sys.executable, str(WRAPPER)), overrides=QUIET)
     try:
-        batch = make_batch(records, lz4)
-        if fetch:
-            run_round(broker, produce_blob(batch, 1), 1)
-        run_round(broker, fetch_blob(WARM_UP) if fetch else produce_blob(batch, WARM_UP),
-                  WARM_UP)
-        blob = fetch_blob(requests) if fetch else produce_blob(batch, requests)
+        blob = warm_up(broker, case, WARM_UP, requests)
         os.kill(broker.proc.pid, signal.SIGUSR1)
         run_round(broker, blob, requests)
         os.kill(broker.proc.pid, signal.SIGUSR2)

@@ -177,6 +177,18 @@ def run_round(broker: Broker, blob: bytes, requests: int) -> float:
     return (broker.on_cpu_ns() - before) / requests / 1e3
 
 
+def warm_up(broker: Broker, case: tuple[str, int, bool, int, bool], warm_up: int,
+            requests: int) -> bytes:
+    """Ready ``broker`` for counting ``requests`` requests of ``case``: produce the batch
+    a fetch case reads, run ``warm_up`` requests, and return the counted round's frames."""
+    _name, records, lz4, _round, fetch = case
+    batch = make_batch(records, lz4)
+    if fetch:  # something to fetch: the batch, produced once
+        run_round(broker, produce_blob(batch, 1), 1)
+    run_round(broker, fetch_blob(warm_up) if fetch else produce_blob(batch, warm_up), warm_up)
+    return fetch_blob(requests) if fetch else produce_blob(batch, requests)
+
+
 def sitting(pairs: list[tuple[Path, str]], data_root: Path, batch: bytes, blob: bytes,
             requests: int, fetch: bool, rounds: int) -> list[float]:
     """Fresh brokers (off, on per tree), ``rounds`` interleaved rounds: each one's median

@@ -42,16 +42,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from metrics_cost import (
-    CASES,
-    ROOT,
-    fetch_blob,
-    log_dirs_root,
-    make_batch,
-    produce_blob,
-    run_round,
-    start,
-)
+from metrics_cost import CASES, ROOT, log_dirs_root, run_round, start, warm_up
 
 WARM_UP = 300
 _SUMMARY = re.compile(rb"^summary: (\d+)$", re.MULTILINE)
@@ -61,7 +52,6 @@ def count(tree: Path, metrics: bool, case: tuple[str, int, bool, int, bool], req
           data_root: Path, out: Path, overrides: tuple[str, ...] = ()) -> float:
     """Instructions per request of one broker of ``tree``, metrics on or off (and
     ``overrides``, ``key=value`` configs)."""
-    _name, records, lz4, _round, fetch = case
     out.mkdir()
     # Not instrumented until the warm-up is over (``-i on`` below): the broker's start
     # and warm-up run several times faster, which on a loaded machine is the difference
@@ -72,12 +62,7 @@ def count(tree: Path, metrics: bool, case: tuple[str, int, bool, int, bool], req
                    data_root, wrapper, startup_s=600, overrides=overrides)
     try:
         broker.sock.settimeout(600)
-        batch = make_batch(records, lz4)
-        if fetch:  # something to fetch: the batch, produced once
-            run_round(broker, produce_blob(batch, 1), 1)
-        warm, blob = ((fetch_blob(WARM_UP), fetch_blob(requests)) if fetch
-                      else (produce_blob(batch, WARM_UP), produce_blob(batch, requests)))
-        run_round(broker, warm, WARM_UP)
+        blob = warm_up(broker, case, WARM_UP, requests)
         control = ["callgrind_control"]
         for command in ("-i", "on"), ("-z",):
             subprocess.run([*control, *command, str(broker.proc.pid)], check=True,
