@@ -110,6 +110,31 @@ class MetadataSync:
         with self._lock:
             self._retry[key] = again
 
+    def _children(self, path: str, watch: Callable[[str], None], key: str,
+                  again: Callable[[], None]) -> set[str] | None:
+        """The children of ``path``, setting ``watch``; None if the read failed (logged,
+        and ``again`` kept to run when the session is back)."""
+        try:
+            return set(self.store.children(path, watch=watch))
+        except StoreError:
+            log.exception("cannot read %s", path)
+            self._failed(key, again)
+            return None
+
+    def _config_node(self, path: str, watch: Callable[[str], None], key: str,
+                     again: Callable[[], None]) -> tuple[bool, dict[str, str]] | None:
+        """Whether the config node ``path`` exists and its ``config`` map, setting
+        ``watch``; None if the read failed (logged, and ``again`` kept as above)."""
+        try:
+            found = self.store.get(path, watch=watch)
+            configs = (dict(json.loads(found.data)["config"])
+                       if found is not None and found.data else {})
+        except (StoreError, ValueError, KeyError, TypeError):
+            log.exception("cannot read %s", path)
+            self._failed(key, again)
+            return None
+        return found is not None, configs
+
     def _run_retries(self, skip: Callable[[str], bool] = lambda key: False) -> None:
         with self._lock:
             retry, self._retry = self._retry, {}
@@ -122,11 +147,8 @@ class MetadataSync:
         if self._closed:
             return
         with self._lock:
-            try:
-                names = set(self.store.children(TOPICS, watch=self._watch_topics))
-            except StoreError:
-                log.exception("cannot read %s", TOPICS)
-                self._failed("topics", self._watch_topics)
+            names = self._children(TOPICS, self._watch_topics, "topics", self._watch_topics)
+            if names is None:
                 return
             for name in sorted(names - self._topics):
                 self._topics.add(name)
@@ -162,11 +184,9 @@ class MetadataSync:
         if self._closed:
             return
         with self._lock:
-            try:
-                nodes = set(self.store.children(CLIENTS, watch=self._watch_clients))
-            except StoreError:
-                log.exception("cannot read %s", CLIENTS)
-                self._failed("clients", self._watch_clients)
+            nodes = self._children(CLIENTS, self._watch_clients, "clients",
+                                   self._watch_clients)
+            if nodes is None:
                 return
             for node in sorted(nodes - self._clients):
                 self._clients.add(node)
@@ -179,15 +199,13 @@ class MetadataSync:
         """Read one client entity's quotas, setting its data watch again."""
         if self._closed or node not in self._clients:
             return
-        try:
-            found = self.store.get(f"{CLIENTS}/{node}",
-                                   watch=lambda path: self._refresh_client(node, path))
-            configs = dict(json.loads(found.data)["config"]) if found is not None else {}
-        except (StoreError, ValueError, KeyError, TypeError):
-            log.exception("cannot read client quotas %s/%s", CLIENTS, node)
-            self._failed(f"client:{node}", lambda: self._refresh_client(node))
+        read = self._config_node(f"{CLIENTS}/{node}",
+                                 lambda path: self._refresh_client(node, path),
+                                 f"client:{node}", lambda: self._refresh_client(node))
+        if read is None:
             return
-        if found is None:
+        exists, configs = read
+        if not exists:
             # Deleted: the watch just set waits for a creation, which the children watch
             # reports too; forgetting the node here keeps one watch per node, not two.
             with self._lock:
@@ -200,11 +218,8 @@ class MetadataSync:
         if self._closed:
             return
         with self._lock:
-            try:
-                nodes = set(self.store.children(USERS, watch=self._watch_users))
-            except StoreError:
-                log.exception("cannot read %s", USERS)
-                self._failed("users", self._watch_users)
+            nodes = self._children(USERS, self._watch_users, "users", self._watch_users)
+            if nodes is None:
                 return
             for node in sorted(nodes - self._users):
                 self._users.add(node)
@@ -220,13 +235,11 @@ class MetadataSync:
         with self._lock:
             if user not in self._users:
                 return
-            try:
-                nodes = set(self.store.children(
-                    f"{USERS}/{user}/clients",
-                    watch=lambda path: self._watch_user_clients(user, path)))
-            except StoreError:
-                log.exception("cannot read %s/%s/clients", USERS, user)
-                self._failed(f"user-clients:{user}", lambda: self._watch_user_clients(user))
+            nodes = self._children(f"{USERS}/{user}/clients",
+                                   lambda path: self._watch_user_clients(user, path),
+                                   f"user-clients:{user}",
+                                   lambda: self._watch_user_clients(user))
+            if nodes is None:
                 return
             known = {c for u, c in self._user_clients if u == user}
             for node in sorted(nodes - known):
@@ -258,15 +271,12 @@ class MetadataSync:
         if not watched:
             return
         path = f"{USERS}/{user}" if client is None else f"{USERS}/{user}/clients/{client}"
-        try:
-            found = self.store.get(path, watch=lambda p: self._refresh_quota(user, client, p))
-            configs = (dict(json.loads(found.data)["config"])
-                       if found is not None and found.data else {})
-        except (StoreError, ValueError, KeyError, TypeError):
-            log.exception("cannot read client quotas %s", path)
-            self._failed(f"quota:{path}", lambda: self._refresh_quota(user, client))
+        read = self._config_node(path, lambda p: self._refresh_quota(user, client, p),
+                                 f"quota:{path}", lambda: self._refresh_quota(user, client))
+        if read is None:
             return
-        if found is None:
+        exists, configs = read
+        if not exists:
             with self._lock:  # deleted: the children watch reports it too
                 if client is None:
                     self._drop_user(user)
@@ -287,14 +297,12 @@ class MetadataSync:
             watched = f"{base}/{entity}"
             if path and path != watched:
                 continue
-            try:
-                node = self.store.get(watched, watch=self._watch_broker_configs)
-                configs = dict(json.loads(node.data)["config"]) if node is not None else {}
-            except (StoreError, ValueError, KeyError, TypeError):
-                log.exception("cannot read %s", watched)
-                self._failed(f"broker-configs:{watched}",
-                             lambda w=watched: self._watch_broker_configs(w))  # type: ignore[misc]
+            read = self._config_node(watched, self._watch_broker_configs,
+                                     f"broker-configs:{watched}",
+                                     lambda w=watched: self._watch_broker_configs(w))  # type: ignore[misc]
+            if read is None:
                 continue
+            _exists, configs = read
             if not path:  # at start, before the broker serves
                 self.metadata.cache_broker_configs(entity, configs)
             else:
