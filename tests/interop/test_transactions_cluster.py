@@ -329,8 +329,9 @@ def test_a_leader_verifies_with_a_coordinator_on_another_broker(cluster: Cluster
             await conn.close()
 
     def produce(pid: int, epoch: int, seq: int) -> Any:
-        """The leader's answer, once it is not LEADER_NOT_AVAILABLE (the metadata can name
-        a leader still creating the partition's log)."""
+        """The leader's answer, once the leader serves the partition: ZooKeeper names it
+        leader before it has read the topic (UNKNOWN_TOPIC_OR_PARTITION) and created its
+        log (LEADER_NOT_AVAILABLE), as any client may meet right after a creation."""
         m = produce_v9
 
         def answered() -> Any:
@@ -341,7 +342,9 @@ def test_a_leader_verifies_with_a_coordinator_on_another_broker(cluster: Cluster
                     m.PartitionProduceData(index=0, records=txn_batch(pid, epoch, seq)),)),),
             )))
             partition = response.responses[0].partition_responses[0]
-            return None if partition.error_code == ErrorCode.leader_not_available else partition
+            not_yet = (ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition,
+                       ErrorCode.not_leader_or_follower)
+            return None if partition.error_code in not_yet else partition
 
         return cluster.wait_for(answered, 30, f"broker {leader} serving {topic}-0")
 
