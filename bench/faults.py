@@ -2,7 +2,8 @@
 ZooKeeper while an idempotent acks=all producer and a consumer run (the harness of
 ``tests/interop/_faults.py``; the short run is ``tests/interop/test_faults.py``).
 
-Usage: ``.venv/bin/python bench/faults.py [--faults 200] [--seed 1]``
+Usage: ``.venv/bin/python bench/faults.py [--faults 200] [--seed 1]``; ``--cycle KIND...``
+injects the given kinds in turn instead of at random (to reproduce a sequence).
 
 Each round picks one fault at random (kill -9 of a partition leader, kill -9 of the
 controller, SIGSTOP of a leader past its session timeout, a rolling restart of every
@@ -49,6 +50,9 @@ def main() -> None:
                         help="records per second (0: as fast as the producer goes)")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="keep ZooKeeper's and the brokers' data and logs here")
+    parser.add_argument("--cycle", nargs="+", metavar="KIND", default=None,
+                        help="inject these fault kinds in this order, over and over, "
+                             "instead of at random (to reproduce a sequence)")
     args = parser.parse_args()
     random.seed(args.seed)
     started = time.monotonic()
@@ -94,11 +98,15 @@ def main() -> None:
             "SIGSTOP of ZooKeeper past the session": lambda: run.pause_zookeeper(True),
         }
         weights = [6, 3, 2, 1, 2, 2, 3, 1, 2, 1, 1]
+        unknown = sorted(set(args.cycle or ()) - set(kinds))
+        if unknown:
+            raise SystemExit(f"unknown fault kinds {unknown}; the kinds: {sorted(kinds)}")
         try:
             for i in range(args.faults):
                 if run.interrupted:
                     break
-                name = random.choices(list(kinds), weights)[0]
+                name = (args.cycle[i % len(args.cycle)] if args.cycle
+                        else random.choices(list(kinds), weights)[0])
                 try:
                     took = run.inject(name, kinds[name])
                     run.heal()

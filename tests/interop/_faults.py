@@ -25,10 +25,12 @@ stopped early and still be verified.
 from __future__ import annotations
 
 import json
+import logging
 import random
+import sys
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +78,26 @@ def partition_state(cluster: Cluster, topic: str, partition: int) -> dict[str, A
     return json.loads(raw) if raw else None
 
 
+class _RingLogger(logging.Handler):
+    """A librdkafka client's log into a bounded ring (errors also to standard error, as
+    librdkafka prints them without a logger)."""
+
+    def __init__(self, ring: deque[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.ring = ring
+        self.logger = logging.getLogger(f"faults.librdkafka.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = f"{time.strftime('%H:%M:%S', time.localtime(record.created))}" \
+               f".{int(record.msecs):03d} {record.getMessage()}"
+        self.ring.append(line)
+        if record.levelno >= logging.ERROR:
+            print(f"librdkafka: {line}", file=sys.stderr, flush=True)
+
+
 class FaultRun:
     """One topic (replication factor 3, ``min.insync.replicas`` 2), a producer thread and
     a consumer thread on ``cluster``; :meth:`inject` runs faults, :meth:`verify` checks."""
@@ -103,6 +125,10 @@ class FaultRun:
         self.report = Report()
         # a plain flag, not an Event: set from signal handlers, where locks may deadlock
         self.interrupted = False
+        # the producer's librdkafka log (its broker, topic and idempotence events), the
+        # newest lines kept for the report of a fault the cluster did not recover from
+        self.client_log: deque[str] = deque(maxlen=20_000)
+        self._producer: Any = None
 
     # -- set-up ---------------------------------------------------------------------------
     def create_topic(self) -> None:
@@ -145,8 +171,9 @@ class FaultRun:
         producer = Producer({
             "bootstrap.servers": self.cluster.bootstrap, "acks": "all",
             "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120000,
-            "log_level": 3,
+            "debug": "eos,broker,topic", "logger": _RingLogger(self.client_log).logger,
         })
+        self._producer = producer
 
         def delivered(err: Any, msg: Any) -> None:
             with self._lock:
@@ -232,11 +259,30 @@ class FaultRun:
                 return all(self.acked_up_to.get(p, -1) >= self._recovery_from
                            for p in range(self.partitions))
 
-        self._wait(resumed, 4 * SESSION_TIMEOUT_MS / 1000 + 60,
-                   f"acknowledgements on every partition after {name}")
+        try:
+            self._wait(resumed, 4 * SESSION_TIMEOUT_MS / 1000 + 60,
+                       f"acknowledgements on every partition after {name}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.stall_report()}") from None
         took = time.monotonic() - started
         self.report.faults.append((name, took))
         return took
+
+    def stall_report(self, client_lines: int = 400) -> str:
+        """Where each partition stands for the producer and in ZooKeeper, and the
+        producer's newest librdkafka lines: what a fault the cluster did not recover from
+        needs to be explained."""
+        with self._lock:
+            acked = dict(sorted(self.acked_up_to.items()))
+        queued = len(self._producer) if self._producer is not None else None
+        lines = [f"--- producer: {self.sent} records sent, recovery counted from "
+                 f"{self._recovery_from}, highest acknowledged per partition {acked}, "
+                 f"{queued} waiting in its queue"]
+        lines += [f"{self.topic}-{p} in ZooKeeper: {self._state(p)}"
+                  for p in range(self.partitions)]
+        lines.append(f"--- the producer's librdkafka log (last {client_lines} lines)")
+        lines += list(self.client_log)[-client_lines:]
+        return "\n".join(lines)
 
     def _acted(self) -> None:
         """The fault's act is done: only records sent from now on show the recovery."""
