@@ -78,6 +78,16 @@ def partition_state(cluster: Cluster, topic: str, partition: int) -> dict[str, A
     return json.loads(raw) if raw else None
 
 
+# librdkafka (2.10 and later) forgets the brokers a Metadata answer does not list. When
+# every broker was killed, the first one back answers alone (the others still wait for
+# their old sessions to expire), so a client may know that one broker only; killed next,
+# it leaves the client with no broker to ask, as it would against Kafka, until KIP-899's
+# re-bootstrap from bootstrap.servers: after 300 s by default, after 5 s here, so that a
+# fault's recovery time measures the cluster rather than that timer.
+REBOOTSTRAP = {"metadata.recovery.strategy": "rebootstrap",
+               "metadata.recovery.rebootstrap.trigger.ms": 5000}
+
+
 class _RingLogger(logging.Handler):
     """A librdkafka client's log into a bounded ring (errors also to standard error, as
     librdkafka prints them without a logger)."""
@@ -172,6 +182,7 @@ class FaultRun:
             "bootstrap.servers": self.cluster.bootstrap, "acks": "all",
             "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120000,
             "debug": "eos,broker,topic", "logger": _RingLogger(self.client_log).logger,
+            **REBOOTSTRAP,
         })
         self._producer = producer
 
@@ -220,6 +231,7 @@ class FaultRun:
         consumer = Consumer({
             "bootstrap.servers": self.cluster.bootstrap, "group.id": f"{self.topic}-watch",
             "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 3,
+            **REBOOTSTRAP,
         })
         consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
         try:
@@ -263,7 +275,10 @@ class FaultRun:
             self._wait(resumed, 4 * SESSION_TIMEOUT_MS / 1000 + 60,
                        f"acknowledgements on every partition after {name}")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{self.stall_report()}") from None
+            whole = self.cluster.root / f"librdkafka-producer-{time.strftime('%H%M%S')}.log"
+            whole.write_text("\n".join(self.client_log) + "\n")
+            raise AssertionError(f"{exc}\n{self.stall_report()}\n(the producer's whole "
+                                 f"log kept: {whole})") from None
         took = time.monotonic() - started
         self.report.faults.append((name, took))
         return took
