@@ -32,8 +32,9 @@ from odradek.testing import RunningBroker, odradek_broker, running_broker
 __all__ = ["odradek_broker", "shared_broker"]
 
 #: Session fixtures too costly to start once per worker: the tests that take them run on
-#: one worker, as one group (the Spark session is a JVM of 1 GB and ~10 s to start).
-SHARED_SESSION_FIXTURES = {"spark": "spark-session"}
+#: one worker, as one group (the Spark session is a JVM of 1 GB and ~10 s to start; the
+#: mirror tests run their mirrors in one of their own, tests/spark/conftest.py).
+SHARED_SESSION_FIXTURES = {"spark": "spark-session", "mirror_spark": "spark-mirror-session"}
 
 #: What each test took (setup, call and teardown, in seconds) in an earlier run; the tests
 #: under :data:`STORED_MIN_S` only as their file's mean. Only the order of the run

@@ -478,6 +478,23 @@ def test_shutdown_timeout_cancels_stuck_handlers() -> None:
     run(test)
 
 
+def test_a_shutdown_that_times_out_names_the_connections_it_waited_for(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def test() -> None:
+        async with running() as (server, _):
+            client = await Client.connect(server.port)
+            await client.send(request_frame(_heartbeat("block"), 1))
+            await asyncio.sleep(0.05)
+            with caplog.at_level("WARNING", logger="odradek.server.network"):
+                await server.stop(timeout=0.2)
+            await client.close()
+
+    run(test)
+    [warning] = [r.getMessage() for r in caplog.records if "timed out" in r.getMessage()]
+    assert warning.startswith("shutdown timed out after 0.2 s; aborting 1 connections: ")
+    assert "-127.0.0.1:" in warning and "1 request(s) in flight" in warning, warning
+
+
 def test_half_closed_client_gets_its_answers() -> None:
     async def test() -> None:
         async with running() as (server, _):

@@ -1,4 +1,6 @@
-"""One local SparkSession (local[2]) and one broker for the whole Spark test run.
+"""One local SparkSession (local[2]) and one broker for the whole Spark test run (the
+fixtures ``spark`` and ``mirror_spark`` are the same session in one process; each is a
+group of its own for the scheduler, see :func:`mirror_spark`).
 
 The session's JVM is started with its stderr (and so that of Spark's Python workers, which
 the JVM copies to its own) in a file, :func:`spark_stderr`, so a test can check what the
@@ -38,6 +40,27 @@ def spark_stderr(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def spark(spark_stderr: Path) -> Iterator[Any]:
+    session = _started(spark_stderr)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def mirror_spark(spark_stderr: Path) -> Iterator[Any]:
+    """The Spark session the mirror tests run the mirror's query in
+    (:func:`tests.spark.test_mirror.mirror_in_session`): the same session as ``spark``
+    where one worker runs both, but a group of its own for the scheduler
+    (tests/conftest.py), so the long mirror tests and the other Spark tests can run on
+    two workers side by side, one Spark application each, rather than one after the
+    other on one worker."""
+    session = _started(spark_stderr)
+    yield session
+    session.stop()
+
+
+def _started(spark_stderr: Path) -> Any:
+    """The process's SparkSession: started here, its JVM's stderr in ``spark_stderr``,
+    or the one already running (``getOrCreate``)."""
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -46,12 +69,10 @@ def spark(spark_stderr: Path) -> Iterator[Any]:
     try:
         with spark_stderr.open("ab") as out:
             os.dup2(out.fileno(), 2)
-        session = _session(SparkSession)
+        return _session(SparkSession)
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-    yield session
-    session.stop()
 
 
 def _session(spark_session: Any) -> Any:

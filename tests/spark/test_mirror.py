@@ -6,6 +6,7 @@ and the mirror's own lag on the source."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import signal
@@ -25,7 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
-from odradek.spark.mirror import combined_pattern
+from odradek.spark.mirror import MirrorConfig, MirrorJob, combined_pattern
 from odradek.testing import running_broker
 from tests.interop._broker import odradek_executable
 
@@ -109,6 +110,72 @@ def mirror_of(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(60)
+
+
+class SessionMirror:
+    """A mirror whose query runs in the tests' shared Spark session (``MirrorJob.run``
+    given the session), in a thread: see :func:`mirror_in_session`."""
+
+    def __init__(self, job: MirrorJob, spark: Any) -> None:
+        self.job = job
+        self.spark = spark
+        self.result: int | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="mirror-in-session",
+                                       daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.result = self.job.run(self.spark)
+        except BaseException as exc:
+            self.error = exc
+
+    def running(self) -> bool:
+        """True while the mirror runs (``odradek mirror``'s process has not exited)."""
+        return self.thread.is_alive()
+
+    def stop(self) -> int:
+        """Stop it (as SIGTERM stops ``odradek mirror``); what ``run`` returned."""
+        self.job.stop()
+        self.thread.join(120)
+        assert not self.thread.is_alive(), "the mirror did not stop within 120 s"
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+@contextlib.contextmanager
+def mirror_in_session(
+    spark: Any, source: str, target: str, ckpt: Path, log: Path, include: str,
+    **settings: Any,
+) -> Iterator[SessionMirror]:
+    """The mirror of :func:`mirror_of` (same settings; ``settings`` are MirrorConfig's
+    fields), its query run in the tests' shared Spark session rather than in an
+    ``odradek mirror`` process with a Spark application of its own. For the tests whose
+    subject is what the mirror copies and rides out; those about the command's process
+    (its signals, exit status, output, kill -9 and restart) run :func:`mirror_of`. The
+    mirror's log lines go to ``log``."""
+    handler = logging.FileHandler(log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("odradek.mirror")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    cfg = MirrorConfig(source=source, target=target, include=include,
+                       checkpoint_dir=ckpt.resolve(), sync_interval_s=1.0,
+                       max_records_per_batch=20_000, **settings)
+    mirror = SessionMirror(MirrorJob(cfg), spark)
+    try:
+        mirror.thread.start()
+        yield mirror
+    finally:
+        if mirror.running():
+            mirror.job.stop()
+            mirror.thread.join(120)
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -354,10 +421,12 @@ def test_missing_pyspark_names_the_extra(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("side", ["source", "target"])
-def test_mirror_rides_out_a_broker_killed_and_restarted(tmp_path: Path, side: str) -> None:
+def test_mirror_rides_out_a_broker_killed_and_restarted(
+        mirror_spark: Any, tmp_path: Path, side: str) -> None:
     """kill -9 of the (only) broker of one side while the mirror runs; the broker comes
     back on the same port and log, and the mirror carries on without a restart of its
-    own: every record once, in order, on the target."""
+    own: every record once, in order, on the target. The mirror's query runs in the
+    tests' Spark session (:func:`mirror_in_session`): its process is not the subject."""
     from tests.interop._broker import free_port, start_broker
 
     ports = {"source": free_port(), "target": free_port()}
@@ -371,7 +440,7 @@ def test_mirror_rides_out_a_broker_killed_and_restarted(tmp_path: Path, side: st
         producer.topics = {"r.t": 2}
         producer.start()
         ckpt, log = tmp_path / "ckpt", tmp_path / "mirror.log"
-        with mirror_of(src_boot, dst_boot, ckpt, log, r"r\..*") as proc:
+        with mirror_in_session(mirror_spark, src_boot, dst_boot, ckpt, log, r"r\..*") as mirror:
             wait_until(lambda: sum(ends(dst_boot, "r.t", 2)) > 0, "mirrored records")
             brokers[side].kill9()
             if side == "target":  # the source goes on growing meanwhile
@@ -390,9 +459,8 @@ def test_mirror_rides_out_a_broker_killed_and_restarted(tmp_path: Path, side: st
             for q in (0, 1):
                 got = read_all(dst_boot, "r.t", q)
                 assert [r[1:] for r in got] == [r[1:] for r in source[q]], q
-            assert proc.poll() is None, "the mirror rode the outage out"
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(120) == 0
+            assert mirror.running(), f"the mirror did not ride the outage out: {mirror.error}"
+            assert mirror.stop() == 0
     except BaseException:
         with contextlib.suppress(OSError):
             print((tmp_path / "mirror.log").read_text(errors="replace")[-6000:])

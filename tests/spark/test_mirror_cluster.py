@@ -8,7 +8,9 @@ runs, a broker that leads source partitions is killed with SIGKILL, and later on
 leads target partitions; then both come back and take their partitions' leadership back.
 The oracle: every acknowledged record is on
 the target exactly once, in the same partition, in the source's order; the target's
-partitions equal the source's record for record; the mirror process was never restarted.
+partitions equal the source's record for record; the mirror was never restarted. The
+mirror's query runs in the tests' Spark session (``mirror_in_session``): the brokers' loss
+is the subject here, not the command's process (tests/spark/test_mirror.py kills that).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import confluent_kafka as ck
 import pytest
 
 from tests.interop._cluster import Cluster, cluster_zookeeper, running_cluster
-from tests.spark.test_mirror import ends, mirror_of, read_all, wait_until
+from tests.spark.test_mirror import ends, mirror_in_session, read_all, wait_until
 
 TOPIC = "c.t"
 PARTITIONS = 2
@@ -135,7 +137,8 @@ def carries_on(tgt: Cluster, what: str) -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_mirror_rides_out_a_leader_killed_on_each_side(tmp_path: Path) -> None:
+def test_mirror_rides_out_a_leader_killed_on_each_side(mirror_spark: Any, tmp_path: Path
+                                                        ) -> None:
     zookeeper = cluster_zookeeper(tmp_path / "zookeeper")
     producer: AckedProducer | None = None
     log = tmp_path / "mirror.log"
@@ -151,8 +154,9 @@ def test_mirror_rides_out_a_leader_killed_on_each_side(tmp_path: Path) -> None:
             producer = AckedProducer(src.bootstrap)
             producer.start()
             grows(producer, "the first acknowledged records")
-            with mirror_of(src.bootstrap, tgt.bootstrap, tmp_path / "ckpt", log, r"c\..*",
-                           "--replication-factor", "2") as proc:
+            with mirror_in_session(mirror_spark, src.bootstrap, tgt.bootstrap,
+                                   tmp_path / "ckpt", log, r"c\..*",
+                                   replication_factor=2) as mirror:
                 wait_until(lambda: min(ends(tgt.bootstrap, TOPIC, PARTITIONS)) > 0,
                            "mirrored records on every target partition")
                 tgt.wait_for(lambda: in_sync(tgt, TOPIC), 60, "the target topic in sync")
@@ -210,9 +214,8 @@ def test_mirror_rides_out_a_leader_killed_on_each_side(tmp_path: Path) -> None:
                     positions = [at[v] for v in acked]
                     assert positions == sorted(positions), f"order changed in {p}"
                 assert producer.count() > 1000
-                assert proc.poll() is None, "the mirror rode both losses out"
-                proc.terminate()
-                assert proc.wait(120) == 0
+                assert mirror.running(), f"the mirror did not ride both losses out: {mirror.error}"
+                assert mirror.stop() == 0
     except BaseException:
         with contextlib.suppress(OSError):
             print(log.read_text(errors="replace")[-8000:])

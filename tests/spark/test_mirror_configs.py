@@ -1,10 +1,13 @@
 """Topic configs changed at the source after the mirror created the target topic are
 propagated (MirrorMaker 2's ``sync.topic.configs.enabled``): set, changed and removed
-keys, while the keys the mirror never copies stay as the target has them."""
+keys, while the keys the mirror never copies stay as the target has them. The mirror's
+query runs in the tests' shared Spark session (the command's process is not the subject
+here: tests/spark/test_mirror.py runs it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -17,7 +20,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from odradek.testing import running_broker
-from tests.spark.test_mirror import mirror_of, partition_count, wait_until
+from tests.spark.test_mirror import mirror_in_session, partition_count, wait_until
 
 
 def dynamic(admin: AdminClient, topic: str) -> dict[str, str]:
@@ -38,7 +41,7 @@ def alter(admin: AdminClient, topic: str, **changes: str | None) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_source_config_changes_reach_the_target(tmp_path: Path) -> None:
+def test_source_config_changes_reach_the_target(mirror_spark: Any, tmp_path: Path) -> None:
     with (
         running_broker(data_dir=tmp_path / "a") as a,
         running_broker(data_dir=tmp_path / "b") as b,
@@ -49,7 +52,8 @@ def test_source_config_changes_reach_the_target(tmp_path: Path) -> None:
             "retention.ms": "3600000", "compression.type": "lz4"})])["g.t"].result(30)
         log = tmp_path / "mirror.log"
         try:
-            with mirror_of(a.bootstrap, b.bootstrap, tmp_path / "ckpt", log, r"g\..*") as proc:
+            with mirror_in_session(mirror_spark, a.bootstrap, b.bootstrap, tmp_path / "ckpt", log,
+                                   r"g\..*") as mirror:
                 wait_until(lambda: partition_count(tgt, "g.t") == 2, "the target topic")
                 assert dynamic(tgt, "g.t") == {"retention.ms": "3600000",
                                                "compression.type": "lz4"}
@@ -67,9 +71,8 @@ def test_source_config_changes_reach_the_target(tmp_path: Path) -> None:
                 want = {"retention.ms": "1000000", "min.insync.replicas": "1"}
                 wait_until(lambda: dynamic(tgt, "g.t") == want,
                            f"the target's configs to become {want}", 120)
-                assert proc.poll() is None
-                proc.terminate()
-                assert proc.wait(120) == 0
+                assert mirror.running(), mirror.error
+                assert mirror.stop() == 0
         except BaseException:
             print(log.read_text(errors="replace")[-6000:])
             raise

@@ -690,21 +690,34 @@ class MirrorJob:
 
     # -- the whole job
 
-    def run(self) -> int:
-        self.sync_topics()  # fails early: unreachable clusters, a target too small
-        from pyspark.sql import SparkSession
+    def stop(self) -> None:
+        """End :meth:`run`: its query stops and it returns (0 unless something failed)."""
+        self.stopping.set()
 
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        spark = (
-            SparkSession.builder.master(self.cfg.master)
-            .appName("odradek-mirror")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.streaming.stopTimeout", "30s")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+    def run(self, spark: Any = None) -> int:
+        """Mirror until stopped (SIGINT, SIGTERM or :meth:`stop`) or failed; 0 once stopped.
+
+        Without ``spark`` (``odradek mirror``) the job starts its own Spark application
+        on ``--master``, stops it at the end and takes SIGINT and SIGTERM. Given a running
+        SparkSession (an application that embeds the mirror, or the tests' shared
+        session), its query runs there, in whatever thread calls this; the session is
+        left running and the signals alone."""
+        self.sync_topics()  # fails early: unreachable clusters, a target too small
+        own = spark is None
+        if own:
+            from pyspark.sql import SparkSession
+
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            spark = (
+                SparkSession.builder.master(self.cfg.master)
+                .appName("odradek-mirror")
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
+                .config("spark.sql.session.timeZone", "UTC")
+                .config("spark.sql.streaming.stopTimeout", "30s")
+                .getOrCreate()
+            )
+            spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(MirrorSink)
         reader = (
             spark.readStream.format("odradek")
@@ -725,8 +738,9 @@ class MirrorJob:
             .queryName("odradek-mirror")
             .start()
         )
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: self.stopping.set())
+        if own:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: self.stop())
         syncer = threading.Thread(target=self._sync_loop, name="odradek-mirror-sync",
                                   daemon=True)
         syncer.start()
@@ -744,7 +758,8 @@ class MirrorJob:
             syncer.join(self.timeout_s)
             if self._committer is not None:
                 self._committer.close()
-            spark.stop()
+            if own:
+                spark.stop()
         if error is not None:
             raise MirrorError(f"the mirror's Spark query failed: {error}")
         if self.failure is not None:

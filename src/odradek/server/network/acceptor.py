@@ -196,7 +196,10 @@ class KafkaServer:
         if pending:
             _, not_done = await asyncio.wait(pending, timeout=timeout)
             if not_done:
-                log.warning("shutdown timed out; aborting %d connections", len(self._connections))
+                left = [c for c in self._connections if not c.closed.done()]
+                log.warning("shutdown timed out after %g s; aborting %d connections%s",
+                            timeout, len(self._connections),
+                            ": " + "; ".join(c.describe() for c in left[:5]) if left else "")
         for connection in list(self._connections):
             connection.abort()
         for task in list(self._tasks):

@@ -203,6 +203,18 @@ class KafkaConnection(asyncio.Protocol):
     def in_flight(self) -> int:
         return len(self._requests.entries)
 
+    def describe(self) -> str:
+        """The connection and what it is doing, for a log line (a shutdown that waited
+        for it, above all)."""
+        state = [f"{self.in_flight} request(s) in flight"]
+        if self._tls:
+            state.append("TLS")
+        if self.closing:
+            state.append("closing")
+        if self.half_closed:
+            state.append("client closed its side")
+        return f"{self.connection_id} ({self.principal}, {', '.join(state)})"
+
     def throttle(self, throttle_ms: int) -> None:
         """Mute the connection for ``throttle_ms``: requests already read are served, no
         more are read or dispatched until then (KIP-219; a later, longer throttle
