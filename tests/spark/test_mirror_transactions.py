@@ -202,3 +202,13 @@ def test_transactional_mirror_is_exactly_once_across_kill_9(
         assert _stop(proc) == 0
     finally:
         _stop(proc)
+
+
+def test_an_empty_transactional_id_is_a_usage_error() -> None:
+    out = subprocess.run(
+        [str(odradek_executable()), "mirror", "--source-bootstrap-server", "127.0.0.1:1",
+         "--target-bootstrap-server", "127.0.0.1:2", "--include", "x",
+         "--transactional-id", " "],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2, out.stderr
+    assert "--transactional-id must not be empty" in out.stderr
