@@ -78,10 +78,28 @@ def _end(bootstrap: str, topic: str, partition: int, isolation: str) -> int:
         c.close()
 
 
-def _open_transaction(bootstrap: str, topic: str, partitions: range) -> bool:
-    """Whether a target partition has records beyond its last stable offset now."""
-    return any(_end(bootstrap, topic, p, "read_uncommitted")
-               > _end(bootstrap, topic, p, "read_committed") for p in partitions)
+class Ends:
+    """A partition's high watermark and last stable offset, asked of the broker each time
+    through two long-lived consumers (a few ms a question)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.by = {iso: ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "ends",
+                                     "isolation.level": iso})
+                   for iso in ("read_uncommitted", "read_committed")}
+
+    def open_transaction(self, partitions: range) -> bool:
+        """Whether a partition has records beyond its last stable offset now."""
+        for p in partitions:
+            tp = ck.TopicPartition(self.topic, p)
+            high = self.by["read_uncommitted"].get_watermark_offsets(tp, timeout=30)[1]
+            if high > self.by["read_committed"].get_watermark_offsets(tp, timeout=30)[1]:
+                return True
+        return False
+
+    def close(self) -> None:
+        for c in self.by.values():
+            c.close()
 
 
 def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -152,7 +170,12 @@ def test_transactional_mirror_is_exactly_once_across_kill_9(
            "--target-bootstrap-server", target.bootstrap,
            "--include", r"tx\..*", "--checkpoint-dir", str(tmp_path / "ckpt"),
            "--master", "local[2]", "--sync-interval", "1",
-           "--max-records-per-batch", "2000", "--transactional-id", "mm"]
+           "--max-records-per-batch", "20000", "--transactional-id", "mm",
+           # small produce requests, sent at once: a task's records reach the target while
+           # it still produces, so its transaction is open (records past the last stable
+           # offset) for most of the task rather than for the moments before its markers
+           "--target-property", "batch.num.messages=20",
+           "--target-property", "linger.ms=0"]
 
     def mirrored(isolation: str = "read_committed") -> dict[int, list[bytes]]:
         return {p: _values(target.bootstrap, topic, p, isolation) for p in parts}
@@ -167,24 +190,34 @@ def test_transactional_mirror_is_exactly_once_across_kill_9(
             expected[p] += [f"plain-b-{i}".encode() for i in range(p, 2, 2)]
         _wait(lambda: mirrored() == expected, "the transaction once committed", log)
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-        # a backlog in micro-batches of 2,000 records; kill -9 while a task's target
+        # a backlog in micro-batches of 20,000 records; kill -9 while a task's target
         # transaction is open (its records written, not committed)
-        open_at_kill = False
-        for chunk in range(20):
-            send(plain, f"backlog{chunk}", 4000, keep=True)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not open_at_kill:
-                open_at_kill = _open_transaction(target.bootstrap, topic, parts)
-            if open_at_kill:
-                break
-        assert open_at_kill, "never saw a target transaction open"
-        kill_group(proc)
+        ends = Ends(target.bootstrap, topic)
+        try:
+            open_at_kill = False
+            for chunk in range(20):
+                send(plain, f"backlog{chunk}", 20000, keep=True)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not open_at_kill:
+                    open_at_kill = ends.open_transaction(parts)
+                if open_at_kill:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    break
+            assert open_at_kill, "never saw a target transaction open"
+            kill_group(proc)
+            print("a target transaction open after the kill:", ends.open_transaction(parts))
+        finally:
+            ends.close()
         send(plain, "after", 10, keep=True)
         proc = _start(cmd, log)
         _wait(lambda: mirrored() == expected, "every record once after the restart", log)
         # the transaction the killed task left open was aborted, none stays open
-        _wait(lambda: not _open_transaction(target.bootstrap, topic, parts),
-              "no open transaction on the target", log)
+        ends = Ends(target.bootstrap, topic)
+        try:
+            _wait(lambda: not ends.open_transaction(parts), "no open transaction on the target",
+                  log)
+        finally:
+            ends.close()
         assert mirrored() == expected
         uncommitted = mirrored("read_uncommitted")
         for p in parts:  # read_uncommitted also sees the killed attempt's records
