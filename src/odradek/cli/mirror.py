@@ -70,6 +70,11 @@ def add_parser(sub: Any) -> None:
                    default="read_committed",
                    help="how the source is read (Kafka's consumer isolation.level): "
                         "read_committed (the default) leaves out aborted transactions")
+    p.add_argument("--transactional-id", metavar="PREFIX",
+                   help="write the target transactionally (exactly once for read_committed "
+                        "consumers of the target): each target partition is written under "
+                        "the transactional.id PREFIX-<target topic>-<partition>, its "
+                        "source offsets committed in the same transactions")
     p.set_defaults(func=_mirror)
 
 
@@ -91,6 +96,9 @@ def _mirror(args: argparse.Namespace) -> int:
         if value <= 0:
             print(f"odradek: {name} must be > 0", file=sys.stderr)
             return 2
+    if args.transactional_id is not None and not args.transactional_id.strip():
+        print("odradek: --transactional-id must not be empty", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                                                    "%(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -110,6 +118,7 @@ def _mirror(args: argparse.Namespace) -> int:
         replication_factor=args.replication_factor,
         api_timeout_ms=args.timeout,
         isolation_level=args.isolation_level,
+        transactional_id=args.transactional_id,
         source_client={**source_security,
                        **parse_pairs(args.source_property, "--source-property")},
         target_client={**target_security,

@@ -23,6 +23,18 @@ query and one driver thread):
   of the same micro-batch already wrote (:mod:`odradek.spark.offset_sync`). With Spark's
   own checkpoint (which replays the last planned micro-batch over the same offsets), that
   makes a restart after kill -9 neither lose nor double a record.
+* Transactional mode (``--transactional-id PREFIX``; the exactly-once source tasks of
+  KIP-618, which commit their source offsets in the transaction of the records they
+  wrote): no plan. Each task writes its range through a transactional producer whose
+  transactional.id, ``PREFIX-<target topic>-<partition>``, is the same for every task and
+  attempt that writes that partition, so its ``init_transactions`` fences every earlier
+  one and has the target's coordinator abort the transaction such an attempt left open.
+  The task then reads the source offset committed for the target partition under the
+  group ``--group`` on the target (OffsetFetch, require_stable), skips the rows before it,
+  writes the rest and commits, in the same transaction, the source offset after its last
+  row (TxnOffsetCommit, with the target offset of its first record as metadata, so a
+  replay that writes nothing still reports exact offset syncs). Records and offset become
+  visible together or not at all: a replay or retry resumes at the committed offset.
 * After the tasks, the driver records their offset syncs, and commits the micro-batch's
   end offsets on the source under the group ``--group`` (``odradek-mirror``), so
   ``odradek groups describe`` on the source shows the mirror's lag.
@@ -41,6 +53,7 @@ query and one driver thread):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -70,7 +83,9 @@ __all__ = [
     "TaskResult",
     "TransientMirrorError",
     "combined_pattern",
+    "transactional_id_of",
     "write_range",
+    "write_range_transactionally",
 ]
 
 log = logging.getLogger("odradek.mirror")
@@ -122,6 +137,8 @@ class MirrorConfig:
     api_timeout_ms: int = 30_000
     #: the source reader's ``isolation.level``
     isolation_level: str = "read_committed"
+    #: transactional mode: the prefix of the tasks' transactional.ids (None: not transactional)
+    transactional_id: str | None = None
     # librdkafka settings of each side: secrets (a SASL password), kept out of the repr
     source_client: dict[str, str] = field(default_factory=dict, repr=False)
     target_client: dict[str, str] = field(default_factory=dict, repr=False)
@@ -193,6 +210,29 @@ def _target_end(conf: dict[str, str], topic: str, partition: int, timeout_ms: in
         c.close()
 
 
+def _produce(producer: ck.Producer, target: str, p: int, rb: pa.RecordBatch) -> int:
+    """Hand the rows of ``rb`` to ``producer`` for partition ``p`` of ``target``."""
+    keys = rb.column("key").to_pylist()
+    values = rb.column("value").to_pylist()
+    stamps = pc.divide(rb.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    headers = rb.column("headers").to_pylist()
+    produce = producer.produce
+    for i in range(rb.num_rows):
+        hs = headers[i]
+        while True:
+            try:
+                if hs:
+                    produce(target, values[i], keys[i], p, timestamp=stamps[i],
+                            headers=[(h["key"], h["value"]) for h in hs])
+                else:
+                    produce(target, values[i], keys[i], p, timestamp=stamps[i])
+                break
+            except BufferError:
+                producer.poll(_QUEUE_FULL_POLL_S)
+    producer.poll(0)
+    return int(rb.num_rows)
+
+
 def write_range(
     target_conf: dict[str, str],
     prefix: str,
@@ -247,27 +287,7 @@ def write_range(
         skip -= k
         if k == n:
             continue
-        rb = rb.slice(k)
-        keys = rb.column("key").to_pylist()
-        values = rb.column("value").to_pylist()
-        stamps = pc.divide(rb.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-        headers = rb.column("headers").to_pylist()
-        produce = producer.produce
-        p = tp[1]
-        for i in range(rb.num_rows):
-            hs = headers[i]
-            while True:
-                try:
-                    if hs:
-                        produce(target, values[i], keys[i], p, timestamp=stamps[i],
-                                headers=[(h["key"], h["value"]) for h in hs])
-                    else:
-                        produce(target, values[i], keys[i], p, timestamp=stamps[i])
-                    break
-                except BufferError:
-                    producer.poll(_QUEUE_FULL_POLL_S)
-        producer.poll(0)
-        written += rb.num_rows
+        written += _produce(producer, target, tp[1], rb.slice(k))
     if tp is None:
         return None
     assert producer is not None
@@ -287,6 +307,155 @@ def write_range(
     return TaskResult(tp[0], tp[1], len(offsets), written, runs_of(offsets, t_from))
 
 
+def transactional_id_of(prefix: str, target_topic: str, partition: int) -> str:
+    """The transactional.id that writes one target partition: the same for every task and
+    every attempt that writes it, so each one fences those before it."""
+    return f"{prefix}-{target_topic}-{partition}"
+
+
+def _txn_error(what: str, tid: str, exc: BaseException) -> MirrorError:
+    return MirrorError(f"{what} (transactional.id {tid!r}): {exc}")
+
+
+def _committed(consumer: ck.Consumer, topic: str, partition: int,
+               timeout_ms: int) -> tuple[int, dict[str, Any]]:
+    """The source offset committed for a target partition (-1: none) and its metadata."""
+    try:
+        got = consumer.committed([ck.TopicPartition(topic, partition)],
+                                 timeout=timeout_ms / 1000)[0]
+    except ck.KafkaException as exc:
+        raise MirrorError(f"cannot read the mirror's committed offset of {topic}-{partition} "
+                          f"on the target: {exc.args[0]}") from None
+    if got.error is not None:
+        raise MirrorError(f"cannot read the mirror's committed offset of {topic}-{partition} "
+                          f"on the target: {got.error}")
+    try:
+        meta = json.loads(got.metadata) if got.metadata else {}
+    except ValueError:
+        meta = {}
+    return int(got.offset), meta if isinstance(meta, dict) else {}
+
+
+def write_range_transactionally(
+    target_conf: dict[str, str],
+    prefix: str,
+    timeout_ms: int,
+    transactional_id: str,
+    group: str,
+    batches: Iterator[pa.RecordBatch],
+) -> TaskResult | None:
+    """One Spark task in transactional mode (module header): the rows of one source
+    offset range from the source offset the target's group ``group`` has committed for the
+    target partition on, in one transaction under
+    :func:`transactional_id_of` ``(transactional_id, ...)``, with the offset after the
+    range's last row committed to ``group`` in the same transaction."""
+    tp: tuple[str, int] | None = None
+    producer: ck.Producer | None = None
+    consumer: ck.Consumer | None = None
+    tid = target = ""
+    errors: list[str] = []
+    first: list[int] = []  # the target offset of the first record written
+    resume = -1
+    meta: dict[str, Any] = {}
+    offsets: list[int] = []
+    written = 0
+    timeout = timeout_ms / 1000
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(f"{msg.topic()}-{msg.partition()}: {err}")
+        elif not first:
+            first.append(int(msg.offset()))
+
+    try:
+        for rb in batches:
+            n = rb.num_rows
+            if n == 0:
+                continue
+            topics = pc.unique(rb.column("topic"))
+            parts = pc.unique(rb.column("partition"))
+            if len(topics) != 1 or len(parts) != 1:
+                raise MirrorError("a mirror task got rows of several partitions")
+            this = (str(topics[0].as_py()), int(parts[0].as_py()))
+            if tp is None:
+                tp = this
+                target = prefix + tp[0]
+                tid = transactional_id_of(transactional_id, target, tp[1])
+                txn_timeout = int(target_conf.get("transaction.timeout.ms", 60_000))
+                producer = ck.Producer({
+                    "acks": "all",
+                    "linger.ms": 5,
+                    "batch.size": 1_000_000,
+                    "queue.buffering.max.messages": 1_000_000,
+                    "queue.buffering.max.kbytes": 1_048_576,
+                    "on_delivery": on_delivery,
+                    "log_level": 2,
+                    # bounds librdkafka's wait in send_offsets_to_transaction on a group
+                    # coordinator that left the cluster (docs/compatibility.md)
+                    "connections.max.idle.ms": 10_000,
+                    **target_conf,
+                    "transactional.id": tid,
+                    # librdkafka wants a record's delivery timeout within the transaction's
+                    "message.timeout.ms": min(timeout_ms, txn_timeout),
+                })
+                try:
+                    # fences every earlier attempt and ends the transaction it left open
+                    producer.init_transactions(timeout)
+                except ck.KafkaException as exc:
+                    raise _txn_error("cannot initialize the transactional producer", tid,
+                                     exc) from None
+                consumer = ck.Consumer({
+                    "enable.auto.commit": False, "log_level": 2,
+                    "isolation.level": "read_committed",  # OffsetFetch with require_stable
+                    **target_conf, "group.id": group,
+                })
+                resume, meta = _committed(consumer, target, tp[1], timeout_ms)
+                producer.begin_transaction()
+            elif this != tp:
+                raise MirrorError("a mirror task got rows of several partitions")
+            assert producer is not None
+            column = rb.column("offset")
+            offsets.extend(column.to_pylist())
+            k = int(pc.sum(pc.less(column, resume)).as_py() or 0) if resume >= 0 else 0
+            if k == n:
+                continue
+            written += _produce(producer, target, tp[1], rb.slice(k))
+        if tp is None:
+            return None
+        assert producer is not None and consumer is not None
+        runs: list[tuple[int, int, int]] = []
+        if written:
+            left = producer.flush(timeout)
+            if errors or left or not first:
+                detail = (f"{len(errors)} record(s) not written, first: {errors[0]}" if errors
+                          else f"{left} record(s) not acknowledged within {timeout_ms} ms")
+                raise MirrorError(detail)
+            mine = offsets[len(offsets) - written:]
+            runs = runs_of(mine, first[0])
+            end = mine[-1] + 1
+            meta = {"source": mine[0], "target": first[0]}
+            producer.send_offsets_to_transaction(
+                [ck.TopicPartition(target, tp[1], end, metadata=json.dumps(meta))],
+                consumer.consumer_group_metadata(), timeout)
+        elif "source" in meta and "target" in meta:
+            # a replay of a range an earlier attempt committed: its records were written
+            # from the committed metadata's target offset on (the offset syncs stay exact)
+            done = [o for o in offsets if int(meta["source"]) <= o < resume]
+            runs = runs_of(done, int(meta["target"]))
+        producer.commit_transaction(timeout)
+    except BaseException as exc:
+        if producer is not None and tp is not None:
+            with contextlib.suppress(Exception):
+                producer.abort_transaction(timeout)
+        if isinstance(exc, ck.KafkaException):
+            raise _txn_error("the transaction failed and was aborted", tid, exc) from None
+        raise
+    finally:
+        if consumer is not None:
+            consumer.close()
+    return TaskResult(tp[0], tp[1], len(offsets), written, runs)
+
+
 @dataclass
 class TaskResult(WriterCommitMessage):
     topic: str
@@ -300,8 +469,9 @@ class MirrorSink(DataSource):
     """The mirror's writer, a Python data source (``format("odradek-mirror")``) so that
     tasks get Arrow batches. Options: ``target`` (JSON librdkafka config), ``prefix``,
     ``timeoutMs``, ``plan`` (JSON ``[[topic, partition, target offset], ...]``), ``replay``
-    (whether the plan was saved by an earlier attempt) and ``results`` (a file that
-    ``commit`` writes the tasks' results to, for the driver)."""
+    (whether the plan was saved by an earlier attempt), ``results`` (a file that
+    ``commit`` writes the tasks' results to, for the driver) and, in transactional mode,
+    ``transactionalId`` (the prefix) and ``group`` (the target group of the offsets)."""
 
     @classmethod
     def name(cls) -> str:
@@ -320,10 +490,16 @@ class MirrorWriter(DataSourceArrowWriter):
         self.plan = {(str(t), int(p)): int(o) for t, p, o in json.loads(options["plan"])}
         self.results = options["results"]
         self.replay = options.get("replay", "true") == "true"
+        self.transactional_id = options.get("transactionalid")
+        self.group = options.get("group", "odradek-mirror")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         from pyspark import TaskContext
 
+        if self.transactional_id is not None:
+            result = write_range_transactionally(self.target, self.prefix, self.timeout_ms,
+                                                 self.transactional_id, self.group, iterator)
+            return result if result is not None else WriterCommitMessage()
         tc = TaskContext.get()
         retry = tc is None or tc.attemptNumber() > 0  # a retried task may have written some
         result = write_range(self.target, self.prefix, self.timeout_ms, self.plan, iterator,
@@ -564,11 +740,18 @@ class MirrorJob:
 
     def process_batch(self, df: Any, batch_id: int) -> None:
         source = self._retrying("topic sync", lambda _: self.sync_topics())
-        plan, replay = self._retrying("planning", lambda t: self.plan(batch_id, source, t))
+        plan: dict[tuple[str, int], int] = {}
+        replay = False
+        if self.cfg.transactional_id is None:  # transactional tasks resume by themselves
+            plan, replay = self._retrying("planning", lambda t: self.plan(batch_id, source, t))
         results = self.state.dir / "results.json"
         results.unlink(missing_ok=True)
+        writer = df.write.format(MirrorSink.name())
+        if self.cfg.transactional_id is not None:
+            writer = (writer.option("transactionalId", self.cfg.transactional_id)
+                      .option("group", self.cfg.group))
         (
-            df.write.format(MirrorSink.name())
+            writer
             .option("target", json.dumps(self.cfg.target_conf()))
             .option("prefix", self.cfg.topic_prefix)
             .option("timeoutMs", str(self.cfg.api_timeout_ms))
