@@ -185,7 +185,10 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
     if context.kind is ContextKind.ERROR:
         return write_fetch_response(version, [], error_code=context.error)
     parts = context.partitions
-    max_bytes = min(request.max_bytes, answer_cap(services.config, len(parts)))
+    cap = int(services.config["fetch.max.bytes"])
+    if len(parts) * ANSWER_BYTES_PER_PARTITION > cap:  # many partitions: maybe more
+        cap = answer_cap(services.config, len(parts))
+    max_bytes = min(request.max_bytes, cap)
     replica_id = _replica_id(request)
     follower = replica_id >= 0
     quota = services.client_quotas.fetch
