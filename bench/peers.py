@@ -1006,6 +1006,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="records per produce cell (default 5M, quick 300k)")
     parser.add_argument("--brokers", default="odradek,odradek-uvloop,tansu,noida,nafka")
     parser.add_argument("--only", default="produce,consume,fetch,latency,scale,tls")
+    parser.add_argument("--scale-partitions", default="",
+                        help="partition counts of the scale cells, e.g. 1000 (default "
+                             "1,10,100,1000; quick 1,1000)")
+    parser.add_argument("--scale-messages", type=int, default=0,
+                        help="records per scale cell (default 500k, quick 100k)")
     parser.add_argument("--tls-rounds", type=int, default=0,
                         help="rounds of the TLS cells (default 3, quick 1)")
     parser.add_argument("--profile", action="store_true",
@@ -1035,6 +1040,10 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(args.quick, args.messages or None)
     if args.tls_rounds:
         plan.tls_rounds = args.tls_rounds
+    if args.scale_partitions:
+        plan.scale_partitions = [int(p) for p in args.scale_partitions.split(",")]
+    if args.scale_messages:
+        plan.scale_messages = args.scale_messages
     only = set(args.only.split(","))
     log: list[Result] = []
     order = brokers[:]

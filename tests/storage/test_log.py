@@ -611,3 +611,35 @@ def test_max_timestamp_names_the_record_not_its_batch(tmp_path: Path,
     got = plog.fetch_offset_by_timestamp(MAX_TIMESTAMP)
     assert got is not None and (got.timestamp, got.offset) == (NOW + 900, 3 + 1)
     plog.close()
+
+
+def test_a_read_with_no_room_answers_empty_without_searching_the_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fetch whose answer is full reads its other partitions with 0 bytes (and no
+    first batch owed): they answer empty with the log's offsets, and an offset out of
+    range is still refused, without the batch walk that would locate the offset."""
+    plog = open_log(tmp_path)
+    for _ in range(4):
+        plog.append_as_leader(make_batch(3))
+    plog.high_watermark = plog.log_end_offset
+    searched: list[int] = []
+    translate = LogSegment.translate_offset
+
+    def counting(segment: LogSegment, offset: int, starting_position: int = 0) -> object:
+        searched.append(offset)
+        return translate(segment, offset, starting_position)
+
+    monkeypatch.setattr(LogSegment, "translate_offset", counting)
+    info = plog.read(5, 0, plog.high_watermark, min_one_message=False)
+    assert (info.size, info.fetch_offset, info.high_watermark) == (0, 5, 12)
+    assert (info.log_start_offset, info.log_end_offset, info.last_stable_offset) == (0, 12, 12)
+    assert info.read() == b"" and info.aborted_transactions is None
+    assert searched == []
+    with pytest.raises(OffsetOutOfRangeError):
+        plog.read(13, 0, plog.high_watermark, min_one_message=False)
+    # the first partition with data still gets its first batch whole (KIP-74)
+    info = plog.read(5, 0, plog.high_watermark, min_one_message=True)
+    assert info.size > 0 and searched
+    assert BatchHeader.parse(info.read()).base_offset == 3
+    plog.close()

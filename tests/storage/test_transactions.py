@@ -106,6 +106,45 @@ def test_last_stable_offset_follows_ongoing_transactions(tmp_path: Path) -> None
     assert plog.collect_aborted_transactions(0, 4) == []
 
 
+def test_a_read_committed_read_names_the_aborted_transactions_it_may_hold(
+    tmp_path: Path,
+) -> None:
+    """Kafka's LocalLog.read with includeAbortedTxns: the transactions aborted in
+    [fetch offset, last stable offset), an empty list when nothing is read (read_committed
+    answers always carry one), None for read_uncommitted."""
+    plog = open_log(tmp_path)
+    plog.append_as_leader(make_batch(2))  # 0-1
+    plog.append_as_leader(txn(P2, 0))  # 2
+    end(plog, P2, commit=False)  # 3
+    plog.append_as_leader(make_batch(1))  # 4
+    lso = plog.last_stable_offset
+    assert lso == 5
+    aborted = plog.read(0, 1 << 20, lso, include_aborted_txns=True).aborted_transactions
+    assert aborted == [(P2, 2)]
+    assert plog.read(4, 1 << 20, lso, include_aborted_txns=True).aborted_transactions == []
+    # nothing read: at the last stable offset, or no room left in the answer
+    assert plog.read(lso, 1 << 20, lso, include_aborted_txns=True).aborted_transactions == []
+    empty = plog.read(0, 0, lso, min_one_message=False, include_aborted_txns=True)
+    assert empty.size == 0 and empty.aborted_transactions == []
+    assert plog.read(0, 1 << 20, lso).aborted_transactions is None
+
+
+def test_a_new_segment_knows_its_txn_index_empty(tmp_path: Path) -> None:
+    """A rolled (new, empty) segment's .txnindex is not read to learn it is empty, and a
+    stale file of its name (left by a crash) is removed rather than appended to."""
+    plog = open_log(tmp_path)
+    plog.append_as_leader(make_batch(2))
+    stale = files.txn_index_file(plog.dir, 2)
+    stale.write_bytes(AbortedTxn(9, 0, 1, 2).encode())
+    segment = plog.roll()
+    assert segment.base_offset == 2 and not stale.exists()
+    assert segment.txn_index.entries == []
+    plog.append_as_leader(txn(P1, 0))  # 2
+    end(plog, P1, commit=False)  # 3
+    assert TxnIndex(stale).entries == [AbortedTxn(P1, 2, 3, 4)]
+    plog.close()
+
+
 def test_last_stable_offset_waits_for_the_high_watermark(tmp_path: Path) -> None:
     plog = open_log(tmp_path)
     plog.high_watermark_managed = True  # a partition with followers moves it

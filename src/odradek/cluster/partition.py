@@ -369,8 +369,9 @@ class Partition:
         read_committed: bool = False,
     ) -> FetchDataInfo:
         """Records from ``fetch_offset``: below the high watermark for consumers (below
-        the last stable offset for ``read_committed`` ones), up to the log end for a
-        follower (Kafka's FetchIsolation)."""
+        the last stable offset for ``read_committed`` ones, with the aborted transactions
+        the region may hold records of), up to the log end for a follower (Kafka's
+        FetchIsolation)."""
         log = self.log
         if follower:
             limit = None
@@ -378,4 +379,5 @@ class Partition:
             limit = log.last_stable_offset
         else:
             limit = log.high_watermark
-        return log.read(fetch_offset, max_bytes, limit, min_one_message=min_one_message)
+        return log.read(fetch_offset, max_bytes, limit, min_one_message=min_one_message,
+                        include_aborted_txns=read_committed)

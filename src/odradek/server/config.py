@@ -14,7 +14,8 @@ JVM broker …).
 Odradek's defaults differ from Kafka's in three places for the embedded single node
 (``listeners`` binds 127.0.0.1:9092, ``log.dirs`` is ./data, and
 ``offsets.topic.replication.factor`` is 1), and in ``fetch.max.bytes`` (8 MiB, not 55
-MiB: consumers read smaller answers faster;
+MiB, more for a request of many partitions while left at that default: consumers read
+smaller answers faster;
 :data:`odradek.server.kafka_config_support.ODRADEK_DEFAULTS` says why).
 ``group.initial.rebalance.delay.ms`` keeps Kafka's 3000; the shipped
 ``config/server.properties`` that ``make serve`` uses sets it to 0 for development, as

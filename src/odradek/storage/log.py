@@ -135,7 +135,7 @@ class FetchDataInfo:
     """A fetch answer: a region of a segment file (``size`` may be 0) plus the offsets the
     response reports. ``fd`` stays open as long as this object holds its segment's file
     handle: a released or deleted segment's descriptor closes only when the last
-    reference goes."""
+    reference goes. An empty answer (``size`` 0) may name no file at all (``fd`` -1)."""
 
     fetch_offset: int
     fd: int
@@ -645,10 +645,18 @@ class PartitionLog:
     # -- read ----------------------------------------------------------------------------
     def read(
         self, offset: int, max_bytes: int, max_offset: int | None = None,
-        min_one_message: bool = True,
+        min_one_message: bool = True, include_aborted_txns: bool = False,
     ) -> FetchDataInfo:
         """Region to send from ``offset``: at most ``max_bytes`` (the first batch whole with
-        ``min_one_message``), never at or past ``max_offset`` (the high watermark)."""
+        ``min_one_message``), never at or past ``max_offset`` (the high watermark or the
+        last stable offset). With ``include_aborted_txns`` (read_committed) the answer
+        names the aborted transactions whose records the region may hold, as Kafka's
+        ``LocalLog.read``: those overlapping [offset, last stable offset).
+
+        A read with no room (``max_bytes`` 0 without ``min_one_message``: the response's
+        limit is used up) answers empty at once, its offset still checked against the
+        log's range, without locating the offset in a segment: a fetch of many partitions
+        pays that search only for the partitions that can still get bytes."""
         leo = self.log_end_offset
         start = self.log_start_offset
         hw = self.high_watermark
@@ -660,10 +668,10 @@ class PartitionLog:
             )
         limit = leo if max_offset is None else min(max_offset, leo)
         bases, segments = self._view
+        if offset >= limit or (max_bytes <= 0 and not min_one_message):
+            return FetchDataInfo(offset, -1, 0, 0, start, leo, hw, last_stable_offset=lso,
+                                 aborted_transactions=[] if include_aborted_txns else None)
         i = max(0, bisect.bisect_right(bases, offset) - 1)
-        if offset >= limit:
-            return FetchDataInfo(offset, segments[-1].fd, segments[-1].size, 0, start, leo, hw,
-                                 last_stable_offset=lso)
         # The disk-error choke point without a context manager: this runs for every
         # partition of every fetch.
         channel = self.failure_channel
@@ -691,15 +699,20 @@ class PartitionLog:
                         i += 1
                         continue
                     handle = segment.file_handle()  # keeps the fd open (segment.py doc)
+                    aborted = None
+                    if include_aborted_txns:
+                        aborted = [] if not size else [
+                            (t.producer_id, t.first_offset)
+                            for t in self.collect_aborted_transactions(offset, lso)]
                     return FetchDataInfo(
                         offset, handle.fd, first.position, size, start, leo, hw, handle,
-                        segment.legacy, lso,
+                        segment.legacy, lso, aborted,
                     )
                 i += 1
         except OSError as exc:
             raise channel.failed(self.log_dir, f"reading for {self.dir.name}", exc) from exc
-        return FetchDataInfo(offset, segments[-1].fd, segments[-1].size, 0, start, leo, hw,
-                             last_stable_offset=lso)
+        return FetchDataInfo(offset, -1, 0, 0, start, leo, hw, last_stable_offset=lso,
+                             aborted_transactions=[] if include_aborted_txns else None)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """ListOffsets: earliest (-2), latest (-1), max timestamp (-3), or the first record

@@ -205,7 +205,10 @@ class LogSegment:
         self.time_index = TimeIndex(
             files.time_index_file(dir, base_offset, suffix), base_offset, max_index_size, new
         )
-        self.txn_index = TxnIndex(files.txn_index_file(dir, base_offset, suffix))
+        # A new, empty segment's .txnindex is known empty: a read_committed fetch does not
+        # open the file to find out.
+        self.txn_index = TxnIndex(files.txn_index_file(dir, base_offset, suffix),
+                                  empty=new and self.size == 0)
         self._file = handle
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1

@@ -74,9 +74,15 @@ def decode_entries(data: bytes, path: Path | None = None) -> list[AbortedTxn]:
 
 
 class TxnIndex:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, empty: bool = False) -> None:
+        """``empty``: the index of a segment being created with nothing in it yet, known
+        to be empty without reading the file (a stale file of that name is removed, as
+        Kafka's roll deletes a new segment's leftover index files)."""
         self.path = path
         self._entries: list[AbortedTxn] | None = None
+        if empty:
+            path.unlink(missing_ok=True)
+            self._entries = []
         self._unflushed = False
         self._lock = threading.Lock()
         #: set by the loader when the file was missing or damaged: the producer state's

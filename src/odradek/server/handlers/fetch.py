@@ -7,9 +7,13 @@ Follows Kafka's ``KafkaApis.handleFetchRequest`` / ``ReplicaManager.fetchMessage
   partitions to read (all of a session's partitions for an incremental fetch) or a
   top-level session error.
 - Each partition is read from its fetch offset up to ``partition_max_bytes`` and what is
-  left of the response's ``max_bytes`` (capped by the broker's ``fetch.max.bytes``). The
-  first partition that returns data returns at least one whole batch even if it is larger
-  (KIP-74), so a consumer can never be stuck behind a big batch.
+  left of the response's ``max_bytes``, capped by the broker's ``fetch.max.bytes``; left
+  at its default, that cap is 8 MiB or :data:`ANSWER_BYTES_PER_PARTITION` for each
+  partition the request names, whichever is larger, up to :data:`DEFAULT_ANSWER_MAX_BYTES`
+  (see :func:`answer_cap`). The first partition that returns data returns at least one
+  whole batch even if it is larger (KIP-74), so a consumer can never be stuck behind a
+  big batch. Once the answer is full, the partitions left are answered empty without
+  locating their offset in a segment (``PartitionLog.read``).
 - Past the first partition with data, a partition whose first batch does not fit in
   what is left is sent empty rather than as a partial batch (Kafka's
   ``firstEntryIncomplete`` rule for v3+: clients cannot make progress on a partial first
@@ -115,8 +119,9 @@ if TYPE_CHECKING:
     from odradek.cluster.metadata import ClusterMetadata
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.server.broker_stats import BrokerTopicStats
+    from odradek.server.config import BrokerConfig
     from odradek.server.services import BrokerServices
-    from odradek.storage.log import FetchDataInfo, PartitionLog
+    from odradek.storage.log import FetchDataInfo
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +135,16 @@ READ_COMMITTED = 1
 DOWN_CONVERSION_MAX_BYTES = 4 * 1024 * 1024
 # One thread for every down-conversion of the broker (see the module docstring).
 _DOWN_CONVERTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="down-conversion")
+
+# The answer's cap while ``fetch.max.bytes`` is left at its default (8 MiB): a request
+# naming many partitions may get this much a partition instead. Every answer pays a
+# step per partition named (a full fetch answers every one of them), so with 1,000
+# partitions an 8 MiB answer spent more of the broker's CPU on those steps than on the
+# bytes; the bound stays under glibc's largest mmap threshold (32 MiB), so the client's
+# buffer for the answer still comes from its heap (docs/architecture.md, "Fetch
+# response size").
+ANSWER_BYTES_PER_PARTITION = 32 * 1024
+DEFAULT_ANSWER_MAX_BYTES = 30 * 1024 * 1024
 
 
 class _OwningSend(Send):
@@ -170,7 +185,10 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
     if context.kind is ContextKind.ERROR:
         return write_fetch_response(version, [], error_code=context.error)
     parts = context.partitions
-    max_bytes = min(request.max_bytes, int(services.config["fetch.max.bytes"]))
+    cap = int(services.config["fetch.max.bytes"])
+    if len(parts) * ANSWER_BYTES_PER_PARTITION > cap:  # many partitions: maybe more
+        cap = answer_cap(services.config, len(parts))
+    max_bytes = min(request.max_bytes, cap)
     replica_id = _replica_id(request)
     follower = replica_id >= 0
     quota = services.client_quotas.fetch
@@ -222,6 +240,16 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
     if services.topic_stats is not None:
         _count(services.topic_stats, parts, infos, follower)
     return send
+
+
+def answer_cap(config: BrokerConfig, partitions: int) -> int:
+    """The broker's cap on an answer naming ``partitions`` partitions: ``fetch.max.bytes``
+    when set; left at its default (8 MiB), :data:`ANSWER_BYTES_PER_PARTITION` a partition
+    if that is more, up to :data:`DEFAULT_ANSWER_MAX_BYTES`."""
+    cap = int(config["fetch.max.bytes"])
+    if "fetch.max.bytes" in config.raw:
+        return cap
+    return min(max(cap, partitions * ANSWER_BYTES_PER_PARTITION), DEFAULT_ANSWER_MAX_BYTES)
 
 
 def _refused(services: BrokerServices, ctx: RequestContext, parts: list[CachedPartition],
@@ -505,8 +533,6 @@ def _read_one(
             else:
                 throttled = True
         info = partition.read(cp.fetch_offset, limit, min_one, follower, read_committed)
-        if read_committed:
-            info = _with_aborted(partition.log, info)
         if follower and replica_manager.record_follower_fetch(
             partition, replica_id, cp.fetch_offset
         ):
@@ -530,17 +556,6 @@ def _read_one(
             code = ErrorCode.unknown_server_error
         hw = partition.high_watermark
         return FetchPartition(cp.partition, code, hw, hw, partition.log.log_start_offset)
-
-
-def _with_aborted(partition_log: PartitionLog, info: FetchDataInfo) -> FetchDataInfo:
-    """A read_committed answer names the aborted transactions whose records it may hold:
-    those overlapping [fetch offset, last stable offset) (the region ends below it)."""
-    aborted: list[tuple[int, int]] = []
-    if info.size:
-        aborted = [(t.producer_id, t.first_offset) for t in
-                   partition_log.collect_aborted_transactions(
-                       info.fetch_offset, info.last_stable_offset)]
-    return dataclasses.replace(info, aborted_transactions=aborted)
 
 
 def _first_incomplete(info: FetchDataInfo) -> bool:
