@@ -217,6 +217,45 @@ def test_close_notify_with_the_end_of_the_handshake(ca: trustme.CA,
     run(test)
 
 
+def test_a_client_hanging_up_mid_handshake_is_no_failed_authentication(
+        ca: trustme.CA, region_file: tuple[int, bytes]) -> None:
+    """A client that sends its ClientHello and closes before the handshake ends (a probe,
+    a client that gave up) is a disconnection, as in Kafka, not a failed authentication;
+    a client speaking plaintext to the TLS port is one."""
+    fd, _ = region_file
+
+    async def test() -> None:
+        async with tls_server(ca, fd) as (server, _):
+            loop = asyncio.get_running_loop()
+
+            def hello_and_hang_up() -> None:
+                incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+                session = client_context(ca).wrap_bio(incoming, outgoing,
+                                                      server_hostname="127.0.0.1")
+                with contextlib.suppress(ssl.SSLWantReadError):
+                    session.do_handshake()
+                with socket.create_connection(("127.0.0.1", server.port)) as raw:
+                    raw.sendall(outgoing.read())  # the ClientHello, then FIN
+                    raw.shutdown(socket.SHUT_WR)
+                    while raw.recv(65536):  # the server's flight, until it closes
+                        pass
+
+            def plaintext() -> None:
+                with socket.create_connection(("127.0.0.1", server.port)) as raw:
+                    raw.sendall(request_frame(_api_versions_v3(), 1))
+                    while raw.recv(65536):
+                        pass
+
+            await loop.run_in_executor(None, hello_and_hang_up)
+            await wait_for(lambda: not server.connections, "the connection closed")
+            assert server.security.stats.failed == 0
+            await loop.run_in_executor(None, plaintext)
+            await wait_for(lambda: server.security.stats.failed == 1,
+                           "the plaintext client counted")
+
+    run(test)
+
+
 def test_a_silent_client_is_dropped_after_the_handshake_timeout(
         ca: trustme.CA, region_file: tuple[int, bytes],
         monkeypatch: pytest.MonkeyPatch) -> None:

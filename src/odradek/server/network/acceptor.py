@@ -303,6 +303,13 @@ class KafkaServer:
             self.forget(connection)
             if not isinstance(e, Exception):
                 raise
+            if context is not None and isinstance(e, ConnectionError):
+                # The client hung up mid-handshake (Kafka's SslTransportLayer: an EOF
+                # during the handshake is an IOException, a disconnection, not an
+                # authentication failure): a probe, or a client that gave up waiting.
+                log.debug("connection from %s closed during the TLS handshake: %s", peer,
+                          _handshake_reason(e))
+                return
             if context is not None:
                 # Kafka: "Failed authentication with /host (SSL handshake failed)"
                 self.security.stats.failed += 1
