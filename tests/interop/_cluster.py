@@ -357,8 +357,13 @@ def cluster3_shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
 
 @pytest.fixture
 def cluster3(cluster3_shared: Cluster) -> Cluster:
-    """The module's 3-broker cluster, with every broker running at the start of the test."""
+    """The module's 3-broker cluster, with every broker running and registered at the start
+    of the test (a broker an earlier test started without waiting may still be starting: a
+    test that pauses it then would stop its registration midway)."""
     cluster3_shared.restore()
+    cluster3_shared.wait_for(
+        lambda: all(cluster3_shared.registered(i) for i in range(1, cluster3_shared.size + 1)),
+        REGISTER_TIMEOUT_S, "every broker in /brokers/ids")
     return cluster3_shared
 
 
