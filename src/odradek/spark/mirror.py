@@ -210,6 +210,15 @@ def _target_end(conf: dict[str, str], topic: str, partition: int, timeout_ms: in
         c.close()
 
 
+def _task_partition(rb: pa.RecordBatch) -> tuple[str, int]:
+    """The (topic, partition) of a task's rows: a mirror task reads one partition."""
+    topics = pc.unique(rb.column("topic"))
+    parts = pc.unique(rb.column("partition"))
+    if len(topics) != 1 or len(parts) != 1:
+        raise MirrorError("a mirror task got rows of several partitions")
+    return str(topics[0].as_py()), int(parts[0].as_py())
+
+
 def _produce(producer: ck.Producer, target: str, p: int, rb: pa.RecordBatch) -> int:
     """Hand the rows of ``rb`` to ``producer`` for partition ``p`` of ``target``."""
     keys = rb.column("key").to_pylist()
@@ -258,11 +267,7 @@ def write_range(
         n = rb.num_rows
         if n == 0:
             continue
-        topics = pc.unique(rb.column("topic"))
-        parts = pc.unique(rb.column("partition"))
-        if len(topics) != 1 or len(parts) != 1:
-            raise MirrorError("a mirror task got rows of several partitions")
-        this = (str(topics[0].as_py()), int(parts[0].as_py()))
+        this = _task_partition(rb)
         if tp is None:
             tp = this
             target = prefix + tp[0]
@@ -372,11 +377,7 @@ def write_range_transactionally(
             n = rb.num_rows
             if n == 0:
                 continue
-            topics = pc.unique(rb.column("topic"))
-            parts = pc.unique(rb.column("partition"))
-            if len(topics) != 1 or len(parts) != 1:
-                raise MirrorError("a mirror task got rows of several partitions")
-            this = (str(topics[0].as_py()), int(parts[0].as_py()))
+            this = _task_partition(rb)
             if tp is None:
                 tp = this
                 target = prefix + tp[0]
