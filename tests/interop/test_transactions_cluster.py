@@ -8,7 +8,9 @@ every committed record exactly once and no aborted one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -283,10 +285,24 @@ def test_send_offsets_once_the_group_coordinator_left_the_cluster(cluster: Clust
         cluster.wait_for(lambda: killed not in p.list_topics(timeout=10).brokers, 30,
                          f"the producer's metadata without broker {killed}")
         p.begin_transaction()
+        # The idle close wakes the call only if a connection is still open when it starts;
+        # a metadata request now and then opens one otherwise (each is a change either way).
+        stop = threading.Event()
+
+        def poke() -> None:
+            while not stop.wait(IDLE_CLOSE_MS / 1000 + 2):
+                with contextlib.suppress(KafkaException):
+                    p.list_topics(timeout=5)
+
+        poker = threading.Thread(target=poke, daemon=True)
+        poker.start()
         try:
             send_offsets(10)
         except KafkaException as exc:  # an error is an answer too (the group may rebalance)
             assert not exc.args[0].fatal(), exc
+        finally:
+            stop.set()
+            poker.join(10)
     finally:
         consumer.close()
         if killed is not None and not cluster.alive(killed):
