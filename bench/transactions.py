@@ -18,7 +18,10 @@ leaders (and, transactional, has its producer id). Each round reads the topic on
 it is timed (page cache, connections). ``--base REF`` starts a second broker running that
 commit's code (a worktree under ``.bench-tmp``, as bench/peers.py's ``odradek@REF``) and
 runs every round on both, in alternating order, then prints each case of this checkout
-against the same case of the base; ``--no-fetch`` leaves out the fetch cases.
+against the same case of the base; ``--no-fetch`` leaves out the fetch cases. ``--mock``
+adds the same produce runs against librdkafka's in-process mock cluster
+(``test.mock.num.brokers``, a broker in C in the client's process): what the client's
+own transaction protocol costs at this load with a broker of next to no cost.
 
     .venv/bin/python bench/transactions.py
     .venv/bin/python bench/transactions.py --records 2000000 --rounds 5 --base main
@@ -51,9 +54,10 @@ def _row(case: str, rates: list[float], cpu: list[float], base: tuple[list[float
     rate_ratio = cpu_ratio = "—"
     if base is not None:
         rate_ratio = f"{med(r / b for r, b in zip(rates, base[0], strict=True)):.2f}x"
-        if all(b > 0 for b in base[1]):  # a short run can round the base's CPU to 0 ticks
+        if cpu and all(b > 0 for b in base[1]):  # a short run can round it to 0 ticks
             cpu_ratio = f"{med(c / b for c, b in zip(cpu, base[1], strict=True)):.2f}x"
-    return (f"| {case} | {med(rates):,.0f} | {rate_ratio} | {med(cpu):.2f} | {cpu_ratio} | "
+    cpu_median = f"{med(cpu):.2f}" if cpu else "—"  # none for the mock cluster
+    return (f"| {case} | {med(rates):,.0f} | {rate_ratio} | {cpu_median} | {cpu_ratio} | "
             f"{', '.join(f'{r:,.0f}' for r in rates)} |")
 
 
@@ -66,8 +70,13 @@ def _topic(bootstrap: str, partitions: int) -> str:
 
 def produce(bootstrap: str, topic: str, records: int, value: bytes,
             per_txn: int | None) -> float:
-    """Seconds to produce ``records`` records (and have them all acknowledged)."""
-    config = {"bootstrap.servers": bootstrap, **PRODUCER}
+    """Seconds to produce ``records`` records (and have them all acknowledged); with an
+    empty ``bootstrap``, to librdkafka's own mock cluster."""
+    config: dict[str, object] = {**PRODUCER}
+    if bootstrap:
+        config["bootstrap.servers"] = bootstrap
+    else:  # librdkafka's in-process mock cluster (a topic of 4 partitions on first use)
+        config["test.mock.num.brokers"] = 1
     if per_txn is not None:
         config["transactional.id"] = f"bench-{uuid.uuid4().hex[:8]}"
     producer = ck.Producer(config)
@@ -121,11 +130,12 @@ class Tree:
     """One broker under test (this checkout's code, or a base commit's) and its figures:
     records per second and the broker's CPU µs per record, per case, one entry a round."""
 
-    def __init__(self, name: str, source: Path | None) -> None:
+    def __init__(self, name: str, source: Path | None, mock: bool = False) -> None:
         self.name = name
         self.source = source
+        self.mock = mock  # librdkafka's mock cluster: no broker process, no fetch
         self.port = free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.bootstrap = "" if mock else f"127.0.0.1:{self.port}"
         self.rates: dict[str, list[float]] = {"plain": [], "txn": [], "ru": [], "rc": []}
         self.cpu: dict[str, list[float]] = {"plain": [], "txn": [], "ru": [], "rc": []}
 
@@ -133,16 +143,18 @@ class Tree:
 def _round(tree: Tree, pid: int, n: int, args: argparse.Namespace, value: bytes) -> None:
     order = [None, args.per_txn] if n % 2 == 0 else [args.per_txn, None]
     written = ""
-    topics = [_topic(tree.bootstrap, args.partitions) for _ in order]
+    topics = [f"txn-bench-{uuid.uuid4().hex[:8]}" if tree.mock
+              else _topic(tree.bootstrap, args.partitions) for _ in order]
     for topic, per_txn in zip(topics, order, strict=True):
         case = "plain" if per_txn is None else "txn"
-        before = cpu_seconds(pid)
+        before = 0.0 if tree.mock else cpu_seconds(pid)
         seconds = produce(tree.bootstrap, topic, args.records, value, per_txn)
-        tree.cpu[case].append((cpu_seconds(pid) - before) / args.records * 1e6)
+        if not tree.mock:
+            tree.cpu[case].append((cpu_seconds(pid) - before) / args.records * 1e6)
         tree.rates[case].append(args.records / seconds)
         if per_txn is not None:
             written = topic
-    if args.no_fetch:
+    if args.no_fetch or tree.mock:
         return
     # warm-up: the topic's segments into the page cache, the consumer's start
     consume(tree.bootstrap, written, args.partitions, args.records, "read_uncommitted")
@@ -156,6 +168,7 @@ def _round(tree: Tree, pid: int, n: int, args: argparse.Namespace, value: bytes)
 
 
 def _table(tree: Tree, fetch: bool) -> None:
+    fetch = fetch and not tree.mock
     rates, cpu = tree.rates, tree.cpu
     print("| case | records/s | ratio | broker CPU µs a record | CPU ratio | each round |")
     print("|---|---:|---:|---:|---:|---|")
@@ -195,14 +208,21 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are shown)")
     parser.add_argument("--base", help="also run a base commit's broker, same rounds")
     parser.add_argument("--no-fetch", action="store_true", help="produce cases only")
+    parser.add_argument("--mock", action="store_true",
+                        help="also produce to librdkafka's in-process mock cluster, same "
+                             "rounds: the client's own cost of the same transactions")
     args = parser.parse_args()
     value = b"x" * args.size
     trees = [Tree("HEAD", None)]
     if args.base:
         trees.append(Tree(args.base, odradek_at(args.base).source))
+    if args.mock:
+        trees.append(Tree("librdkafka mock", None, mock=True))
     with contextlib.ExitStack() as stack:
         pids = {}
         for tree in trees:
+            if tree.mock:
+                continue
             proc = stack.enter_context(odradek_serve(
                 [f"listeners=PLAINTEXT://127.0.0.1:{tree.port}"], tree.port, "txn-bench-",
                 source=tree.source))
@@ -212,9 +232,9 @@ def main() -> int:
                     args.per_txn)
         for n in range(args.rounds):
             for tree in trees if n % 2 == 0 else trees[::-1]:
-                _round(tree, pids[tree.name], n, args, value)
+                _round(tree, pids.get(tree.name, 0), n, args, value)
                 r = tree.rates
-                fetched = "" if args.no_fetch else (
+                fetched = "" if args.no_fetch or tree.mock else (
                     f"; fetch read_uncommitted {r['ru'][-1]:,.0f}/s, "
                     f"read_committed {r['rc'][-1]:,.0f}/s")
                 print(f"  round {n + 1} {tree.name}: produce plain {r['plain'][-1]:,.0f}/s, "
@@ -231,7 +251,7 @@ def main() -> int:
             print(f"{tree.name}:")
             print()
         _table(tree, not args.no_fetch)
-    if len(trees) > 1:
+    if args.base:
         print()
         _against_base(trees[0], trees[1], not args.no_fetch)
     return 0
