@@ -5,8 +5,8 @@ Follows Kafka's ``KafkaApis.handleWriteTxnMarkersRequest``. The coordinator of a
 broker sends, per transaction, the producer id and epoch, the result (commit or abort),
 its coordinator epoch and the partitions; this broker's own coordinator hands the same
 to :func:`write_markers_locally` for the partitions it leads here, without a request
-(server/txn_markers.py). Both go through :func:`append_markers`: for each partition
-this broker:
+(server/txn_markers.py). Both run the same appends and waits: for each partition this
+broker:
 
 - answers UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist and
   NOT_LEADER_OR_FOLLOWER (or LEADER_NOT_AVAILABLE while its log is created) where it is
@@ -48,6 +48,7 @@ encoding: it is transcoded to v1 (``_transcode.py``) with the layouts of Kafka 3
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -115,8 +116,16 @@ async def write_markers_locally(
     """One marker of this broker's transaction coordinator for partitions this broker
     leads, written without the network (see the module's docstring): the same appends,
     checks and answers as a WriteTxnMarkers request carrying it."""
-    [codes] = await append_markers(services, [marker])
-    return codes
+    markers = [marker]
+    answers, waiting = _append_markers(services, markers)
+    if waiting:
+        # As a request's handler would, the wait runs to its end (and the group
+        # coordinator is told of __consumer_offsets markers) even if the coordinator's
+        # task is cancelled meanwhile.
+        await asyncio.shield(_finish(services, markers, answers, waiting))
+    else:
+        _complete_offsets(services, markers, answers)
+    return answers[0]
 
 
 async def append_markers(
@@ -125,10 +134,23 @@ async def append_markers(
     """Append each marker to each of its partitions as their leader and wait for the ISR
     (Kafka's ``ReplicaManager.appendRecords`` of the markers, ``requiredAcks = -1``): the
     error per partition, one mapping per marker."""
+    answers, waiting = _append_markers(services, markers)
+    await _finish(services, markers, answers, waiting)
+    return answers
+
+
+# An append still to replicate: (its marker's answer, the partition, the append).
+_Waiting = list[tuple[dict[TopicPartition, ErrorCode], TopicPartition, PendingAppend]]
+
+
+def _append_markers(
+    services: BrokerServices, markers: Sequence[TxnMarker]
+) -> tuple[list[dict[TopicPartition, ErrorCode]], _Waiting]:
+    """The appends: the error per partition of each marker, and the appends the ISR does
+    not have yet."""
     replica_manager = services.replica_manager
     answers: list[dict[TopicPartition, ErrorCode]] = []
-    # appends still to replicate: (marker's answer, partition, append)
-    waiting: list[tuple[dict[TopicPartition, ErrorCode], TopicPartition, PendingAppend]] = []
+    waiting: _Waiting = []
     for marker in markers:
         codes: dict[TopicPartition, ErrorCode] = {}
         answers.append(codes)
@@ -146,8 +168,18 @@ async def append_markers(
             if partition.high_watermark <= info.last_offset:
                 waiting.append((codes, tp, PendingAppend(partition, partition.leader_epoch,
                                                          info.last_offset + 1)))
+    return answers, waiting
+
+
+async def _finish(
+    services: BrokerServices, markers: Sequence[TxnMarker],
+    answers: list[dict[TopicPartition, ErrorCode]], waiting: _Waiting,
+) -> None:
+    """Wait for the ISR of each append still to replicate (at most
+    :data:`MARKER_TIMEOUT_MS`) and set its partition's error from where it stands then;
+    then tell the group coordinator."""
     if waiting:
-        outcomes = await replica_manager.wait_for_replication(
+        outcomes = await services.replica_manager.wait_for_replication(
             [append for _, _, append in waiting], MARKER_TIMEOUT_MS / 1000)
         for (codes, tp, append), outcome in zip(waiting, outcomes, strict=True):
             if outcome is Replication.REPLICATED:
@@ -158,7 +190,6 @@ async def append_markers(
             else:
                 codes[tp] = ErrorCode.not_leader_or_follower
     _complete_offsets(services, markers, answers)
-    return answers
 
 
 def _complete_offsets(
