@@ -37,7 +37,7 @@ Cells (a fresh broker and a fresh topic each):
   batch size and codec), because the default partitioner puts each batch on a partition
   drawn at random, and rdkafka_performance's clock starts at the first message, once the
   client has decoded the first partition of the first answer: with lz4 the records of a
-  1M cell fit one answer, and where they lie alone moved the cell's rate by half
+  1M cell fit one answer, and where they lay alone moved the cell's rate by 1.5x
   (bench/README.md, "lz4 consume cells").
   Each consume and scale-consume cell is read ``--consume-rounds`` times (3; quick 1) from
   the same records: the table gives the median run's rate and the broker's CPU summed
