@@ -162,15 +162,20 @@ def close_consumer(c: ck.Consumer) -> None:
         c.close()
 
 
-def discover(c: ck.Consumer, opts: ReadOptions, *, require_topics: bool) -> list[tuple[str, int]]:
-    """Topic-partitions matching subscribe / subscribePattern / assign, sorted."""
-    timeout = opts.api_timeout_ms / 1000
+def discover(c: ck.Consumer, opts: ReadOptions, *, require_topics: bool,
+             timeout_ms: int | None = None) -> list[tuple[str, int]]:
+    """Topic-partitions matching subscribe / subscribePattern / assign, sorted. The
+    metadata request waits up to ``timeout_ms`` (default ``kafka.default.api.timeout.ms``);
+    a timed-out or transport failure is a :class:`TransientSparkError`."""
+    timeout_ms = opts.api_timeout_ms if timeout_ms is None else timeout_ms
     try:
-        md = c.list_topics(timeout=timeout)
+        md = c.list_topics(timeout=timeout_ms / 1000)
     except ck.KafkaException as exc:
-        raise OdradekSparkError(
+        err = exc.args[0]
+        transient = err.retriable() or err.code() in _TRANSIENT
+        raise (TransientSparkError if transient else OdradekSparkError)(
             f"cannot reach the brokers at kafka.bootstrap.servers={opts.bootstrap!r} within "
-            f"{opts.api_timeout_ms} ms (kafka.default.api.timeout.ms): {exc}{_why(c)}"
+            f"{timeout_ms} ms (kafka.default.api.timeout.ms): {exc}{_why(c)}"
         ) from None
     finally:
         serve_log(c)

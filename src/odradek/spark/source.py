@@ -6,12 +6,12 @@ admission control) runs on the driver; each input partition is one offset range
 ``[from, until)`` of one topic-partition (or a slice of it, with ``minPartitions``),
 read on a worker into Arrow record batches.
 
-The driver's watermark queries (ListOffsets through librdkafka) ride out a broker lost
-under a running stream: a query sent to a leader that was just killed waits out its
-whole timeout, so each attempt is bounded (5 s, doubled on each retry) and a failed one
-is retried with a new client, which fetches fresh metadata and finds the new leader,
-until ``kafka.default.api.timeout.ms`` has passed, as the Java consumer's
-``endOffsets`` retries within ``default.api.timeout.ms``.
+The driver's partition discovery (Metadata) and watermark queries (ListOffsets through
+librdkafka) ride out a broker lost under a running stream: a query sent to a leader that
+was just killed waits out its whole timeout, so each attempt is bounded (5 s, doubled on
+each retry) and a failed one is retried with a new client, which fetches fresh metadata
+and finds the new leader, until ``kafka.default.api.timeout.ms`` has passed, as the Java
+consumer's ``endOffsets`` retries within ``default.api.timeout.ms``.
 
 Streaming offsets are JSON objects ``{"topic": {"0": 42, ...}}`` — the next offset to read
 per partition — the same shape as Spark's Kafka source uses in its checkpoints.
@@ -20,9 +20,9 @@ per partition — the same shape as Spark's Kafka source uses in its checkpoints
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -46,7 +46,9 @@ from odradek.spark.options import OdradekOptionError, ReadOptions, parse_read_op
 
 __all__ = ["OdradekBatchReader", "OdradekDataSource", "OdradekStreamReader", "OffsetRange"]
 
-#: the first attempt's bound on the driver's watermark queries (doubled on each retry)
+_T = TypeVar("_T")
+#: the first attempt's bound on the driver's discovery and watermark queries (doubled on
+#: each retry)
 _FIRST_ATTEMPT_MS = 5000
 _RETRY_BACKOFF_S = 0.5
 
@@ -226,19 +228,27 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._consumer
 
     def _current(self) -> tuple[list[tuple[str, int]], dict[tuple[str, int], tuple[int, int]]]:
-        tps = kc.discover(self._client(), self.opts, require_topics=False)
-        return tps, self._watermarks(tps)
+        def current(c: Any, attempt_ms: int) -> tuple[
+                list[tuple[str, int]], dict[tuple[str, int], tuple[int, int]]]:
+            tps = kc.discover(c, self.opts, require_topics=False, timeout_ms=attempt_ms)
+            return tps, kc.watermarks(c, tps, attempt_ms)
+
+        return self._riding_out(current)
 
     def _watermarks(
         self, tps: list[tuple[str, int]]
     ) -> dict[tuple[str, int], tuple[int, int]]:
-        """:func:`kc.watermarks`, each attempt bounded and a failed one retried with a new
-        client until ``kafka.default.api.timeout.ms`` has passed (module header)."""
+        return self._riding_out(lambda c, attempt_ms: kc.watermarks(c, tps, attempt_ms))
+
+    def _riding_out(self, query: Callable[[Any, int], _T]) -> _T:
+        """``query(client, attempt_ms)`` (partition discovery, watermarks), each attempt
+        bounded and a failed one retried with a new client until
+        ``kafka.default.api.timeout.ms`` has passed (module header)."""
         deadline = time.monotonic() + self.opts.api_timeout_ms / 1000
         attempt_ms = min(_FIRST_ATTEMPT_MS, self.opts.api_timeout_ms)
         while True:
             try:
-                return kc.watermarks(self._client(), tps, attempt_ms)
+                return query(self._client(), attempt_ms)
             except kc.TransientSparkError:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
