@@ -19,6 +19,9 @@ two parts: the produce loop (beginTransaction and the sends) and commitTransacti
 flush and EndTxn); their medians are reported per round. ``--base REF`` runs every
 round on a second broker with that commit's code as well (a worktree under
 ``.bench-tmp``, as bench/peers.py's ``odradek@REF``; its own JVM), in alternating order.
+``--metrics`` turns on each broker's ``metrics.listener`` and reads its request metrics
+before and after every transactional run (as bench/transaction_cost.py does): the
+requests per transaction of each API and their mean TotalTimeMs, over all the rounds.
 
 Runs from a fresh clone after ``scripts/bootstrap --test`` and
 ``scripts/install-java-client`` (the jars and a JDK 11+):
@@ -44,6 +47,7 @@ from pathlib import Path
 from _tools.broker import cpu_seconds, free_port, odradek_serve
 from confluent_kafka.admin import AdminClient, NewTopic
 from peers import odradek_at
+from transaction_cost import Page
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -135,6 +139,27 @@ class Tree:
         default_factory=lambda: {"plain": [], "txn": []})
     cpu: dict[str, list[float]] = field(default_factory=lambda: {"plain": [], "txn": []})
     runs: list[Run] = field(default_factory=list)  # the transactional runs
+    metrics_port: int | None = None
+    admin: AdminClient | None = None
+    # the transactional runs' requests per API and their TotalTimeMs (sum, count)
+    requests: dict[str, float] = field(default_factory=dict)
+    time_sum: dict[str, float] = field(default_factory=dict)
+    time_count: dict[str, float] = field(default_factory=dict)
+
+    def page(self) -> Page | None:
+        if self.metrics_port is None:
+            return None
+        return Page(f"http://127.0.0.1:{self.metrics_port}/metrics")
+
+    def add(self, before: Page | None, after: Page | None) -> None:
+        """Add one run's requests (``after`` less ``before``)."""
+        if before is None or after is None:
+            return
+        for total, a, b in ((self.requests, after.requests, before.requests),
+                            (self.time_sum, after.time_sum, before.time_sum),
+                            (self.time_count, after.time_count, before.time_count)):
+            for api, value in a.items():
+                total[api] = total.get(api, 0.0) + value - b.get(api, 0.0)
 
     @property
     def bootstrap(self) -> str:
@@ -142,7 +167,9 @@ class Tree:
 
     def topic(self, partitions: int) -> str:
         """A fresh topic on this tree's broker."""
-        return _topic(AdminClient({"bootstrap.servers": self.bootstrap}), partitions)
+        if self.admin is None:
+            self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        return _topic(self.admin, partitions)
 
 
 def _round(tree: Tree, proc: subprocess.Popen[str], pid: int, n: int,
@@ -151,7 +178,9 @@ def _round(tree: Tree, proc: subprocess.Popen[str], pid: int, n: int,
     for transactional in order:
         case = "txn" if transactional else "plain"
         topic = tree.topic(args.partitions)
+        before = tree.page() if transactional else None
         run, cpu = produce(proc, topic, args.records, transactional, pid)
+        tree.add(before, tree.page() if transactional else None)
         tree.rates[case].append(args.records / run.seconds)
         tree.cpu[case].append(cpu / args.records * 1e6)
         if transactional:
@@ -191,6 +220,20 @@ def _table(tree: Tree, per_txn: int) -> None:
         print(f"| {n + 1} | {wall:.3f} | {run.loop_mean_ms:.3f} / {run.loop_ms:.3f} | "
               f"{run.commit_mean_ms:.3f} / {run.commit_ms:.3f} | {run.commit_max_ms:.1f} | "
               f"{per_txn / plain * 1e3:.3f} |")
+    transactions = sum(run.transactions for run in tree.runs)
+    if not tree.requests or not transactions:
+        return
+    print()
+    print("The transactional runs' requests (the broker's metrics), all rounds:")
+    print()
+    print("| request | per transaction | mean TotalTimeMs |")
+    print("|---|---:|---:|")
+    for api in sorted(tree.requests):
+        if tree.requests[api] <= 0:
+            continue
+        count = tree.time_count.get(api, 0.0)
+        mean = f"{tree.time_sum.get(api, 0.0) / count:.3f}" if count else "—"
+        print(f"| {api} | {tree.requests[api] / transactions:.3f} | {mean} |")
 
 
 def _load(load: tuple[float, float, float]) -> str:
@@ -208,6 +251,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=300_000,
                         help="records of each mode's untimed warm-up run (twice each)")
     parser.add_argument("--base", help="also run a base commit's broker, same rounds")
+    parser.add_argument("--metrics", action="store_true",
+                        help="the transactional runs' requests from the brokers' metrics")
     args = parser.parse_args()
     load_start = os.getloadavg()
     trees = [Tree("HEAD", None)]
@@ -217,9 +262,12 @@ def main() -> int:
         pids: dict[str, int] = {}
         jvms: dict[str, subprocess.Popen[str]] = {}
         for tree in trees:
-            broker = stack.enter_context(odradek_serve(
-                [f"listeners=PLAINTEXT://127.0.0.1:{tree.port}"], tree.port, "txn-java-",
-                source=tree.source))
+            overrides = [f"listeners=PLAINTEXT://127.0.0.1:{tree.port}"]
+            if args.metrics:
+                tree.metrics_port = free_port()
+                overrides.append(f"metrics.listener=http://127.0.0.1:{tree.metrics_port}")
+            broker = stack.enter_context(odradek_serve(overrides, tree.port, "txn-java-",
+                                                       source=tree.source))
             pids[tree.name] = broker.pid
             jvms[tree.name] = stack.enter_context(jvm(tree.bootstrap, args.size, args.per_txn))
             # warm-up: the JIT, the broker's first transaction (__transaction_state)
