@@ -19,9 +19,12 @@ two parts: the produce loop (beginTransaction and the sends) and commitTransacti
 flush and EndTxn); their medians are reported per round. ``--base REF`` runs every
 round on a second broker with that commit's code as well (a worktree under
 ``.bench-tmp``, as bench/peers.py's ``odradek@REF``; its own JVM), in alternating order.
-``--metrics`` turns on each broker's ``metrics.listener`` and reads its request metrics
-before and after every transactional run (as bench/transaction_cost.py does): the
-requests per transaction of each API and their mean TotalTimeMs, over all the rounds.
+``--split-commit`` has the JVM call ``flush()`` before each ``commitTransaction()``
+and time it apart (the commit's Produce round trip, then EndTxn's), shown as a column
+of the per-round table. ``--metrics`` turns on each broker's ``metrics.listener`` and
+reads its request metrics before and after every transactional run (as
+bench/transaction_cost.py does): the requests per transaction of each API and their
+mean TotalTimeMs, over all the rounds.
 
 Runs from a fresh clone after ``scripts/bootstrap --test`` and
 ``scripts/install-java-client`` (the jars and a JDK 11+):
@@ -69,6 +72,8 @@ class Run:
     loop_mean_ms: float
     commit_mean_ms: float
     commit_max_ms: float
+    flush_ms: float  # median explicit flush before the commit (--split-commit), else 0
+    flush_mean_ms: float
 
 
 @contextlib.contextmanager
@@ -106,19 +111,21 @@ def _ask(proc: subprocess.Popen[str], line: str) -> str:
 
 
 def produce(proc: subprocess.Popen[str], topic: str, records: int, transactional: bool,
-            broker_pid: int) -> tuple[Run, float]:
-    """One run in the JVM; returns it and the broker's CPU seconds during it."""
-    ready = _ask(proc, f"run {'txn' if transactional else 'plain'} {topic} {records}")
+            broker_pid: int, split: bool = False) -> tuple[Run, float]:
+    """One run in the JVM; returns it and the broker's CPU seconds during it. ``split``:
+    an explicit flush before each commit, timed apart."""
+    mode = ("txn-flush" if split else "txn") if transactional else "plain"
+    ready = _ask(proc, f"run {mode} {topic} {records}")
     assert ready == "ready", ready
     before = cpu_seconds(broker_pid)
     done = _ask(proc, "go").split()
     cpu = cpu_seconds(broker_pid) - before
     assert done[0] == "done", done
-    elapsed, transactions, loop, commit, loops, commits, commit_max = (
+    elapsed, transactions, loop, commit, loops, commits, commit_max, flush, flushes = (
         int(w) for w in done[1:])
     per = max(transactions, 1) * 1e6
     return Run(elapsed / 1e9, transactions, loop / 1e6, commit / 1e6, loops / per,
-               commits / per, commit_max / 1e6), cpu
+               commits / per, commit_max / 1e6, flush / 1e6, flushes / per), cpu
 
 
 def _topic(admin: AdminClient, partitions: int) -> str:
@@ -179,7 +186,8 @@ def _round(tree: Tree, proc: subprocess.Popen[str], pid: int, n: int,
         case = "txn" if transactional else "plain"
         topic = tree.topic(args.partitions)
         before = tree.page() if transactional else None
-        run, cpu = produce(proc, topic, args.records, transactional, pid)
+        run, cpu = produce(proc, topic, args.records, transactional, pid,
+                           args.split_commit)
         tree.add(before, tree.page() if transactional else None)
         tree.rates[case].append(args.records / run.seconds)
         tree.cpu[case].append(cpu / args.records * 1e6)
@@ -199,7 +207,7 @@ def _row(case: str, rates: list[float], cpu: list[float],
             f"{', '.join(f'{r:,.0f}' for r in rates)} |")
 
 
-def _table(tree: Tree, per_txn: int) -> None:
+def _table(tree: Tree, per_txn: int, split: bool) -> None:
     rates, cpu = tree.rates, tree.cpu
     print("| case | records/s | ratio | broker CPU µs a record | CPU ratio | each round |")
     print("|---|---:|---:|---:|---:|---|")
@@ -210,16 +218,20 @@ def _table(tree: Tree, per_txn: int) -> None:
     print(f"Each transactional round, a transaction of {per_txn:,} records (ms): wall "
           "(run time / transactions); the produce loop (beginTransaction and the sends) "
           "and commitTransaction (its flush and EndTxn), mean and median; the slowest "
-          "commit; and the idempotent run's time for the same number of records.")
+          "commit; and the idempotent run's time for the same number of records."
+          + (" The commit includes an explicit flush() before commitTransaction, also "
+             "shown apart." if split else ""))
     print()
-    print("| round | wall a transaction | produce loop, mean / median | commitTransaction, "
-          "mean / median | slowest commit | idempotent, the same records |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    flush_head, flush_rule = (" of which flush, mean / median |", "---:|") if split else ("", "")
+    print("| round | wall a transaction | produce loop, mean / median | commit, "
+          f"mean / median |{flush_head} slowest commit | idempotent, the same records |")
+    print(f"|---:|---:|---:|---:|{flush_rule}---:|---:|")
     for n, (run, plain) in enumerate(zip(tree.runs, rates["plain"], strict=True)):
         wall = run.seconds / run.transactions * 1e3
+        flush = f" {run.flush_mean_ms:.3f} / {run.flush_ms:.3f} |" if split else ""
         print(f"| {n + 1} | {wall:.3f} | {run.loop_mean_ms:.3f} / {run.loop_ms:.3f} | "
-              f"{run.commit_mean_ms:.3f} / {run.commit_ms:.3f} | {run.commit_max_ms:.1f} | "
-              f"{per_txn / plain * 1e3:.3f} |")
+              f"{run.commit_mean_ms:.3f} / {run.commit_ms:.3f} |{flush} "
+              f"{run.commit_max_ms:.1f} | {per_txn / plain * 1e3:.3f} |")
     transactions = sum(run.transactions for run in tree.runs)
     if not tree.requests or not transactions:
         return
@@ -251,6 +263,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=300_000,
                         help="records of each mode's untimed warm-up run (twice each)")
     parser.add_argument("--base", help="also run a base commit's broker, same rounds")
+    parser.add_argument("--split-commit", action="store_true",
+                        help="flush() before each commitTransaction(), timed apart")
     parser.add_argument("--metrics", action="store_true",
                         help="the transactional runs' requests from the brokers' metrics")
     args = parser.parse_args()
@@ -296,7 +310,7 @@ def main() -> int:
         if len(trees) > 1:
             print(f"{tree.name}:")
             print()
-        _table(tree, args.per_txn)
+        _table(tree, args.per_txn, args.split_commit)
     if args.base:
         head, base = trees
         med = statistics.median

@@ -3,7 +3,7 @@
 // Usage: TxnBench <bootstrap> <record bytes> <records per transaction>
 //
 // Reads commands from stdin, one a line, and answers each on stdout:
-//   run plain|txn <topic> <records>
+//   run plain|txn|txn-flush <topic> <records>
 //       builds a producer (acks=all, enable.idempotence=true, linger.ms=5,
 //       batch.size=262144; txn: a fresh transactional.id too), waits until it knows the
 //       topic's partitions (and, txn, initTransactions), prints "ready" and waits for a
@@ -13,8 +13,11 @@
 //       the clock and prints one line:
 //         done <nanoseconds> <transactions> <produce loop ns, median> <commit ns, median>
 //              <produce loop ns, total> <commit ns, total> <commit ns, max>
+//              <flush ns, median> <flush ns, total>
 //       (the produce loop is beginTransaction and the sends, the commit is
-//       commitTransaction: its flush, EndTxn; zeros for plain). The producer is closed
+//       commitTransaction: its flush, EndTxn; zeros for plain). txn-flush is txn with an
+//       explicit producer.flush() before each commitTransaction, timed apart (and counted
+//       in the commit): the commit's Produce apart from its EndTxn. The producer is closed
 //       after the line, outside the clock.
 //   quit
 // A failed send or commit ends the program with exit code 3 and the error on stderr.
@@ -70,7 +73,8 @@ public final class TxnBench {
             if (words[0].equals("quit")) {
                 return;
             } else if (words[0].equals("run") && words.length == 4) {
-                System.out.println(run(words[1].equals("txn"), words[2], Long.parseLong(words[3])));
+                System.out.println(run(!words[1].equals("plain"), words[1].equals("txn-flush"),
+                    words[2], Long.parseLong(words[3])));
                 System.out.flush();
             } else {
                 throw new IllegalArgumentException("unknown command: " + line);
@@ -93,7 +97,8 @@ public final class TxnBench {
         return props;
     }
 
-    private String run(boolean transactional, String topic, long records) throws Exception {
+    private String run(boolean transactional, boolean split, String topic, long records)
+            throws Exception {
         AtomicLong failed = new AtomicLong();
         AtomicReference<Exception> firstError = new AtomicReference<>();
         Callback callback = (metadata, exception) -> {
@@ -116,6 +121,7 @@ public final class TxnBench {
             int transactions = transactional ? (int) ((records + perTxn - 1) / perTxn) : 0;
             long[] loops = new long[transactions];
             long[] commits = new long[transactions];
+            long[] flushes = new long[transactions];
             long started = System.nanoTime();
             if (transactional) {
                 long sent = 0;
@@ -127,6 +133,10 @@ public final class TxnBench {
                         producer.send(new ProducerRecord<>(topic, value), callback);
                     }
                     long commitStart = System.nanoTime();
+                    if (split) {
+                        producer.flush();
+                        flushes[t] = System.nanoTime() - commitStart;
+                    }
                     producer.commitTransaction();
                     long commitEnd = System.nanoTime();
                     loops[t] = commitStart - loopStart;
@@ -145,8 +155,9 @@ public final class TxnBench {
             long loopTotal = Arrays.stream(loops).sum();
             long commitTotal = Arrays.stream(commits).sum();
             long commitMax = Arrays.stream(commits).max().orElse(0);
-            return String.format("done %d %d %d %d %d %d %d", elapsed, transactions,
-                median(loops), median(commits), loopTotal, commitTotal, commitMax);
+            return String.format("done %d %d %d %d %d %d %d %d %d", elapsed, transactions,
+                median(loops), median(commits), loopTotal, commitTotal, commitMax,
+                median(flushes), Arrays.stream(flushes).sum());
         }
     }
 
