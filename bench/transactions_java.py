@@ -21,7 +21,8 @@ round on a second broker with that commit's code as well (a worktree under
 ``.bench-tmp``, as bench/peers.py's ``odradek@REF``; its own JVM), in alternating order.
 ``--split-commit`` has the JVM call ``flush()`` before each ``commitTransaction()``
 and time it apart (the commit's Produce round trip, then EndTxn's), shown as a column
-of the per-round table. ``--metrics`` turns on each broker's ``metrics.listener`` and
+of the per-round table. ``--linger-ms`` sets both producers' linger.ms (default 5, as
+bench/transactions.py). ``--metrics`` turns on each broker's ``metrics.listener`` and
 reads its request metrics before and after every transactional run (as
 bench/transaction_cost.py does): the requests per transaction of each API and their
 mean TotalTimeMs, over all the rounds.
@@ -77,14 +78,15 @@ class Run:
 
 
 @contextlib.contextmanager
-def jvm(bootstrap: str, size: int, per_txn: int) -> Iterator[subprocess.Popen[str]]:
+def jvm(bootstrap: str, size: int, per_txn: int,
+        linger_ms: int) -> Iterator[subprocess.Popen[str]]:
     """A TxnBench JVM talking to ``bootstrap``; told to quit (or killed) on exit."""
     classes, jars = compile_java_client(TOOLS / "build", JAVA_SOURCE)
     java = shutil.which("java") or "java"
     classpath = os.pathsep.join([str(classes), *(str(j) for j in jars)])
     proc = subprocess.Popen(
         [java, "-Xms512m", "-Xmx1g", "-cp", classpath, JAVA_MAIN, bootstrap, str(size),
-         str(per_txn)],
+         str(per_txn), str(linger_ms)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     try:
         yield proc
@@ -263,6 +265,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=300_000,
                         help="records of each mode's untimed warm-up run (twice each)")
     parser.add_argument("--base", help="also run a base commit's broker, same rounds")
+    parser.add_argument("--linger-ms", type=int, default=5,
+                        help="the producers' linger.ms (both modes; transactions.py's 5)")
     parser.add_argument("--split-commit", action="store_true",
                         help="flush() before each commitTransaction(), timed apart")
     parser.add_argument("--metrics", action="store_true",
@@ -283,7 +287,8 @@ def main() -> int:
             broker = stack.enter_context(odradek_serve(overrides, tree.port, "txn-java-",
                                                        source=tree.source))
             pids[tree.name] = broker.pid
-            jvms[tree.name] = stack.enter_context(jvm(tree.bootstrap, args.size, args.per_txn))
+            jvms[tree.name] = stack.enter_context(jvm(tree.bootstrap, args.size, args.per_txn,
+                                                      args.linger_ms))
             # warm-up: the JIT, the broker's first transaction (__transaction_state)
             for _ in range(2):
                 for transactional in (True, False):
@@ -300,7 +305,8 @@ def main() -> int:
                       file=sys.stderr, flush=True)
     print(f"Command: `.venv/bin/python bench/transactions_java.py {' '.join(sys.argv[1:])}`")
     print()
-    print(f"kafka-clients 3.9.1; {args.records:,} records of {args.size} B, "
+    print(f"kafka-clients 3.9.1, linger.ms={args.linger_ms}; {args.records:,} records of "
+          f"{args.size} B, "
           f"{args.partitions} partitions, {args.per_txn:,} records per transaction, "
           f"{args.rounds} rounds; ratios are the median of the per-round ratios; load "
           f"average (1, 5, 15 min) at the start {_load(load_start)}, at the end "

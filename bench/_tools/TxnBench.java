@@ -1,11 +1,11 @@
 // The Java client's side of bench/transactions_java.py (kafka-clients 3.9.1).
 //
-// Usage: TxnBench <bootstrap> <record bytes> <records per transaction>
+// Usage: TxnBench <bootstrap> <record bytes> <records per transaction> <linger.ms>
 //
 // Reads commands from stdin, one a line, and answers each on stdout:
 //   run plain|txn|txn-flush <topic> <records>
-//       builds a producer (acks=all, enable.idempotence=true, linger.ms=5,
-//       batch.size=262144; txn: a fresh transactional.id too), waits until it knows the
+//       builds a producer (acks=all, enable.idempotence=true, linger.ms as given (the
+//       bench's default 5), batch.size=262144; txn: a fresh transactional.id too), waits until it knows the
 //       topic's partitions (and, txn, initTransactions), prints "ready" and waits for a
 //       "go" line (the caller reads the broker's CPU time in between); then starts the
 //       clock, sends <records> records (txn: beginTransaction, <records per transaction>
@@ -42,22 +42,26 @@ public final class TxnBench {
     private final String bootstrap;
     private final byte[] value;
     private final int perTxn;
+    private final String lingerMs;
     private final BufferedReader in;
 
-    private TxnBench(String bootstrap, int size, int perTxn) {
+    private TxnBench(String bootstrap, int size, int perTxn, String lingerMs) {
         this.bootstrap = bootstrap;
         this.value = new byte[size];
         Arrays.fill(this.value, (byte) 'x');
         this.perTxn = perTxn;
+        this.lingerMs = lingerMs;
         this.in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 3) {
-            System.err.println("usage: TxnBench <bootstrap> <record bytes> <records per transaction>");
+        if (args.length != 4) {
+            System.err.println(
+                "usage: TxnBench <bootstrap> <record bytes> <records per transaction> <linger.ms>");
             System.exit(2);
         }
-        TxnBench bench = new TxnBench(args[0], Integer.parseInt(args[1]), Integer.parseInt(args[2]));
+        TxnBench bench = new TxnBench(args[0], Integer.parseInt(args[1]), Integer.parseInt(args[2]),
+            args[3]);
         try {
             bench.serve();
         } catch (Exception e) {
@@ -87,7 +91,7 @@ public final class TxnBench {
         props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ProducerConfig.ACKS_CONFIG, "all");
         props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
-        props.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        props.put(ProducerConfig.LINGER_MS_CONFIG, lingerMs);
         props.put(ProducerConfig.BATCH_SIZE_CONFIG, "262144");
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
