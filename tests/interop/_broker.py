@@ -377,11 +377,15 @@ class JavaClientUnavailable(RuntimeError):
     pass
 
 
-def compile_java_client(build_root: Path | None = None) -> tuple[Path, list[Path]]:
-    """Compile OdradekInterop.java (if the source or jars changed); return (classes_dir, jars).
+def compile_java_client(
+    build_root: Path | None = None, source: Path = JAVA_SOURCE
+) -> tuple[Path, list[Path]]:
+    """Compile OdradekInterop.java, or another ``source`` against the same jars (a bench's
+    driver), if the source or jars changed; return (classes_dir, jars).
 
-    Output goes to tests/interop/java/build/<hash>/ (gitignored). Safe to call from several
-    processes at once (file lock). Raises JavaClientUnavailable if jars or javac are missing.
+    Output goes to ``build_root``/<hash>/, by default tests/interop/java/build/ (gitignored).
+    Safe to call from several processes at once (file lock). Raises JavaClientUnavailable if
+    jars or javac are missing.
     """
     lib = java_lib_dir()
     jars = [lib / j for j in JAVA_JARS]
@@ -395,7 +399,7 @@ def compile_java_client(build_root: Path | None = None) -> tuple[Path, list[Path
         raise JavaClientUnavailable("java/javac not found on PATH (need a JDK 11+)")
     root = build_root or (JAVA_DIR / "build")
     root.mkdir(parents=True, exist_ok=True)
-    h = hashlib.sha256(JAVA_SOURCE.read_bytes())
+    h = hashlib.sha256(source.read_bytes())
     for j in jars:
         st = j.stat()
         h.update(f"{j}:{st.st_size}:{st.st_mtime_ns}".encode())
@@ -410,7 +414,7 @@ def compile_java_client(build_root: Path | None = None) -> tuple[Path, list[Path
                 cp = os.pathsep.join(str(lib / j) for j in JAVA_COMPILE_JARS)
                 res = subprocess.run(
                     [javac, "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-cp", cp,
-                     str(JAVA_SOURCE)],
+                     str(source)],
                     capture_output=True, text=True, timeout=180, check=False,
                 )
                 if res.returncode != 0:
