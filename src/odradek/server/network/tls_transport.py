@@ -403,9 +403,9 @@ class TlsTransport(asyncio.Transport):
             return
         if self._outgoing.pending:
             self._send(self._outgoing.read())
-        if self._deferred:
+        if self._deferred:  # written before any close(): sent in any case
             deferred, self._deferred, self._deferred_bytes = self._deferred, [], 0
-            self.writelines(deferred)
+            self._encrypt(deferred)
             if self._lost:
                 return
             self._check_low_water()
@@ -494,6 +494,9 @@ class TlsTransport(asyncio.Transport):
         if self._decrypting:
             self._defer(b"".join(list_of_data))
             return
+        self._encrypt(list_of_data)
+
+    def _encrypt(self, list_of_data: Any) -> None:
         write = self._session.write
         try:
             for data in list_of_data:
