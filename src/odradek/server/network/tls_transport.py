@@ -1,4 +1,4 @@
-"""The TLS transport of a broker connection: OpenSSL driven straight from the event loop.
+"""A broker connection's TLS transport: OpenSSL driven from the loop, large reads on a thread.
 
 How it works: this plays the part of Kafka's ``SslTransportLayer`` (its ``netReadBuffer``
 and ``netWriteBuffer`` around an ``SSLEngine``), replacing asyncio's TLS layer
@@ -15,6 +15,22 @@ between the socket and the connection:
   ``bytearray`` handed over to the protocol's ``buffer_received`` (the frame decoder
   keeps it as it is: no join, no copy). asyncio's layer decrypted into a new ``bytes``
   per TLS record (16 KiB), joined them, and the frame decoder then joined them again.
+- *Large reads off the loop.* A read of :data:`OFFLOAD_BYTES` or more (a large request
+  arriving faster than the loop takes it) is not decrypted on the event loop: its
+  buffer goes to the listener's :class:`TlsDecryptor`, a thread that feeds it to the
+  incoming BIO and decrypts it while the loop goes on (CPython's ``_ssl`` releases the
+  GIL inside each ``SSL_read``, so decryption runs beside the loop's Python). Kafka
+  spreads TLS work over its ``num.network.threads`` processors; here one thread per
+  listener takes the cipher off the one loop. A connection has at most one decryption
+  in flight, and while it is the session and its BIOs belong to the thread: what
+  arrives meanwhile waits as ciphertext in the transport's backlog (past
+  :data:`BACKLOG_BYTES` the transport stops reading: memory stays bounded), and what
+  the protocol writes meanwhile is copied and encrypted once the decryption is done, in
+  order (counted in the write buffer, so the writer pauses as usual). The plaintext
+  comes back through ``call_soon_threadsafe`` and is handed over as an inline read's;
+  the next decryption starts then. A close waits for the decryption in flight (its
+  plaintext is dropped), an abort does not (the thread's answer is dropped). Small reads
+  (small requests, their latency) are decrypted at once on the loop, as before.
 - *Writing.* :meth:`TlsTransport.write` and :meth:`~TlsTransport.writelines` encrypt at
   once (the caller may reuse its buffer afterwards: the response writer reads file
   regions into one reused buffer), read the records out of the outgoing BIO and send
