@@ -385,6 +385,8 @@ class TlsTransport(asyncio.Transport):
             for chunk in chunks:
                 self._incoming.write(chunk)
             self._decrypt()
+            if self._eof_pending:
+                self._end_of_stream()
         self._update_reader()
 
     def _decrypt_off_loop(self, chunks: list[memoryview], spares: list[bytearray]) -> None:
