@@ -653,3 +653,28 @@ def test_offload_threshold_is_a_large_read() -> None:
     """The threshold and bounds keep their relation: a read of the full receive size is
     decrypted off the loop, and the backlog holds at least one such read."""
     assert OFFLOAD_BYTES <= RECEIVE_BYTES <= BACKLOG_BYTES
+
+
+def test_the_readers_limits_hold_large_requests_decrypted_off_the_loop(
+        ca: trustme.CA, region_file: tuple[int, bytes]) -> None:
+    """``queued.max.requests`` = 1 and a ``queued.max.request.bytes`` pool under two
+    requests: the reader pauses the transport after every large request; what the thread
+    decrypted meanwhile waits in the frame decoder, the ciphertext behind it in the
+    backlog, and every request is answered, in order."""
+    fd, _ = region_file
+
+    async def test() -> None:
+        config = NetworkConfig(queued_max_requests=1,
+                               queued_max_request_bytes=BIG + BIG // 2)
+        async with tls_server(ca, fd, config) as (server, seen):
+            reader, writer, transport = await tls_connection(ca, server)
+            writer.write(b"".join(request_frame(_heartbeat(f"{i}" * BIG), i)
+                                  for i in range(6)))
+            for i in range(6):
+                got, response = decode_response(await read_frame(reader), 12, 4)
+                assert (got, response.error_code) == (i, ErrorCode.none)
+            assert seen == [f"{i}" * BIG for i in range(6)]
+            assert not transport._backlog and not transport._decrypting
+            writer.close()
+
+    run(test)
