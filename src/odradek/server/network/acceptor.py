@@ -16,7 +16,9 @@ one listener, on the event loop:
    the first of a cause and host in full, repeats as one count per window.
 4. *Shutdown* (:meth:`KafkaServer.stop`): close the listener, stop reading on every
    connection, let in-flight requests finish and their responses flush for up to the
-   shutdown timeout, then abort the connections and cancel the handlers left.
+   shutdown timeout, then abort the connections and cancel the handlers left. A TLS
+   listener's decryptor thread (``tls_transport.TlsDecryptor``) starts with the accept
+   loop and ends last.
 
 The server is the connections' :class:`~odradek.server.network.connection.ConnectionOwner`:
 the server-wide state they share (config, registry, quotas, request metrics, the memory
