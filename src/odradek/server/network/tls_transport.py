@@ -319,9 +319,13 @@ class TlsTransport(asyncio.Transport):
     def resume_reading(self) -> None:
         if self._paused and not self._closing:
             self._paused = False
-            if self._backlog and not self._decrypting:
-                self._decrypt_backlog()
+            if self._backlog:  # on the next turn: this may be called mid-delivery
+                self._loop.call_soon(self._resume_backlog)
             self._update_reader()
+
+    def _resume_backlog(self) -> None:
+        if self._backlog and not (self._decrypting or self._paused or self._closing):
+            self._decrypt_backlog()
 
     def _update_reader(self) -> None:
         """Read from the socket unless closing, paused by the protocol, at the end of the
