@@ -2,7 +2,7 @@
 
 Usage: ``.venv/bin/python bench/peers.py [--quick] [--messages N] [--brokers a,b]
 [--only produce,consume,fetch,latency,scale,tls] [--tls-rounds N] [--tls-kinds K,...]
-[--profile]``
+[--consume-rounds N] [--profile]``
 
 Brokers (each started fresh for every cell, on loopback, stopped afterwards):
 - ``odradek``: this repo, ``odradek serve``, data on disk (page cache, no fsync per write).
@@ -32,6 +32,16 @@ Cells (a fresh broker and a fresh topic each):
 - produce: N x 100 B to 1 and 8 partitions, acks=1 / all, batch.size 64 KB / 1 MB,
   compression none / lz4 (16 cells); the 4 acks=1 1 MB cells are then consumed back with
   large fetches (8 MiB per partition, 64 MiB per request).
+- consume: the 1-partition cells read the produce cell's records; the 8-partition cells a
+  second topic with N/8 records produced to each partition (one producer run each, same
+  batch size and codec), because the default partitioner puts each batch on a partition
+  drawn at random, and rdkafka_performance's clock starts at the first message, once the
+  client has decoded the first partition of the first answer: with lz4 the records of a
+  1M cell fit one answer, and where they lay alone moved the cell's rate by 1.5x
+  (bench/README.md, "lz4 consume cells").
+  Each consume and scale-consume cell is read ``--consume-rounds`` times (3; quick 1) from
+  the same records: the table gives the median run's rate and the broker's CPU summed
+  over all runs per GB read.
 - fetch: 100 KB records (2 GB; 500 MB with --quick) produced to 1 partition and consumed
   back twice with large fetches: the broker's serving rate in bytes, with the consumer's
   per-message cost out of the way.
@@ -522,6 +532,38 @@ def consume(broker: Broker, topic: str, n: int, partitions: int, cell: str = "",
     return res
 
 
+def consume_rounds(broker: Broker, topic: str, n: int, partitions: int, rounds: int,
+                   cell: str = "", kind: str = "consume") -> Result:
+    """``rounds`` consumer runs over the same records: the median run's rate, the broker's
+    CPU seconds summed over every run (more 10 ms ticks, a finer figure per GB), the peak
+    RSS the highest; every run's rate in ``extra`` (``round_rates``)."""
+    runs = [consume(broker, topic, n, partitions, cell=cell, kind=kind) for _ in range(rounds)]
+    done = [r for r in runs if not r.error] or runs
+    median = sorted(done, key=lambda r: r.rate)[(len(done) - 1) // 2]
+    res = Result(broker.spec.name, cell, kind, msgs=median.msgs, seconds=median.seconds,
+                 rss_mib=max(r.rss_mib for r in runs), error=next(
+                     (r.error for r in runs if r.error), ""))
+    read = sum(r.msgs for r in runs)
+    res.cpu = sum(r.cpu for r in runs) * median.msgs / read if read else 0.0
+    res.extra = {"client_cpu": median.extra.get("client_cpu", 0.0),
+                 "rounds": float(len(runs))}
+    res.extra.update({f"round_rate_{i}": r.rate for i, r in enumerate(runs)})
+    return res
+
+
+def produce_even(broker: Broker, topic: str, n: int, partitions: int, batch: int,
+                 codec: str) -> str:
+    """``n // partitions`` records to each partition, one producer run a partition (acks=1):
+    every broker's consumer then meets the same layout, where the default partitioner
+    puts each batch on a partition drawn at random. Returns an error or ''."""
+    each = n // partitions
+    for p in range(partitions):
+        res = produce(broker, topic, each, "1", batch, codec, p)
+        if res.error:
+            return f"even layout, partition {p}: {res.error}"
+    return ""
+
+
 def latency(broker: Broker, topic: str, mb_per_s: int, seconds: float) -> Result:
     """Fixed-rate end-to-end latency with ``e2e_latency`` (bench/_tools/e2e_latency.c)."""
     rate = mb_per_s * 1_000_000 // MSG
@@ -568,6 +610,7 @@ class Plan:
     fetch_records: int  # 100 KB records produced, then fetched back twice
     tls_rounds: int = 3  # TLS cells: rounds of PLAINTEXT and SSL on one broker
     tls_kinds: tuple[str, ...] = ()  # the TLS cells run (--tls-kinds; all by default)
+    consume_rounds: int = 3  # consumer runs over the same records per consume/scale cell
 
 
 def make_plan(quick: bool, messages: int | None) -> Plan:
@@ -575,7 +618,7 @@ def make_plan(quick: bool, messages: int | None) -> Plan:
         cells = [(1, "1", 1_000_000, "none"), (8, "all", 1_000_000, "none"),
                  (1, "1", 65536, "lz4")]
         return Plan(messages or 300_000, 100_000, cells, [cells[0], cells[1]], [10, 50],
-                    3.0, [1, 1000], 5_000, tls_rounds=1)
+                    3.0, [1, 1000], 5_000, tls_rounds=1, consume_rounds=1)
     cells = [(p, a, b, c) for p in (1, 8) for a in ("1", "all")
              for b in (65536, 1_000_000) for c in ("none", "lz4")]
     consume_cells = [c for c in cells if c[1] == "1" and c[2] == 1_000_000]
@@ -599,6 +642,9 @@ def run_broker_cells(spec: Spec, plan: Plan, only: set[str], log: list[Result]) 
     def record(res: Result) -> None:
         log.append(res)
         status = f" ERROR {res.error}" if res.error else ""
+        rates = [v for k, v in res.extra.items() if k.startswith("round_rate_")]
+        if len(rates) > 1:
+            status += " (rounds " + " ".join(f"{r / 1e6:.2f}M" for r in rates) + ")"
         print(f"  {res.broker:15s} {res.kind:14s} {res.cell:32s} "
               f"{res.rate:12,.0f} msg/s {res.cpu_per_gb:7.1f} cpu-s/GB "
               f"{res.rss_mib:7.0f} MiB{status}", file=sys.stderr, flush=True)
@@ -620,7 +666,15 @@ def run_broker_cells(spec: Spec, plan: Plan, only: set[str], log: list[Result]) 
                               codec, 0 if p == 1 else None, cell=name)
                 record(res)
                 if wants_consume and not res.error:
-                    record(consume(broker, topic, n, p, cell=name))
+                    if p > 1:  # the same layout on every broker (module docstring)
+                        topic = f"bench-{i}-even"
+                        create_topic(broker, topic, p)
+                        failed = produce_even(broker, topic, n, p, batch, codec)
+                        if failed:
+                            log.append(Result(spec.name, name, "consume", error=failed))
+                            continue
+                    record(consume_rounds(broker, topic, n // p * p, p, plan.consume_rounds,
+                                          cell=name))
             except Exception as e:  # one broker failing must not end the run
                 log.append(Result(spec.name, _cell_name(*cell), "produce", error=repr(e)))
                 print(f"  {spec.name} {cell}: {e!r}", file=sys.stderr)
@@ -678,8 +732,8 @@ def run_broker_cells(spec: Spec, plan: Plan, only: set[str], log: list[Result]) 
                               cell=f"{p} partitions", kind="scale-produce")
                 record(res)
                 if not res.error:
-                    record(consume(broker, "scale", sn, p, cell=f"{p} partitions",
-                                   kind="scale-consume"))
+                    record(consume_rounds(broker, "scale", sn, p, plan.consume_rounds,
+                                          cell=f"{p} partitions", kind="scale-consume"))
             except Exception as e:
                 log.append(Result(spec.name, f"{p} partitions", "scale-produce",
                                   error=repr(e)))
@@ -1033,6 +1087,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the TLS cells to run, of {','.join(TLS_KINDS)} (all)")
     parser.add_argument("--tls-rounds", type=int, default=0,
                         help="rounds of the TLS cells (default 3, quick 1)")
+    parser.add_argument("--consume-rounds", type=int, default=0,
+                        help="consumer runs over the same records in each consume and "
+                             "scale-consume cell, the median kept (default 3, quick 1)")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy profile of Odradek under produce and consume")
     parser.add_argument("--no-write-results", action="store_true")
@@ -1062,6 +1119,8 @@ def main(argv: list[str] | None = None) -> int:
         plan.tls_rounds = args.tls_rounds
     if args.tls_kinds:
         plan.tls_kinds = tuple(k for k in TLS_KINDS if k in args.tls_kinds.split(","))
+    if args.consume_rounds:
+        plan.consume_rounds = args.consume_rounds
     if args.scale_partitions:
         plan.scale_partitions = [int(p) for p in args.scale_partitions.split(",")]
     if args.scale_messages:

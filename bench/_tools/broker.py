@@ -41,16 +41,18 @@ def cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def odradek_serve(
-    overrides: Sequence[str], wait_port: int, data_prefix: str
+    overrides: Sequence[str], wait_port: int, data_prefix: str, source: Path | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``odradek serve --log-level warning`` with ``--override`` for each of ``overrides``
     and ``log.dirs`` in a temporary directory named ``data_prefix...``; yields the process
-    once ``wait_port`` accepts connections."""
+    once ``wait_port`` accepts connections. With ``source`` (another tree's ``src/``, as
+    bench/peers.py's ``odradek_at`` makes), that tree's code runs, first on the path."""
     data = Path(tempfile.mkdtemp(prefix=data_prefix))
     command = [str(ROOT / ".venv" / "bin" / "odradek"), "serve", "--log-level", "warning"]
     for override in (*overrides, f"log.dirs={data}"):
         command += ["--override", override]
-    proc = subprocess.Popen(command)
+    env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
+    proc = subprocess.Popen(command, env=env)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:

@@ -15,6 +15,10 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.transaction_state import TransactionState
+from odradek.protocol.api_keys import ApiKey
+from odradek.records.batch import iter_batches
+from odradek.records.control import read_end_txn_marker
+from odradek.server.metrics import snapshot
 from odradek.testing import RunningBroker, running_broker
 from tests.server._requests import TIMEOUT, add_partitions, end_txn, init, new_id, one, req
 
@@ -187,6 +191,36 @@ def test_end_txn_writes_the_decision(rb: RunningBroker) -> None:
     # the opposite decision is refused whatever stage the commit is at
     assert end_txn(rb, txn_id, r.producer_id, r.producer_epoch, commit=False) == (
         ErrorCode.invalid_txn_state)
+
+
+def test_markers_for_partitions_led_here_are_written_in_process() -> None:
+    """The coordinator writes the markers of the partitions its own broker leads without a
+    WriteTxnMarkers request, and has written them, and CompleteCommit, before it reads
+    the client's next request: the next transaction starts without
+    CONCURRENT_TRANSACTIONS."""
+    with running_broker(overrides={"metrics.listener": "http://127.0.0.1:0"}) as rb:
+        topic, txn_id = new_topic(rb), new_id()
+        r = init(rb, txn_id)
+        pid, epoch = int(r.producer_id), int(r.producer_epoch)
+        for commit in (True, False, True):
+            assert add_partitions(rb, txn_id, pid, epoch, {topic: [0, 1]}) == {
+                (topic, 0): ErrorCode.none, (topic, 1): ErrorCode.none}
+            assert end_txn(rb, txn_id, pid, epoch, commit=commit) == ErrorCode.none
+        state = rb.call(lambda: rb.broker.transaction_coordinator.txns[txn_id].state)
+        assert state is TransactionState.COMPLETE_COMMIT
+        for partition in (0, 1):
+            partition_log = rb.broker.get_log(topic, partition)
+            assert partition_log is not None
+            data = partition_log.read(0, 1 << 20).read()
+            found = []
+            for header in iter_batches(data):
+                marker = read_end_txn_marker(
+                    data[header.position: header.position + header.size])
+                assert marker is not None and header.producer_id == pid
+                found.append(marker.committed)
+            assert found == [True, False, True]
+        served = {api for (api, _version), _count in rb.call(snapshot, rb.broker).requests}
+        assert ApiKey.END_TXN in served and ApiKey.WRITE_TXN_MARKERS not in served
 
 
 def test_describe_and_list_transactions(rb: RunningBroker) -> None:

@@ -1,6 +1,8 @@
 """Transactions on the partition side over a real socket: transactional produce, the last
 stable offset, WriteTxnMarkers (v0 and v1) with its fencing, read_committed Fetch with
-aborted transactions, ListOffsets by isolation level, and the state after a restart.
+aborted transactions, ListOffsets by isolation level, and the state after a restart. The
+fencing and error cases run twice: as WriteTxnMarkers requests, and in-process as the
+broker's own coordinator writes markers to partitions it leads (server/txn_markers.py).
 
 The transactions are written without a transaction coordinator (the test plays its part
 with WriteTxnMarkers), so the brokers run with
@@ -9,13 +11,15 @@ test_txn_verification.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from odradek.coordinator.transaction_coordinator import TxnMarker
 from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import iter_batches
 from odradek.records.builder import BatchBuilder
@@ -45,6 +49,33 @@ def topic(broker: RunningBroker) -> str:
 def client(broker: RunningBroker) -> Iterator[TxnClient]:
     with closing(TxnClient(broker.port)) as c:
         yield c
+
+
+#: (topic, producer id, producer epoch, commit, coordinator epoch, partitions) -> the error
+#: code of the first partition
+WriteMarkers = Callable[..., int]
+
+
+def in_process_markers(broker: RunningBroker, topic: str, pid: int, epoch: int, commit: bool,
+                       coordinator_epoch: int = 0, partitions: tuple[int, ...] = (0,)) -> int:
+    """A marker as the broker's own transaction coordinator writes it to partitions this
+    broker leads: through its marker sender, without a request."""
+    broker_id = broker.broker.broker_id
+    send = broker.broker.transaction_coordinator.send_markers
+    assert send is not None
+    marker = TxnMarker(pid, epoch, commit, coordinator_epoch,
+                       tuple((topic, p) for p in partitions))
+    answer = asyncio.run_coroutine_threadsafe(send(broker_id, marker), broker.loop).result(30)
+    assert set(answer) == set(marker.partitions)
+    return int(answer[(topic, partitions[0])].value)
+
+
+@pytest.fixture(params=["request", "in-process"])
+def markers(request: pytest.FixtureRequest, broker: RunningBroker,
+            client: TxnClient) -> WriteMarkers:
+    if request.param == "request":
+        return client.markers
+    return lambda *args, **kwargs: in_process_markers(broker, *args, **kwargs)
 
 
 def offsets_of(records: bytes | None) -> list[int]:
@@ -107,24 +138,24 @@ def test_abort_is_indexed_and_named_to_read_committed_fetchers(
     assert first is not None and not first.committed and first.coordinator_epoch == 3
 
 
-def test_markers_are_fenced(client: TxnClient, topic: str) -> None:
+def test_markers_are_fenced(markers: WriteMarkers, client: TxnClient, topic: str) -> None:
     pid, _ = client.init_producer_id()
     client.produce(topic, txn_batch(pid, 2, 0), transactional_id=TXN_ID)
-    assert client.markers(topic, pid, 1, commit=True, coordinator_epoch=5) == (
+    assert markers(topic, pid, 1, commit=True, coordinator_epoch=5) == (
         ErrorCode.invalid_producer_epoch.value)
-    assert client.markers(topic, pid, 2, commit=True, coordinator_epoch=5) == 0
+    assert markers(topic, pid, 2, commit=True, coordinator_epoch=5) == 0
     client.produce(topic, txn_batch(pid, 2, 1), transactional_id=TXN_ID)
-    assert client.markers(topic, pid, 2, commit=True, coordinator_epoch=4) == (
+    assert markers(topic, pid, 2, commit=True, coordinator_epoch=4) == (
         ErrorCode.transaction_coordinator_fenced.value)
     assert client.fetch(topic).last_stable_offset == 2  # still open from offset 2
-    assert client.markers(topic, pid, 2, commit=False, coordinator_epoch=6) == 0
+    assert markers(topic, pid, 2, commit=False, coordinator_epoch=6) == 0
     assert client.fetch(topic).last_stable_offset == 4
 
 
-def test_unknown_partition(client: TxnClient, topic: str) -> None:
-    assert client.markers(topic, 1, 0, commit=True, partitions=(7,)) == (
+def test_unknown_partition(markers: WriteMarkers, topic: str) -> None:
+    assert markers(topic, 1, 0, commit=True, partitions=(7,)) == (
         ErrorCode.unknown_topic_or_partition.value)
-    assert client.markers("no-such-topic", 1, 0, commit=True) == (
+    assert markers("no-such-topic", 1, 0, commit=True) == (
         ErrorCode.unknown_topic_or_partition.value)
 
 

@@ -129,6 +129,42 @@ def test_a_read_committed_read_names_the_aborted_transactions_it_may_hold(
     assert plog.read(0, 1 << 20, lso).aborted_transactions is None
 
 
+def test_a_read_committed_read_collects_across_segments_past_empty_indexes(
+    tmp_path: Path,
+) -> None:
+    """The read's aborted transactions come from the segment holding the fetch offset
+    and every later one until an entry's LSO reaches the bound; a segment no transaction
+    was aborted in (its index empty) is passed over, before and after a restart (the
+    indexes then read from their files on first use)."""
+    plog = open_log(tmp_path)
+    plog.append_as_leader(txn(P1, 0))  # 0
+    end(plog, P1, commit=False)  # 1
+    plog.roll()
+    plog.append_as_leader(make_batch(1))  # 2: a segment without aborts
+    plog.roll()
+    plog.append_as_leader(txn(P2, 0))  # 3
+    end(plog, P2, commit=False)  # 4
+    plog.append_as_leader(make_batch(1))  # 5
+    assert [s.base_offset for s in plog.segments] == [0, 2, 3]
+    _assert_aborted_across_segments(plog)
+    plog.close()
+    _assert_aborted_across_segments(open_log(tmp_path))
+
+
+def _assert_aborted_across_segments(plog: PartitionLog) -> None:
+    lso = plog.last_stable_offset
+    assert lso == 6
+
+    def aborted(offset: int) -> object:
+        return plog.read(offset, 1 << 20, lso, include_aborted_txns=True).aborted_transactions
+
+    assert aborted(0) == [(P1, 0), (P2, 3)]
+    assert aborted(2) == [(P2, 3)]
+    assert aborted(5) == []
+    assert plog.collect_aborted_transactions(0, lso) == [
+        AbortedTxn(P1, 0, 1, 2), AbortedTxn(P2, 3, 4, 5)]
+
+
 def test_a_new_segment_knows_its_txn_index_empty(tmp_path: Path) -> None:
     """A rolled (new, empty) segment's .txnindex is not read to learn it is empty, and a
     stale file of its name (left by a crash) is removed rather than appended to."""

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -166,6 +167,11 @@ _MARKER_FENCED = frozenset({
 })
 
 
+# A transaction asks for its id's partition several times (each request, each write,
+# each marker round): the hash is remembered, as Java's String remembers its hashCode.
+_partition_for = functools.lru_cache(maxsize=65536)(partition_for)
+
+
 def api_error_code(exc: ApiError) -> ErrorCode:
     return ErrorCode[exc.kafka_error.lower()]
 
@@ -229,7 +235,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
 
     # ================================================================ partitions
     def partition_for(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.topic.partition_count)
+        return _partition_for(transactional_id, self.topic.partition_count)
 
     def cached_count(self) -> int:
         return len(self.txns)
@@ -479,6 +485,9 @@ class TransactionCoordinator(InternalTopicCoordinator):
         producer_id, producer_epoch = metadata.producer_id, metadata.producer_epoch
         remaining = set(metadata.topic_partitions)
         backoff = MARKER_RETRY_MIN_S
+        # Let the answer to EndTxn leave first: the task was created while EndTxn was
+        # handled, so its first step would run before the connection's writer.
+        await asyncio.sleep(0)
         while True:
             if not self._still_mine(metadata, coordinator_epoch):
                 return
@@ -491,11 +500,11 @@ class TransactionCoordinator(InternalTopicCoordinator):
                 if leader is not None and leader >= 0:
                     by_leader.setdefault(leader, []).append(tp)
             if by_leader:
-                answers = await asyncio.gather(*(
-                    self._send(leader, TxnMarker(producer_id, producer_epoch, commit,
-                                                 coordinator_epoch, tuple(tps)))
-                    for leader, tps in by_leader.items()
-                ))
+                sends = [self._send(leader, TxnMarker(producer_id, producer_epoch, commit,
+                                                      coordinator_epoch, tuple(tps)))
+                         for leader, tps in by_leader.items()]
+                answers = ([await sends[0]] if len(sends) == 1
+                           else await asyncio.gather(*sends))
                 for answer in answers:
                     for tp, error in answer.items():
                         if error == ErrorCode.none:

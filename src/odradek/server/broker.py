@@ -68,6 +68,7 @@ from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.handlers import register_all
 from odradek.server.handlers._group_log import group_log_replicated, txn_log_replicated
 from odradek.server.handlers.init_producer_id import allocate_producer_id
+from odradek.server.handlers.txn_markers import write_markers_locally
 from odradek.server.listener_security import inter_broker_security, listener_security
 from odradek.server.metrics import MetricsServer, require_prometheus_client
 from odradek.server.network import KafkaServer, NetworkConfig
@@ -645,7 +646,9 @@ class Broker:
             security = inter_broker_security(self.config)
         except Exception:  # a single node without inter-broker credentials
             security = self._inter_broker
-        self._txn_markers = TxnMarkerSender(self.broker_id, self._live_brokers, security)
+        self._txn_markers = TxnMarkerSender(
+            self.broker_id, self._live_brokers, security,
+            local=functools.partial(write_markers_locally, self.services))
         txn.send_markers = self._txn_markers
         if self.config["transaction.partition.verification.enable"]:
             # KIP-890: leaders verify first transactional appends with the coordinator

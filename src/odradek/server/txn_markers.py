@@ -1,13 +1,17 @@
 """WriteTxnMarkers from the transaction coordinator to partition leaders (Kafka's
 ``TransactionMarkerChannelManager``'s network side).
 
-How it works: one connection per leader broker, opened on first use to the broker's
-inter-broker listener with that listener's security settings (as the replica fetcher
-connects; on a single node, to this broker itself) and kept for the next markers. A
-marker is one WriteTxnMarkers v1 request carrying the transaction's partitions led by
-that broker; the answer is the error per partition. The same connections carry the
-partition leaders' AddPartitionsToTxn ``verify_only`` requests
-(server/txn_verification.py). A failed exchange (no answer within
+How it works: a marker for partitions this broker leads itself is written in-process,
+through the code the WriteTxnMarkers handler runs (``local``: the same control-batch
+appends, producer-epoch and coordinator-epoch fencing, wait for the ISR and error per
+partition, without encoding a request, a loopback connection and a response; Kafka's
+coordinator sends these over the network to its own broker too). For any other leader:
+one connection per leader broker, opened on first use to the broker's inter-broker
+listener with that listener's security settings (as the replica fetcher connects) and
+kept for the next markers. A marker is one WriteTxnMarkers v1 request carrying the
+transaction's partitions led by that broker; the answer is the error per partition. The
+same connections carry the partition leaders' AddPartitionsToTxn ``verify_only``
+requests (server/txn_verification.py). A failed exchange (no answer within
 ``request.timeout.ms``, a lost connection) closes the connection and raises: the
 coordinator retries those partitions in its next round, with the leaders looked up again.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kio.schema.types import ProducerId, TopicName
@@ -43,14 +47,21 @@ class TxnMarkerSender:
         broker_id: int,
         endpoints: Callable[[], list[tuple[int, str, int, str | None]]],
         security: ClientSecurity,
+        local: Callable[[TxnMarker], Awaitable[Mapping[TopicPartition, ErrorCode]]]
+        | None = None,
     ) -> None:
         self.broker_id = broker_id
         self._endpoints = endpoints
         self._security = security
+        self._local = local
         self._connections: dict[int, BrokerConnection] = {}
         self._locks: dict[int, asyncio.Lock] = {}
 
-    async def __call__(self, leader: int, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
+    async def __call__(
+        self, leader: int, marker: TxnMarker
+    ) -> Mapping[TopicPartition, ErrorCode]:
+        if leader == self.broker_id and self._local is not None:
+            return await self._local(marker)
         conn = await self.connection(leader)
         by_topic: dict[str, list[int]] = {}
         for topic, partition in marker.partitions:

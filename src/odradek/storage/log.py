@@ -523,14 +523,26 @@ class PartitionLog:
         the ``.txnindex`` of the segment holding ``start_offset`` and the ones after it,
         until an entry's last stable offset says no later one can overlap (Kafka's
         ``collectAbortedTransactions``)."""
+        with self._io("reading the transaction index"):
+            return self._aborted_transactions(start_offset, upper_bound_offset)
+
+    def _aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """:meth:`collect_aborted_transactions` without the disk-error choke point, for a
+        caller already inside it (the read of every read_committed fetch). A segment
+        whose index holds no entry (every segment of a log no transaction was aborted
+        in) is passed over without a search."""
         bases, segments = self._view
         found: list[AbortedTxn] = []
-        with self._io("reading the transaction index"):
-            for segment in segments[max(0, bisect.bisect_right(bases, start_offset) - 1):]:
-                result = segment.txn_index.collect(start_offset, upper_bound_offset)
-                found.extend(result.aborted)
-                if result.complete:
-                    break
+        for segment in segments[max(0, bisect.bisect_right(bases, start_offset) - 1):]:
+            index = segment.txn_index
+            if not index.entries:
+                continue
+            result = index.collect(start_offset, upper_bound_offset)
+            found.extend(result.aborted)
+            if result.complete:
+                break
         return found
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
@@ -703,7 +715,7 @@ class PartitionLog:
                     if include_aborted_txns:
                         aborted = [] if not size else [
                             (t.producer_id, t.first_offset)
-                            for t in self.collect_aborted_transactions(offset, lso)]
+                            for t in self._aborted_transactions(offset, lso)]
                     return FetchDataInfo(
                         offset, handle.fd, first.position, size, start, leo, hw, handle,
                         segment.legacy, lso, aborted,

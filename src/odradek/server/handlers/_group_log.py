@@ -53,7 +53,10 @@ async def txn_log_replicated(services: BrokerServices, topic: str, partition: in
     hosted = services.replica_manager.get_partition(topic, partition)
     if hosted is None or not hosted.is_leader:
         return ErrorCode.not_coordinator
-    append = PendingAppend(hosted, hosted.leader_epoch, hosted.log.log_end_offset)
+    log_end = hosted.log.log_end_offset
+    if hosted.high_watermark >= log_end:
+        return ErrorCode.none  # the ISR has it already (an ISR of one: on the append)
+    append = PendingAppend(hosted, hosted.leader_epoch, log_end)
     [outcome] = await services.replica_manager.wait_for_replication([append],
                                                                     TXN_LOG_TIMEOUT_S)
     if outcome is Replication.REPLICATED:
