@@ -1,8 +1,8 @@
 """Odradek against peer brokers on this machine, same run, same load generator.
 
 Usage: ``.venv/bin/python bench/peers.py [--quick] [--messages N] [--brokers a,b]
-[--only produce,consume,fetch,latency,scale,tls] [--tls-rounds N] [--consume-rounds N]
-[--profile]``
+[--only produce,consume,fetch,latency,scale,tls] [--tls-rounds N] [--tls-kinds K,...]
+[--consume-rounds N] [--profile]``
 
 Brokers (each started fresh for every cell, on loopback, stopped afterwards):
 - ``odradek``: this repo, ``odradek serve``, data on disk (page cache, no fsync per write).
@@ -62,7 +62,9 @@ Cells (a fresh broker and a fresh topic each):
   back, then the fetch cell's 100 KB records produced and fetched back once, with
   rdkafka_performance over the listener. The table gives SSL / PLAINTEXT per round, their
   median, and the broker's and the client's CPU seconds per GB (on a shared machine the
-  CPU figures are the steady ones).
+  CPU figures are the steady ones), with the broker's event-loop thread apart (its main
+  thread: the one that bounds the broker's rate). ``--tls-kinds`` runs a subset of the
+  cells (e.g. ``tls-fetch-produce``, the 100 KB produce).
 For every cell: the broker's CPU seconds (utime+stime of its process tree from /proc,
 delta over the workload) per GB of payload, and its peak RSS during the cell (VmHWM,
 reset with /proc/PID/clear_refs before the workload).
@@ -340,6 +342,16 @@ class Broker:
             total += int(fields[11]) + int(fields[12])  # utime, stime
         return total / CLK
 
+    def loop_cpu(self) -> float:
+        """CPU seconds of the main process's main thread (Odradek's event loop)."""
+        pid = self.main_pid()
+        try:
+            with open(f"/proc/{pid}/task/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / CLK
+
     def reset_peak(self) -> None:
         for pid in self.pids():
             try:
@@ -484,11 +496,12 @@ def produce(broker: Broker, topic: str, n: int, acks: str, batch: int, codec: st
     if partition is not None:
         args += ["-p", str(partition)]
     broker.reset_peak()
-    cpu0 = broker.cpu()
+    cpu0, loop0 = broker.cpu(), broker.loop_cpu()
     row, out = run_perf(args, timeout=max(120.0, n / 10000))
     res = Result(broker.spec.name, cell, kind, cpu=broker.cpu() - cpu0,
                  rss_mib=broker.peak_rss_mib(), size=size,
-                 extra={"client_cpu": row.get("client_cpu", 0.0)})
+                 extra={"client_cpu": row.get("client_cpu", 0.0),
+                        "loop_cpu": broker.loop_cpu() - loop0})
     done = int(row.get("dr", 0)) - int(row.get("dr_err", 0))
     if not row or done < n:
         res.error = f"delivered {done}/{n}: {out.strip().splitlines()[-1:] or ''}"
@@ -506,11 +519,12 @@ def consume(broker: Broker, topic: str, n: int, partitions: int, cell: str = "",
     for p in range(partitions):
         args += ["-p", str(p)]
     broker.reset_peak()
-    cpu0 = broker.cpu()
+    cpu0, loop0 = broker.cpu(), broker.loop_cpu()
     row, out = run_perf(args, timeout=max(120.0, n / 10000))
     res = Result(broker.spec.name, cell, kind, cpu=broker.cpu() - cpu0,
                  rss_mib=broker.peak_rss_mib(), size=size,
-                 extra={"client_cpu": row.get("client_cpu", 0.0)})
+                 extra={"client_cpu": row.get("client_cpu", 0.0),
+                        "loop_cpu": broker.loop_cpu() - loop0})
     got = int(row.get("msgs", 0))
     if not row or got < n:
         res.error = f"consumed {got}/{n}: {out.strip().splitlines()[-1:] or ''}"
@@ -595,6 +609,7 @@ class Plan:
     scale_partitions: list[int]
     fetch_records: int  # 100 KB records produced, then fetched back twice
     tls_rounds: int = 3  # TLS cells: rounds of PLAINTEXT and SSL on one broker
+    tls_kinds: tuple[str, ...] = ()  # the TLS cells run (--tls-kinds; all by default)
     consume_rounds: int = 3  # consumer runs over the same records per consume/scale cell
 
 
@@ -771,7 +786,7 @@ def run_tls_cells(spec: Spec, plan: Plan, n: int, log: list[Result],
                 small, big = f"tls-{proto.lower()}", f"tls-{proto.lower()}-big"
                 create_topic(broker, small, 1)
                 create_topic(broker, big, 1)
-                for kind in TLS_KINDS:
+                for kind in plan.tls_kinds or TLS_KINDS:
                     if kind == "tls-produce":
                         res = produce(broker, small, n, "1", 1_000_000, "none", 0, tls=tls)
                     elif kind == "tls-consume":
@@ -811,8 +826,9 @@ def tls_table(log: list[Result], brokers: list[str]) -> str:
     out = ["### TLS against plaintext, same broker, same run (1 partition, TLS 1.3, "
            "server certificate only)\n",
            "| broker | workload | round | PLAINTEXT | SSL | SSL / PLAINTEXT | broker cpu-s/GB "
-           "PLAINTEXT / SSL | client cpu-s/GB PLAINTEXT / SSL |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+           "PLAINTEXT / SSL | of which its event-loop thread | client cpu-s/GB PLAINTEXT / "
+           "SSL |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for b in brokers:
         for kind in TLS_KINDS:
             ratios = []
@@ -832,13 +848,14 @@ def tls_table(log: list[Result], brokers: list[str]) -> str:
 
                 out.append(f"| {b} | {titles[kind]} | {rnd} | {_fmt_rate(plain)} | "
                            f"{_fmt_rate(tls)} | {f'{ratio:.2f}' if ratio else '—'} | "
-                           f"{cpu(plain)} / {cpu(tls)} | {cpu(plain, 'client_cpu')} / "
+                           f"{cpu(plain)} / {cpu(tls)} | {cpu(plain, 'loop_cpu')} / "
+                           f"{cpu(tls, 'loop_cpu')} | {cpu(plain, 'client_cpu')} / "
                            f"{cpu(tls, 'client_cpu')} |")
             if len(ratios) > 1:
                 ratios.sort()
                 out.append(f"| {b} | {titles[kind]} | median | | | "
                            f"**{ratios[len(ratios) // 2]:.2f}** "
-                           f"({ratios[0]:.2f}-{ratios[-1]:.2f}) | | |")
+                           f"({ratios[0]:.2f}-{ratios[-1]:.2f}) | | | |")
     out.append("")
     return "\n".join(out)
 
@@ -1066,6 +1083,8 @@ def main(argv: list[str] | None = None) -> int:
                              "1,10,100,1000; quick 1,1000)")
     parser.add_argument("--scale-messages", type=int, default=0,
                         help="records per scale cell (default 500k, quick 100k)")
+    parser.add_argument("--tls-kinds", default="",
+                        help=f"the TLS cells to run, of {','.join(TLS_KINDS)} (all)")
     parser.add_argument("--tls-rounds", type=int, default=0,
                         help="rounds of the TLS cells (default 3, quick 1)")
     parser.add_argument("--consume-rounds", type=int, default=0,
@@ -1098,6 +1117,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(args.quick, args.messages or None)
     if args.tls_rounds:
         plan.tls_rounds = args.tls_rounds
+    if args.tls_kinds:
+        plan.tls_kinds = tuple(k for k in TLS_KINDS if k in args.tls_kinds.split(","))
     if args.consume_rounds:
         plan.consume_rounds = args.consume_rounds
     if args.scale_partitions:

@@ -102,15 +102,18 @@ def _child(case: str, megabytes: int) -> None:
         warm.start()
         await loop.run_in_executor(None, warm.join)
         before, started = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+        loop_before = time.thread_time()  # this thread runs the event loop
         run = multiprocessing.Process(target=_client, args=(*args, count))
         run.start()
         await loop.run_in_executor(None, run.join)
         after, wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - started
+        loop_cpu = time.thread_time() - loop_before
         await server.stop(timeout=2)
         gb = count * per / 1e9
         user = after.ru_utime - before.ru_utime
         system = after.ru_stime - before.ru_stime
-        return {"cpu": (user + system) / gb, "user": user / gb, "mb_s": gb * 1000 / wall}
+        return {"cpu": (user + system) / gb, "user": user / gb, "loop": loop_cpu / gb,
+                "mb_s": gb * 1000 / wall}
 
     print(json.dumps(asyncio.run(serve())))
 
@@ -155,15 +158,18 @@ def main() -> int:
                         help="another source tree to measure beside this checkout")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--megabytes", type=int, default=512)
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help=f"a comma-separated subset of {', '.join(CASES)}")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(args.child, args.megabytes)
         return 0
     trees = [ROOT, *(t.resolve() for t in args.tree)]
+    cases = [c for c in CASES if c in args.cases.split(",")]
     figures: dict[tuple[Path, str], list[dict[str, float]]] = {}
     for _ in range(args.rounds):
-        for case in CASES:
+        for case in cases:
             for tree in trees:
                 env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}{os.pathsep}{ROOT / 'bench'}")
                 out = subprocess.run([sys.executable, __file__, "--child", case,
@@ -177,8 +183,9 @@ def main() -> int:
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
           f"{time.strftime('%Y-%m-%d %H:%M:%S')}, {args.megabytes} MiB a case, "
           f"median of {args.rounds} (range)\n")
-    print("| case | tree | server CPU s/GB | of which user | MB/s |\n|---|---|---:|---:|---:|")
-    for case in CASES:
+    print("| case | tree | server CPU s/GB | of which user | event-loop thread CPU s/GB | MB/s |"
+          "\n|---|---|---:|---:|---:|---:|")
+    for case in cases:
         for tree in trees:
             runs = figures[(tree, case)]
 
@@ -191,7 +198,8 @@ def main() -> int:
             name = "this checkout" if tree == ROOT else str(tree.relative_to(ROOT)
                                                              if tree.is_relative_to(ROOT)
                                                              else tree)
-            print(f"| {case} | {name} | {stat('cpu')} | {stat('user')} | {stat('mb_s')} |")
+            print(f"| {case} | {name} | {stat('cpu')} | {stat('user')} | {stat('loop')} | "
+                  f"{stat('mb_s')} |")
     return 0
 
 

@@ -274,6 +274,52 @@ def test_tls_fetch_of_large_batches_is_chunked(secure: tuple[RunningBroker, Cert
     assert regions and max(regions) > writer.TLS_CHUNK_BYTES  # read in several chunks
 
 
+@pytest.mark.parametrize(("listener", "mechanism"),
+                         [("SSL", ""), ("MTLS", ""), ("SASL_SSL", "SCRAM-SHA-512")],
+                         ids=["SSL", "MTLS", "SASL_SSL-SCRAM-SHA-512"])
+def test_large_tls_produce_is_decrypted_off_the_event_loop(
+        secure: tuple[RunningBroker, Certs], listener: str, mechanism: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka's 1 MB produce requests over TLS (and SASL_SSL, after its handshake):
+    their reads are decrypted on the listener's decryptor thread, and the records come
+    back byte for byte."""
+    import threading
+
+    from odradek.server.network.tls_transport import TlsTransport
+
+    threads: set[str] = set()
+    off_loop = TlsTransport._decrypt_off_loop
+
+    def recording(self: TlsTransport, *args: Any) -> None:
+        threads.add(threading.current_thread().name)
+        off_loop(self, *args)
+
+    monkeypatch.setattr(TlsTransport, "_decrypt_off_loop", recording)
+    broker, certs = secure
+    conf = {"bootstrap.servers": bootstrap(broker, listener),
+            **confluent_settings(certs, listener, mechanism or "PLAIN")}
+    topic = _topic()
+    producer = Producer({**conf, "linger.ms": 50, "batch.size": 1_000_000,
+                         "message.max.bytes": 2_000_000, "compression.type": "none"})
+    payloads = [bytes([i]) * 250_000 for i in range(16)]
+    for payload in payloads:
+        producer.produce(topic, payload)
+    assert producer.flush(30) == 0
+    name = server(broker, listener).security.name
+    assert threads == {f"tls-decryptor-{name}"}
+    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                         "fetch.max.bytes": 10_000_000})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(payloads) and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    consumer.close()
+    assert got == payloads
+
+
 def test_tls_connections_queue_little_in_the_tls_layer(
         secure: tuple[RunningBroker, Certs]) -> None:
     """A TLS connection's transport pauses the writer past TLS_WRITE_BUFFER_BYTES (what
