@@ -16,9 +16,7 @@ one listener, on the event loop:
    the first of a cause and host in full, repeats as one count per window.
 4. *Shutdown* (:meth:`KafkaServer.stop`): close the listener, stop reading on every
    connection, let in-flight requests finish and their responses flush for up to the
-   shutdown timeout, then abort the connections and cancel the handlers left. A TLS
-   listener's decryptor thread (``tls_transport.TlsDecryptor``) starts with the accept
-   loop and ends last.
+   shutdown timeout, then abort the connections and cancel the handlers left.
 
 The server is the connections' :class:`~odradek.server.network.connection.ConnectionOwner`:
 the server-wide state they share (config, registry, quotas, request metrics, the memory
@@ -44,7 +42,7 @@ from odradek.server.log_summary import RejectionLog, Summary
 from odradek.server.network.config import NetworkConfig
 from odradek.server.network.connection import KafkaConnection
 from odradek.server.network.security import ListenerSecurity
-from odradek.server.network.tls_transport import TlsDecryptor, TlsTransport, handshake
+from odradek.server.network.tls_transport import TlsTransport, handshake
 
 if TYPE_CHECKING:
     from odradek.server.broker_stats import RequestStats
@@ -109,8 +107,6 @@ class KafkaServer:
         self._counted: dict[KafkaConnection, str] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._counter = itertools.count()
-        # A TLS listener's thread decrypting its connections' large reads off the loop.
-        self._decryptor: TlsDecryptor | None = None
 
     @property
     def port(self) -> int:
@@ -172,9 +168,6 @@ class KafkaServer:
         self._listener = listener
         self._slot_freed = asyncio.Event()
         self.quotas.add_release_listener(self._slot_freed.set)
-        if self.security.uses_tls:
-            self._decryptor = TlsDecryptor(f"tls-decryptor-{self.security.name}")
-            self._decryptor.start()
         self._acceptor = loop.create_task(self._accept_loop(listener))
         log.debug("listening on %s:%s", self.host, self.port)
 
@@ -213,9 +206,6 @@ class KafkaServer:
             task.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=1.0)
-        if self._decryptor is not None:  # its connections are closed: it ends at once
-            self._decryptor.stop()
-            self._decryptor = None
         if self._slot_freed is not None:
             self.quotas.remove_release_listener(self._slot_freed.set)
         if self._summary_timer is not None:
@@ -306,8 +296,7 @@ class KafkaServer:
             else:  # the TLS handshake runs first; connection_made follows it
                 async with asyncio.timeout(TLS_HANDSHAKE_TIMEOUT_S):
                     session, incoming, outgoing = await handshake(loop, sock, context)
-                TlsTransport(loop, sock, session, incoming, outgoing, connection,
-                             self._decryptor).start()
+                TlsTransport(loop, sock, session, incoming, outgoing, connection).start()
         except BaseException as e:  # the socket died between accept and setup, or stop()
             peer = self._counted.get(connection, "?")
             sock.close()
