@@ -52,6 +52,7 @@ from _tools.broker import cpu_seconds, free_port, odradek_serve
 from confluent_kafka.admin import AdminClient, NewTopic
 from peers import odradek_at
 from transaction_cost import Page
+from transactions import _row
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -195,18 +196,6 @@ def _round(tree: Tree, proc: subprocess.Popen[str], pid: int, n: int,
         tree.cpu[case].append(cpu / args.records * 1e6)
         if transactional:
             tree.runs.append(run)
-
-
-def _row(case: str, rates: list[float], cpu: list[float],
-         base: tuple[list[float], list[float]] | None) -> str:
-    med = statistics.median
-    rate_ratio = cpu_ratio = "—"
-    if base is not None:
-        rate_ratio = f"{med(r / b for r, b in zip(rates, base[0], strict=True)):.2f}x"
-        if all(b > 0 for b in base[1]):  # a short run can round it to 0 ticks
-            cpu_ratio = f"{med(c / b for c, b in zip(cpu, base[1], strict=True)):.2f}x"
-    return (f"| {case} | {med(rates):,.0f} | {rate_ratio} | {med(cpu):.2f} | {cpu_ratio} | "
-            f"{', '.join(f'{r:,.0f}' for r in rates)} |")
 
 
 def _table(tree: Tree, per_txn: int, split: bool) -> None:

@@ -237,6 +237,21 @@ def test_java_client(secure: tuple[RunningBroker, Certs], listener: str,
     assert group.ok, group.describe()
 
 
+def _read_back(conf: dict[str, Any], topic: str, count: int) -> list[bytes]:
+    """Up to ``count`` values of ``topic`` from the start (large fetches), within 30 s."""
+    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                         "fetch.max.bytes": 10_000_000})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    consumer.close()
+    return got
+
+
 def test_tls_fetch_of_large_batches_is_chunked(secure: tuple[RunningBroker, Certs],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Fetch responses over TLS whose file regions exceed the copy threshold go through
@@ -260,17 +275,7 @@ def test_tls_fetch_of_large_batches_is_chunked(secure: tuple[RunningBroker, Cert
     for payload in payloads:
         producer.produce(topic, payload)
     assert producer.flush(30) == 0
-    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
-                         "fetch.max.bytes": 10_000_000})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < len(payloads) and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            got.append(message.value())
-    consumer.close()
-    assert got == payloads
+    assert _read_back(conf, topic, len(payloads)) == payloads
     assert regions and max(regions) > writer.TLS_CHUNK_BYTES  # read in several chunks
 
 
@@ -291,17 +296,7 @@ def test_large_tls_produce_comes_back_byte_for_byte(
     for payload in payloads:
         producer.produce(topic, payload)
     assert producer.flush(30) == 0
-    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
-                         "fetch.max.bytes": 10_000_000})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < len(payloads) and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            got.append(message.value())
-    consumer.close()
-    assert got == payloads
+    assert _read_back(conf, topic, len(payloads)) == payloads
 
 
 def test_tls_connections_queue_little_in_the_tls_layer(
