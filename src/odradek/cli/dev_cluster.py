@@ -22,15 +22,17 @@ goes to every broker and wins. A second run on the same data dir finds
 the same topics and records.
 
 It prints a table of what it started and the bootstrap string, waits until every broker
-accepts connections, then watches them. A broker that dies before that fails the start
+answers Metadata listing all N brokers (accepting connections is not enough: a broker
+that has not yet seen the others register would refuse a topic of replication factor N),
+then prints ``ready:`` and watches them. A broker that dies before that fails the start
 (its log's tail shown, the rest stopped, exit status 1). Once the cluster is ready, a
 broker that exits on its own (``kill -9``, a crash) is reported with its exit status and
 the tail of its log, and the other brokers and ZooKeeper keep running, as a cluster
 does: its partitions fail over when ZooKeeper expires its session.
 ``odradek dev-cluster restart --broker N`` (same ``--data-dir``) brings it back: it
 leaves a request in ``control/`` that the running dev-cluster picks up; a running broker
-is stopped first (SIGTERM: a rolling restart). The answer says when the broker accepts
-connections again.
+is stopped first (SIGTERM: a rolling restart). The answer comes when the broker and
+every running broker list each other in Metadata again.
 
 Registrations: a broker killed -9 leaves ``/brokers/ids/<id>`` (and ``/controller``, if
 it was the controller) in ZooKeeper until its session expires, and ZooKeeper stopped
@@ -62,12 +64,11 @@ first would spend their shutdown reconnecting).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
 import signal
-import socket
-import ssl
 import subprocess
 import sys
 import threading
@@ -79,6 +80,9 @@ from typing import IO, Any
 
 from odradek.cli import _dev_security
 from odradek.cli._common import UsageError, parse_pairs, print_table
+from odradek.client.admin import Admin
+from odradek.client.connection import BrokerConnection, ClientError
+from odradek.client.security import ClientSecurity, client_security, load_client_properties
 from odradek.cluster.local_zookeeper import (
     LocalZooKeeper,
     ZooKeeperNotInstalled,
@@ -93,6 +97,8 @@ CHROOT = "/odradek"
 RESERVED_KEYS = ("broker.id", "node.id", "listeners", "advertised.listeners", "log.dirs",
                  "log.dir", "zookeeper.connect")
 READY_TIMEOUT_S = 60.0
+#: how long one readiness probe (connect, ApiVersions, Metadata) may take
+READY_PROBE_S = 2.0
 STOP_GRACE_S = 15.0
 POLL_S = 0.1
 LOG_TAIL_LINES = 30
@@ -112,9 +118,6 @@ class DevBroker:
     process: subprocess.Popen[bytes]
     log_file: IO[bytes]
     reported: bool = False  # its death was reported
-    #: a TLS listener's: the readiness check completes a handshake (a bare TCP connection
-    #: would be logged by the broker as a failed authentication)
-    tls: ssl.SSLContext | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -123,14 +126,23 @@ class DevBroker:
     def running(self) -> bool:
         return self.process.poll() is None
 
-    def accepts_connections(self) -> bool:
+    def listed_brokers(self, security: ClientSecurity | None) -> set[int]:
+        """The broker ids this broker's Metadata answer lists (the brokers whose ZooKeeper
+        registration it has seen: those a CreateTopics it answers can place replicas on);
+        empty when it does not answer yet."""
+
+        async def ask() -> set[int]:
+            conn = await BrokerConnection.open(self.bootstrap, timeout=READY_PROBE_S,
+                                               security=security)
+            try:
+                return set(await Admin(conn).brokers())
+            finally:
+                await conn.close()
+
         try:
-            with socket.create_connection((HOST, self.port), timeout=0.5) as sock:
-                if self.tls is not None:
-                    self.tls.wrap_socket(sock, server_hostname=HOST).close()
-                return True
-        except OSError:  # ssl.SSLError included
-            return False
+            return asyncio.run(asyncio.wait_for(ask(), READY_PROBE_S))
+        except (ClientError, OSError, TimeoutError):  # ssl.SSLError included
+            return set()
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         self.log_file.flush()
@@ -199,6 +211,7 @@ class DevCluster:
             self.security = _dev_security.prepare(self.data_dir)
         self.zookeeper: LocalZooKeeper | None = None
         self._zk: Any = None  # a KazooClient on the chroot, while ZooKeeper runs
+        self._client_security: ClientSecurity | None = None
         self.brokers: dict[int, DevBroker] = {}
         self.stopping = threading.Event()
 
@@ -241,8 +254,6 @@ class DevCluster:
             start_new_session=True,
         )
         broker = DevBroker(broker_id, port, log_dir, log_path, process, log_file)
-        if self.security is not None:
-            broker.tls = ssl.create_default_context(cafile=str(self.security.ca))
         self.brokers[broker_id] = broker
         run_dir = self.data_dir / RUN_DIR
         run_dir.mkdir(exist_ok=True)
@@ -313,20 +324,38 @@ class DevCluster:
                 return b
         return None
 
+    @property
+    def client_security(self) -> ClientSecurity | None:
+        """How the readiness probes connect: as the first user on a secured cluster."""
+        if self.security is None:
+            return None
+        if self._client_security is None:
+            self._client_security = client_security(
+                load_client_properties(str(self.security.client_properties)))
+        return self._client_security
+
+    def not_whole(self, brokers: list[DevBroker]) -> list[DevBroker]:
+        """Those of ``brokers`` whose Metadata does not list every running broker yet. A
+        broker that accepts connections may not have seen the others register: a
+        CreateTopics it answered then would find too few brokers for its replicas."""
+        expected = {b.broker_id for b in self.brokers.values() if b.running()}
+        return [b for b in brokers
+                if not expected <= b.listed_brokers(self.client_security)]
+
     def wait_ready(self, timeout: float) -> DevBroker | None:
-        """Wait until every broker accepts connections; return a broker that died, if any.
-        Raises TimeoutError; returns early (None) when asked to stop."""
+        """Wait until every broker answers Metadata listing every broker; return a broker
+        that died, if any. Raises TimeoutError; returns early (None) when asked to stop."""
         deadline = time.monotonic() + timeout
         waiting = list(self.brokers.values())
         while waiting and not self.stopping.is_set():
             dead = self.newly_dead()
             if dead is not None:
                 return dead
-            waiting = [b for b in waiting if not b.accepts_connections()]
+            waiting = self.not_whole(waiting)
             if waiting and time.monotonic() > deadline:
                 names = ", ".join(f"{b.broker_id} ({b.bootstrap})" for b in waiting)
-                raise TimeoutError(f"brokers not accepting connections after {timeout:.0f} s: "
-                                   f"{names}")
+                raise TimeoutError(f"brokers not answering Metadata with all {self.count} "
+                                   f"brokers after {timeout:.0f} s: {names}")
             if waiting:
                 self.stopping.wait(POLL_S)
         return None
@@ -368,18 +397,20 @@ class DevCluster:
         self.clear_registrations([broker_id], "before its restart")
         broker = self.start_broker(broker_id)
         deadline = time.monotonic() + self.ready_timeout
-        while not broker.accepts_connections():
+        # Back when it and every running broker list each other in Metadata: it has
+        # registered and everyone has seen it (and it has seen them).
+        while self.not_whole([b for b in self.brokers.values() if b.running()]):
             if not broker.running():
                 broker.reported = True
                 raise RuntimeError(f"broker {broker_id} exited at start with "
                                    f"{exit_description(broker.process.returncode)}; "
                                    f"see {broker.log_path}")
             if time.monotonic() > deadline or self.stopping.is_set():
-                raise TimeoutError(f"broker {broker_id} not accepting connections after "
-                                   f"{self.ready_timeout:.0f} s; see {broker.log_path}")
+                raise TimeoutError(f"broker {broker_id} not listed by every running broker "
+                                   f"after {self.ready_timeout:.0f} s; see {broker.log_path}")
             time.sleep(POLL_S)
-        line = (f"restarted broker {broker_id}: pid {broker.process.pid}, accepting "
-                f"connections at {broker.bootstrap}")
+        line = (f"restarted broker {broker_id}: pid {broker.process.pid}, at "
+                f"{broker.bootstrap}, listed by every running broker")
         print(line, flush=True)
         return line
 
@@ -497,7 +528,8 @@ def run(args: argparse.Namespace) -> int:
             report_death(dead)
             return 1
         if not cluster.stopping.is_set():
-            print(f"ready: {len(cluster.brokers)} broker(s) accept connections; "
+            print(f"ready: {len(cluster.brokers)} broker(s), each listing all "
+                  f"{len(cluster.brokers)} in Metadata; "
                   "Ctrl-C stops the cluster", flush=True)
             cluster.watch()
         return status
