@@ -357,8 +357,10 @@ class TransactionMetadata:
     def prepare_fence_producer_epoch(self) -> TxnTransitMetadata:
         """Bump the epoch to fence the running incarnation before aborting its
         transaction (pending PrepareEpochFence; Kafka's ``prepareFenceProducerEpoch``).
-        After a failed fence the epoch is not bumped twice."""
-        if self.producer_epoch == MAX_PRODUCER_EPOCH:
+        After a failed fence the epoch is not bumped twice, so a fence that failed at
+        Short.MAX_VALUE is tried again at it (Kafka checks the overflow first and leaves
+        such an id stuck in Ongoing: every InitProducerId and the timeout's abort fail)."""
+        if self.producer_epoch == MAX_PRODUCER_EPOCH and not self.has_failed_epoch_fence:
             raise IllegalTransactionTransitionError(
                 "cannot fence a producer at epoch Short.MAX_VALUE: it would overflow")
         bumped = (self.producer_epoch if self.has_failed_epoch_fence
