@@ -360,20 +360,18 @@ def test_every_client_round_trip_holds_while_leadership_moves(
 ) -> None:
     """A rolling restart (SIGTERM: controlled shutdown, then start) runs during the client's
     round trip on a topic of replication factor 3: each broker's leaderships move away,
-    then back once it is in sync (preferred leader election, every 2 s here).
+    and back once it is in sync (preferred leader election, every 2 s here).
 
     As operators roll a cluster, the next broker goes only once the restarted one is back
-    in every ISR and leads its preferred partitions again, and not before it has served
-    for :data:`ROLL_DWELL_S`. The dwell is the scenario's pace, not a wait for a state:
-    kcat's librdkafka 2.0.2 tries its bootstrap brokers one at a time a second apart and
-    exits on "all brokers down" once each has refused. A broker here restarts in about a
-    second and a half, so with less than a second between one broker's return and the
-    next one's stop, three attempts can meet three brokers down in turn (a whole run saw
-    it), as they would on any cluster rolled that fast."""
+    in every ISR, and not before it has served for :data:`ROLL_DWELL_S`. The dwell is the
+    scenario's pace, not a wait for a state: kcat's librdkafka 2.0.2 tries its bootstrap
+    brokers one at a time a second apart and exits on "all brokers down" once each has
+    refused. A broker here restarts in about a second and a half, so with less than a
+    second between one broker's return and the next one's stop, three attempts can meet
+    three brokers down in turn (a whole run saw it), as on any cluster rolled that fast."""
     cluster = rcluster
     topic = unique(f"move-{client}")
     create(cluster, topic, 6, 3)
-    preferred = {p: r[0] for p, r in replicas(cluster, topic).items()}
     moves: list[int] = []
 
     def roll() -> None:
@@ -383,9 +381,6 @@ def test_every_client_round_trip_holds_while_leadership_moves(
             back = time.monotonic()
             cluster.wait_for(lambda: all(len(state(cluster, topic, p)["isr"]) == 3
                                          for p in range(6)), 60, f"{topic} in sync")
-            cluster.wait_for(lambda: all(state(cluster, topic, p)["leader"] == leader
-                                         for p, leader in preferred.items()),
-                             60, f"{topic}'s preferred leaders back")
             moves.append(broker)
             if broker != 3:
                 time.sleep(max(0.0, back + ROLL_DWELL_S - time.monotonic()))
