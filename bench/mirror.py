@@ -50,7 +50,7 @@ def serve_broker(tmp: Path) -> Iterator[str]:
         port = sock.getsockname()[1]
     data = tempfile.mkdtemp(dir=tmp)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "odradek.cli.main", "serve",
+        [sys.executable, "-m", "odradek", "serve",
          "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
          "--override", f"log.dirs={data}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -126,7 +126,7 @@ def main() -> None:
         watch = ck.Consumer({"bootstrap.servers": dst, "group.id": "bench-watch"})
         log = open(work / "mirror.log", "wb")  # noqa: SIM115 (closed below)
         mirror = subprocess.Popen(
-            [sys.executable, "-m", "odradek.cli.main", "mirror",
+            [sys.executable, "-m", "odradek", "mirror",
              "--source-bootstrap-server", src, "--target-bootstrap-server", dst,
              "--include", TOPIC, "--checkpoint-dir", str(work / "ckpt"),
              "--master", args.master, "--sync-interval", "5"],

@@ -70,7 +70,7 @@ def serve_broker(tmp: Path) -> Iterator[str]:
         [
             sys.executable,
             "-m",
-            "odradek.cli.main",
+            "odradek",
             "serve",
             "--override",
             f"listeners=PLAINTEXT://127.0.0.1:{port}",

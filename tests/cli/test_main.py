@@ -219,3 +219,27 @@ def test_make_serve_reports_the_same_statuses(tmp_path: Path) -> None:
                           f"log.dirs={tmp_path / 'data'}")
     assert busy.returncode == 2  # make's own status: a recipe failed
     assert "cannot listen" in busy.stderr and "Error 1" in busy.stderr, busy.stderr
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_a_command_does_not_import_the_test_libraries(how: str) -> None:
+    """kio imports hypothesis whenever it can (for its strategies); a command, a broker
+    included, never uses it, and its import cost each process about 0.3 s of CPU."""
+    import importlib.util
+
+    assert importlib.util.find_spec("hypothesis") is not None  # installed here: it could
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: print('imported:', sorted(m for m in ('hypothesis',"
+             " 'kio', 'trio') if sys.modules.get(m) is not None), file=sys.stderr))\n")
+    if how == "script":
+        probe += ("sys.argv = ['odradek', 'topics', '--help']\n"
+                  "exec(open(sys.executable.rsplit('/', 1)[0] + '/odradek').read())\n")
+    else:
+        probe += ("import runpy; sys.argv = ['odradek', 'topics', '--help']\n"
+                  "runpy.run_module('odradek', run_name='__main__')\n")
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    result = subprocess.run([str(odradek_executable().parent / "python"), "-c", probe],
+                            capture_output=True, text=True, env=env,
+                            timeout=CLI_TIMEOUT_S, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "imported: ['kio']" in result.stderr, result.stderr

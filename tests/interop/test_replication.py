@@ -466,7 +466,7 @@ def test_reassignment_moves_a_partition_to_other_brokers(rcluster: Cluster,
 
     def tool(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "odradek.cli.main", "reassign", "--bootstrap-server",
+            [sys.executable, "-m", "odradek", "reassign", "--bootstrap-server",
              cluster.bootstrap, "--reassignment-json-file", str(plan), *args],
             capture_output=True, text=True, timeout=60)
 
@@ -513,7 +513,7 @@ def test_reassign_generate_proposes_moving_whole_topics_and_the_plan_runs(
 
     def tool(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "odradek.cli.main", "reassign", "--bootstrap-server",
+            [sys.executable, "-m", "odradek", "reassign", "--bootstrap-server",
              cluster.bootstrap, *args], capture_output=True, text=True, timeout=60)
 
     def generate(brokers: str, topics: Path = topics_file) -> subprocess.CompletedProcess[str]:
@@ -577,7 +577,7 @@ def test_a_throttled_reassignment_copies_at_the_rate_and_verify_lifts_it(
 
     def tool(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "odradek.cli.main", "reassign", "--bootstrap-server",
+            [sys.executable, "-m", "odradek", "reassign", "--bootstrap-server",
              cluster.bootstrap, "--reassignment-json-file", str(plan), *args],
             capture_output=True, text=True, timeout=60)
 

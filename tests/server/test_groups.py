@@ -304,7 +304,7 @@ def test_commit_with_a_stale_generation_is_refused(rb: RunningBroker) -> None:
 # -- CLI -------------------------------------------------------------------------------------
 def cli(rb: RunningBroker, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "odradek.cli.main", "groups", *args, "-b", rb.bootstrap],
+        [sys.executable, "-m", "odradek", "groups", *args, "-b", rb.bootstrap],
         capture_output=True, text=True, timeout=60,
     )
 

@@ -157,7 +157,7 @@ class DevBroker:
 def broker_command(broker_id: int, port: int, log_dir: Path, zookeeper_connect: str,
                    overrides: dict[str, str], protocol: str = "PLAINTEXT",
                    config_file: Path | None = None) -> list[str]:
-    """``python -m odradek.cli.main serve [--config FILE] --override ...`` for one broker
+    """``python -m odradek serve [--config FILE] --override ...`` for one broker
     (this interpreter, so the brokers run the same code as this command); ``protocol``:
     its listener's, ``config_file``: the security settings (secrets stay off the command
     line)."""
@@ -168,7 +168,7 @@ def broker_command(broker_id: int, port: int, log_dir: Path, zookeeper_connect: 
         "zookeeper.connect": zookeeper_connect,
         **overrides,
     }
-    argv = [sys.executable, "-m", "odradek.cli.main", "serve"]
+    argv = [sys.executable, "-m", "odradek", "serve"]
     if config_file is not None:
         argv += ["--config", str(config_file)]
     for key, value in config.items():
