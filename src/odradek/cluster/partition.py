@@ -216,9 +216,12 @@ class Partition:
 
     # -- append --------------------------------------------------------------------------
     def append_records_as_leader(
-        self, records: bytes | bytearray | memoryview, acks: int = 1
+        self, records: bytes | bytearray | memoryview, acks: int = 1,
+        *, coordinator: bool = False,
     ) -> LogAppendInfo:
-        """Validate and append a producer's batches (the caller checked leadership)."""
+        """Validate and append a producer's batches (the caller checked leadership); with
+        ``coordinator``, a batch a coordinator of this broker built
+        (:meth:`PartitionLog.append_as_leader`)."""
         if acks == -1:
             min_isr = self.log.config.min_insync_replicas
             in_sync = len(self.state.isr)
@@ -226,6 +229,9 @@ class Partition:
                 raise NotEnoughReplicasError(
                     f"ISR of {in_sync} is below min.insync.replicas={min_isr}"
                 )
+        if coordinator:
+            return self.log.append_as_leader(records, leader_epoch=self.state.leader_epoch,
+                                             coordinator=True)
         return self.log.append_as_leader(records, leader_epoch=self.state.leader_epoch)
 
     def append_control_as_leader(

@@ -4,7 +4,11 @@ How it works:
 - **Append** (leader): validate every batch (size, magic, CRC32C, offsets, timestamps — per
   batch, never per record), copy the request's bytes once, rewrite each batch's base offset
   (not covered by the CRC) and partition leader epoch, stamp LogAppendTime when the topic
-  asks for it, roll the active segment if needed, and append the bytes as received.
+  asks for it, roll the active segment if needed, and append the bytes as received. A batch
+  the broker built itself (a coordinator's record, Kafka's ``AppendOrigin.COORDINATOR``:
+  ``coordinator=True``) is not checked again for what only a client can get wrong: its
+  CRC (just computed), its keys on a compacted topic, its timestamps (the coordinator's
+  clock); the size limit, offsets and producer state apply as to any append.
 - **Read**: find the segment holding the offset (bisect over base offsets), let it translate
   the offset to a position through its sparse index, and return a file region bounded by
   ``max_bytes`` and by the high watermark (KIP-74: the first batch whole even if larger).
@@ -351,6 +355,20 @@ class PartitionLog:
             _require_keys(records, info.batches, self.name)
         return info
 
+    def _own_batch(self, records: bytes | bytearray | memoryview) -> BatchesInfo:
+        """The header of a batch this broker built (one batch, the whole buffer): read,
+        not verified, but still held to ``max.message.bytes``."""
+        header = BatchHeader.parse(records)
+        if header.size != len(records):
+            raise ValueError(f"a coordinator's batch of {header.size} bytes in a buffer of "
+                             f"{len(records)}")
+        if header.size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes "
+                f"{self.config.max_message_bytes}")
+        return BatchesInfo((header,), header.record_count, header.max_timestamp, 0,
+                           header.size)
+
     def _check_timestamps(
         self, records: bytes | bytearray | memoryview, headers: tuple[BatchHeader, ...],
         now: int,
@@ -403,23 +421,26 @@ class PartitionLog:
         return converted, self.validate(converted, strict=True)
 
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int = -1
+        self, records: bytes | bytearray | memoryview, leader_epoch: int = -1,
+        *, coordinator: bool = False,
     ) -> LogAppendInfo:
-        """Validate and append a producer's batches, assigning offsets.
+        """Validate and append a producer's batches, assigning offsets; with
+        ``coordinator``, the one batch a coordinator of this broker built (module
+        docstring).
 
         Runs once per partition of every produce request, so it stays lean: config values
         are attributes, and the batches written are described by :class:`AppendedBatch`
         (computed while rewriting) rather than by re-parsed headers. A writable
         ``memoryview`` (the produce request's own frame) is rewritten in place and written
         from there; anything else is copied once."""
-        info = self.validate(records, strict=True)
+        info = self._own_batch(records) if coordinator else self.validate(records, strict=True)
         config = self.config
         if config.compression_type != "producer":
             records, info = self._apply_topic_compression(records, info)
         now = self.time_ms()
         log_append = config.log_append_time
         batches = info.batches
-        if not log_append:
+        if not log_append and not coordinator:
             self._check_timestamps(records, batches, now)
         buf: bytearray | memoryview
         if isinstance(records, memoryview) and not records.readonly:
@@ -473,8 +494,7 @@ class PartitionLog:
         now = self.time_ms()
         batch = build_end_txn_marker(producer_id, producer_epoch, committed,
                                      coordinator_epoch, now)
-        info = self.validate(batch, strict=False)
-        header = info.batches[0]
+        header = BatchHeader.parse(batch)  # built just now: nothing to verify
         buf = bytearray(batch)
         with self._lock:
             self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
