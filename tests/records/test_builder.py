@@ -20,7 +20,7 @@ from odradek.records.batch import (
     iter_records,
     validate_batches,
 )
-from odradek.records.builder import BatchBuilder, build_batch
+from odradek.records.builder import BatchBuilder, build_batch, build_one_record_batch
 from odradek.records.compression import CompressionType
 
 CODECS = list(CompressionType)
@@ -329,3 +329,17 @@ def test_corrupted_theirs_rejected_by_ours() -> None:
     with pytest.raises(InvalidRecordError) as info:
         validate_batches(bytes(buf))
     assert info.value.reason == "crc"
+
+
+@given(
+    key=st.none() | st.binary(max_size=300),
+    value=st.none() | st.binary(max_size=70_000),
+    timestamp=st.integers(min_value=-1, max_value=2**62),
+)
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+def test_one_record_batch_is_the_builders(key: bytes | None, value: bytes | None,
+                                          timestamp: int) -> None:
+    """The coordinators' one-record batch is BatchBuilder's, byte for byte."""
+    builder = BatchBuilder()
+    builder.append(key, value, timestamp)
+    assert build_one_record_batch(key, value, timestamp) == builder.build()
