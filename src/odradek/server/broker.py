@@ -618,7 +618,7 @@ class Broker:
             # the coordinator's own batch (OffsetsTopic.append built it)
             partition = replica_manager.leader_partition(
                 partition_log.topic, partition_log.partition)
-            return partition.append_records_as_leader(records, acks=-1, coordinator=True)
+            return partition.append_coordinator_records(records)
 
         topic = OffsetsTopic(
             self.metadata, self.broker_id, led_log, append,

@@ -5,10 +5,11 @@ How it works:
   batch, never per record), copy the request's bytes once, rewrite each batch's base offset
   (not covered by the CRC) and partition leader epoch, stamp LogAppendTime when the topic
   asks for it, roll the active segment if needed, and append the bytes as received. A batch
-  the broker built itself (a coordinator's record, Kafka's ``AppendOrigin.COORDINATOR``:
-  ``coordinator=True``) is not checked again for what only a client can get wrong: its
-  CRC (just computed), its keys on a compacted topic, its timestamps (the coordinator's
-  clock); the size limit, offsets and producer state apply as to any append.
+  the broker built itself (a coordinator's record, Kafka's ``AppendOrigin.COORDINATOR``;
+  :meth:`PartitionLog.append_as_coordinator`) is not checked again for what only a
+  client's batch can get wrong: its CRC (just computed), its keys on a compacted topic, its
+  timestamps (the coordinator's clock); the size limit, offsets and producer state apply
+  as to any append.
 - **Read**: find the segment holding the offset (bisect over base offsets), let it translate
   the offset to a position through its sparse index, and return a file region bounded by
   ``max_bytes`` and by the high watermark (KIP-74: the first batch whole even if larger).
@@ -421,26 +422,23 @@ class PartitionLog:
         return converted, self.validate(converted, strict=True)
 
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int = -1,
-        *, coordinator: bool = False,
+        self, records: bytes | bytearray | memoryview, leader_epoch: int = -1
     ) -> LogAppendInfo:
-        """Validate and append a producer's batches, assigning offsets; with
-        ``coordinator``, the one batch a coordinator of this broker built (module
-        docstring).
+        """Validate and append a producer's batches, assigning offsets.
 
         Runs once per partition of every produce request, so it stays lean: config values
         are attributes, and the batches written are described by :class:`AppendedBatch`
         (computed while rewriting) rather than by re-parsed headers. A writable
         ``memoryview`` (the produce request's own frame) is rewritten in place and written
         from there; anything else is copied once."""
-        info = self._own_batch(records) if coordinator else self.validate(records, strict=True)
+        info = self.validate(records, strict=True)
         config = self.config
         if config.compression_type != "producer":
             records, info = self._apply_topic_compression(records, info)
         now = self.time_ms()
         log_append = config.log_append_time
         batches = info.batches
-        if not log_append and not coordinator:
+        if not log_append:
             self._check_timestamps(records, batches, now)
         buf: bytearray | memoryview
         if isinstance(records, memoryview) and not records.readonly:
@@ -476,6 +474,36 @@ class PartitionLog:
             now if log_append else -1,
             self.log_start_offset, info.record_count, info.size,
         )
+
+    def append_as_coordinator(
+        self, batch: bytes | bytearray, leader_epoch: int = -1
+    ) -> LogAppendInfo:
+        """Append the one batch a coordinator of this broker built (its record of a state
+        change; module docstring), assigning its offsets as :meth:`append_as_leader`
+        does: a method of its own, so that the path every produce request takes stays as
+        it is. On a topic that recompresses or stamps LogAppendTime the batch goes through
+        :meth:`append_as_leader`."""
+        info = self._own_batch(batch)
+        config = self.config
+        if config.compression_type != "producer" or config.log_append_time:
+            return self.append_as_leader(batch, leader_epoch)
+        header = info.batches[0]
+        buf = bytearray(batch)
+        with self._lock:
+            first = self._view[1][-1].next_offset
+            producers = self.producer_state.analyze(info.batches, first)
+            if producers.duplicate is not None:
+                return self._duplicate_append_info(producers.duplicate)
+            if leader_epoch >= 0:
+                self.leader_epoch_cache.assign(leader_epoch, first)
+                set_partition_leader_epoch(buf, 0, leader_epoch)
+            set_base_offset(buf, 0, first)
+            last = first + header.last_offset_delta
+            self._append(buf, (AppendedBatch(0, header.size, last, header.max_timestamp),),
+                         first, last)
+            self.producer_state.commit(producers)
+        return LogAppendInfo(first, last, info.max_timestamp, -1, self.log_start_offset,
+                             info.record_count, info.size)
 
     def _duplicate_append_info(self, duplicate: BatchMetadata) -> LogAppendInfo:
         """A retried idempotent batch: nothing written, the original offsets answered."""
