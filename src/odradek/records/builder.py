@@ -147,15 +147,21 @@ def build_batch(
     return builder.build()
 
 
-def build_one_record_batch(key: bytes | None, value: bytes | None, timestamp: int) -> bytes:
+def build_one_record_batch(
+    key: bytes | None, value: bytes | None, timestamp: int, *,
+    producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+    transactional: bool = False, control: bool = False,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
     """The batch :class:`BatchBuilder` builds for one uncompressed record without headers
-    (offset delta 0, no producer), byte for byte, in fewer steps: a coordinator writes one
-    such record per state change."""
+    (offset delta 0, no sequence), byte for byte, in fewer steps: a coordinator writes one
+    such record per state change, and a transaction marker is one."""
     body = b"".join((b"\x00\x00\x00", _encode_bytes(key), _encode_bytes(value), b"\x00"))
     record = encode_varint(len(body)) + body
+    attributes = (_TRANSACTIONAL if transactional else 0) | (_CONTROL if control else 0)
     header = HEADER_STRUCT.pack(
-        0, HEADER_STRUCT.size - LOG_OVERHEAD + len(record), NO_PARTITION_LEADER_EPOCH,
-        CURRENT_MAGIC, 0, 0, 0, timestamp, timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
+        0, HEADER_STRUCT.size - LOG_OVERHEAD + len(record), partition_leader_epoch,
+        CURRENT_MAGIC, 0, attributes, 0, timestamp, timestamp, producer_id, producer_epoch,
         NO_SEQUENCE, 1,
     )
     batch = bytearray(header + record)
