@@ -14,10 +14,23 @@ counts and the CPU move less than the times on a shared machine.
 
 A request per transaction above 1 for AddPartitionsToTxn are its retries (librdkafka
 retries CONCURRENT_TRANSACTIONS after 20 ms); WriteTxnMarkers appears only when the
-coordinator sends its markers over the network (to another broker).
+coordinator sends its markers over the network (to another broker). The requests' mean
+TotalTimeMs times their count is the broker's share of a transaction's wall time (the
+client waits for each of them in turn: see bench/README.md, "Transactions"); the rest of
+``commit_transaction`` is the client's.
+
+``--instructions`` counts instead of timing: the broker runs under valgrind's callgrind
+(bench/metrics_instructions.py has the method and its caveats), the counters are zeroed
+after the warm-up, ``--txns`` transactions run, the counters are dumped; then the same
+records go through an idempotent producer (acks=all, the same settings) between a second
+zeroing and dump. Instructions a transaction, a thousand idempotent records' worth
+(``--per-txn`` of them), and the difference: what a transaction adds on the broker,
+repeatable to about 1 % on a shared machine where its CPU time is not. Callgrind runs
+the broker about 50 times slower: use a few hundred transactions.
 
     .venv/bin/python bench/transaction_cost.py
     .venv/bin/python bench/transaction_cost.py --base main --txns 3000
+    .venv/bin/python bench/transaction_cost.py --size 1000 --instructions --txns 200
 """
 
 from __future__ import annotations
@@ -25,8 +38,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -87,17 +103,114 @@ def _transactions(producer: ck.Producer, topic: str, count: int, per_txn: int,
     return loops, commits
 
 
+def _idempotent(producer: ck.Producer, topic: str, records: int, value: bytes) -> None:
+    """``records`` records through an idempotent producer, all acknowledged."""
+    for n in range(records):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if n % 10_000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(600)
+    assert remaining == 0, f"{remaining} records not acknowledged"
+
+
+_SUMMARY = re.compile(rb"^summary: (\d+)$", re.MULTILINE)
+# The event-loop watchdog off: under callgrind a turn of the loop passes its threshold
+# (bench/hot_path_instructions.py); a tree without the key starts all the same.
+_QUIET = ("event.loop.stall.threshold.ms=0",)
+
+
+class _Callgrind:
+    """Zero and dump the counters of a broker running under callgrind."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        self.pid, self.out = pid, out
+
+    def _control(self, *command: str) -> None:
+        subprocess.run(["callgrind_control", *command, str(self.pid)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def zero(self) -> None:
+        self._control("-i", "on")
+        self._control("-z")
+
+    def dump(self) -> int:
+        """The instructions counted since the last zeroing."""
+        before = set(self.out.glob("callgrind.*"))
+        self._control("-d")
+        new = sorted(set(self.out.glob("callgrind.*")) - before)
+        if len(new) != 1:
+            raise SystemExit(f"expected one new callgrind dump in {self.out}, found {new}")
+        found = _SUMMARY.search(new[0].read_bytes())
+        if found is None:
+            raise SystemExit(f"no summary line in {new[0]}")
+        return int(found.group(1))
+
+
+def _instructions(args: argparse.Namespace, source: Path | None) -> int:
+    """The ``--instructions`` run (module docstring)."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("needs valgrind: apt-get install valgrind")
+    os.environ["PYTHONHASHSEED"] = "0"  # the same dict layouts from run to run
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    value = b"x" * args.size
+    with tempfile.TemporaryDirectory(prefix="txn-callgrind-") as scratch:
+        out = Path(scratch)
+        wrapper = ("valgrind", "--quiet", "--tool=callgrind", "--dump-instr=no",
+                   "--instr-atstart=no", f"--callgrind-out-file={out}/callgrind.%p")
+        with odradek_serve([f"listeners=PLAINTEXT://127.0.0.1:{port}", *_QUIET], port,
+                           "txn-cost-", source=source, wrapper=wrapper,
+                           start_timeout_s=600) as proc:
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            topics = [f"txn-cost-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+            for topic in topics:
+                admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(120)
+            producer = ck.Producer({"bootstrap.servers": bootstrap, **PRODUCER,
+                                    "transactional.id": f"txn-cost-{uuid.uuid4().hex[:8]}"})
+            producer.list_topics(topics[0], timeout=120)
+            producer.init_transactions(120)
+            idempotent = ck.Producer({"bootstrap.servers": bootstrap, **PRODUCER})
+            idempotent.list_topics(topics[1], timeout=120)
+            _transactions(producer, topics[0], 20, args.per_txn, value)  # warm-up
+            _idempotent(idempotent, topics[1], 20 * args.per_txn, value)
+            counter = _Callgrind(proc.pid, out)
+            counter.zero()
+            _transactions(producer, topics[0], args.txns, args.per_txn, value)
+            txn = counter.dump() / args.txns
+            counter.zero()
+            _idempotent(idempotent, topics[1], args.txns * args.per_txn, value)
+            plain = counter.dump() / args.txns
+    print(f"Command: `.venv/bin/python bench/transaction_cost.py {' '.join(sys.argv[1:])}`")
+    print()
+    print(f"{args.txns:,} transactions of {args.per_txn:,} records of {args.size} B, then "
+          "the same records idempotent; broker instructions (callgrind):")
+    print()
+    print("| a transaction | its records, idempotent | what the transaction adds |")
+    print("|---:|---:|---:|")
+    print(f"| {txn:,.0f} | {plain:,.0f} | {txn - plain:,.0f} |")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--txns", type=int, default=2_000, help="transactions measured")
     parser.add_argument("--per-txn", type=int, default=1_000, help="records a transaction")
     parser.add_argument("--size", type=int, default=100, help="bytes a record")
     parser.add_argument("--base", help="run this commit's broker instead of the checkout's")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count the broker's instructions (callgrind) instead of timing")
     args = parser.parse_args()
+    source = odradek_at(args.base).source if args.base else None
+    if args.instructions:
+        return _instructions(args, source)
     port, metrics_port = free_port(), free_port()
     bootstrap = f"127.0.0.1:{port}"
     url = f"http://127.0.0.1:{metrics_port}/metrics"
-    source = odradek_at(args.base).source if args.base else None
     value = b"x" * args.size
     with odradek_serve([f"listeners=PLAINTEXT://127.0.0.1:{port}",
                         f"metrics.listener=http://127.0.0.1:{metrics_port}"], port,
@@ -131,6 +244,7 @@ def main() -> int:
     print()
     print("| request | per transaction | mean TotalTimeMs |")
     print("|---|---:|---:|")
+    broker_ms = 0.0
     for api in sorted(after.requests):
         count = after.requests[api] - before.requests.get(api, 0.0)
         if count <= 0:
@@ -139,6 +253,12 @@ def main() -> int:
         total = after.time_sum.get(api, 0.0) - before.time_sum.get(api, 0.0)
         mean = f"{total / timed:.3f}" if timed else "—"
         print(f"| {api} | {count / n:.3f} | {mean} |")
+        broker_ms += total / n
+    print()
+    print(f"The broker's answer time a transaction (its requests' TotalTimeMs): "
+          f"{broker_ms:.3f} ms of the {wall / n * 1e3:.3f} ms; the mean commit_transaction "
+          f"{statistics.mean(commits) * 1e3:.3f} ms, produce loop "
+          f"{statistics.mean(loops) * 1e3:.3f} ms.")
     return 0
 
 

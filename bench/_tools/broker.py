@@ -41,20 +41,25 @@ def cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def odradek_serve(
-    overrides: Sequence[str], wait_port: int, data_prefix: str, source: Path | None = None
+    overrides: Sequence[str], wait_port: int, data_prefix: str, source: Path | None = None,
+    wrapper: Sequence[str] = (), start_timeout_s: float = START_TIMEOUT_S,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``odradek serve --log-level warning`` with ``--override`` for each of ``overrides``
     and ``log.dirs`` in a temporary directory named ``data_prefix...``; yields the process
     once ``wait_port`` accepts connections. With ``source`` (another tree's ``src/``, as
-    bench/peers.py's ``odradek_at`` makes), that tree's code runs, first on the path."""
+    bench/peers.py's ``odradek_at`` makes), that tree's code runs, first on the path;
+    ``wrapper`` is a command the broker runs under (valgrind's, with its options)."""
     data = Path(tempfile.mkdtemp(prefix=data_prefix))
-    command = [str(ROOT / ".venv" / "bin" / "odradek"), "serve", "--log-level", "warning"]
+    venv = ROOT / ".venv" / "bin"
+    # under a wrapper the interpreter is named (valgrind runs executables, not scripts)
+    interpreter = [*wrapper, str(venv / "python")] if wrapper else []
+    command = [*interpreter, str(venv / "odradek"), "serve", "--log-level", "warning"]
     for override in (*overrides, f"log.dirs={data}"):
         command += ["--override", override]
     env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
     proc = subprocess.Popen(command, env=env)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + start_timeout_s
         while True:
             try:
                 socket.create_connection(("127.0.0.1", wait_port), 1).close()

@@ -20,7 +20,7 @@ from odradek.records.batch import (
     iter_records,
     validate_batches,
 )
-from odradek.records.builder import BatchBuilder, build_batch
+from odradek.records.builder import BatchBuilder, build_batch, build_one_record_batch
 from odradek.records.compression import CompressionType
 
 CODECS = list(CompressionType)
@@ -329,3 +329,27 @@ def test_corrupted_theirs_rejected_by_ours() -> None:
     with pytest.raises(InvalidRecordError) as info:
         validate_batches(bytes(buf))
     assert info.value.reason == "crc"
+
+
+@given(
+    key=st.none() | st.binary(max_size=300),
+    value=st.none() | st.binary(max_size=70_000),
+    timestamp=st.integers(min_value=-1, max_value=2**62),
+    producer=st.tuples(st.integers(-1, 2**63 - 1), st.integers(-1, 2**15 - 1)),
+    flags=st.tuples(st.booleans(), st.booleans()),
+    leader_epoch=st.integers(-1, 2**31 - 1),
+)
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+def test_one_record_batch_is_the_builders(
+    key: bytes | None, value: bytes | None, timestamp: int, producer: tuple[int, int],
+    flags: tuple[bool, bool], leader_epoch: int,
+) -> None:
+    """The coordinators' and markers' one-record batch is BatchBuilder's, byte for byte."""
+    builder = BatchBuilder(producer_id=producer[0], producer_epoch=producer[1],
+                           is_transactional=flags[0], is_control=flags[1],
+                           partition_leader_epoch=leader_epoch)
+    builder.append(key, value, timestamp)
+    assert build_one_record_batch(
+        key, value, timestamp, producer_id=producer[0], producer_epoch=producer[1],
+        transactional=flags[0], control=flags[1],
+        partition_leader_epoch=leader_epoch) == builder.build()

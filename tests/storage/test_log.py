@@ -275,6 +275,34 @@ def test_compacted_log_refuses_a_keyless_record(tmp_path: Path) -> None:
     plog.close()
 
 
+def test_coordinator_batch_is_appended_as_built(tmp_path: Path) -> None:
+    """A coordinator's own batch (Kafka's AppendOrigin.COORDINATOR): offsets, the leader
+    epoch and the index as for a producer's, the CRC still right on disk; the size limit
+    still applies, and the buffer must be exactly one batch."""
+    clock = Clock()
+    plog = open_log(tmp_path, config(cleanup_policy="compact", max_message_bytes=4096),
+                    clock)
+    plog.append_as_leader(make_batch(2), leader_epoch=3)
+    built = BatchBuilder()
+    built.append(b"txn-id", b"state", NOW - 7 * 86_400_000)  # outside the timestamp bounds
+    info = plog.append_as_coordinator(built.build(), leader_epoch=3)
+    assert (info.first_offset, info.last_offset, info.record_count) == (2, 2, 1)
+    batches = segment_batches(plog)  # validated: CRC, magic, counts
+    assert [BatchHeader.parse(b).base_offset for b in batches] == [0, 2]
+    assert BatchHeader.parse(batches[1]).partition_leader_epoch == 3
+    with pytest.raises(RecordTooLargeError):
+        plog.append_as_coordinator(make_batch(1, NOW, 5000))
+    with pytest.raises(ValueError, match="coordinator's batch"):
+        plog.append_as_coordinator(make_batch(1) + make_batch(1))
+    assert plog.log_end_offset == 3
+    plog.close()
+    recompressing = open_log(tmp_path, config(compression_type="gzip"), name="gz-0")
+    recompressing.append_as_coordinator(built.build())  # through append_as_leader
+    [stored] = segment_batches(recompressing)
+    assert BatchHeader.parse(stored).compression == CompressionType.GZIP
+    recompressing.close()
+
+
 def test_refused_records_are_named(tmp_path: Path) -> None:
     """KIP-467: the records a rule refuses are named by their index in the batch, with
     Kafka's messages (LogValidator), and nothing is written."""

@@ -228,6 +228,18 @@ class Partition:
                 )
         return self.log.append_as_leader(records, leader_epoch=self.state.leader_epoch)
 
+    def append_coordinator_records(self, batch: bytes | bytearray) -> LogAppendInfo:
+        """Append a batch a coordinator of this broker built (its acks=-1 write: refused
+        with NOT_ENOUGH_REPLICAS when the ISR is below ``min.insync.replicas``; the caller
+        checked leadership)."""
+        min_isr = self.log.config.min_insync_replicas
+        in_sync = len(self.state.isr)
+        if in_sync < min_isr:
+            raise NotEnoughReplicasError(
+                f"ISR of {in_sync} is below min.insync.replicas={min_isr}"
+            )
+        return self.log.append_as_coordinator(batch, leader_epoch=self.state.leader_epoch)
+
     def append_control_as_leader(
         self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int
     ) -> LogAppendInfo:

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from odradek.cluster.metadata import ClusterMetadata, MetadataError
 from odradek.records.batch import iter_batches, iter_records
-from odradek.records.builder import BatchBuilder
+from odradek.records.builder import BatchBuilder, build_one_record_batch
 from odradek.storage.errors import ApiError
 from odradek.storage.log import LogAppendInfo, PartitionLog
 from odradek.text import plural
@@ -159,8 +159,11 @@ class OffsetsTopic:
         """Append the records as one batch (all or nothing); with a producer id, as a
         transactional batch of that producer (TxnOffsetCommit: visible once its
         transaction's commit marker follows)."""
-        builder = BatchBuilder()
         partition_log = self._log(partition)
+        if producer_id < 0 and len(records) == 1:  # a state change: one record
+            (key, value), = records
+            return self._append(partition_log, build_one_record_batch(key, value, timestamp))
+        builder = BatchBuilder()
         if producer_id >= 0:
             builder.producer_id = producer_id
             builder.producer_epoch = producer_epoch

@@ -11,8 +11,9 @@ sequence number, and exactly one record, whose key and value are::
            coordinator_epoch  int32  the epoch of the transaction coordinator that wrote it
 
 Readers take the key's type from the record alone; the batch header says whose
-transaction it is. Built with :class:`~odradek.records.builder.BatchBuilder`, so the
-layout and CRC rules are those of every batch.
+transaction it is. Built by :func:`~odradek.records.builder.build_one_record_batch`, byte
+for byte what :class:`~odradek.records.builder.BatchBuilder` builds, so the layout and CRC
+rules are those of every batch.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from odradek.records.batch import (
     InvalidRecordError,
     iter_records,
 )
-from odradek.records.builder import BatchBuilder
+from odradek.records.builder import build_one_record_batch
 
 __all__ = [
     "ControlType",
@@ -64,15 +65,12 @@ def build_end_txn_marker(
     timestamp: int, partition_leader_epoch: int = -1,
 ) -> bytes:
     """The control batch (offset 0, assigned on append) ending a transaction."""
-    builder = BatchBuilder(
-        producer_id=producer_id, producer_epoch=producer_epoch,
-        partition_leader_epoch=partition_leader_epoch, is_transactional=True,
-        is_control=True,
-    )
     kind = ControlType.COMMIT if committed else ControlType.ABORT
-    builder.append(_KEY.pack(CONTROL_KEY_VERSION, kind),
-                   _VALUE.pack(END_TXN_MARKER_VERSION, coordinator_epoch), timestamp)
-    return builder.build()
+    return build_one_record_batch(
+        _KEY.pack(CONTROL_KEY_VERSION, kind),
+        _VALUE.pack(END_TXN_MARKER_VERSION, coordinator_epoch), timestamp,
+        producer_id=producer_id, producer_epoch=producer_epoch, transactional=True,
+        control=True, partition_leader_epoch=partition_leader_epoch)
 
 
 def read_end_txn_marker(batch: bytes | bytearray | memoryview) -> EndTransactionMarker | None:

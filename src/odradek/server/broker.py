@@ -615,9 +615,10 @@ class Broker:
             return partition.log if partition is not None and partition.is_leader else None
 
         def append(partition_log: PartitionLog, records: bytes) -> LogAppendInfo:
+            # the coordinator's own batch (OffsetsTopic.append built it)
             partition = replica_manager.leader_partition(
                 partition_log.topic, partition_log.partition)
-            return partition.append_records_as_leader(records, acks=-1)
+            return partition.append_coordinator_records(records)
 
         topic = OffsetsTopic(
             self.metadata, self.broker_id, led_log, append,

@@ -4,7 +4,12 @@ How it works:
 - **Append** (leader): validate every batch (size, magic, CRC32C, offsets, timestamps — per
   batch, never per record), copy the request's bytes once, rewrite each batch's base offset
   (not covered by the CRC) and partition leader epoch, stamp LogAppendTime when the topic
-  asks for it, roll the active segment if needed, and append the bytes as received.
+  asks for it, roll the active segment if needed, and append the bytes as received. A batch
+  the broker built itself (a coordinator's record, Kafka's ``AppendOrigin.COORDINATOR``;
+  :meth:`PartitionLog.append_as_coordinator`) is not checked again for what only a
+  client's batch can get wrong: its CRC (just computed), its keys on a compacted topic, its
+  timestamps (the coordinator's clock); the size limit, offsets and producer state apply
+  as to any append.
 - **Read**: find the segment holding the offset (bisect over base offsets), let it translate
   the offset to a position through its sparse index, and return a file region bounded by
   ``max_bytes`` and by the high watermark (KIP-74: the first batch whole even if larger).
@@ -351,6 +356,20 @@ class PartitionLog:
             _require_keys(records, info.batches, self.name)
         return info
 
+    def _own_batch(self, records: bytes | bytearray | memoryview) -> BatchesInfo:
+        """The header of a batch this broker built (one batch, the whole buffer): read,
+        not verified, but still held to ``max.message.bytes``."""
+        header = BatchHeader.parse(records)
+        if header.size != len(records):
+            raise ValueError(f"a coordinator's batch of {header.size} bytes in a buffer of "
+                             f"{len(records)}")
+        if header.size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes "
+                f"{self.config.max_message_bytes}")
+        return BatchesInfo((header,), header.record_count, header.max_timestamp, 0,
+                           header.size)
+
     def _check_timestamps(
         self, records: bytes | bytearray | memoryview, headers: tuple[BatchHeader, ...],
         now: int,
@@ -456,6 +475,36 @@ class PartitionLog:
             self.log_start_offset, info.record_count, info.size,
         )
 
+    def append_as_coordinator(
+        self, batch: bytes | bytearray, leader_epoch: int = -1
+    ) -> LogAppendInfo:
+        """Append the one batch a coordinator of this broker built (its record of a state
+        change; module docstring), assigning its offsets as :meth:`append_as_leader`
+        does: a method of its own, so that the path every produce request takes stays as
+        it is. On a topic that recompresses or stamps LogAppendTime the batch goes through
+        :meth:`append_as_leader`."""
+        info = self._own_batch(batch)
+        config = self.config
+        if config.compression_type != "producer" or config.log_append_time:
+            return self.append_as_leader(batch, leader_epoch)
+        header = info.batches[0]
+        buf = bytearray(batch)
+        with self._lock:
+            first = self._view[1][-1].next_offset
+            producers = self.producer_state.analyze(info.batches, first)
+            if producers.duplicate is not None:
+                return self._duplicate_append_info(producers.duplicate)
+            if leader_epoch >= 0:
+                self.leader_epoch_cache.assign(leader_epoch, first)
+                set_partition_leader_epoch(buf, 0, leader_epoch)
+            set_base_offset(buf, 0, first)
+            last = first + header.last_offset_delta
+            self._append(buf, (AppendedBatch(0, header.size, last, header.max_timestamp),),
+                         first, last)
+            self.producer_state.commit(producers)
+        return LogAppendInfo(first, last, info.max_timestamp, -1, self.log_start_offset,
+                             info.record_count, info.size)
+
     def _duplicate_append_info(self, duplicate: BatchMetadata) -> LogAppendInfo:
         """A retried idempotent batch: nothing written, the original offsets answered."""
         return LogAppendInfo(
@@ -473,8 +522,7 @@ class PartitionLog:
         now = self.time_ms()
         batch = build_end_txn_marker(producer_id, producer_epoch, committed,
                                      coordinator_epoch, now)
-        info = self.validate(batch, strict=False)
-        header = info.batches[0]
+        header = BatchHeader.parse(batch)  # built just now: nothing to verify
         buf = bytearray(batch)
         with self._lock:
             self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
