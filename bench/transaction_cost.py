@@ -52,7 +52,7 @@ import confluent_kafka as ck
 from _tools.broker import CLK_TCK, free_port, odradek_serve
 from confluent_kafka.admin import AdminClient, NewTopic
 from peers import odradek_at
-from transactions import PRODUCER
+from transactions import PRODUCER, produce_one
 
 _REQUESTS = re.compile(
     r'^kafka_network_requestmetrics_requests_total\{request="(\w+)",version="\d+"\} (\S+)$')
@@ -90,12 +90,7 @@ def _transactions(producer: ck.Producer, topic: str, count: int, per_txn: int,
         started = time.monotonic()
         producer.begin_transaction()
         for _ in range(per_txn):
-            while True:
-                try:
-                    producer.produce(topic, value)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
+            produce_one(producer, topic, value)
         produced = time.monotonic()
         producer.commit_transaction(60)
         loops.append(produced - started)
@@ -106,12 +101,7 @@ def _transactions(producer: ck.Producer, topic: str, count: int, per_txn: int,
 def _idempotent(producer: ck.Producer, topic: str, records: int, value: bytes) -> None:
     """``records`` records through an idempotent producer, all acknowledged."""
     for n in range(records):
-        while True:
-            try:
-                producer.produce(topic, value)
-                break
-            except BufferError:
-                producer.poll(0.01)
+        produce_one(producer, topic, value)
         if n % 10_000 == 0:
             producer.poll(0)
     remaining = producer.flush(600)

@@ -68,6 +68,16 @@ def _topic(bootstrap: str, partitions: int) -> str:
     return name
 
 
+def produce_one(producer: ck.Producer, topic: str, value: bytes) -> None:
+    """One record into the producer's queue, serving delivery reports while it is full."""
+    while True:
+        try:
+            producer.produce(topic, value)
+            return
+        except BufferError:
+            producer.poll(0.01)
+
+
 def produce(bootstrap: str, topic: str, records: int, value: bytes,
             per_txn: int | None) -> float:
     """Seconds to produce ``records`` records (and have them all acknowledged); with an
@@ -89,12 +99,7 @@ def produce(bootstrap: str, topic: str, records: int, value: bytes,
         if per_txn is not None:
             producer.begin_transaction()
         for _ in range(min(step, records - first)):
-            while True:
-                try:
-                    producer.produce(topic, value)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
+            produce_one(producer, topic, value)
         if per_txn is not None:
             producer.commit_transaction(60)
         else:

@@ -220,24 +220,23 @@ class Partition:
     ) -> LogAppendInfo:
         """Validate and append a producer's batches (the caller checked leadership)."""
         if acks == -1:
-            min_isr = self.log.config.min_insync_replicas
-            in_sync = len(self.state.isr)
-            if in_sync < min_isr:
-                raise NotEnoughReplicasError(
-                    f"ISR of {in_sync} is below min.insync.replicas={min_isr}"
-                )
+            self._check_min_isr()
         return self.log.append_as_leader(records, leader_epoch=self.state.leader_epoch)
 
-    def append_coordinator_records(self, batch: bytes | bytearray) -> LogAppendInfo:
-        """Append a batch a coordinator of this broker built (its acks=-1 write: refused
-        with NOT_ENOUGH_REPLICAS when the ISR is below ``min.insync.replicas``; the caller
-        checked leadership)."""
+    def _check_min_isr(self) -> None:
+        """An acks=-1 write needs ``min.insync.replicas`` in the ISR (NOT_ENOUGH_REPLICAS)."""
         min_isr = self.log.config.min_insync_replicas
         in_sync = len(self.state.isr)
         if in_sync < min_isr:
             raise NotEnoughReplicasError(
                 f"ISR of {in_sync} is below min.insync.replicas={min_isr}"
             )
+
+    def append_coordinator_records(self, batch: bytes | bytearray) -> LogAppendInfo:
+        """Append a batch a coordinator of this broker built (its acks=-1 write: refused
+        with NOT_ENOUGH_REPLICAS when the ISR is below ``min.insync.replicas``; the caller
+        checked leadership)."""
+        self._check_min_isr()
         return self.log.append_as_coordinator(batch, leader_epoch=self.state.leader_epoch)
 
     def append_control_as_leader(
