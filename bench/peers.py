@@ -178,6 +178,7 @@ class Spec:
         if self.name.startswith("odradek"):
             uvloop = self.name in ("odradek-uvloop", "odradek-copy")
             head = ([str(PY), str(TOOLS / "odradek_uvloop.py")] if uvloop
+                    else [str(PY), str(TOOLS / "odradek_cli.py")] if self.source is not None
                     else [str(ROOT / ".venv" / "bin" / "odradek")])
             metrics = (["--override", f"metrics.listener=http://127.0.0.1:{metrics_port}"]
                        if metrics_port else [])

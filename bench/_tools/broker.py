@@ -53,7 +53,12 @@ def odradek_serve(
     venv = ROOT / ".venv" / "bin"
     # under a wrapper the interpreter is named (valgrind runs executables, not scripts)
     interpreter = [*wrapper, str(venv / "python")] if wrapper else []
-    command = [*interpreter, str(venv / "odradek"), "serve", "--log-level", "warning"]
+    # another tree runs through a launcher every tree can use (its own header says why)
+    cli = (str(venv / "odradek") if source is None
+           else str(Path(__file__).with_name("odradek_cli.py")))
+    if source is not None and not wrapper:
+        interpreter = [str(venv / "python")]
+    command = [*interpreter, cli, "serve", "--log-level", "warning"]
     for override in (*overrides, f"log.dirs={data}"):
         command += ["--override", override]
     env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
