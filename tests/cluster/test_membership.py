@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from odradek.cluster.membership import (
     live_brokers,
     wait_out_previous_registration,
 )
-from odradek.cluster.store import MetadataStore
+from odradek.cluster.store import MetadataStore, SessionExpiredError
 from tests.cluster._zookeeper import ZooKeeperServer, expire_session, wait_for
 from tests.cluster.conftest import Backend
 
@@ -139,6 +140,33 @@ def test_reregistration_after_expiry(backend: Backend) -> None:
              and n.ephemeral_owner == store.session_id != old, what="re-registration")
     registration.unregister()
     assert store.get("/brokers/ids/5") is None
+
+
+def test_a_registration_rides_out_its_session_expiring_while_it_runs(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[MetadataStore],
+) -> None:
+    """The session expires between the registration's create and its read (a broker paused
+    right there, past its session timeout, as a whole run saw): the broker registers on
+    the new session instead of failing its start."""
+    store = zookeeper.store(zk_chroot)
+    zk_stores.append(store)
+    real_get = store.get
+    lost: list[int] = []
+
+    def get(path: str, watch: Any = None) -> Any:
+        if path == "/brokers/ids/6" and not lost:
+            lost.append(store.session_id)
+            expire_session(store, zookeeper)  # type: ignore[arg-type]
+            raise SessionExpiredError(f"{path}: SessionExpiredError")
+        return real_get(path, watch)
+
+    store.get = get  # type: ignore[method-assign]
+    registration = _registration(store, 6)
+    registration.register()
+    assert lost and store.session_id != lost[0]
+    node = real_get("/brokers/ids/6")
+    assert node is not None and node.ephemeral_owner == store.session_id
+    assert registration.registered
 
 
 # -- a restart within the session timeout (wait_out_previous_registration) ----------------------

@@ -9,7 +9,9 @@ lives as long as the broker's session. If it already exists and belongs to anoth
 session, the id is taken and registration is refused (Kafka's broker refuses to start);
 if it belongs to our own session (a retried create), it is ours. After the session
 expires the store opens a new one and :class:`BrokerRegistration` registers again, as
-Kafka's broker does on a new session.
+Kafka's broker does on a new session; a registration that meets a lost connection or an
+expired session midway (the broker paused, at start too) is tried again until ZooKeeper
+answers, for up to :data:`REGISTER_RETRY_S`, as Kafka's requests retry until connected.
 :class:`BrokerChangeWatcher` keeps a child watch on ``/brokers/ids`` and reports the set of
 live brokers whenever it changes.
 
@@ -45,10 +47,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from odradek.cluster.store import (
+    ConnectionLossError,
     MetadataStore,
     NodeExistsError,
     NoNodeError,
     SessionEvent,
+    SessionExpiredError,
     StoreError,
 )
 
@@ -67,6 +71,10 @@ __all__ = [
     "request_controlled_shutdown",
     "wait_out_previous_registration",
 ]
+
+#: how long a registration is tried again while ZooKeeper does not answer
+REGISTER_RETRY_S = 30.0
+REGISTER_RETRY_BACKOFF_S = 0.2
 
 log = logging.getLogger(__name__)
 
@@ -318,24 +326,47 @@ class BrokerRegistration:
         endpoints: Sequence[EndPoint],
         rack: str | None = None,
         on_error: Callable[[Exception], None] | None = None,
+        retry_s: float = REGISTER_RETRY_S,
     ) -> None:
         self.store = store
         self.broker_id = broker_id
         self.endpoints = tuple(endpoints)
         self.rack = rack
         self._on_error = on_error
+        self._retry_s = retry_s
         self._registered = False
         self._lock = threading.Lock()
         # The czxid of the registration made (KIP-380's broker epoch), -1 before.
         self.broker_epoch = NO_BROKER_EPOCH
 
     def register(self) -> BrokerInfo:
-        """Create ``/brokers/ids/<id>``; raise :class:`BrokerIdInUseError` if it is taken."""
-        info = self._register()
+        """Create ``/brokers/ids/<id>``; raise :class:`BrokerIdInUseError` if it is taken.
+        The session listener comes first: a session that expires while this runs (the
+        process paused, ZooKeeper unreachable) is followed by a registration on the new
+        one, as after any expiry."""
         self.store.add_session_listener(self._on_session)
-        return info
+        try:
+            return self._register()
+        except BaseException:
+            self.store.remove_session_listener(self._on_session)
+            raise
 
     def _register(self) -> BrokerInfo:
+        """:meth:`_register_once`, again while ZooKeeper does not answer (a lost
+        connection, an expired session: the client reconnects, on a new session if need
+        be), for up to ``retry_s`` seconds, as Kafka's ``KafkaZkClient`` retries its
+        requests until connected."""
+        deadline = time.monotonic() + self._retry_s
+        while True:
+            try:
+                return self._register_once()
+            except (ConnectionLossError, SessionExpiredError) as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("broker %d: registering: %s; trying again", self.broker_id, exc)
+                time.sleep(REGISTER_RETRY_BACKOFF_S)
+
+    def _register_once(self) -> BrokerInfo:
         with self._lock:
             while True:
                 info = BrokerInfo(
