@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
 import time
+import traceback
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,15 @@ class AckedProducer(threading.Thread):
 def note(what: str) -> None:
     """A timestamped line in the captured output (to line up with the mirror's log)."""
     print(f"{time.strftime('%H:%M:%S', time.gmtime())} {what}", flush=True)
+
+
+def print_threads() -> None:
+    """Where each thread of this process is (the mirror's query runs its micro-batches
+    here, through Spark's callback server): a failed wait shows what the mirror waits on."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        print(f"--- thread {names.get(ident, ident)}", flush=False)
+        print("".join(traceback.format_stack(frame)), flush=True)
 
 
 def leader(cluster: Cluster, topic: str, partition: int) -> int:
@@ -219,6 +230,7 @@ def test_mirror_rides_out_a_leader_killed_on_each_side(mirror_spark: Any, tmp_pa
     except BaseException:
         with contextlib.suppress(OSError):
             print(log.read_text(errors="replace")[-8000:])
+        print_threads()
         raise
     finally:
         if producer is not None:

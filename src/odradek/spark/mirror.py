@@ -53,6 +53,7 @@ query and one driver thread):
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -547,7 +548,6 @@ class MirrorJob:
         self.failure: BaseException | None = None
         self.batches = 0
         self.records = 0
-        self._committer: ck.Consumer | None = None
 
     # -- clusters and topics
 
@@ -788,15 +788,20 @@ class MirrorJob:
                    for t, parts in ends.items() for p, off in parts.items()]
         if not offsets:
             return
-        if self._committer is None:
-            self._committer = ck.Consumer({
-                "group.id": self.cfg.group, "enable.auto.commit": False, "log_level": 2,
-                **self.cfg.source_conf(),
-            })
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        # The admin client's AlterConsumerGroupOffsets (an OffsetCommit for a group without
+        # members), bounded by --timeout: a consumer's synchronous commit has no timeout
+        # and can wait for ever on a group coordinator that was killed under it.
         try:
-            self._committer.commit(offsets=offsets, asynchronous=False)
-        except ck.KafkaException as exc:
-            log.warning("cannot commit the mirror's offsets on the source: %s", exc.args[0])
+            _result(
+                self.src.alter_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(self.cfg.group, offsets)],
+                    request_timeout=self.timeout_s)[self.cfg.group],
+                self.timeout_s, "cannot commit the mirror's offsets on the source",
+            )
+        except TransientMirrorError as exc:  # informational (lag); the next batch commits
+            log.warning("%s", exc)
 
     # -- consumer-group offsets
 
@@ -813,7 +818,8 @@ class MirrorJob:
             if group == self.cfg.group:
                 continue
             req = [ConsumerGroupTopicPartitions(group)]
-            got = _result(self.src.list_consumer_group_offsets(req)[group], self.timeout_s,
+            got = _result(self.src.list_consumer_group_offsets(
+                req, request_timeout=self.timeout_s)[group], self.timeout_s,
                           f"cannot fetch the offsets of group {group!r} on the source")
             wanted: dict[tuple[str, int], int] = {}
             with self.lock:
@@ -830,23 +836,29 @@ class MirrorJob:
     def _commit_translated(self, group: str, wanted: dict[tuple[str, int], int]) -> int:
         from confluent_kafka import ConsumerGroupTopicPartitions
 
+        what = f"cannot read group {group!r} on the target"
         try:
-            desc = self.tgt.describe_consumer_groups([group])[group].result(
-                timeout=self.timeout_s)
+            desc = self.tgt.describe_consumer_groups(
+                [group], request_timeout=self.timeout_s)[group].result(timeout=self.timeout_s)
             if desc.members:
                 log.debug("group %s is active on the target: offsets not synced", group)
                 return 0
         except ck.KafkaException:
             pass  # the group does not exist on the target yet
+        except concurrent.futures.TimeoutError:  # the target does not answer: not now
+            raise TransientMirrorError(f"{what}: no answer in {self.timeout_s} s") from None
         prefix = self.cfg.topic_prefix
         current: dict[tuple[str, int], int] = {}
         try:
             have = self.tgt.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)])[group].result(timeout=self.timeout_s)
+                [ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout_s
+            )[group].result(timeout=self.timeout_s)
             current = {(tp.topic, tp.partition): tp.offset
                        for tp in have.topic_partitions or [] if tp.offset >= 0}
         except ck.KafkaException:
             pass
+        except concurrent.futures.TimeoutError:
+            raise TransientMirrorError(f"{what}: no answer in {self.timeout_s} s") from None
         commit = [
             ck.TopicPartition(prefix + t, p, off) for (t, p), off in sorted(wanted.items())
             if current.get((prefix + t, p), -1) < off
@@ -940,8 +952,6 @@ class MirrorJob:
             if query.isActive:
                 query.stop()
             syncer.join(self.timeout_s)
-            if self._committer is not None:
-                self._committer.close()
             if own:
                 spark.stop()
         if error is not None:
