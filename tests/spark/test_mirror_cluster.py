@@ -29,7 +29,13 @@ import confluent_kafka as ck
 import pytest
 
 from tests.interop._cluster import Cluster, cluster_zookeeper, running_cluster
-from tests.spark.test_mirror import ends, mirror_in_session, read_all, wait_until
+from tests.spark.test_mirror import (
+    SessionMirror,
+    ends,
+    mirror_in_session,
+    read_all,
+    wait_until,
+)
 
 TOPIC = "c.t"
 PARTITIONS = 2
@@ -133,18 +139,29 @@ def grows(producer: AckedProducer, what: str) -> None:
                what)
 
 
-def carries_on(tgt: Cluster, what: str) -> None:
-    """Every target partition grows from now on (the mirror writes to the new leaders)."""
+def carries_on(tgt: Cluster, mirror: SessionMirror, what: str) -> None:
+    """Every target partition grows from now on (the mirror writes to the new leaders);
+    a mirror that stopped fails the wait at once, with its error."""
     known: list[list[int]] = []
 
+    def alive() -> None:
+        if not mirror.running():
+            raise AssertionError(f"the mirror stopped while waiting for {what}: "
+                                 f"{mirror.error!r}")
+
     def answered() -> bool:  # ends() is -1s while the cluster does not answer
+        alive()
         known.append(ends(tgt.bootstrap, TOPIC, PARTITIONS))
         return min(known[-1]) >= 0
 
+    def grown() -> bool:
+        alive()
+        return all(e > n for e, n in zip(ends(tgt.bootstrap, TOPIC, PARTITIONS), now,
+                                         strict=True))
+
     wait_until(answered, "the target's end offsets")
     now = known[-1]
-    wait_until(lambda: all(e > n for e, n in zip(ends(tgt.bootstrap, TOPIC, PARTITIONS), now,
-                                                 strict=True)), what)
+    wait_until(grown, what)
 
 
 @pytest.mark.timeout(1200)
@@ -178,7 +195,7 @@ def test_mirror_rides_out_a_leader_killed_on_each_side(mirror_spark: Any, tmp_pa
                 src.wait_for(lambda: leader(src, TOPIC, 0) not in (-1, victim), 60,
                              "a new leader of the source's partition 0")
                 grows(producer, "acknowledged records after the source broker's loss")
-                carries_on(tgt, "the mirror carrying on after the source broker's loss")
+                carries_on(tgt, mirror, "the mirror carrying on after the source broker's loss")
 
                 victims = {"source": victim, "target": leader(tgt, TOPIC, 0)}
                 tgt.kill9(victims["target"])
@@ -186,7 +203,7 @@ def test_mirror_rides_out_a_leader_killed_on_each_side(mirror_spark: Any, tmp_pa
                 tgt.wait_for(lambda: leader(tgt, TOPIC, 0) not in (-1, victims["target"]),
                              60, "a new leader of the target's partition 0")
                 grows(producer, "acknowledged records after the target broker's loss")
-                carries_on(tgt, "the mirror carrying on after the target broker's loss")
+                carries_on(tgt, mirror, "the mirror carrying on after the target broker's loss")
 
                 # both come back, catch up, and lead partition 0 again (the controller's
                 # preferred-leader check): a second leader move on each side
@@ -200,7 +217,7 @@ def test_mirror_rides_out_a_leader_killed_on_each_side(mirror_spark: Any, tmp_pa
                     cluster.wait_for(back, 120, f"the {side}'s broker {victims[side]} back "
                                      "as leader of partition 0, in sync")
                 grows(producer, "acknowledged records after the leaders moved back")
-                carries_on(tgt, "the mirror carrying on after the leaders moved back")
+                carries_on(tgt, mirror, "the mirror carrying on after the leaders moved back")
                 producer.stop.set()
                 producer.join(180)
                 assert producer.error is None, producer.error
