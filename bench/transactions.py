@@ -145,11 +145,32 @@ class Tree:
         self.cpu: dict[str, list[float]] = {"plain": [], "txn": [], "ru": [], "rc": []}
 
 
+def _delete(bootstrap: str, topics: list[str]) -> None:
+    """The round's topics deleted, so that every round starts with the same data on disk
+    (rounds kept slowing as the runs' gigabytes gathered in the log dir)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(topics, operation_timeout=30).values():
+        future.result(60)
+
+
 def _round(tree: Tree, pid: int, n: int, args: argparse.Namespace, value: bytes) -> None:
+    if not tree.mock:
+        topics: list[str] = []
+        try:
+            _round_on(tree, pid, n, args, value, topics)
+        finally:
+            _delete(tree.bootstrap, topics)
+    else:
+        _round_on(tree, pid, n, args, value, [])
+
+
+def _round_on(tree: Tree, pid: int, n: int, args: argparse.Namespace, value: bytes,
+              made: list[str]) -> None:
     order = [None, args.per_txn] if n % 2 == 0 else [args.per_txn, None]
     written = ""
     topics = [f"txn-bench-{uuid.uuid4().hex[:8]}" if tree.mock
               else _topic(tree.bootstrap, args.partitions) for _ in order]
+    made.extend(topics)
     for topic, per_txn in zip(topics, order, strict=True):
         case = "plain" if per_txn is None else "txn"
         before = 0.0 if tree.mock else cpu_seconds(pid)
