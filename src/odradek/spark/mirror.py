@@ -881,6 +881,7 @@ class MirrorJob:
             except TransientMirrorError as exc:  # a broker away: try again next round
                 log.warning("sync skipped this round: %s", exc)
             except Exception as exc:  # reported by run(): ends the mirror
+                log.error("the sync thread failed, the mirror stops: %s", exc)
                 self.failure = exc
                 self.stopping.set()
 
@@ -955,6 +956,7 @@ class MirrorJob:
             if own:
                 spark.stop()
         if error is not None:
+            log.error("the mirror's Spark query failed: %s", error)
             raise MirrorError(f"the mirror's Spark query failed: {error}")
         if self.failure is not None:
             raise MirrorError(str(self.failure))
