@@ -31,13 +31,17 @@ Usage::
     .venv/bin/python bench/tls_terminator.py bench [--rounds 3] [--records 20000] \\
         [--kinds fetch-produce,fetch] [--out bench/results/tls-terminator.md]
 
-``bench``: per round a fresh broker (PLAINTEXT, SSL and TERM listeners, the certificates
-made at run time as bench/peers.py's TLS cells make them) and a fresh terminator; the
-three paths (plaintext direct, TLS direct, TLS via the terminator) in a rotating order,
-each producing ``--records`` x 100 KB records (acks=1, 1 MB batches, 1 partition) with
-rdkafka_performance and fetching them back (8 MiB partition fetches). It reports MB/s,
-the ratio to plaintext, and CPU seconds per GB of the broker (and of its event-loop
-thread), of the terminator and of the client, with the load average of each round.
+``bench``: per round the three paths (plaintext direct, TLS direct through the broker's
+own transport, TLS via the terminator) in an order rotating between rounds, each on a
+fresh broker (PLAINTEXT, SSL and TERM listeners; certificates made at run time with
+bench/peers.py's ``make_certs``, as its TLS cells make them) and, for the third, a fresh
+terminator; each path produces ``--records`` x 100 KB records (acks=1, 1 MB batches,
+1 partition; peers' ``tls-fetch-produce`` cell) with rdkafka_performance and fetches them
+back (8 MiB partition fetches; peers' ``tls-fetch``). A fresh broker per path because a
+later cell on the same broker paid for the earlier cells' page-cache writeback (up to
+2x its CPU per GB). It reports MB/s, the ratio to plaintext, and CPU seconds per GB of
+the broker (and of its event-loop thread), of the terminator and of the client, with
+the 1-minute load average at each cell's start.
 """
 
 from __future__ import annotations
