@@ -29,7 +29,8 @@ Usage::
     .venv/bin/python bench/tls_terminator.py serve --listen 127.0.0.1:9093 \\
         --backend 127.0.0.1:9095 --keystore server.pem
     .venv/bin/python bench/tls_terminator.py bench [--rounds 3] [--records 20000] \\
-        [--kinds fetch-produce,fetch] [--out bench/results/tls-terminator.md]
+        [--kinds fetch-produce,fetch] [--broker-override KEY=VALUE ...] \\
+        [--out bench/results/tls-terminator.md]
 
 ``bench``: per round the three paths (plaintext direct, TLS direct through the broker's
 own transport, TLS via the terminator) in an order rotating between rounds, each on a
@@ -211,6 +212,7 @@ class TermSpec(peers.Spec):
 
     backend_port: int = 0
     public_port: int = 0
+    overrides: tuple[str, ...] = ()  # more broker settings (--broker-override), every path
 
     def argv(self, port: int, data: Path, metrics_port: int = 0,
              tls: tuple[int, Path] | None = None) -> list[str]:
@@ -222,7 +224,8 @@ class TermSpec(peers.Spec):
                 "--override", "listener.security.protocol.map="
                 "PLAINTEXT:PLAINTEXT,SSL:SSL,TERM:PLAINTEXT",
                 "--override", f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},"
-                f"SSL://127.0.0.1:{tls[0]},TERM://127.0.0.1:{self.public_port}"]
+                f"SSL://127.0.0.1:{tls[0]},TERM://127.0.0.1:{self.public_port}",
+                *(a for o in self.overrides for a in ("--override", o))]
 
 
 class Terminator:
@@ -280,12 +283,13 @@ class Cell:
         return self.result.rate * self.result.size / 1e6
 
 
-def run_path(r: int, path: str, records: int, kinds: tuple[str, ...],
-             certs: Path) -> list[Cell]:
+def run_path(r: int, path: str, records: int, kinds: tuple[str, ...], certs: Path,
+             overrides: tuple[str, ...] = ()) -> list[Cell]:
     """One path of one round on a fresh broker (and terminator), its data removed after:
     a later cell on the same broker paid for the earlier cells' page-cache writeback."""
     backend, public = peers._free_port(), peers._free_port()
-    spec = TermSpec("odradek", "disk (page cache)", backend_port=backend, public_port=public)
+    spec = TermSpec("odradek", "disk (page cache)", backend_port=backend, public_port=public,
+                    overrides=overrides)
     data = peers.WORK / f"term{r}-{path.lower()}"
     shutil.rmtree(data, ignore_errors=True)
     broker = peers.Broker(spec, data, certs)
@@ -395,7 +399,8 @@ def bench(args: argparse.Namespace) -> int:
     for r in range(args.rounds):
         for path in PATHS[r % 3:] + PATHS[:r % 3]:  # each path first once in 3 rounds
             try:
-                cells += run_path(r, path, args.records, kinds, certs)
+                cells += run_path(r, path, args.records, kinds, certs,
+                                  tuple(args.broker_override))
             except Exception as e:  # one cell failing must not end the sitting
                 print(f"  round {r} {path}: {e!r}", file=sys.stderr)
     shutil.rmtree(peers.WORK / "certs-term", ignore_errors=True)
@@ -431,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--rounds", type=int, default=3)
     b.add_argument("--records", type=int, default=20_000, help="100 KB records per cell")
     b.add_argument("--kinds", default=",".join(KINDS), help=f"of {','.join(KINDS)}")
+    b.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker setting for every path (repeatable)")
     b.add_argument("--out", default=str(peers.ROOT / "bench" / "results" /
                                         "tls-terminator.md"))
     args = parser.parse_args(argv)
