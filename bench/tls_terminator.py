@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -66,6 +67,7 @@ import peers  # bench/peers.py: broker, load generator, certificates
 
 CHUNK = 1 << 20  # the largest read, either direction
 HANDSHAKE_TIMEOUT_S = 10.0
+PIPELINE = False  # serve --pipeline: the up direction's sends on a thread of their own
 PATHS = ("PLAINTEXT", "SSL", "SSL-TERM")
 KINDS = ("fetch-produce", "fetch")
 
@@ -127,43 +129,81 @@ class Connection:
                 self.client.close()
 
     def _up(self) -> None:
-        """Client -> broker: read, decrypt every whole record, forward in one send."""
+        """Client -> broker: read, decrypt every whole record, forward in one send (with
+        ``--pipeline``, the sends run on a thread of their own, two buffers in turn, so the
+        next read and decryption overlap the last send)."""
         assert self.backend is not None
         cipher = bytearray(CHUNK)
         cipher_view = memoryview(cipher)
-        plain = bytearray(CHUNK + (64 << 10))
-        plain_view = memoryview(plain)
-        n = 0  # the handshake's last read may have brought records already: decrypt first
-        while True:
-            more = True
-            while more:
-                filled = 0
-                with self.lock:
-                    if n:
-                        self.incoming.write(cipher_view[:n])
-                        n = 0
-                    while True:
-                        room = len(plain) - filled
-                        if room < (17 << 10):  # a TLS record may not fit: forward first
-                            break
-                        try:
-                            got = cast(int, self.tls.read(room, plain_view[filled:]))
-                        except ssl.SSLWantReadError:
-                            more = False
-                            break
-                        except ssl.SSLZeroReturnError:
-                            got = 0
-                        if not got:  # close_notify
-                            if filled:
-                                self.backend.sendall(plain_view[:filled])
-                            return
-                        filled += got
-                    _flush(self.client, self.outgoing)  # post-handshake messages
-                if filled:
-                    self.backend.sendall(plain_view[:filled])
-            n = self.client.recv_into(cipher_view)
-            if not n:
-                return
+        buffers = [memoryview(bytearray(CHUNK + (64 << 10))) for _ in range(2 if PIPELINE
+                                                                            else 1)]
+        free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
+        ready: queue.SimpleQueue[tuple[memoryview, int] | None] = queue.SimpleQueue()
+        for b in buffers:
+            free.put(b)
+        if PIPELINE:
+            threading.Thread(target=self._forward, args=(ready, free), daemon=True).start()
+
+        def forward(view: memoryview, size: int) -> None:
+            if PIPELINE:
+                ready.put((view, size))
+            else:
+                assert self.backend is not None
+                self.backend.sendall(view[:size])
+                free.put(view)
+
+        try:
+            n = 0  # the handshake's last read may have brought records already: decrypt first
+            while True:
+                more = True
+                while more:
+                    filled = 0
+                    plain_view = free.get()
+                    with self.lock:
+                        if n:
+                            self.incoming.write(cipher_view[:n])
+                            n = 0
+                        while True:
+                            room = len(plain_view) - filled
+                            if room < (17 << 10):  # a TLS record may not fit: forward first
+                                break
+                            try:
+                                got = cast(int, self.tls.read(room, plain_view[filled:]))
+                            except ssl.SSLWantReadError:
+                                more = False
+                                break
+                            except ssl.SSLZeroReturnError:
+                                got = 0
+                            if not got:  # close_notify
+                                if filled:
+                                    forward(plain_view, filled)
+                                else:
+                                    free.put(plain_view)
+                                return
+                            filled += got
+                        _flush(self.client, self.outgoing)  # post-handshake messages
+                    if filled:
+                        forward(plain_view, filled)
+                    else:
+                        free.put(plain_view)
+                n = self.client.recv_into(cipher_view)
+                if not n:
+                    return
+        finally:
+            if PIPELINE:
+                ready.put(None)
+                for _ in buffers:  # every send done before run() shuts the backend down
+                    with contextlib.suppress(queue.Empty):  # (one may be in this hand)
+                        free.get(timeout=5)
+
+    def _forward(self, ready: queue.SimpleQueue[tuple[memoryview, int] | None],
+                 free: queue.SimpleQueue[memoryview]) -> None:
+        assert self.backend is not None
+        while (item := ready.get()) is not None:
+            view, size = item
+            with contextlib.suppress(OSError):  # the connection is going: keep returning
+                self.backend.sendall(view[:size])
+            free.put(view)
 
     def _down(self) -> None:
         """Broker -> client: read, encrypt in one write, send the records in one send."""
@@ -231,12 +271,14 @@ class TermSpec(peers.Spec):
 class Terminator:
     """``serve`` in a child process of its own session."""
 
-    def __init__(self, port: int, backend_port: int, keystore: Path, log: Path) -> None:
+    def __init__(self, port: int, backend_port: int, keystore: Path, log: Path,
+                 pipeline: bool = False) -> None:
         self.port = port
         self.log = open(log, "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "serve", "--listen", f"127.0.0.1:{port}",
-             "--backend", f"127.0.0.1:{backend_port}", "--keystore", str(keystore)],
+             "--backend", f"127.0.0.1:{backend_port}", "--keystore", str(keystore),
+             *(["--pipeline"] if pipeline else [])],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 30
         while True:
@@ -284,7 +326,7 @@ class Cell:
 
 
 def run_path(r: int, path: str, records: int, kinds: tuple[str, ...], certs: Path,
-             overrides: tuple[str, ...] = ()) -> list[Cell]:
+             overrides: tuple[str, ...] = (), pipeline: bool = False) -> list[Cell]:
     """One path of one round on a fresh broker (and terminator), its data removed after:
     a later cell on the same broker paid for the earlier cells' page-cache writeback."""
     backend, public = peers._free_port(), peers._free_port()
@@ -298,7 +340,7 @@ def run_path(r: int, path: str, records: int, kinds: tuple[str, ...], certs: Pat
     try:
         if path == "SSL-TERM":
             term = Terminator(public, backend, certs / "server.pem",
-                              peers.WORK / f"term{r}.log")
+                              peers.WORK / f"term{r}.log", pipeline)
             broker.tls_bootstrap = f"127.0.0.1:{public}"
         client = {"security.protocol": "SSL", "ssl.ca.location": str(certs / "ca.pem")}
         tls = None if path == "PLAINTEXT" else client
@@ -400,7 +442,7 @@ def bench(args: argparse.Namespace) -> int:
         for path in PATHS[r % 3:] + PATHS[:r % 3]:  # each path first once in 3 rounds
             try:
                 cells += run_path(r, path, args.records, kinds, certs,
-                                  tuple(args.broker_override))
+                                  tuple(args.broker_override), args.pipeline)
             except Exception as e:  # one cell failing must not end the sitting
                 print(f"  round {r} {path}: {e!r}", file=sys.stderr)
     shutil.rmtree(peers.WORK / "certs-term", ignore_errors=True)
@@ -432,16 +474,22 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--listen", required=True, help="host:port of the TLS listener")
     s.add_argument("--backend", required=True, help="host:port of the broker's plaintext")
     s.add_argument("--keystore", required=True, type=Path, help="PEM key and chain")
+    s.add_argument("--pipeline", action="store_true",
+                   help="send to the broker on a thread of its own (two buffers in turn)")
     b = sub.add_parser("bench", help="plaintext, TLS and TLS via the terminator")
     b.add_argument("--rounds", type=int, default=3)
     b.add_argument("--records", type=int, default=20_000, help="100 KB records per cell")
     b.add_argument("--kinds", default=",".join(KINDS), help=f"of {','.join(KINDS)}")
     b.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker setting for every path (repeatable)")
+    b.add_argument("--pipeline", action="store_true",
+                   help="the terminator's sends to the broker on a thread of their own")
     b.add_argument("--out", default=str(peers.ROOT / "bench" / "results" /
                                         "tls-terminator.md"))
     args = parser.parse_args(argv)
     if args.command == "serve":
+        global PIPELINE
+        PIPELINE = args.pipeline
         serve(_address(args.listen), _address(args.backend), args.keystore)
         return 0
     return bench(args)
