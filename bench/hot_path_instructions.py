@@ -18,7 +18,8 @@ Cases (one partition, one connection):
 - ``fetch 8 MiB``: bench/peers.py's consume p=1 cell (``max.partition.fetch.bytes`` 8 MiB,
   ``fetch.max.bytes`` 64 MiB) against a partition of ten such batches;
 - ``fetch 8 partitions``: its consume p=8 cell, the same limits over eight such
-  partitions. How much an answer holds is the broker's to choose (its ``fetch.max.bytes``
+  partitions; ``fetch 100 partitions``: its scale-consume cell at 100 partitions (two
+  batches each), where most partitions named are answered empty. How much an answer holds is the broker's to choose (its ``fetch.max.bytes``
   and answer cap), so the trees' answers may differ in size: the Fetch cases also print
   instructions per MiB answered, the figure that compares when they do (and fewer
   counted requests, ``--requests`` scaled down by the answer's size).
@@ -62,6 +63,8 @@ CASES: dict[str, tuple[str, int, bool, int, bool | FetchShape]] = {
     "fetch 8 MiB": ("fetch 8 MiB", 9_000, False, 0, FetchShape(1, **PEERS_FETCH)),
     "fetch 8 partitions": ("fetch 8 partitions", 9_000, False, 0,
                            FetchShape(8, **PEERS_FETCH)),
+    "fetch 100 partitions": ("fetch 100 partitions", 9_000, False, 0,
+                             FetchShape(100, **{**PEERS_FETCH, "batches": 2})),
 }
 # Counted requests of a case whose answers are larger than 1 MiB: about 4 GiB answered.
 ANSWERED_BYTES = 4 << 30
