@@ -19,10 +19,11 @@ Cases (one partition, one connection):
   ``fetch.max.bytes`` 64 MiB) against a partition of ten such batches;
 - ``fetch 8 partitions``: its consume p=8 cell, the same limits over eight such
   partitions; ``fetch 100 partitions``: its scale-consume cell at 100 partitions (two
-  batches each), where most partitions named are answered empty. How much an answer holds is the broker's to choose (its ``fetch.max.bytes``
-  and answer cap), so the trees' answers may differ in size: the Fetch cases also print
-  instructions per MiB answered, the figure that compares when they do (and fewer
-  counted requests, ``--requests`` scaled down by the answer's size).
+  batches each), where most partitions named are answered empty. How much an answer
+  holds is the broker's to choose (its ``fetch.max.bytes`` and answer cap), so the
+  trees' answers may differ in size: the Fetch cases also print instructions per MiB
+  answered, the figure that compares when they do (and fewer counted requests,
+  ``--requests`` scaled down by the answer's size).
 
 ``--base REF`` is any git commit; its tree is checked out once with ``git worktree``
 under ``.bench-tmp`` (as bench/peers.py's ``odradek@REF``). Run it for every change to
