@@ -150,6 +150,30 @@ def test_a_cancelled_send_stops_watching_and_closes_its_descriptor(region_file: 
     asyncio.run(asyncio.wait_for(test(), TIMEOUT))
 
 
+def test_a_file_sendfile_cannot_read_is_left_to_the_caller() -> None:
+    """sendfile refuses the descriptor (a pipe here): the bytes before the region are
+    sent, nothing of the region, and the caller is told so (the writer copies it)."""
+    async def test() -> None:
+        server, transport, client = await _connected()
+        loop = asyncio.get_running_loop()
+        sender = region_sender(loop, transport)
+        assert sender is not None
+        read_end, write_end = os.pipe()
+        try:
+            with pytest.raises(asyncio.SendfileNotAvailableError):
+                await sender.send([b"head"], FileRegion(read_end, 0, 100_000))
+            assert await loop.run_in_executor(None, _read, client, 4) == b"head"
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+        transport.close()
+        client.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(test(), TIMEOUT))
+
+
 def test_a_loop_that_replaces_sendfile_keeps_it() -> None:
     """Where the loop brings its own ``sendfile`` (a bench's copying loop, say), or the
     transport has no socket, the writer keeps ``loop.sendfile``."""

@@ -248,6 +248,9 @@ class ResponseWriter:
                 return False
             try:
                 await sender.send(buffered, part)
+            except asyncio.SendfileNotAvailableError:
+                buffered.clear()  # sent: the region goes after them, copied
+                return self._copy_region(part, buffered)
             except ShortRegionError as e:
                 self._connection.close(f"{part}: {e}", logging.ERROR)
                 return False

@@ -21,12 +21,15 @@ instead of trying again at once. The duplicate is there because asyncio lets no 
 the transport watch the transport's own descriptor; it is closed once the region is out,
 or when the response writer is cancelled (the connection closed), so the socket never
 outlives the connection. The caller uses it only while the transport's own buffer is
-empty, so bytes keep their order; only the response writer writes to a connection.
+empty, so bytes keep their order; only the response writer writes to a connection. A
+file ``sendfile`` cannot read from (refused before any of the region is sent) is left
+to the caller, which copies it, as ``loop.sendfile``'s fallback did.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections.abc import Sequence
 from typing import Final
@@ -37,6 +40,9 @@ __all__ = ["RegionSender", "ShortRegionError", "region_sender"]
 
 # os.writev takes at most IOV_MAX (1,024 on Linux) buffers: more are joined first.
 _MAX_BUFFERS: Final = 512
+# sendfile's answers for a file it cannot send from (asyncio's loop.sendfile gives up on
+# the same ones): the writer copies the region instead.
+_UNAVAILABLE: Final = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ESPIPE})
 
 
 class ShortRegionError(Exception):
@@ -47,13 +53,13 @@ class ShortRegionError(Exception):
 class _Progress:
     """What is left of one ``send``: buffers, then the region."""
 
-    __slots__ = ("file_fd", "left", "pending", "position")
+    __slots__ = ("file_fd", "left", "pending", "position", "size")
 
     def __init__(self, pending: list[memoryview], region: FileRegion) -> None:
         self.pending = pending
         self.file_fd = region.fd
         self.position = region.position
-        self.left = region.size
+        self.left = self.size = region.size
 
     def advance(self, fd: int) -> bool:
         """Send as much as the socket takes now; True once everything is sent."""
@@ -73,6 +79,10 @@ class _Progress:
                 n = os.sendfile(fd, self.file_fd, self.position, left)
             except BlockingIOError:
                 return False
+            except OSError as e:
+                if e.errno in _UNAVAILABLE and left == self.size:  # nothing of it sent
+                    raise asyncio.SendfileNotAvailableError(str(e)) from e
+                raise
             if n == 0:
                 raise ShortRegionError(f"file region short by {left} bytes")
             self.position += n
@@ -106,7 +116,8 @@ class RegionSender:
     async def send(self, before: Sequence[bytes | bytearray | memoryview],
                    region: FileRegion) -> None:
         """Send ``before``, then ``region``; raises OSError (the socket or the file
-        failed) or :class:`ShortRegionError`."""
+        failed), :class:`ShortRegionError`, or ``asyncio.SendfileNotAvailableError``
+        (the file cannot be sent from: ``before`` is sent, nothing of the region)."""
         if len(before) > _MAX_BUFFERS:
             before = [b"".join(before)]
         progress = _Progress([memoryview(b) for b in before if len(b)], region)
