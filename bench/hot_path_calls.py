@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from hot_path_instructions import CASES, QUIET
-from metrics_cost import ROOT, log_dirs_root, run_round, start, warm_up
+from metrics_cost import ROOT, FetchShape, log_dirs_root, run_round, start, warm_up
 from peers import odradek_at
 
 WARM_UP = 300
@@ -38,16 +38,17 @@ Key = tuple[str, int, str]
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 
 
-def profile(tree: Path, case: tuple[str, int, bool, int, bool], requests: int,
+def profile(tree: Path, case: tuple[str, int, bool, int, bool | FetchShape], requests: int,
             out: Path) -> dict[Key, int]:
     """Calls of each function over ``requests`` counted requests of one broker."""
     done = Path(f"{out}.done")
     done.unlink(missing_ok=True)
     os.environ["PROFILE_OUT"] = str(out)
+    partitions = case[4].partitions if isinstance(case[4], FetchShape) else 1
     broker = start(f"{tree.name} profiled", tree, False, log_dirs_root(),
-                   (sys.executable, str(WRAPPER)), overrides=QUIET)
+                   (sys.executable, str(WRAPPER)), overrides=QUIET, partitions=partitions)
     try:
-        blob = warm_up(broker, case, WARM_UP, requests)
+        blob = warm_up(broker, case, min(WARM_UP, requests), requests)
         os.kill(broker.proc.pid, signal.SIGUSR1)
         run_round(broker, blob, requests)
         os.kill(broker.proc.pid, signal.SIGUSR2)
@@ -65,10 +66,13 @@ def profile(tree: Path, case: tuple[str, int, bool, int, bool], requests: int,
             for (file, line, name), (_cc, calls, *_rest) in stats.items()}
 
 
-def per_request(tree: Path, case: tuple[str, int, bool, int, bool],
+def per_request(tree: Path, case: tuple[str, int, bool, int, bool | FetchShape],
                 scratch: Path) -> dict[Key, float]:
-    low, high = (profile(tree, case, n, scratch / f"{tree.name}-{n}.prof") for n in COUNTED)
-    span = COUNTED[1] - COUNTED[0]
+    # answers of several MiB (the peers.py-shaped Fetch cases): a tenth as many requests
+    counted = (COUNTED if not isinstance(case[4], FetchShape) or case[4].batches == 1
+               else tuple(n // 10 for n in COUNTED))
+    low, high = (profile(tree, case, n, scratch / f"{tree.name}-{n}.prof") for n in counted)
+    span = counted[1] - counted[0]
     return {key: (calls - low.get(key, 0)) / span for key, calls in high.items()}
 
 

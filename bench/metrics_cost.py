@@ -71,6 +71,21 @@ CASES = (("1 record", 1, False, 20_000, False), ("650 records lz4", 650, True, 2
          ("9,000 records", 9_000, False, 200, False), ("Fetch 1 MB", 9_000, False, 2_000, True))
 
 
+@dataclass(frozen=True)
+class FetchShape:
+    """What a Fetch case reads: ``batches`` batches of the case's records produced to each
+    of ``partitions`` partitions, fetched from offset 0 of every partition with these
+    limits (a case's ``fetch`` element: ``True`` is the one-partition 1 MiB Fetch)."""
+
+    partitions: int = 1
+    batches: int = 1
+    partition_max_bytes: int = 1 << 20
+    max_bytes: int = 50 << 20
+
+
+ONE_MIB_FETCH = FetchShape()
+
+
 @dataclass
 class Broker:
     name: str
@@ -104,9 +119,10 @@ def log_dirs_root() -> Path:
 
 def start(name: str, tree: Path, metrics: bool, data_root: Path,
           wrapper: tuple[str, ...] = (), startup_s: float = 60,
-          overrides: tuple[str, ...] = ()) -> Broker:
+          overrides: tuple[str, ...] = (), partitions: int = 1) -> Broker:
     """A broker of ``tree`` (run under ``wrapper``, a command prefix, if given; with
-    ``overrides``, ``key=value`` configs, added) with topic ``t`` of one partition."""
+    ``overrides``, ``key=value`` configs, added) with topic ``t`` of ``partitions``
+    partitions."""
     port = _free_port()
     extra = (["--override", f"metrics.listener=http://127.0.0.1:{_free_port()}"]
              if metrics else [])
@@ -134,7 +150,7 @@ def start(name: str, tree: Path, metrics: bool, data_root: Path,
                 raise SystemExit(f"{name}: the broker did not start") from None
             time.sleep(0.1)
     sock.settimeout(120)
-    create_topic(sock, 1)
+    create_topic(sock, partitions)
     return Broker(name, proc, sock, data)
 
 
@@ -152,18 +168,19 @@ def produce_blob(batch: bytes, requests: int) -> bytes:
     return produce_frames(batch, 1, requests)
 
 
-def fetch_blob(requests: int) -> bytes:
+def fetch_blob(requests: int, shape: FetchShape = ONE_MIB_FETCH) -> bytes:
     fetch = request_class("fetch", 12, "FetchRequest")
     topic = request_class("fetch", 12, "FetchTopic")
     partition = request_class("fetch", 12, "FetchPartition")
     return b"".join(request_frame(fetch(
         cluster_id=None, replica_id=BrokerId(-1), max_wait=datetime.timedelta(milliseconds=500),
-        min_bytes=i32(1), max_bytes=i32(50 << 20), isolation_level=i8(0),
+        min_bytes=i32(1), max_bytes=i32(shape.max_bytes), isolation_level=i8(0),
         session_id=i32(0), session_epoch=i32(-1),
-        topics=(topic(topic=TopicName("t"), partitions=(partition(
-            partition=i32(0), current_leader_epoch=i32(-1), fetch_offset=i64(0),
+        topics=(topic(topic=TopicName("t"), partitions=tuple(partition(
+            partition=i32(p), current_leader_epoch=i32(-1), fetch_offset=i64(0),
             last_fetched_epoch=i32(-1), log_start_offset=i64(-1),
-            partition_max_bytes=i32(1 << 20)),)),),
+            partition_max_bytes=i32(shape.partition_max_bytes))
+            for p in range(shape.partitions))),),
         forgotten_topics_data=(), rack_id=""), 100 + i) for i in range(requests))
 
 
@@ -177,16 +194,29 @@ def run_round(broker: Broker, blob: bytes, requests: int) -> float:
     return (broker.on_cpu_ns() - before) / requests / 1e3
 
 
-def warm_up(broker: Broker, case: tuple[str, int, bool, int, bool], warm_up: int,
-            requests: int) -> bytes:
-    """Ready ``broker`` for counting ``requests`` requests of ``case``: produce the batch
+def warm_up(broker: Broker, case: tuple[str, int, bool, int, bool | FetchShape],
+            warm_up: int, requests: int) -> bytes:
+    """Ready ``broker`` for counting ``requests`` requests of ``case``: produce the batches
     a fetch case reads, run ``warm_up`` requests, and return the counted round's frames."""
     _name, records, lz4, _round, fetch = case
     batch = make_batch(records, lz4)
-    if fetch:  # something to fetch: the batch, produced once
-        run_round(broker, produce_blob(batch, 1), 1)
-    run_round(broker, fetch_blob(warm_up) if fetch else produce_blob(batch, warm_up), warm_up)
-    return fetch_blob(requests) if fetch else produce_blob(batch, requests)
+    if fetch:  # something to fetch: the batches, produced once
+        shape = fetch if isinstance(fetch, FetchShape) else ONE_MIB_FETCH
+        n = shape.partitions * shape.batches
+        run_round(broker, produce_frames(batch, shape.partitions, n), n)
+        run_round(broker, fetch_blob(warm_up, shape), warm_up)
+        return fetch_blob(requests, shape)
+    run_round(broker, produce_blob(batch, warm_up), warm_up)
+    return produce_blob(batch, requests)
+
+
+def response_bytes(broker: Broker, case: tuple[str, int, bool, int, bool | FetchShape]) -> int:
+    """The size of one answer to ``case``'s request (its frame, size prefix included)."""
+    fetch = case[4]
+    shape = fetch if isinstance(fetch, FetchShape) else ONE_MIB_FETCH
+    broker.sock.sendall(fetch_blob(1, shape) if fetch else
+                        produce_blob(make_batch(case[1], case[2]), 1))
+    return 4 + len(_read_frame(broker.sock))
 
 
 def sitting(pairs: list[tuple[Path, str]], data_root: Path, batch: bytes, blob: bytes,

@@ -42,13 +42,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from metrics_cost import CASES, ROOT, log_dirs_root, run_round, start, warm_up
+from metrics_cost import CASES, ROOT, FetchShape, log_dirs_root, run_round, start, warm_up
 
 WARM_UP = 300
 _SUMMARY = re.compile(rb"^summary: (\d+)$", re.MULTILINE)
 
 
-def count(tree: Path, metrics: bool, case: tuple[str, int, bool, int, bool], requests: int,
+def count(tree: Path, metrics: bool, case: tuple[str, int, bool, int, bool | FetchShape],
+          requests: int,
           data_root: Path, out: Path, overrides: tuple[str, ...] = ()) -> float:
     """Instructions per request of one broker of ``tree``, metrics on or off (and
     ``overrides``, ``key=value`` configs)."""
@@ -58,11 +59,13 @@ def count(tree: Path, metrics: bool, case: tuple[str, int, bool, int, bool], req
     # between minutes and passing the start-up deadline; what is counted is the same.
     wrapper = ("valgrind", "--quiet", "--tool=callgrind", "--dump-instr=no",
                "--instr-atstart=no", f"--callgrind-out-file={out}/callgrind.%p")
+    partitions = case[4].partitions if isinstance(case[4], FetchShape) else 1
     broker = start(f"{tree.name} metrics {'on' if metrics else 'off'}", tree, metrics,
-                   data_root, wrapper, startup_s=600, overrides=overrides)
+                   data_root, wrapper, startup_s=600, overrides=overrides,
+                   partitions=partitions)
     try:
         broker.sock.settimeout(600)
-        blob = warm_up(broker, case, WARM_UP, requests)
+        blob = warm_up(broker, case, min(WARM_UP, requests), requests)
         control = ["callgrind_control"]
         for command in ("-i", "on"), ("-z",):
             subprocess.run([*control, *command, str(broker.proc.pid)], check=True,

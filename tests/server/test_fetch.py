@@ -315,11 +315,11 @@ def test_the_broker_caps_a_response_at_its_fetch_max_bytes(broker: RunningBroker
 
 def test_the_default_cap_grows_with_the_partitions_a_request_names() -> None:
     """Left at its default (8 MiB), ``fetch.max.bytes`` gives a request naming many
-    partitions 32 KiB a partition, up to 30 MiB; set, it is the cap whatever the count."""
+    partitions 256 KiB a partition, up to 30 MiB; set, it is the cap whatever the count."""
     default = BrokerConfig.from_raw({})
-    assert answer_cap(default, 1) == answer_cap(default, 256) == 8 << 20
-    assert answer_cap(default, 900) == 900 * ANSWER_BYTES_PER_PARTITION == 900 << 15
-    assert answer_cap(default, 1000) == answer_cap(default, 5000) == DEFAULT_ANSWER_MAX_BYTES
+    assert answer_cap(default, 1) == answer_cap(default, 32) == 8 << 20
+    assert answer_cap(default, 100) == 100 * ANSWER_BYTES_PER_PARTITION == 100 << 18
+    assert answer_cap(default, 120) == answer_cap(default, 5000) == DEFAULT_ANSWER_MAX_BYTES
     assert DEFAULT_ANSWER_MAX_BYTES == 30 << 20
     for value in (8 << 20, 1 << 20, 55 << 20):
         set_ = BrokerConfig.from_raw({"fetch.max.bytes": str(value)})
@@ -327,14 +327,14 @@ def test_the_default_cap_grows_with_the_partitions_a_request_names() -> None:
 
 
 def test_a_request_of_many_partitions_gets_more_than_8_mib(broker: RunningBroker) -> None:
-    """300 partitions of 40 KB each: one answer holds more than 8 MiB (the default cap of
-    a request of few partitions) and at most 300 x 32 KiB; the session's next fetch
+    """40 partitions of 300 KB each: one answer holds more than 8 MiB (the default cap of
+    a request of few partitions) and at most 40 x 256 KiB; the session's next fetch
     serves the partitions left out."""
     async def scenario() -> None:
-        partitions = 300
+        partitions = 40
         name, tid = _topic(broker, partitions)
         for p in range(partitions):
-            _append(broker, name, p, 40, b"x" * 1000)
+            _append(broker, name, p, 300, b"x" * 1000)
         f = Fetcher(13, name, tid)
         conn = await BrokerConnection.open(broker.bootstrap)
         try:
@@ -344,7 +344,7 @@ def test_a_request_of_many_partitions_gets_more_than_8_mib(broker: RunningBroker
             assert 8 << 20 < sum(sizes.values()) <= partitions * ANSWER_BYTES_PER_PARTITION
             left = [p for p, size in sizes.items() if not size]
             assert left
-            served = {p: 40 for p, size in sizes.items() if size}  # each read whole
+            served = {p: 300 for p, size in sizes.items() if size}  # each read whole
             r = await conn.send(f.request(served, r.session_id, 1, max_bytes=64 << 20,
                                           partition_max_bytes=8 << 20))
             assert {p for p, x in _parts(r).items() if x.records} == set(left)

@@ -75,6 +75,9 @@ class FakeApi:
             count = int(action.split(":", 1)[1])
             size = os.fstat(self.fd).st_size
             return Send([b"\x00\x10", *(FileRegion(self.fd, 0, size) for _ in range(count))])
+        elif action == "beyond":  # a region past the end of the file
+            size = os.fstat(self.fd).st_size
+            return Send([b"\x00\x10", FileRegion(self.fd, 0, size + 100_000)])
         self.completed.append(action)
         return _heartbeat_response(ctx.api_version, ErrorCode.none)
 
@@ -424,6 +427,50 @@ def test_a_response_of_many_small_regions_holds_bounded_memory(
     run(test)
     assert len(buffered) > 10
     assert max(buffered) <= high_water + response_writer.COALESCE_BYTES + 64 * 1024
+
+
+def test_large_file_regions_go_out_zero_copy_between_the_other_answers() -> None:
+    """Regions larger than COPY_REGION_BYTES are sent by the writer's sendfile loop: a
+    pipeline of a small answer, 6 MiB of regions and another small answer arrives whole
+    and in order, and the loop's descriptors are closed afterwards."""
+    async def test() -> None:
+        async with running() as (server, api):
+            chunk = bytes(range(256)) * 4096  # 1 MiB
+            os.ftruncate(api.fd, 0)
+            os.pwrite(api.fd, chunk, 0)
+            fds = set(os.listdir("/proc/self/fd"))
+            client = await Client.connect(server.port)
+            await client.send(request_frame(_heartbeat("first"), 1)
+                              + request_frame(_heartbeat("regions:6", version=0), 2)
+                              + request_frame(_heartbeat("last"), 3))
+            first = await client.read_frame()
+            assert first is not None and first[:4] == struct.pack(">i", 1)
+            payload = await client.read_frame()
+            assert payload is not None
+            assert payload[:4] == struct.pack(">i", 2) and payload[4:6] == b"\x00\x10"
+            assert payload[6:] == chunk * 6
+            last = await client.read_frame()
+            assert last is not None and last[:4] == struct.pack(">i", 3)
+            await client.close()
+            await _until(lambda: not server.connections, "the connection's close")
+            assert set(os.listdir("/proc/self/fd")) == fds
+
+    run(test)
+
+
+def test_a_region_past_the_end_of_its_file_closes_the_connection() -> None:
+    """The size prefix promised bytes the file does not have: the stream cannot stay
+    framed, so the connection closes (and the client never reads a whole frame)."""
+    async def test() -> None:
+        async with running() as (server, api):
+            os.ftruncate(api.fd, 0)
+            os.pwrite(api.fd, b"z" * (256 * 1024), 0)
+            client = await Client.connect(server.port)
+            await client.send(request_frame(_heartbeat("beyond", version=0), 1))
+            assert await client.closed_by_server()
+            await client.close()
+
+    run(test)
 
 
 def test_read_backpressure_bounds_in_flight_requests() -> None:

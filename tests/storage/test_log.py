@@ -671,3 +671,24 @@ def test_a_read_with_no_room_answers_empty_without_searching_the_segment(
     assert info.size > 0 and searched
     assert BatchHeader.parse(info.read()).base_offset == 3
     plog.close()
+
+
+def test_a_read_tells_whether_its_first_batch_was_cut(tmp_path: Path) -> None:
+    """Kafka's firstEntryIncomplete: without min_one_message, a limit inside the first
+    batch cuts it (the fetch then answers the partition empty); a limit past it, or
+    min_one_message, does not."""
+    plog = open_log(tmp_path)
+    for _ in range(3):
+        plog.append_as_leader(make_batch(3))
+    plog.high_watermark = plog.log_end_offset
+    first = BatchHeader.parse(plog.read(3, 1 << 20, plog.high_watermark).read()).size
+    cut = plog.read(3, first - 1, plog.high_watermark, min_one_message=False)
+    assert cut.size == first - 1 and cut.first_entry_incomplete
+    whole = plog.read(3, first - 1, plog.high_watermark, min_one_message=True)
+    assert whole.size == first and not whole.first_entry_incomplete
+    # a cut inside the second batch is not the first's: the client drops the partial one
+    more = plog.read(3, first + 5, plog.high_watermark, min_one_message=False)
+    assert more.size == first + 5 and not more.first_entry_incomplete
+    at_end = plog.read(9, 10, plog.high_watermark, min_one_message=False)
+    assert at_end.size == 0 and not at_end.first_entry_incomplete
+    plog.close()

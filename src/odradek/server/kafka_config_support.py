@@ -223,8 +223,8 @@ ODRADEK_DEFAULTS: dict[str, str] = {
                         "than the round trips it saves (a fresh buffer and its page faults "
                         "for every answer, data that no longer fits the CPU's cache); "
                         "librdkafka reads 8 partitions about a third faster with 8 MiB "
-                        "answers; left at this default, a request naming more than 256 "
-                        "partitions may get 32 KiB a partition, up to 30 MiB "
+                        "answers; left at this default, a request naming more than 32 "
+                        "partitions may get 256 KiB a partition, up to 30 MiB "
                         "(docs/architecture.md, 'Fetch response size')"),
     "ssl.enabled.protocols": "TLSv1.2,TLSv1.3, Kafka's own default on a JVM with TLSv1.3",
 }

@@ -159,6 +159,9 @@ class FetchDataInfo:
     # read_committed: (producer id, first offset) of the aborted transactions the region
     # may hold records of (None: read_uncommitted).
     aborted_transactions: list[tuple[int, int]] | None = None
+    # The region ends inside its first batch (only without ``min_one_message``: the
+    # batch is larger than ``max_bytes``): Kafka's ``FetchDataInfo.firstEntryIncomplete``.
+    first_entry_incomplete: bool = False
 
     def read(self) -> bytes:
         return os.pread(self.fd, self.size, self.position) if self.size else b""
@@ -766,7 +769,7 @@ class PartitionLog:
                             for t in self._aborted_transactions(offset, lso)]
                     return FetchDataInfo(
                         offset, handle.fd, first.position, size, start, leo, hw, handle,
-                        segment.legacy, lso, aborted,
+                        segment.legacy, lso, aborted, 0 < size < first.size,
                     )
                 i += 1
         except OSError as exc:

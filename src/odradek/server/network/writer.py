@@ -14,8 +14,10 @@ each answer once its handler is done, whatever order the handlers finish in.
   (:meth:`ResponseWriter._write_send`): buffers as they are, file regions up to
   :data:`COPY_REGION_BYTES` copied with ``pread`` (cheaper than sendfile's
   pause-reading / wait-for-empty-buffer / resume), larger ones through
-  :meth:`ResponseWriter._write_region`: zero-copy with ``loop.sendfile``
-  (``os.sendfile``) where the transport has it (plain TCP), else one copy. Zero-copy
+  :meth:`ResponseWriter._write_region`: zero-copy (``os.sendfile``) on plain TCP, by
+  :mod:`odradek.server.network.zero_copy` on asyncio's own loop (one writer registration
+  a region, Kafka's ``transferTo`` loop) or ``loop.sendfile`` elsewhere, else one copy.
+  Zero-copy
   cannot cross TLS: a TLS connection gets a :class:`TlsResponseWriter` (chosen once,
   when the connection is made: the plaintext writer does no per-request check), whose
   large regions are read and written in chunks of :data:`TLS_CHUNK_BYTES`, waiting for
@@ -45,6 +47,7 @@ from odradek.protocol.send import FileRegion, Send
 from odradek.server.flow_control import FlowControl
 from odradek.server.network.inflight import Close, InFlightRequests, TimedInFlight
 from odradek.server.network.reader import RequestReader
+from odradek.server.network.zero_copy import ShortRegionError, region_sender
 
 if TYPE_CHECKING:
     from odradek.server.broker_stats import RequestStats
@@ -85,8 +88,8 @@ class _Connection(Protocol):
 class ResponseWriter:
     """Writes one connection's answers in request order (see the module's header)."""
 
-    __slots__ = ("_connection", "_flow", "_loop", "_reader", "_requests", "_stats",
-                 "_transport")
+    __slots__ = ("_connection", "_flow", "_loop", "_reader", "_requests", "_sender",
+                 "_stats", "_transport")
 
     def __init__(
         self,
@@ -105,6 +108,8 @@ class ResponseWriter:
         self._requests = requests
         self._reader = reader
         self._stats = stats
+        # Large file regions: sent by this where it can (plain TCP on asyncio's loop)
+        self._sender = region_sender(loop, transport)
 
     async def run(self) -> None:
         """Write responses in request order, until the connection closes."""
@@ -236,6 +241,24 @@ class ResponseWriter:
     async def _write_region(self, part: FileRegion, buffered: _Ready) -> bool:
         """Write ``buffered``, then the large region ``part``: zero-copy where the
         transport can (plain TCP), else copied (one read: TlsResponseWriter chunks it)."""
+        sender = self._sender
+        if sender is not None and not self._transport.get_write_buffer_size():
+            # the transport's buffer is empty: the socket is ours until the region is out
+            if self._transport.is_closing():
+                return False
+            try:
+                await sender.send(buffered, part)
+            except asyncio.SendfileNotAvailableError:
+                buffered.clear()  # sent: the region goes after them, copied
+                return self._copy_region(part, buffered)
+            except ShortRegionError as e:
+                self._connection.close(f"{part}: {e}", logging.ERROR)
+                return False
+            except OSError as e:
+                self._connection.close(f"sendfile failed: {e!r}", logging.WARNING)
+                return False
+            buffered.clear()
+            return True
         _write_all(self._transport, buffered)
         try:
             with open(part.fd, "rb", buffering=0, closefd=False) as file:
