@@ -23,6 +23,7 @@ tests may kill brokers freely as long as they tolerate the restart's own effects
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -275,6 +276,30 @@ class Cluster:
             return bytes(data) if data is not None else b""
         raise AssertionError("unreachable")
 
+    def listed_brokers(self, broker_id: int) -> set[int]:
+        """The broker ids broker ``broker_id``'s Metadata answer lists (the registrations
+        it has seen: those a CreateTopics it answers can place replicas on); empty while
+        it does not answer."""
+        from odradek.client.admin import Admin
+        from odradek.client.connection import BrokerConnection, ClientError
+
+        async def ask() -> set[int]:
+            conn = await BrokerConnection.open(self.address(broker_id), timeout=5)
+            try:
+                return set(await Admin(conn).brokers())
+            finally:
+                await conn.close()
+
+        try:
+            return asyncio.run(asyncio.wait_for(ask(), 5))
+        except (ClientError, OSError, TimeoutError):
+            return set()
+
+    def whole(self) -> bool:
+        """Every broker runs and lists every broker in its Metadata."""
+        every = set(range(1, self.size + 1))
+        return all(self.listed_brokers(i) == every for i in every)
+
     def registered(self, broker_id: int) -> bool:
         return self.zk_get(f"/brokers/ids/{broker_id}") is not None
 
@@ -364,6 +389,10 @@ def cluster3(cluster3_shared: Cluster) -> Cluster:
     cluster3_shared.wait_for(
         lambda: all(cluster3_shared.registered(i) for i in range(1, cluster3_shared.size + 1)),
         REGISTER_TIMEOUT_S, "every broker in /brokers/ids")
+    # registered is not yet seen: a broker that has not read the others' registrations
+    # answers CreateTopics with INVALID_REPLICATION_FACTOR
+    cluster3_shared.wait_for(cluster3_shared.whole, REGISTER_TIMEOUT_S,
+                             "every broker listing every broker in its Metadata")
     return cluster3_shared
 
 
