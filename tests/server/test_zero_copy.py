@@ -4,10 +4,12 @@ sockets: what it sends, in order, while the reader is slower than the socket."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -47,6 +49,30 @@ async def _connected() -> tuple[asyncio.Server, asyncio.Transport, socket.socket
     return server, transport, client
 
 
+@dataclass
+class _Session:
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    client: socket.socket
+    sender: RegionSender
+
+
+@contextlib.asynccontextmanager
+async def _session() -> AsyncIterator[_Session]:
+    """A connection (:func:`_connected`) and the sender on its transport; closed after."""
+    server, transport, client = await _connected()
+    loop = asyncio.get_running_loop()
+    sender = region_sender(loop, transport)
+    assert sender is not None
+    try:
+        yield _Session(loop, transport, client, sender)
+    finally:
+        transport.close()
+        client.close()
+        server.close()
+        await server.wait_closed()
+
+
 def _read(client: socket.socket, n: int) -> bytes:
     out = bytearray()
     while len(out) < n:
@@ -69,54 +95,42 @@ def test_the_buffers_then_the_region_arrive_whole_and_in_order(region_file: int)
     expected = b"".join(before) + REGION
 
     async def test() -> None:
-        server, transport, client = await _connected()
-        loop = asyncio.get_running_loop()
-        sender = region_sender(loop, transport)
-        assert sender is not None
-        fds = _fds()
-        reading = loop.run_in_executor(None, _read, client, len(expected))
-        waits = 0
-        real_add = loop.add_writer
+        async with _session() as s:
+            loop, client, sender = s.loop, s.client, s.sender
+            fds = _fds()
+            reading = loop.run_in_executor(None, _read, client, len(expected))
+            waits = 0
+            real_add = loop.add_writer
 
-        def counting(*args: Any) -> None:
-            nonlocal waits
-            waits += 1
-            real_add(*args)
+            def counting(*args: Any) -> None:
+                nonlocal waits
+                waits += 1
+                real_add(*args)
 
-        loop.add_writer = counting  # type: ignore[method-assign]
-        try:
-            await sender.send(before, FileRegion(region_file, 4, len(REGION)))
-        finally:
-            del loop.add_writer
-        got = await asyncio.wait_for(reading, TIMEOUT)
-        assert got == expected
-        assert waits == 1  # one registration for the whole region
-        assert _fds() == fds
-        transport.close()
-        client.close()
-        server.close()
-        await server.wait_closed()
+            loop.add_writer = counting  # type: ignore[method-assign]
+            try:
+                await sender.send(before, FileRegion(region_file, 4, len(REGION)))
+            finally:
+                del loop.add_writer
+            got = await asyncio.wait_for(reading, TIMEOUT)
+            assert got == expected
+            assert waits == 1  # one registration for the whole region
+            assert _fds() == fds
 
     asyncio.run(asyncio.wait_for(test(), TIMEOUT))
 
 
 def test_a_region_past_the_end_of_its_file_is_an_error(region_file: int) -> None:
     async def test() -> None:
-        server, transport, client = await _connected()
-        loop = asyncio.get_running_loop()
-        sender = region_sender(loop, transport)
-        assert sender is not None
-        fds = _fds()
-        size = os.fstat(region_file).st_size
-        reading = loop.run_in_executor(None, _read, client, size)
-        with pytest.raises(ShortRegionError):
-            await sender.send([b"x"], FileRegion(region_file, 0, size + 1000))
-        assert await asyncio.wait_for(reading, TIMEOUT) != b""
-        assert _fds() == fds
-        transport.close()
-        client.close()
-        server.close()
-        await server.wait_closed()
+        async with _session() as s:
+            loop, client, sender = s.loop, s.client, s.sender
+            fds = _fds()
+            size = os.fstat(region_file).st_size
+            reading = loop.run_in_executor(None, _read, client, size)
+            with pytest.raises(ShortRegionError):
+                await sender.send([b"x"], FileRegion(region_file, 0, size + 1000))
+            assert await asyncio.wait_for(reading, TIMEOUT) != b""
+            assert _fds() == fds
 
     asyncio.run(asyncio.wait_for(test(), TIMEOUT))
 
@@ -125,27 +139,22 @@ def test_a_cancelled_send_stops_watching_and_closes_its_descriptor(region_file: 
     """The connection closed while the client reads nothing: the writer is cancelled, and
     the socket is not kept open by the sender's duplicate descriptor."""
     async def test() -> None:
-        server, transport, client = await _connected()
-        loop = asyncio.get_running_loop()
-        sender = region_sender(loop, transport)
-        assert sender is not None
-        fds = _fds()
-        task = loop.create_task(sender.send([], FileRegion(region_file, 4, len(REGION))))
-        while _fds() == fds:  # the sender waits for room on its duplicate
-            await asyncio.sleep(0.01)
-        assert not task.done()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert _fds() == fds
-        transport.close()
-        # the client sees the end of the stream: nothing else holds the socket open
-        got = await asyncio.wait_for(loop.run_in_executor(None, _read, client, 1 << 30),
-                                     TIMEOUT)
-        assert REGION.startswith(got)
-        client.close()
-        server.close()
-        await server.wait_closed()
+        async with _session() as s:
+            loop, transport, client, sender = s.loop, s.transport, s.client, s.sender
+            fds = _fds()
+            task = loop.create_task(sender.send([], FileRegion(region_file, 4, len(REGION))))
+            while _fds() == fds:  # the sender waits for room on its duplicate
+                await asyncio.sleep(0.01)
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert _fds() == fds
+            transport.close()
+            # the client sees the end of the stream: nothing else holds the socket open
+            got = await asyncio.wait_for(loop.run_in_executor(None, _read, client, 1 << 30),
+                                         TIMEOUT)
+            assert REGION.startswith(got)
 
     asyncio.run(asyncio.wait_for(test(), TIMEOUT))
 
@@ -154,22 +163,16 @@ def test_a_file_sendfile_cannot_read_is_left_to_the_caller() -> None:
     """sendfile refuses the descriptor (a pipe here): the bytes before the region are
     sent, nothing of the region, and the caller is told so (the writer copies it)."""
     async def test() -> None:
-        server, transport, client = await _connected()
-        loop = asyncio.get_running_loop()
-        sender = region_sender(loop, transport)
-        assert sender is not None
-        read_end, write_end = os.pipe()
-        try:
-            with pytest.raises(asyncio.SendfileNotAvailableError):
-                await sender.send([b"head"], FileRegion(read_end, 0, 100_000))
-            assert await loop.run_in_executor(None, _read, client, 4) == b"head"
-        finally:
-            os.close(read_end)
-            os.close(write_end)
-        transport.close()
-        client.close()
-        server.close()
-        await server.wait_closed()
+        async with _session() as s:
+            loop, client, sender = s.loop, s.client, s.sender
+            read_end, write_end = os.pipe()
+            try:
+                with pytest.raises(asyncio.SendfileNotAvailableError):
+                    await sender.send([b"head"], FileRegion(read_end, 0, 100_000))
+                assert await loop.run_in_executor(None, _read, client, 4) == b"head"
+            finally:
+                os.close(read_end)
+                os.close(write_end)
 
     asyncio.run(asyncio.wait_for(test(), TIMEOUT))
 
