@@ -548,6 +548,8 @@ class MirrorJob:
         self.failure: BaseException | None = None
         self.batches = 0
         self.records = 0
+        self._committer: ck.Consumer | None = None
+        self._commits_sent = self._commits_done = 0
 
     # -- clusters and topics
 
@@ -788,20 +790,33 @@ class MirrorJob:
                    for t, parts in ends.items() for p, off in parts.items()]
         if not offsets:
             return
-        from confluent_kafka import ConsumerGroupTopicPartitions
+        # A consumer's commit (not the admin client's AlterConsumerGroupOffsets: librdkafka
+        # aborts the process when a broker's connection drops under a coordinator-bound
+        # admin request, its issues #4605 / #5397), asynchronous, waited for at most
+        # --timeout: a synchronous commit has no timeout and can wait for ever on a
+        # coordinator killed under it (issues #3740 / #3847).
+        if self._committer is None:
+            self._committer = ck.Consumer({
+                "group.id": self.cfg.group, "enable.auto.commit": False, "log_level": 2,
+                "on_commit": self._committed, **self.cfg.source_conf(),
+            })
+        with self.lock:
+            self._commits_sent += 1
+            wanted = self._commits_sent
+        self._committer.commit(offsets=offsets, asynchronous=True)
+        deadline = time.monotonic() + self.timeout_s
+        while self._commits_done < wanted and not self.stopping.is_set():
+            if time.monotonic() > deadline:
+                log.warning("the mirror's offsets were not committed on the source within "
+                            "%d ms; the next micro-batch commits again", self.cfg.api_timeout_ms)
+                return
+            self._committer.poll(0.1)  # serves the commit's callback
 
-        # The admin client's AlterConsumerGroupOffsets (an OffsetCommit for a group without
-        # members), bounded by --timeout: a consumer's synchronous commit has no timeout
-        # and can wait for ever on a group coordinator that was killed under it.
-        try:
-            _result(
-                self.src.alter_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(self.cfg.group, offsets)],
-                    request_timeout=self.timeout_s)[self.cfg.group],
-                self.timeout_s, "cannot commit the mirror's offsets on the source",
-            )
-        except TransientMirrorError as exc:  # informational (lag); the next batch commits
-            log.warning("%s", exc)
+    def _committed(self, err: Any, _partitions: Any) -> None:
+        with self.lock:
+            self._commits_done += 1
+        if err is not None:
+            log.warning("cannot commit the mirror's offsets on the source: %s", err)
 
     # -- consumer-group offsets
 
@@ -953,6 +968,13 @@ class MirrorJob:
             if query.isActive:
                 query.stop()
             syncer.join(self.timeout_s)
+            if self._committer is not None:
+                # close() can wait for ever on a commit a lost coordinator never answers
+                # (librdkafka's issue #3740): bounded, in a thread of its own
+                closer = threading.Thread(target=self._committer.close, daemon=True,
+                                          name="odradek-mirror-close")
+                closer.start()
+                closer.join(self.timeout_s)
             if own:
                 spark.stop()
         if error is not None:
