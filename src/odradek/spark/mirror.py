@@ -53,6 +53,7 @@ query and one driver thread):
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import json
@@ -63,10 +64,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import confluent_kafka as ck
 import pyarrow as pa
@@ -74,6 +75,9 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from odradek.client.connection import BrokerConnection, ClientError
+from odradek.client.groups import GroupsClient
+from odradek.client.security import ClientSecurity, client_security
 from odradek.spark.offset_sync import MirrorState, runs_of
 
 __all__ = [
@@ -103,6 +107,7 @@ EXCLUDED_CONFIGS = frozenset({
     "unclean.leader.election.enable",
     "min.insync.replicas",
 })
+_T = TypeVar("_T")
 _QUEUE_FULL_POLL_S = 0.05
 #: how long the driver keeps retrying a cluster that does not answer before a micro-batch
 RIDE_OUT_S = 300.0
@@ -531,6 +536,19 @@ def _result(future: Any, timeout_s: float, what: str) -> Any:
         raise TransientMirrorError(f"{what}: {exc!r}") from None
 
 
+def _own_client(conf: dict[str, str]) -> ClientSecurity | None:
+    """The security for Odradek's own client, or None where it cannot honour ``conf``
+    (a librdkafka setting it does not know: the group sync then uses librdkafka)."""
+    from odradek.spark.fetcher import supports
+
+    if not supports(conf):
+        return None
+    try:
+        return client_security(conf)
+    except ValueError:
+        return None
+
+
 class MirrorJob:
     def __init__(self, cfg: MirrorConfig) -> None:
         from confluent_kafka.admin import AdminClient
@@ -550,6 +568,10 @@ class MirrorJob:
         self.records = 0
         self._committer: ck.Consumer | None = None
         self._commits_sent = self._commits_done = 0
+        self._own_security: dict[str, ClientSecurity | None] = {
+            "source": _own_client(cfg.source_conf()),
+            "target": _own_client(cfg.target_conf()),
+        }
 
     # -- clusters and topics
 
@@ -823,8 +845,6 @@ class MirrorJob:
     def sync_groups(self) -> int:
         """Translate the committed offsets of the source's groups onto the target; returns
         the number of offsets committed."""
-        from confluent_kafka import ConsumerGroupTopicPartitions
-
         listed = _result(self.src.list_consumer_groups(request_timeout=self.timeout_s),
                          self.timeout_s, "cannot list the source's consumer groups")
         done = 0
@@ -832,60 +852,119 @@ class MirrorJob:
             group = listing.group_id
             if group == self.cfg.group:
                 continue
-            req = [ConsumerGroupTopicPartitions(group)]
-            got = _result(self.src.list_consumer_group_offsets(
-                req, request_timeout=self.timeout_s)[group], self.timeout_s,
-                          f"cannot fetch the offsets of group {group!r} on the source")
+            got = self._group_offsets("source", group)
             wanted: dict[tuple[str, int], int] = {}
             with self.lock:
-                for tp in got.topic_partitions or []:
-                    if tp.offset < 0 or (tp.topic, tp.partition) not in self.syncs.runs:
+                for tp, offset in got.items():
+                    if tp not in self.syncs.runs:
                         continue
-                    off = self.syncs.translate((tp.topic, tp.partition), tp.offset)
+                    off = self.syncs.translate(tp, offset)
                     if off is not None:
-                        wanted[(tp.topic, tp.partition)] = off
+                        wanted[tp] = off
             if wanted:
                 done += self._commit_translated(group, wanted)
         return done
 
     def _commit_translated(self, group: str, wanted: dict[tuple[str, int], int]) -> int:
+        if self._group_active_on_target(group):
+            log.debug("group %s is active on the target: offsets not synced", group)
+            return 0
+        prefix = self.cfg.topic_prefix
+        current = self._group_offsets("target", group)
+        commit = {(prefix + t, p): off for (t, p), off in sorted(wanted.items())
+                  if current.get((prefix + t, p), -1) < off}
+        if commit:
+            self._commit_group_offsets(group, commit)
+        return len(commit)
+
+    # The group sync's reads and writes of other groups' offsets go through Odradek's own
+    # client where it can honour the cluster's client settings (as the connector's reads
+    # do: fetcher.supports), else through librdkafka's admin client, whose
+    # coordinator-bound requests abort the process when a broker's connection drops under
+    # them (librdkafka's issues #4605 / #5397). Both are bounded by --timeout.
+
+    def _groups_call(self, side: str, group: str, what: str,
+                     call: Callable[[GroupsClient], Awaitable[_T]]) -> _T:
+        """``call`` on the group's coordinator on ``side``, through Odradek's client."""
+        conf = self.cfg.source_conf() if side == "source" else self.cfg.target_conf()
+        security = self._own_security[side]
+        assert security is not None
+        servers = [b.strip() for b in conf["bootstrap.servers"].split(",") if b.strip()]
+
+        async def run() -> _T:
+            errors = []
+            for server in servers:
+                try:
+                    boot = await BrokerConnection.open(server, self.timeout_s,
+                                                       security=security)
+                except (ClientError, OSError, TimeoutError) as exc:
+                    errors.append(f"{server}: {exc}")
+                    continue
+                try:
+                    _, host, port = await GroupsClient(boot).find_coordinator(group)
+                finally:
+                    await boot.close()
+                coordinator = await BrokerConnection.open(f"{host}:{port}", self.timeout_s,
+                                                          security=security)
+                try:
+                    return await call(GroupsClient(coordinator))
+                finally:
+                    await coordinator.close()
+            raise ClientError("cannot reach any bootstrap server: " + "; ".join(errors))
+
+        try:
+            return asyncio.run(asyncio.wait_for(run(), self.timeout_s))
+        except (ClientError, OSError, TimeoutError) as exc:
+            raise TransientMirrorError(f"{what}: {exc or type(exc).__name__}") from None
+
+    def _group_offsets(self, side: str, group: str) -> dict[tuple[str, int], int]:
+        """The group's committed offsets on ``side`` (none for a group without any)."""
+        what = f"cannot fetch the offsets of group {group!r} on the {side}"
+        if self._own_security[side] is not None:
+            got = self._groups_call(side, group, what, lambda c: c.fetch_offsets(group))
+            return {(o.topic, o.partition): o.offset for o in got}
         from confluent_kafka import ConsumerGroupTopicPartitions
 
-        what = f"cannot read group {group!r} on the target"
+        admin = self.src if side == "source" else self.tgt
         try:
-            desc = self.tgt.describe_consumer_groups(
-                [group], request_timeout=self.timeout_s)[group].result(timeout=self.timeout_s)
-            if desc.members:
-                log.debug("group %s is active on the target: offsets not synced", group)
-                return 0
-        except ck.KafkaException:
-            pass  # the group does not exist on the target yet
-        except concurrent.futures.TimeoutError:  # the target does not answer: not now
-            raise TransientMirrorError(f"{what}: no answer in {self.timeout_s} s") from None
-        prefix = self.cfg.topic_prefix
-        current: dict[tuple[str, int], int] = {}
-        try:
-            have = self.tgt.list_consumer_group_offsets(
+            listed = admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout_s
             )[group].result(timeout=self.timeout_s)
-            current = {(tp.topic, tp.partition): tp.offset
-                       for tp in have.topic_partitions or [] if tp.offset >= 0}
         except ck.KafkaException:
-            pass
+            if side == "source":
+                raise TransientMirrorError(what) from None
+            return {}  # the group does not exist on the target yet
+        except concurrent.futures.TimeoutError:  # no answer: not now
+            raise TransientMirrorError(f"{what}: no answer in {self.timeout_s} s") from None
+        return {(tp.topic, tp.partition): tp.offset
+                for tp in listed.topic_partitions or [] if tp.offset >= 0}
+
+    def _group_active_on_target(self, group: str) -> bool:
+        what = f"cannot describe group {group!r} on the target"
+        if self._own_security["target"] is not None:
+            desc = self._groups_call("target", group, what, lambda c: c.describe_group(group))
+            return bool(desc.members)
+        try:
+            found = self.tgt.describe_consumer_groups(
+                [group], request_timeout=self.timeout_s)[group].result(timeout=self.timeout_s)
+        except ck.KafkaException:
+            return False  # the group does not exist on the target yet
         except concurrent.futures.TimeoutError:
             raise TransientMirrorError(f"{what}: no answer in {self.timeout_s} s") from None
-        commit = [
-            ck.TopicPartition(prefix + t, p, off) for (t, p), off in sorted(wanted.items())
-            if current.get((prefix + t, p), -1) < off
-        ]
-        if not commit:
-            return 0
-        _result(
-            self.tgt.alter_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, commit)])[group],
-            self.timeout_s, f"cannot commit translated offsets of group {group!r} on the target",
-        )
-        return len(commit)
+        return bool(found.members)
+
+    def _commit_group_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        what = f"cannot commit translated offsets of group {group!r} on the target"
+        if self._own_security["target"] is not None:
+            self._groups_call("target", group, what,
+                              lambda c: c.commit_offsets(group, offsets))
+            return
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        commit = [ck.TopicPartition(t, p, off) for (t, p), off in offsets.items()]
+        _result(self.tgt.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, commit)], request_timeout=self.timeout_s
+        )[group], self.timeout_s, what)
 
     def _sync_loop(self) -> None:
         while not self.stopping.wait(self.cfg.sync_interval_s):
