@@ -45,3 +45,35 @@ async def _send_when_closed(conn: BrokerConnection, request: object) -> None:
     still be written into the closing socket (and then fails with it)."""
     while True:
         await conn.send(request)
+
+
+def _refused_address() -> str:
+    """A loopback port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_open_any_skips_servers_that_do_not_answer_and_names_each_when_none_does() -> None:
+    dead = [_refused_address(), _refused_address()]
+
+    async def none_answers() -> str:
+        with pytest.raises(ClientError) as info:
+            await BrokerConnection.open_any(dead, 5)
+        return str(info.value)
+
+    message = asyncio.run(none_answers())
+    assert message.startswith("cannot reach any bootstrap server: ")
+    assert all(f"{d}: connection refused" in message for d in dead), message
+
+    with running_broker() as broker:
+        async def the_live_one() -> int:
+            conn = await BrokerConnection.open_any([dead[0], broker.bootstrap], 5)
+            try:
+                return conn.port
+            finally:
+                await conn.close()
+
+        assert asyncio.run(the_live_one()) == int(broker.bootstrap.rpartition(":")[2])

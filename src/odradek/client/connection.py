@@ -88,6 +88,19 @@ class BrokerConnection:
             raise
         return conn
 
+    @classmethod
+    async def open_any(cls, servers: list[str], timeout: float = 10.0,
+                       **kw: Any) -> BrokerConnection:
+        """:meth:`open` on the first of ``servers`` that answers, as a client bootstraps;
+        a :class:`ClientError` naming each server's failure when none does."""
+        errors = []
+        for server in servers:
+            try:
+                return await cls.open(server, timeout, **kw)
+            except (ClientError, OSError, TimeoutError) as exc:
+                errors.append(f"{server}: {exc}")
+        raise ClientError("cannot reach any bootstrap server: " + "; ".join(errors))
+
     async def connect(self) -> None:
         context = self.security.ssl_context
         try:

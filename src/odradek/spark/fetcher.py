@@ -150,26 +150,18 @@ class _PartitionReader:
         """A connection to the partition's leader (found through a bootstrap server)."""
         if self.conn is not None:
             return Admin(self.conn)
-        errors = []
-        for server in self.bootstrap:
-            try:
-                boot = await BrokerConnection.open(server, self.timeout, client_id=self.client_id,
-                                                   security=self.security)
-            except (ClientError, OSError, TimeoutError) as exc:
-                errors.append(f"{server}: {exc}")
-                continue
-            try:
-                host, port = await asyncio.wait_for(
-                    Admin(boot).leader(self.topic, self.partition), self.timeout
-                )
-            finally:
-                await boot.close()
-            self.conn = await BrokerConnection.open(
-                f"{host}:{port}", self.timeout, client_id=self.client_id,
-                security=self.security,
+        boot = await BrokerConnection.open_any(self.bootstrap, self.timeout,
+                                               client_id=self.client_id, security=self.security)
+        try:
+            host, port = await asyncio.wait_for(
+                Admin(boot).leader(self.topic, self.partition), self.timeout
             )
-            return Admin(self.conn)
-        raise ClientError("cannot reach any bootstrap server: " + "; ".join(errors))
+        finally:
+            await boot.close()
+        self.conn = await BrokerConnection.open(
+            f"{host}:{port}", self.timeout, client_id=self.client_id, security=self.security,
+        )
+        return Admin(self.conn)
 
     async def disconnect(self) -> None:
         if self.conn is not None:

@@ -892,25 +892,17 @@ class MirrorJob:
         servers = [b.strip() for b in conf["bootstrap.servers"].split(",") if b.strip()]
 
         async def run() -> _T:
-            errors = []
-            for server in servers:
-                try:
-                    boot = await BrokerConnection.open(server, self.timeout_s,
-                                                       security=security)
-                except (ClientError, OSError, TimeoutError) as exc:
-                    errors.append(f"{server}: {exc}")
-                    continue
-                try:
-                    _, host, port = await GroupsClient(boot).find_coordinator(group)
-                finally:
-                    await boot.close()
-                coordinator = await BrokerConnection.open(f"{host}:{port}", self.timeout_s,
-                                                          security=security)
-                try:
-                    return await call(GroupsClient(coordinator))
-                finally:
-                    await coordinator.close()
-            raise ClientError("cannot reach any bootstrap server: " + "; ".join(errors))
+            boot = await BrokerConnection.open_any(servers, self.timeout_s, security=security)
+            try:
+                _, host, port = await GroupsClient(boot).find_coordinator(group)
+            finally:
+                await boot.close()
+            coordinator = await BrokerConnection.open(f"{host}:{port}", self.timeout_s,
+                                                      security=security)
+            try:
+                return await call(GroupsClient(coordinator))
+            finally:
+                await coordinator.close()
 
         try:
             return asyncio.run(asyncio.wait_for(run(), self.timeout_s))
