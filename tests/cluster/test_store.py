@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from odradek.cluster.store import (
+    UPDATE_ATTEMPTS,
     BadVersionError,
     CheckVersion,
     CreateOp,
@@ -17,6 +18,7 @@ from odradek.cluster.store import (
     NotEmptyError,
     SessionEvent,
     SetOp,
+    config_of,
 )
 from tests.cluster._zookeeper import wait_for
 from tests.cluster.conftest import Backend
@@ -111,6 +113,80 @@ def test_set_or_create_when_another_writer_creates_the_node_first(
     store.set_or_create("/sc/raced", b"mine")
     got = store.get("/sc/raced")
     assert got is not None and (got.data, got.version) == (b"mine", 1)
+
+
+def _config(store: MetadataStore, path: str) -> tuple[dict[str, str], int] | None:
+    node = store.get(path)
+    return None if node is None else (config_of(node), node.version)
+
+
+def test_update_config_creates_changes_and_removes_the_node(store: MetadataStore) -> None:
+    path = "/uc/users/alice"  # parents are made
+    assert store.update_config(path, lambda c: {**c, "a": "1"}) == {"a": "1"}
+    assert store.update_config(path, lambda c: {**c, "b": "2"}) == {"a": "1", "b": "2"}
+    assert _config(store, path) == ({"a": "1", "b": "2"}, 1)
+    store.create(f"{path}/clients", b"")  # a child keeps an emptied node
+    assert store.update_config(path, lambda c: {}) == {}
+    assert _config(store, path) == ({}, 2)
+    store.delete(f"{path}/clients")
+    store.update_config(path, lambda c: {})
+    assert store.get(path) is None
+    kept = "/uc/topics/t"
+    store.update_config(kept, lambda c: {}, remove_empty=False)
+    assert _config(store, kept) == ({}, 0)
+
+
+def test_update_config_applies_the_change_again_after_a_write_between(
+        store: MetadataStore) -> None:
+    """Another writer's change landing between the read and the write (created, changed,
+    removed) fails the compare-and-set; the change is applied to a fresh read, and
+    neither is lost."""
+    path = "/uc/raced"
+    seen: list[dict[str, str]] = []
+    behind = [
+        lambda: store.create(path, b'{"version": 1, "config": {"other": "1"}}'),
+        lambda: store.set(path, b'{"version": 1, "config": {"other": "2"}}'),
+        lambda: store.delete(path),
+    ]
+
+    def change(current: dict[str, str]) -> dict[str, str]:
+        seen.append(current)
+        if behind:
+            behind.pop(0)()  # another broker's write, after this read
+        return {**current, "mine": "x"}
+
+    assert store.update_config(path, change) == {"mine": "x"}
+    assert seen == [{}, {"other": "1"}, {"other": "2"}, {}]
+    assert _config(store, path) == ({"mine": "x"}, 0)
+
+
+def test_update_config_gives_up_after_its_attempts(store: MetadataStore) -> None:
+    path = "/uc/busy"
+    store.update_config(path, lambda c: {"n": "0"})
+    calls = 0
+
+    def always_behind(current: dict[str, str]) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        store.set(path, f'{{"version": 1, "config": {{"n": "{calls}"}}}}'.encode())
+        return {"n": "mine"}
+
+    with pytest.raises(BadVersionError):
+        store.update_config(path, always_behind)
+    assert calls == UPDATE_ATTEMPTS
+    assert _config(store, path) == ({"n": str(UPDATE_ATTEMPTS)}, UPDATE_ATTEMPTS)
+
+
+def test_update_config_writes_nothing_when_the_change_is_refused(store: MetadataStore) -> None:
+    path = "/uc/refused"
+    store.update_config(path, lambda c: {"a": "1"})
+
+    def refuse(current: dict[str, str]) -> dict[str, str]:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        store.update_config(path, refuse)
+    assert _config(store, path) == ({"a": "1"}, 0)
 
 
 def test_data_watch_fires_once(store: MetadataStore) -> None:

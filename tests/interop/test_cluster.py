@@ -643,6 +643,52 @@ def test_configs_changed_through_one_broker_reach_every_broker(cluster3: Cluster
         set_cluster_default(cluster3.address(1), "log.retention.ms", None)
 
 
+def set_topic_config_through(bootstrap: str, topic: str, key: str, value: str) -> int:
+    """IncrementalAlterConfigs SET of one topic config sent to that broker itself; the
+    answer's error code."""
+    from kio.schema.incremental_alter_configs.v1 import request as m
+    from kio.static.primitive import i8
+
+    async def send() -> Any:
+        conn = await BrokerConnection.open(bootstrap)
+        try:
+            return await conn.send(m.IncrementalAlterConfigsRequest(
+                resources=(m.AlterConfigsResource(
+                    resource_type=i8(2), resource_name=topic,
+                    configs=(m.AlterableConfig(name=key, config_operation=i8(0),
+                                               value=value),)),),
+                validate_only=False))
+        finally:
+            await conn.close()
+
+    return int(asyncio.run(send()).responses[0].error_code)
+
+
+def test_alters_through_three_brokers_at_once_all_hold(cluster3: Cluster) -> None:
+    """Three IncrementalAlterConfigs of one topic, each through another broker, at the same
+    moment: each broker applies its change to the overrides stored in ZooKeeper and
+    writes them compare-and-set, so none of the three is lost (applied to a broker's own
+    view, which has not heard of the other two yet, each would write its key alone)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    topic = unique("alters")
+    create_topic(cluster3, topic)
+    changes = {1: ("segment.ms", "3600000"), 2: ("retention.ms", "7200000"),
+               3: ("max.message.bytes", "2048")}
+    with ThreadPoolExecutor(len(changes)) as pool:
+        codes = list(pool.map(
+            lambda b: set_topic_config_through(cluster3.address(b), topic, *changes[b]),
+            changes))
+    assert codes == [0, 0, 0]
+    wanted = dict(changes.values())
+
+    def all_held_on_every_broker() -> bool:
+        return all({k: v for k, v in topic_configs_of(cluster3.address(b), topic).items()
+                    if k in wanted} == wanted for b in BROKER_IDS)
+
+    cluster3.wait_for(all_held_on_every_broker, 15, "every broker showing the three changes")
+
+
 def test_no_zookeeper_round_trip_ran_on_an_event_loop(cluster3: Cluster) -> None:
     """Last in this module, over every broker log its cluster wrote: ZooKeeperStore warns
     when it is called from a running event loop, and none of the requests above (topic

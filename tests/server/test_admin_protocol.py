@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import importlib
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -304,6 +305,68 @@ def test_incremental_alter_configs_errors(rb: RunningBroker) -> None:
     results = incremental(rb, 1, [(2, name, [("retention.ms", 0, "77")])], validate_only=True)
     assert results[0].error_code == ErrorCode.none
     assert rb.broker.metadata.topics[name].configs == {}
+
+
+def _store_behind(rb: RunningBroker, path: str, configs: dict[str, str]) -> None:
+    """Write a config document as another broker would, behind this broker's view (the
+    embedded store tells no view of it: the notification has not come yet)."""
+    doc = json.dumps({"version": 1, "config": configs}).encode()
+    rb.call(rb.broker.metadata.store.set_or_create, path, doc)
+
+
+def test_incremental_alter_configs_starts_from_the_stored_overrides(rb: RunningBroker) -> None:
+    """Another broker's change this broker has not heard of yet is kept: the operations
+    apply to what the store holds, not to this broker's view of it."""
+    md = rb.broker.metadata
+    name = new_topic(rb, configs={"retention.ms": "1000"})
+    _store_behind(rb, md.topic_config_path(name),
+                  {"retention.ms": "1000", "segment.bytes": "100000"})
+    assert md.topics[name].configs == {"retention.ms": "1000"}  # the view is behind
+    (r,) = incremental(rb, 1, [(2, name, [("retention.ms", 0, "2000")])])
+    assert r.error_code == ErrorCode.none
+    expected = {"retention.ms": "2000", "segment.bytes": "100000"}
+    assert rb.call(md.read_configs, md.topic_config_path(name)) == expected
+    assert md.topics[name].configs == expected
+    log = rb.broker.get_log(name, 0)
+    assert log is not None and log.config.segment_bytes == 100000
+    # the same for the cluster-wide broker default
+    (r,) = incremental(rb, 1, [(4, "", [("log.retention.ms", 0, "60000")])])
+    assert r.error_code == ErrorCode.none
+    _store_behind(rb, md.broker_config_path("<default>"),
+                  {"log.retention.ms": "60000", "log.cleaner.threads": "2"})
+    (r,) = incremental(rb, 1, [(4, "", [("log.retention.ms", 1, None)])])
+    assert r.error_code == ErrorCode.none
+    assert md.broker_configs("<default>") == {"log.cleaner.threads": "2"}
+
+
+def test_incremental_alter_configs_applies_again_after_a_write_between(
+        rb: RunningBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that lands between the read and the compare-and-set write (another broker's
+    alter) fails the write; the operations are applied again to a fresh read, and neither
+    change is lost."""
+    md = rb.broker.metadata
+    name = new_topic(rb)
+    path = md.topic_config_path(name)
+    get = md.store.get
+    reads: list[int] = []
+
+    def read_then_lose_the_race(at: str, *args: Any, **kw: Any) -> Any:
+        node = get(at, *args, **kw)
+        if at == path:
+            reads.append(-1 if node is None else node.version)
+            if len(reads) == 1:  # another broker's alter lands now
+                md.store.set_or_create(
+                    path, json.dumps({"version": 1, "config": {"segment.ms": "3600000"}})
+                    .encode())
+        return node
+
+    monkeypatch.setattr(md.store, "get", read_then_lose_the_race)
+    (r,) = incremental(rb, 1, [(2, name, [("retention.ms", 0, "2000")])])
+    assert r.error_code == ErrorCode.none
+    assert len(reads) == 2 and reads[0] != reads[1]
+    expected = {"segment.ms": "3600000", "retention.ms": "2000"}
+    assert md.read_configs(path) == expected
+    assert md.topics[name].configs == expected
 
 
 def test_dynamic_broker_configs(rb: RunningBroker) -> None:

@@ -148,3 +148,29 @@ def test_validate_only_and_removal(rb: RunningBroker) -> None:
     alter(rb, (bob, {"producer_byte_rate": None}))
     assert entities(describe(rb, ("user", EXACT, "bob"))) == {}
     assert rb.broker.services.client_quotas.produce.quota("any", "bob") is None
+
+
+def test_an_alter_starts_from_the_stored_quotas(rb: RunningBroker) -> None:
+    """A quota and a SCRAM credential stored behind this broker's view (another broker's
+    writes, not heard of yet) are kept: the entry's operations apply to what the store
+    holds, and two entries on one entity apply in order."""
+    from odradek.cluster.store import config_of
+    from odradek.cluster.user_credentials import set_scram_credential
+
+    carol: Entity = (("user", "carol"),)
+    md = rb.broker.metadata
+    path = md.quota_path(("carol", None))
+    rb.call(md.store.set_or_create, path,
+            b'{"version": 1, "config": {"consumer_byte_rate": "500"}}')
+    rb.call(set_scram_credential, md.store, "carol", "SCRAM-SHA-256", "salt=c2FsdA==")
+    assert ("carol", None) not in md.client_quotas  # the view is behind
+    assert alter(rb, (carol, {"producer_byte_rate": 10.0}),
+                 (carol, {"request_percentage": 20.0})) == [(ErrorCode.none, None)] * 2
+    stored = config_of(rb.call(md.store.get, path))
+    assert stored == {"consumer_byte_rate": "500", "producer_byte_rate": "10",
+                      "request_percentage": "20.0", "SCRAM-SHA-256": "salt=c2FsdA=="}
+    assert entities(describe(rb, ("user", EXACT, "carol")))[carol] == {
+        "consumer_byte_rate": 500.0, "producer_byte_rate": 10.0, "request_percentage": 20.0}
+    alter(rb, (carol, {"consumer_byte_rate": None, "producer_byte_rate": None,
+                       "request_percentage": None}))
+    assert config_of(rb.call(md.store.get, path)) == {"SCRAM-SHA-256": "salt=c2FsdA=="}

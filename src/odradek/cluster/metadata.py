@@ -33,6 +33,7 @@ from odradek.cluster.store import (
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    config_of,
 )
 from odradek.storage.config import ConfigError, LogConfig
 from odradek.storage.errors import ApiError
@@ -324,8 +325,7 @@ class ClusterMetadata:
         found = self.store.get_json(f"{self.TOPICS}/{name}")
         if found is None:
             return None
-        cfg = self.store.get_json(f"{self.CONFIGS}/{name}")
-        configs = dict(cfg[0]["config"]) if cfg else {}  # type: ignore[index]
+        configs = self.read_configs(self.topic_config_path(name))
         return self.topic_from_doc(name, found[0], configs)
 
     @staticmethod
@@ -529,16 +529,16 @@ class ClusterMetadata:
             "partitions": {str(p): r for p, r in sorted(info.partitions.items())},
         }
 
-    def _write_configs(self, name: str, configs: Mapping[str, str]) -> None:
-        self._write_config_doc(f"{self.CONFIGS}/{name}", configs)
+    def topic_config_path(self, name: str) -> str:
+        return f"{self.CONFIGS}/{name}"
 
-    def _write_config_doc(self, path: str, configs: Mapping[str, str]) -> None:
-        """Kafka's ``{"version": 1, "config": {...}}`` document at ``path``."""
-        doc = {"version": 1, "config": dict(configs)}
-        if self.store.get(path) is None:
-            self.store.create_json(path, doc)
-        else:
-            self.store.set_json(path, doc)
+    def broker_config_path(self, entity: str) -> str:
+        return f"{self.BROKER_CONFIGS}/{entity}"
+
+    def read_configs(self, path: str) -> dict[str, str]:
+        """The configs stored at ``path`` now, from the store itself rather than this
+        broker's view (blocking: in cluster mode, not on the event loop)."""
+        return config_of(self.store.get(path))
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.get(name)
@@ -598,18 +598,34 @@ class ClusterMetadata:
         )
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
+        """Replace the topic's config overrides."""
+        self.update_topic_configs(name, lambda _: dict(configs), validate_only)
+
+    def update_topic_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str]],
+                             validate_only: bool) -> dict[str, str]:
+        """Apply ``change`` to the topic's overrides as the store holds them now and write
+        the result, validated, compare-and-set (:meth:`MetadataStore.update_config`: a
+        change made through another broker that this broker's view has not heard of yet
+        is kept); the local view follows. Returns the overrides written."""
         info = self.topics.get(name)
         if info is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
-        try:
-            LogConfig.build(self.broker_defaults, configs)
-        except ConfigError as exc:
-            raise MetadataError("INVALID_CONFIG", str(exc)) from exc
+
+        def validated(current: dict[str, str]) -> dict[str, str]:
+            configs = change(current)
+            try:
+                LogConfig.build(self.broker_defaults, configs)
+            except ConfigError as exc:
+                raise MetadataError("INVALID_CONFIG", str(exc)) from exc
+            return configs
+
+        path = self.topic_config_path(name)
         if validate_only:
-            return
-        self._write_configs(name, configs)
+            return validated(self.read_configs(path))
+        configs = self.store.update_config(path, validated, remove_empty=False)
         changed = TopicInfo(info.name, info.topic_id, info.partitions, dict(configs))
         self.apply_locally(lambda: self.apply_topic(name, changed))
+        return configs
 
     # -- dynamic broker configs (Kafka's /config/brokers/<id> and /config/brokers/<default>)
     def broker_configs(self, entity: str) -> dict[str, str]:
@@ -623,17 +639,24 @@ class ClusterMetadata:
 
     def read_broker_configs(self, entity: str) -> dict[str, str]:
         """From the store (blocking: in cluster mode, not on the event loop)."""
-        found = self.store.get_json(f"{self.BROKER_CONFIGS}/{entity}")
-        return dict(found[0]["config"]) if found else {}  # type: ignore[index]
+        return self.read_configs(self.broker_config_path(entity))
 
     def cache_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
         self._broker_configs[entity] = dict(configs)
 
     def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
         """Replace the dynamic configs of ``entity``; validation is the caller's."""
-        self._write_config_doc(f"{self.BROKER_CONFIGS}/{entity}", configs)
-        stored = dict(configs)
+        self.update_broker_configs(entity, lambda _: dict(configs))
+
+    def update_broker_configs(self, entity: str,
+                              change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Apply ``change`` (which validates) to the dynamic configs of ``entity`` as the
+        store holds them now, written compare-and-set (:meth:`update_topic_configs`);
+        the local view follows. Returns the configs written."""
+        stored = self.store.update_config(self.broker_config_path(entity), change,
+                                          remove_empty=False)
         self.apply_locally(lambda: self.cache_broker_configs(entity, stored))
+        return stored
 
     # -- client quotas (Kafka's /config/clients/<client id>, /config/users/<user> and
     # /config/users/<user>/clients/<client id>, any name possibly <default>) -------------
@@ -703,27 +726,30 @@ class ClusterMetadata:
             listener(self.client_quotas)
 
     def set_client_quotas(self, entity: QuotaEntity, configs: Mapping[str, str]) -> None:
-        """Replace the quotas of ``entity`` ((user, client id), either possibly
-        ``<default>``, the user None for a client-id entity); a node left with no config
-        and no children is removed. A user's node keeps its SCRAM credentials (the config
-        map they share in Kafka). Validation is the caller's."""
-        path = self.quota_path(entity)
-        kept: dict[str, str] = {}
-        if entity[0] is not None and entity[1] is None:  # /config/users/<user>
-            found = self.store.get_json(path)
-            if found:
-                stored = dict(found[0].get("config") or {})  # type: ignore[attr-defined]
-                kept = {k: v for k, v in stored.items() if k in SCRAM_CONFIG_KEYS}
-        doc = {**kept, **configs}
-        if doc or self.store.children(path):
-            self.store.set_or_create(path, json.dumps({"version": 1, "config": doc}).encode())
-        else:
-            with contextlib.suppress(NoNodeError, NotEmptyError):
-                self.store.delete(path)
+        """Replace the quotas of ``entity`` (:meth:`update_client_quotas`)."""
+        self.update_client_quotas(entity, lambda _: dict(configs))
+
+    def update_client_quotas(self, entity: QuotaEntity,
+                             change: Callable[[dict[str, str]], dict[str, str]],
+                             ) -> dict[str, str]:
+        """Apply ``change`` to the quotas of ``entity`` ((user, client id), either possibly
+        ``<default>``, the user None for a client-id entity) as the store holds them now,
+        written compare-and-set (:meth:`MetadataStore.update_config`), so a change made
+        through another broker, or a SCRAM credential set meanwhile, is kept; a node left
+        with no config and no children is removed. A user's node keeps its SCRAM
+        credentials (the config map they share in Kafka). Validation is the caller's.
+        Returns the quotas written."""
+
+        def keeping_credentials(stored: dict[str, str]) -> dict[str, str]:
+            kept = {k: v for k, v in stored.items() if k in SCRAM_CONFIG_KEYS}
+            return {**kept, **change(quota_configs(stored))}
+
+        written = self.store.update_config(self.quota_path(entity), keeping_credentials)
         if entity[0] is not None and entity[1] is not None:
             self._prune_user(entity[0])
-        stored_quotas = dict(configs)
-        self.apply_locally(lambda: self.cache_client_quotas(entity, stored_quotas))
+        quotas = quota_configs(written)
+        self.apply_locally(lambda: self.cache_client_quotas(entity, quotas))
+        return quotas
 
     def _prune_user(self, user: str) -> None:
         """Remove ``/config/users/<user>/clients`` and the user's node once nothing is

@@ -221,6 +221,32 @@ class MetadataStore(abc.ABC):
     def set_json(self, path: str, value: object, expected_version: int = -1) -> Node:
         return self.set(path, json.dumps(value, sort_keys=True).encode(), expected_version)
 
+    def update_config(self, path: str, change: Callable[[dict[str, str]], dict[str, str]],
+                      remove_empty: bool = True) -> dict[str, str]:
+        """Read-modify-write of a Kafka entity config node (``{"version": 1, "config":
+        {...}}``): ``change`` gets the stored configs and returns the new ones, written
+        compare-and-set on the version read: created if there was no node; with
+        ``remove_empty``, removed if the configs are empty and the node has no children.
+        When another writer came between, it reads and calls ``change`` again, up to
+        :data:`UPDATE_ATTEMPTS` times, then raises :class:`BadVersionError`. An exception
+        from ``change`` (a refused change) writes nothing. Returns the configs written."""
+        for _ in range(UPDATE_ATTEMPTS):
+            node = self.get(path)
+            new = change(config_of(node))
+            try:
+                if new or not remove_empty or (node is not None and self.children(path)):
+                    data = json.dumps({"version": 1, "config": new}, sort_keys=True).encode()
+                    if node is None:
+                        self.create(path, data)
+                    else:
+                        self.set(path, data, node.version)
+                elif node is not None:
+                    self.delete(path, node.version)
+                return new
+            except (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError):
+                continue  # another writer came between: read again
+        raise BadVersionError(f"{path}: changed {UPDATE_ATTEMPTS} times while updating it")
+
     def set_or_create(self, path: str, data: bytes) -> Node:
         """Write ``path`` unconditionally, creating it (and its parents) if missing, as
         Kafka's ``ZkUtils.updatePersistentPath``: set; if there is no node, create; if
@@ -234,6 +260,21 @@ class MetadataStore(abc.ABC):
             return self.create(path, data)
         except NodeExistsError:
             return self.set(path, data)
+
+
+#: read-modify-write rounds of :meth:`MetadataStore.update_config` before it gives up
+UPDATE_ATTEMPTS = 10
+
+
+def config_of(node: Node | None) -> dict[str, str]:
+    """The ``config`` map of a Kafka entity config node (empty: no node, or not one)."""
+    if node is None or not node.data:
+        return {}
+    try:
+        stored = json.loads(node.data).get("config") or {}
+        return {str(k): str(v) for k, v in stored.items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 def _parent(path: str) -> str:

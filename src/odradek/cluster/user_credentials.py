@@ -13,11 +13,9 @@ store. Every call blocks: in cluster mode run it off the event loop.
 from __future__ import annotations
 
 import contextlib
-import json
 import urllib.parse
-from collections.abc import Mapping
 
-from odradek.cluster.store import MetadataStore, NoNodeError, NotEmptyError
+from odradek.cluster.store import MetadataStore, NoNodeError, config_of
 
 __all__ = [
     "USERS_PATH",
@@ -38,13 +36,7 @@ def _path(user: str) -> str:
 
 def read_user_config(store: MetadataStore, user: str) -> dict[str, str]:
     """Every config of ``user`` (SCRAM credentials and quotas alike)."""
-    node = store.get(_path(user))
-    if node is None or not node.data:
-        return {}
-    try:
-        return dict(json.loads(node.data).get("config") or {})
-    except (ValueError, TypeError, AttributeError):
-        return {}
+    return config_of(store.get(_path(user)))
 
 
 def scram_credential(store: MetadataStore, mechanism: str, user: str) -> str | None:
@@ -52,29 +44,20 @@ def scram_credential(store: MetadataStore, mechanism: str, user: str) -> str | N
     return read_user_config(store, user).get(mechanism)
 
 
-def _write(store: MetadataStore, user: str, configs: Mapping[str, str]) -> None:
-    path = _path(user)
-    # The node stays while quotas of the user's client ids live below it.
-    if configs or store.children(path):
-        store.set_or_create(path, json.dumps({"version": 1, "config": dict(configs)}).encode())
-    else:
-        with contextlib.suppress(NoNodeError, NotEmptyError):
-            store.delete(path)
-
-
 def set_scram_credential(store: MetadataStore, user: str, mechanism: str, text: str) -> None:
-    configs = read_user_config(store, user)
-    configs[mechanism] = text
-    _write(store, user, configs)
+    """Store ``user``'s credential for ``mechanism``: a read-modify-write of the user's
+    node, compare-and-set (:meth:`MetadataStore.update_config`), so quotas or another
+    credential written meanwhile through another broker are kept."""
+    store.update_config(_path(user), lambda configs: {**configs, mechanism: text})
 
 
 def delete_scram_credential(store: MetadataStore, user: str, mechanism: str) -> bool:
-    """Remove one mechanism's credential; False if there was none."""
-    configs = read_user_config(store, user)
-    if mechanism not in configs:
+    """Remove one mechanism's credential; False if there was none. The node goes once
+    nothing is left in it and no client quotas of the user live below it."""
+    if mechanism not in read_user_config(store, user):
         return False
-    del configs[mechanism]
-    _write(store, user, configs)
+    store.update_config(_path(user), lambda configs: {
+        k: v for k, v in configs.items() if k != mechanism})
     return True
 
 

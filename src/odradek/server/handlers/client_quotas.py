@@ -14,7 +14,9 @@ Follows Kafka's ``KafkaApis.handleDescribeClientQuotasRequest`` /
   the metadata store (``/config/clients/<client id>``, ``/config/users/<user>``,
   ``/config/users/<user>/clients/<client id>``; a user's SCRAM credentials in the same
   node are kept) and from there in every broker's quota managers
-  (:mod:`odradek.server.client_quotas`).
+  (:mod:`odradek.server.client_quotas`). The entries' operations are applied to the quotas
+  the store holds at the write, compare-and-set (``MetadataStore.update_config``), not to
+  this broker's view, which hears of another broker's change only from its notification.
 - Describe: the filter's components match an entity's by type (exact name, the default,
   or any specified name); an entity without a component the filter names is left out, and
   ``strict`` leaves out entities with types the filter does not name either. A malformed
@@ -220,16 +222,17 @@ async def alter_client_quotas(services: BrokerServices, ctx: RequestContext, req
     metadata = services.metadata
     m = response_module("alter_client_quotas", ctx.api_version)
     results = []
-    # entity -> its quotas after this request's earlier entries
-    writes: dict[QuotaEntity, dict[str, str]] = {}
+    # entity -> the operations of this request's entries on it, in order: applied to the
+    # quotas the store holds when they are written (another broker's change, which this
+    # broker's view may not have heard of yet, is kept)
+    changes: dict[QuotaEntity, list[Any]] = {}
     for entry in request.entries:
         code, message = ErrorCode.none, None
         try:
             entity = _entity(entry.entity)
-            current = writes.get(entity, metadata.client_quotas.get(entity, {}))
-            configs = _altered(current, entry.ops)
+            _altered({}, entry.ops)  # the checks: none depends on the stored quotas
             if not request.validate_only:
-                writes[entity] = configs
+                changes.setdefault(entity, []).append(entry.ops)
         except _Refused as exc:
             code, message = exc.code, str(exc)
         results.append(make(
@@ -239,11 +242,16 @@ async def alter_client_quotas(services: BrokerServices, ctx: RequestContext, req
         ))
 
     def write() -> None:
-        for entity, configs in writes.items():
-            metadata.set_client_quotas(entity, configs)
+        for entity, op_lists in changes.items():
+            def change(quotas: dict[str, str], op_lists: list[Any] = op_lists) -> dict[str, str]:
+                for ops in op_lists:
+                    quotas = _altered(quotas, ops)
+                return quotas
+
+            configs = metadata.update_client_quotas(entity, change)
             log.info("client quotas of %s are now %s", _shown(entity), configs)
 
-    if writes:
+    if changes:
         if metadata.remote:  # cluster mode: the ZooKeeper writes off the loop
             await asyncio.to_thread(write)
         else:

@@ -40,6 +40,14 @@ applies SET (0), DELETE (1), APPEND (2) and SUBTRACT (3), the last two on list c
 (starting from the override, or Kafka's default when there is none). A resource named twice
 in one request, or a config key named twice in one resource, is INVALID_REQUEST.
 ``validate_only`` runs every check and changes nothing.
+
+IncrementalAlterConfigs is a read-modify-write, and in a cluster this broker's view of the
+stored overrides learns a change made through another broker only from its ZooKeeper
+notification. So the operations are applied to the document read from the store itself,
+and it is written back compare-and-set on the version read; when another write came
+between, it is read and applied again (:func:`_alter_one`). Kafka's KRaft controller
+serializes these changes; its ZooKeeper mode read the znode but wrote it unconditionally.
+DescribeConfigs answers from this broker's view (docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.cluster import topic_names
 from odradek.cluster.metadata import ClusterMetadata, MetadataError
+from odradek.cluster.store import UPDATE_ATTEMPTS, BadVersionError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
@@ -464,14 +473,54 @@ def _check_topic(services: BrokerServices, name: str) -> dict[str, str]:
     return dict(info.configs)
 
 
-def _current(services: BrokerServices, resource_type: int, name: str) -> tuple[str, dict[str, str]]:
-    """(store entity or topic, current overrides) of an alterable resource."""
+def _target(services: BrokerServices, resource_type: int, name: str) -> str:
+    """The store entity (or topic) of an alterable resource; the topic must exist."""
     if resource_type == RESOURCE_TOPIC:
-        return name, _check_topic(services, name)
+        _check_topic(services, name)
+        return name
     if resource_type == RESOURCE_BROKER:
-        entity = broker_entity(services, name)
-        return entity, services.metadata.broker_configs(entity)
+        return broker_entity(services, name)
     raise ConfigRequestError(ErrorCode.invalid_request, _unsupported_type(resource_type))
+
+
+def _alter_one(services: BrokerServices, resource: Any, incremental: bool,
+               validate_only: bool) -> None:
+    """Alter (or validate) one resource: its operations applied to the overrides the store
+    holds now (IncrementalAlterConfigs) or the overrides replaced (AlterConfigs), checked,
+    and written compare-and-set, applied again to a fresh read when another write comes
+    between (:meth:`MetadataStore.update_config`)."""
+    resource_type = resource.resource_type
+    target = _target(services, resource_type, resource.resource_name)
+
+    def change(current: dict[str, str]) -> dict[str, str]:
+        if incremental:
+            configs = dict(current)
+            for c in resource.configs:
+                _apply_op(resource_type, configs, c.config_operation, c.name, c.value)
+        else:
+            configs = {c.name: c.value for c in resource.configs if c.value is not None}
+        if resource_type == RESOURCE_BROKER:
+            _check_broker_configs(services, target, configs)
+        return configs
+
+    md = services.metadata
+    try:
+        if resource_type == RESOURCE_TOPIC:
+            md.update_topic_configs(target, change, validate_only)
+        elif validate_only:
+            change(md.read_configs(md.broker_config_path(target)))
+        else:
+            configs = md.update_broker_configs(target, change)
+            # layered again where the local view changes: on the event loop
+            md.apply_locally(services.dynamic_config.apply)
+            log.info("dynamic broker configs of %s are now %s", target, _loggable(configs))
+    except MetadataError as exc:
+        raise ConfigRequestError(code_of(exc.kafka_error), str(exc)) from None
+    except BadVersionError:
+        raise ConfigRequestError(
+            ErrorCode.unknown_server_error,
+            f"the configs of {target} changed {UPDATE_ATTEMPTS} times while this change "
+            "was applied to them; try again") from None
 
 
 def _unsupported_type(resource_type: int) -> str:
@@ -480,14 +529,8 @@ def _unsupported_type(resource_type: int) -> str:
     return f"unsupported config resource type {resource_type}"
 
 
-def _commit(services: BrokerServices, resource_type: int, target: str, configs: dict[str, str],
-            validate_only: bool) -> None:
-    if resource_type == RESOURCE_TOPIC:
-        try:
-            services.metadata.set_topic_configs(target, configs, validate_only)
-        except MetadataError as exc:
-            raise ConfigRequestError(code_of(exc.kafka_error), str(exc)) from None
-        return
+def _check_broker_configs(services: BrokerServices, target: str,
+                          configs: Mapping[str, str]) -> None:
     try:
         _validate_broker_configs(services, target, configs)
     except ConfigRequestError as exc:
@@ -499,12 +542,6 @@ def _commit(services: BrokerServices, resource_type: int, target: str, configs: 
             f"Invalid config value for resource ConfigResource(type=BROKER, name='{name}'): "
             f"{exc}",
         ) from None
-    if validate_only:
-        return
-    services.metadata.set_broker_configs(target, configs)
-    # layered again where the local view changes: on the event loop
-    services.metadata.apply_locally(services.dynamic_config.apply)
-    log.info("dynamic broker configs of %s are now %s", target, _loggable(configs))
 
 
 def _loggable(configs: Mapping[str, str]) -> dict[str, str]:
@@ -637,16 +674,7 @@ def _alter(services: BrokerServices, ctx: RequestContext, m: Any, request: Any,
             if repeated:
                 raise ConfigRequestError(ErrorCode.invalid_request,
                                          f"error due to duplicate config keys: {repeated}")
-            target, current = _current(services, resource.resource_type,
-                                       resource.resource_name)
-            if incremental:
-                configs = dict(current)
-                for c in resource.configs:
-                    _apply_op(resource.resource_type, configs, c.config_operation, c.name,
-                              c.value)
-            else:
-                configs = {c.name: c.value for c in resource.configs if c.value is not None}
-            _commit(services, resource.resource_type, target, configs, request.validate_only)
+            _alter_one(services, resource, incremental, request.validate_only)
         except ConfigRequestError as exc:
             code, message = exc.code, str(exc)
         responses.append(make(m.AlterConfigsResourceResponse, error_code=code,
