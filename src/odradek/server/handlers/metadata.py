@@ -9,7 +9,13 @@ UNKNOWN_TOPIC_ID; a name asked twice is answered once (Kafka reads the names as 
 The topics to create are created together, their logs in a worker thread
 (``ReplicaManager.change_topics``) while the loop serves others; the answer waits for
 them up to ``AUTO_CREATE_WAIT``, so a new topic is normally answered with its partitions
-at once, and only a creation still under way then gets LEADER_NOT_AVAILABLE.
+at once. A partition is answered with the leader decided for it even while its log is
+still being created there, as a KRaft broker answers from its metadata image before its
+replica manager has made the log: the data path answers that window LEADER_NOT_AVAILABLE,
+which every client retries (``ReplicaManager.leader_partition``). A partition without a
+leader answered LEADER_NOT_AVAILABLE would be taken as settled by some clients: librdkafka's
+watermark query then fails UNKNOWN_PARTITION without asking again until its periodic
+metadata refresh, five minutes later.
 ``include_cluster_authorized_operations`` (v8-10) and
 ``include_topic_authorized_operations`` (v8+) are answered from
 ``server/authorization.py`` (KIP-430). With an authorizer, topics the caller may not
@@ -160,8 +166,8 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
     ),))
 
 
-#: How long auto-creation waits for the new logs before answering (then pending
-#: partitions are LEADER_NOT_AVAILABLE, and the client asks again, as with Kafka).
+#: How long auto-creation waits for the new logs before answering (then requests to the
+#: pending partitions are LEADER_NOT_AVAILABLE, and the client asks again).
 AUTO_CREATE_WAIT = datetime.timedelta(seconds=10)
 
 
@@ -192,21 +198,19 @@ def _topic(
     services: BrokerServices, info: TopicInfo, live: set[int], ops: int = NOT_REQUESTED
 ) -> MetadataTopic:
     """Each partition's leader, leader epoch and ISR as decided (the metadata's partition
-    state); a partition led here whose log is not in place yet, or whose leader is not
-    among the live brokers of this answer (this broker has not yet seen it register), is
-    LEADER_NOT_AVAILABLE with no leader, as Kafka's MetadataCache answers: a leader id
-    missing from the brokers list leaves some clients (aiokafka) retrying a node they
-    cannot resolve."""
+    state), whether or not the leader has its log in place yet (module header); a
+    partition without a leader, or whose leader is not among the live brokers of this
+    answer (this broker has not yet seen it register), is LEADER_NOT_AVAILABLE with no
+    leader, as Kafka's MetadataCache answers: a leader id missing from the brokers list
+    leaves some clients (aiokafka) retrying a node they cannot resolve."""
     partitions = []
-    me = services.broker_id
-    hosted = services.replica_manager.get_partition
     state_of = services.metadata.partition_state
     name = info.name
     for index, replicas in sorted(info.partitions.items()):
         nodes = tuple(replicas)
         state = state_of(name, index)
         leader = state.leader
-        if leader < 0 or leader not in live or (leader == me and hosted(name, index) is None):
+        if leader < 0 or leader not in live:
             partitions.append(
                 MetadataPartition(_LEADER_NOT_AVAILABLE, index, -1, state.leader_epoch,
                                   nodes, (), nodes)
