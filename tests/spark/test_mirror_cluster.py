@@ -147,7 +147,7 @@ def carries_on(tgt: Cluster, mirror: SessionMirror, what: str) -> None:
     def alive() -> None:
         if not mirror.running():
             raise AssertionError(f"the mirror stopped while waiting for {what}: "
-                                 f"{mirror.error!r}")
+                                 f"{type(mirror.error).__name__}: {mirror.error}")
 
     def answered() -> bool:  # ends() is -1s while the cluster does not answer
         alive()

@@ -72,6 +72,7 @@ from typing import Any, TypeVar
 import confluent_kafka as ck
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.errors import StreamingQueryException
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
@@ -1032,7 +1033,10 @@ class MirrorJob:
               flush=True)
         try:
             while query.isActive and not self.stopping.is_set():
-                query.awaitTermination(1)
+                try:
+                    query.awaitTermination(1)
+                except StreamingQueryException:
+                    break  # it raises the query's failure: query.exception() below has it
             error = query.exception()
         finally:
             self.stopping.set()
@@ -1049,7 +1053,8 @@ class MirrorJob:
             if own:
                 spark.stop()
         if error is not None:
-            log.error("the mirror's Spark query failed: %s", error)
+            # str(): the failure's description and the JVM's stack (its repr is empty)
+            log.error("the mirror's Spark query failed: %s", str(error))
             raise MirrorError(f"the mirror's Spark query failed: {error}")
         if self.failure is not None:
             raise MirrorError(str(self.failure))
