@@ -138,13 +138,17 @@ def test_broker_stays_healthy_under_fuzzing(
     # broker's shutdown does not wait the shutdown timeout for them.
     server = broker.broker.servers[0]
     broker.call(lambda: [task.cancel() for task in server.handler_tasks])
-    # No handler failed with an unexpected exception.
-    tracebacks = [r for r in caplog.records if r.exc_info is not None]
+    # No handler failed with an unexpected exception. Only the broker's own records count:
+    # the worker's process may hold another test's client still retrying a broker that
+    # test stopped (kafka-python logs its refused connections as errors), which says
+    # nothing of this broker.
+    own = [r for r in caplog.records if r.name.split(".")[0] == "odradek"]
+    tracebacks = [r for r in own if r.exc_info is not None]
     assert not tracebacks, "\n".join(
         f"{r.name}: {r.getMessage()}\n{logging.Formatter().formatException(r.exc_info)}"
         for r in tracebacks[:5] if r.exc_info
     )
-    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    errors = [r.getMessage() for r in own if r.levelno >= logging.ERROR]
     assert not errors, errors[:10]
 
 
