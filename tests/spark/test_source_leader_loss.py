@@ -57,3 +57,27 @@ def test_latest_offset_answers_after_the_leader_is_killed(tmp_path: Path) -> Non
             assert took < 30, took  # within kafka.default.api.timeout.ms
         finally:
             reader.stop()
+
+
+def test_unknown_partition_from_librdkafka_is_ridden_out(tmp_path: Path) -> None:
+    """librdkafka's watermark query fails UNKNOWN_PARTITION at once, without asking the
+    broker, when its cached metadata gives the partition no leader (a leader killed and
+    its election under way: whole run Q31 failed the mirror's query on it) or does not
+    list it. For a partition the discovery has just listed, that is a reason to ask again
+    with a new client (TransientSparkError), not to fail the query."""
+    from odradek.spark import client as kc
+    from odradek.testing import running_broker
+
+    with running_broker(data_dir=tmp_path) as rb:
+        rb.call(rb.broker.metadata.create_topic, TOPIC, 1, 1, {})
+        consumer = ck.Consumer({"bootstrap.servers": rb.bootstrap, "group.id": "wm"})
+        try:
+            assert kc.watermarks(consumer, [(TOPIC, 0)], 5000) == {(TOPIC, 0): (0, 0)}
+            try:
+                kc.watermarks(consumer, [(TOPIC, 7)], 2000)  # cached, no such partition
+            except kc.TransientSparkError as exc:
+                assert "Unknown partition" in str(exc)
+            else:
+                raise AssertionError("UNKNOWN_PARTITION did not raise")
+        finally:
+            consumer.close()

@@ -216,7 +216,12 @@ def watermarks(
             )
         except ck.KafkaException as exc:
             err = exc.args[0]
-            transient = err.retriable() or err.code() in _TRANSIENT
+            # UNKNOWN_PARTITION for a partition the discovery just listed is librdkafka
+            # holding on to a leaderless answer (a leader killed, its election under
+            # way): its watermark query takes a partition with no leader as settled and
+            # fails at once until its metadata refresh; a new client asks afresh (Q31)
+            transient = (err.retriable() or err.code() in _TRANSIENT
+                         or err.code() == ck.KafkaError._UNKNOWN_PARTITION)
             raise (TransientSparkError if transient else OdradekSparkError)(
                 f"cannot list offsets of {t}-{p}: {exc}{_why(c)}") from None
         finally:
