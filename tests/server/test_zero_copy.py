@@ -83,8 +83,17 @@ def _read(client: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-def _fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+def _fds(s: _Session) -> set[str]:
+    """The descriptors open on the session's broker-side socket (it and the sender's
+    duplicates): only these, since other tests of the worker may leave threads that open
+    and close descriptors of their own meanwhile (whole run Q32)."""
+    target = os.readlink(f"/proc/self/fd/{s.transport.get_extra_info('socket').fileno()}")
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed since it was listed
+            if os.readlink(f"/proc/self/fd/{fd}") == target:
+                out.add(fd)
+    return out
 
 
 def test_the_buffers_then_the_region_arrive_whole_and_in_order(region_file: int) -> None:
@@ -97,7 +106,7 @@ def test_the_buffers_then_the_region_arrive_whole_and_in_order(region_file: int)
     async def test() -> None:
         async with _session() as s:
             loop, client, sender = s.loop, s.client, s.sender
-            fds = _fds()
+            fds = _fds(s)
             reading = loop.run_in_executor(None, _read, client, len(expected))
             waits = 0
             real_add = loop.add_writer
@@ -115,7 +124,7 @@ def test_the_buffers_then_the_region_arrive_whole_and_in_order(region_file: int)
             got = await asyncio.wait_for(reading, TIMEOUT)
             assert got == expected
             assert waits == 1  # one registration for the whole region
-            assert _fds() == fds
+            assert _fds(s) == fds
 
     asyncio.run(asyncio.wait_for(test(), TIMEOUT))
 
@@ -124,13 +133,13 @@ def test_a_region_past_the_end_of_its_file_is_an_error(region_file: int) -> None
     async def test() -> None:
         async with _session() as s:
             loop, client, sender = s.loop, s.client, s.sender
-            fds = _fds()
+            fds = _fds(s)
             size = os.fstat(region_file).st_size
             reading = loop.run_in_executor(None, _read, client, size)
             with pytest.raises(ShortRegionError):
                 await sender.send([b"x"], FileRegion(region_file, 0, size + 1000))
             assert await asyncio.wait_for(reading, TIMEOUT) != b""
-            assert _fds() == fds
+            assert _fds(s) == fds
 
     asyncio.run(asyncio.wait_for(test(), TIMEOUT))
 
@@ -141,15 +150,15 @@ def test_a_cancelled_send_stops_watching_and_closes_its_descriptor(region_file: 
     async def test() -> None:
         async with _session() as s:
             loop, transport, client, sender = s.loop, s.transport, s.client, s.sender
-            fds = _fds()
+            fds = _fds(s)
             task = loop.create_task(sender.send([], FileRegion(region_file, 4, len(REGION))))
-            while _fds() == fds:  # the sender waits for room on its duplicate
+            while _fds(s) == fds:  # the sender waits for room on its duplicate
                 await asyncio.sleep(0.01)
             assert not task.done()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert _fds() == fds
+            assert _fds(s) == fds
             transport.close()
             # the client sees the end of the stream: nothing else holds the socket open
             got = await asyncio.wait_for(loop.run_in_executor(None, _read, client, 1 << 30),
