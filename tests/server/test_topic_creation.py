@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from odradek.client.connection import BrokerConnection
 from odradek.server.handlers._entities import make
 from odradek.testing import RunningBroker, running_broker
-from tests.server.test_admin_protocol import req
+from tests.server.test_admin_protocol import req, send
 
 SECONDS = datetime.timedelta
 
@@ -321,14 +321,7 @@ def test_the_broker_stops_cleanly_during_a_creation(tmp_path: Any) -> None:
         monkeypatch = pytest.MonkeyPatch()
         gate = Gate(rb, monkeypatch)
 
-        async def go() -> None:
-            conn = await BrokerConnection.open(rb.bootstrap)
-            try:
-                await conn.send(create_request(name, 3, SECONDS(0)))
-            finally:
-                await conn.close()
-
-        asyncio.run(go())
+        send(rb, create_request(name, 3, SECONDS(0)))
         threading.Timer(0.3, gate.opened.set).start()
     monkeypatch.undo()
     with running_broker(data_dir=tmp_path) as again:
@@ -349,14 +342,7 @@ def test_a_watermark_query_asked_while_the_log_is_created_succeeds_once_it_lands
 
     name = f"wm-{uuid.uuid4().hex[:8]}"
 
-    async def create() -> None:
-        conn = await BrokerConnection.open(rb.bootstrap)
-        try:
-            await conn.send(create_request(name, 1, SECONDS(0)))
-        finally:
-            await conn.close()
-
-    asyncio.run(create())
+    send(rb, create_request(name, 1, SECONDS(0)))
     assert gate.waiting.wait(10) and rb.broker.replica_manager.is_pending(name, 0)
     consumer = ck.Consumer({"bootstrap.servers": rb.bootstrap, "group.id": "wm",
                             "topic.metadata.refresh.interval.ms": 300_000})
