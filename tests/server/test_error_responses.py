@@ -25,6 +25,7 @@ from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.protocol.registry import HandlerRegistry, RequestContext
 from odradek.server.network import KafkaServer
 from odradek.testing import RunningBroker
+from tests._own import own_records
 from tests.protocol.samples import TOPIC, sample_request
 from tests.protocol.wire import decode_response, request_frame
 
@@ -147,7 +148,7 @@ def test_every_served_api_and_version_answers_a_failing_handler(
 
     with caplog.at_level(logging.ERROR, logger="odradek.server.network"):
         asyncio.run(asyncio.wait_for(test(), TIMEOUT))
-    tracebacks = [r for r in caplog.records if r.exc_info is not None]
+    tracebacks = [r for r in own_records(caplog) if r.exc_info is not None]
     assert len(tracebacks) == (len(served) if crash else 0)
 
 

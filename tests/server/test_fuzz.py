@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import os
 import random
 import time
 import uuid
@@ -26,6 +25,7 @@ from kio.static.primitive import i8, i32
 
 from odradek.client.connection import BrokerConnection
 from odradek.testing import RunningBroker, running_broker
+from tests._own import server_descriptors
 from tests.server.fuzzing import FuzzStats, client_frames, fuzz, sample_frames, served_versions
 
 SEEDS = (1, 2, 3, 4, 5)
@@ -36,10 +36,6 @@ OVERRIDES = {
     "auto.create.topics.enable": "false",
     "max.broker.partitions": "1000",
 }
-
-
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes, list[Any]]]) -> None:
@@ -98,7 +94,7 @@ def test_broker_stays_healthy_under_fuzzing(
     _produce(broker.bootstrap, PRECIOUS, precious)
     corpus = client_frames() + sample_frames(served_versions(broker.broker.registry))
     topics_before = _topics(broker)
-    fds_before = _open_fds()
+    fds_before = len(server_descriptors(broker.port, broker.data_dir))
 
     stats = FuzzStats()
     with caplog.at_level(logging.INFO):
@@ -132,7 +128,7 @@ def test_broker_stays_healthy_under_fuzzing(
     partitions = broker.call(lambda: sum(
         len(t.partitions) for name, t in broker.broker.metadata.topics.items()
         if name in created))
-    assert _open_fds() <= fds_before + 3 * partitions + 16
+    assert len(server_descriptors(broker.port, broker.data_dir)) <= fds_before + 3 * partitions + 16
     # Handlers still parked are legitimate long waits the fuzzer asked for (a Fetch with a
     # wild max_wait, a JoinGroup waiting out its rebalance timeout): end them, so that the
     # broker's shutdown does not wait the shutdown timeout for them.

@@ -34,6 +34,7 @@ from odradek.server.handlers.api_versions import register_api_versions
 from odradek.server.network import KafkaServer, NetworkConfig
 from odradek.server.network import writer as response_writer
 from odradek.server.network.eager import start_eagerly
+from tests._own import server_descriptors
 from tests.protocol.wire import decode_response, raw_header, request_frame
 
 TIMEOUT = 10.0
@@ -438,7 +439,7 @@ def test_large_file_regions_go_out_zero_copy_between_the_other_answers() -> None
             chunk = bytes(range(256)) * 4096  # 1 MiB
             os.ftruncate(api.fd, 0)
             os.pwrite(api.fd, chunk, 0)
-            fds = set(os.listdir("/proc/self/fd"))
+            fds = server_descriptors(server.port)
             client = await Client.connect(server.port)
             await client.send(request_frame(_heartbeat("first"), 1)
                               + request_frame(_heartbeat("regions:6", version=0), 2)
@@ -453,7 +454,7 @@ def test_large_file_regions_go_out_zero_copy_between_the_other_answers() -> None
             assert last is not None and last[:4] == struct.pack(">i", 3)
             await client.close()
             await _until(lambda: not server.connections, "the connection's close")
-            assert set(os.listdir("/proc/self/fd")) == fds
+            assert server_descriptors(server.port) == fds
 
     run(test)
 

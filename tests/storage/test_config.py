@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from odradek.storage.config import LONG_MAX, ConfigError, LogConfig
+from tests._own import own_records
 
 
 def test_defaults() -> None:
@@ -82,7 +83,7 @@ def test_message_format_version_is_accepted_and_ignored(caplog: pytest.LogCaptur
         LogConfig.build({}, {"message.format.version": "2.8-IV1"})
     assert first.values["message.format.version"] == "0.10.0"
     assert first.segment_bytes == LogConfig.default().segment_bytes
-    assert [r.getMessage().split(" is deprecated")[0] for r in caplog.records] == [
+    assert [r.getMessage().split(" is deprecated")[0] for r in own_records(caplog)] == [
         "topic config message.format.version=0.10.0"]  # once
     with pytest.raises(ConfigError, match=r"message\.format\.version"):
         LogConfig.build({}, {"message.format.version": "banana"})
