@@ -655,7 +655,8 @@ def test_a_read_with_no_room_answers_empty_without_searching_the_segment(
     translate = LogSegment.translate_offset
 
     def counting(segment: LogSegment, offset: int, starting_position: int = 0) -> object:
-        searched.append(offset)
+        if segment.log_path.is_relative_to(tmp_path):  # not another test's leftover broker
+            searched.append(offset)
         return translate(segment, offset, starting_position)
 
     monkeypatch.setattr(LogSegment, "translate_offset", counting)
