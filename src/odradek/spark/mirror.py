@@ -112,11 +112,11 @@ _T = TypeVar("_T")
 _QUEUE_FULL_POLL_S = 0.05
 #: how long the driver keeps retrying a cluster that does not answer before a micro-batch
 RIDE_OUT_S = 300.0
-#: the first attempt's bound on the plan's ListOffsets, doubled on each retry up to
-#: ``--timeout``: a ListOffsets sent just after a target leader was killed -9 was seen to
-#: wait out its whole timeout (30 s) although a new leader was elected within seconds,
-#: and retries through the same admin client to go to the dead leader again; a retry
-#: goes through a new admin client (fresh metadata)
+#: the first attempt's bound on the plan's ListOffsets and the topic sync's Metadata,
+#: doubled on each retry up to ``--timeout``: a ListOffsets sent just after a target
+#: leader was killed -9 was seen to wait out its whole timeout (30 s) although a new
+#: leader was elected within seconds, and retries through the same admin client to go to
+#: the dead leader again; a retry goes through a new admin client (fresh metadata)
 FIRST_ATTEMPT_S = 5.0
 
 
@@ -576,13 +576,28 @@ class MirrorJob:
 
     # -- clusters and topics
 
-    def _topics(self, admin: Any, which: str, address: str) -> dict[str, int]:
+    def _topics(self, which: str, timeout_s: float) -> dict[str, int]:
+        """The topics of the ``"source"`` or ``"target"`` cluster with their partition
+        counts, from one Metadata request bounded by ``timeout_s``. A failed one renews
+        that side's admin client: librdkafka sends it to one broker of its choice, and
+        was seen to wait out the whole timeout on one that had been killed while
+        another was up (whole run Q29); a new client bootstraps afresh."""
+        from confluent_kafka.admin import AdminClient
+
+        source = which == "source"
+        admin, address = (self.src, self.cfg.source) if source else (self.tgt, self.cfg.target)
         try:
-            md = admin.list_topics(timeout=self.timeout_s)
+            md = admin.list_topics(timeout=timeout_s)
         except ck.KafkaException as exc:
+            fresh = AdminClient({"log_level": 2, **(
+                self.cfg.source_conf() if source else self.cfg.target_conf())})
+            if source:
+                self.src = fresh
+            else:
+                self.tgt = fresh
             raise TransientMirrorError(
                 f"cannot reach the {which} cluster at {address} within "
-                f"{self.cfg.api_timeout_ms} ms: {exc.args[0]}"
+                f"{int(timeout_s * 1000)} ms: {exc.args[0]}"
             ) from None
         return {
             name: len(tm.partitions) for name, tm in md.topics.items()
@@ -661,14 +676,16 @@ class MirrorJob:
             altered += len(ops)
         return altered
 
-    def sync_topics(self) -> dict[str, int]:
+    def sync_topics(self, timeout_s: float | None = None) -> dict[str, int]:
         """Create missing target topics, add partitions the source gained; returns the
-        mirrored source topics with their partition counts."""
+        mirrored source topics with their partition counts. ``timeout_s`` bounds each
+        cluster's Metadata request (default ``--timeout``)."""
         from confluent_kafka.admin import NewPartitions, NewTopic  # type: ignore[attr-defined]
 
+        attempt_s = self.timeout_s if timeout_s is None else timeout_s
         with self.lock:
-            source = self.matching(self._topics(self.src, "source", self.cfg.source))
-            target = self._topics(self.tgt, "target", self.cfg.target)
+            source = self.matching(self._topics("source", attempt_s))
+            target = self._topics("target", attempt_s)
             changed = False
             for topic, n in sorted(source.items()):
                 name = self.cfg.topic_prefix + topic
@@ -765,7 +782,7 @@ class MirrorJob:
                 time.sleep(1)
 
     def process_batch(self, df: Any, batch_id: int) -> None:
-        source = self._retrying("topic sync", lambda _: self.sync_topics())
+        source = self._retrying("topic sync", self.sync_topics)
         plan: dict[tuple[str, int], int] = {}
         replay = False
         if self.cfg.transactional_id is None:  # transactional tasks resume by themselves
@@ -960,13 +977,18 @@ class MirrorJob:
         )[group], self.timeout_s, what)
 
     def _sync_loop(self) -> None:
+        attempt_s = min(FIRST_ATTEMPT_S, self.timeout_s)
         while not self.stopping.wait(self.cfg.sync_interval_s):
             try:
-                source = self.sync_topics()
+                # one bounded attempt a round, as _retrying's: a failed one renews its
+                # client (_topics) and the next round, sync_interval_s later, waits longer
+                source = self.sync_topics(attempt_s)
+                attempt_s = min(FIRST_ATTEMPT_S, self.timeout_s)
                 self.sync_groups()
                 self.sync_configs(source)
             except TransientMirrorError as exc:  # a broker away: try again next round
                 log.warning("sync skipped this round: %s", exc)
+                attempt_s = min(2 * attempt_s, self.timeout_s)
             except Exception as exc:  # reported by run(): ends the mirror
                 log.error("the sync thread failed, the mirror stops: %s", exc)
                 self.failure = exc
