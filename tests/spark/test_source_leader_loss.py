@@ -10,11 +10,13 @@ as Spark calls them, against a real two-broker cluster on a real ZooKeeper."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
+import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from odradek.spark.options import parse_read_options
@@ -81,3 +83,45 @@ def test_unknown_partition_from_librdkafka_is_ridden_out(tmp_path: Path) -> None
                 raise AssertionError("UNKNOWN_PARTITION did not raise")
         finally:
             consumer.close()
+
+
+def test_watermarks_anew_asks_again_with_a_new_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a task's range check and the mirror's replay fence use: a partition that
+    librdkafka's answer does not show yet (here: not created yet; in Q31, a leader lost)
+    is asked for again through a new consumer, until it shows or the timeout passes."""
+    from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
+
+    from odradek.spark import client as kc
+    from odradek.testing import running_broker
+
+    built: list[dict[str, str]] = []
+    real_consumer = kc.consumer
+
+    def counting(client: dict[str, str], extra: dict[str, Any] | None = None) -> Any:
+        if threading.current_thread().name == "anew":  # only the query under test
+            built.append(client)
+        return real_consumer(client, extra)
+
+    monkeypatch.setattr(kc, "consumer", counting)
+    with running_broker(data_dir=tmp_path) as rb:
+        rb.call(rb.broker.metadata.create_topic, TOPIC, 1, 1, {})
+        conf = {"bootstrap.servers": rb.bootstrap}
+        with pytest.raises(kc.TransientSparkError, match="Unknown partition"):
+            kc.watermarks_anew(conf, [(TOPIC, 1)], 1500)  # gives up at its timeout
+        got: dict[tuple[str, int], tuple[int, int]] = {}
+        worker = threading.Thread(
+            target=lambda: got.update(kc.watermarks_anew(conf, [(TOPIC, 1)], 60_000)),
+            name="anew")
+        worker.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(built) < 2 and time.monotonic() < deadline:  # one attempt failed
+                time.sleep(0.02)
+            assert len(built) >= 2, built
+            admin = AdminClient(conf)
+            admin.create_partitions([NewPartitions(TOPIC, 2)])[TOPIC].result(30)
+        finally:
+            worker.join(60)
+        assert got == {(TOPIC, 1): (0, 0)}

@@ -17,14 +17,24 @@ stderr. With a logger set librdkafka queues its log events until the client is p
 ``consume()``/``flush()`` serve them, and :func:`serve_log` serves those of a client that
 only asks metadata, after each call and before it is closed. A line repeated on every
 reconnect attempt passes once per 30 s (:class:`~odradek.text.RepeatFilter`).
+
+Riding out a lost broker (:func:`ride_out`): librdkafka sends a metadata or watermark
+query to the broker its cached metadata names, and was seen to wait out the whole timeout
+on a leader just killed, or to fail UNKNOWN_PARTITION at once from a cached leaderless
+answer, where a new client asks afresh and finds the new leader within seconds. So each
+attempt is bounded (5 s, doubled on each retry) and a failed one is retried with a new
+client until ``kafka.default.api.timeout.ms`` has passed, as the Java consumer's
+``endOffsets`` retries within ``default.api.timeout.ms``. The driver's discovery and
+watermarks go through it with a cached client, a task's range check and the mirror's
+replay fence with a client of their own (:func:`watermarks_anew`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import confluent_kafka as ck
 import pyarrow as pa
@@ -46,11 +56,17 @@ __all__ = [
     "discover",
     "read_range",
     "resolve",
+    "ride_out",
     "serve_log",
     "watermarks",
+    "watermarks_anew",
 ]
 
 Offsets = dict[tuple[str, int], int]
+_T = TypeVar("_T")
+#: the first attempt's bound in :func:`ride_out` (doubled on each retry)
+FIRST_ATTEMPT_MS = 5000
+RETRY_BACKOFF_S = 0.5
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _TS_TYPE = pa.timestamp("us", tz="UTC")
@@ -229,6 +245,46 @@ def watermarks(
     return out
 
 
+def ride_out(query: Callable[[int], _T], timeout_ms: int, renew: Callable[[], None]) -> _T:
+    """``query(attempt_ms)``, each attempt bounded and one failed with a
+    :class:`TransientSparkError` retried after ``renew()`` (drop the client: the next
+    attempt's fetches fresh metadata) until ``timeout_ms`` has passed (module header)."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    attempt_ms = min(FIRST_ATTEMPT_MS, timeout_ms)
+    while True:
+        try:
+            return query(attempt_ms)
+        except TransientSparkError:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                raise
+            renew()
+            time.sleep(min(RETRY_BACKOFF_S, left_ms / 1000))
+            attempt_ms = max(1, min(2 * attempt_ms, left_ms))
+
+
+def watermarks_anew(
+    client: dict[str, str], tps: list[tuple[str, int]], timeout_ms: int
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """:func:`watermarks` through a consumer of its own (``client``: librdkafka
+    settings), ridden out (:func:`ride_out`) with a new consumer for each retry."""
+    held: list[ck.Consumer] = []
+
+    def query(attempt_ms: int) -> dict[tuple[str, int], tuple[int, int]]:
+        if not held:
+            held.append(consumer(client))
+        return watermarks(held[0], tps, attempt_ms)
+
+    def renew() -> None:
+        if held:
+            close_consumer(held.pop())
+
+    try:
+        return ride_out(query, timeout_ms, renew)
+    finally:
+        renew()
+
+
 def _for_times(c: ck.Consumer, wanted: dict[tuple[str, int], int], timeout_ms: int) -> Offsets:
     if not wanted:
         return {}
@@ -353,7 +409,8 @@ def read_range(
         },
     )
     try:
-        low, high = watermarks(c, [(topic, partition)], opts.api_timeout_ms)[(topic, partition)]
+        low, high = watermarks_anew(opts.client, [(topic, partition)],
+                                    opts.api_timeout_ms)[(topic, partition)]
         if start < low:
             if opts.fail_on_data_loss:
                 raise OdradekSparkError(

@@ -207,14 +207,12 @@ def _producer(conf: dict[str, str], timeout_ms: int) -> tuple[ck.Producer, list[
 
 
 def _target_end(conf: dict[str, str], topic: str, partition: int, timeout_ms: int) -> int:
-    c = ck.Consumer({"group.id": "odradek-mirror-fence", "enable.auto.commit": False,
-                     "log_level": 2, **conf})
-    try:
-        _, high = c.get_watermark_offsets(ck.TopicPartition(topic, partition),
-                                          timeout=timeout_ms / 1000)
-        return int(high)
-    finally:
-        c.close()
+    """The target partition's end offset, a target leader lost meanwhile ridden out
+    within ``timeout_ms`` (:func:`odradek.spark.client.ride_out`)."""
+    from odradek.spark.client import watermarks_anew
+
+    _, high = watermarks_anew(conf, [(topic, partition)], timeout_ms)[(topic, partition)]
+    return int(high)
 
 
 def _task_partition(rb: pa.RecordBatch) -> tuple[str, int]:

@@ -7,11 +7,9 @@ admission control) runs on the driver; each input partition is one offset range
 read on a worker into Arrow record batches.
 
 The driver's partition discovery (Metadata) and watermark queries (ListOffsets through
-librdkafka) ride out a broker lost under a running stream: a query sent to a leader that
-was just killed waits out its whole timeout, so each attempt is bounded (5 s, doubled on
-each retry) and a failed one is retried with a new client, which fetches fresh metadata
-and finds the new leader, until ``kafka.default.api.timeout.ms`` has passed, as the Java
-consumer's ``endOffsets`` retries within ``default.api.timeout.ms``.
+librdkafka) ride out a broker lost under a running stream: each attempt bounded, a failed
+one retried with a new client until ``kafka.default.api.timeout.ms`` has passed
+(:func:`odradek.spark.client.ride_out`).
 
 Streaming offsets are JSON objects ``{"topic": {"0": 42, ...}}`` — the next offset to read
 per partition — the same shape as Spark's Kafka source uses in its checkpoints.
@@ -47,10 +45,6 @@ from odradek.spark.options import OdradekOptionError, ReadOptions, parse_read_op
 __all__ = ["OdradekBatchReader", "OdradekDataSource", "OdradekStreamReader", "OffsetRange"]
 
 _T = TypeVar("_T")
-#: the first attempt's bound on the driver's discovery and watermark queries (doubled on
-#: each retry)
-_FIRST_ATTEMPT_MS = 5000
-_RETRY_BACKOFF_S = 0.5
 
 _SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -241,21 +235,11 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._riding_out(lambda c, attempt_ms: kc.watermarks(c, tps, attempt_ms))
 
     def _riding_out(self, query: Callable[[Any, int], _T]) -> _T:
-        """``query(client, attempt_ms)`` (partition discovery, watermarks), each attempt
-        bounded and a failed one retried with a new client until
-        ``kafka.default.api.timeout.ms`` has passed (module header)."""
-        deadline = time.monotonic() + self.opts.api_timeout_ms / 1000
-        attempt_ms = min(_FIRST_ATTEMPT_MS, self.opts.api_timeout_ms)
-        while True:
-            try:
-                return query(self._client(), attempt_ms)
-            except kc.TransientSparkError:
-                left_ms = int((deadline - time.monotonic()) * 1000)
-                if left_ms <= 0:
-                    raise
-                self.stop()  # the next attempt's client fetches fresh metadata
-                time.sleep(min(_RETRY_BACKOFF_S, left_ms / 1000))
-                attempt_ms = max(1, min(2 * attempt_ms, left_ms))
+        """``query(client, attempt_ms)`` (partition discovery, watermarks) through the
+        cached client, ridden out (:func:`odradek.spark.client.ride_out`): a failed
+        attempt drops the client and the next one builds a new one."""
+        return kc.ride_out(lambda attempt_ms: query(self._client(), attempt_ms),
+                           self.opts.api_timeout_ms, self.stop)
 
     def initialOffset(self) -> dict[str, Any]:
         tps, marks = self._current()
