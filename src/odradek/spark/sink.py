@@ -305,18 +305,20 @@ def read_markers(
     ``read_committed``: markers of aborted transactions do not count, and the scan starts
     once the partition's last stable offset has reached the high watermark it has now, so
     a marker of a transaction that has ended is never behind an open one."""
-    from odradek.spark.client import consumer
+    from odradek.spark.client import consumer, watermarks_anew
 
     tp = ck.TopicPartition(opts.commit_topic, 0)
-    high = _stable_end(opts, tp) if read_committed else None
+    high = _stable_end(opts) if read_committed else None
     level = "read_committed" if read_committed else "read_uncommitted"
-    c = consumer({**opts.client, "isolation.level": level})
+    client = {**opts.client, "isolation.level": level}
+    low, last = watermarks_anew(client, [(opts.commit_topic, 0)],
+                                opts.api_timeout_ms)[(opts.commit_topic, 0)]
+    c = consumer(client)
     done: set[int] = set()
     committed = -1
     prefix = f"{query}/{batch}/".encode()
     qkey = query.encode()
     try:
-        low, last = c.get_watermark_offsets(tp, timeout=opts.api_timeout_ms / 1000)
         end = last if high is None else high
         while end > low and committed < 0:
             begin = max(low, end - window)
@@ -354,37 +356,34 @@ def read_markers(
     return committed, done
 
 
-def _stable_end(opts: WriteOptions, tp: ck.TopicPartition) -> int:
+def _stable_end(opts: WriteOptions) -> int:
     """The marker partition's high watermark, once its last stable offset has reached it
-    (the transactions open now have ended); waits up to ``kafka.default.api.timeout.ms``."""
-    from odradek.spark.client import consumer
+    (the transactions open now have ended); waits up to ``kafka.default.api.timeout.ms``.
+    Each query rides out a lost leader with a new consumer (``watermarks_anew``)."""
+    from odradek.spark.client import watermarks_anew
 
-    timeout = opts.api_timeout_ms / 1000
-    deadline = time.monotonic() + timeout
-    hw_reader = consumer({**opts.client, "isolation.level": "read_uncommitted"})
-    lso_reader = consumer({**opts.client, "isolation.level": "read_committed"})
-    try:
-        _, high = hw_reader.get_watermark_offsets(tp, timeout=timeout)
-        backoff = 0.01
-        while True:
-            _, stable = lso_reader.get_watermark_offsets(tp, timeout=timeout)
-            if stable >= high:
-                return int(high)
-            if time.monotonic() > deadline:
-                raise OdradekSparkError(
-                    f"the sink markers in {opts.commit_topic!r} stay behind an open "
-                    f"transaction (last stable offset {stable}, high watermark {high}) for "
-                    f"{opts.api_timeout_ms} ms (kafka.default.api.timeout.ms)"
-                )
-            time.sleep(backoff)  # polling a condition, with a deadline
-            backoff = min(backoff * 2, 0.5)
-    except ck.KafkaException as exc:
-        raise OdradekSparkError(
-            f"cannot list the offsets of the sink markers in {opts.commit_topic!r}: {exc}"
-        ) from None
-    finally:
-        close_consumer(hw_reader)
-        close_consumer(lso_reader)
+    timeout_ms = opts.api_timeout_ms
+    deadline = time.monotonic() + timeout_ms / 1000
+    tp = (opts.commit_topic, 0)
+
+    def end(level: str) -> int:
+        return watermarks_anew({**opts.client, "isolation.level": level}, [tp],
+                               timeout_ms)[tp][1]
+
+    high = end("read_uncommitted")
+    backoff = 0.01
+    while True:
+        stable = end("read_committed")
+        if stable >= high:
+            return int(high)
+        if time.monotonic() > deadline:
+            raise OdradekSparkError(
+                f"the sink markers in {opts.commit_topic!r} stay behind an open "
+                f"transaction (last stable offset {stable}, high watermark {high}) for "
+                f"{opts.api_timeout_ms} ms (kafka.default.api.timeout.ms)"
+            )
+        time.sleep(backoff)  # polling a condition, with a deadline
+        backoff = min(backoff * 2, 0.5)
 
 
 class OdradekStreamWriter(DataSourceStreamArrowWriter):
