@@ -32,18 +32,20 @@ def _socket_inodes(port: int) -> set[str]:
     return inodes
 
 
-def server_descriptors(port: int, data_dir: Path | None = None) -> set[str]:
-    """This process's descriptors on a socket with local port ``port`` (including any
-    duplicate of one), or on a file under ``data_dir``, as ``"fd -> target"`` lines."""
+def server_descriptors(port: int, data_dir: Path | None = None) -> list[str]:
+    """What this process's descriptors on a socket with local port ``port`` (including
+    any duplicate of one), or on a file under ``data_dir``, point at: a sorted list with
+    a target once per descriptor. Compare these, not descriptor numbers: a broker may
+    close a segment's file and open it again under another number (whole run Q34)."""
     targets = {f"socket:[{inode}]" for inode in _socket_inodes(port)}
     prefix = f"{Path(data_dir).resolve()}/" if data_dir is not None else None
-    out: set[str] = set()
+    out: list[str] = []
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # closed since it was listed
             target = os.readlink(f"/proc/self/fd/{fd}")
             if target in targets or (prefix is not None and target.startswith(prefix)):
-                out.add(f"{fd} -> {target}")
-    return out
+                out.append(target)
+    return sorted(out)
 
 
 def own_records(
