@@ -44,9 +44,16 @@ class Proxy:
         self._cut.clear()
 
     def close(self) -> None:
+        """Stop accepting, drop every connection, and wait for the accepting thread. The
+        listening socket is shut down before it is closed: on Linux, closing a socket
+        does not wake a thread blocked in its accept(), which went on accepting (the
+        kernel socket was still referenced) and its thread outlived the test."""
         self._closed.set()
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
         self._drop_all()
+        self._thread.join(10)
 
     def _drop_all(self) -> None:
         with self._lock:
