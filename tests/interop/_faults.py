@@ -57,6 +57,8 @@ class Report:
     diverged: list[str] = field(default_factory=list)
     # each value found more than once: where (partition, offsets)
     duplicates: list[str] = field(default_factory=list)
+    # each acknowledged record not read back: where, and how far the read got
+    missing: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -469,6 +471,10 @@ class FaultRun:
                 found = final[p].get(offset)
                 if found is None:
                     report.lost += 1
+                    report.missing.append(
+                        f"lost {value!r} acknowledged at (partition, offset) ({p}, {offset}); "
+                        f"end offset {ends[p]}, {len(final[p])} records read back, the "
+                        f"highest at {max(final[p], default=-1)}")
                 elif found != value:
                     report.moved += 1
             for offset, value in self.seen[p].items():

@@ -57,5 +57,6 @@ def test_no_acknowledged_write_is_lost_through_faults(tmp_path: Path) -> None:
             run.finish()
         report = run.verify()
         assert not run.errors, run.errors
-        assert report.ok, "\n".join([report.summary(), *report.diverged, *report.duplicates])
+        assert report.ok, "\n".join([report.summary(), *report.missing, *report.diverged,
+                                     *report.duplicates])
         assert report.acknowledged > 1000, report.summary()
