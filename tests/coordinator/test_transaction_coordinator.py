@@ -202,6 +202,48 @@ def test_add_partitions_bad_input() -> None:
     run(body)
 
 
+def test_verification_answers_for_added_partitions_while_another_is_written() -> None:
+    """KIP-890: a partition already in the transaction is verified whatever is being
+    written for another one (the append checks again); while the transaction ends the
+    answer is CONCURRENT_TRANSACTIONS, retriable, as Kafka's
+    ``handleVerifyPartitionsInTransaction``."""
+    async def body(c: TransactionCoordinator, topic: FakeTopic, clock: Clock,
+                   leaders: Leaders) -> None:
+        pid, epoch = await begin(c, TP0)
+        gate = asyncio.Event()
+
+        async def replicated(partition: int) -> ErrorCode:
+            await gate.wait()
+            return E.none
+
+        c.wait_replicated = replicated
+        adding = asyncio.create_task(c.add_partitions(TXN, pid, epoch, [TP1]))
+        await until(lambda: c.txns[TXN].pending_state is TransactionState.ONGOING)
+        assert c.verify_partitions(TXN, pid, epoch, [TP0, TP1]) == (
+            E.none, {TP0: E.none, TP1: E.invalid_txn_state})
+        gate.set()
+        assert await adding == E.none
+        assert c.verify_partitions(TXN, pid, epoch, [TP0, TP1]) == (
+            E.none, {TP0: E.none, TP1: E.none})
+        # the commit is being written, then its markers: not yet known how it ends
+        gate.clear()
+        leaders.gate = asyncio.Event()
+        ending = asyncio.create_task(c.end_txn(TXN, pid, epoch, commit=True))
+        await until(lambda: c.txns[TXN].pending_state is TransactionState.PREPARE_COMMIT)
+        assert c.verify_partitions(TXN, pid, epoch, [TP0]) == (E.concurrent_transactions, {})
+        gate.set()
+        assert await ending == E.none
+        assert c.txns[TXN].state is TransactionState.PREPARE_COMMIT
+        assert c.verify_partitions(TXN, pid, epoch, [TP0]) == (E.concurrent_transactions, {})
+        leaders.gate.set()
+        await until(lambda: c.txns[TXN].state is TransactionState.COMPLETE_COMMIT)
+        # the transaction is over: a late batch of it is refused
+        assert c.verify_partitions(TXN, pid, epoch, [TP0, TP1]) == (
+            E.none, {TP0: E.invalid_txn_state, TP1: E.invalid_txn_state})
+
+    run(body)
+
+
 # -- EndTxn and the markers ------------------------------------------------------------
 
 

@@ -98,6 +98,8 @@ MARKER_RETRY_MAX_S = 1.0
 
 _PC, _PA, _ON = (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT,
                  TransactionState.ONGOING)
+# A transaction that is ending (or being fenced, to be aborted): verification waits.
+_ENDING = frozenset({_PC, _PA, TransactionState.PREPARE_EPOCH_FENCE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,8 +404,14 @@ class TransactionCoordinator(InternalTopicCoordinator):
         self, transactional_id: str, producer_id: int, producer_epoch: int,
         partitions: Iterable[TopicPartition],
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        """AddPartitionsToTxn v4's ``verify_only`` (KIP-890): NONE per partition already
-        in the Ongoing transaction, INVALID_TXN_STATE for the others."""
+        """AddPartitionsToTxn v4's ``verify_only`` (KIP-890, Kafka's
+        ``handleVerifyPartitionsInTransaction``): NONE per partition already in the
+        transaction, INVALID_TXN_STATE for the others, whatever is being written for other
+        partitions meanwhile (the leader's append checks its verification guard again).
+        While the transaction ends (PrepareCommit / PrepareAbort, written or being
+        written, or an epoch fence being written) the whole answer is
+        CONCURRENT_TRANSACTIONS, retriable: whether a late batch still belongs to the
+        transaction is not known yet."""
         error = self.check(transactional_id)
         if error != ErrorCode.none:
             return error, {}
@@ -412,10 +420,11 @@ class TransactionCoordinator(InternalTopicCoordinator):
             return ErrorCode.invalid_producer_id_mapping, {}
         if metadata.producer_epoch != producer_epoch:
             return ErrorCode.producer_fenced, {}
-        ongoing = metadata.state is _ON and metadata.pending_state is None
+        if metadata.state in _ENDING or metadata.pending_state in _ENDING:
+            return ErrorCode.concurrent_transactions, {}
+        added = metadata.topic_partitions if metadata.state is _ON else frozenset()
         return ErrorCode.none, {
-            tp: (ErrorCode.none if ongoing and tp in metadata.topic_partitions
-                 else ErrorCode.invalid_txn_state)
+            tp: ErrorCode.none if tp in added else ErrorCode.invalid_txn_state
             for tp in partitions
         }
 
