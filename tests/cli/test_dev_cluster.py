@@ -249,12 +249,54 @@ def test_sasl_ssl_cluster_serves_a_client_with_the_printed_settings(tmp_path: Pa
                             "--command-config", command_config)
         assert "Isr: 1,2" in described.stdout or "Isr: 2,1" in described.stdout, \
             described.stdout + described.stderr
+        assert "authorization: ACLs on" in out
+        refused_then_allowed_by_an_acl(bootstrap, command_config, settings, run)
         assert run.interrupt() == 0, run.describe()
         assert "SIGKILL" not in run.stderr(), run.describe()
         assert "stopped" in run.stdout()
     for broker_id in (1, 2):  # nothing failed to authenticate, dev-cluster's probes neither
         log = (tmp_path / "dc" / "logs" / f"broker-{broker_id}.log").read_text()
         assert "Failed authentication" not in log, log[-3000:]
+
+
+def refused_then_allowed_by_an_acl(bootstrap: str, command_config: str,
+                                   admin: dict[str, str], run: DevClusterRun) -> None:
+    """The secured dev-cluster has the authorizer on: a user added by the admin can do
+    nothing (produce, create a topic) until an ACL allows it, then exactly that."""
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    added = odradek("configs", "--entity-type", "users", "--entity-name", "newcomer",
+                    "--alter", "--add-config", "SCRAM-SHA-512=[password=newcomer-secret]",
+                    "-b", bootstrap, "--command-config", command_config)
+    assert added.returncode == 0, added.stderr + run.describe()
+    newcomer = {**admin, "sasl.username": "newcomer", "sasl.password": "newcomer-secret"}
+
+    def produce_one() -> ck.KafkaError | None:
+        errors: list[ck.KafkaError | None] = []
+        producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                "message.timeout.ms": 10000, **newcomer})
+        producer.produce("secure", b"from the newcomer", partition=0,
+                         on_delivery=lambda err, _msg: errors.append(err))
+        producer.flush(30)
+        assert len(errors) == 1, run.describe()
+        return errors[0]
+
+    refused = produce_one()
+    assert refused is not None
+    assert refused.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, refused
+    admin_client = AdminClient({"bootstrap.servers": bootstrap, **newcomer})
+    created = admin_client.create_topics([NewTopic("newcomers", 1, 1)])
+    with contextlib.suppress(ck.KafkaException):
+        created["newcomers"].result(30)
+        raise AssertionError("a user without ACLs created a topic")
+    allowed = odradek("acls", "--add", "--allow-principal", "User:newcomer", "--producer",
+                      "--topic", "secure", "-b", bootstrap, "--command-config",
+                      command_config)
+    assert allowed.returncode == 0, allowed.stderr + run.describe()
+    deadline = time.monotonic() + 30  # every broker follows the ACL change
+    while (error := produce_one()) is not None:
+        assert time.monotonic() < deadline, f"{error}\n{run.describe()}"
 
 
 def test_a_killed_broker_is_reported_the_rest_run_and_restart_brings_it_back(

@@ -16,7 +16,10 @@ How it works: made once, on the first run, and reused by later runs on the same 
   every local user): one ``SASL_SSL`` listener, also the inter-broker one
   (``inter.broker.listener.name``), SCRAM-SHA-256 and SCRAM-SHA-512, the brokers
   authenticating to each other as ``broker`` with SCRAM-SHA-512
-  (docs/operations.md, "Between brokers");
+  (docs/operations.md, "Between brokers"); the ACL authorizer on, with ``admin`` and
+  ``broker`` as super users and ``allow.everyone.if.no.acl.found=false``, so any other
+  user is refused everything until an ACL allows it (``--override`` still changes these,
+  the overrides coming after this file);
 * ``client.properties`` (the Java client's keys, for ``--command-config`` and Kafka's
   tools) and ``librdkafka.properties`` (confluent-kafka's and kcat's, ``kcat -F``).
 
@@ -48,6 +51,8 @@ SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 CERT_DAYS = 825
 SECURITY_DIR = "security"
 SCRAM_ITERATIONS = 4096
+AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
+SUPER_USERS = f"User:{ADMIN};User:{BROKER_USER}"
 
 
 @dataclass(frozen=True)
@@ -171,7 +176,9 @@ def prepare(data_dir: Path) -> DevSecurity:
         f"listener.name.sasl_ssl.{MECHANISM.lower()}.sasl.jaas.config="
         + _jaas(BROKER_USER, sec.passwords[BROKER_USER]),
         "ssl.keystore.type=PEM", f"ssl.keystore.location={keystore}",
-        "ssl.truststore.type=PEM", f"ssl.truststore.location={ca}", ""]))
+        "ssl.truststore.type=PEM", f"ssl.truststore.location={ca}",
+        f"authorizer.class.name={AUTHORIZER}", f"super.users={SUPER_USERS}",
+        "allow.everyone.if.no.acl.found=false", ""]))
     _write_secret(sec.client_properties, "\n".join([
         "# odradek dev-cluster's first user, for --command-config and Kafka's tools",
         "security.protocol=SASL_SSL", f"sasl.mechanism={MECHANISM}",
@@ -215,4 +222,7 @@ def client_lines(sec: DevSecurity, bootstrap: str) -> list[str]:
         f"  confluent-kafka: the settings of {lib} (security.protocol, sasl.mechanism, "
         "sasl.username, sasl.password, ssl.ca.location)",
         f"  kcat:            kcat -b {bootstrap} -F {lib} -L",
+        f"authorization: ACLs on ({AUTHORIZER}); super users {ADMIN!r} and "
+        f"{BROKER_USER!r}; any other user is refused everything until an ACL allows it "
+        f"(odradek acls --add ... --command-config {sec.client_properties})",
     ]
