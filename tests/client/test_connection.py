@@ -6,6 +6,7 @@ restarted used to hang there)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,22 @@ def test_open_any_skips_servers_that_do_not_answer_and_names_each_when_none_does
                 await conn.close()
 
         assert asyncio.run(the_live_one()) == int(broker.bootstrap.rpartition(":")[2])
+
+
+def test_a_plaintext_client_of_a_tls_listener_is_told_to_give_its_settings(
+        tmp_path: Path) -> None:
+    """A TLS listener closes on a client that speaks plain Kafka: the client says that the
+    listener probably wants TLS or SASL and where the settings go (--command-config),
+    not only "not a Kafka broker?"."""
+    import trustme
+
+    ca = trustme.CA()
+    keystore = tmp_path / "broker.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(keystore))
+    overrides = {"listeners": "SSL://127.0.0.1:0", "inter.broker.listener.name": "SSL",
+                 "ssl.keystore.type": "PEM",
+                 "ssl.keystore.location": str(keystore)}
+    with running_broker(overrides) as broker, pytest.raises(ClientError) as failed:
+        asyncio.run(BrokerConnection.open(broker.bootstrap, timeout=30))
+    assert "probably wants TLS or SASL" in str(failed.value)
+    assert "--command-config" in str(failed.value)

@@ -43,6 +43,19 @@ class ClientError(Exception):
         self.error_code = error_code
 
 
+def _closed_before_api_versions(protocol: str) -> ClientError:
+    """The peer closed before answering ApiVersions: a TLS or SASL listener does that to a
+    client that speaks neither (it is the usual reason), a non-Kafka server too."""
+    if protocol == "PLAINTEXT":
+        return ClientError(
+            "the connection was closed without an answer to ApiVersions: the listener "
+            "probably wants TLS or SASL (give the client's settings with --command-config: "
+            "security.protocol, sasl.mechanism, ...), or it is not a Kafka broker")
+    return ClientError("the connection was closed without an answer to ApiVersions "
+                       f"(security.protocol={protocol}: does the listener speak it? "
+                       "not a Kafka broker?)")
+
+
 class BrokerConnection:
     def __init__(
         self, host: str, port: int, client_id: str = "odradek-client",
@@ -232,9 +245,7 @@ class BrokerConnection:
         except (asyncio.IncompleteReadError, ConnectionError, ClientError) as exc:
             error = exc if isinstance(exc, ClientError) else ClientError(
                 f"connection to {self.host}:{self.port} closed"
-                if self._answered else
-                "the connection was closed without an answer to ApiVersions "
-                "(not a Kafka broker?)"
+                if self._answered else _closed_before_api_versions(self.security.protocol)
             )
             self._closed = error
             for future, _, _ in self._pending.values():
