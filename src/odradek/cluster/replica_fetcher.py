@@ -15,7 +15,9 @@ truncates to the smaller of that and where the same epoch ends in its own log. W
 left is a prefix of the leader's log, so the replicas never diverge; records the old
 leader appended but never committed are dropped here and fetched again from the new
 leader. A log without any epoch (nothing written with a leader epoch) truncates to its
-high watermark, Kafka's pre-KIP-101 rule.
+high watermark, Kafka's pre-KIP-101 rule. Every truncation says why in the log's one INFO
+line (``PartitionLog.truncate_to``: from which offset to which, the epoch asked and the
+leader's answer), and one below the high watermark this replica knew, a WARNING.
 
 Then it fetches from its log end offset and appends the leader's batches unchanged (same
 bytes, offsets and leader epochs: :meth:`PartitionLog.append_as_follower`), and takes the
@@ -272,7 +274,10 @@ class ReplicaFetcher:
             partition_log = state.partition.log
             epoch = partition_log.leader_epoch_cache.latest_epoch
             if epoch == UNDEFINED_EPOCH:
-                partition_log.truncate_to(partition_log.high_watermark)
+                partition_log.truncate_to(
+                    partition_log.high_watermark,
+                    f"broker {self.manager.broker_id}: no leader epoch in the log, to the high "
+                    f"watermark (leader {self.leader}, epoch {state.leader_epoch})")
                 state.truncating = False
                 continue
             asked.append((tp, state, epoch))
@@ -302,13 +307,13 @@ class ReplicaFetcher:
                 state.delayed_until = time.monotonic() + backoff
                 continue
             partition_log = state.partition.log
-            end = self._truncation_offset(state.partition, epoch, int(answer.leader_epoch),
-                                          int(answer.end_offset))
+            answer_epoch, answer_end = int(answer.leader_epoch), int(answer.end_offset)
+            end = self._truncation_offset(state.partition, epoch, answer_epoch, answer_end)
             if end < partition_log.log_end_offset:
-                log.info("broker %d: truncating %s from %d to %d (leader %d, epoch %d)",
-                         self.manager.broker_id, tp, partition_log.log_end_offset, end,
-                         self.leader, state.leader_epoch)
-                partition_log.truncate_to(end)
+                partition_log.truncate_to(end, (
+                    f"broker {self.manager.broker_id}: OffsetForLeaderEpoch of epoch {epoch} "
+                    f"answered epoch {answer_epoch} ending at {answer_end} by leader "
+                    f"{self.leader} at epoch {state.leader_epoch}"))
             state.truncating = False
 
     @staticmethod
@@ -439,7 +444,9 @@ class ReplicaFetcher:
                     # Our log ends inside one of the leader's batches: our last batch was
                     # batched differently (another leader's). Drop it and take the
                     # leader's whole (Kafka answers from the batch holding the offset).
-                    partition_log.truncate_to(base)
+                    partition_log.truncate_to(base, (
+                        f"broker {self.manager.broker_id}: the log ends inside leader "
+                        f"{self.leader}'s batch {base}..{last}, taken whole"))
                     if partition_log.log_end_offset != base:
                         return  # cut lower than that: fetch again from where it ends
                 # A batch starting past our log end is the leader's compacted log (the
@@ -457,9 +464,9 @@ class ReplicaFetcher:
     ) -> None:
         partition_log = state.partition.log
         if leader_start >= 0 and offset < leader_start:
-            log.info("broker %d: %s at %d is below the leader's log start %d: starting over",
-                     self.manager.broker_id, tp, offset, leader_start)
-            partition_log.truncate_fully_and_start_at(leader_start)
+            partition_log.truncate_fully_and_start_at(leader_start, (
+                f"broker {self.manager.broker_id}: fetch offset {offset} is below leader "
+                f"{self.leader}'s log start {leader_start}"))
         else:
             state.truncating = True  # past the leader's log end: an unclean election
 

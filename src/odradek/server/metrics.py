@@ -36,7 +36,7 @@ from odradek.histogram import LATENCY_BOUNDS_MS
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.server.broker_stats import REQUEST_BOUNDS_MS, TIME_NAMES, MetricsError
-from odradek.storage.log import LOG_FLUSH_STATS
+from odradek.storage.log import LOG_FLUSH_STATS, TRUNCATION_STATS
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -388,6 +388,18 @@ class BrokerCollector:
             buckets.append((bound, float(flushed)))
         flush.add_metric([], buckets, flush_ns / 1e6)
         yield flush
+        # truncations of logs' ends (storage/log.py), every log of the process
+        truncations, truncated, below_hw = TRUNCATION_STATS.snapshot()
+        yield CounterMetricFamily(
+            "odradek_log_truncations", "truncations of a log's end (a follower dropping "
+            "what its leader does not hold)", value=truncations)
+        yield CounterMetricFamily(
+            "odradek_log_truncated_offsets", "offsets removed by those truncations",
+            value=truncated)
+        yield CounterMetricFamily(
+            "odradek_log_truncations_below_high_watermark", "truncations that removed "
+            "offsets below the high watermark the log knew (acknowledged records)",
+            value=below_hw)
 
         # kafka.log:type=LogCleaner / LogCleanerManager (a dead cleaner thread shows)
         for name, reading in snap.cleaner.items():

@@ -105,6 +105,33 @@ class LogFlushStats:
 
 LOG_FLUSH_STATS = LogFlushStats()
 
+
+class TruncationStats:
+    """Truncations of logs' ends (a follower dropping what its leader does not have, or
+    starting again at the leader's log start): how many, how many offsets they removed,
+    and how many went below the high watermark the log knew, i.e. into what was
+    acknowledged. Process-wide, as :data:`LOG_FLUSH_STATS` (one broker per process outside
+    the tests); plain ints under a lock, truncations are rare."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.truncations = 0
+        self.truncated_offsets = 0
+        self.below_high_watermark = 0
+
+    def record(self, removed: int, below_high_watermark: bool) -> None:
+        with self._lock:
+            self.truncations += 1
+            self.truncated_offsets += removed
+            self.below_high_watermark += below_high_watermark
+
+    def snapshot(self) -> tuple[int, int, int]:
+        with self._lock:
+            return self.truncations, self.truncated_offsets, self.below_high_watermark
+
+
+TRUNCATION_STATS = TruncationStats()
+
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -906,14 +933,18 @@ class PartitionLog:
         return True
 
     # -- truncation ----------------------------------------------------------------------
-    def truncate_to(self, offset: int) -> None:
-        """Remove every record at ``offset`` and after (a follower truncating)."""
+    def truncate_to(self, offset: int, reason: str = "") -> int:
+        """Remove every record at ``offset`` and after (a follower truncating), saying so
+        with ``reason`` (Kafka's "Truncating to offset ..."); returns how many offsets
+        went. One below the high watermark this log knew removes acknowledged records: a
+        WARNING with the numbers."""
         with self._lock, self._io("truncating"):
-            if offset >= self.log_end_offset:
-                return
+            end, hw = self.log_end_offset, self.high_watermark
+            if offset >= end:
+                return 0
             if offset < self.segments[0].base_offset:
                 self._truncate_fully(offset)
-                return
+                return self._report_truncation(end, hw, offset, reason)
             i = self._segment_for(offset)
             for segment in self.segments[i + 1 :]:
                 segment.delete_files()
@@ -924,10 +955,42 @@ class PartitionLog:
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             self.producer_state.load(self.segments, self.log_start_offset, self.log_end_offset)
+            return self._report_truncation(end, hw, offset, reason)
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, reason: str = "") -> int:
+        """Drop the whole log and start it empty at ``offset`` (a follower below its
+        leader's log start); logged and counted as :meth:`truncate_to`. Returns how many
+        offsets went."""
         with self._lock, self._io("truncating fully"):
+            start, end, hw = self.log_start_offset, self.log_end_offset, self.high_watermark
             self._truncate_fully(offset)
+            return self._report_truncation(end, hw, offset, reason, start)
+
+    def _report_truncation(self, end: int, hw: int, asked: int, reason: str,
+                           fully_from: int | None = None) -> int:
+        """Log and count a truncation done: the log ended at ``end`` with high watermark
+        ``hw``, and was asked to end at ``asked`` (it ends at a batch boundary, at or
+        below); ``fully_from``: the whole log went, from its start then, and it starts
+        again at ``asked``. Returns how many offsets were removed."""
+        cut = self.log_end_offset if fully_from is None else fully_from
+        removed = max(0, end - cut)
+        why = f" ({reason})" if reason else ""
+        if fully_from is not None:
+            log.info("Truncating %s from %d to %d, starting again at %d%s: %d offsets "
+                     "removed", self.name, end, cut, asked, why, removed)
+        elif cut != asked:
+            log.info("Truncating %s from %d to %d (asked %d, inside a batch)%s: %d offsets "
+                     "removed", self.name, end, cut, asked, why, removed)
+        else:
+            log.info("Truncating %s from %d to %d%s: %d offsets removed", self.name, end,
+                     cut, why, removed)
+        below = cut < hw and removed > 0 and (fully_from is None or asked < hw)
+        if below:
+            log.warning("Truncating %s to %d, below its high watermark %d: %d acknowledged "
+                        "offsets (%d..%d) removed%s", self.name, cut, hw, hw - cut, cut,
+                        hw - 1, why)
+        TRUNCATION_STATS.record(removed, below)
+        return removed
 
     def _truncate_fully(self, offset: int) -> None:
         for segment in self.segments:
