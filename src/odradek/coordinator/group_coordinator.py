@@ -848,10 +848,13 @@ class GroupCoordinator(InternalTopicCoordinator):
         group_instance_id: str | None,
         generation_id: int,
         offsets: Mapping[_Partition, tuple[int, int, str | None]],
+        verified: Callable[[], bool] | None = None,
     ) -> dict[_Partition, ErrorCode]:
         """TxnOffsetCommit (Kafka's ``doTxnCommitOffsets``): v3+ carry the member and
         generation (KIP-447), checked when given; the offsets stay pending until the
-        transaction's marker reaches the group's partition (:meth:`on_txn_marker`)."""
+        transaction's marker reaches the group's partition (:meth:`on_txn_marker`).
+        ``verified``: whether the transaction coordinator's verification of the group's
+        partition still holds, asked right before the append (KIP-890)."""
         error = self._check(group_id)
         if error != ErrorCode.none:
             return dict.fromkeys(offsets, error)
@@ -868,7 +871,8 @@ class GroupCoordinator(InternalTopicCoordinator):
             error = ErrorCode.illegal_generation
         if error != ErrorCode.none:
             return dict.fromkeys(offsets, error)
-        return self.manager.store_txn_offsets(group, producer_id, producer_epoch, offsets)
+        return self.manager.store_txn_offsets(group, producer_id, producer_epoch, offsets,
+                                              verified)
 
     def on_txn_marker(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
         """A transaction marker of ``producer_id`` was appended to ``offsets_partition``

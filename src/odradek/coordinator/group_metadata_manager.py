@@ -288,12 +288,19 @@ class GroupMetadataManager:
         producer_id: int,
         producer_epoch: int,
         offsets: Mapping[_Partition, tuple[int, int, str | None]],
+        verified: Callable[[], bool] | None = None,
     ) -> dict[_Partition, ErrorCode]:
         """TxnOffsetCommit: write the offsets as a transactional batch of the producer and
-        keep them pending until its transaction's marker (:meth:`complete_txn`)."""
+        keep them pending until its transaction's marker (:meth:`complete_txn`).
+        ``verified`` (KIP-890) says, right before the append, whether the transaction
+        coordinator's verification still holds; if not, INVALID_TXN_STATE and nothing is
+        written."""
         now = self.time_ms()
         results, records, accepted = self._offset_records(group.group_id, offsets, now, -1)
         if records:
+            if verified is not None and not verified():
+                results.update(dict.fromkeys(accepted, ErrorCode.invalid_txn_state))
+                return results
             error = self._append(group.group_id, records, now, producer_id, producer_epoch)
             for tp in accepted:
                 results[tp] = error
@@ -449,9 +456,12 @@ class GroupMetadataManager:
 
 
 # Kafka's GroupMetadataManager maps append errors to what a group client understands:
-# those of every coordinator, and an offset commit too large for the log.
+# those of every coordinator, an offset commit too large for the log, and a
+# TxnOffsetCommit's producer refused by the partition's producer state (a fenced epoch).
 _APPEND_ERRORS = {
     **APPEND_ERRORS,
+    "INVALID_PRODUCER_EPOCH": ErrorCode.invalid_producer_epoch,
+    "INVALID_TXN_STATE": ErrorCode.invalid_txn_state,
     "MESSAGE_TOO_LARGE": ErrorCode.invalid_commit_offset_size,
     "RECORD_LIST_TOO_LARGE": ErrorCode.invalid_commit_offset_size,
     "INVALID_FETCH_SIZE": ErrorCode.invalid_commit_offset_size,

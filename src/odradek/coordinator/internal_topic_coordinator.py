@@ -60,6 +60,8 @@ APPEND_ERRORS: Mapping[str, ErrorCode] = {
     "NOT_LEADER_OR_FOLLOWER": ErrorCode.not_coordinator,
     "KAFKA_STORAGE_ERROR": ErrorCode.not_coordinator,
 }
+# Append errors caused by the request, not the broker: logged at DEBUG.
+_CLIENT_ERRORS = frozenset({"INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE"})
 
 
 def append_error(
@@ -69,7 +71,10 @@ def append_error(
     raised ``exc``: its Kafka error mapped by ``errors``, else UNKNOWN_SERVER_ERROR."""
     name = getattr(exc, "kafka_error", None)
     if isinstance(name, str) and name.upper() in errors:
-        log.warning("writing to %s for %s failed: %s", topic, what, exc)
+        # A client's bad request (a fenced producer's TxnOffsetCommit) is answered, not
+        # a broker's trouble to log.
+        level = logging.DEBUG if name.upper() in _CLIENT_ERRORS else logging.WARNING
+        log.log(level, "writing to %s for %s failed: %s", topic, what, exc)
         return errors[name.upper()]
     log.error("writing to %s for %s failed", topic, what, exc_info=exc)
     return ErrorCode.unknown_server_error

@@ -18,6 +18,13 @@ becomes INVALID_PRODUCER_EPOCH; a coordinator that cannot answer (no leader for 
 partition, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, a lost
 connection or a timeout) becomes NOT_ENOUGH_REPLICAS, retriable and without a metadata
 refresh; CLUSTER_AUTHORIZATION_FAILED (the broker may not ask) becomes INVALID_TXN_STATE.
+
+TxnOffsetCommit is verified the same way (Kafka 3.6+): the group's ``__consumer_offsets``
+partition must be in the producer's ongoing transaction before the group coordinator
+appends the transactional offset batch there (server/handlers/transactions.py), so a
+TxnOffsetCommit arriving after its transaction ended cannot open a transaction on
+``__consumer_offsets`` that pins its last stable offset; its errors are translated by
+:func:`translate_offset_commit`.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ if TYPE_CHECKING:
     from odradek.coordinator.transaction_coordinator import TransactionCoordinator
     from odradek.server.txn_markers import TxnMarkerSender
 
-__all__ = ["TxnVerifier", "translate"]
+__all__ = ["TxnVerifier", "translate", "translate_offset_commit"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,23 @@ _UNAVAILABLE = frozenset({
     ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
     ErrorCode.concurrent_transactions,
 })
+
+
+def translate_offset_commit(code: ErrorCode) -> ErrorCode:
+    """TxnOffsetCommit's error for its ``__consumer_offsets`` partition when the
+    coordinator did not verify it (Kafka's ``maybeConvertOffsetCommitError`` after the
+    verification): PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH; a coordinator that
+    could not be asked, or a transaction ending meanwhile (CONCURRENT_TRANSACTIONS, which
+    a TxnOffsetCommit client does not retry), COORDINATOR_LOAD_IN_PROGRESS, retried on
+    the same coordinator; CLUSTER_AUTHORIZATION_FAILED INVALID_TXN_STATE; the others
+    (INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, NOT_COORDINATOR, ...) as they are."""
+    if code == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    if code in (ErrorCode.network_exception, ErrorCode.concurrent_transactions):
+        return ErrorCode.coordinator_load_in_progress
+    if code == ErrorCode.cluster_authorization_failed:
+        return ErrorCode.invalid_txn_state
+    return code
 
 
 def translate(code: ErrorCode) -> tuple[ErrorCode, str | None]:
@@ -84,13 +108,23 @@ class TxnVerifier:
         partitions: Sequence[TopicPartition],
     ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
         """The refused partitions with the producer's error (empty: all verified)."""
+        answers = await self.ask(transactional_id, producer_id, producer_epoch, partitions)
+        return {tp: translate(error) for tp, error in answers.items()
+                if error != ErrorCode.none}
+
+    async def ask(
+        self, transactional_id: str, producer_id: int, producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """The coordinator's answer per partition, untranslated (NETWORK_EXCEPTION: it
+        could not be asked); each caller translates it for its own request."""
         coordinator = self._coordinator()
         leader = None
         if coordinator is not None and coordinator.topic.exists():
             leader = coordinator.topic.leader_of(coordinator.partition_for(transactional_id))
         if coordinator is None or leader is None:
             # No __transaction_state yet, or no leader for the id's partition.
-            return _every(partitions, ErrorCode.coordinator_not_available)
+            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
         if leader == self.broker_id:
             code, results = coordinator.verify_partitions(
                 transactional_id, producer_id, producer_epoch, partitions)
@@ -98,9 +132,8 @@ class TxnVerifier:
             code, results = await self._ask(leader, transactional_id, producer_id,
                                             producer_epoch, partitions)
         if code != ErrorCode.none:
-            return _every(partitions, code)
-        return {tp: translate(error) for tp, error in results.items()
-                if error != ErrorCode.none}
+            return dict.fromkeys(partitions, code)
+        return {tp: results.get(tp, ErrorCode.invalid_txn_state) for tp in partitions}
 
     async def _ask(
         self, leader: int, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -138,9 +171,3 @@ class TxnVerifier:
         # A partition the answer left out was not verified.
         return ErrorCode.none, {tp: results.get(tp, ErrorCode.invalid_txn_state)
                                 for tp in partitions}
-
-
-def _every(partitions: Sequence[TopicPartition], code: ErrorCode
-           ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
-    answer = translate(code)
-    return dict.fromkeys(partitions, answer)

@@ -7,19 +7,28 @@ TRANSACTION in :mod:`.groups`.
 Follows Kafka's ``KafkaApis`` for the request-to-coordinator translation:
 
 - AddPartitionsToTxn v0-3 carries one transaction: partitions of unknown topics get
-  UNKNOWN_TOPIC_OR_PARTITION, of topics without Write TOPIC_AUTHORIZATION_FAILED, and then
+  UNKNOWN_TOPIC_OR_PARTITION, of topics without Write or internal ones (authorizer or
+  not: only the coordinators write there) TOPIC_AUTHORIZATION_FAILED, and then
   every other partition OPERATION_NOT_ATTEMPTED; otherwise the coordinator's answer is
   every partition's. v4 is the batched form brokers send (KIP-890): it needs ClusterAction
   (else a top-level CLUSTER_AUTHORIZATION_FAILED) and answers each transaction; a
   transaction with ``verify_only`` is only checked (NONE for a partition already in the
-  Ongoing transaction, INVALID_TXN_STATE otherwise), nothing is added.
+  transaction, whatever is being written for others, INVALID_TXN_STATE otherwise,
+  CONCURRENT_TRANSACTIONS while it ends), nothing is added.
 - AddOffsetsToTxn adds the group's ``__consumer_offsets`` partition to the transaction,
   so its markers reach the group coordinator.
 - EndTxn writes PrepareCommit / PrepareAbort and answers; the markers follow.
 - TxnOffsetCommit goes to the group coordinator, which keeps the offsets pending per
-  producer id until the marker of the transaction reaches the group's partition.
+  producer id until the marker of the transaction reaches the group's partition. With
+  ``transaction.partition.verification.enable`` (KIP-890, Kafka 3.6+) the group's
+  ``__consumer_offsets`` partition is first verified with the transaction coordinator
+  (server/txn_verification.py) unless the producer's transaction is open there already:
+  a TxnOffsetCommit of a transaction that ended is refused (INVALID_TXN_STATE, a fenced
+  epoch INVALID_PRODUCER_EPOCH) and nothing is written, so it cannot open a transaction
+  on ``__consumer_offsets`` that pins the partition's last stable offset.
 - DescribeTransactions answers each id from its coordinator (NOT_COORDINATOR elsewhere;
-  TRANSACTIONAL_ID_NOT_FOUND for an unknown id); ListTransactions lists the ids this
+  TRANSACTIONAL_ID_NOT_FOUND for an unknown id), listing only the topics the caller may
+  Describe; ListTransactions lists the ids this
   broker coordinates, filtered by state names (an unknown name is echoed in
   ``unknown_state_filters``), producer ids and (v1, KIP-994) a transaction running longer
   than ``duration_filter`` ms; ids the caller may not Describe are left out.
@@ -39,6 +48,7 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from odradek.cluster.topic_names import is_internal
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC
 from odradek.coordinator.transaction_coordinator import TransactionCoordinator
 from odradek.coordinator.transaction_state import TransactionState
@@ -55,9 +65,11 @@ from odradek.server.authorization import (
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated
 from odradek.server.handlers._steps import Steps
+from odradek.server.txn_verification import translate_offset_commit
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
+    from odradek.storage.producer_state import ProducerStateManager
 
 ADD_PARTITIONS_TO_TXN_VERSIONS = (0, 4)
 ADD_OFFSETS_TO_TXN_VERSIONS = (0, 4)
@@ -176,7 +188,9 @@ async def _add_one(
                if check_auth else set())
     errors: dict[_Partition, ErrorCode] = {}
     for tp in partitions:
-        if tp[0] in refused:
+        # A client's request (v0-3) never adds an internal topic, authorizer or not
+        # (Kafka leaves them out of the authorized topics).
+        if tp[0] in refused or (check_auth and is_internal(tp[0])):
             errors[tp] = ErrorCode.topic_authorization_failed
         elif not _partition_exists(services, tp):
             errors[tp] = ErrorCode.unknown_topic_or_partition
@@ -278,10 +292,23 @@ async def txn_offset_commit(
                                           int(getattr(p, "committed_leader_epoch", -1)),
                                           p.committed_metadata)
     if offsets:
-        results = services.group_coordinator.txn_commit_offsets(
-            group_id, int(request.producer_id), int(request.producer_epoch),
-            getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
-            int(getattr(request, "generation_id", -1)), offsets)
+        producer_id, epoch = int(request.producer_id), int(request.producer_epoch)
+        verified: _OffsetsVerified | None = None
+        if services.txn_verifier is not None:  # KIP-890
+            refusal, verified = await _verify_offsets(services, txn_id, group_id,
+                                                      producer_id, epoch)
+            if refusal is not None:
+                codes.update(dict.fromkeys(offsets, refusal))
+                return answer(codes)
+        try:
+            results = services.group_coordinator.txn_commit_offsets(
+                group_id, producer_id, epoch,
+                getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
+                int(getattr(request, "generation_id", -1)), offsets,
+                None if verified is None else verified.holds)
+        finally:
+            if verified is not None:
+                verified.end()
         if any(code == ErrorCode.none for code in results.values()):
             waited = await group_log_replicated(services, group_id)
             if waited != ErrorCode.none:
@@ -289,6 +316,69 @@ async def txn_offset_commit(
                            for tp, code in results.items()}
         codes.update(results)
     return answer(codes)
+
+
+class _OffsetsVerified:
+    """KIP-890 for TxnOffsetCommit: what the append to the group's ``__consumer_offsets``
+    partition must still hold — the producer's transaction open there at this epoch, or
+    the verification guard taken before the coordinator was asked (a marker of the
+    producer landing meanwhile drops it)."""
+
+    def __init__(self, services: BrokerServices, partition: int, state: ProducerStateManager,
+                 producer_id: int, epoch: int, guard: object | None) -> None:
+        self._services = services
+        self._partition = partition
+        self._state = state
+        self._producer_id = producer_id
+        self._epoch = epoch
+        self._guard = guard
+
+    def holds(self) -> bool:
+        if _offsets_producer_state(self._services, self._partition) is not self._state:
+            return False  # the partition's log changed (leadership moved) meanwhile
+        if self._guard is None:
+            return self._state.has_ongoing_txn(self._producer_id, self._epoch)
+        return self._state.verified(self._producer_id, self._epoch, self._guard)
+
+    def end(self) -> None:
+        if self._guard is not None:
+            self._state.end_verification(self._producer_id, self._guard)
+
+
+def _offsets_producer_state(services: BrokerServices, partition: int
+                            ) -> ProducerStateManager | None:
+    try:
+        return services.replica_manager.leader_partition(
+            OFFSETS_TOPIC, partition).log.producer_state
+    except Exception:  # not led here (any more): the group coordinator answers it
+        return None
+
+
+async def _verify_offsets(
+    services: BrokerServices, txn_id: str, group_id: str, producer_id: int, epoch: int,
+) -> tuple[ErrorCode | None, _OffsetsVerified | None]:
+    """Ask the transaction coordinator whether the group's ``__consumer_offsets``
+    partition is in the producer's ongoing transaction (Kafka 3.6+'s
+    ``handleTxnCommitOffsets``), unless the producer's transaction is open there already:
+    (the refusal, None), or (None, what the append must still hold). A group this broker
+    does not coordinate is left to the group coordinator's answer."""
+    verifier = services.txn_verifier
+    group_coordinator = services.group_coordinator
+    if verifier is None or group_coordinator.check_coordinator(group_id) != ErrorCode.none:
+        return None, None
+    partition = group_coordinator.partition_for(group_id)
+    state = _offsets_producer_state(services, partition)
+    if state is None:
+        return ErrorCode.not_coordinator, None
+    if state.has_ongoing_txn(producer_id, epoch):
+        return None, _OffsetsVerified(services, partition, state, producer_id, epoch, None)
+    guard = state.start_verification(producer_id)
+    answers = await verifier.ask(txn_id, producer_id, epoch, [(OFFSETS_TOPIC, partition)])
+    code = answers.get((OFFSETS_TOPIC, partition), ErrorCode.invalid_txn_state)
+    if code != ErrorCode.none:
+        state.end_verification(producer_id, guard)
+        return translate_offset_commit(code), None
+    return None, _OffsetsVerified(services, partition, state, producer_id, epoch, guard)
 
 
 # -- DescribeTransactions / ListTransactions (KIP-664) ------------------------------------
@@ -321,6 +411,10 @@ async def describe_transactions(
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(metadata.topic_partitions):
             by_topic.setdefault(topic, []).append(partition)
+        # Only the topics the caller may Describe (Kafka removes the others).
+        for topic in filter_refused(services.authorizer, ctx, AclOperation.DESCRIBE,
+                                    ResourceType.TOPIC, set(by_topic)):
+            del by_topic[topic]
         states.append(make(
             m.TransactionState, error_code=ErrorCode.none, transactional_id=txn_id,
             transaction_state=metadata.state.value,
