@@ -47,10 +47,15 @@ of its transaction is still in the log, an abort marker while the pass still saw
 dropped) some of its batches. Once a marker guards nothing, the pass that finds it so
 gives it a delete horizon (now + ``delete.retention.ms``), and a pass after the horizon
 removes it, so a consumer that read the data in time still reads the marker. The state
-is one per pass, fed from the log's first segment on. A cleaned segment's
-``.txnindex`` holds every entry of the segments it replaces (entries whose data is gone
-are harmless to readers), so a read_committed fetcher still learns of aborted data the
-pass left (above the map's end).
+is one per pass, fed from the log's first segment on. A cleaned segment's ``.txnindex``
+holds the entry of every abort marker the pass keeps, and only those (Kafka's
+``cleanedIndex``): a read_committed fetcher still learns of aborted data the pass left
+(a kept marker, e.g. above the map's end), and an entry never outlives its marker. An
+entry left without its marker would be harmful, not harmless: a reader skips its
+producer's transactional batches from the entry's first offset until an abort marker of
+that producer, committed ones included. So a producer is aborting only from the entry's
+first offset up to its marker offset, whether the marker is still there or not, and the
+loader drops an entry whose marker is gone (logs an older cleaner wrote, issue 46).
 
 Reading and copying run in a cleaner thread outside the log's lock; only the swap takes it.
 Records are decoded in Python (per record, off the produce and fetch paths); digests,
@@ -220,14 +225,19 @@ class CleanedTransactions:
     """What one pass knows of transactions, fed every batch in offset order from the log's
     first segment on (Kafka's CleanedTransactionMetadata): which data batches are aborted
     (dropped), and which markers no longer guard any data (removable). Per batch, never
-    per record."""
+    per record.
+
+    A producer is *aborting* from an aborted transaction's first offset up to its marker
+    offset (the entry's ``last_offset``) and no further: an entry whose marker is gone
+    (written by an older cleaner, module doc) cannot make the producer's later batches,
+    committed ones included, look aborted."""
 
     def __init__(self) -> None:
         self._pending: list[AbortedTxn] = []
         self._next = 0
         self._known: set[tuple[int, int]] = set()
-        # producer id -> whether a batch of its aborted transaction was seen this pass
-        self._aborting: dict[int, bool] = {}
+        # producer id -> [its aborted transaction, whether a batch of it was seen this pass]
+        self._aborting: dict[int, tuple[AbortedTxn, list[bool]]] = {}
         # producers with a transaction whose (non-aborted) batches were seen this pass
         self._committing: set[int] = set()
 
@@ -241,9 +251,22 @@ class CleanedTransactions:
 
     def _start_aborted_up_to(self, offset: int) -> None:
         pending = self._pending
+        aborting = self._aborting
         while self._next < len(pending) and pending[self._next].first_offset <= offset:
-            self._aborting.setdefault(pending[self._next].producer_id, False)
+            txn = pending[self._next]
             self._next += 1
+            current = aborting.get(txn.producer_id)
+            if current is None or current[0].last_offset < txn.first_offset:
+                aborting[txn.producer_id] = (txn, [False])
+
+    def _aborting_at(self, pid: int, offset: int) -> tuple[AbortedTxn, list[bool]] | None:
+        """The producer's aborted transaction covering ``offset``; one that ended before
+        it (its marker offset passed) is forgotten."""
+        current = self._aborting.get(pid)
+        if current is not None and offset > current[0].last_offset:
+            del self._aborting[pid]
+            return None
+        return current
 
     def is_aborted(self, header: BatchHeader) -> bool:
         """A data batch: is it aborted data? (Control batches: :meth:`marker_removable`.)"""
@@ -251,8 +274,9 @@ class CleanedTransactions:
         if not header.is_transactional:
             return False
         pid = header.producer_id
-        if pid in self._aborting:
-            self._aborting[pid] = True
+        current = self._aborting_at(pid, header.base_offset)
+        if current is not None:
+            current[1][0] = True
             return True
         self._committing.add(pid)
         return False
@@ -271,9 +295,10 @@ class CleanedTransactions:
         pid = header.producer_id
         if marker is None:
             return False  # not a transaction marker: kept
+        current = self._aborting_at(pid, header.base_offset)
         if marker.control_type is ControlType.ABORT:
-            seen = self._aborting.pop(pid, None)
-            return not seen
+            self._aborting.pop(pid, None)
+            return current is None or not current[1][0]
         if pid in self._committing:
             self._committing.discard(pid)
             return False
@@ -495,6 +520,10 @@ class Cleaner:
             out = bytearray()
             headers: list[BatchHeader] = []
             last_dropped: BatchHeader | None = None
+            # An aborted transaction's entry goes into the cleaned index only while its
+            # abort marker is kept (Kafka's cleanedIndex): keyed by the marker's offset.
+            entries = {e.last_offset: e for s in group for e in s.txn_index.entries}
+            kept_entries: list[AbortedTxn] = []
 
             def emit(data: bytes | memoryview) -> None:
                 headers.append(BatchHeader.parse(data, 0, at=len(out)))
@@ -528,6 +557,10 @@ class Cleaner:
                         last_dropped = header
                         continue
                     last_dropped = None
+                    if header.is_control and entries:
+                        entry = entries.get(header.base_offset)
+                        if entry is not None and entry.producer_id == header.producer_id:
+                            kept_entries.append(entry)
                     if horizon >= 0 and (min_horizon < 0 or horizon < min_horizon):
                         min_horizon = horizon
                     emit(kept)
@@ -535,9 +568,8 @@ class Cleaner:
                 # Keep the group's offset range (and the producer's last batch): see header.
                 emit(empty_batch(last_dropped))
             flush()
-            for segment in group:
-                for entry in segment.txn_index.entries:
-                    cleaned.txn_index.append(entry)
+            for entry in kept_entries:
+                cleaned.txn_index.append(entry)
             cleaned.on_become_inactive()
             cleaned.flush()
         except BaseException:

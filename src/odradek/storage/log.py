@@ -567,7 +567,8 @@ class PartitionLog:
             self._append(buf, (placed,), offset, offset)
             completed = self.producer_state.complete_txn(
                 placed, _marker_of(committed, coordinator_epoch))
-            self._index_completed([completed])
+            if completed is not None:  # None: an empty transaction
+                self._index_completed([completed])
         return LogAppendInfo(offset, offset, now, -1, self.log_start_offset, 1, len(buf))
 
     def _index_completed(self, completed: Sequence[CompletedTxn]) -> None:

@@ -20,7 +20,10 @@ How it works, run once when a :class:`~odradek.storage.log.PartitionLog` opens:
    recovery point at most the log end offset; the leader epoch cache and the producer
    state are brought in line with them (producer state from its snapshots and the batches
    after them, which also appends to each ``.txnindex`` the aborted transactions it
-   lacks).
+   lacks). Before that, a ``.txnindex`` entry whose marker offset no longer holds an
+   abort marker of its producer is dropped (:func:`drop_stale_txn_entries`): cleaners
+   before issue 46 kept entries after removing their markers, and such an entry makes
+   readers and later passes take the producer's committed data as aborted.
 
 Kafka's LogLoader does the same in ``load``, ``completeSwapOperations``,
 ``recoverSegment`` and ``recoverLog``.
@@ -32,12 +35,15 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
+from odradek.records.batch import BatchHeader, InvalidRecordError
+from odradek.records.control import ControlType, read_end_txn_marker
 from odradek.storage import files
 from odradek.storage.config import LogConfig
 from odradek.storage.index import IndexCorruptError
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.segment import LogSegment
+from odradek.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +140,39 @@ def load(plog: LoadableLog, had_clean_shutdown: bool) -> int:
         plog.recovery_point = leo
     plog.leader_epoch_cache.truncate_from_end(leo)
     plog.leader_epoch_cache.truncate_from_start(plog.log_start_offset)
+    for segment in plog.segments:
+        drop_stale_txn_entries(plog, segment)
     plog.producer_state.load(plog.segments, plog.log_start_offset, leo)
     return rebuilt
+
+
+def drop_stale_txn_entries(plog: LoadableLog, segment: LogSegment) -> int:
+    """Drop the ``.txnindex`` entries of ``segment`` whose marker offset holds no abort
+    marker of their producer any more (step 4); returns how many went. One index lookup
+    and one read of a small control batch per entry: entries are one per abort."""
+    index = segment.txn_index
+    if not index.entries:
+        return 0
+
+    def marker_kept(entry: AbortedTxn) -> bool:
+        found = segment.translate_offset(entry.last_offset)
+        if found is None or found.offset != entry.last_offset:
+            return False
+        batch = segment.read_bytes(found.position, found.size)
+        try:
+            header = BatchHeader.parse(batch)
+            marker = read_end_txn_marker(batch) if header.is_control else None
+        except InvalidRecordError:
+            return False
+        return (marker is not None and marker.control_type is ControlType.ABORT
+                and header.producer_id == entry.producer_id)
+
+    dropped = index.retain(marker_kept)
+    if dropped:
+        log.warning("%s: dropped %d aborted-transaction index entries of segment %d whose "
+                    "abort marker is gone (left by an older cleaner): %s", plog.name,
+                    len(dropped), segment.base_offset, dropped)
+    return len(dropped)
 
 def complete_swaps(plog: LoadableLog) -> None:
     """Finish a cleaner swap interrupted by a crash: a ``.swap`` log replaces the

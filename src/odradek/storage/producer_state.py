@@ -43,7 +43,10 @@ How it works:
   :class:`CompletedTxn`; for an aborted one the log writes an :class:`AbortedTxn` into the
   segment's ``.txnindex``, whose last stable offset is the first offset of the oldest
   transaction of another producer still ongoing (else the marker's offset + 1), as
-  Kafka's ``lastStableOffset(completedTxn)``.
+  Kafka's ``lastStableOffset(completedTxn)``. A marker that ends no data (a partition
+  added and nothing sent, a fencing abort, a repeated marker) completes nothing: no
+  :class:`CompletedTxn`, no index entry, no hold on the LSO (Kafka's
+  ``ProducerAppendInfo.appendEndTxnMarker`` emits none for empty transactions).
 - **Verification guards** (KIP-890, Kafka's ``VerificationStateEntry``). Before a leader
   appends a producer's first transactional batch it asks the transaction coordinator
   whether the partition is in the producer's transaction; :meth:`start_verification`
@@ -416,13 +419,16 @@ class ProducerStateManager:
 
     def complete_txn(
         self, header: BatchHeader, marker: EndTransactionMarker
-    ) -> CompletedTxn:
+    ) -> CompletedTxn | None:
         """Install a marker at ``header.base_offset`` (offsets assigned): the producer's
-        transaction ends, and waits for the high watermark to pass the marker."""
+        transaction ends, and waits for the high watermark to pass the marker. None for a
+        marker that ends no data (module doc)."""
         with self._lock:
             return self._complete(header, marker)
 
-    def _complete(self, header: BatchHeader, marker: EndTransactionMarker) -> CompletedTxn:
+    def _complete(
+        self, header: BatchHeader, marker: EndTransactionMarker
+    ) -> CompletedTxn | None:
         pid = header.producer_id
         offset = header.base_offset
         entry = self.producers.get(pid)
@@ -432,14 +438,13 @@ class ProducerStateManager:
             entry.batches.clear()
             entry.producer_epoch = header.producer_epoch
         first = entry.current_txn_first_offset
-        if first >= 0:
-            self.ongoing.pop(first, None)
-        else:
-            first = offset
         entry.current_txn_first_offset = -1
         self.verifying.pop(pid, None)
         entry.coordinator_epoch = marker.coordinator_epoch
         entry.last_timestamp = header.max_timestamp
+        if first < 0:
+            return None  # an empty transaction: nothing to index, no LSO to hold
+        self.ongoing.pop(first, None)
         self.unreplicated[first] = (pid, offset)
         return CompletedTxn(pid, first, offset, not marker.committed)
 

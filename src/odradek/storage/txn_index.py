@@ -18,8 +18,12 @@ upper bound of the fetch, no transaction aborted later can have begun below it.
 
 Like the other indexes it is a cache of the log: rebuilt on recovery from the markers
 (:mod:`odradek.storage.producer_state`), truncated with its segment, renamed and deleted
-with it. It is small (a line per abort) and kept in memory once read; the file is
-appended to and fsynced with its segment.
+with it. An entry lives only as long as its abort marker: the cleaner writes into a
+cleaned segment only the entries of the markers it keeps, and the loader drops an entry
+whose marker offset holds no abort marker of its producer (an older cleaner left such
+entries behind; a reader would take the producer's later committed data as aborted).
+It is small (a line per abort) and kept in memory once read; the file is appended to and
+fsynced with its segment.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from odradek.storage import files
 from odradek.storage.index import IndexCorruptError
 
 __all__ = ["ENTRY_SIZE", "AbortedTxn", "TxnIndex", "TxnSearchResult"]
@@ -146,6 +152,24 @@ class TxnIndex:
             self.path.unlink(missing_ok=True)
             self._entries = []
             self._unflushed = False
+
+    def retain(self, keep: Callable[[AbortedTxn], bool]) -> list[AbortedTxn]:
+        """Keep only the entries ``keep`` accepts, the file rewritten atomically when
+        some go (the loader's repair of entries whose marker is gone, log_loader.py);
+        returns the entries dropped."""
+        with self._lock:
+            entries = self.entries
+            kept = [e for e in entries if keep(e)]
+            if len(kept) == len(entries):
+                return []
+            dropped = [e for e in entries if e not in kept]
+            if kept:
+                files.atomic_write(self.path, b"".join(e.encode() for e in kept))
+            else:
+                self.path.unlink(missing_ok=True)
+            self._entries = kept
+            self._unflushed = False
+            return dropped
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries of markers at ``offset`` and after."""
