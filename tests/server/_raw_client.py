@@ -46,9 +46,13 @@ def batch(pid: int, epoch: int, seq: int, count: int = 1, *, transactional: bool
     return builder.build()
 
 
-def txn_batch(pid: int, epoch: int, seq: int, count: int = 1, transactional: bool = True,
-              tag: str = "v") -> bytes:
-    """:func:`batch`, transactional unless told otherwise."""
+def txn_batch(pid: int, epoch: int, seq: int, count: int = 1,
+              transactional: bool | None = None, tag: str = "v") -> bytes:
+    """:func:`batch`, transactional unless told otherwise or without a producer id (a
+    plain batch, which the transactional bit would make a request without a
+    transactional id refused whole)."""
+    if transactional is None:
+        transactional = pid >= 0
     return batch(pid, epoch, seq, count, transactional=transactional, tag=tag)
 
 

@@ -26,8 +26,19 @@ partitions); else INVALID_TXN_STATE, or NOT_ENOUGH_REPLICAS while the coordinato
 answer. Kafka's verification guard is the producer state's (storage/producer_state.py): a
 marker written while the coordinator was asked refuses the append (INVALID_TXN_STATE).
 Transactional batches of more than one producer id in a request are
-INVALID_PRODUCER_ID_MAPPING. Batches of a producer whose transaction is open, and
-non-transactional produce, are not checked.
+INVALID_PRODUCER_ID_MAPPING. Batches of a producer whose transaction is open are not
+verified again once the coordinator confirmed the producer id for the request's
+transactional id (a leader remembers that, bounded); before, the coordinator is asked,
+so a request cannot slip records into the open transaction of another transactional id
+(INVALID_PRODUCER_ID_MAPPING). Non-transactional produce is not checked.
+
+A request with a transactional batch (the attributes' bit, read from each batch header)
+and no transactional id is refused whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+authorizer or not (Kafka's first check): no coordinator would ever end its transaction.
+The internal topics (``__consumer_offsets``, ``__transaction_state``) take no client
+appends: INVALID_TOPIC_EXCEPTION, "Cannot append to internal topic" (Kafka's
+``ReplicaManager``; the coordinators append by their own path). Kafka lets a client whose
+id is ``__admin_client`` through; Odradek does not.
 
 With an authorizer, each topic needs Write: the partitions of a topic refused are
 TOPIC_AUTHORIZATION_FAILED, with nothing appended (checked before the topic's existence,
@@ -51,9 +62,12 @@ idempotent producers with several requests in flight require.
 
 from __future__ import annotations
 
+import struct
+import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from odradek.cluster.replica_manager import PendingAppend, Replication
+from odradek.cluster.topic_names import is_internal
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.legacy_api import PRODUCE_LEGACY_MAX
@@ -67,7 +81,14 @@ from odradek.protocol.registry import (
     bind,
 )
 from odradek.protocol.send import Send
-from odradek.records.batch import InvalidRecordError, iter_batches
+from odradek.records.batch import (
+    ATTRIBUTES_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    InvalidRecordError,
+    iter_batches,
+)
 from odradek.records.legacy import CORRUPT_REASONS, magic_of, to_record_batch
 from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.client_quotas import principal_user
@@ -97,8 +118,17 @@ _NOT_ENOUGH_REPLICAS_AFTER_APPEND = int(ErrorCode.not_enough_replicas_after_appe
 _NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower.value)
 _INVALID_TXN_STATE = int(ErrorCode.invalid_txn_state.value)
 _INVALID_PRODUCER_ID_MAPPING = int(ErrorCode.invalid_producer_id_mapping.value)
+_INVALID_TOPIC = int(ErrorCode.invalid_topic_exception.value)
 _TRANSACTIONAL = 0x10  # attributes bit 4 (bit 5, control, marks markers)
 _CONTROL = 0x20
+# What a batch's transactional bit is read from: its length, magic and attributes, at
+# the offsets RecordBatch v2 has them (a message set of magic 0/1 has its size and magic
+# at the same offsets, and no transactional bit).
+_LENGTH = struct.Struct(">i")
+_MAGIC = struct.Struct(">b")
+_ATTRIBUTES = struct.Struct(">h")
+_NULL_TXN_ID = ("Transactional records need the producer's transactional id, and this "
+                "request has none")
 
 
 
@@ -114,6 +144,38 @@ class _Guard(NamedTuple):
 # (topic, partition) -> a refusal (code, message), or the guard of a verified partition
 _Verified = dict[tuple[str, int], tuple[int, str | None] | _Guard]
 
+# The coordinator's answers that confirm the producer id is the transactional id's (it
+# checks the id first, then the epoch, then the partition), and those that do not.
+_BOUND: tuple[ErrorCode, str | None] = (ErrorCode.none, None)
+_BINDS = frozenset({ErrorCode.none, ErrorCode.invalid_producer_epoch})
+_UNBOUND = frozenset({ErrorCode.invalid_producer_id_mapping, ErrorCode.not_enough_replicas})
+# How many producer ids a leader remembers the confirmed transactional id of; one
+# forgotten costs its producer one more question to the coordinator.
+BOUND_PRODUCERS_MAX = 10_000
+
+
+class _ProducerBindings:
+    """Which transactional id the coordinator confirmed each producer id for, as far as
+    this broker asked (bounded: the oldest is forgotten first)."""
+
+    def __init__(self) -> None:
+        self._bound: dict[int, str] = {}
+
+    def bound_to(self, producer_id: int) -> str | None:
+        return self._bound.get(producer_id)
+
+    def bind(self, producer_id: int, transactional_id: str) -> None:
+        bound = self._bound
+        bound.pop(producer_id, None)
+        bound[producer_id] = transactional_id
+        if len(bound) > BOUND_PRODUCERS_MAX:
+            del bound[next(iter(bound))]
+
+
+# One memory per broker (its verifier), without a field in BrokerServices.
+_BINDINGS: weakref.WeakKeyDictionary[TxnVerifier, _ProducerBindings] = (
+    weakref.WeakKeyDictionary())
+
 
 def register_produce(registry: HandlerRegistry, services: BrokerServices) -> None:
     # Decoded by the hot-path reader: records stay views of the request frame.
@@ -128,15 +190,20 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
     # What fails every partition alike is decided once per request; the per-partition
     # order of checks stays Kafka's (see _append).
     refusal: tuple[int, str] | None = None
-    if acks not in VALID_ACKS:
-        refusal = (_INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}")
     transactional_id = request.transactional_id
     authorizer = services.authorizer
-    if (transactional_id is not None and refusal is None and authorizer is not None
-            and not authorizer.authorize(ctx.principal, ctx.peer[0], AclOperation.WRITE,
-                                         ResourceType.TRANSACTIONAL_ID, transactional_id)):
+    if transactional_id is None:
+        # Kafka's first check, authorizer or not: a transactional batch no coordinator
+        # knows of would stay open for ever, pinning the partition's last stable offset.
+        if _has_transactional_batch(request.topic_data):
+            refusal = (_TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _NULL_TXN_ID)
+    elif authorizer is not None and not authorizer.authorize(
+            ctx.principal, ctx.peer[0], AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+            transactional_id):
         refusal = (_TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                    f"Write on transactional id {transactional_id!r} is not authorized")
+    if refusal is None and acks not in VALID_ACKS:
+        refusal = (_INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}")
     verified: _Verified | None = None
     if transactional_id is not None and refusal is None:
         verifier = services.txn_verifier
@@ -154,7 +221,12 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
                 ctx.principal, ctx.peer[0], AclOperation.WRITE, ResourceType.TOPIC, name):
             topic_refusal = (_TOPIC_AUTHORIZATION_FAILED,
                              f"Write on topic {name!r} is not authorized")
-        if legacy:
+        if topic_refusal is None and is_internal(name):
+            # Only the coordinators write there, by their own path (Kafka's
+            # ReplicaManager refuses clients' appends the same way).
+            partitions = [_refuse_internal(replica_manager, name, index)
+                          for index, _ in topic.partition_data]
+        elif legacy:
             partitions = [
                 _append_legacy(replica_manager, acks, name, index, records, topic_refusal,
                                waiting, counters)
@@ -204,6 +276,45 @@ def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
     ])
 
 
+def _has_transactional_batch(topic_data: Any) -> bool:
+    """Whether a batch of the request has the transactional bit (Kafka's
+    ``RequestUtils.hasTransactionalRecords``; here every batch of a partition's records,
+    since more than one is accepted). Reads two fields of each batch header, nothing of
+    its records."""
+    length_at, magic_at, attributes_at = LENGTH_OFFSET, MAGIC_OFFSET, ATTRIBUTES_OFFSET
+    read_length, read_magic, read_attributes = (
+        _LENGTH.unpack_from, _MAGIC.unpack_from, _ATTRIBUTES.unpack_from)
+    header_end = ATTRIBUTES_OFFSET + _ATTRIBUTES.size
+    for topic in topic_data:
+        for _, records in topic.partition_data:
+            if not records:
+                continue
+            end = len(records)
+            position = 0
+            while position + header_end <= end:
+                if (read_magic(records, position + magic_at)[0] >= 2
+                        and read_attributes(records, position + attributes_at)[0]
+                        & _TRANSACTIONAL):
+                    return True
+                length = read_length(records, position + length_at)[0]
+                if length <= 0:
+                    break  # malformed: the append refuses it
+                position += LOG_OVERHEAD + length
+    return False
+
+
+def _refuse_internal(replica_manager: ReplicaManager, topic: str, index: int
+                     ) -> PartitionResult:
+    """A client's append to an internal topic: INVALID_TOPIC_EXCEPTION for a partition
+    that exists (Kafka checks the topic's existence first)."""
+    info = replica_manager.metadata.get(topic)
+    if info is None or index not in info.partitions:
+        return PartitionResult(index, int(ErrorCode.unknown_topic_or_partition.value),
+                               error_message=f"{topic}-{index} does not exist")
+    return PartitionResult(index, _INVALID_TOPIC,
+                           error_message=f"Cannot append to internal topic {topic}")
+
+
 def _append(
     replica_manager: ReplicaManager, acks: int, topic: str, index: int,
     records: memoryview | bytes | None, refusal: tuple[int, str] | None,
@@ -249,10 +360,11 @@ async def _verify(
     authorizer = services.authorizer
     producers: set[tuple[int, int]] = set()
     unverified: dict[tuple[str, int], ProducerStateManager] = {}
+    ongoing: list[tuple[str, int]] = []  # the producer's transaction is open there
     for topic in request.topic_data:
         name = topic.name
-        if authorizer is not None and not authorizer.authorize(
-                ctx.principal, ctx.peer[0], AclOperation.WRITE, ResourceType.TOPIC, name):
+        if is_internal(name) or (authorizer is not None and not authorizer.authorize(
+                ctx.principal, ctx.peer[0], AclOperation.WRITE, ResourceType.TOPIC, name)):
             continue  # refused by the append loop
         for index, records in topic.partition_data:
             if not records:
@@ -269,17 +381,35 @@ async def _verify(
                     producers.add(producer)
                     if not state.has_ongoing_txn(*producer):
                         unverified[(name, index)] = state
+                    else:
+                        ongoing.append((name, index))
     if len(producers) > 1:  # Kafka's InvalidPidMappingException, for the whole request
         every = (_INVALID_PRODUCER_ID_MAPPING,
                  "Transactional records contained more than one producer ID")
         return {(t.name, index): every for t in request.topic_data
                 for index, _ in t.partition_data}
-    if not unverified:
+    if not producers:
         return {}
     (producer_id, epoch), = producers
+    # An open transaction needs no verification only if the coordinator confirmed the
+    # producer id for this transactional id (else it may be another id's transaction).
+    bindings = _BINDINGS.get(verifier)
+    if bindings is None:
+        bindings = _BINDINGS[verifier] = _ProducerBindings()
+    binding = ([] if bindings.bound_to(producer_id) == transactional_id
+               else [tp for tp in dict.fromkeys(ongoing) if tp not in unverified])
+    if not unverified and not binding:
+        return {}
     guards = {tp: state.start_verification(producer_id) for tp, state in unverified.items()}
-    refused = await verifier.verify(transactional_id, producer_id, epoch, list(unverified))
+    refused = await verifier.verify(transactional_id, producer_id, epoch,
+                                    [*unverified, *binding])
+    if any(refused.get(tp, _BOUND)[0] in _BINDS for tp in (*unverified, *binding)):
+        bindings.bind(producer_id, transactional_id)
     out: _Verified = {}
+    for tp in binding:
+        found = refused.get(tp)
+        if found is not None and found[0] in _UNBOUND:
+            out[tp] = (int(found[0].value), found[1])
     for tp, state in unverified.items():
         found = refused.get(tp)
         if found is not None:
