@@ -432,3 +432,70 @@ def test_a_cluster_broker_warns_when_the_acls_would_refuse_followers(
     broker.broker._warn_if_followers_refused(AclAuthorizer(allow_if_no_acl=True))
     broker.broker._warn_if_followers_refused(AclAuthorizer(super_users={"User:ANONYMOUS"}))
     assert "replica fetches" not in caplog.text
+
+
+DESCRIBE = 8
+
+
+def test_describe_transactions_lists_only_the_topics_the_caller_may_describe(
+    broker: RunningBroker,
+) -> None:
+    """Kafka's KafkaApis removes from each transaction the topics the caller may not
+    Describe (issue 47)."""
+    import datetime
+
+    dana, txn_id = "User:dana", "dana-txn"
+    seen, hidden = "dana-seen", "dana-hidden"
+    for topic in (seen, hidden):
+        broker.call(broker.broker.metadata.create_topic, topic, 1, 1, {})
+    response, codes = call(broker, req(
+        "init_producer_id", 4, transactional_id=txn_id,
+        transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
+        producer_epoch=-1), ALICE)
+    assert codes == {ErrorCode.none}
+    add = __import__("kio.schema.add_partitions_to_txn.v3.request", fromlist=["x"])
+    _, codes = call(broker, add.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=txn_id,
+        v3_and_below_producer_id=response.producer_id,
+        v3_and_below_producer_epoch=response.producer_epoch, v3_and_below_topics=tuple(
+            add.AddPartitionsToTxnTopic(name=t, partitions=(0,)) for t in (seen, hidden))),
+        ALICE)
+    assert codes == {ErrorCode.none}
+    grant(broker, acl_creation(TXN_T, txn_id, dana, op=DESCRIBE),
+          acl_creation(TOPIC_T, seen, dana, op=DESCRIBE))
+    describe = req("describe_transactions", 0, transactional_ids=(txn_id,))
+    described, codes = call(broker, describe, dana)
+    assert codes == {ErrorCode.none}
+    assert [t.topic for t in described.transaction_states[0].topics] == [seen]
+    described, _ = call(broker, describe, ALICE)
+    assert sorted(t.topic for t in described.transaction_states[0].topics) == [hidden, seen]
+
+
+def test_delete_topics_by_id_does_not_name_a_topic_the_caller_may_not_describe(
+    broker: RunningBroker,
+) -> None:
+    """Kafka: a null name with TOPIC_AUTHORIZATION_FAILED; with Describe but not Delete,
+    the name and TOPIC_AUTHORIZATION_FAILED (issue 47)."""
+    frank, topic = "User:frank", "frank-secret-name"
+    broker.call(broker.broker.metadata.create_topic, topic, 1, 1, {})
+    info = broker.broker.metadata.get(topic)
+    assert info is not None
+    m = __import__("kio.schema.delete_topics.v6.request", fromlist=["x"])
+    delete = m.DeleteTopicsRequest(topics=(m.DeleteTopicState(name=None,
+                                                              topic_id=info.topic_id),),
+                                   timeout=datetime_ms(30_000))
+    response, codes = call(broker, delete, frank)
+    assert codes == {ErrorCode.topic_authorization_failed}
+    assert response.responses[0].name is None
+    assert response.responses[0].topic_id == info.topic_id
+    grant(broker, acl_creation(TOPIC_T, topic, frank, op=DESCRIBE))
+    response, codes = call(broker, delete, frank)
+    assert codes == {ErrorCode.topic_authorization_failed}
+    assert response.responses[0].name == topic
+    assert broker.broker.metadata.get(topic) is not None
+
+
+def datetime_ms(ms: int) -> Any:
+    import datetime
+
+    return datetime.timedelta(milliseconds=ms)

@@ -21,7 +21,8 @@ them) are served by transcoding to v2 / v1 (``_transcode.py``).
 With an authorizer, creating needs Create on the cluster or on the topic, and the configs
 of the answer (v5+) DescribeConfigs on the topic (else left out, the topic's
 ``topic_config_error_code`` TOPIC_AUTHORIZATION_FAILED); deleting needs Delete on the
-topic. Refused topics are TOPIC_AUTHORIZATION_FAILED.
+topic. Refused topics are TOPIC_AUTHORIZATION_FAILED; a topic named by id whose caller may
+not Describe it is answered without its name (as Kafka does).
 """
 
 from __future__ import annotations
@@ -264,6 +265,12 @@ def _delete_one(
             return make(m.DeletableTopicResult, name=None, topic_id=topic_id,
                         error_code=ErrorCode.unknown_topic_id, error_message=None)
         name = info.name
+        if ctx is not None and not allowed(services.authorizer, ctx, AclOperation.DESCRIBE,
+                                           ResourceType.TOPIC, name):
+            # Kafka: a caller who may not Describe the topic does not learn its name
+            return make(m.DeletableTopicResult, name=None, topic_id=topic_id,
+                        error_code=ErrorCode.topic_authorization_failed,
+                        error_message="Authorization failed.")
     assert name is not None
     if ctx is not None and not allowed(services.authorizer, ctx, AclOperation.DELETE,
                                        ResourceType.TOPIC, name):
