@@ -181,6 +181,35 @@ def test_a_failed_write_answers_and_cancels_the_move() -> None:
     run(body)
 
 
+def test_a_partition_unloaded_while_a_producer_id_is_allocated_leaves_no_entry() -> None:
+    async def body(c: TransactionCoordinator, topic: FakeTopic, clock: Clock,
+                   leaders: Leaders) -> None:
+        gate, asked = asyncio.Event(), asyncio.Event()
+
+        async def allocate() -> int:
+            asked.set()
+            await gate.wait()
+            return 7000
+
+        c.allocate_producer_id = allocate
+        first = asyncio.create_task(c.init_producer_id(TXN, 60000))
+        await asked.wait()
+        # the id's partition moves away meanwhile: no entry is left for it
+        partition = c.partition_for(TXN)
+        topic.led.discard(partition)
+        c.refresh_leadership()
+        gate.set()
+        assert (await first).error == E.not_coordinator
+        assert TXN not in c.txns and topic.states(TXN) == []
+        assert all(m.transactional_id != TXN for m in c.list_transactions()[1])
+        # it comes back: the client's retry gets an id
+        topic.led.add(partition)
+        c.refresh_leadership()
+        assert (await c.init_producer_id(TXN, 60000)).error == E.none
+
+    run(body)
+
+
 # -- AddPartitionsToTxn -----------------------------------------------------------------
 
 

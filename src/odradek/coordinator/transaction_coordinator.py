@@ -345,15 +345,25 @@ class TransactionCoordinator(InternalTopicCoordinator):
         error = self.check(transactional_id)
         if error != ErrorCode.none:
             return InitProducerIdResult(error)
+        partition = self.partition_for(transactional_id)
+        coordinator_epoch = self.partitions.epoch_of(partition)
         metadata = self.txns.get(transactional_id)
         if metadata is None:
             producer_id = await self._new_producer_id()
+            if self.partitions.epoch_of(partition) != coordinator_epoch:
+                # unloaded (or reloaded) while the id was allocated: leave no entry
+                return InitProducerIdResult(ErrorCode.not_coordinator)
             metadata = self.txns.get(transactional_id)  # raced with another first call
             if metadata is None:
                 metadata = TransactionMetadata.new(
                     transactional_id, producer_id, txn_timeout_ms, self.time_ms())
                 self.txns[transactional_id] = metadata
-        spare = await self._new_producer_id() if metadata.is_producer_epoch_exhausted else -1
+        if metadata.is_producer_epoch_exhausted:
+            spare = await self._new_producer_id()
+            if self.txns.get(transactional_id) is not metadata:
+                return InitProducerIdResult(ErrorCode.not_coordinator)
+        else:
+            spare = -1
         try:
             transit = prepare_init_producer_id(
                 metadata, txn_timeout_ms, self.time_ms(), lambda: spare, expected)
