@@ -19,13 +19,15 @@ import dataclasses
 import json
 import logging
 import random
+import threading
 import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from odradek.cluster import topic_names
+from odradek.cluster import loop_owned, topic_names
+from odradek.cluster.loop_owned import loop_dict
 from odradek.cluster.partition import PartitionState
 from odradek.cluster.store import (
     CreateOp,
@@ -40,6 +42,7 @@ from odradek.storage.errors import ApiError
 from odradek.text import plural
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_CLIENT_ENTITY = "<default>"
 QuotaEntity = tuple[str | None, str | None]
@@ -224,6 +227,18 @@ def _json(value: object) -> bytes:
     return json.dumps(value, sort_keys=True).encode()
 
 
+@dataclass(slots=True)
+class WorkerView:
+    """What a worker thread reads instead of the loop's containers (:meth:`ClusterMetadata.
+    off_loop`): copies taken on the loop at the hand-off, then owned by the worker, which
+    adds its own changes to them so that the later steps of one request see the earlier
+    ones (the loop hears of them through :meth:`ClusterMetadata.apply_locally`)."""
+
+    topics: dict[str, TopicInfo]
+    partition_states: dict[tuple[str, int], PartitionState] | None
+    broker_configs: dict[str, dict[str, str]]
+
+
 Listener = Callable[[str, TopicInfo | None], None]
 StateListener = Callable[[list[tuple[str, int]]], None]
 
@@ -251,7 +266,9 @@ class ClusterMetadata:
         self.broker_racks = broker_racks or dict
         self.rng = rng or random.Random()
         self.broker_defaults = broker_defaults
-        self.topics: dict[str, TopicInfo] = {}
+        # Loop-owned (docs/architecture.md, "Threads"): read and written on the event
+        # loop only; a worker reads the copies of off_loop (see _topics_now).
+        self.topics: dict[str, TopicInfo] = loop_dict()
         # Partition replicas a broker may hold (max.broker.partitions, lowered to what
         # its open-files limit allows); None: unbounded.
         self.max_broker_partitions: int | None = None
@@ -268,9 +285,11 @@ class ClusterMetadata:
         self.defer_local: Callable[[Callable[[], None]], None] | None = None
         # Dynamic broker configs by entity, read once (cluster mode: kept by the
         # watches of metadata_sync, so DescribeConfigs never waits on ZooKeeper).
-        self._broker_configs: dict[str, dict[str, str]] = {}
+        self._broker_configs: dict[str, dict[str, str]] = loop_dict()
         # Client quotas by (user, client id) entity, and who hears of their changes.
-        self.client_quotas: dict[QuotaEntity, dict[str, str]] = {}
+        self.client_quotas: dict[QuotaEntity, dict[str, str]] = loop_dict()
+        # The view of a worker thread running a change handed off by off_loop.
+        self._worker = threading.local()
         self._client_quota_listeners: list[
             Callable[[Mapping[QuotaEntity, Mapping[str, str]]], None]] = []
         self.cluster_id = self._ensure_cluster_id()
@@ -302,8 +321,10 @@ class ClusterMetadata:
     def apply_partition_states(self, states: Mapping[tuple[str, int], PartitionState]) -> None:
         """States written by the controller or a leader; stale ones (an older leader epoch,
         or an older version of the state znode at the same epoch) are ignored."""
-        if self.partition_states is None:
-            self.partition_states = {}
+        if self.partition_states is None or (
+            loop_owned.DEBUG and type(self.partition_states) is dict
+        ):  # an empty dict set by the broker: checked from now on in debug mode
+            self.partition_states = loop_dict(self.partition_states)
         changed = []
         for key, state in states.items():
             old = self.partition_states.get(key)
@@ -358,15 +379,60 @@ class ClusterMetadata:
             info = self.read_topic(name)
             if info is not None:
                 topics[name] = info
-        self.topics = topics
-        self.client_quotas = self.read_client_quotas()
+        self.topics = loop_dict(topics)
+        self.client_quotas = loop_dict(self.read_client_quotas())
+
+    # -- handing work to a worker thread ---------------------------------------------------
+    def off_loop(self, fn: Callable[[], T]) -> Callable[[], T]:
+        """``fn``, to be run in a worker thread (``asyncio.to_thread(metadata.off_loop(fn))``),
+        reading a copy of the topics, partition states and broker configs taken now, on
+        the loop, instead of the loop's own containers, which the loop changes meanwhile
+        (issue 52: a walk over them in the worker raised "dictionary changed size during
+        iteration"). The copy is the worker's: it adds its own changes to it; the loop's
+        view follows through :meth:`apply_locally`. Copying is a shallow copy of three
+        dicts (topics and states are replaced whole, never changed in place)."""
+        states = self.partition_states
+        view = WorkerView(dict(self.topics), dict(states) if states is not None else None,
+                          dict(self._broker_configs))
+
+        def run() -> T:
+            self._worker.view = view
+            try:
+                return fn()
+            finally:
+                self._worker.view = None
+
+        return run
+
+    def _view(self) -> WorkerView | None:
+        """The worker's copy when called in a worker started by :meth:`off_loop`."""
+        view: WorkerView | None = getattr(self._worker, "view", None)
+        return view
+
+    def _topics_now(self) -> dict[str, TopicInfo]:
+        """The topics: the loop's own dict, or in a worker its copy."""
+        view = self._view()
+        return self.topics if view is None else view.topics
+
+    def _changed_in_worker(self, name: str, info: TopicInfo | None) -> None:
+        """A change made by this worker, kept in its copy for its next steps."""
+        view = self._view()
+        if view is None:
+            return
+        if info is None:
+            view.topics.pop(name, None)
+            if view.partition_states is not None:
+                for key in [k for k in view.partition_states if k[0] == name]:
+                    del view.partition_states[key]
+        else:
+            view.topics[name] = info
 
     # -- queries -------------------------------------------------------------------------
     def get(self, name: str) -> TopicInfo | None:
-        return self.topics.get(name)
+        return self._topics_now().get(name)
 
     def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        for info in self.topics.values():
+        for info in self._topics_now().values():
             if info.topic_id == topic_id:
                 return info
         return None
@@ -378,12 +444,14 @@ class ClusterMetadata:
         replica is in sync and the epoch stays 0: nothing ever moves leadership. In
         cluster mode it is ``/brokers/topics/<t>/partitions/<p>/state`` as the controller
         wrote it; a partition the controller has not decided yet has no leader."""
-        info = self.topics.get(name)
+        view = self._view()
+        info = (self.topics if view is None else view.topics).get(name)
         replicas = tuple(info.partitions.get(partition, ())) if info is not None else ()
         if not replicas:
             return PartitionState(-1, -1, (), ())
-        if self.partition_states is not None:
-            found = self.partition_states.get((name, partition))
+        states = self.partition_states if view is None else view.partition_states
+        if states is not None:
+            found = states.get((name, partition))
             if found is None:
                 return PartitionState(-1, -1, (), replicas)
             if found.replicas != replicas:  # reassigned since the state was written
@@ -392,7 +460,7 @@ class ClusterMetadata:
         return PartitionState(replicas[0], 0, replicas, replicas)
 
     def log_config(self, name: str) -> LogConfig:
-        info = self.topics.get(name)
+        info = self._topics_now().get(name)
         return LogConfig.build(self.broker_defaults, info.configs if info else {})
 
     # -- changes -------------------------------------------------------------------------
@@ -404,10 +472,11 @@ class ClusterMetadata:
             topic_names.validate(name)
         except topic_names.InvalidTopicNameError as exc:
             raise MetadataError("INVALID_TOPIC_EXCEPTION", str(exc)) from exc
-        if name in self.topics:
+        topics = self._topics_now()
+        if name in topics:
             raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists")
         key = topic_names.collision_key(name)
-        for other in self.topics:
+        for other in topics:
             if topic_names.collision_key(other) == key:
                 raise MetadataError(
                     "INVALID_TOPIC_EXCEPTION",
@@ -463,7 +532,7 @@ class ClusterMetadata:
         if limit is None:
             return
         held = sum(len(info.partitions) * len(next(iter(info.partitions.values()), ()))
-                   for info in self.topics.values())
+                   for info in self._topics_now().values())
         wanted = held + new * replication_factor
         if wanted > limit * max(brokers, 1):
             raise MetadataError(
@@ -500,6 +569,7 @@ class ClusterMetadata:
         except NodeExistsError as exc:
             raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists") from exc
         log.info("created topic %s with %s", name, plural(len(replicas), "partition"))
+        self._changed_in_worker(name, info)
         self.apply_locally(lambda: self.apply_topic(name, info))
         return info
 
@@ -541,17 +611,16 @@ class ClusterMetadata:
         return config_of(self.store.get(path))
 
     def delete_topic(self, name: str) -> TopicInfo:
-        info = self.topics.get(name)
+        info = self._topics_now().get(name)
         if info is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
         # recursive: the controller's partition states live below the topic's node
         self.store.delete(f"{self.TOPICS}/{name}", recursive=True)
-        if self.partition_states is not None:
-            for key in [k for k in self.partition_states if k[0] == name]:
-                del self.partition_states[key]
         if self.store.get(f"{self.CONFIGS}/{name}") is not None:
             self.store.delete(f"{self.CONFIGS}/{name}")
         log.info("deleted topic %s", name)
+        # the partition states go with the topic, on the loop (apply_topic)
+        self._changed_in_worker(name, None)
         self.apply_locally(lambda: self.apply_topic(name, None))
         return info
 
@@ -561,7 +630,7 @@ class ClusterMetadata:
     ) -> TopicInfo:
         """Grow ``name`` to ``count`` partitions; ``assignment`` (new partition → replicas,
         already validated by the caller) replaces the computed assignment."""
-        info = self.topics.get(name)
+        info = self._topics_now().get(name)
         if info is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
         current = len(info.partitions)
@@ -581,6 +650,7 @@ class ClusterMetadata:
         found = self.store.get(f"{self.TOPICS}/{name}")
         assert found is not None
         self.store.set_json(f"{self.TOPICS}/{name}", self._topic_doc(updated), found.version)
+        self._changed_in_worker(name, updated)
         self.apply_locally(lambda: self.apply_topic(name, updated))
         return updated
 
@@ -607,7 +677,7 @@ class ClusterMetadata:
         the result, validated, compare-and-set (:meth:`MetadataStore.update_config`: a
         change made through another broker that this broker's view has not heard of yet
         is kept); the local view follows. Returns the overrides written."""
-        info = self.topics.get(name)
+        info = self._topics_now().get(name)
         if info is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
 
@@ -624,6 +694,7 @@ class ClusterMetadata:
             return validated(self.read_configs(path))
         configs = self.store.update_config(path, validated, remove_empty=False)
         changed = TopicInfo(info.name, info.topic_id, info.partitions, dict(configs))
+        self._changed_in_worker(name, changed)
         self.apply_locally(lambda: self.apply_topic(name, changed))
         return configs
 
@@ -631,10 +702,12 @@ class ClusterMetadata:
     def broker_configs(self, entity: str) -> dict[str, str]:
         """Dynamic configs stored for broker ``entity`` (an id or ``<default>``), read once
         and then kept (:meth:`cache_broker_configs`)."""
-        cached = self._broker_configs.get(entity)
+        view = self._view()
+        configs = self._broker_configs if view is None else view.broker_configs
+        cached = configs.get(entity)
         if cached is None:
             cached = self.read_broker_configs(entity)
-            self._broker_configs[entity] = cached
+            configs[entity] = cached
         return dict(cached)
 
     def read_broker_configs(self, entity: str) -> dict[str, str]:
@@ -655,6 +728,9 @@ class ClusterMetadata:
         the local view follows. Returns the configs written."""
         stored = self.store.update_config(self.broker_config_path(entity), change,
                                           remove_empty=False)
+        view = self._view()
+        if view is not None:
+            view.broker_configs[entity] = stored
         self.apply_locally(lambda: self.cache_broker_configs(entity, stored))
         return stored
 

@@ -96,7 +96,7 @@ class MetadataSync:
         self.store.add_session_listener(self._on_session)
         with self._lock:
             self._watch_topics()
-            self._watch_broker_configs()
+            self._watch_broker_configs(starting=True)
             self._watch_clients()
             self._watch_users()
             return self._reload_states()
@@ -287,9 +287,11 @@ class MetadataSync:
         self.post(lambda: self.metadata.cache_client_quotas(entity, configs))
 
     # -- dynamic broker configs ----------------------------------------------------------
-    def _watch_broker_configs(self, path: str = "") -> None:
+    def _watch_broker_configs(self, path: str = "", *, starting: bool = False) -> None:
         """Set the watches on this broker's and the cluster-wide dynamic configs; when one
-        fired, have the event loop layer the dynamic configs again."""
+        fired (or a new session read them again), have the event loop keep them and layer
+        the dynamic configs again. Only at start, before the loop reads the metadata, are
+        they kept here at once."""
         if self._closed:
             return
         base = ClusterMetadata.BROKER_CONFIGS
@@ -303,7 +305,7 @@ class MetadataSync:
             if read is None:
                 continue
             _exists, configs = read
-            if not path:  # at start, before the broker serves
+            if starting:  # before the broker serves: the loop does not read them yet
                 self.metadata.cache_broker_configs(entity, configs)
             else:
                 self.post(lambda entity=entity, configs=configs: self._configs_changed(  # type: ignore[misc]

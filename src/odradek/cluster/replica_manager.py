@@ -466,8 +466,9 @@ class ReplicaManager:
                     # Cluster mode: the ZooKeeper round trips in a worker thread. The
                     # local view is changed on the loop (metadata.defer_local), by
                     # callbacks queued before this wait ends: the logs they call for are
-                    # in _deferred when it does.
-                    result = await asyncio.to_thread(change)
+                    # in _deferred when it does. The worker reads a copy of the metadata
+                    # taken here (off_loop), never the loop's own dicts.
+                    result = await asyncio.to_thread(self.metadata.off_loop(change))
                 else:
                     result = change()
             finally:

@@ -686,7 +686,8 @@ def _alter(services: BrokerServices, ctx: RequestContext, m: Any, request: Any,
 async def _altered(services: BrokerServices, ctx: RequestContext, m: Any, request: Any,
                    incremental: bool) -> list[Any]:
     if services.metadata.remote:  # cluster mode: the ZooKeeper writes off the loop
-        return await asyncio.to_thread(_alter, services, ctx, m, request, incremental)
+        return await asyncio.to_thread(services.metadata.off_loop(  # a copy of the topics
+            lambda: _alter(services, ctx, m, request, incremental)))
     return _alter(services, ctx, m, request, incremental)
 
 

@@ -103,7 +103,7 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, reques
         # Cluster mode: __consumer_offsets is created with its ZooKeeper write off
         # the loop; made meanwhile through another broker, it is not known here yet.
         with contextlib.suppress(OffsetsTopicUnavailableError):
-            await asyncio.to_thread(offsets_topic.ensure)
+            await asyncio.to_thread(services.metadata.off_loop(offsets_topic.ensure))
         not_yet = not offsets_topic.exists()
 
     if ctx.api_version >= 4:

@@ -382,7 +382,7 @@ async def _offset_fetch_v0(services: BrokerServices, ctx: RequestContext, reques
             out.append((t.name, parts))
         return out
 
-    return write_offset_fetch_v0(await asyncio.to_thread(read))
+    return write_offset_fetch_v0(await asyncio.to_thread(metadata.off_loop(read)))
 
 
 def commit_decode(frame: bytes | bytearray | memoryview, offset: int, version: int) -> Any:
