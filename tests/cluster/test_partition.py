@@ -312,3 +312,35 @@ def test_a_leader_alone_never_lags(log_manager: LogManager) -> None:
     partition.update_state(PartitionState(ME, 4, (ME,), (ME,)))
     assert partition.leader_epoch_start_offset == 3
     assert not partition.high_watermark_lags_epoch_start()
+
+
+def test_an_older_state_never_replaces_a_newer_one(log_manager: LogManager) -> None:
+    """Q38 (issue 48): the leader's own ISR writes land in its state at once, the
+    notifications of them later, each with the state read when it was handled. A state
+    read between two writes of the leader and applied after the second (ISR [1, 2] at
+    partition epoch 6, after [1, 2, 3] at 7) must not take the third replica out of the
+    ISR the high watermark counts: ZooKeeper lists it, so the controller may elect it, and
+    an acks=all record past its log end would be acknowledged and lost. Kafka skips a
+    state older than the one it has (``Partition.makeLeader``: the leader epoch, then the
+    partition epoch)."""
+    partition = _partition(log_manager, PartitionState(ME, 3, (ME,), (ME, 2, 3), 5))
+    partition.append_records_as_leader(make_batch(10))
+    partition.update_state(PartitionState(ME, 3, (ME, 2), (ME, 2, 3), 6))  # 2 joined
+    partition.update_state(PartitionState(ME, 3, (ME, 2, 3), (ME, 2, 3), 7))  # 3 joined
+    partition.update_follower_fetch_state(2, 10, 0)
+    partition.update_follower_fetch_state(3, 10, 0)
+    partition.append_records_as_leader(make_batch(5))
+    partition.update_follower_fetch_state(3, 10, 1)  # 3 is behind: still at 10
+    # the notification of the state at 6, read before 7 was written, handled now
+    assert not partition.update_state(PartitionState(ME, 3, (ME, 2), (ME, 2, 3), 6))
+    assert partition.state.isr == (ME, 2, 3) and partition.state.partition_epoch == 7
+    partition.update_follower_fetch_state(2, 15, 2)  # 2 caught up
+    assert partition.high_watermark == 10  # 3 still holds it
+    # and an older leader epoch is skipped too
+    assert not partition.update_state(PartitionState(2, 2, (2, 3), (ME, 2, 3), 9))
+    assert partition.is_leader and partition.leader_epoch == 3
+    # a newer state is taken: a controller's ISR shrink at the same epoch, a new epoch
+    assert partition.update_state(PartitionState(ME, 3, (ME, 2), (ME, 2, 3), 8))
+    assert partition.high_watermark == 15
+    assert partition.update_state(PartitionState(3, 4, (3, 2), (ME, 2, 3), 9))
+    assert not partition.is_leader

@@ -56,10 +56,11 @@ class Node:
         self.metadata.store.close()
 
 
-def _node(root: Path, start: bool = True, before: Callable[[Node], None] | None = None) -> Node:
+def _node(root: Path, start: bool = True, before: Callable[[Node], None] | None = None,
+          brokers: tuple[int, ...] = (ME, OTHER)) -> Node:
     log_manager = LogManager([root / "logs"])
     metadata = ClusterMetadata(
-        EmbeddedStore(root / "meta.json"), lambda: [ME, OTHER], {"num.partitions": 1}
+        EmbeddedStore(root / "meta.json"), lambda: list(brokers), {"num.partitions": 1}
     )
     log_manager.startup(metadata.log_config)
     fetch, produce = Purgatory(), Purgatory()
@@ -584,4 +585,57 @@ def test_a_follower_that_is_not_registered_does_not_join_the_isr(tmp_path: Path)
 
     _run(main())
     assert [tuple(w.isr) for w in written] == [(ME, OTHER)]
+    node.log_manager.shutdown()
+
+
+# -- Q38 (issue 48): a state read before the leader's own ISR write, applied after it ---------
+def test_a_stale_notification_does_not_undo_the_leaders_isr_write(tmp_path: Path) -> None:
+    """The sequence of Q38's lost record, as far as the leader's side goes. Two followers
+    join the ISR one after the other (ISR writes at partition epochs 6 and 7); the
+    notification of the first write is handled with the state read before the second
+    landed. Applied, it took the second follower out of the ISR the leader counted, while
+    ZooKeeper (and the controller) listed it: the high watermark passed its log end, an
+    acks=all append was acknowledged, and the controller, moving the leadership in a
+    controlled shutdown, could elect that follower and truncate the record away."""
+    late = 2
+    node = _node(tmp_path, brokers=(ME, OTHER, late))
+    node.metadata.partition_states = {}
+    _topic(node, "t", {0: [ME, OTHER, late]})
+    node.metadata.apply_partition_states({("t", 0): PartitionState(
+        ME, 1, (ME,), (ME, OTHER, late), 5, 1)})
+    written: list[Any] = []
+
+    def writer(topic: str, index: int, new: Any) -> int:
+        written.append(new)
+        return int(new.zk_version) + 1  # ZooKeeper's next version of the state znode
+
+    async def main() -> None:
+        rm = node.replicas
+        rm.isr_writer = writer
+        partition = rm.get_partition("t", 0)
+        assert partition is not None
+        partition.append_records_as_leader(make_batch(10))
+        rm.record_follower_fetch(partition, OTHER, 10)
+        await _until(lambda: partition.state.partition_epoch == 6, "OTHER in the ISR")
+        # the notification of epoch 6 is handled now: its state is read (ISR [ME, OTHER])
+        read_then = node.metadata.partition_state("t", 0)
+        read_then = PartitionState(ME, 1, (ME, OTHER), read_then.replicas, 6, 1)
+        rm.record_follower_fetch(partition, late, 10)
+        await _until(lambda: partition.state.partition_epoch == 7, "the late one in the ISR")
+        assert partition.state.isr == (ME, OTHER, late)
+        # ... and applied after the second write landed
+        node.metadata.apply_partition_states({("t", 0): read_then})
+        assert partition.state.isr == (ME, OTHER, late)
+        appended = partition.append_records_as_leader(make_batch(5), acks=-1)
+        pending = PendingAppend(partition, 1, appended.last_offset + 1)
+        rm.record_follower_fetch(partition, OTHER, 15)  # OTHER has it; the late one not
+        assert partition.high_watermark == 10
+        assert rm.replication_of(pending) is Replication.PENDING
+        # the leadership moves to the late follower (a controlled shutdown of this broker)
+        node.metadata.apply_partition_states({("t", 0): PartitionState(
+            late, 2, (late, OTHER), (ME, OTHER, late), 8, 2)})
+        assert rm.replication_of(pending) is Replication.LEADERSHIP_MOVED
+
+    _run(main())
+    assert [tuple(w.isr) for w in written] == [(ME, OTHER), (ME, OTHER, late)]
     node.log_manager.shutdown()

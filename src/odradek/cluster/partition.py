@@ -43,11 +43,15 @@ a partition goes through here, so replication changes this class and
   ``FetchIsolation``).
 
 The state is swapped whole (:meth:`update_state`), never mutated in place, so a reader on
-the event loop sees one consistent state.
+the event loop sees one consistent state; a state older than the one held (an older leader
+epoch, or an older partition epoch at the same one) is skipped, as Kafka's
+``Partition.makeLeader`` skips it: the leader's own ISR writes land here before their
+notifications, which must not set them back (:meth:`is_older`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -65,6 +69,8 @@ __all__ = [
     "PartitionState",
     "ReplicaState",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +158,19 @@ class Partition:
     def leader_epoch(self) -> int:
         return self.state.leader_epoch
 
-    def update_state(self, state: PartitionState, now: int | None = None) -> None:
+    def update_state(self, state: PartitionState, now: int | None = None) -> bool:
         """A new decision of the controller (or a confirmed ISR change) about this
-        partition. Becoming leader, or leading at a new epoch, starts the followers'
-        tracking afresh (Kafka's ``Partition.makeLeader``)."""
+        partition; False, and nothing changed, when it is older than the state held (see
+        :meth:`is_older`). Becoming leader, or leading at a new epoch, starts the
+        followers' tracking afresh (Kafka's ``Partition.makeLeader``)."""
         previous = self.state
+        if self.is_older(state, previous):
+            log.info("%s-%d: skipping a state older than the one held (leader epoch %d, "
+                     "partition epoch %d, ISR %s; held: %d, %d, %s)", self.topic,
+                     self.partition, state.leader_epoch, state.partition_epoch,
+                     list(state.isr), previous.leader_epoch, previous.partition_epoch,
+                     list(previous.isr))
+            return False
         self.state = state
         if self.pending_isr is not None and state.partition_epoch != previous.partition_epoch:
             self.pending_isr = None  # written, or overtaken by another writer
@@ -175,6 +189,21 @@ class Partition:
                 for r in state.replicas if r != self.broker_id
             }
         self.maybe_increment_high_watermark()
+        return True
+
+    @staticmethod
+    def is_older(state: PartitionState, held: PartitionState) -> bool:
+        """Is ``state`` older than ``held``: an older leader epoch, or the same one at an
+        older partition epoch (the state znode's version)? The leader's own ISR writes
+        reach its state at once and their notifications later, each carrying the state
+        read when it was handled: one read between two writes of the leader and applied
+        after the second would take back the replica the second added, while ZooKeeper,
+        and the controller electing from it, lists it; the high watermark could then
+        pass that replica's log end (Q38, issue 48). Kafka skips such a state
+        (``Partition.makeLeader``/``makeFollower`` on the leader and partition epochs)."""
+        return state.leader_epoch < held.leader_epoch or (
+            state.leader_epoch == held.leader_epoch
+            and state.partition_epoch < held.partition_epoch)
 
     def make_leader(self, now: int) -> None:
         """Lead at ``state.leader_epoch``: followers' positions are unknown until they
