@@ -209,3 +209,34 @@ def test_jaas_config_other_modules_give_no_plain_users() -> None:
 def test_jaas_config_errors(text: str) -> None:
     with pytest.raises(ValueError, match="JAAS"):
         parse_jaas_config(text)
+
+
+@pytest.mark.parametrize("iterations", [1, 4095, 16385])
+def test_scram_refuses_a_stored_credential_with_iterations_out_of_bounds(
+    iterations: int,
+) -> None:
+    """Kafka's ScramSaslServer checks the stored count at every login (a credential
+    written around AlterUserScramCredentials' checks must not weaken it): the login fails
+    as a wrong password does (issue 47)."""
+    credential = make_scram_credential("SCRAM-SHA-256", "pencil", 4096)
+    weak = sasl.ScramCredential(credential.salt, credential.stored_key, credential.server_key,
+                                iterations)
+    server = ScramServer("SCRAM-SHA-256")
+    server.client_first(b"n,,n=user,r=abc")
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials"):
+        server.server_first(weak)
+
+
+@pytest.mark.parametrize("text", [
+    'org.apache.kafka.common.security.plain.PlainLoginModule required '
+    'user_admin="hunter2-secret""x";',
+    'org.apache.kafka.common.security.plain.PlainLoginModule hunter2-secret '
+    'user_admin="x";',
+    'org.apache.kafka.common.security.plain.PlainLoginModule required '
+    'user_admin "hunter2-secret";',
+])
+def test_jaas_config_errors_say_where_without_echoing_the_config(text: str) -> None:
+    with pytest.raises(ValueError, match="JAAS") as caught:
+        parse_jaas_config(text)
+    assert "hunter2" not in str(caught.value)
+    assert "character" in str(caught.value)

@@ -226,3 +226,12 @@ def test_client_context_verifies_the_server(ca: trustme.CA, files: dict[str, Pat
         ssl_truststore_certificates=trustme.CA().cert_pem.bytes().decode()))
     with pytest.raises(ssl.SSLCertVerificationError):
         handshake(server, wrong)
+
+
+def test_server_context_refuses_client_renegotiation(files: dict[str, Path]) -> None:
+    """TLS 1.2 renegotiation asked by a client costs the server a handshake each time
+    (and was the way of CVE-2009-3555): refused whatever OpenSSL's own default (3.0
+    refuses it, 1.1.1 allows it). Over a real socket: tests/interop/test_security_hostile."""
+    ctx = server_context(settings(ssl_keystore_type="PEM",
+                                  ssl_keystore_location=str(files["server"])))
+    assert ctx.options & ssl.OP_NO_RENEGOTIATION

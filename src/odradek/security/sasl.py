@@ -237,8 +237,11 @@ class ScramServer:
 
     def server_first(self, credential: ScramCredential | None) -> bytes:
         """The server-first message for the user's ``credential`` (None: no such user,
-        which fails as a wrong password does)."""
-        if credential is None:
+        which fails as a wrong password does, as does a stored iteration count outside
+        the mechanism's bounds)."""
+        if credential is None or not (
+                SCRAM_MIN_ITERATIONS <= credential.iterations <= SCRAM_MAX_ITERATIONS):
+            # Kafka's ScramSaslServer re-checks the stored count at every login
             raise invalid_credentials(self.mechanism)
         self._credential = credential
         salt = base64.b64encode(credential.salt).decode()
@@ -348,39 +351,46 @@ _FLAGS: Final = ("required", "requisite", "sufficient", "optional")
 
 def parse_jaas_config(text: str) -> list[JaasModule]:
     """Kafka's ``sasl.jaas.config`` syntax (``JaasConfig``): ``<class> <flag> [key=value
-    ...];``, one or more; values quoted or bare. ValueError when it is not that."""
-    tokens: list[tuple[str, str]] = []
+    ...];``, one or more; values quoted or bare. ValueError when it is not that, saying at
+    which character, never quoting the text (it holds passwords)."""
+    tokens: list[tuple[str, str, int]] = []  # kind, value, where it starts
     pos = 0
     text = text.strip()
     while pos < len(text):
         m = _JAAS_TOKEN.match(text, pos)
         if m is None or m.end() == pos:
-            raise ValueError(f"invalid JAAS config at {text[pos:pos + 20]!r}")
+            raise ValueError(f"invalid JAAS config at character {pos + 1}: an unclosed "
+                             "quote or a stray character")
         pos = m.end()
         kind = m.lastgroup or ""
         value = m[kind]
         if kind == "quoted":
             value = re.sub(r"\\(.)", r"\1", value[1:-1])
-        tokens.append((kind, value))
+        tokens.append((kind, value, m.start(kind) + 1))
+
+    def error(i: int, what: str) -> ValueError:
+        where = tokens[i][2] if i < len(tokens) else len(text) + 1
+        return ValueError(f"invalid JAAS config at character {where}: {what}")
+
     modules: list[JaasModule] = []
     i = 0
     while i < len(tokens):
         if i + 1 >= len(tokens) or tokens[i][0] != "word" or tokens[i + 1][0] != "word":
-            raise ValueError("invalid JAAS config: expected '<LoginModule> <flag> ...;'")
+            raise error(i, "expected '<LoginModule> <flag> ...;'")
         module, flag = tokens[i][1], tokens[i + 1][1].lower()
         if flag not in _FLAGS:
-            raise ValueError(f"invalid JAAS config: login module control flag {flag!r} is "
-                             f"not one of {', '.join(_FLAGS)}")
+            raise error(i + 1, f"the login module control flag is not one of "
+                               f"{', '.join(_FLAGS)}")
         i += 2
         options: dict[str, str] = {}
         while i < len(tokens) and tokens[i][0] != "semi":
             if (i + 2 >= len(tokens) or tokens[i][0] != "word" or tokens[i + 1][0] != "eq"
                     or tokens[i + 2][0] not in ("quoted", "word")):
-                raise ValueError("invalid JAAS config: expected key=value options")
+                raise error(i, "expected key=value options")
             options[tokens[i][1]] = tokens[i + 2][1]
             i += 3
         if i >= len(tokens):
-            raise ValueError("invalid JAAS config: the login module entry must end with ';'")
+            raise error(i, "the login module entry must end with ';'")
         i += 1
         modules.append(JaasModule(module, flag, options))
     if not modules:
