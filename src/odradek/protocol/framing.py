@@ -80,6 +80,19 @@ class FrameDecoder:
     def max_frame_size(self) -> int:
         return self._max_frame_size
 
+    @max_frame_size.setter
+    def max_frame_size(self, value: int) -> None:
+        """A new bound for the frames whose size prefix is still to come (a SASL
+        connection's is ``sasl.server.max.receive.size`` until it authenticates)."""
+        if value < 0:
+            raise ValueError("max_frame_size must be >= 0")
+        self._max_frame_size = value
+
+    @property
+    def next_size(self) -> int:
+        """The size of the frame being received once its prefix is in, else -1."""
+        return self._next_size
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Buffer ``data``; validates the size prefix of the next frame once it is known."""
         if not data:

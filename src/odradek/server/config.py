@@ -238,8 +238,9 @@ _OWN: tuple[ConfigDef, ...] = (
               "samples kept to measure controller mutation rates (KIP-599)", _ge(1)),
     ConfigDef("controller.quota.window.size.seconds", "int", 1, None,
               "time span of each controller mutation rate sample", _ge(1)),
-    ConfigDef("queued.max.request.bytes", "long", -1, None,
-              "bytes of requests in flight broker-wide before reading pauses; -1: unbounded",
+    ConfigDef("queued.max.request.bytes", "long", 536870912, None,
+              "bytes of requests being received or in flight broker-wide before reading "
+              "pauses (Kafka's default -1, unbounded, is allowed; docs/operations.md)",
               lambda v: None if v == -1 or v > 0 else "must be -1 or positive"),
     ConfigDef("queued.max.requests", "int", 500, None, "in-flight requests per connection",
               _ge(1)),

@@ -7,14 +7,21 @@ Follows Kafka's ``SocketServer.Processor`` muting and ``queued.max.requests`` (t
   of its requests are in flight (received, response not yet written), and resumes when
   one completes. Frames already received but not yet dispatched stay in the frame
   decoder, so the bound is exact.
-- *Bytes in flight.* ``queued.max.request.bytes`` bounds the bytes of the requests held
-  by the whole broker (Kafka's ``MemoryPool`` behind its Processors; -1, Kafka's default,
-  is unbounded): once the :class:`RequestMemoryPool` holds that many, no connection reads
-  or dispatches another request until a response frees some, then the connections that
-  waited are woken in turn. As with Kafka's pool, the request that crosses the bound is
-  still taken. Each connection also stops reading while its own requests in flight hold
-  ``socket.request.max.bytes`` (the largest one request may be), so that one client cannot
-  take the whole pool with a pipeline of large requests.
+- *Bytes held.* ``queued.max.request.bytes`` bounds the bytes of the requests held by the
+  whole broker, being received or in flight (Kafka's ``MemoryPool`` behind its
+  Processors; Kafka's default -1 is unbounded, Odradek's is 512 MiB, see
+  docs/operations.md). A frame still being received is charged its announced size as
+  soon as its size prefix is in and its body is not, as Kafka's ``NetworkReceive``
+  allocates its buffer from the pool; a frame is charged its bytes from dispatch until
+  its response is written. When the :class:`RequestMemoryPool` is used up, a connection
+  whose next frame cannot be charged stops reading (Kafka mutes the channel) until a
+  response frees some, then the connections that waited are woken in turn. As with
+  Kafka's (non-strict) pool, the frame that crosses the bound is still taken, so a frame
+  up to ``socket.request.max.bytes`` always fits in the end. The charge is bookkeeping:
+  what is buffered is only ever what was received. Each connection also stops reading
+  while its own requests in flight hold ``socket.request.max.bytes`` (the largest one
+  request may be), so that one client cannot take the whole pool with a pipeline of
+  large requests.
 - *Write side.* asyncio calls ``pause_writing`` when the transport's buffer passes its
   high-water mark; the response writer then awaits :meth:`FlowControl.drain` before
   writing more, so a slow reader cannot make us buffer unbounded responses.
@@ -85,31 +92,56 @@ class FlowControl:
 
 
 class RequestMemoryPool:
-    """Bytes of requests held broker-wide, against ``queued.max.request.bytes``."""
+    """Bytes of requests held broker-wide, against ``queued.max.request.bytes``.
 
-    __slots__ = ("_waiting", "limit", "used")
+    ``used`` and ``waiting`` are plain attributes: the dispatcher adds a request's bytes to
+    ``used`` and the writer subtracts them (then wakes the waiting connections if any)
+    inline, on every request."""
+
+    __slots__ = ("limit", "used", "waiting")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
-        self._waiting: dict[object, Callable[[], None]] = {}
+        # connections waiting for bytes, in the order they began to wait
+        self.waiting: dict[object, Callable[[], None]] = {}
 
     @property
     def exhausted(self) -> bool:
         return self.used >= self.limit
+
+    @property
+    def available(self) -> int:
+        """Bytes left before the bound (negative once a frame crossed it), as Kafka's
+        ``MemoryPool.availableMemory``."""
+        return self.limit - self.used
+
+    def try_allocate(self, size: int) -> bool:
+        """Charge ``size`` bytes if any are left (Kafka's non-strict ``tryAllocate``: the
+        allocation that crosses the bound succeeds)."""
+        if self.used >= self.limit:
+            return False
+        self.used += size
+        return True
 
     def take(self, size: int) -> None:
         self.used += size
 
     def release(self, size: int) -> None:
         self.used -= size
-        while self._waiting and not self.exhausted:
-            key = next(iter(self._waiting))
-            self._waiting.pop(key)()
+        if self.waiting:
+            self.wake_waiting()
+
+    def wake_waiting(self) -> None:
+        """Wake the connections that waited, in turn, while bytes are left."""
+        waiting = self.waiting
+        while waiting and self.used < self.limit:
+            key = next(iter(waiting))
+            waiting.pop(key)()
 
     def wait(self, key: object, wake: Callable[[], None]) -> None:
         """Call ``wake`` once bytes are free (the connection ``key`` waits for them)."""
-        self._waiting[key] = wake
+        self.waiting[key] = wake
 
     def forget(self, key: object) -> None:
-        self._waiting.pop(key, None)
+        self.waiting.pop(key, None)

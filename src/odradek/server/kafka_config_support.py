@@ -227,6 +227,10 @@ ODRADEK_DEFAULTS: dict[str, str] = {
                         "partitions may get 256 KiB a partition, up to 30 MiB "
                         "(docs/architecture.md, 'Fetch response size')"),
     "ssl.enabled.protocols": "TLSv1.2,TLSv1.3, Kafka's own default on a JVM with TLSv1.3",
+    "queued.max.request.bytes": ("512 MiB, not -1 (unbounded): no number of connections "
+                                 "may make the broker hold more request bytes than this "
+                                 "plus one request (docs/operations.md, 'Requests in "
+                                 "flight')"),
 }
 
 # Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: dynamic only with a listener prefix.

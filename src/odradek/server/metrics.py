@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from odradek.server.broker_stats import BrokerTopicStats, RequestStats
     from odradek.server.client_quotas import ClientQuotas
     from odradek.server.config import BrokerConfig
+    from odradek.server.flow_control import RequestMemoryPool
     from odradek.server.network.security import ListenerSecurity
     from odradek.server.watchdog import LoopWatchdog
     from odradek.storage.cleaner_manager import LogCleaner
@@ -61,6 +62,7 @@ class _Listener(Protocol):
     def connections(self) -> Collection[object]: ...
 
     security: ListenerSecurity
+    memory_pool: RequestMemoryPool | None
 
 
 class BrokerView(Protocol):
@@ -87,6 +89,8 @@ class BrokerView(Protocol):
     @property
     def client_quotas(self) -> ClientQuotas | None: ...
 
+#: Kafka's MemoryPool.NONE (queued.max.request.bytes=-1): Long.MAX_VALUE available.
+_UNBOUNDED = 2**63 - 1
 #: How long a scrape waits for the event loop's snapshot before answering an error.
 SNAPSHOT_TIMEOUT_S = 10.0
 #: The group states Kafka's GroupMetadataManager counts (NumGroups<State>).
@@ -150,6 +154,8 @@ class Snapshot:
     connections: list[tuple[str, int]] = field(default_factory=list)
     # listener -> (successful, failed, successful re-authentications)
     authentications: list[tuple[str, int, int, int]] = field(default_factory=list)
+    # the request memory pool (queued.max.request.bytes): (available, used) bytes
+    memory_pool: tuple[int, int] = (_UNBOUNDED, 0)
     # (metric, user tag, client-id tag, rate) of each entity a client quota measures
     quotas: list[tuple[str, str, str, float]] = field(default_factory=list)
     took_s: float = 0.0
@@ -241,6 +247,9 @@ def snapshot(broker: BrokerView) -> Snapshot:
     snap.authentications = [
         (server.security.name, server.security.stats.successful, server.security.stats.failed,
          server.security.stats.successful_reauthentication) for server in broker.servers]
+    pool = next((s.memory_pool for s in broker.servers if s.memory_pool is not None), None)
+    if pool is not None:  # one pool, shared by every listener
+        snap.memory_pool = (pool.available, pool.used)
     quotas = broker.client_quotas
     if quotas is not None:
         now_ms = time.monotonic() * 1000.0
@@ -459,6 +468,15 @@ class BrokerCollector:
             for family, count in zip(families, counts, strict=True):
                 family.add_metric([listener], count)
         yield from families
+
+        # Kafka's kafka.network:type=SocketServer,name=MemoryPoolAvailable|MemoryPoolUsed
+        available, used = snap.memory_pool
+        yield GaugeMetricFamily("kafka_network_socketserver_memorypoolavailable",
+                                "bytes left in the request memory pool "
+                                "(queued.max.request.bytes)", value=available)
+        yield GaugeMetricFamily("kafka_network_socketserver_memorypoolused",
+                                "bytes of requests being received or in flight, charged "
+                                "to the pool", value=used)
 
         # Kafka's client quota sensors (kafka.server:type=Produce|Fetch|Request,user=,
         # client-id=), tagged as DefaultQuotaCallback tags them ("" for an absent tag)

@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 from odradek.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from odradek.server.connection_quotas import INT_MAX, ConnectionLimits
 
-__all__ = ["NetworkConfig"]
+__all__ = ["DEFAULT_QUEUED_MAX_REQUEST_BYTES", "NetworkConfig"]
+
+DEFAULT_QUEUED_MAX_REQUEST_BYTES = 512 * 1024 * 1024
+"""Odradek's ``queued.max.request.bytes`` (Kafka's is -1, unbounded): five maximal
+requests, so that no number of connections can make the broker hold more request bytes
+than this plus one request (docs/operations.md, "Requests in flight")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +31,9 @@ class NetworkConfig:
     """``socket.request.max.bytes``: largest request frame accepted."""
     queued_max_requests: int = 500
     """``queued.max.requests``: in-flight requests per connection before reading pauses."""
-    queued_max_request_bytes: int = -1
-    """``queued.max.request.bytes``: bytes of requests in flight broker-wide before reading
-    pauses; -1 (Kafka's default): unbounded."""
+    queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
+    """``queued.max.request.bytes``: bytes of requests being received or in flight
+    broker-wide before reading pauses; -1 (Kafka's default): unbounded."""
     connections_max_idle_ms: int = 600_000
     """``connections.max.idle.ms``: close connections idle this long."""
     socket_send_buffer_bytes: int = 102_400

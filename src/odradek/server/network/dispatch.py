@@ -211,7 +211,7 @@ class Dispatcher:
         requests = self._requests
         requests.bytes += size
         if requests.pool is not None:
-            requests.pool.take(size)
+            requests.pool.used += size
         entries = requests.entries
         entries.append(entry)
         if len(entries) == 1:

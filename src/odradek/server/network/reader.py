@@ -1,16 +1,26 @@
-"""Reading requests: framing, the in-flight bounds, muting.
+"""Reading requests: framing, the in-flight bounds, the memory pool, muting.
 
 How it works: this is the reading half of Kafka's ``SocketServer.Processor``. Bytes from
-the socket go into a sans-I/O :class:`~odradek.protocol.framing.FrameDecoder` capped at
-``socket.request.max.bytes``; :meth:`RequestReader.pump` hands complete frames to the
-dispatcher while the connection may take more:
+the socket go into a sans-I/O :class:`~odradek.protocol.framing.FrameDecoder` capped at the
+connection's maximum frame size: ``socket.request.max.bytes``, or on a SASL listener
+``sasl.server.max.receive.size`` until the client authenticates (a larger size prefix
+closes the connection at once, before any of the frame is buffered: Kafka's fix of
+CVE-2022-34917). :meth:`RequestReader.pump` hands complete frames to the dispatcher while
+the connection may take more:
 
 - fewer than ``queued.max.requests`` of its requests in flight, and less than
   ``socket.request.max.bytes`` of request bytes held by them;
-- the broker's request bytes (``queued.max.request.bytes``) not exhausted; when they are,
-  the reader waits on the pool, which wakes it once a response frees some;
 - not muted by a client-quota throttle (KIP-219, Kafka's ``RequestChannel.throttle``):
   requests already read are served, nothing more is read or dispatched until it ends.
+
+and charges the broker's request memory pool (``queued.max.request.bytes``, see
+:mod:`odradek.server.flow_control`) for the frame still being received: its announced
+size, once its prefix is in, as Kafka's ``NetworkReceive`` allocates from the pool. While
+the pool is used up, a connection whose next frame is not charged already neither
+dispatches it nor reads on: it waits on the pool, which wakes it once a response frees
+some. When a charged frame is complete its charge is handed over to the dispatcher, which
+charges its bytes until the response is written. A frame that arrives whole within one
+read is charged once, by the dispatcher: the common case costs a comparison here.
 
 When it may not, the socket stops being read (see :mod:`odradek.server.flow_control`);
 frames already buffered stay in the decoder, so the bounds are exact. Reading resumes at
@@ -32,9 +42,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from odradek.protocol.errors import RemoteProtocolError
+from odradek.protocol.errors import FrameTooLargeError, RemoteProtocolError
 from odradek.protocol.framing import FrameDecoder
-from odradek.server.flow_control import FlowControl
+from odradek.server.flow_control import FlowControl, RequestMemoryPool
 from odradek.server.network.inflight import Close, InFlightRequests
 
 __all__ = ["RequestReader"]
@@ -43,8 +53,8 @@ __all__ = ["RequestReader"]
 class RequestReader:
     """One connection's frame decoder and read backpressure."""
 
-    __slots__ = ("_decoder", "_dispatch", "_flow", "_limit", "_loop", "_requests",
-                 "_resume_at", "_throttle_timer", "stopped")
+    __slots__ = ("_charged", "_decoder", "_dispatch", "_flow", "_limit", "_loop",
+                 "_requests", "_resume_at", "_throttle_timer", "stopped", "too_large")
 
     def __init__(
         self,
@@ -67,6 +77,20 @@ class RequestReader:
         # Nothing more is read or dispatched: the connection is closing or draining for
         # shutdown, or a frame was refused.
         self.stopped = False
+        # Bytes charged to the pool for the frame being received (0: none).
+        self._charged = 0
+        # Called, instead of the plain refusal, with a size prefix above the maximum (a
+        # SASL connection before authentication: a failed authentication).
+        self.too_large: Callable[[int], None] | None = None
+
+    @property
+    def max_frame_size(self) -> int:
+        return self._decoder.max_frame_size
+
+    @max_frame_size.setter
+    def max_frame_size(self, value: int) -> None:
+        """The largest frame from now on (raised once a SASL connection authenticates)."""
+        self._decoder.max_frame_size = value
 
     def set_dispatch(self, dispatch: Callable[[bytearray | bytes], None]) -> None:
         """Hand frames to ``dispatch`` from now on (a SASL connection's gate, until it
@@ -78,7 +102,7 @@ class RequestReader:
         try:
             self._decoder.receive_data(data)
         except RemoteProtocolError as e:
-            self.refuse("invalid frame", f"invalid frame: {e}")
+            self._invalid(e)
             return
         self.pump()
 
@@ -88,34 +112,65 @@ class RequestReader:
         try:
             self._decoder.receive_owned(data)
         except RemoteProtocolError as e:
-            self.refuse("invalid frame", f"invalid frame: {e}")
+            self._invalid(e)
             return
         self.pump()
 
+    def _invalid(self, e: RemoteProtocolError) -> None:
+        too_large = self.too_large
+        if too_large is not None and isinstance(e, FrameTooLargeError):
+            too_large(e.size)  # refuses the connection its own way
+        self.refuse("invalid frame", f"invalid frame: {e}")  # (if that did not)
+
     def pump(self) -> None:
-        """Dispatch buffered frames while the in-flight bounds allow."""
+        """Dispatch buffered frames while the in-flight bounds allow; charge the pool for
+        the frame still being received, or stop reading until it can be."""
         limit = self._limit
         requests = self._requests
         entries = requests.entries
+        decoder = self._decoder
         pool = requests.pool
         while (
             not self.stopped and len(entries) < limit and self._throttle_timer is None
             and requests.bytes < requests.max_bytes
         ):
-            if pool is not None and pool.exhausted:
+            if pool is not None and not self._charged and pool.used >= pool.limit:
+                # the next frame cannot be charged: wait (Kafka mutes the channel)
                 pool.wait(self, self.wake)
                 self._flow.pause_reading()
                 return
             try:
-                frame = self._decoder.next_frame()
+                frame = decoder.next_frame()
             except RemoteProtocolError as e:
-                self.refuse("invalid frame", f"invalid frame: {e}")
+                self._invalid(e)
                 return
             if frame is None:
                 break
+            if self._charged:  # the dispatcher charges the frame from now on
+                assert pool is not None
+                pool.used -= self._charged
+                self._charged = 0
             self._dispatch(frame)
         if len(entries) >= limit or requests.bytes >= requests.max_bytes:
             self._flow.pause_reading()
+        if (pool is not None and not self._charged
+                and (decoder.buffered or pool.used >= pool.limit)):
+            self._charge(pool)
+
+    def _charge(self, pool: RequestMemoryPool) -> None:
+        """Charge the pool for the frame being received, once its size is known; stop
+        reading while that cannot be done, or (no frame begun) while the pool is used up."""
+        if self.stopped:
+            return
+        size = self._decoder.next_size
+        if size > 0:
+            if pool.try_allocate(size):
+                self._charged = size
+                return
+        elif pool.used < pool.limit:
+            return
+        pool.wait(self, self.wake)
+        self._flow.pause_reading()
 
     def response_written(self) -> None:
         """A response left: resume reading if the bounds allow, and dispatch the frames
@@ -129,7 +184,7 @@ class RequestReader:
             if (len(requests.entries) <= self._resume_at
                     and requests.bytes < requests.max_bytes):
                 pool = requests.pool
-                if pool is None or not pool.exhausted:
+                if pool is None or self._charged or pool.used < pool.limit:
                     flow.resume_reading()
                 else:
                     pool.wait(self, self.wake)
@@ -138,7 +193,8 @@ class RequestReader:
 
     def may_read(self) -> bool:
         """Whether reading may resume: under the in-flight bounds, not throttled, and the
-        broker's request bytes not exhausted (or else wait for them)."""
+        broker's request bytes not used up unless this connection's frame is charged
+        already (or else wait for them)."""
         requests = self._requests
         if (
             len(requests.entries) > self._resume_at or self._throttle_timer is not None
@@ -146,7 +202,7 @@ class RequestReader:
         ):
             return False
         pool = requests.pool
-        if pool is not None and pool.exhausted:
+        if pool is not None and not self._charged and pool.used >= pool.limit:
             pool.wait(self, self.wake)
             return False
         return True
@@ -195,8 +251,15 @@ class RequestReader:
                              Close(reason, logging.INFO, cause))
 
     def release(self) -> None:
-        """The connection is gone: stop the throttle timer and any pool wait."""
+        """The connection is gone: stop the throttle timer and any pool wait, and give
+        back the charge of the frame it was receiving."""
         self.stopped = True
         if self._throttle_timer is not None:
             self._throttle_timer.cancel()
             self._throttle_timer = None
+        pool = self._requests.pool
+        if pool is not None:
+            pool.forget(self)
+            if self._charged:
+                charged, self._charged = self._charged, 0
+                pool.release(charged)

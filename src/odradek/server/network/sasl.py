@@ -7,7 +7,10 @@ How it works: a connection on a SASL listener starts unauthenticated, with its
 1. *Gate.* Only ApiVersions, SaslHandshake and SaslAuthenticate pass; any other request
    closes the connection (Kafka's "Unexpected Kafka request of type ... during SASL
    handshake", an ``IllegalSaslStateException``), after the requests before it are
-   answered. A request larger than ``sasl.server.max.receive.size`` closes it too.
+   answered. Until authentication the reader's frames are capped at
+   ``sasl.server.max.receive.size``: a size prefix above it closes the connection at
+   once, before any of the frame is buffered (Kafka's "Failing SASL authentication due to
+   invalid receive size", its fix of CVE-2022-34917), a failed authentication.
 2. *Handshake.* The SaslHandshake handler calls :meth:`handshake`: a mechanism not in
    ``sasl.enabled.mechanisms`` is UNSUPPORTED_SASL_MECHANISM (with the enabled list) and
    the connection closes; one out of turn is ILLEGAL_SASL_STATE. After a v0 handshake the
@@ -19,7 +22,8 @@ How it works: a connection on a SASL listener starts unauthenticated, with its
    (never the password) and answered SASL_AUTHENTICATION_FAILED with the mechanism's
    message after ``connection.failed.authentication.delay.ms`` (a brute-force loop waits,
    the broker only holds a timer), then the connection closes. Success sets the
-   principal (``User:<name>``), counts, and hands the reader back to the dispatcher.
+   principal (``User:<name>``), counts, hands the reader back to the dispatcher and
+   raises its frame cap to ``socket.request.max.bytes``.
 4. *Re-authentication* (KIP-368). With ``connections.max.reauth.ms`` set, SaslAuthenticate
    (v1+) answers the session's lifetime and a timer closes the connection when the
    session expires without the client having re-authenticated (a new SaslHandshake v1 and
@@ -110,6 +114,8 @@ class SaslAuthenticator:
         self._reauthenticating = False
         self._expiry: asyncio.TimerHandle | None = None
         reader.set_dispatch(self.gate)
+        reader.max_frame_size = self._settings.max_receive_size
+        reader.too_large = self._receive_too_large
 
     @property
     def authenticated(self) -> bool:
@@ -139,6 +145,11 @@ class SaslAuthenticator:
         except ValueError:
             name = str(api_key)
         self._fail_now(f"Unexpected Kafka request of type {name} during SASL handshake.")
+
+    def _receive_too_large(self, size: int) -> None:
+        self._fail_now(f"Failing SASL authentication due to invalid receive size: {size} "
+                       f"larger than sasl.server.max.receive.size "
+                       f"{self._settings.max_receive_size}")
 
     # -- 2. handshake ------------------------------------------------------------------
     def handshake(self, version: int, mechanism: str) -> tuple[ErrorCode, tuple[str, ...]]:
@@ -200,7 +211,12 @@ class SaslAuthenticator:
         self._scram_started = True
         user = machine.client_first(token)
         lookup = self._settings.scram_lookup
-        stored = await lookup(machine.mechanism, user) if lookup is not None else None
+        try:
+            stored = await lookup(machine.mechanism, user) if lookup is not None else None
+        except Exception as exc:  # the store failing: invalid credentials, as Kafka's
+            log.warning("the %s credential of user %r could not be obtained: %s",
+                        machine.mechanism, user, exc)
+            stored = None
         credential = None
         if stored:
             try:
@@ -230,6 +246,8 @@ class SaslAuthenticator:
         self._state = _AUTHENTICATED
         self._raw = False
         self._reader.set_dispatch(self._dispatcher.dispatch)
+        self._reader.max_frame_size = self._requests.max_bytes  # socket.request.max.bytes
+        self._reader.too_large = None
         lifetime = self._settings.max_reauth_ms
         if self._expiry is not None:
             self._expiry.cancel()

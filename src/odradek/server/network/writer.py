@@ -130,10 +130,12 @@ class ResponseWriter:
             if connection.closing:
                 return
             entry = entries.popleft()
-            if entry.size:  # the request's bytes are free
-                requests.bytes -= entry.size
+            if entry.size:  # the request's bytes are free (RequestMemoryPool.release,
+                requests.bytes -= entry.size  # inline: this runs for every request)
                 if pool is not None:
-                    pool.release(entry.size)
+                    pool.used -= entry.size
+                    if pool.waiting:
+                        pool.wake_waiting()
             taken = time.monotonic_ns() if stats is not None else 0
             wrote = False  # to the socket, now: else the answer is only buffered
             outcome = _CANCELLED if task.cancelled() else task.result()

@@ -1,0 +1,264 @@
+"""Memory a client's size prefixes may claim (issue 47, item 1; the class of Kafka's
+CVE-2022-34917): before authentication a SASL listener refuses a frame larger than
+``sasl.server.max.receive.size`` at its size prefix, and the bytes of requests held by
+the whole broker, being received or in flight, are bounded by ``queued.max.request.bytes``
+(Kafka's memory pool): a connection whose next frame cannot be allocated stops reading
+until answers free some. Over real sockets, against an in-process broker."""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import struct
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.produce.v9 import request as produce_v9
+from kio.static.primitive import i32Timedelta
+from prometheus_client.parser import text_string_to_metric_families
+
+from odradek.protocol.errors import ErrorCode
+from odradek.records.builder import BatchBuilder
+from odradek.server.network import KafkaServer
+from odradek.testing import RunningBroker, running_broker
+from tests.protocol.wire import decode_response, request_frame
+
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'user_alice="alice-secret";')
+HOSTILE = 200  # unauthenticated connections
+ANNOUNCED = 100 * 1024 * 1024  # what each claims: socket.request.max.bytes
+SENT = 512 * 1024  # what each sends of it (today's decoder buffered it all)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def _read_frame(sock: socket.socket) -> bytes | None:
+    data = b""
+    while True:
+        need = 4 if len(data) < 4 else 4 + struct.unpack_from(">i", data)[0]
+        if len(data) >= need and len(data) >= 4:
+            return data[4:need]
+        try:
+            chunk = sock.recv(need - len(data))
+        except ConnectionResetError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+
+
+def _api_versions_ms(port: int) -> float:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        started = time.monotonic()
+        sock.sendall(request_frame(ApiVersionsRequest(client_software_name="t",
+                                                      client_software_version="1"), 1))
+        payload = _read_frame(sock)
+        took = (time.monotonic() - started) * 1000
+    assert payload is not None, "ApiVersions unanswered"
+    _, response = decode_response(payload, 18, 3)
+    assert response.error_code == ErrorCode.none
+    return took
+
+
+def _server(broker: RunningBroker, name: str) -> KafkaServer:
+    return next(s for s in broker.broker.servers if s.security.name == name)
+
+
+@pytest.fixture(scope="module")
+def sasl_broker() -> Iterator[RunningBroker]:
+    with running_broker(overrides={
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+    }) as broker:
+        yield broker
+
+
+def test_unauthenticated_large_frames_are_refused_at_their_size_prefix(
+    sasl_broker: RunningBroker,
+) -> None:
+    port = _server(sasl_broker, "SASL_PLAINTEXT").port
+    security = _server(sasl_broker, "SASL_PLAINTEXT").security
+    failed_before = security.stats.failed
+    for _ in range(3):  # warm up: the first connections allocate the broker's caches
+        _api_versions_ms(port)
+    rss_before = _rss_bytes()
+    body = b"\0" * SENT
+    hostile: list[socket.socket] = []
+    slowest = 0.0
+    try:
+        for i in range(HOSTILE):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            hostile.append(sock)
+            try:
+                sock.sendall(struct.pack(">i", ANNOUNCED))
+                sock.sendall(body)
+            except OSError:
+                pass  # refused at the prefix: the rest of the frame cannot be sent
+            if i % 20 == 19:  # a good client meanwhile, on the same listener
+                slowest = max(slowest, _api_versions_ms(port))
+        grown = _rss_bytes() - rss_before
+        deadline = time.monotonic() + 30
+        open_ones = list(hostile)
+        while open_ones and time.monotonic() < deadline:
+            still = []
+            for sock in open_ones:
+                sock.settimeout(max(deadline - time.monotonic(), 0.01))
+                try:
+                    closed = sock.recv(1) == b""
+                except ConnectionResetError:
+                    closed = True
+                except TimeoutError:
+                    closed = False
+                if not closed:
+                    still.append(sock)
+            open_ones = still
+    finally:
+        for sock in hostile:
+            sock.close()
+    assert not open_ones, (
+        f"{len(open_ones)} of {HOSTILE} hostile connections left open (RSS grew by "
+        f"{grown / 1e6:.0f} MB, ApiVersions took up to {slowest:.0f} ms)")
+    assert grown < 50_000_000, f"RSS grew by {grown / 1e6:.0f} MB"
+    assert slowest < 100, f"ApiVersions took {slowest:.0f} ms meanwhile"
+    # Kafka: "Failing SASL authentication due to invalid receive size", a failed
+    # authentication
+    assert security.stats.failed - failed_before >= HOSTILE
+
+
+def test_the_limit_is_raised_once_authenticated(sasl_broker: RunningBroker) -> None:
+    """A request above sasl.server.max.receive.size is served after authentication."""
+    from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    port = _server(sasl_broker, "SASL_PLAINTEXT").port
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request_frame(SaslHandshakeRequest(mechanism="PLAIN"), 1))
+        payload = _read_frame(sock)
+        assert payload is not None
+        sock.sendall(request_frame(SaslAuthenticateRequest(
+            auth_bytes=b"\0alice\0alice-secret"), 2))
+        payload = _read_frame(sock)
+        assert payload is not None
+        assert decode_response(payload, 36, 1)[1].error_code == ErrorCode.none
+        # ApiVersions with a client software name of 600 KB: larger than 512 KiB
+        big = ApiVersionsRequest(client_software_name="a" * 600_000,
+                                 client_software_version="1")
+        sock.sendall(request_frame(big, 3))
+        payload = _read_frame(sock)
+        assert payload is not None, "closed"
+        assert decode_response(payload, 18, 3)[0] == 3
+
+
+# -- the broker-wide pool -----------------------------------------------------------------
+POOL = 2 * 1024 * 1024  # queued.max.request.bytes
+CLIENTS = 24
+PIPELINED = 3  # requests each client sends before reading the answers
+VALUE = 1_000_000  # bytes of the one record of each request
+CHUNK = 256 * 1024  # the most one read of a socket hands the decoder (asyncio's)
+
+
+def _produce_frame(topic: str, correlation_id: int) -> bytes:
+    builder = BatchBuilder()
+    builder.append(b"k", b"v" * VALUE, int(time.time() * 1000))
+    m = produce_v9
+    request = m.ProduceRequest(
+        transactional_id=None, acks=1,  # type: ignore[arg-type]
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        topic_data=(m.TopicProduceData(name=topic, partition_data=(  # type: ignore[arg-type]
+            m.PartitionProduceData(index=0, records=builder.build()),  # type: ignore[arg-type]
+        )),),
+    )
+    return request_frame(request, correlation_id)
+
+
+def _held(broker: RunningBroker) -> tuple[int, int, int]:
+    """On the broker's loop: (bytes of requests held by the connections, being received or
+    in flight; the pool's used bytes; connections waiting for the pool)."""
+    held = 0
+    for server in broker.broker.servers:
+        for connection in server.connections:
+            reader = connection._reader
+            held += connection._requests.bytes
+            if reader is not None:
+                held += reader._decoder.buffered
+    pool = broker.broker.servers[0].memory_pool
+    assert pool is not None
+    return held, pool.used, len(pool.waiting)
+
+
+def _scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples}
+
+
+def test_a_bounded_pool_by_default() -> None:
+    with running_broker() as broker:
+        pool = broker.broker.servers[0].memory_pool
+        assert pool is not None, "queued.max.request.bytes is unbounded by default"
+        assert pool.limit == 512 * 1024 * 1024
+
+
+def test_the_pool_holds_under_many_large_produce_requests() -> None:
+    with running_broker(overrides={"queued.max.request.bytes": str(POOL),
+                                   "metrics.listener": "http://127.0.0.1:0"}) as broker:
+        topic = "pooled"
+        broker.call(broker.broker.metadata.create_topic, topic, 1, 1)
+        frames = [_produce_frame(topic, i + 1) for i in range(PIPELINED)]
+        errors: list[BaseException] = []
+        answers: list[int] = []
+
+        def client() -> None:
+            try:
+                with socket.create_connection(("127.0.0.1", broker.port), timeout=60) as sock:
+                    for frame in frames:
+                        sock.sendall(frame)
+                    for i in range(PIPELINED):
+                        payload = _read_frame(sock)
+                        assert payload is not None, "connection closed"
+                        cid, response = decode_response(payload, 0, 9)
+                        assert cid == i + 1
+                        answers.append(response.responses[0].partition_responses[0].error_code)
+            except BaseException as e:  # reported by the test thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+        peak_held = peak_used = waited = 0
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 120
+        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+            held, used, waiting = broker.call(_held, broker)
+            peak_held, peak_used = max(peak_held, held), max(peak_used, used)
+            waited = max(waited, waiting)
+            time.sleep(0.005)  # sampling: a peak missed only weakens the bound checked
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0.1))
+        assert not errors, errors[0]
+        assert answers == [ErrorCode.none] * (CLIENTS * PIPELINED)
+        # the pool: one frame may cross the bound (as in Kafka's), and each connection
+        # may hold the last read it was handed before it stopped reading
+        request = len(frames[0])
+        bound = POOL + request + CLIENTS * CHUNK
+        assert peak_held <= bound, f"{peak_held:,} bytes held, bound {bound:,}"
+        assert peak_used <= POOL + request, f"pool used {peak_used:,}"
+        assert waited > 0, "no connection ever waited for the pool"
+        metrics = broker.broker.metrics_server
+        assert metrics is not None
+        samples = _scrape(metrics.url)
+        used = samples["kafka_network_socketserver_memorypoolused"]
+        available = samples["kafka_network_socketserver_memorypoolavailable"]
+        assert used + available == POOL
+        assert broker.call(_held, broker)[1] == 0  # everything answered: all released
