@@ -1,6 +1,7 @@
 """What a client cannot do to a secured broker (issue 47, item 5), over real sockets: make
 the SCRAM credential store's failure an UNKNOWN_SERVER_ERROR answered at once, or
-renegotiate TLS 1.2."""
+renegotiate TLS 1.2; and a SASL_SSL client's certificate, which the mapping rules do not
+judge there."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, Producer
 from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest as HandshakeV1
 
@@ -19,7 +21,7 @@ from odradek.server import broker as broker_module
 from odradek.testing import RunningBroker
 from tests.protocol.wire import decode_response, request_frame
 
-from ._security import Certs, secure_broker, server
+from ._security import Certs, bootstrap, confluent_settings, principals, secure_broker, server
 
 pytestmark = pytest.mark.interop
 
@@ -97,3 +99,33 @@ def test_tls_1_2_client_renegotiation_is_refused(secure: tuple[RunningBroker, Ce
     out = process.stdout.decode(errors="replace") + process.stderr.decode(errors="replace")
     assert "Verification: OK" in out and "RENEGOTIATING" in out, out
     assert "no renegotiation" in out, out
+
+
+def test_on_sasl_ssl_the_certificate_mapping_rules_do_not_judge_the_client(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The principal of a SASL_SSL connection comes from SASL (Kafka's
+    SaslServerAuthenticator): a client certificate no mapping rule matches does not close
+    the connection."""
+    rules = "RULE:^CN=nobody$/nobody/"
+    with secure_broker(tmp_path_factory.mktemp("sasl-ssl-rules"), **{
+        "listener.name.sasl_ssl.ssl.client.auth": "required",
+        "listener.name.sasl_ssl.ssl.principal.mapping.rules": rules,
+    }) as (broker, certs):
+        errors: list[Any] = []
+
+        def on_error(error: KafkaError) -> None:
+            errors.append(error)
+
+        producer = Producer({
+            "bootstrap.servers": bootstrap(broker, "SASL_SSL"), "message.timeout.ms": 5000,
+            "error_cb": on_error, "ssl.certificate.location": str(certs.client_cert),
+            "ssl.key.location": str(certs.client_key),
+            **confluent_settings(certs, "SASL_SSL")})
+        delivered: list[Any] = []
+        producer.produce("sasl-ssl-rules", b"x",
+                         on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(DEADLINE) == 0
+        assert delivered == [None], errors
+        assert errors == []
+        assert principals(broker, "SASL_SSL") == {"User:alice"}

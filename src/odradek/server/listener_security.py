@@ -42,6 +42,8 @@ def listener_security(
         except TlsConfigError as exc:
             raise ConfigError(str(exc)) from None
         mapper = SslPrincipalMapper(config.listener_value(name, "ssl.principal.mapping.rules"))
+        if protocol == "SASL_SSL":
+            mapper = None  # checked, but the principal comes from SASL (as Kafka's)
     sasl = None
     if protocol.startswith("SASL_"):
         mechanisms = tuple(m.upper() for m in config.listener_value(
