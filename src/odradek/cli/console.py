@@ -18,6 +18,12 @@ nothing beyond the base install. Records are read from each partition's leader, 
 as leadership moves (client/routing.py). Either way, the end (``--max-messages``,
 ``--timeout-ms``, Ctrl-C or SIGTERM) prints Kafka's "Processed a total of N messages".
 
+Transaction markers (control batches) are never printed nor counted. ``--isolation-level``
+is Kafka's: ``read_uncommitted`` (the default, as kafka-console-consumer.sh) prints every
+record, aborted ones included; ``read_committed`` reads up to the last stable offset and
+leaves out the batches of the aborted transactions each Fetch answer names
+(:class:`~odradek.records.columnar.AbortedFilter`, one decision per batch).
+
 Both ways stop alike on SIGINT and SIGTERM, as Kafka's console consumer does (its JVM runs
 the same shutdown hook for either): the record being printed is finished, the summary
 printed (and with ``--group`` the offsets committed and the group left), and the exit
@@ -44,17 +50,20 @@ from odradek.cli._common import (
     parse_pairs,
     run_with_admin,
 )
-from odradek.client.admin import Admin
+from odradek.client.admin import Admin, FetchedPartition
 from odradek.client.connection import ClientError
 from odradek.client.consumer import GroupMember
 from odradek.client.partitioner import partition_for_key
 from odradek.client.routing import ClusterAdmin
 from odradek.records.batch import iter_batches, iter_records
 from odradek.records.builder import BatchBuilder
+from odradek.records.columnar import AbortedFilter
 from odradek.records.compression import CompressionType
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from odradek.text import plural
 
+#: Kafka's console consumer's --isolation-level values -> the Fetch field
+_ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 _CODECS = {"none": CompressionType.NONE, "gzip": CompressionType.GZIP,
            "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4,
            "zstd": CompressionType.ZSTD}
@@ -102,6 +111,11 @@ def add_parser(sub: Any) -> None:
                          help="prefix each record with partition and offset")
     consume.add_argument("--key-separator", default="\t",
                          help="between the printed fields (default a tab)")
+    consume.add_argument("--isolation-level", choices=tuple(_ISOLATION_LEVELS),
+                         default="read_uncommitted",
+                         help="read_committed: only records of committed transactions, up "
+                              "to the last stable offset; read_uncommitted (default, as "
+                              "Kafka's console consumer): every record")
     consume.set_defaults(func=_consume)
 
 
@@ -226,13 +240,21 @@ def _consume(args: argparse.Namespace) -> int:
     return _consume_partitions(args)
 
 
-def _print_records(args: argparse.Namespace, out: Any, partition: int, records: bytes,
-                   position: int, room: int | None) -> tuple[int, int]:
+def _print_records(args: argparse.Namespace, out: Any, partition: int,
+                   fetched: FetchedPartition, position: int, room: int | None
+                   ) -> tuple[int, int]:
     """Print the fetched records of ``partition`` from offset ``position`` on, at most
-    ``room`` of them (None: all); (records printed, the offset to read next)."""
+    ``room`` of them (None: all); (records printed, the offset to read next). Control
+    batches (transaction markers) are never records; under read_committed the answer's
+    aborted transactions are left out too (per batch, as Kafka's consumer)."""
     printed = 0
+    records = fetched.records
+    skipper = AbortedFilter(fetched.aborted_transactions)
     for header in iter_batches(records):
         batch = memoryview(records)[header.position : header.position + header.size]
+        if skipper.skip(header, batch):
+            position = max(position, header.next_offset)
+            continue
         for record in iter_records(batch):
             if record.offset < position:
                 continue
@@ -285,15 +307,18 @@ def _consume_partitions(args: argparse.Namespace) -> int:
                 args.max_messages is None or printed < args.max_messages
             ):
                 wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
-                result = await admin.fetch(args.topic, offsets, max_wait_ms=wait)
+                result = await admin.fetch_partitions(
+                    args.topic, offsets, max_wait_ms=wait,
+                    isolation_level=_ISOLATION_LEVELS[args.isolation_level])
                 got = False
-                for p, (code, _hw, records) in sorted(result.items()):
+                for p, fetched in sorted(result.items()):
+                    code = fetched.error_code
                     if code == OFFSET_OUT_OF_RANGE:
                         offsets[p], _ = await admin.list_offset(args.topic, p, EARLIEST_TIMESTAMP)
                         continue
                     if code:
                         raise ClientError(f"fetch from partition {p} failed with error {code}")
-                    count, offsets[p] = _print_records(args, out, p, records, offsets[p],
+                    count, offsets[p] = _print_records(args, out, p, fetched, offsets[p],
                                                        _room(args, printed))
                     printed += count
                     got = got or count > 0
@@ -377,8 +402,11 @@ def _consume_group(args: argparse.Namespace) -> int:
                     await asyncio.sleep(0.1)
                 else:
                     wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
-                    result = await admin.fetch(args.topic, positions, max_wait_ms=wait)
-                    for p, (code, _hw, records) in sorted(result.items()):
+                    result = await admin.fetch_partitions(
+                        args.topic, positions, max_wait_ms=wait,
+                        isolation_level=_ISOLATION_LEVELS[args.isolation_level])
+                    for p, fetched in sorted(result.items()):
+                        code = fetched.error_code
                         if p not in positions:
                             continue
                         if code == OFFSET_OUT_OF_RANGE:  # auto.offset.reset
@@ -388,7 +416,7 @@ def _consume_group(args: argparse.Namespace) -> int:
                             raise ClientError(f"fetch from partition {p} failed with error "
                                               f"{code}")
                         count, positions[p] = _print_records(
-                            args, out, p, records, positions[p], _room(args, printed))
+                            args, out, p, fetched, positions[p], _room(args, printed))
                         printed += count
                         got = got or count > 0
                     out.flush()

@@ -37,7 +37,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from odradek.client.admin import Admin, TopicDescription
+from odradek.client.admin import Admin, FetchedPartition, TopicDescription
 from odradek.client.connection import BrokerConnection, ClientError
 from odradek.client.groups import GroupListing, GroupsClient
 from odradek.client.security import PLAINTEXT, ClientSecurity
@@ -268,9 +268,21 @@ class ClusterAdmin(Admin):
         self, topic: str, partitions: dict[int, int], max_wait_ms: int = 500,
         max_bytes: int = 52428800, partition_max_bytes: int = 1048576,
     ) -> dict[int, tuple[int, int, bytes]]:
-        """One Fetch per leader, in parallel; see the module's docstring for partitions
-        whose leader moves."""
-        out: dict[int, tuple[int, int, bytes]] = {}
+        """{partition: (error code, high watermark, records)}: :meth:`fetch_partitions`
+        read_uncommitted."""
+        out = await self.fetch_partitions(topic, partitions, max_wait_ms, max_bytes,
+                                          partition_max_bytes)
+        return {p: (f.error_code, f.high_watermark, f.records) for p, f in out.items()}
+
+    async def fetch_partitions(
+        self, topic: str, partitions: dict[int, int], max_wait_ms: int = 500,
+        max_bytes: int = 52428800, partition_max_bytes: int = 1048576,
+        isolation_level: int = 0,
+    ) -> dict[int, FetchedPartition]:
+        """One Fetch per leader, in parallel (``isolation_level`` as
+        :meth:`Admin.fetch_partitions`); see the module's docstring for partitions whose
+        leader moves."""
+        out: dict[int, FetchedPartition] = {}
         by_leader: dict[int, dict[int, int]] = {}
         trouble: dict[int, ClientError] = {}
         for p, offset in partitions.items():
@@ -281,9 +293,9 @@ class ClusterAdmin(Admin):
                     raise
                 trouble[p] = exc
 
-        async def one(leader: int, wanted: dict[int, int]) -> dict[int, tuple[int, int, bytes]]:
-            return await Admin(await self.broker(leader)).fetch(
-                topic, wanted, max_wait_ms, max_bytes, partition_max_bytes)
+        async def one(leader: int, wanted: dict[int, int]) -> dict[int, FetchedPartition]:
+            return await Admin(await self.broker(leader)).fetch_partitions(
+                topic, wanted, max_wait_ms, max_bytes, partition_max_bytes, isolation_level)
 
         leaders = list(by_leader)
         answers = await asyncio.gather(*(one(b, by_leader[b]) for b in leaders),
@@ -296,12 +308,13 @@ class ClusterAdmin(Admin):
                 continue
             if isinstance(answer, BaseException):
                 raise answer
-            for p, (code, hw, records) in answer.items():
+            for p, fetched in answer.items():
+                code = fetched.error_code
                 if code in RETRIABLE_CODES:
                     trouble[p] = ClientError(f"fetching {topic}-{p} failed with error {code}",
                                              code)
                 else:
-                    out[p] = (code, hw, records)
+                    out[p] = fetched
         now = time.monotonic()
         for p in out:
             self._failing.pop((topic, p), None)
@@ -311,7 +324,7 @@ class ClusterAdmin(Admin):
                 raise ClientError(f"{error} (retried for {self.retry_timeout:g} s)",
                                   error.error_code) from error
             self._failing[(topic, p)] = (since, error)
-            out[p] = (0, -1, b"")
+            out[p] = FetchedPartition(0, -1, -1, [], b"")
         if trouble:
             if not by_leader or all(p in trouble for p in partitions):
                 await asyncio.sleep(RETRY_BACKOFF_S)  # nothing read: do not spin
