@@ -29,6 +29,11 @@ of a broker (``KafkaServer(quotas=...)``), making the limits broker-wide across 
 in Kafka; a server given none has its own. The four limits are dynamic broker configs
 (cluster-wide in Kafka): :meth:`ConnectionQuotas.update_limits` applies new ones at runtime.
 
+Addresses are compared as Java's ``InetAddress.getHostAddress()`` writes them
+(:func:`host_address`): the acceptor normalises each peer's address once, at accept, and
+the overrides' hosts are read the same way, so an IPv4 client of a dual-stack listener
+(``::ffff:10.0.0.7`` on the socket) is ``10.0.0.7`` here, in host ACLs and in the logs.
+
 Not implemented: per-listener ``listener.name.X.max.connections`` and per-IP connection
 rate quotas (dynamic ``connection_creation_rate`` client quotas of KIP-612).
 """
@@ -37,12 +42,14 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import struct
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["INT_MAX", "ConnectionLimits", "ConnectionQuotas", "parse_per_ip_overrides"]
+__all__ = ["INT_MAX", "ConnectionLimits", "ConnectionQuotas", "host_address",
+           "parse_per_ip_overrides"]
 
 INT_MAX: Final = 2**31 - 1
 # quota.window.size.seconds: Kafka never delays the acceptor longer than one quota window.
@@ -85,17 +92,43 @@ def parse_per_ip_overrides(text: str) -> dict[str, int]:
     return overrides
 
 
-def _address(host: str) -> str:
-    """The canonical text of an address; a host name is resolved once (as Kafka's
-    ``InetAddress.getByName``), falling back to the name itself."""
+_GROUPS: Final = struct.Struct(">8H")
+
+
+def host_address(host: str, scope_id: int = 0) -> str:
+    """``host``, an IP address, as Java's ``InetAddress.getHostAddress()`` writes it (what
+    Kafka's ACLs, quotas and logs compare): an IPv4-mapped IPv6 address as IPv4 (Java makes
+    it an ``Inet4Address``); IPv6 as eight hex groups, lower case, without leading zeros
+    and never compressed (``0:0:0:0:0:0:0:1`` for ``::1``), then ``%`` and the scope: the
+    numeric ``scope_id`` of a socket address when non-zero, else the zone written in
+    ``host``. Anything that is not an address is returned as it is."""
+    text, _, zone = host.partition("%")
     try:
-        return str(ipaddress.ip_address(host.split("%", 1)[0]))
+        address = ipaddress.ip_address(text)
     except ValueError:
-        pass
-    try:
-        return str(ipaddress.ip_address(socket.gethostbyname(host)))
-    except (OSError, ValueError):
         return host
+    if isinstance(address, ipaddress.IPv4Address):
+        return str(address)
+    mapped = address.ipv4_mapped
+    if mapped is not None:
+        return str(mapped)
+    written = ":".join(f"{group:x}" for group in _GROUPS.unpack(address.packed))
+    if scope_id:
+        return f"{written}%{scope_id}"
+    return f"{written}%{zone}" if zone else written
+
+
+def _address(host: str) -> str:
+    """The canonical text of an address (:func:`host_address`); a host name is resolved
+    once (as Kafka's ``InetAddress.getByName``), falling back to the name itself."""
+    try:
+        ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        try:
+            return host_address(socket.gethostbyname(host))
+        except OSError:
+            return host
+    return host_address(host)
 
 
 class ConnectionQuotas:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from odradek.protocol.registry import HandlerRegistry
 from odradek.server.client_quotas import ClientQuotaManager
-from odradek.server.connection_quotas import ConnectionQuotas
+from odradek.server.connection_quotas import ConnectionQuotas, host_address
 from odradek.server.flow_control import RequestMemoryPool
 from odradek.server.log_summary import RejectionLog, Summary
 from odradek.server.network.config import NetworkConfig
@@ -266,7 +266,9 @@ class KafkaServer:
             accepted += 1
             if accepted % burst == 0:
                 await asyncio.sleep(0)
-            self._admit(loop, sock, str(address[0]))
+            # the peer's address as Kafka writes it, once (host ACLs, per-IP limits, logs)
+            scope = address[3] if len(address) > 3 else 0
+            self._admit(loop, sock, host_address(str(address[0]), scope))
 
     def _admit(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, host: str) -> None:
         """An accepted socket: closed at once over its address's limit, else counted and
@@ -281,7 +283,7 @@ class KafkaServer:
             )
             return
         sock.setblocking(False)
-        connection = KafkaConnection(self, next(self._counter))
+        connection = KafkaConnection(self, next(self._counter), host)
         self._counted[connection] = host
         self._connections.add(connection)
         self.track(loop.create_task(self._attach(loop, connection, sock)))

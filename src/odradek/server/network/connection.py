@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from odradek.protocol.registry import HandlerRegistry
 from odradek.security.principal import ANONYMOUS, NoMatchingRuleError
 from odradek.server.client_quotas import ClientQuotaManager
+from odradek.server.connection_quotas import host_address
 from odradek.server.flow_control import FlowControl, RequestMemoryPool
 from odradek.server.network.config import NetworkConfig
 from odradek.server.network.dispatch import Dispatcher
@@ -89,9 +90,11 @@ class ConnectionOwner(Protocol):
 class KafkaConnection(asyncio.Protocol):
     """One client connection: its life (see the module's header) and its state."""
 
-    def __init__(self, server: ConnectionOwner, index: int) -> None:
+    def __init__(self, server: ConnectionOwner, index: int, host: str = "") -> None:
         self._server = server
         self._index = index
+        # the peer's address as the acceptor normalised it (Java's getHostAddress())
+        self._host = host
         self._config = server.config
         self._stats = server.request_stats
         self._quota = server.request_quota  # request_percentage (KIP-124)
@@ -123,8 +126,10 @@ class KafkaConnection(asyncio.Protocol):
         self._transport = transport
         peer = transport.get_extra_info("peername") or ("", 0)
         local = transport.get_extra_info("sockname") or ("", 0)
-        self.peer = (str(peer[0]), int(peer[1]))
-        self.connection_id = f"{local[0]}:{local[1]}-{peer[0]}:{peer[1]}-{self._index}"
+        host = self._host or _host_of(peer)
+        self.peer = (host, int(peer[1]))
+        local_host = _host_of(local)
+        self.connection_id = f"{local_host}:{local[1]}-{host}:{peer[1]}-{self._index}"
         sock = transport.get_extra_info("socket")
         if sock is not None:
             _tune_socket(sock, self._config)
@@ -312,6 +317,12 @@ class KafkaConnection(asyncio.Protocol):
             self.close(f"idle for more than connections.max.idle.ms={limit}")
         else:
             self._schedule_idle_check(remaining)
+
+
+def _host_of(address: tuple[Any, ...]) -> str:
+    """A socket address's host as Kafka writes it (an IPv6 address's 4-tuple carries its
+    scope id)."""
+    return host_address(str(address[0]), int(address[3]) if len(address) > 3 else 0)
 
 
 def _tune_socket(sock: socket.socket, config: NetworkConfig) -> None:
