@@ -82,9 +82,9 @@ def test_committed_records_survive_many_cleaner_passes() -> None:
                 if message is None:
                     continue
                 assert message.error() is None, message.error()
-                value = message.value()
-                assert value is not None
-                seen.add(value)
+                record = message.value()
+                assert record is not None
+                seen.add(record)
         finally:
             consumer.close()
         assert not seen & aborted, sorted(seen & aborted)[:10]
