@@ -12,11 +12,12 @@ import pytest
 
 from odradek.coordinator.offsets_topic import OffsetsTopic
 from odradek.coordinator.transaction_coordinator import (
+    LOAD_STEP_RECORDS,
     TransactionConfig,
     TransactionCoordinator,
     TxnMarker,
 )
-from odradek.coordinator.transaction_records import decode_key, decode_value
+from odradek.coordinator.transaction_records import TransactionLogKey, decode_key, decode_value
 from odradek.coordinator.transaction_state import TopicPartition, TransactionState
 from odradek.protocol.errors import ErrorCode
 from tests.coordinator._offsets_topic import Clock, FakeOffsetsTopic
@@ -475,5 +476,77 @@ def test_a_fenced_coordinator_stops_sending_markers() -> None:
         await until(lambda: not c._completions)
         assert len(leaders.calls) == 1
         assert c.txns[TXN].state is TransactionState.PREPARE_COMMIT
+
+    run(body)
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+def _many_ids_before(topic: FakeTopic, partition: int) -> int:
+    """Put three steps' worth of ids in front of the partition's records (each a copy of
+    its last value); returns how many."""
+    _, value = topic.records[partition][-1]
+    count = 3 * LOAD_STEP_RECORDS
+    topic.records[partition][:0] = [
+        (TransactionLogKey(f"many-{i}").encode(), value) for i in range(count)]
+    return count
+
+
+def test_a_large_partition_loads_in_steps_answering_load_in_progress() -> None:
+    async def body(c: TransactionCoordinator, topic: FakeTopic, clock: Clock,
+                   leaders: Leaders) -> None:
+        await c.init_producer_id(TXN, 60000)
+        count = _many_ids_before(topic, c.partition_for(TXN))
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        ticking = asyncio.create_task(ticker())
+        fresh = make(topic, clock, leaders)
+        fresh.startup()
+        try:
+            assert fresh.check(TXN) == E.coordinator_load_in_progress
+            assert (await fresh.init_producer_id(TXN, 60000)).error == (
+                E.coordinator_load_in_progress)
+            assert fresh.list_transactions()[0] == E.coordinator_load_in_progress
+            await until(lambda: fresh.check(TXN) == E.none)
+            assert ticks >= 2  # the event loop ran between the steps
+            assert len(fresh.txns) == count + 1
+            assert await fresh.init_producer_id(TXN, 60000) == (E.none, 1000, 1)
+        finally:
+            ticking.cancel()
+            fresh.shutdown()
+
+    run(body)
+
+
+def test_a_partition_resigned_while_it_loads_is_not_adopted() -> None:
+    async def body(c: TransactionCoordinator, topic: FakeTopic, clock: Clock,
+                   leaders: Leaders) -> None:
+        await c.init_producer_id(TXN, 60000)
+        partition = c.partition_for(TXN)
+        _many_ids_before(topic, partition)
+        fresh = make(topic, clock, leaders)
+        fresh.startup()
+        try:
+            assert fresh.check(TXN) == E.coordinator_load_in_progress
+            topic.led.discard(partition)
+            fresh.refresh_leadership()
+            assert fresh.check(TXN) == E.not_coordinator
+            for _ in range(10):  # as many steps as the load would have taken
+                await asyncio.sleep(0)
+            assert fresh.check(TXN) == E.not_coordinator and not fresh.txns
+            # led again: loaded again, from the start
+            topic.led.add(partition)
+            fresh.refresh_leadership()
+            await until(lambda: fresh.check(TXN) == E.none)
+            assert fresh.txns[TXN].producer_id == 1000
+        finally:
+            fresh.shutdown()
 
     run(body)

@@ -19,8 +19,10 @@ How it works:
   NOT_COORDINATOR (:meth:`~InternalTopicCoordinator.check_coordinator`).
 - **Election and resignation** (Kafka's ``onElection`` / ``onResignation``): on start and
   on every leadership change (:meth:`~InternalTopicCoordinator.refresh_leadership`) the
-  partitions led here and not owned yet are loaded (:meth:`on_elected`, one summary line
-  for them all) and the owned ones led elsewhere are unloaded (:meth:`on_resigned`). A
+  partitions led here and neither owned nor loading yet are loaded (:meth:`on_elected`,
+  one summary line for them all; a coordinator may load in steps on the event loop,
+  :meth:`CoordinatorPartitions.start_loading`) and the owned or loading ones led
+  elsewhere are unloaded (:meth:`on_resigned`). A
   coordinator whose cache depends on the coordinator epoch
   (``RELOAD_ON_NEW_EPOCH``) also reloads a partition still led here whose leader epoch
   moved. What loading and unloading do to the cache is each coordinator's own.
@@ -86,19 +88,37 @@ class CoordinatorPartitions:
 
     def __init__(self) -> None:
         self._owned: dict[int, int] = {}  # partition -> coordinator epoch
-        self._loading: set[int] = set()
+        self._loading: dict[int, int] = {}  # partition -> the epoch it is loaded at
 
     def load(self, partition: int, epoch: int, replay: Callable[[int], _Loaded]) -> _Loaded:
         """Run ``replay(partition)`` with the partition loading, then own it at
         ``epoch``; returns what the replay returned. A replay that raises leaves the
         partition neither loading nor owned."""
-        self._loading.add(partition)
+        self._loading[partition] = epoch
         try:
             loaded = replay(partition)
         finally:
-            self._loading.discard(partition)
+            self._loading.pop(partition, None)
         self._owned[partition] = epoch
         return loaded
+
+    def start_loading(self, partition: int, epoch: int) -> None:
+        """A load in steps begins (:meth:`finish_loading` or :meth:`stop_loading` ends it)."""
+        self._loading[partition] = epoch
+
+    def finish_loading(self, partition: int) -> None:
+        """The load in steps is done: own the partition at the epoch it was loaded at."""
+        epoch = self._loading.pop(partition, None)
+        if epoch is not None:
+            self._owned[partition] = epoch
+
+    def stop_loading(self, partition: int) -> None:
+        """The load in steps was given up (resigned, failed): neither loading nor owned."""
+        self._loading.pop(partition, None)
+
+    def loading(self) -> dict[int, int]:
+        """The partitions loading, with the epoch each is loaded at."""
+        return dict(self._loading)
 
     def unload(self, partition: int) -> None:
         self._owned.pop(partition, None)
@@ -171,7 +191,7 @@ class InternalTopicCoordinator(ABC):
     def shutdown(self) -> None:
         """Unload every owned partition; requests get COORDINATOR_NOT_AVAILABLE."""
         self._active = False
-        for partition in self.partitions.owned():
+        for partition in sorted({*self.partitions.owned(), *self.partitions.loading()}):
             self.on_resigned(partition)
 
     def refresh_leadership(self) -> None:
@@ -180,10 +200,12 @@ class InternalTopicCoordinator(ABC):
         if not self._active:
             return
         led = set(self.topic.led_partitions())
-        for partition in self.partitions.owned():
+        held = {p: self.partitions.epoch_of(p) for p in self.partitions.owned()}
+        held.update(self.partitions.loading())
+        for partition, epoch in sorted(held.items()):
             if partition not in led or (
                     self.RELOAD_ON_NEW_EPOCH
-                    and self.topic.leader_epoch(partition) != self.partitions.epoch_of(partition)):
+                    and self.topic.leader_epoch(partition) != epoch):
                 self.on_resigned(partition)
         self._elect_led_partitions()
 
@@ -193,7 +215,8 @@ class InternalTopicCoordinator(ABC):
         before = self.cached_count()
         elected = 0
         for partition in self.topic.led_partitions():
-            if not self.partitions.is_owned(partition):
+            if not (self.partitions.is_owned(partition)
+                    or self.partitions.is_loading(partition)):
                 self.on_elected(partition)
                 elected += 1
         loaded = self.cached_count() - before

@@ -9,8 +9,10 @@ How it works:
   ``transaction.state.log.replication.factor`` replicas and ``min.insync.replicas`` =
   ``transaction.state.log.min.isr``); this broker coordinates it while it leads that
   partition. On election the partition is replayed (the last value per id wins, a
-  tombstone removes it) and its ids cached with the partition's leader epoch as the
-  *coordinator epoch*; on resignation, or when that epoch moves, they are dropped.
+  tombstone removes it) in steps of ``LOAD_STEP_RECORDS`` records, the event loop running
+  between them, and its ids cached with the partition's leader epoch as the
+  *coordinator epoch*; on resignation, or when that epoch moves, they are dropped (a
+  load under way is cancelled).
   Requests for a partition led elsewhere get NOT_COORDINATOR, while it loads
   COORDINATOR_LOAD_IN_PROGRESS. This bookkeeping is
   :class:`~odradek.coordinator.internal_topic_coordinator.InternalTopicCoordinator`'s,
@@ -45,7 +47,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -80,6 +83,7 @@ from odradek.coordinator.transaction_state import (
 )
 from odradek.protocol.errors import ErrorCode
 from odradek.storage.errors import ApiError
+from odradek.text import plural
 
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
@@ -92,6 +96,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# Records of __transaction_state replayed per step of a load before the event loop runs
+# again: a few milliseconds of decoding, so a large partition loads without stalling the
+# broker (Kafka loads on a scheduler thread; requests meanwhile get
+# COORDINATOR_LOAD_IN_PROGRESS).
+LOAD_STEP_RECORDS = 2000
 # Back-off between rounds of markers that could not all be written.
 MARKER_RETRY_MIN_S = 0.05
 MARKER_RETRY_MAX_S = 1.0
@@ -178,6 +187,36 @@ def api_error_code(exc: ApiError) -> ErrorCode:
     return ErrorCode[exc.kafka_error.lower()]
 
 
+class _Replay:
+    """The replay of one ``__transaction_state`` partition, advanced in steps: the last
+    value per transactional id wins, a tombstone removes it."""
+
+    def __init__(self, partition: int, records: Iterator[tuple[bytes, bytes | None]]
+                 ) -> None:
+        self.partition = partition
+        self._records = records
+        self._values: dict[str, TransactionLogValue | None] = {}
+
+    def step(self, budget: int) -> bool:
+        """Replay up to ``budget`` more records; True once the partition's end is reached."""
+        values = self._values
+        for replayed, (raw_key, raw_value) in enumerate(self._records, 1):
+            try:
+                key = decode_key(raw_key)
+                if key is not None:
+                    values[key.transactional_id] = decode_value(raw_value)
+            except TransactionLogFormatError as exc:
+                log.warning("skipping an unreadable record of %s-%d: %s",
+                            TRANSACTION_STATE_TOPIC, self.partition, exc)
+            if replayed >= budget:
+                return False
+        return True
+
+    def result(self) -> dict[str, TransactionMetadata]:
+        return {txn_id: value.to_metadata(txn_id)
+                for txn_id, value in self._values.items() if value is not None}
+
+
 class TransactionCoordinator(InternalTopicCoordinator):
     LOADED_NOUN = "transactional id"
     RELOAD_ON_NEW_EPOCH = True
@@ -195,6 +234,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
         self.allocate_producer_id = allocate_producer_id
         self.txns: dict[str, TransactionMetadata] = {}
         self._completions: dict[str, asyncio.Task[None]] = {}
+        self._loads: dict[int, asyncio.Task[None]] = {}  # partitions loading in steps
         self._timers: list[asyncio.Task[None]] = []
         # Set by the broker: NONE once the ISR of a __transaction_state partition holds
         # what was appended to it, else the error (None: nothing to wait for).
@@ -249,32 +289,72 @@ class TransactionCoordinator(InternalTopicCoordinator):
 
     def on_elected(self, partition: int) -> None:
         """Replay ``partition`` and own its ids; resume the markers of transactions the
-        previous coordinator left in PrepareCommit / PrepareAbort."""
+        previous coordinator left in PrepareCommit / PrepareAbort. The replay runs in
+        steps of :data:`LOAD_STEP_RECORDS` records: a partition that takes more than one
+        step goes on in a task on the event loop (its ids answer
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile), so a large ``__transaction_state`` does
+        not stall the broker; without a running loop it is replayed at once."""
         epoch = self.topic.leader_epoch(partition)
-        loaded = self.partitions.load(partition, epoch, self._replay)
+        replay = _Replay(partition, self.topic.replay(partition))
+        self.partitions.start_loading(partition, epoch)
+        try:
+            done = replay.step(LOAD_STEP_RECORDS)
+            if not done:
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    while not replay.step(LOAD_STEP_RECORDS):
+                        pass
+                else:
+                    self._loads[partition] = loop.create_task(
+                        self._load_in_steps(replay, epoch))
+                    return
+        except Exception:
+            self.partitions.stop_loading(partition)
+            raise
+        self._adopt(partition, epoch, replay)
+
+    async def _load_in_steps(self, replay: _Replay, epoch: int) -> None:
+        partition = replay.partition
+        started = time.monotonic()
+        try:
+            while True:
+                await asyncio.sleep(0)  # let requests and replication run between steps
+                if replay.step(LOAD_STEP_RECORDS):
+                    break
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("loading %s-%d failed", TRANSACTION_STATE_TOPIC, partition)
+            if self._loads.get(partition) is asyncio.current_task():
+                del self._loads[partition]
+                self.partitions.stop_loading(partition)
+            return
+        if self._loads.get(partition) is not asyncio.current_task():
+            return  # resigned meanwhile
+        del self._loads[partition]
+        loaded = self._adopt(partition, epoch, replay)
+        log.info("loaded %s from %s-%d in %.0f ms", plural(loaded, self.LOADED_NOUN),
+                 TRANSACTION_STATE_TOPIC, partition, (time.monotonic() - started) * 1000)
+
+    def _adopt(self, partition: int, epoch: int, replay: _Replay) -> int:
+        """Own the replayed partition; returns how many ids it holds."""
+        loaded = replay.result()
+        self.partitions.finish_loading(partition)
         self.txns.update(loaded)
         for metadata in loaded.values():
             if metadata.state in (_PC, _PA):
                 self._start_completion(metadata, epoch)
-
-    def _replay(self, partition: int) -> dict[str, TransactionMetadata]:
-        values: dict[str, TransactionLogValue | None] = {}
-        for raw_key, raw_value in self.topic.replay(partition):
-            try:
-                key = decode_key(raw_key)
-                if key is None:
-                    continue
-                values[key.transactional_id] = decode_value(raw_value)
-            except TransactionLogFormatError as exc:
-                log.warning("skipping an unreadable record of %s-%d: %s",
-                            TRANSACTION_STATE_TOPIC, partition, exc)
-        return {txn_id: value.to_metadata(txn_id)
-                for txn_id, value in values.items() if value is not None}
+        return len(loaded)
 
     def on_resigned(self, partition: int) -> None:
         """Stop coordinating ``partition``: forget its ids and stop their markers (the
         new coordinator resumes them from the log)."""
         self.partitions.unload(partition)
+        self.partitions.stop_loading(partition)
+        load = self._loads.pop(partition, None)
+        if load is not None:
+            load.cancel()
         for txn_id in [t for t in self.txns if self.partition_for(t) == partition]:
             del self.txns[txn_id]
             task = self._completions.pop(txn_id, None)
