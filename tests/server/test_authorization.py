@@ -499,3 +499,41 @@ def datetime_ms(ms: int) -> Any:
     import datetime
 
     return datetime.timedelta(milliseconds=ms)
+
+
+CLUSTER_ACTION, ALTER = 9, 7
+
+
+def _epoch_request(topic: str, replica_id: int) -> Any:
+    m = __import__("kio.schema.offset_for_leader_epoch.v4.request", fromlist=["x"])
+    return m.OffsetForLeaderEpochRequest(replica_id=replica_id, topics=(
+        m.OffsetForLeaderTopic(topic=topic, partitions=(m.OffsetForLeaderPartition(
+            partition=0, current_leader_epoch=-1, leader_epoch=0),)),))
+
+
+def test_offset_for_leader_epoch_needs_cluster_action_or_describe_whoever_asks(
+    broker: RunningBroker,
+) -> None:
+    """Kafka's KafkaApis: ClusterAction on the cluster answers every topic; without it
+    Describe on each topic, for a follower's request as for a consumer's (issue 47)."""
+    topic = "epoch-topic"
+    broker.call(broker.broker.metadata.create_topic, topic, 1, 1, {})
+    grace, heidi = "User:grace", "User:heidi"
+    grant(broker, acl_creation(TOPIC_T, topic, grace, op=DESCRIBE),
+          acl_creation(CLUSTER_T, "kafka-cluster", heidi, op=CLUSTER_ACTION))
+    for principal in (grace, heidi):
+        for replica_id in (-1, 1):
+            _, codes = call(broker, _epoch_request(topic, replica_id), principal)
+            assert codes == {ErrorCode.none}, (principal, replica_id)
+    _, codes = call(broker, _epoch_request(topic, 1), BOB)
+    assert codes == {ErrorCode.topic_authorization_failed}
+
+
+def test_write_txn_markers_takes_alter_or_cluster_action(broker: RunningBroker) -> None:
+    """Kafka's KafkaApis: Alter on the cluster, else ClusterAction (issue 47)."""
+    m = __import__("kio.schema.write_txn_markers.v1.request", fromlist=["x"])
+    request = m.WriteTxnMarkersRequest(markers=())
+    ivan = "User:ivan"
+    assert call(broker, request, ivan)[1] == {ErrorCode.cluster_authorization_failed}
+    grant(broker, acl_creation(CLUSTER_T, "kafka-cluster", ivan, op=ALTER))
+    assert call(broker, request, ivan)[1] == set()

@@ -154,8 +154,7 @@ API_CHECKS: dict[ApiKey, tuple[Check, ...]] = {
         Check(_R.TRANSACTIONAL_ID, _Op.DESCRIBE, _TXN, "each id; left out", hides=True),
     ),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (
-        Check(_R.TOPIC, _Op.DESCRIBE, _TOPIC, "each topic of a consumer's request"),
-        Check(_R.CLUSTER, _Op.CLUSTER_ACTION, _CLUSTER, "a follower's (replica_id >= 0)"),
+        Check(_R.TOPIC, _Op.DESCRIBE, _TOPIC, "each topic, without ClusterAction"),
     ),
     ApiKey.DESCRIBE_ACLS: (Check(_R.CLUSTER, _Op.DESCRIBE, _CLUSTER),),
     ApiKey.CREATE_ACLS: (Check(_R.CLUSTER, _Op.ALTER, _CLUSTER),),
@@ -181,7 +180,9 @@ API_CHECKS: dict[ApiKey, tuple[Check, ...]] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (Check(_R.CLUSTER, _Op.DESCRIBE, _CLUSTER),),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (Check(_R.CLUSTER, _Op.ALTER, _CLUSTER),),
     ApiKey.DESCRIBE_CLUSTER: (),  # answered to all; KIP-430's field from the authorizer
-    ApiKey.WRITE_TXN_MARKERS: (Check(_R.CLUSTER, _Op.CLUSTER_ACTION, _CLUSTER),),
+    ApiKey.WRITE_TXN_MARKERS: (
+        Check(_R.CLUSTER, _Op.CLUSTER_ACTION, _CLUSTER, "without Alter on the cluster"),
+    ),
 }
 
 

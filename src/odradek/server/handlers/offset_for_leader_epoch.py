@@ -14,8 +14,9 @@ begins; -1/-1 for no epoch or one newer than the latest. Followers (``replica_id
 to truncate before they fetch; consumers (KIP-320) to check their position after a
 leader change. v0-1 (replicas of 0.11-1.x; KIP-896 removed them, kio lacks them) are
 transcoded to v2 (``_transcode.py``): no ``current_leader_epoch`` (-1, unchecked), and v0
-answers no leader epoch. With an authorizer a follower's request needs ClusterAction on
-the cluster, a consumer's Describe on each topic (TOPIC_AUTHORIZATION_FAILED).
+answers no leader epoch. With an authorizer, as Kafka: ClusterAction on the cluster
+answers every topic; without it each topic needs Describe (TOPIC_AUTHORIZATION_FAILED),
+whether the request is a follower's or a consumer's.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
 from odradek.server.authorization import (
     AclOperation,
     ResourceType,
+    allowed_on_cluster,
     filter_refused,
-    require_on_cluster,
 )
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._errors import error_code_for
@@ -57,12 +58,12 @@ async def offset_for_leader_epoch(
     m = response_module("offset_for_leader_epoch", ctx.api_version)
     authorizer = services.authorizer
     refused: set[str] = set()
-    if authorizer is not None:
-        if getattr(request, "replica_id", CONSUMER) != CONSUMER:  # a follower's (v3+)
-            require_on_cluster(authorizer, ctx, AclOperation.CLUSTER_ACTION)
-        else:
-            refused = filter_refused(authorizer, ctx, AclOperation.DESCRIBE,
-                                     ResourceType.TOPIC, (t.topic for t in request.topics))
+    # Kafka's KafkaApis: ClusterAction on the cluster (followers have it) answers every
+    # topic; without it, each topic needs Describe (KIP-320's consumers), whoever asks.
+    if authorizer is not None and not allowed_on_cluster(authorizer, ctx,
+                                                         AclOperation.CLUSTER_ACTION):
+        refused = filter_refused(authorizer, ctx, AclOperation.DESCRIBE,
+                                 ResourceType.TOPIC, (t.topic for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []

@@ -65,7 +65,7 @@ from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import encode_body
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
-from odradek.server.authorization import AclOperation, require_on_cluster
+from odradek.server.authorization import AclOperation, allowed_on_cluster, require_on_cluster
 from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import error_code_for
 from odradek.server.handlers._transcode import OldVersions, register_with_old_versions
@@ -89,7 +89,9 @@ def register_txn_markers(registry: HandlerRegistry, services: BrokerServices) ->
 
 
 async def write_txn_markers(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    require_on_cluster(services.authorizer, ctx, AclOperation.CLUSTER_ACTION)
+    # Kafka's KafkaApis: Alter on the cluster, or else ClusterAction
+    if not allowed_on_cluster(services.authorizer, ctx, AclOperation.ALTER):
+        require_on_cluster(services.authorizer, ctx, AclOperation.CLUSTER_ACTION)
     m = response_module("write_txn_markers", ctx.api_version)
     markers = [TxnMarker(int(marker.producer_id), int(marker.producer_epoch),
                          bool(marker.transaction_result), int(marker.coordinator_epoch),
