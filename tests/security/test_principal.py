@@ -53,3 +53,45 @@ def test_no_matching_rule() -> None:
 def test_invalid_rules(rules: str) -> None:
     with pytest.raises(ValueError, match="Invalid rule"):
         parse_mapping_rules(rules)
+
+
+def test_rfc2253_from_der_prints_other_attributes_as_java_does() -> None:
+    """Java's X500Principal.getName(): keywords decoded, any other attribute OID=#hex of
+    its DER value, with the string type the certificate used (issue 47), so rules copied
+    from a Kafka deployment match the same names."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    from odradek.security.principal import rfc2253_name_der
+
+    name = x509.Name([
+        x509.RelativeDistinguishedName([x509.NameAttribute(NameOID.COUNTRY_NAME, "DE")]),
+        x509.RelativeDistinguishedName([x509.NameAttribute(NameOID.ORGANIZATION_NAME,
+                                                           "Acme, Inc")]),
+        x509.RelativeDistinguishedName([
+            x509.NameAttribute(NameOID.COMMON_NAME, "alice"),
+            x509.NameAttribute(NameOID.SERIAL_NUMBER, "1234")]),  # PrintableString
+        x509.RelativeDistinguishedName([x509.NameAttribute(NameOID.TITLE, "Ops")]),  # UTF8
+        x509.RelativeDistinguishedName([x509.NameAttribute(NameOID.EMAIL_ADDRESS,
+                                                           "a@b.c")]),  # IA5String
+        x509.RelativeDistinguishedName([x509.NameAttribute(NameOID.DOMAIN_COMPONENT,
+                                                           "example")]),
+    ])
+    assert rfc2253_name_der(name.public_bytes()) == (
+        "DC=example,1.2.840.113549.1.9.1=#16056140622e63,2.5.4.12=#0c034f7073,"
+        "2.5.4.5=#130431323334+CN=alice,O=Acme\\, Inc,C=DE")  # DER order
+
+
+def test_certificate_dn_reads_the_subject_of_a_der_certificate() -> None:
+    import trustme
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from odradek.security.principal import certificate_dn
+
+    cert = trustme.CA().issue_cert("alice@example.com", common_name="alice")
+    der = x509.load_pem_x509_certificate(cert.cert_chain_pems[0].bytes()).public_bytes(
+        Encoding.DER)
+    dn = certificate_dn(der)
+    assert dn.startswith("CN=alice,OU=Testing cert #"), dn
+    assert dn.rsplit(",", 1)[1].startswith("O=trustme v"), dn

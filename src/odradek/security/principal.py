@@ -4,7 +4,10 @@ How it works: a TLS client's principal is Kafka's ``DefaultKafkaPrincipalBuilder
 ``User:`` + the name :class:`SslPrincipalMapper` makes of the certificate subject's
 distinguished name in RFC 2253 form (Java's ``X500Principal.getName()``: the RDNs last
 first, keywords CN, L, ST, O, OU, C, STREET, DC, UID, other attributes as a dotted OID
-with the DER value in hex, ``,+"\\<>;`` escaped).
+with the DER value in hex, ``,+"\\<>;`` escaped). :func:`rfc2253_name_der` makes it from
+the certificate's own bytes, exactly (the string type of each value is in them);
+:func:`rfc2253_name` from ``ssl``'s decoded subject, which has lost those types, knows
+only the keywords and emailAddress.
 
 ``ssl.principal.mapping.rules`` follows Kafka's ``SslPrincipalMapper``: a comma-separated
 list of ``DEFAULT`` (the DN as it is) and ``RULE:pattern/replacement/[LU]`` (the first
@@ -24,8 +27,10 @@ __all__ = [
     "ANONYMOUS",
     "NoMatchingRuleError",
     "SslPrincipalMapper",
+    "certificate_dn",
     "parse_mapping_rules",
     "rfc2253_name",
+    "rfc2253_name_der",
     "user_principal",
 ]
 
@@ -73,6 +78,79 @@ def _attribute(name: str, value: str) -> str:
         der = bytes([oid[1]]) + _der_length(len(raw)) + raw
         return f"{oid[0]}=#{der.hex()}"
     return f"{name}={_escape(value)}"
+
+
+# Java's RFC 2253 keywords by OID; any other attribute is printed as OID=#<DER hex>.
+_KEYWORD_OIDS: Final = {
+    "2.5.4.3": "CN", "2.5.4.6": "C", "2.5.4.7": "L", "2.5.4.8": "ST", "2.5.4.10": "O",
+    "2.5.4.11": "OU", "2.5.4.9": "STREET", "0.9.2342.19200300.100.1.25": "DC",
+    "0.9.2342.19200300.100.1.1": "UID",
+}
+# DER string tags -> the codec of their bytes (DirectoryString and the like).
+_STRING_CODECS: Final = {0x0C: "utf-8", 0x13: "ascii", 0x16: "ascii", 0x1A: "ascii",
+                         0x14: "latin-1", 0x1E: "utf-16-be", 0x1C: "utf-32-be"}
+
+
+def _tlv(der: bytes, pos: int) -> tuple[int, int, int]:
+    """(tag, start of the value, end of the value) of the DER element at ``pos``."""
+    tag, length = der[pos], der[pos + 1]
+    pos += 2
+    if length & 0x80:
+        count = length & 0x7F
+        length = int.from_bytes(der[pos:pos + count], "big")
+        pos += count
+    if pos + length > len(der):
+        raise ValueError("truncated DER")
+    return tag, pos, pos + length
+
+
+def _oid(body: bytes) -> str:
+    first, arcs, value = True, [], 0
+    for byte in body:
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            if first:
+                arcs += [min(value // 40, 2), value - 40 * min(value // 40, 2)]
+                first = False
+            else:
+                arcs.append(value)
+            value = 0
+    return ".".join(map(str, arcs))
+
+
+def rfc2253_name_der(name: bytes) -> str:
+    """The RFC 2253 form of a DER-encoded Name (a certificate's subject) exactly as
+    Java's ``X500Principal.getName()`` writes it: the keywords above with their decoded
+    value escaped, every other attribute as its dotted OID and ``#`` with the hex of the
+    value's DER encoding, whatever string type the certificate used."""
+    _, pos, end = _tlv(name, 0)  # Name: SEQUENCE OF RelativeDistinguishedName
+    rdns = []
+    while pos < end:
+        _, set_pos, set_end = _tlv(name, pos)  # RDN: SET OF AttributeTypeAndValue
+        parts = []
+        while set_pos < set_end:
+            _, attr_pos, attr_end = _tlv(name, set_pos)
+            _, oid_start, oid_end = _tlv(name, attr_pos)
+            oid = _oid(name[oid_start:oid_end])
+            tag, value_start, value_end = _tlv(name, oid_end)
+            keyword, codec = _KEYWORD_OIDS.get(oid), _STRING_CODECS.get(tag)
+            if keyword is not None and codec is not None:
+                text = name[value_start:value_end].decode(codec, errors="replace")
+                parts.append(f"{keyword}={_escape(text)}")
+            else:
+                parts.append(f"{oid}=#{name[oid_end:value_end].hex()}")
+            set_pos = attr_end
+        rdns.append("+".join(parts))
+        pos = set_end
+    return ",".join(reversed(rdns))
+
+
+def certificate_dn(certificate: bytes) -> str:
+    """The subject of a DER certificate (``SSLObject.getpeercert(binary_form=True)``) as
+    Java's ``X500Principal.getName()`` writes it."""
+    from cryptography import x509  # the TLS listeners' dependency, not every caller's
+
+    return rfc2253_name_der(x509.load_der_x509_certificate(certificate).subject.public_bytes())
 
 
 def rfc2253_name(subject: Sequence[Sequence[tuple[str, str]]]) -> str:
