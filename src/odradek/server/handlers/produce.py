@@ -121,12 +121,12 @@ _INVALID_PRODUCER_ID_MAPPING = int(ErrorCode.invalid_producer_id_mapping.value)
 _INVALID_TOPIC = int(ErrorCode.invalid_topic_exception.value)
 _TRANSACTIONAL = 0x10  # attributes bit 4 (bit 5, control, marks markers)
 _CONTROL = 0x20
-# What a batch's transactional bit is read from: its length, magic and attributes, at
-# the offsets RecordBatch v2 has them (a message set of magic 0/1 has its size and magic
-# at the same offsets, and no transactional bit).
-_LENGTH = struct.Struct(">i")
-_MAGIC = struct.Struct(">b")
-_ATTRIBUTES = struct.Struct(">h")
+# What a batch's transactional bit is read from, in one unpack: its length, magic and
+# attributes (the leader epoch and the CRC between them skipped), at the offsets
+# RecordBatch v2 has them; a message set of magic 0/1 has its size and magic at the same
+# offsets, and no transactional bit.
+_LENGTH_MAGIC_ATTRIBUTES = struct.Struct(">i4xb4xh")
+assert (LENGTH_OFFSET + 8, LENGTH_OFFSET + 13) == (MAGIC_OFFSET, ATTRIBUTES_OFFSET)
 _NULL_TXN_ID = ("Transactional records need the producer's transactional id, and this "
                 "request has none")
 
@@ -279,12 +279,10 @@ def error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
 def _has_transactional_batch(topic_data: Any) -> bool:
     """Whether a batch of the request has the transactional bit (Kafka's
     ``RequestUtils.hasTransactionalRecords``; here every batch of a partition's records,
-    since more than one is accepted). Reads two fields of each batch header, nothing of
-    its records."""
-    length_at, magic_at, attributes_at = LENGTH_OFFSET, MAGIC_OFFSET, ATTRIBUTES_OFFSET
-    read_length, read_magic, read_attributes = (
-        _LENGTH.unpack_from, _MAGIC.unpack_from, _ATTRIBUTES.unpack_from)
-    header_end = ATTRIBUTES_OFFSET + _ATTRIBUTES.size
+    since more than one is accepted). One unpack per batch header, nothing of its
+    records."""
+    unpack = _LENGTH_MAGIC_ATTRIBUTES.unpack_from
+    header_end = LENGTH_OFFSET + _LENGTH_MAGIC_ATTRIBUTES.size
     for topic in topic_data:
         for _, records in topic.partition_data:
             if not records:
@@ -292,11 +290,9 @@ def _has_transactional_batch(topic_data: Any) -> bool:
             end = len(records)
             position = 0
             while position + header_end <= end:
-                if (read_magic(records, position + magic_at)[0] >= 2
-                        and read_attributes(records, position + attributes_at)[0]
-                        & _TRANSACTIONAL):
+                length, magic, attributes = unpack(records, position + LENGTH_OFFSET)
+                if magic >= 2 and attributes & _TRANSACTIONAL:
                     return True
-                length = read_length(records, position + length_at)[0]
                 if length <= 0:
                     break  # malformed: the append refuses it
                 position += LOG_OVERHEAD + length
