@@ -9,6 +9,9 @@ completes it otherwise. Two kinds are parked today, as in Kafka's ``DelayedFetch
 
 - :class:`DelayedBytes`: a Fetch waiting for ``min_bytes``; each event adds the bytes
   appended (counting costs one addition: the fetch re-reads the log once it completes);
+  :class:`DelayedStableBytes`, a read_committed Fetch, counts them only once its
+  partition's last stable offset moved (an append into an open transaction moves the
+  high watermark, not what a read_committed fetch may read: no wake-up, no spin);
 - :class:`DelayedCondition`: an operation waiting for any condition the caller can
   evaluate, such as an acks=all Produce waiting for the high watermark to pass its last
   offset; each event re-evaluates it.
@@ -41,8 +44,9 @@ class DelayedOperation(abc.ABC):
         self.done = asyncio.Event()
 
     @abc.abstractmethod
-    def try_complete(self, nbytes: int) -> None:
-        """An event on one of the keys (``nbytes`` appended, 0 for other changes)."""
+    def try_complete(self, nbytes: int, key: Hashable | None = None) -> None:
+        """An event on ``key``, one of the keys (``nbytes`` appended, 0 for other
+        changes)."""
 
     @abc.abstractmethod
     def satisfied(self) -> bool:
@@ -62,13 +66,45 @@ class DelayedBytes(DelayedOperation):
         self.threshold = threshold
         self.accumulated = accumulated
 
-    def try_complete(self, nbytes: int) -> None:
+    def try_complete(self, nbytes: int, key: Hashable | None = None) -> None:
         self.accumulated += nbytes
         if self.accumulated >= self.threshold:
             self.done.set()
 
     def satisfied(self) -> bool:
         return self.accumulated >= self.threshold
+
+
+class DelayedStableBytes(DelayedBytes):
+    """A read_committed Fetch: completes when ``threshold`` bytes are below the last
+    stable offset (Kafka's DelayedFetch reads to the LSO under FetchTxnCommitted).
+
+    The bytes an event reports became visible under the high watermark; while the key's
+    LSO (``last_stable_offset(key)``) has not moved they sit in a transaction still open
+    and a read_committed re-read finds nothing new, so they are held back. A move of the
+    LSO credits the key's held bytes (all of them: some may still lie above the new LSO,
+    so the fetch may complete early, at most once per LSO move, never once per append)."""
+
+    __slots__ = ("_held", "_lso", "_stable")
+
+    def __init__(self, keys: Iterable[Hashable], threshold: int, accumulated: int,
+                 last_stable_offset: Callable[[Hashable], int]) -> None:
+        super().__init__(keys, threshold, accumulated)
+        self._lso = last_stable_offset
+        self._stable = {key: last_stable_offset(key) for key in self.keys}
+        self._held = dict.fromkeys(self.keys, 0)
+
+    def try_complete(self, nbytes: int, key: Hashable | None = None) -> None:
+        if key is None or key not in self._stable:
+            super().try_complete(nbytes)
+            return
+        lso = self._lso(key)
+        if lso == self._stable[key]:
+            self._held[key] += nbytes
+            return
+        self._stable[key] = lso
+        held, self._held[key] = self._held[key], 0
+        super().try_complete(held + nbytes)
 
 
 class DelayedCondition(DelayedOperation):
@@ -80,7 +116,7 @@ class DelayedCondition(DelayedOperation):
         super().__init__(keys)
         self.condition = condition
 
-    def try_complete(self, nbytes: int) -> None:
+    def try_complete(self, nbytes: int, key: Hashable | None = None) -> None:
         if self.condition():
             self.done.set()
 
@@ -103,6 +139,15 @@ class Purgatory:
         """Park until ``threshold`` bytes arrived on ``keys`` or ``timeout_s`` passed.
         Returns True when completed by data, False on timeout."""
         return await self.park(DelayedBytes(keys, threshold, accumulated), timeout_s)
+
+    async def wait_stable(
+        self, keys: Iterable[Hashable], threshold: int, accumulated: int, timeout_s: float,
+        last_stable_offset: Callable[[Hashable], int],
+    ) -> bool:
+        """:meth:`wait` for a read_committed Fetch: bytes count once below the last stable
+        offset (:class:`DelayedStableBytes`)."""
+        op = DelayedStableBytes(keys, threshold, accumulated, last_stable_offset)
+        return await self.park(op, timeout_s)
 
     async def wait_until(
         self, keys: Iterable[Hashable], condition: Callable[[], bool], timeout_s: float
@@ -137,7 +182,7 @@ class Purgatory:
         watchers = self.watched.get(key)
         if watchers:  # called on every append: nothing to copy when nobody waits
             for op in list(watchers):
-                op.try_complete(nbytes)
+                op.try_complete(nbytes, key)
 
     def wake_all(self, key: Hashable) -> None:
         """Complete every operation on ``key`` (e.g. its partition was deleted)."""

@@ -496,8 +496,9 @@ class PartitionLog:
                     position, header.size, next_offset - 1,
                     now if log_append else header.max_timestamp,
                 ))
-            self._append(buf, appended, first, next_offset - 1)
+            self._append(buf, appended, first, next_offset - 1, notify=False)
             self.producer_state.commit(producers)
+            self._appended(len(buf))
         return LogAppendInfo(
             first, next_offset - 1,
             now if log_append else info.max_timestamp,
@@ -530,8 +531,9 @@ class PartitionLog:
             set_base_offset(buf, 0, first)
             last = first + header.last_offset_delta
             self._append(buf, (AppendedBatch(0, header.size, last, header.max_timestamp),),
-                         first, last)
+                         first, last, notify=False)
             self.producer_state.commit(producers)
+            self._appended(len(buf))
         return LogAppendInfo(first, last, info.max_timestamp, -1, self.log_start_offset,
                              info.record_count, info.size)
 
@@ -564,11 +566,12 @@ class PartitionLog:
             if self.config.log_append_time:
                 set_log_append_time(buf, 0, now)
             placed = header._replace(base_offset=offset)
-            self._append(buf, (placed,), offset, offset)
+            self._append(buf, (placed,), offset, offset, notify=False)
             completed = self.producer_state.complete_txn(
                 placed, _marker_of(committed, coordinator_epoch))
             if completed is not None:  # None: an empty transaction
                 self._index_completed([completed])
+            self._appended(len(buf))
         return LogAppendInfo(offset, offset, now, -1, self.log_start_offset, 1, len(buf))
 
     def _index_completed(self, completed: Sequence[CompletedTxn]) -> None:
@@ -653,8 +656,12 @@ class PartitionLog:
 
     def _append(
         self, buf: bytes | bytearray | memoryview, batches: Sequence[BatchExtent],
-        first_offset: int, last_offset: int,
+        first_offset: int, last_offset: int, notify: bool = True,
     ) -> None:
+        """Write the batches; with ``notify`` tell the append listeners. A leader's
+        append tells them itself (:meth:`_appended`) once the producer state holds the
+        batches: a listener may move the high watermark and wake a read_committed fetch,
+        which must see the last stable offset the append leaves (issue 46)."""
         # The disk-error choke point without a context manager: this runs per batch.
         channel = self.failure_channel
         channel.check(self.log_dir)
@@ -673,6 +680,11 @@ class PartitionLog:
             raise channel.failed(self.log_dir, f"appending for {self.dir.name}", exc) from exc
         if not self.high_watermark_managed:
             self.high_watermark = segment.next_offset
+        if notify:
+            for listener in self._append_listeners:
+                listener(self, size)
+
+    def _appended(self, size: int) -> None:
         for listener in self._append_listeners:
             listener(self, size)
 

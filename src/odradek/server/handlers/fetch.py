@@ -30,7 +30,10 @@ Follows Kafka's ``KafkaApis.handleFetchRequest`` / ``ReplicaManager.fetchMessage
   UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for v13+ requests by topic id).
 - When fewer than ``min_bytes`` are available and ``max_wait_ms`` > 0 the request waits in
   the fetch purgatory; appends to its partitions complete it (events, not polling), or the
-  timeout does, and the partitions are read again.
+  timeout does, and the partitions are read again. A read_committed fetch counts the
+  bytes only once its partition's last stable offset moves (Kafka's DelayedFetch reads
+  to the LSO): appends into an open transaction do not wake it (it would answer empty
+  and be sent again at once, a consumer spinning beside the transaction).
 - The response is encoded by :mod:`odradek.protocol.fetch_writer` into a ``Send``: record
   data stays in the segment files and the network layer ``sendfile`` s it (zero copy;
   read+write on TLS).
@@ -210,7 +213,13 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
             else TopicPartition(cp.topic, cp.partition)
             for cp in parts if cp.topic
         ]
-        await services.fetch_purgatory.wait(keys, request.min_bytes, total, max_wait_ms / 1000)
+        if read_committed:  # woken by the last stable offset, not the high watermark
+            await services.fetch_purgatory.wait_stable(
+                keys, request.min_bytes, total, max_wait_ms / 1000,
+                functools.partial(_last_stable_offset, replica_manager))
+        else:
+            await services.fetch_purgatory.wait(keys, request.min_bytes, total,
+                                                max_wait_ms / 1000)
         infos, total, errors = _read_all(replica_manager, parts, max_bytes, by_id, replica_id,
                                          refused, read_committed)
 
@@ -505,6 +514,14 @@ def _read_all(
             total += result.size
         results.append(result)
     return results, total, errors
+
+
+def _last_stable_offset(replica_manager: ReplicaManager, key: Hashable) -> int:
+    """The last stable offset of a consumer's purgatory key (-1: no such partition)."""
+    if not isinstance(key, TopicPartition):
+        return -1
+    partition = replica_manager.get_partition(key.topic, key.partition)
+    return -1 if partition is None else partition.log.last_stable_offset
 
 
 def _read_one(

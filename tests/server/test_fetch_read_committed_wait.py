@@ -1,0 +1,108 @@
+"""A read_committed long poll waits on the last stable offset, not the high watermark
+(issue 46, item 4; Kafka's DelayedFetch reads to the LSO under FetchTxnCommitted).
+
+While a real transactional producer (confluent-kafka) keeps writing into a transaction it
+leaves open, every append moves the high watermark but not the LSO: a read_committed Fetch
+(max_wait 500 ms, min_bytes 1) must sleep its max_wait out rather than answer empty at each
+append (a consumer spinning beside an open transaction). Its commit must still wake it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Hashable, Iterator
+
+import confluent_kafka as ck
+import pytest
+
+from odradek.client.routing import ClusterAdmin
+from odradek.server.purgatory import DelayedStableBytes
+from odradek.testing import RunningBroker, running_broker
+
+WINDOW_S = 2.0
+MAX_WAIT_MS = 500
+# 2 s of 500 ms waits is 4 answers; a fetch woken by every append answers ~100
+MAX_ANSWERS = 8
+
+
+@pytest.fixture(scope="module")
+def rb() -> Iterator[RunningBroker]:
+    with running_broker() as broker:
+        yield broker
+
+
+def test_a_read_committed_long_poll_waits_for_the_lso(rb: RunningBroker) -> None:
+    topic = f"rc-wait-{uuid.uuid4().hex[:6]}"
+    rb.call(rb.broker.metadata.create_topic, topic, 1, 1, {})
+    producer = ck.Producer({"bootstrap.servers": rb.bootstrap, "linger.ms": 0,
+                            "transactional.id": f"rc-wait-{uuid.uuid4().hex[:6]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"open-0", partition=0)
+    producer.flush(30)
+    stop = threading.Event()
+    written = [1]
+
+    def keep_writing() -> None:  # appends into the open transaction every 20 ms
+        while not stop.wait(0.02):
+            producer.produce(topic, b"open-%d" % written[0], partition=0)
+            producer.flush(30)
+            written[0] += 1
+
+    async def scenario() -> tuple[int, int, float, int]:
+        admin = await ClusterAdmin.connect(rb.bootstrap, client_id="rc-wait")
+        try:
+            answers = 0
+            end = time.monotonic() + WINDOW_S
+            while time.monotonic() < end:
+                out = await admin.fetch_partitions(topic, {0: 0}, max_wait_ms=MAX_WAIT_MS,
+                                                   isolation_level=1)
+                assert out[0].error_code == 0 and not out[0].records
+                answers += 1
+            appended = written[0]
+            stop.set()
+            await asyncio.to_thread(writer.join)
+            # the commit wakes a parked read_committed fetch
+            started = time.monotonic()
+            fetch = asyncio.ensure_future(admin.fetch_partitions(
+                topic, {0: 0}, max_wait_ms=20_000, isolation_level=1))
+            await asyncio.to_thread(producer.commit_transaction, 30)
+            out = await fetch
+            return answers, appended, time.monotonic() - started, len(out[0].records)
+        finally:
+            await admin.close()
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        answers, appended, woken_after, size = asyncio.run(scenario())
+    finally:
+        stop.set()
+        writer.join()
+    assert appended > 20, f"only {appended} appends in the window"
+    assert answers <= MAX_ANSWERS, f"{answers} empty answers to a read_committed long poll"
+    assert size > 0 and woken_after < 15, (size, woken_after)
+
+
+def test_delayed_stable_bytes_counts_bytes_once_the_lso_moves() -> None:
+    """The purgatory operation alone: appends under an unmoved LSO are held back, the
+    LSO's move credits them (and completes the fetch once they reach min_bytes)."""
+    lso: dict[Hashable, int] = {"p": 10, "q": 0}
+    op = DelayedStableBytes(["p", "q"], threshold=100, accumulated=0,
+                            last_stable_offset=lso.__getitem__)
+    for _ in range(5):
+        op.try_complete(40, "p")  # appends into an open transaction: the HW moves
+    assert not op.satisfied() and not op.done.is_set()
+    lso["p"] = 20  # its commit
+    op.try_complete(1, "p")
+    assert op.satisfied() and op.done.is_set()
+    other = DelayedStableBytes(["q"], threshold=100, accumulated=0,
+                               last_stable_offset=lso.__getitem__)
+    lso["q"] = 5
+    other.try_complete(30, "q")  # a non-transactional append moves both
+    assert not other.satisfied()
+    lso["q"] = 9
+    other.try_complete(70, "q")
+    assert other.done.is_set()
