@@ -26,7 +26,7 @@ from odradek.cluster.partition import PartitionState
 from odradek.cluster.replica_manager import ReplicaManager
 from odradek.cluster.store import EmbeddedStore
 from odradek.server.purgatory import Purgatory
-from odradek.storage import LogManager
+from odradek.storage import LogManager, checkpoint, files
 
 LONG = 10.0  # seconds: a deadline never reached when things work
 
@@ -131,6 +131,28 @@ def test_a_deletion_in_a_worker_leaves_the_partition_states_to_the_loop(
         assert md.get("gone") is None
         assert not any(k[0] == "gone" for k in md.partition_states)
         assert written_on <= {threading.current_thread().name}
+        broker.log_manager.shutdown()
+
+    asyncio.run(main())
+
+
+def test_the_periodic_high_watermark_checkpoint_reads_the_partitions_on_the_loop(
+    tmp_path: Path,
+) -> None:
+    """The broker runs the checkpoint in a worker every interval: the high watermarks are
+    read on the loop, which owns the partitions (a loop-owned dict in debug mode), and the
+    file is written in the worker."""
+
+    async def main() -> None:
+        broker = _broker(tmp_path, asyncio.get_running_loop())
+        md = broker.metadata
+        _, timed_out = await broker.replicas.change_topics(
+            lambda: md.create_topic("hosted", 1, 1, None, {0: [0]}),
+            datetime.timedelta(seconds=LONG))
+        assert not timed_out and broker.replicas.get_partition("hosted", 0) is not None
+        await asyncio.to_thread(broker.replicas.checkpoint_high_watermarks)
+        written = checkpoint.read_offsets(tmp_path / "logs" / files.REPLICATION_OFFSET_CHECKPOINT)
+        assert written == {("hosted", 0): 0}
         broker.log_manager.shutdown()
 
     asyncio.run(main())

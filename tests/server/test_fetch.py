@@ -44,7 +44,7 @@ def _topic(broker: RunningBroker, partitions: int = 3) -> tuple[str, uuid.UUID]:
 
 def _append(broker: RunningBroker, name: str, partition: int, n: int = 3,
             value: bytes = b"v") -> None:
-    log = broker.broker.get_log(name, partition)
+    log = broker.call(broker.broker.get_log, name, partition)  # the loop's partitions
     assert log is not None
     broker.call(log.append_as_leader,
                 build_batch([(b"k", value)] * n, timestamp=int(time.time() * 1000)))

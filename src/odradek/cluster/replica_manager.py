@@ -64,6 +64,7 @@ from odradek.cluster.errors import (
     UnknownTopicOrPartitionError,
 )
 from odradek.cluster.leader_election import LeaderAndIsr, isr_change
+from odradek.cluster.loop_owned import loop_dict, on_loop
 from odradek.cluster.partition import Partition, PartitionState
 from odradek.cluster.replication_quota import UNLIMITED, ReplicationQuota, is_throttled
 from odradek.cluster.store import BadVersionError
@@ -156,7 +157,9 @@ class ReplicaManager:
         self.metadata = metadata
         self.fetch_watchers = fetch_watchers
         self.produce_watchers = produce_watchers
-        self.partitions: dict[TopicPartition, Partition] = {}
+        # Loop-owned (docs/architecture.md, "Threads"); a worker asks the loop for a copy.
+        self.partitions: dict[TopicPartition, Partition] = loop_dict()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._checkpointed: dict[Path, dict[tuple[str, int], int]] = {}
         # Logs created off the loop (see change_topics).
         self._pending: set[TopicPartition] = set()
@@ -194,6 +197,10 @@ class ReplicaManager:
     # -- life cycle ----------------------------------------------------------------------
     def startup(self) -> None:
         """Host every partition of every known topic; drop logs of deleted topics."""
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # a synchronous test: everything on this thread
+            self._loop = None
         for log_dir in self.log_manager.online_dirs:
             path = log_dir / files.REPLICATION_OFFSET_CHECKPOINT
             try:
@@ -237,17 +244,24 @@ class ReplicaManager:
         self.checkpoint_high_watermarks()
 
     def checkpoint_high_watermarks(self) -> None:
-        """``replication-offset-checkpoint`` of every online log dir."""
-        by_dir: dict[Path, dict[tuple[str, int], int]] = {
-            d: {} for d in self.log_manager.online_dirs
-        }
-        for tp, partition in list(self.partitions.items()):
-            found = by_dir.get(partition.log.log_dir)
-            if found is not None:
-                found[(tp.topic, tp.partition)] = partition.high_watermark
+        """``replication-offset-checkpoint`` of every online log dir. The broker runs it
+        in a worker every interval: the high watermarks are then read on the loop, which
+        owns the partitions, and only the files are written in the worker."""
+        by_dir = on_loop(self._loop, self._high_watermarks)
         for log_dir, offsets in by_dir.items():
             with self.log_manager.failure_channel.guard(log_dir, "writing high watermarks"):
                 checkpoint.write_offsets(log_dir / files.REPLICATION_OFFSET_CHECKPOINT, offsets)
+
+    def _high_watermarks(self) -> dict[Path, dict[tuple[str, int], int]]:
+        """Each online log dir's partitions and their high watermarks (on the loop)."""
+        by_dir: dict[Path, dict[tuple[str, int], int]] = {
+            d: {} for d in self.log_manager.online_dirs
+        }
+        for tp, partition in self.partitions.items():
+            found = by_dir.get(partition.log.log_dir)
+            if found is not None:
+                found[(tp.topic, tp.partition)] = partition.high_watermark
+        return by_dir
 
     # -- the door for handlers -----------------------------------------------------------
     def get_partition(self, topic: str, index: int) -> Partition | None:

@@ -545,10 +545,13 @@ def _check_broker_configs(services: BrokerServices, target: str,
 
 
 def _loggable(configs: Mapping[str, str]) -> dict[str, str]:
-    """``configs`` with the values of password configs hidden (as Kafka logs them)."""
+    """``configs`` with the values of password configs, and of configs whose type is not
+    known, hidden (Kafka's ``KafkaConfig.maybeSensitive``, as DescribeConfigs)."""
     def secret(key: str) -> bool:
         d = BROKER_CONFIGS.get(key)
         k = kafka_key(key)
+        if d is None and k is None:
+            return True
         return ((d is not None and d.type == "password")
                 or (k is not None and k.type == "password"))
 
@@ -657,15 +660,30 @@ def _authorize(services: BrokerServices, ctx: RequestContext, operation: AclOper
                                  "Authorization failed.")
 
 
-def _alter(services: BrokerServices, ctx: RequestContext, m: Any, request: Any,
-           incremental: bool) -> list[Any]:
-    """Alter (or validate) each resource's configs; one answer per resource."""
-    duplicates = _duplicates(request.resources)
-    responses = []
-    for resource in request.resources:
-        code, message = ErrorCode.none, None
+def _refusals(services: BrokerServices, ctx: RequestContext,
+              request: Any) -> dict[int, ConfigRequestError]:
+    """The resources (by index) the caller may not alter, decided on the event loop: the
+    authorizer is the loop's (docs/architecture.md, "Threads")."""
+    refused = {}
+    for i, resource in enumerate(request.resources):
         try:
             _authorize(services, ctx, AclOperation.ALTER_CONFIGS, resource)
+        except ConfigRequestError as exc:
+            refused[i] = exc
+    return refused
+
+
+def _alter(services: BrokerServices, m: Any, request: Any, incremental: bool,
+           refused: Mapping[int, ConfigRequestError]) -> list[Any]:
+    """Alter (or validate) each resource's configs, but the ``refused``; one answer per
+    resource."""
+    duplicates = _duplicates(request.resources)
+    responses = []
+    for i, resource in enumerate(request.resources):
+        code, message = ErrorCode.none, None
+        try:
+            if i in refused:
+                raise refused[i]
             if (resource.resource_type, resource.resource_name) in duplicates:
                 raise ConfigRequestError(ErrorCode.invalid_request,
                                          "error due to duplicate config resource")
@@ -685,10 +703,11 @@ def _alter(services: BrokerServices, ctx: RequestContext, m: Any, request: Any,
 
 async def _altered(services: BrokerServices, ctx: RequestContext, m: Any, request: Any,
                    incremental: bool) -> list[Any]:
+    refused = _refusals(services, ctx, request)
     if services.metadata.remote:  # cluster mode: the ZooKeeper writes off the loop
         return await asyncio.to_thread(services.metadata.off_loop(  # a copy of the topics
-            lambda: _alter(services, ctx, m, request, incremental)))
-    return _alter(services, ctx, m, request, incremental)
+            lambda: _alter(services, m, request, incremental, refused)))
+    return _alter(services, m, request, incremental, refused)
 
 
 async def alter_configs(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
