@@ -9,6 +9,14 @@ With a :class:`~odradek.client.security.ClientSecurity` the socket is wrapped in
 on a SASL listener, the connection authenticates right after ApiVersions (SaslHandshake
 v1, then SaslAuthenticate with PLAIN's one message or SCRAM's two), as Kafka's clients do;
 a failed authentication is a :class:`ClientError` with the broker's message.
+
+Re-authentication (KIP-368): when SaslAuthenticate (v1+) answers a session lifetime (the
+broker's ``connections.max.reauth.ms``), a timer re-authenticates the open connection
+at a random point between 85 % and 95 % of it, as the Java client does (spread, so that
+a broker's connections do not all renew at once): new requests wait meanwhile, those
+already sent are answered in order before the SaslHandshake's answer, and the same
+exchange runs again. ``reauthentications`` counts them; a failed one closes the
+connection with its error, as an expired session would have.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import asyncio
 import contextlib
 import io
 import itertools
+import random
 import ssl
 import struct
 from typing import Any
@@ -78,6 +87,12 @@ class BrokerConnection:
         # a request sent after that fails at once instead of waiting for an answer that
         # cannot come.
         self._closed: ClientError | None = None
+        # KIP-368: set while requests may be sent (cleared during a re-authentication)
+        self._sendable = asyncio.Event()
+        self._sendable.set()
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._reauth_task: asyncio.Task[None] | None = None
+        self.reauthentications = 0  # successful re-authentications of this connection
 
     @classmethod
     async def open(cls, bootstrap: str, timeout: float = 10.0, **kw: Any) -> BrokerConnection:
@@ -142,10 +157,11 @@ class BrokerConnection:
             await self._authenticate()
 
     async def _authenticate(self) -> None:
-        """SaslHandshake v1 and SaslAuthenticate (KIP-152)."""
+        """SaslHandshake v1 and SaslAuthenticate (KIP-152); then the next re-authentication
+        is scheduled if the session has a lifetime (KIP-368)."""
         security = self.security
         handshake = request_class("sasl_handshake", 1, "SaslHandshakeRequest")
-        answer = await self.send(handshake(mechanism=security.mechanism))
+        answer = await self._send(handshake(mechanism=security.mechanism))
         if answer.error_code != 0:
             raise ClientError(f"SASL mechanism {security.mechanism} refused "
                               f"(the broker enables {', '.join(answer.mechanisms)})",
@@ -153,23 +169,62 @@ class BrokerConnection:
         version = self.version(36, (0, 2))
         authenticate = request_class("sasl_authenticate", version, "SaslAuthenticateRequest")
 
+        lifetime_ms = 0
+
         async def step(token: bytes) -> bytes:
-            response = await self.send(authenticate(auth_bytes=token))
+            nonlocal lifetime_ms
+            response = await self._send(authenticate(auth_bytes=token))
             if response.error_code != 0:
                 raise ClientError(f"authentication failed: {response.error_message}",
                                   int(response.error_code))
+            lifetime = getattr(response, "session_lifetime", None)  # v1+
+            if lifetime is not None:
+                lifetime_ms = int(lifetime.total_seconds() * 1000)
             return bytes(response.auth_bytes)
 
         if security.mechanism == "PLAIN":
             await step(f"\0{security.username}\0{security.password}".encode())
-            return
-        scram = ScramClient(security.mechanism, security.username, security.password)
-        server_first = await step(scram.client_first())
+        else:
+            scram = ScramClient(security.mechanism, security.username, security.password)
+            server_first = await step(scram.client_first())
+            try:
+                server_final = await step(scram.client_final(server_first))
+                scram.verify_server_final(server_final)
+            except SaslAuthenticationError as exc:
+                raise ClientError(f"authentication failed: {exc}") from None
+        if lifetime_ms > 0:
+            delay = lifetime_ms * random.uniform(0.85, 0.95) / 1000
+            self._reauth_timer = asyncio.get_running_loop().call_later(
+                delay, self._begin_reauthentication)
+
+    def _begin_reauthentication(self) -> None:
+        self._reauth_timer = None
+        if not self.closed:
+            self._reauth_task = asyncio.ensure_future(self._reauthenticate())
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368: the same exchange again on the open connection, new requests held."""
+        self._sendable.clear()
         try:
-            server_final = await step(scram.client_final(server_first))
-            scram.verify_server_final(server_final)
-        except SaslAuthenticationError as exc:
-            raise ClientError(f"authentication failed: {exc}") from None
+            await self._authenticate()
+        except (ClientError, OSError) as exc:
+            code = exc.error_code if isinstance(exc, ClientError) else None
+            self._fail(ClientError(f"re-authentication failed: {exc}", code))
+            return
+        finally:
+            self._sendable.set()
+        self.reauthentications += 1
+
+    def _fail(self, error: ClientError) -> None:
+        """The connection cannot go on: fail what waits, and close the socket."""
+        if self._closed is None:
+            self._closed = error
+        for future, _, _ in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+        if self._writer is not None:
+            self._writer.close()
 
     @property
     def closed(self) -> bool:
@@ -184,6 +239,11 @@ class BrokerConnection:
         return min(ours[1], theirs[1])
 
     async def send(self, request: Any, expect_response: bool = True) -> Any:
+        if not self._sendable.is_set():  # re-authenticating (KIP-368)
+            await self._sendable.wait()
+        return await self._send(request, expect_response)
+
+    async def _send(self, request: Any, expect_response: bool = True) -> Any:
         if self._writer is None:
             raise ClientError("not connected")
         if self._closed is not None:
@@ -243,17 +303,28 @@ class BrokerConnection:
                 if not future.done():
                     future.set_result(entity)
         except (asyncio.IncompleteReadError, ConnectionError, ClientError) as exc:
-            error = exc if isinstance(exc, ClientError) else ClientError(
-                f"connection to {self.host}:{self.port} closed"
-                if self._answered else _closed_before_api_versions(self.security.protocol)
-            )
-            self._closed = error
+            if isinstance(exc, ClientError):
+                error = exc
+            elif self._answered:
+                error = ClientError(f"connection to {self.host}:{self.port} closed")
+            else:
+                error = _closed_before_api_versions(self.security.protocol)
+            if self._closed is None:
+                self._closed = error
+            error = self._closed
             for future, _, _ in self._pending.values():
                 if not future.done():
                     future.set_exception(error)
             self._pending.clear()
 
     async def close(self) -> None:
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
+        if self._reauth_task is not None and not self._reauth_task.done():
+            self._reauth_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reauth_task
         for future, _, _ in self._pending.values():
             if not future.done():
                 future.set_exception(ClientError("connection closed"))

@@ -152,8 +152,9 @@ class Snapshot:
     offsets: int = 0
     lag: list[tuple[str, str, int, int, int]] = field(default_factory=list)
     connections: list[tuple[str, int]] = field(default_factory=list)
-    # listener -> (successful, failed, successful re-authentications)
-    authentications: list[tuple[str, int, int, int]] = field(default_factory=list)
+    # listener -> (successful, failed, successful re-authentications, expired connections
+    # killed)
+    authentications: list[tuple[str, int, int, int, int]] = field(default_factory=list)
     # the request memory pool (queued.max.request.bytes): (available, used) bytes
     memory_pool: tuple[int, int] = (_UNBOUNDED, 0)
     # (metric, user tag, client-id tag, rate) of each entity a client quota measures
@@ -246,7 +247,8 @@ def snapshot(broker: BrokerView) -> Snapshot:
                                                     strict=False)]
     snap.authentications = [
         (server.security.name, server.security.stats.successful, server.security.stats.failed,
-         server.security.stats.successful_reauthentication) for server in broker.servers]
+         server.security.stats.successful_reauthentication,
+         server.security.stats.expired_connections_killed) for server in broker.servers]
     pool = next((s.memory_pool for s in broker.servers if s.memory_pool is not None), None)
     if pool is not None:  # one pool, shared by every listener
         snap.memory_pool = (pool.available, pool.used)
@@ -458,9 +460,10 @@ class BrokerCollector:
         yield connections
 
         # Kafka's socket-server metrics successful-/failed-authentication-total and
-        # successful-reauthentication-total, per listener
+        # successful-reauthentication-total and expired-connections-killed-count (KIP-368),
+        # per listener
         names = ("successful_authentication", "failed_authentication",
-                 "successful_reauthentication")
+                 "successful_reauthentication", "expired_connections_killed_count")
         families = [CounterMetricFamily(f"kafka_server_socket_server_metrics_{name}",
                                         f"{name.replace('_', ' ')}s (TLS handshakes, SASL)",
                                         labels=["listener"]) for name in names]

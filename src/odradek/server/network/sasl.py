@@ -25,9 +25,15 @@ How it works: a connection on a SASL listener starts unauthenticated, with its
    principal (``User:<name>``), counts, hands the reader back to the dispatcher and
    raises its frame cap to ``socket.request.max.bytes``.
 4. *Re-authentication* (KIP-368). With ``connections.max.reauth.ms`` set, SaslAuthenticate
-   (v1+) answers the session's lifetime and a timer closes the connection when the
-   session expires without the client having re-authenticated (a new SaslHandshake v1 and
-   SaslAuthenticate on the open connection, same mechanism and principal).
+   (v1+) answers the session's lifetime, and the client re-authenticates before it ends
+   (a new SaslHandshake v1 and SaslAuthenticate on the open connection, same mechanism
+   and principal). When the session ends, nothing is closed yet: the reader's frames go
+   through :meth:`SaslAuthenticator.after_expiry`, which lets a re-authentication through
+   and closes the connection at any other request, as Kafka's ``Processor`` does
+   ("Disconnecting expired channel"), after answering the requests before it: those in
+   flight when the session ended are answered. Without a lifetime (0, the default), a
+   SaslHandshake after authentication is answered ILLEGAL_SASL_STATE and nothing else
+   happens, as Kafka's ``KafkaApis`` answers it.
 """
 
 from __future__ import annotations
@@ -62,6 +68,9 @@ log = logging.getLogger("odradek.server.network")
 
 _ALLOWED: Final = frozenset({
     int(ApiKey.API_VERSIONS), int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE),
+})
+_REAUTHENTICATION: Final = frozenset({
+    int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE),
 })
 _HANDSHAKE, _AUTHENTICATE, _AUTHENTICATED, _FAILED = range(4)
 
@@ -155,6 +164,8 @@ class SaslAuthenticator:
     def handshake(self, version: int, mechanism: str) -> tuple[ErrorCode, tuple[str, ...]]:
         """A SaslHandshake: (error, the enabled mechanisms)."""
         enabled = self._settings.mechanisms
+        if self._state == _AUTHENTICATED and self._settings.max_reauth_ms <= 0:
+            return ErrorCode.illegal_sasl_state, enabled  # no session to renew
         if self._state == _AUTHENTICATED:  # KIP-368: a re-authentication begins
             if version == 0 or mechanism != self.mechanism or self._reauthenticating:
                 self._fail_now(f"re-authentication must use SaslHandshake v1 and the same "
@@ -259,10 +270,27 @@ class SaslAuthenticator:
         return lifetime
 
     def _expired(self) -> None:
+        """The session ended: from now on a request other than a re-authentication
+        closes the connection (checked per frame only from now on)."""
         self._expiry = None
-        self._connection.close(
-            f"SASL session of {self._connection.principal} expired (connections.max.reauth.ms"
-            f"={self._settings.max_reauth_ms}) without re-authentication")
+        if self._state == _AUTHENTICATED and not self._reauthenticating:
+            self._reader.set_dispatch(self.after_expiry)
+
+    def after_expiry(self, frame: bytearray | bytes) -> None:
+        """A frame after the session ended: a re-authentication goes on, anything else
+        closes the connection once the requests before it are answered."""
+        try:
+            api_key = peek_request(frame)[0]
+        except RemoteProtocolError:
+            api_key = -1
+        if api_key in _REAUTHENTICATION:
+            self._dispatcher.dispatch(frame)
+            return
+        self._security.stats.expired_connections_killed += 1
+        self._reader.refuse_after_current(
+            "expired session",
+            f"SASL session of {self._connection.principal} expired (connections.max."
+            f"reauth.ms={self._settings.max_reauth_ms}) without re-authentication")
 
     # -- failures ----------------------------------------------------------------------
     def _fail_now(self, message: str) -> None:

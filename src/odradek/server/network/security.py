@@ -37,6 +37,8 @@ class AuthenticationStats:
     successful: int = 0
     failed: int = 0
     successful_reauthentication: int = 0
+    # connections closed at a request after their session ended (KIP-368)
+    expired_connections_killed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
