@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,10 +79,14 @@ class ZooKeeperServer:
 
 
 @contextlib.contextmanager
-def running_zookeeper(heap_mb: int = 128) -> Iterator[ZooKeeperServer]:
+def running_zookeeper(heap_mb: int = 128,
+                      sasl_users: Mapping[str, str] | None = None) -> Iterator[ZooKeeperServer]:
+    """A server for the block; with ``sasl_users`` (name → password) clients authenticate
+    with SASL DIGEST-MD5 (:func:`~odradek.cluster.local_zookeeper.start_zookeeper`)."""
     workdir = Path(tempfile.mkdtemp(prefix="odradek-zk-"))
     try:
-        server = start_zookeeper(workdir, tick_ms=TICK_MS, force_sync=False, heap_mb=heap_mb)
+        server = start_zookeeper(workdir, tick_ms=TICK_MS, force_sync=False, heap_mb=heap_mb,
+                                 sasl_users=sasl_users)
         try:
             yield ZooKeeperServer(server, workdir)
         finally:

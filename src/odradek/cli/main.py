@@ -34,7 +34,7 @@ from odradek.cli._common import UsageError
 #: Modules of ``odradek.cli`` that register sub-commands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES = ("dump_log", "topics", "configs", "acls", "console", "groups",
                       "transactions", "leader_election", "status", "dev_cluster", "reassign",
-                      "perf", "webconsole", "mirror")
+                      "perf", "webconsole", "mirror", "zookeeper_security_migration")
 
 
 SERVE_EPILOG = """\

@@ -16,6 +16,13 @@ currently serving requests" until the database is loaded), within a deadline. St
 SIGTERM, then SIGKILL after a grace period. The server runs in its own session (process
 group), so a Ctrl-C in the terminal reaches only the tool that started it, which stops it
 after the brokers.
+
+SASL (for the tests of ``zookeeper.set.acl``): given ``sasl_users`` (name → password), the
+server is started as Kafka's docs set one up for DIGEST-MD5: a JAAS file with a ``Server``
+section (``DigestLoginModule`` with one ``user_<name>="<password>"`` option per user)
+named by ``-Djava.security.auth.login.config``, and ``authProvider.1=...
+SASLAuthenticationProvider`` and ``requireClientAuthScheme=sasl`` in ``zoo.cfg``. The JAAS
+file is written 0600. Without ``sasl_users`` the server and its ``zoo.cfg`` are as before.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -60,6 +68,9 @@ STOP_GRACE_S = 10.0
 DEFAULT_HEAP_MB = 128
 JVM_FLAGS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
              "-Dzookeeper.admin.enableServer=false")
+#: The server side of SASL DIGEST-MD5 (ZooKeeper's names).
+SASL_AUTH_PROVIDER = "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 
 
 class ZooKeeperNotInstalled(RuntimeError):
@@ -156,7 +167,7 @@ def _ready(port: int) -> bool:
 
 
 def write_config(path: Path, data_dir: Path, port: int, tick_ms: int, force_sync: bool,
-                 max_session_timeout_ms: int | None = None) -> None:
+                 max_session_timeout_ms: int | None = None, sasl: bool = False) -> None:
     # ZooKeeper caps a client's session timeout at maxSessionTimeout, 20 ticks by default
     # (40 s with the default tick; 4 s with a 200 ms tick, shorter than a broker may ask).
     max_session = max_session_timeout_ms or 20 * tick_ms
@@ -171,7 +182,20 @@ def write_config(path: Path, data_dir: Path, port: int, tick_ms: int, force_sync
         "4lw.commands.whitelist=ruok,srvr,stat,cons\n"
         # fsync of the transaction log costs time and buys nothing for throwaway data
         f"forceSync={'yes' if force_sync else 'no'}\n"
+        + (f"authProvider.1={SASL_AUTH_PROVIDER}\nrequireClientAuthScheme=sasl\n"
+           if sasl else "")
     )
+
+
+def write_server_jaas(path: Path, users: Mapping[str, str]) -> None:
+    """The ``Server`` JAAS section of a DIGEST-MD5 server: one ``user_<name>`` per user."""
+    def quoted(value: str) -> str:
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    options = "".join(f"\n    user_{name}={quoted(password)}"
+                      for name, password in users.items())
+    path.touch(mode=0o600)
+    path.write_text(f"Server {{\n  {DIGEST_LOGIN_MODULE} required{options};\n}};\n")
 
 
 class LocalZooKeeper:
@@ -254,12 +278,14 @@ def start_zookeeper(
     heap_mb: int = DEFAULT_HEAP_MB,
     timeout: float = START_DEADLINE_S,
     install: ZooKeeperInstall | None = None,
+    sasl_users: Mapping[str, str] | None = None,
 ) -> LocalZooKeeper:
     """Start a server on ``port`` (default: a free one) with its data and ``zoo.cfg`` in
     ``data_dir``, and return once it answers ``ruok``. The log goes to ``log_path``
     (default ``data_dir/zookeeper.log``); sessions may last up to ``max_session_timeout_ms``
     (default: ZooKeeper's 20 ticks). Raises :class:`ZooKeeperNotInstalled` or
-    :class:`ZooKeeperStartError`; a server that failed to start is stopped."""
+    :class:`ZooKeeperStartError`; a server that failed to start is stopped. With
+    ``sasl_users`` (name → password) clients authenticate with SASL DIGEST-MD5."""
     install = install or find_install()
     data_dir.mkdir(parents=True, exist_ok=True)
     chosen = port if port is not None else free_port()
@@ -268,12 +294,17 @@ def start_zookeeper(
         raise ZooKeeperStartError(f"cannot start ZooKeeper: 127.0.0.1:{port} is in use")
     config = data_dir / "zoo.cfg"
     write_config(config, data_dir / "data", chosen, tick_ms, force_sync,
-                 max_session_timeout_ms)
+                 max_session_timeout_ms, sasl=bool(sasl_users))
+    jaas_flags: list[str] = []
+    if sasl_users:
+        jaas = data_dir / "zookeeper_jaas.conf"
+        write_server_jaas(jaas, sasl_users)
+        jaas_flags.append(f"-Djava.security.auth.login.config={jaas}")
     log_path = log_path or data_dir / "zookeeper.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_file = log_path.open("ab")
     process = subprocess.Popen(
-        [str(install.java), f"-Xmx{heap_mb}m", *JVM_FLAGS, "-cp", install.classpath,
+        [str(install.java), f"-Xmx{heap_mb}m", *JVM_FLAGS, *jaas_flags, "-cp", install.classpath,
          MAIN_CLASS, str(config)],
         stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -18,6 +18,11 @@ reconnects with a fresh one, our ephemeral nodes gone). Unlike ZooKeeper's Java 
 kazoo forgets its watches when the connection drops and fires them with an empty event;
 the store holds those back until the connection is back and then calls the watchers, which
 re-read and re-arm, so a change made while we were away is never missed.
+
+Security (:mod:`odradek.cluster.zk_security`): the client authenticates with SASL
+DIGEST-MD5 when given credentials, and every znode it creates (the chroot and missing
+parents too, each with the ACLs of its own path) carries Kafka's default ACLs for
+``zookeeper.set.acl``. With ``set_acl`` and no credentials the store refuses to open.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +61,7 @@ from odradek.cluster.store import (
     StoreError,
     Watcher,
 )
+from odradek.cluster.zk_security import ZkClientSecurity
 
 __all__ = ["ZooKeeperSettings", "ZooKeeperStore", "split_connect"]
 
@@ -125,7 +131,10 @@ class ZooKeeperStore(MetadataStore):
         connect: str,
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         connection_timeout_ms: int | None = None,
+        security: ZkClientSecurity | None = None,
     ) -> None:
+        self.security = security or ZkClientSecurity()
+        self.security.require_authentication()
         self.settings = ZooKeeperSettings(connect, session_timeout_ms, connection_timeout_ms)
         self._hosts, self._chroot = split_connect(connect)
         self._timeout_s = self.settings.effective_connection_timeout_ms / 1000
@@ -154,6 +163,7 @@ class ZooKeeperStore(MetadataStore):
             hosts=hosts,
             timeout=self._session_s,
             connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
+            **self.security.kazoo_options(),
         )
 
     def _start(self, client: KazooClient) -> None:
@@ -170,7 +180,13 @@ class ZooKeeperStore(MetadataStore):
         bootstrap = self._new_client(self._hosts)
         self._start(bootstrap)
         try:
-            bootstrap.ensure_path(self._chroot)
+            # Kafka's createChrootIfNecessary: each missing component with its own ACLs.
+            parts = self._chroot.strip("/").split("/")
+            for depth in range(1, len(parts) + 1):
+                path = "/" + "/".join(parts[:depth])
+                if bootstrap.exists(path) is None:
+                    with suppress(kz.NodeExistsError):
+                        bootstrap.create(path, b"", acl=self.security.acls(path))
         finally:
             bootstrap.stop()
             bootstrap.close()
@@ -323,11 +339,29 @@ class ZooKeeperStore(MetadataStore):
         self, path: str, data: bytes, ephemeral: bool = False, sequential: bool = False
     ) -> Node:
         with self._errors(path):
-            created = self._client.create_async(
-                path, data, ephemeral=ephemeral, sequence=sequential, makepath=True
-            ).get(timeout=self._timeout_s)
+            try:
+                created = self._create(path, data, ephemeral, sequential)
+            except kz.NoNodeError:
+                # kazoo's makepath would give the parents the child's ACLs: make each
+                # missing parent with its own (a sensitive child under a readable parent).
+                self._ensure_parents(path)
+                created = self._create(path, data, ephemeral, sequential)
         owner = self.session_id if ephemeral else 0
         return Node(data, 0, ephemeral, owner, str(created))
+
+    def _create(self, path: str, data: bytes, ephemeral: bool, sequential: bool) -> str:
+        return str(self._client.create_async(
+            path, data, acl=self.security.acls(path), ephemeral=ephemeral, sequence=sequential
+        ).get(timeout=self._timeout_s))
+
+    def _ensure_parents(self, path: str) -> None:
+        parts = path.strip("/").split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            parent = "/" + "/".join(parts[:depth])
+            if self._client.exists_async(parent).get(timeout=self._timeout_s) is not None:
+                continue
+            with suppress(kz.NodeExistsError):
+                self._create(parent, b"", ephemeral=False, sequential=False)
 
     def set(self, path: str, data: bytes, expected_version: int = -1) -> Node:
         with self._errors(path):
@@ -361,7 +395,8 @@ class ZooKeeperStore(MetadataStore):
             if isinstance(op, CheckVersion):
                 txn.check(op.path, op.version)
             elif isinstance(op, CreateOp):
-                txn.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequential)
+                txn.create(op.path, op.data, acl=self.security.acls(op.path),
+                           ephemeral=op.ephemeral, sequence=op.sequential)
             elif isinstance(op, SetOp):
                 txn.set_data(op.path, op.data, version=op.expected_version)
             elif isinstance(op, DeleteOp):
