@@ -17,6 +17,7 @@ from odradek.cluster.controller import (
     Controller,
     ControllerEvent,
     Resync,
+    TopicChange,
 )
 from odradek.cluster.controller_election import ControllerElector, ControllerMovedError
 from odradek.cluster.leader_election import (
@@ -467,6 +468,45 @@ def test_a_move_completes_with_the_assignment_and_the_state_in_one_write(
                          grown.controller_epoch, written.version)
     with pytest.raises(BadVersionError):
         cluster.observer.multi([SetOp(state_path("t", 0), stale.encode(), written.version)])
+
+
+class TopicsHeldController(Controller):
+    """A controller that leaves TopicChange events aside while ``hold_topics`` is set: it
+    hears of a new topic only after the events that follow."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hold_topics = False
+        self.held: list[ControllerEvent] = []
+
+    def process(self, event: ControllerEvent) -> None:
+        if self.hold_topics and isinstance(event, TopicChange):
+            self.held.append(event)
+            return
+        super().process(event)
+
+
+def test_a_move_of_a_topic_the_controller_has_not_heard_of_yet_is_not_dropped(
+    cluster: Cluster,
+) -> None:
+    """A broker accepts AlterPartitionReassignments for a topic it knows; the controller
+    may read the reassignment before the topic's TopicChange (issue 52's stress test:
+    topics created and moved at once through three brokers). It takes the topic then,
+    rather than drop the move as if the topic were gone: the client was told it was
+    accepted."""
+    cluster.start(range(3), TopicsHeldController)
+    active = cluster.active()
+    assert active is not None and isinstance(active.controller, TopicsHeldController)
+    controller = active.controller
+    controller.hold_topics = True
+    cluster.create_topic("new", {0: [0]})
+    wait_for(lambda: controller.held, 15, "the TopicChange held")
+    cluster.observer.create(REASSIGN_PATH, encode_reassignments(
+        [Reassignment("new", 0, (1,), (0,))]))
+    wait_for(lambda: json.loads(cluster.observer.get(topic_path("new")).data)  # type: ignore[union-attr]
+             ["partitions"]["0"] == [1, 0], 15, "the expanded assignment")
+    assert cluster.observer.get(REASSIGN_PATH) is not None  # under way, not dropped
+    assert cluster.states("new", 1)[0].leader == 0  # elected when taken
 
 
 def test_controlled_shutdown_moves_leaderships_and_shrinks_isrs_while_registered(

@@ -632,10 +632,22 @@ class Controller:
         log.info("controller %d: %d reassignments done, %d under way", self.broker_id,
                  len(done), len(left))
 
+    def _take_new_topic(self, name: str) -> _Topic | None:
+        """A topic this controller has not heard of, named by a reassignment: the broker
+        that accepted the move knew it, so it may be new, its TopicChange still to come.
+        Taken now as TopicChange takes it (its partitions elected; that event then finds
+        it known); None when ZooKeeper has no such topic. Dropped as gone, the move was
+        lost while the client had been told it was accepted."""
+        self._load_topics([name])
+        self._elect(self._partitions_of([name]))
+        return self._topics.get(name)
+
     def _reassign(self, entry: Reassignment) -> bool:
         """One step of moving a partition; True once it is where it should be (or gone)."""
         tp = TopicPartition(entry.topic, entry.partition)
         topic = self._topics.get(tp.topic)
+        if topic is None:
+            topic = self._take_new_topic(tp.topic)
         if topic is None or tp.partition not in topic.partitions:
             return True
         destination = entry.destination

@@ -60,6 +60,7 @@ from odradek.cluster.store import BadVersionError, CreateOp, NodeExistsError, No
 from odradek.cluster.zk_store import ZooKeeperStore
 from odradek.server.config import BrokerConfig
 from odradek.storage import TopicPartition
+from odradek.storage.config import LogConfig
 
 __all__ = ["ZkCluster"]
 
@@ -178,11 +179,16 @@ class ZkCluster:
         self._controller.start()
 
     def _unclean(self, topic: str) -> bool:
-        """The topic's unclean.leader.election.enable (its override, else the broker's)."""
+        """The topic's unclean.leader.election.enable (its override, else the broker's).
+        Called on the controller's thread: the override is read from ZooKeeper, as Kafka's
+        controller reads it, not from the metadata cache, which is the event loop's
+        (docs/architecture.md, "Threads"); the broker defaults are replaced whole."""
         metadata = self._metadata
         if metadata is None:
             return False
-        return bool(metadata.log_config(topic)["unclean.leader.election.enable"])
+        overrides = metadata.read_configs(metadata.topic_config_path(topic))
+        config = LogConfig.build(metadata.broker_defaults, overrides)
+        return bool(config["unclean.leader.election.enable"])
 
     # -- the leader's side of the ISR --------------------------------------------------
     def write_isr(self, topic: str, partition: int, new: LeaderAndIsr) -> int:
