@@ -258,7 +258,7 @@ class Broker:
             await server.start()
             log.info("listening on %s://%s:%d", listener.name, listener.host, server.port)
         if self.metrics_listener is not None:
-            self.metrics_server = MetricsServer(self, *self.metrics_listener)
+            self.metrics_server = MetricsServer(self, self.metrics_listener)
             self.metrics_server.start()
             log.info("metrics at %s", self.metrics_server.url)
         if self._cluster is not None:

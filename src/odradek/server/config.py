@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from odradek.security.acl import KNOWN_AUTHORIZERS
 from odradek.security.principal import parse_mapping_rules
@@ -48,8 +48,8 @@ from odradek.storage.config import LONG_MAX, TOPIC_CONFIGS, ConfigDef, ConfigErr
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "BROKER_CONFIGS", "BrokerConfig", "ConfigError", "Listener", "parse_kafka_value",
-    "parse_metrics_listener", "parse_properties",
+    "BROKER_CONFIGS", "BrokerConfig", "ConfigError", "Listener", "MetricsListener",
+    "parse_kafka_value", "parse_metrics_listener", "parse_properties",
 ]
 
 
@@ -57,20 +57,34 @@ def _ge(minimum: int) -> Any:
     return lambda v: None if v >= minimum else f"must be at least {minimum}"
 
 
-_METRICS_LISTENER = re.compile(r"^http://(?P<host>\[[^\]]*\]|[^:/\[\]]+):(?P<port>\d+)/?$")
+_METRICS_LISTENER = re.compile(
+    r"^(?P<scheme>https?)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)/?$")
+#: Where an empty host binds: the page names every topic, group, user and client id.
+METRICS_DEFAULT_HOST: Final = "127.0.0.1"
 
 
-def parse_metrics_listener(value: str) -> tuple[str, int] | None:
-    """``http://host:port`` -> (host, port); empty -> None; anything else: ConfigError."""
+class MetricsListener(NamedTuple):
+    """``metrics.listener``, parsed: ``https`` serves the page over TLS (``metrics.ssl.*``)."""
+
+    scheme: str
+    host: str
+    port: int
+
+
+def parse_metrics_listener(value: str) -> MetricsListener | None:
+    """``http[s]://host:port`` -> MetricsListener (an empty host: loopback); empty -> None;
+    anything else: ConfigError."""
     if not value.strip():
         return None
     m = _METRICS_LISTENER.match(value.strip())
     if not m or int(m["port"]) > 65535:
         raise ConfigError(
-            f"invalid value for metrics.listener: {value!r}: expected http://host:port "
-            "(port 0-65535; the page is served at /metrics)"
+            f"invalid value for metrics.listener: {value!r}: expected http://host:port or "
+            "https://host:port (port 0-65535; an empty host is 127.0.0.1; the page is "
+            "served at /metrics)"
         )
-    return m["host"].strip("[]"), int(m["port"])
+    return MetricsListener(m["scheme"], m["host"].strip("[]") or METRICS_DEFAULT_HOST,
+                           int(m["port"]))
 
 
 def _metrics_listener(value: str) -> str | None:
@@ -346,8 +360,30 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("controlled.shutdown.retry.backoff.ms", "long", 5000, None,
               "pause between controlled shutdown attempts", _ge(0)),
     ConfigDef("metrics.listener", "string", "", None,
-              "http://host:port of the Prometheus /metrics endpoint (empty: none; needs the "
-              "metrics extra)", _metrics_listener),
+              "http[s]://host:port of the Prometheus /metrics endpoint (empty: none; an empty "
+              "host: 127.0.0.1; needs the metrics extra)", _metrics_listener),
+    ConfigDef("metrics.basic.auth.file", "string", "", None,
+              "file of user:password lines (mode 0600) the metrics page asks for with HTTP "
+              "basic auth (empty: no login)"),
+    ConfigDef("metrics.ssl.keystore.type", "string", "PEM", None,
+              "the metrics page's keystore: PEM or PKCS12 (https:// metrics.listener)"),
+    ConfigDef("metrics.ssl.keystore.location", "string", "", None,
+              "the metrics page's key and certificate chain (https:// metrics.listener)"),
+    ConfigDef("metrics.ssl.keystore.password", "password", "", None,
+              "password of the metrics page's PKCS12 keystore"),
+    ConfigDef("metrics.ssl.key.password", "password", "", None,
+              "password of the metrics page's private key (an encrypted PEM key)"),
+    ConfigDef("metrics.ssl.truststore.type", "string", "PEM", None,
+              "the metrics page's truststore: PEM or PKCS12"),
+    ConfigDef("metrics.ssl.truststore.location", "string", "", None,
+              "the CAs scrapers' certificates must chain to (metrics.ssl.client.auth)"),
+    ConfigDef("metrics.ssl.truststore.password", "password", "", None,
+              "password of the metrics page's PKCS12 truststore"),
+    ConfigDef("metrics.ssl.client.auth", "string", "none", None,
+              "scrapers' certificates: none, requested or required (mutual TLS)",
+              _choice("none", "requested", "required")),
+    ConfigDef("metrics.ssl.enabled.protocols", "list", ("TLSv1.2", "TLSv1.3"), None,
+              "TLS versions the metrics page accepts", _tls_protocols),
     ConfigDef("event.loop.stall.threshold.ms", "long", 1000, None,
               "the event-loop watchdog: a loop held this long logs a WARNING with its stack "
               "and request, and counts a stall (0: off)", _ge(0)),

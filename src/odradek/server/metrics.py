@@ -11,7 +11,8 @@ table is in docs/operations.md ("Metrics").
   topic in the Produce and Fetch handlers, per request in the network layer's writer.
 - *Gauges* (partitions, leaders, under-replicated, log sizes, groups, lag, the cleaner)
   are computed when scraped, from the broker's own state, by :meth:`BrokerCollector.collect`.
-- *Where it runs.* ``prometheus_client``'s HTTP server answers in its own thread; the
+- *Where it runs.* The HTTP server (:mod:`odradek.server.metrics_http`: TLS, basic auth,
+  loopback by default) answers in its own threads; the
   collector asks the event loop for a snapshot of plain numbers (:func:`snapshot`, run
   on the loop so that no dict changes under it, and short: one pass over the hosted
   partitions and the coordinated groups), then builds the text in the HTTP thread.
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.server.broker_stats import BrokerTopicStats, RequestStats
     from odradek.server.client_quotas import ClientQuotas
-    from odradek.server.config import BrokerConfig
+    from odradek.server.config import BrokerConfig, MetricsListener
     from odradek.server.flow_control import RequestMemoryPool
     from odradek.server.network.security import ListenerSecurity
     from odradek.server.watchdog import LoopWatchdog
@@ -504,31 +505,56 @@ def _sample(name: str, labels: dict[str, str], value: float) -> Any:
 
 
 class MetricsServer:
-    """The HTTP endpoint (``prometheus_client``'s server, in its own thread)."""
+    """The HTTP endpoint, in its own threads (:mod:`odradek.server.metrics_http`: TLS, basic
+    auth, loopback by default); ``prometheus_client``'s WSGI app makes the page."""
 
-    def __init__(self, broker: BrokerView, host: str, port: int) -> None:
+    def __init__(self, broker: BrokerView, listener: MetricsListener) -> None:
         self._broker = broker
-        self._host = host
-        self._requested_port = port
+        self._listener = listener
         self._server: Any = None
         self._thread: Any = None
         self.collector: BrokerCollector | None = None
 
     def start(self) -> None:
-        from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+        from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 
+        from odradek.server import metrics_http
+
+        scheme, host, port = self._listener
+        config = self._broker.config
+        tls = None
+        if scheme == "https":
+            tls = metrics_http.metrics_tls_context(config.__getitem__)
+        else:
+            for key in ("metrics.ssl.keystore.location", "metrics.ssl.truststore.location"):
+                if config[key]:
+                    raise MetricsError(f"{key} is set but metrics.listener is "
+                                       f"{scheme}://{host}:{port}: use https:// to serve "
+                                       "the page over TLS")
+        auth_file = str(config["metrics.basic.auth.file"] or "")
+        auth = metrics_http.load_basic_auth_file(auth_file) if auth_file else None
         registry = CollectorRegistry(auto_describe=False)
         self.collector = BrokerCollector(self._broker, asyncio.get_running_loop())
         registry.register(self.collector)  # type: ignore[arg-type]
         ProcessCollector(registry=registry)
+        app = make_wsgi_app(registry)
+        if auth is not None:
+            app = metrics_http.with_basic_auth(app, auth)
         try:
-            self._server, self._thread = start_http_server(
-                self._requested_port, self._host, registry=registry)
+            self._server, self._thread = metrics_http.start_server(host, port, app, tls)
         except OSError as exc:
             raise MetricsError(
-                f"metrics.listener http://{self._host}:{self._requested_port}: cannot listen: "
+                f"metrics.listener {scheme}://{host}:{port}: cannot listen: "
                 f"{exc.strerror or exc}"
             ) from exc
+        warning = metrics_http.exposure_warning(self.address, tls is not None, auth is not None)
+        if warning:
+            log.warning("%s", warning)
+
+    @property
+    def address(self) -> str:
+        """The address bound (``127.0.0.1`` for an empty host)."""
+        return str(self._server.server_address[0]) if self._server is not None else ""
 
     @property
     def port(self) -> int:
@@ -536,7 +562,8 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self._host}:{self.port}/metrics"
+        scheme, host, _ = self._listener
+        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{self.port}/metrics"
 
     def stop(self) -> None:
         if self._server is not None:
@@ -546,4 +573,3 @@ class MetricsServer:
         if self._thread is not None:
             self._thread.join(5.0)
             self._thread = None
-
