@@ -141,7 +141,10 @@ class KafkaConnection(asyncio.Protocol):
         security = self._server.security
         if security.uses_tls:
             try:
-                self.principal = security.tls_principal(transport.get_extra_info("peercert"))
+                session = transport.get_extra_info("ssl_object")
+                self.principal = security.tls_principal(
+                    transport.get_extra_info("peercert"),
+                    None if session is None else session.getpeercert(binary_form=True))
             except NoMatchingRuleError as e:
                 security.stats.failed += 1
                 self._server.log_rejection(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from odradek.security.principal import (
     ANONYMOUS,
     SslPrincipalMapper,
+    certificate_dn,
     rfc2253_name,
     user_principal,
 )
@@ -73,13 +74,18 @@ class ListenerSecurity:
     def uses_tls(self) -> bool:
         return self.ssl_context is not None
 
-    def tls_principal(self, peercert: Mapping[str, object] | None) -> str:
+    def tls_principal(self, peercert: Mapping[str, object] | None,
+                      der: bytes | None = None) -> str:
         """The principal of a TLS client (Kafka's DefaultKafkaPrincipalBuilder): its
         certificate's subject mapped by ``ssl.principal.mapping.rules``, ANONYMOUS
-        without a certificate. Raises NoMatchingRuleError when no rule applies."""
+        without a (verified) certificate. The subject is written as Java's
+        ``X500Principal.getName()`` writes it, from the certificate's own bytes ``der``
+        when given (attributes beyond the common keywords as ``OID=#hex``, so rules copied
+        from Kafka match), else from ``peercert``'s decoded subject. Raises
+        NoMatchingRuleError when no rule applies."""
         subject = (peercert or {}).get("subject")
         if not subject:
             return ANONYMOUS
-        dn = rfc2253_name(subject)  # type: ignore[arg-type]
+        dn = certificate_dn(der) if der else rfc2253_name(subject)  # type: ignore[arg-type]
         mapper = self.principal_mapper or SslPrincipalMapper()
         return user_principal(mapper.name(dn))
