@@ -229,6 +229,10 @@ _OWN: tuple[ConfigDef, ...] = (
               "ZooKeeper session timeout: a broker silent this long leaves the cluster", _ge(1)),
     ConfigDef("zookeeper.connection.timeout.ms", "int", -1, None,
               "how long to wait for the first ZooKeeper connection (-1: the session timeout)"),
+    ConfigDef("zookeeper.set.acl", "boolean", False, None,
+              "znodes get Kafka's secure ACLs (creator all, world read except credentials); "
+              "needs SASL credentials from the JAAS file of -Djava.security.auth.login.config "
+              "in KAFKA_OPTS"),
     ConfigDef("broker.rack", "string", "", None,
               "this broker's rack: replicas of a partition are spread over racks"),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000, None,

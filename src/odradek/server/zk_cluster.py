@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Sequence
 
 from odradek.cluster.controller import Controller, PreferredElection, UncleanElection
@@ -57,6 +58,7 @@ from odradek.cluster.reassignment import (
     encode_reassignments,
 )
 from odradek.cluster.store import BadVersionError, CreateOp, NodeExistsError, NoNodeError, SetOp
+from odradek.cluster.zk_security import ZkClientSecurity
 from odradek.cluster.zk_store import ZooKeeperStore
 from odradek.server.config import BrokerConfig
 from odradek.storage import TopicPartition
@@ -96,10 +98,14 @@ class ZkCluster:
         (:func:`~odradek.cluster.membership.wait_out_previous_registration`)."""
         timeout = int(self.config["zookeeper.connection.timeout.ms"])
         session_timeout_ms = int(self.config["zookeeper.session.timeout.ms"])
+        # Kafka reads the JAAS file from the JVM's -D properties, which KAFKA_OPTS carries.
+        security = ZkClientSecurity.from_environment(os.environ,
+                                                     bool(self.config["zookeeper.set.acl"]))
         self.store = ZooKeeperStore(
             self.config["zookeeper.connect"],
             session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=timeout if timeout > 0 else None,
+            security=security,
         )
         endpoints = [EndPoint(listener.name.upper(), listener.host, listener.port)
                      for listener in self.config.advertised_listeners]
