@@ -16,7 +16,7 @@ SRC = REPO / "src"
 #: every sub-command ``odradek --help`` must list
 SUBCOMMANDS = ("serve", "dump-log", "topics", "configs", "acls", "produce", "consume",
                "groups", "transactions", "leader-election", "status", "dev-cluster",
-               "reassign", "perf", "console", "mirror")
+               "reassign", "perf", "console", "mirror", "zookeeper-security-migration")
 CLI_TIMEOUT_S = 60.0
 
 
