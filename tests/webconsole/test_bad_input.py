@@ -1,25 +1,41 @@
 """The console's forms against a real broker through Starlette's test client (no browser
 needed): changes land in the cluster, and bad input gets a clear message (a 4xx for pages),
-never a traceback."""
+never a traceback. The client logs in and posts each form with its CSRF token, as the
+browser does (the refusals without one are test_guard.py's)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
 from odradek.webconsole.app import create_app
+from odradek.webconsole.guard import Guard
 from tests.interop._broker import start_broker
+from tests.webconsole._console import PASSWORD, csrf_token, login
 
 pytestmark = pytest.mark.interop
 
 
+class FormClient(TestClient):
+    """A logged-in test client whose POSTs carry the session's CSRF token."""
+
+    token = ""
+
+    def post(self, url: Any, *, data: Any = None, **kw: Any) -> Any:  # type: ignore[override]
+        return super().post(url, data={**(data or {}), "csrf_token": self.token}, **kw)
+
+
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    guard = Guard(password=PASSWORD.encode(), allowed_hosts=frozenset({"testserver"}))
     with start_broker(Path(tmp_path_factory.mktemp("console-bad"))) as broker, \
-            TestClient(create_app(broker.bootstrap)) as http:
+            FormClient(create_app(broker.bootstrap, guard=guard)) as http:
+        login(http)
+        http.token = csrf_token(http.get("/topics").text)
         assert http.post("/topics", data={"name": "t", "partitions": "2"},
                          follow_redirects=False).status_code == 303
         yield http

@@ -1,10 +1,14 @@
 """The web console in a real browser (headless Chromium + Selenium) against a real broker.
 
 One broker with real data (records written by librdkafka, a group's offsets committed by a
-librdkafka consumer) and one ``odradek console`` subprocess; the browser opens each page,
+librdkafka consumer) and one ``odradek console`` subprocess with a login
+(``--password-file``); the browser logs in through the login page, opens each page,
 checks what it shows, clicks through a topic creation and an offset reset, charts the
 broker's own Prometheus page (its ``metrics.listener``), and saves a screenshot of each
-page under ``tmp/artifacts/webconsole`` (printed by the test).
+page under ``tmp/artifacts/webconsole`` (printed by the test). The door (issue 49): logged
+out the browser sees only the login page; a form on another site (and on another port of
+the same host) posting to the console is refused and deletes nothing; a host name rebound
+to the console's address is refused; a ``--read-only`` console shows no forms.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import datetime
 import json
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +30,14 @@ from selenium.webdriver.support.ui import Select
 
 from odradek.webconsole.app import record_time
 from tests.interop._broker import free_port, start_broker
-from tests.webconsole._console import ARTIFACTS, chromium_driver, running_console, wait_for
+from tests.webconsole._console import (
+    ARTIFACTS,
+    PASSWORD,
+    browser_login,
+    chromium_driver,
+    running_console,
+    wait_for,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -65,9 +77,11 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, 
         "metrics.listener": f"http://127.0.0.1:{metrics_port}"}) as broker:
         _seed(broker.bootstrap)
         with running_console(broker.bootstrap, "--metrics-url",
-                             f"http://127.0.0.1:{metrics_port}/metrics") as url:
+                             f"http://127.0.0.1:{metrics_port}/metrics",
+                             password=PASSWORD) as url:
             driver = chromium_driver()
             try:
+                browser_login(driver, url)
                 yield broker.bootstrap, url, driver
             finally:
                 driver.quit()
@@ -247,3 +261,109 @@ def test_metrics_charts(setup: tuple[str, str, Any]) -> None:
         "return Chart.getChart('broker-chart').data.datasets.length") >= 1
     assert _text(driver, "#metrics-errors") == ""
     _shot(driver, "metrics")
+
+
+def _topic_names(bootstrap: str) -> set[str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return set(admin.list_topics(timeout=10).topics)
+
+
+def test_logged_out_the_browser_sees_only_the_login_page(setup: tuple[str, str, Any]) -> None:
+    bootstrap, url, driver = setup
+    driver.find_element(By.ID, "logout").click()
+    wait_for("the login page", lambda: driver.find_element(By.ID, "password"))
+    for path in ("/", "/topics", f"/topics/{TOPIC}/messages?partition=0", "/groups/billing"):
+        driver.get(url + path)
+        wait_for(f"the login page instead of {path}",
+                 lambda: driver.find_element(By.ID, "password"))
+        body = _text(driver, "body")
+        assert TOPIC not in body and bootstrap not in body and "billing" not in body, path
+    driver.get(url + f"/api/topics/{TOPIC}/messages?partition=0&offset=0")
+    assert "log in first" in _text(driver, "body")
+    _shot(driver, "login")
+    # a wrong password, then the right one, which lands on the page first asked for
+    driver.get(url + "/groups/billing")
+    wait_for("the login page", lambda: driver.find_element(By.ID, "password")).send_keys("nope")
+    driver.find_element(By.ID, "login").click()
+    assert wait_for("the refusal", lambda: _text(driver, "#login-failure")) == "wrong password"
+    driver.find_element(By.ID, "password").send_keys(PASSWORD)
+    driver.find_element(By.ID, "login").click()
+    assert wait_for("the group page", lambda: _text(driver, "#group-id")) == "billing"
+
+
+class _Attacker(BaseHTTPRequestHandler):
+    """A page elsewhere whose form posts to the console as soon as it loads."""
+
+    target = ""
+
+    def do_GET(self) -> None:
+        page = (f'<form id="f" method="post" action="{self.target}">'
+                f'<input name="confirm" value="{TOPIC}"></form>'
+                '<script>document.getElementById("f").submit()</script>').encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_forged_cross_site_post_is_refused(setup: tuple[str, str, Any]) -> None:
+    bootstrap, url, driver = setup
+    driver.get(url + "/topics")
+    wait_for("a logged-in page", lambda: driver.find_element(By.ID, "logout"))
+    handler = type("Attacker", (_Attacker,), {"target": f"{url}/topics/{TOPIC}/delete"})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        # another site (localhost is not 127.0.0.1: the SameSite cookie stays home), and
+        # another port of the same host (same site: the cookie goes, the Origin gives it away)
+        for page in (f"http://localhost:{port}/", f"http://127.0.0.1:{port}/"):
+            driver.get(page)
+            body = wait_for(f"the console's answer to the form on {page}", lambda: (
+                driver.current_url.startswith(url) and _text(driver, "body")))
+            assert "403 Forbidden" in body, (page, body)
+            assert TOPIC in _topic_names(bootstrap), page
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    # the browser is still logged in, and the real form still works
+    driver.get(f"{url}/topics/{TOPIC}")
+    assert wait_for("the topic page", lambda: _text(driver, "#topic-name")) == TOPIC
+
+
+def test_a_rebound_host_name_is_refused(setup: tuple[str, str, Any]) -> None:
+    _bootstrap, url, _driver = setup
+    port = url.rsplit(":", 1)[1]
+    # DNS rebinding: the attacker's name now resolves to the console's address
+    rebound = chromium_driver("--host-resolver-rules=MAP rebound.example 127.0.0.1")
+    try:
+        rebound.get(f"http://rebound.example:{port}/login")
+        body = wait_for("the refusal", lambda: _text(rebound, "body"))
+        assert "400 Bad Request" in body and "Host" in body, body
+        assert rebound.find_elements(By.ID, "password") == []
+    finally:
+        rebound.quit()
+
+
+def test_a_read_only_console_has_no_forms(setup: tuple[str, str, Any]) -> None:
+    bootstrap, url, driver = setup
+    with running_console(bootstrap, "--read-only", password=PASSWORD) as ro:
+        browser_login(driver, ro)
+        driver.get(f"{ro}/topics/{TOPIC}")
+        assert wait_for("the topic page", lambda: _text(driver, "#topic-name")) == TOPIC
+        assert _text(driver, "#read-only") == "read-only"
+        assert [f.get_attribute("id") for f in driver.find_elements(By.TAG_NAME, "form")] == [
+            "logout"]
+        driver.get(f"{ro}/groups/billing")
+        assert wait_for("the group page", lambda: _text(driver, "#group-id")) == "billing"
+        assert driver.find_elements(By.ID, "reset-offsets") == []
+        _shot(driver, "read-only")
+    # the other console's session (another port) was not touched
+    driver.get(url + "/topics")
+    assert wait_for("a logged-in page", lambda: driver.find_elements(By.ID, "logout"))

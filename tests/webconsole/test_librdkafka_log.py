@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.interop._broker import REPO, free_port, odradek_executable, port_open, start_broker
+from tests.webconsole._console import PASSWORD, login
 
 pytestmark = pytest.mark.interop
 
@@ -33,25 +34,30 @@ def _wait(what: str, check: object, timeout: float) -> None:
 def test_a_broker_going_away_is_logged_not_printed_raw(tmp_path: Path) -> None:
     err_path = tmp_path / "console.stderr"
     port = free_port()
+    secret = tmp_path / "console.password"
+    secret.write_text(PASSWORD + "\n")
     with start_broker(tmp_path / "broker") as broker, err_path.open("wb") as err:
         console = subprocess.Popen(
             [str(odradek_executable()), "console", "--bootstrap-server", broker.bootstrap,
-             "--port", str(port)],
+             "--port", str(port), "--password-file", str(secret)],
             stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
             env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
         try:
             _wait("the console to listen", lambda: port_open("127.0.0.1", port)
                   or console.poll() is not None, 30)
             assert console.poll() is None, err_path.read_text()
+            http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+            login(http)
             # the console uses the broker (its admin client connects) ...
-            page = httpx.get(f"http://127.0.0.1:{port}/", timeout=30)
+            page = http.get("/")
             assert page.status_code == 200 and broker.bootstrap in page.text
             broker.stop()  # ... which then goes away
             down_since = time.monotonic()
             _wait("librdkafka's complaint in the console's log",
                   lambda: LOGGED_FAIL.search(err_path.read_text(errors="replace")), 60)
             # the console still answers, with the reason, and stays up
-            page = httpx.get(f"http://127.0.0.1:{port}/", timeout=60)
+            page = http.get("/")
+            http.close()
             assert page.status_code == 400 and "failed" in page.text
         finally:
             console.terminate()

@@ -8,12 +8,16 @@ in the query string. The live parts (message tail, lag chart, metrics charts) po
 JSON endpoints from the page's script, which writes text with ``textContent`` only; the
 charts use Chart.js, served from the package's static directory (no CDN). The app's
 lifespan closes the cluster client it made (its librdkafka log polling thread) on shutdown.
+
+Who may use it (login, the Host and Origin checks, CSRF tokens, read-only mode) is
+:mod:`odradek.webconsole.guard`: its middleware runs before every route, and every
+state-changing route is wrapped here by ``state_changing`` (read-only refusal, CSRF token).
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -29,12 +34,14 @@ from starlette.staticfiles import StaticFiles
 
 from odradek.text import plural
 from odradek.webconsole.cluster import ClusterClient, ConsoleError, parse_time, render_bytes
+from odradek.webconsole.guard import Guard, GuardMiddleware, local_path
 from odradek.webconsole.metrics import MetricsReader
 
 HERE = Path(__file__).resolve().parent
 #: Records one page of the message browser shows at most.
 MAX_RECORDS = 500
 FORMATS = ("text", "json", "hex")
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _env() -> Environment:
@@ -57,16 +64,58 @@ def record_time(timestamp_ms: int) -> str:
 
 
 def create_app(bootstrap: str, metrics_urls: list[str] | None = None,
-               client: ClusterClient | None = None) -> Starlette:
+               client: ClusterClient | None = None, *, guard: Guard) -> Starlette:
+    """The console's app; ``guard`` says who may use it (there is no unguarded default)."""
     cluster = client or ClusterClient(bootstrap)
     metrics = MetricsReader(list(metrics_urls or []))
     env = _env()
 
     def page(name: str, request: Request, status: int = 200, **ctx: Any) -> HTMLResponse:
+        sid = guard.session_of(request)
         html = env.get_template(name).render(
             bootstrap=bootstrap, message=request.query_params.get("msg"),
-            error=request.query_params.get("err"), has_metrics=bool(metrics.urls), **ctx)
+            error=request.query_params.get("err"), has_metrics=bool(metrics.urls),
+            signed_in=sid is not None, login=guard.login_required, csrf=guard.csrf_for(sid),
+            read_only=guard.read_only, **ctx)
         return HTMLResponse(html, status_code=status)
+
+    def state_changing(handler: Handler, *, in_read_only: bool = False) -> Handler:
+        """``handler`` behind the read-only refusal and the CSRF token check."""
+        async def guarded(request: Request) -> Response:
+            if guard.read_only and not in_read_only:
+                return page("error.html", request, 403,
+                            failure="refused: the console is read-only (--read-only)")
+            form = await request.form()
+            if not guard.csrf_ok(guard.session_of(request), str(form.get("csrf_token", ""))):
+                return page("error.html", request, 403,
+                            failure="refused: the form's CSRF token is missing or wrong "
+                                    "(reload the page and try again)")
+            return await handler(request)
+        return guarded
+
+    async def login_page(request: Request) -> Response:
+        target = local_path(request.query_params.get("next", "/"))
+        if guard.session_of(request) is not None:
+            return RedirectResponse(target, status_code=303)
+        return page("login.html", request, target=target)
+
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        target = local_path(str(form.get("next", "/")))
+        if not guard.login_required:
+            return RedirectResponse(target, status_code=303)
+        if not guard.password_matches(str(form.get("password", ""))):
+            await guard.refuse_login()
+            return page("login.html", request, 401, target=target, failure="wrong password")
+        response = RedirectResponse(target, status_code=303)
+        guard.set_cookie(request, response, guard.open_session())
+        return response
+
+    async def logout(request: Request) -> Response:
+        guard.close_session(guard.session_of(request))
+        response = RedirectResponse("/login" if guard.login_required else "/", status_code=303)
+        guard.clear_cookie(request, response)
+        return response
 
     def back(path: str, **params: str) -> RedirectResponse:
         return RedirectResponse(f"{path}?{urlencode(params)}" if params else path,
@@ -215,18 +264,21 @@ def create_app(bootstrap: str, metrics_urls: list[str] | None = None,
         return page("error.html", request, 400, failure=str(exc))
 
     routes = [
+        Route("/login", login_page),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", state_changing(logout, in_read_only=True), methods=["POST"]),
         Route("/", overview),
         Route("/topics", topics),
-        Route("/topics", create_topic, methods=["POST"]),
+        Route("/topics", state_changing(create_topic), methods=["POST"]),
         Route("/topics/{name}", topic),
-        Route("/topics/{name}/partitions", topic_partitions, methods=["POST"]),
-        Route("/topics/{name}/config", topic_config, methods=["POST"]),
-        Route("/topics/{name}/delete", topic_delete, methods=["POST"]),
+        Route("/topics/{name}/partitions", state_changing(topic_partitions), methods=["POST"]),
+        Route("/topics/{name}/config", state_changing(topic_config), methods=["POST"]),
+        Route("/topics/{name}/delete", state_changing(topic_delete), methods=["POST"]),
         Route("/topics/{name}/messages", messages),
         Route("/api/topics/{name}/messages", api_messages),
         Route("/groups", groups),
         Route("/groups/{group}", group),
-        Route("/groups/{group}/reset", group_reset, methods=["POST"]),
+        Route("/groups/{group}/reset", state_changing(group_reset), methods=["POST"]),
         Route("/api/groups/{group}/lag", api_lag),
         Route("/metrics", metrics_page),
         Route("/api/metrics", api_metrics),
@@ -241,7 +293,7 @@ def create_app(bootstrap: str, metrics_urls: list[str] | None = None,
                 cluster.close()
 
     return Starlette(routes=routes, exception_handlers={ConsoleError: on_console_error},
-                     lifespan=lifespan)
+                     middleware=[Middleware(GuardMiddleware, guard=guard)], lifespan=lifespan)
 
 
 def _parse_configs(text: str) -> dict[str, str]:
