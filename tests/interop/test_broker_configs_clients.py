@@ -5,9 +5,9 @@ confluent-kafka's AdminClient (librdkafka), the Java client's Admin (kafka-clien
 and, for DescribeConfigs, kafka-python's KafkaAdminClient: DescribeConfigs of the BROKER
 resource lists every KafkaConfig key with the value, type, read-only flag and sensitivity
 Kafka documents; IncrementalAlterConfigs of a key of a missing feature (e.g.
-``sasl.kerberos.min.time.before.relogin``) is INVALID_CONFIG naming the feature, of a
-read-only key is Kafka's "Cannot update these configs dynamically", and a served dynamic
-key takes effect.
+``sasl.kerberos.min.time.before.relogin``) stores it as Kafka does (as server.properties
+accepts it: no effect, a warning naming the feature), of a read-only key is Kafka's "Cannot
+update these configs dynamically", and a served dynamic key takes effect.
 """
 
 from __future__ import annotations
@@ -122,16 +122,20 @@ def test_confluent_describe_lists_every_kafka_key(admin: AdminClient) -> None:
     assert entries["log.cleaner.io.max.bytes.per.second"].value == "1.7976931348623157E308"
 
 
-def test_confluent_alter_of_a_missing_feature_names_it(admin: AdminClient) -> None:
-    error = alter_error(admin, "sasl.kerberos.min.time.before.relogin", "120000")
-    assert error.code() == confluent_kafka.KafkaError.INVALID_CONFIG, error
-    assert error.str() == (
-        "Invalid config value for resource ConfigResource(type=BROKER, name='0'): "
-        "sasl.kerberos.min.time.before.relogin: this SASL setting is not supported by Odradek "
-        "yet (it serves PLAIN and SCRAM only)")
-    error = alter_error(admin, "remote.log.manager.copy.max.bytes.per.second", "1000")
-    assert error.code() == confluent_kafka.KafkaError.INVALID_CONFIG
-    assert "tiered storage (KIP-405) is not supported by Odradek yet" in error.str()
+def test_confluent_alter_of_a_missing_feature_stores_it(broker: BrokerProcess,
+                                                         admin: AdminClient) -> None:
+    relogin = "sasl.kerberos.min.time.before.relogin"
+    assert alter_error(admin, relogin, "120000") is None
+    try:
+        e = describe_broker(admin)[relogin]
+        assert (e.value, e.source) == ("120000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        # logged before the answer was sent
+        assert (f"broker config {relogin} is stored but has no effect: this SASL setting is "
+                "not supported by Odradek yet") in broker.stderr(), broker.describe()
+    finally:
+        assert alter_error(admin, relogin, None) is None
+    e = describe_broker(admin)[relogin]
+    assert (e.value, e.source) == ("90000", ConfigSource.STATIC_BROKER_CONFIG.value)
 
 
 def test_confluent_alter_of_a_read_only_key_is_refused_as_kafka_does(
@@ -177,6 +181,7 @@ def test_java_describe_and_alter_broker_configs(broker: BrokerProcess,
                                                 java: JavaRunner) -> None:
     res = java(broker.bootstrap, "broker-configs", "unused", "0",
                "set:sasl.kerberos.min.time.before.relogin=120000",
+               "delete:sasl.kerberos.min.time.before.relogin",
                "set:auto.create.topics.enable=false",
                "set:log.cleaner.min.cleanable.ratio=0.3",
                "delete:log.cleaner.min.cleanable.ratio")
@@ -202,11 +207,9 @@ def test_java_describe_and_alter_broker_configs(broker: BrokerProcess,
         ["sasl.kerberos.min.time.before.relogin", "60000", "DEFAULT_CONFIG"]]
     assert configs["ssl.key.password"]["value"] is None
     altered = res.summary["altered"]
-    missing = altered["set:sasl.kerberos.min.time.before.relogin=120000"]
-    assert missing["error"] == "InvalidConfigurationException", missing
-    assert missing["message"].endswith(
-        "sasl.kerberos.min.time.before.relogin: this SASL setting is not supported by Odradek "
-        "yet (it serves PLAIN and SCRAM only)")
+    # stored as Kafka stores it, with no effect, and removed
+    assert altered["set:sasl.kerberos.min.time.before.relogin=120000"]["error"] is None
+    assert altered["delete:sasl.kerberos.min.time.before.relogin"]["error"] is None
     static = altered["set:auto.create.topics.enable=false"]
     assert static["error"] == "InvalidConfigurationException", static
     assert static["message"].endswith(

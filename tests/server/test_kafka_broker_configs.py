@@ -30,6 +30,7 @@ from odradek.testing import RunningBroker, running_broker
 
 SET, DELETE, APPEND = 0, 1, 2
 DEFAULT_CONFIG, STATIC_BROKER_CONFIG, DYNAMIC_BROKER_CONFIG = 5, 4, 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 
 
 def send(rb: RunningBroker, request: Any) -> Any:
@@ -185,14 +186,10 @@ def test_describe_synonyms_of_an_unserved_key(rb: RunningBroker) -> None:
 
 
 # -- alter -----------------------------------------------------------------------------------
-SASL_REASON = "this SASL setting is not supported by Odradek yet (it serves PLAIN and SCRAM only)"
 PREFIX = "Invalid config value for resource ConfigResource(type=BROKER, name='0'): "
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    ("sasl.kerberos.min.time.before.relogin", "90000",
-     "sasl.kerberos.min.time.before.relogin: this SASL setting is not supported by Odradek "
-     "yet (it serves PLAIN and SCRAM only)"),
     ("auto.create.topics.enable", "false",
      "Cannot update these configs dynamically: Set(auto.create.topics.enable)"),
     ("ssl.keystore.location", "/k.jks",
@@ -201,12 +198,6 @@ PREFIX = "Invalid config value for resource ConfigResource(type=BROKER, name='0'
     ("sasl.kerberos.min.time.before.relogin", "soon",
      "Invalid value soon for configuration sasl.kerberos.min.time.before.relogin: Not a "
      "number of type LONG"),
-    ("remote.log.manager.copy.max.bytes.per.second", "1000",
-     "remote.log.manager.copy.max.bytes.per.second: tiered storage (KIP-405) is not supported "
-     "by Odradek yet"),
-    ("num.io.threads", "16",
-     "num.io.threads: does not apply to Odradek: it has no JVM thread pools (one asyncio "
-     "event loop)"),
     ("listeners", "PLAINTEXT://127.0.0.1:9999",
      "listeners: Odradek applies it only at start-up yet (set it in server.properties and "
      "restart)"),
@@ -224,7 +215,7 @@ PREFIX = "Invalid config value for resource ConfigResource(type=BROKER, name='0'
      "(ssl.keystore.*, ssl.key.password, ssl.truststore.*) can change dynamically in Odradek "
      "yet"),
 ])
-def test_alter_answers_as_kafka_then_names_the_missing_feature(
+def test_alter_answers_as_kafka_then_odradek(
     rb: RunningBroker, key: str, value: str, message: str
 ) -> None:
     r = incremental(rb, "0", [(key, SET, value)])
@@ -243,10 +234,50 @@ def test_per_broker_keys_cannot_be_cluster_defaults(rb: RunningBroker) -> None:
         "Set(sasl.kerberos.min.time.before.relogin)")
 
 
-def test_append_to_an_unserved_list_key_names_the_feature(rb: RunningBroker) -> None:
+@pytest.mark.parametrize(("name", "key", "value", "level"), [
+    ("0", "sasl.kerberos.min.time.before.relogin", "90000", logging.WARNING),
+    ("0", "remote.log.manager.copy.max.bytes.per.second", "1000", logging.WARNING),
+    ("", "num.io.threads", "16", logging.INFO),  # does not apply: a note
+    ("", "remote.log.manager.copy.max.bytes.per.second", "1000", logging.WARNING),
+])
+def test_unserved_keys_are_stored_as_kafka_stores_them(
+    rb: RunningBroker, caplog: Any, name: str, key: str, value: str, level: int
+) -> None:
+    """As in server.properties: accepted, reported once (a warning naming the missing
+    feature, a note for a key that does not apply), described as not served."""
+    entity = name or "<default>"
+    with caplog.at_level(logging.INFO, logger="odradek.server.handlers.configs"):
+        r = incremental(rb, name, [(key, SET, value)])
+        assert r.error_code == ErrorCode.none, r
+    try:
+        reason = unserved_reason(key)
+        assert [(rec.levelno, rec.getMessage()) for rec in caplog.records
+                if f"config {key} " in rec.getMessage()] == [
+            (level, f"broker config {key} is stored but has no effect: {reason} (dynamic "
+                    f"broker configs of {entity})")]
+        assert rb.broker.metadata.broker_configs(entity)[key] == value
+        e = describe(rb, keys=(key,))[key]
+        source = DYNAMIC_BROKER_CONFIG if name else DYNAMIC_DEFAULT_BROKER_CONFIG
+        assert (e.value, e.config_source) == (value, source)
+        assert e.documentation == f"Kafka 3.9 broker config, not served by Odradek: {reason}"
+        # validate_only checks it too
+        r = incremental(rb, name, [(key, SET, value)], validate_only=True)
+        assert r.error_code == ErrorCode.none, r
+    finally:
+        r = incremental(rb, name, [(key, DELETE, None)])
+        assert r.error_code == ErrorCode.none
+    assert key not in rb.broker.metadata.broker_configs(entity)
+
+
+def test_append_to_an_unserved_list_key_starts_from_kafkas_default(rb: RunningBroker) -> None:
     r = incremental(rb, "0", [("sasl.kerberos.principal.to.local.rules", APPEND, "RULE:x")])
-    assert r.error_code == ErrorCode.invalid_config
-    assert r.error_message.endswith(f"sasl.kerberos.principal.to.local.rules: {SASL_REASON}")
+    assert r.error_code == ErrorCode.none, r
+    try:
+        assert rb.broker.metadata.broker_configs("0")[
+            "sasl.kerberos.principal.to.local.rules"] == "DEFAULT,RULE:x"
+    finally:
+        r = incremental(rb, "0", [("sasl.kerberos.principal.to.local.rules", DELETE, None)])
+        assert r.error_code == ErrorCode.none
 
 
 def test_served_dynamic_key_takes_effect(rb: RunningBroker) -> None:

@@ -87,3 +87,33 @@ def test_message_format_version_is_accepted_and_ignored(caplog: pytest.LogCaptur
         "topic config message.format.version=0.10.0"]  # once
     with pytest.raises(ConfigError, match=r"message\.format\.version"):
         LogConfig.build({}, {"message.format.version": "banana"})
+
+
+@pytest.mark.parametrize("value", [
+    "0.10.0.0",      # a 0.x version reads its first three segments: 0.10.0
+    "0.10.0-IV1",
+    "0.10.0-IV1.7",  # first three segments: 0.10.0-IV1
+    "0.11.0.2",
+    "0.8.2.2",
+    "2.8.1",         # a later version reads its first two: 2.8
+    "3.0-IV1",
+    "3.9",
+    "4.0-IV1",       # Kafka 3.9 knows 4.0's inter-broker versions, not yet 4.0 itself
+    "3.0.5-IV0",     # read as 3.0, as Kafka does
+    "1.0.0-IV0x",    # read as 1.0
+    " 3.0 ",         # string values are trimmed, as Kafka's ConfigDef does
+])
+def test_message_format_version_reads_versions_as_kafka_does(value: str) -> None:
+    """Kafka's MetadataVersion.fromVersionString: the first three dot-separated segments of
+    a 0.x version, the first two of any other, looked up among Kafka 3.9's versions."""
+    assert LogConfig.build({}, {"message.format.version": value}).values[
+        "message.format.version"] == value.strip()
+
+
+@pytest.mark.parametrize("value", [
+    "0.10", "0.10.3", "0.12.0", "0.10.0-IV2", "0.7.0", "2.8-IV2", "4.0", "4.1-IV0",
+    "1.0-IV0x", "", "3", "3.0-iv1", "banana",
+])
+def test_message_format_version_refuses_what_kafka_refuses(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"message\.format\.version.*not a valid version"):
+        LogConfig.build({}, {"message.format.version": value})

@@ -8,10 +8,15 @@ is *unserved*, and :func:`unserved_reason` says why, in one of two kinds:
 
 - a feature Odradek lacks (SASL, TLS, KRaft, tiered storage, transactions, …): the key is
   accepted in server.properties with a warning naming the feature, listed by DescribeConfigs
-  with Kafka's default, and an AlterConfigs of it is INVALID_CONFIG naming the feature;
+  with Kafka's default (its documentation naming the feature), and an AlterConfigs of it
+  stores it as Kafka does, with the same warning and no effect;
 - a key that does not apply to Odradek's design (JVM thread pools, purgatory purge
-  intervals, the inter-broker protocol version): accepted with a note, listed, and an
-  AlterConfigs of it is INVALID_CONFIG saying why it does not apply.
+  intervals, the inter-broker protocol version): accepted with a note, listed, and stored
+  by an AlterConfigs with the same note.
+
+Either way an AlterConfigs is checked as Kafka checks it first (a key read-only in Kafka is
+refused, a value of the wrong type too). The per-listener security configs Odradek serves
+from server.properties only (:data:`PER_LISTENER_STATIC`) are refused by an AlterConfigs.
 
 A key that is neither a Kafka key nor Odradek's is unknown: server.properties reports it
 with the nearest known key; AlterConfigs stores it as Kafka does (custom broker configs
@@ -39,6 +44,7 @@ __all__ = [
     "NOT_APPLICABLE_PREFIX",
     "ODRADEK_DEFAULTS",
     "PER_LISTENER_SECURITY_CONFIGS",
+    "PER_LISTENER_STATIC",
     "KafkaBrokerKey",
     "is_not_applicable",
     "kafka_key",
@@ -50,7 +56,6 @@ TLS = ("this TLS setting is not supported by Odradek yet (it serves PEM and PKCS
        "through Python's ssl module)")
 SECURITY = "this security setting is not supported by Odradek yet"
 ZK_TLS = "TLS to ZooKeeper is not supported by Odradek yet"
-ZK_ACL = "ZooKeeper ACLs on Kafka's znodes are not supported by Odradek yet"
 KRAFT = ("KRaft mode is not supported by Odradek (it runs as one embedded node or in "
          "ZooKeeper mode)")
 TIERED = "tiered storage (KIP-405) is not supported by Odradek yet"
@@ -119,7 +124,6 @@ _EXACT: dict[str, str] = {
     "controller.socket.timeout.ms": _CLIENT_SIDE,
     "zookeeper.max.in.flight.requests": _CLIENT_SIDE,
     "zookeeper.clientCnxnSocket": ZK_TLS,
-    "zookeeper.set.acl": ZK_ACL,
     "zookeeper.metadata.migration.enable": KRAFT,
     "process.roles": KRAFT,
     "broker.heartbeat.interval.ms": KRAFT,

@@ -9,7 +9,6 @@ with a message naming the key, never half-applied.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,8 +67,32 @@ def _throttled_replicas(value: Any) -> str | None:
     return None
 
 
-_MESSAGE_FORMAT_VERSION = re.compile(r"\d+\.\d+(\.\d+)?(-IV\d+)?")
+# Kafka 3.9's MetadataVersion: each release with its count of inter-broker versions
+# (IV0, IV1, ...; 0 for the releases before 0.10.0, which have none). 4.0 is not yet a
+# production release in 3.9: only its -IV versions are known, not "4.0" itself.
+_KAFKA_RELEASES: dict[str, int] = {
+    "0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0,
+    "0.10.0": 2, "0.10.1": 3, "0.10.2": 1, "0.11.0": 3,
+    "1.0": 1, "1.1": 1, "2.0": 2, "2.1": 3, "2.2": 2, "2.3": 2, "2.4": 2, "2.5": 1,
+    "2.6": 1, "2.7": 3, "2.8": 2, "3.0": 2, "3.1": 1, "3.2": 1, "3.3": 4, "3.4": 1,
+    "3.5": 3, "3.6": 3, "3.7": 5, "3.8": 1, "3.9": 1, "4.0": 2,
+}
+_UNRELEASED = frozenset({"4.0"})
+KAFKA_METADATA_VERSIONS: frozenset[str] = frozenset(
+    {release for release in _KAFKA_RELEASES if release not in _UNRELEASED}
+    | {f"{release}-IV{i}" for release, count in _KAFKA_RELEASES.items() for i in range(count)})
 _message_format_warned = False
+
+
+def kafka_metadata_version(value: str) -> str | None:
+    """The Kafka version ``value`` names, read as Kafka's ``MetadataVersion.fromVersionString``
+    reads it, or None: a 0.x version is its first three dot-separated segments
+    (``0.10.0.0`` is ``0.10.0``, ``0.10.0-IV1`` stays whole), any later one its first two
+    (``2.8.1`` is ``2.8``); the result must be one of Kafka 3.9's versions."""
+    segments = value.split(".")
+    wanted = 3 if value.startswith("0.") else 2
+    key = value if wanted >= len(segments) else ".".join(segments[:wanted])
+    return key if key in KAFKA_METADATA_VERSIONS else None
 
 
 def _message_format_version(value: Any) -> str | None:
@@ -77,8 +100,9 @@ def _message_format_version(value: Any) -> str | None:
     and ignores its value, the stored format following the inter-broker protocol (3.0 or
     newer: RecordBatch v2). So does Odradek, which stores v2 only; it warns once."""
     global _message_format_warned
-    if not _MESSAGE_FORMAT_VERSION.fullmatch(str(value)):
-        return "must be a Kafka version such as 0.10.0, 2.8 or 3.0-IV1"
+    if kafka_metadata_version(str(value)) is None:
+        return (f"Version {value} is not a valid version (a Kafka version such as 0.10.0, "
+                "0.10.0-IV1, 2.8 or 3.0-IV1)")
     if not _message_format_warned:
         _message_format_warned = True
         log.warning("topic config message.format.version=%s is deprecated (KIP-724) and "

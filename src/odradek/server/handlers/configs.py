@@ -26,11 +26,15 @@ checked as Kafka's DynamicBrokerConfig.validateConfigs checks it, with its messa
 INVALID_CONFIG ("Invalid config value for resource ConfigResource(type=BROKER, name='0'):
 …"): a read-only key ("Cannot update these configs dynamically: Set(…)"), an SSL store
 config without a listener prefix, a bad value for Kafka's type, a per-broker key as the
-cluster default. Then Odradek's: a key of a feature Odradek lacks names the feature, a key
-that does not apply says why, a served key Odradek reads only at start-up
-(``listeners``, ``advertised.listeners``) says so. A TLS listener's keystore and
-truststore keys (``listener.name.<listener>.ssl.keystore.location`` …) are checked by
-building the new context as Kafka's SslFactory does (:mod:`odradek.server.tls_reload`).
+cluster default. Then Odradek's: a served key Odradek reads only at start-up
+(``listeners``, ``advertised.listeners``, the per-listener security configs) says so. A
+Kafka key Odradek does not serve (a feature it lacks, or a key that does not apply) that
+passes Kafka's checks is stored, as Kafka stores it and as server.properties accepts it,
+with no effect: the change is logged as start-up logs the key (a warning naming the missing
+feature, a note for a key that does not apply), and DescribeConfigs says it is not served.
+A TLS listener's keystore and truststore keys
+(``listener.name.<listener>.ssl.keystore.location`` …) are checked by building the new
+context as Kafka's SslFactory does (:mod:`odradek.server.tls_reload`).
 A key that is not Kafka's is stored as Kafka stores custom broker configs.
 ``log.retention.hours`` / ``minutes``, ``log.roll.hours`` and ``log.roll.jitter.hours`` stay
 static (as in Kafka).
@@ -82,6 +86,8 @@ from odradek.server.kafka_config_support import (
     KAFKA_BROKER_CONFIGS,
     KAFKA_VERSION,
     PER_LISTENER_SECURITY_CONFIGS,
+    PER_LISTENER_STATIC,
+    is_not_applicable,
     kafka_key,
     unserved_reason,
 )
@@ -255,8 +261,10 @@ def _validate_broker_configs(
         if key in DYNAMIC_BROKER_KEYS or listener_tls_key(key):
             continue
         reason = unserved_reason(key)
-        if reason is not None:
+        if reason == PER_LISTENER_STATIC:  # served, from server.properties only
             problems.append(f"{key}: {reason}")
+        elif reason is not None:
+            continue  # Kafka stores it; so does Odradek, with no effect (_warn_unserved)
         elif key in BROKER_CONFIGS:
             problems.append(f"{key}: Odradek applies it only at start-up yet (set it in "
                             "server.properties and restart)")
@@ -514,6 +522,8 @@ def _alter_one(services: BrokerServices, resource: Any, incremental: bool,
             # layered again where the local view changes: on the event loop
             md.apply_locally(services.dynamic_config.apply)
             log.info("dynamic broker configs of %s are now %s", target, _loggable(configs))
+            _warn_unserved(target, configs, (c.name for c in resource.configs
+                                             if _sets(c, incremental)))
     except MetadataError as exc:
         raise ConfigRequestError(code_of(exc.kafka_error), str(exc)) from None
     except BadVersionError:
@@ -521,6 +531,28 @@ def _alter_one(services: BrokerServices, resource: Any, incremental: bool,
             ErrorCode.unknown_server_error,
             f"the configs of {target} changed {UPDATE_ATTEMPTS} times while this change "
             "was applied to them; try again") from None
+
+
+def _sets(config: Any, incremental: bool) -> bool:
+    """Whether an alter's entry gives its key a value (not a DELETE, not a null)."""
+    if incremental:
+        return bool(config.config_operation != OP_DELETE)
+    return config.value is not None
+
+
+def _warn_unserved(target: str, configs: Mapping[str, str], keys: Iterable[str]) -> None:
+    """Once for each unserved Kafka key an alter has just stored: what server.properties
+    says of it at start-up (a warning naming the missing feature; a note for a key that does
+    not apply, or that holds Kafka's default)."""
+    for key in sorted(set(keys)):
+        reason = unserved_reason(key)
+        if reason is None or key not in configs:
+            continue
+        k = kafka_key(key)
+        harmless = k is not None and configs[key].strip() == (k.default or "")
+        level = logging.INFO if is_not_applicable(reason) or harmless else logging.WARNING
+        log.log(level, "broker config %s is stored but has no effect: %s (dynamic broker "
+                "configs of %s)", key, reason, target)
 
 
 def _unsupported_type(resource_type: int) -> str:
