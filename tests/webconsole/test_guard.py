@@ -8,12 +8,14 @@ and out in Chromium) is in ``test_browser.py``."""
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import trustme
 from confluent_kafka.admin import AdminClient, NewTopic
 from starlette.testclient import TestClient
 
@@ -212,3 +214,41 @@ def test_the_password_is_never_printed(bootstrap: str, tmp_path: Path) -> None:
         assert http.get("/topics").status_code == 200
     printed = log.read_text()
     assert "odradek console for" in printed and PASSWORD not in printed
+
+
+def test_over_tls_the_cookie_is_secure(bootstrap: str, tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    certfile, keyfile = tmp_path / "console.pem", tmp_path / "console.key"
+    cert.private_key_pem.write_to_path(str(keyfile))
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    with running_console(bootstrap, "--certfile", str(certfile), "--keyfile", str(keyfile),
+                         password=PASSWORD) as url, \
+            httpx.Client(base_url=url.replace("http://", "https://"), verify=context,
+                         timeout=30) as http:
+        r = http.post("/login", data={"password": PASSWORD, "next": "/topics"},
+                      follow_redirects=False)
+        assert r.status_code == 303
+        cookie = r.headers["set-cookie"]
+        assert "; Secure" in cookie and "HttpOnly" in cookie, cookie
+        page = http.get("/topics")
+        assert page.status_code == 200 and TOPIC in page.text
+        # the Origin check knows the scheme: the same host over plain HTTP is another origin
+        r = http.post("/topics", data={"name": "tls", "csrf_token": csrf_token(page.text)},
+                      headers={"Origin": url})
+        assert r.status_code == 403
+
+
+def test_no_login_on_loopback_is_open_but_still_wants_tokens(bootstrap: str) -> None:
+    with running_console(bootstrap) as url, \
+            httpx.Client(base_url=url, timeout=30, follow_redirects=True) as http:  # --no-login
+        page = http.get("/topics")
+        assert page.status_code == 200 and TOPIC in page.text and 'id="logout"' not in page.text
+        r = http.post("/topics", data={"name": "anon", "partitions": "1"})
+        assert r.status_code == 403
+        r = http.post("/topics", data={"name": "anon", "partitions": "1",
+                                       "csrf_token": csrf_token(page.text)})
+        assert r.status_code == 200 and "created topic anon" in r.text
+        assert http.get("/", headers={"Host": "rebound.example"}).status_code == 400
