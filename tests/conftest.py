@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
+from odradek.cluster import loop_owned
 from odradek.testing import RunningBroker, odradek_broker, running_broker
 
 __all__ = ["odradek_broker", "shared_broker"]
@@ -176,6 +177,11 @@ class _Timings:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # docs/architecture.md, "Threads": in every test, a loop-owned dict touched off its
+    # loop's thread raises, here and in the brokers tests start as processes (they inherit
+    # the variable). ODRADEK_DEBUG_THREADS=0 turns it off.
+    os.environ.setdefault(loop_owned.VARIABLE, "1")
+    loop_owned.DEBUG = loop_owned.debug_wanted()
     if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
         config.pluginmanager.register(_Timings(config), "odradek-timings")
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):

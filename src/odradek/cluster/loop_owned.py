@@ -25,7 +25,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["DEBUG", "LoopOwnedDict", "WrongThreadError", "loop_dict", "on_loop"]
+__all__ = ["DEBUG", "VARIABLE", "LoopOwnedDict", "WrongThreadError", "debug_wanted",
+           "loop_dict", "on_loop"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -33,8 +34,17 @@ T = TypeVar("T")
 #: The longest a worker waits for the loop to run a read for it (on_loop).
 ON_LOOP_TIMEOUT_S = 30.0
 
-#: Whether loop-owned containers check the thread touching them (read once, at import).
-DEBUG = os.environ.get("ODRADEK_DEBUG_THREADS", "") not in ("", "0")
+#: The environment variable that turns the debug mode on (1) or off (0, or unset).
+VARIABLE = "ODRADEK_DEBUG_THREADS"
+
+
+def debug_wanted(environ: Mapping[str, str] = os.environ) -> bool:
+    return environ.get(VARIABLE, "") not in ("", "0")
+
+
+#: Whether loop-owned containers made from now on check the thread touching them (read
+#: at import; tests/conftest.py sets the variable and this before any broker starts).
+DEBUG = debug_wanted()
 
 
 class WrongThreadError(AssertionError):
