@@ -4,6 +4,7 @@ states kept in step with the state notifications."""
 from __future__ import annotations
 
 import queue
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -147,5 +148,33 @@ def test_a_watch_whose_read_failed_is_set_again_when_the_session_comes_back(
         writer.set(state_path("t", 0), LeaderAndIsr(0, 2, (0,), 1).encode())
         _notify(writer, ("t", 0))
         wait_for(lambda: epoch() == 2, what="a later state, through the watch set again")
+    finally:
+        sync.close()
+
+
+def test_broker_configs_read_again_in_a_new_session_reach_the_metadata_through_the_loop(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[ZooKeeperStore],
+) -> None:
+    """Issue 52: a new session reads the dynamic broker configs again on the store's
+    thread; they are posted to the event loop, which owns the metadata cache, rather than
+    written into it from that thread while the loop reads it."""
+    broker = zookeeper.store(zk_chroot)
+    writer = zookeeper.store(zk_chroot)
+    zk_stores += [broker, writer]
+    sync, run_posted, _read = _one_partition_synced(broker, writer)
+    metadata = sync.metadata
+    try:
+        assert metadata.broker_configs(ClusterMetadata.DEFAULT_BROKER_ENTITY) == {}
+        writer.set_or_create(f"{ClusterMetadata.BROKER_CONFIGS}/<default>",
+                             b'{"version":1,"config":{"log.retention.ms":"1000"}}')
+        handled = threading.Event()
+        broker._dispatch(lambda: broker._notify(SessionEvent.NEW_SESSION))
+        broker._dispatch(handled.set)  # after the new session's reads, in order
+        assert handled.wait(10)
+        # nothing changed in the metadata until the loop runs what was posted
+        assert metadata.broker_configs(ClusterMetadata.DEFAULT_BROKER_ENTITY) == {}
+        run_posted()  # as the event loop does
+        assert metadata.broker_configs(ClusterMetadata.DEFAULT_BROKER_ENTITY) == {
+            "log.retention.ms": "1000"}
     finally:
         sync.close()
