@@ -415,6 +415,34 @@ def test_delete_topic(tmp_path: Path) -> None:
     assert len(md.get("t").partitions) == 2  # type: ignore[union-attr]
 
 
+class _StateWrittenDuringDelete(EmbeddedStore):
+    """A store on which the controller writes a partition state while a topic's node is
+    deleted recursively, after its children went and before the node itself (ZooKeeper
+    lets it: a recursive delete is one request per node)."""
+
+    writes = 1
+
+    def delete(self, path: str, expected_version: int = -1, recursive: bool = False) -> None:
+        if recursive and self.writes and path.startswith("/brokers/topics/"):
+            self.writes -= 1
+            for child in self.children(path):
+                super().delete(f"{path}/{child}", recursive=True)
+            self.create(f"{path}/partitions", b"")  # the controller, meanwhile
+            super().delete(path)  # NotEmptyError, as ZooKeeper answers
+        super().delete(path, expected_version, recursive)
+
+
+def test_delete_topic_while_the_controller_writes_its_states(tmp_path: Path) -> None:
+    """Issue 52's stress test: a topic deleted just after its creation, while the
+    controller wrote its partition states, was answered UNKNOWN_SERVER_ERROR (the
+    recursive delete's NotEmptyError): it is deleted again."""
+    md = ClusterMetadata(_StateWrittenDuringDelete(tmp_path / "meta.json"), lambda: [0],
+                         DEFAULTS)
+    md.create_topic("t", 1, 1)
+    md.delete_topic("t")
+    assert md.store.get("/brokers/topics/t") is None and md.get("t") is None
+
+
 def test_topic_configs(tmp_path: Path) -> None:
     md = _metadata(tmp_path)
     md.create_topic("t")

@@ -58,6 +58,9 @@ MAX_PARTITIONS = 100_000  # bound on one topic's partition count
 # Kafka's controller refuses a single user operation of more records than this
 # (QuorumController.MAX_RECORDS_PER_USER_OP): one partition is one record.
 MAX_PARTITIONS_PER_OPERATION = 10_000
+# Recursive deletes of a topic's node tried when a child created meanwhile (a partition
+# state the controller writes) made one fail: each attempt removes what it listed.
+DELETE_ATTEMPTS = 5
 
 
 class MetadataError(ApiError):
@@ -614,8 +617,7 @@ class ClusterMetadata:
         info = self._topics_now().get(name)
         if info is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
-        # recursive: the controller's partition states live below the topic's node
-        self.store.delete(f"{self.TOPICS}/{name}", recursive=True)
+        self._delete_topic_node(name)
         if self.store.get(f"{self.CONFIGS}/{name}") is not None:
             self.store.delete(f"{self.CONFIGS}/{name}")
         log.info("deleted topic %s", name)
@@ -623,6 +625,25 @@ class ClusterMetadata:
         self._changed_in_worker(name, None)
         self.apply_locally(lambda: self.apply_topic(name, None))
         return info
+
+    def _delete_topic_node(self, name: str) -> None:
+        """``/brokers/topics/<name>`` with what is below it: the controller's partition
+        states. A recursive delete lists the children, deletes them, then the node; a
+        state the controller writes meanwhile (electing a new topic's leaders) makes that
+        last step fail with NotEmptyError: deleted again, a few times (found by the
+        stress test of issue 52, answered UNKNOWN_SERVER_ERROR before)."""
+        path = f"{self.TOPICS}/{name}"
+        for attempt in range(1, DELETE_ATTEMPTS + 1):
+            try:
+                self.store.delete(path, recursive=True)
+                return
+            except NoNodeError as exc:  # deleted meanwhile, through another broker
+                raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION",
+                                    f"topic {name!r} does not exist") from exc
+            except NotEmptyError:
+                if attempt == DELETE_ATTEMPTS:
+                    raise
+                log.info("topic %s got a child while it was deleted; deleting again", name)
 
     def create_partitions(
         self, name: str, count: int, validate_only: bool = False,
