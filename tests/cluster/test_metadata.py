@@ -502,6 +502,58 @@ def test_create_partitions_refused(tmp_path: Path) -> None:
     assert len(md.get("t").partitions) == 3  # type: ignore[union-attr]
 
 
+def _second_broker(md: ClusterMetadata, brokers: list[int]) -> ClusterMetadata:
+    """Another broker's metadata over the same store, with the topics loaded now: its
+    view hears nothing of the first one's changes until told (a watch notification)."""
+    other = ClusterMetadata(md.store, lambda: list(brokers), DEFAULTS)
+    other.reload()
+    return other
+
+
+def test_a_write_applied_after_a_newer_notification_does_not_set_the_view_back(
+        tmp_path: Path) -> None:
+    """Issue 51's concurrent alters: broker 1 writes its change (config version 1), broker
+    2 then writes on top of it (version 2), and broker 1 hears of version 2 through its
+    watch before its own write reaches its view (a write applies through the event loop
+    after the worker's await, the watch through the loop as well: either may come
+    first). The view must end at version 2, not go back to its own older write."""
+    md = _metadata(tmp_path)
+    md.create_topic("t", 1, 1)
+    other = _second_broker(md, [0])
+    md.update_topic_configs("t", lambda c: {**c, "segment.ms": "3600000"}, False)  # v0
+    other.update_topic_configs("t", lambda c: {**c, "retention.ms": "7200000"}, False)  # v1
+    newer = other.read_topic("t")
+    assert newer is not None and newer.config_version == 1
+    own_write = md.get("t")
+    assert own_write is not None and own_write.configs == {"segment.ms": "3600000"}
+    md.apply_topic("t", newer)  # the notification
+    md.apply_topic("t", own_write)  # its own older write, late
+    assert md.get("t").configs == {  # type: ignore[union-attr]
+        "segment.ms": "3600000", "retention.ms": "7200000"}
+    # the assignment half likewise: a late copy with fewer partitions does not shrink it
+    grown = other.create_partitions("t", 3)
+    md.apply_topic("t", grown)
+    md.apply_topic("t", own_write)
+    assert sorted(md.get("t").partitions) == [0, 1, 2]  # type: ignore[union-attr]
+    assert md.get("t").configs["retention.ms"] == "7200000"  # type: ignore[union-attr,index]
+
+
+def test_create_partitions_through_a_broker_whose_view_is_behind_keeps_the_others(
+        tmp_path: Path) -> None:
+    """Two brokers grow a topic one after the other, the second not having heard of the
+    first's growth: the count is judged against the store and no partition is lost."""
+    md = _metadata(tmp_path, [0, 1])
+    md.create_topic("t", 1, 1)
+    other = _second_broker(md, [0, 1])
+    md.create_partitions("t", 3)
+    assert _error(other.create_partitions, "t", 3) == "INVALID_PARTITIONS"
+    grown = other.create_partitions("t", 4)
+    assert sorted(grown.partitions) == [0, 1, 2, 3]
+    stored = md.read_topic("t")
+    assert stored is not None and sorted(stored.partitions) == [0, 1, 2, 3]
+    assert stored.partitions[1] == md.get("t").partitions[1]  # type: ignore[union-attr]
+
+
 def test_partition_state_without_a_controller(tmp_path: Path) -> None:
     md = _metadata(tmp_path, [0, 1, 2])
     md.create_topic("t", 2, 3, assignment={0: [2, 0, 1], 1: [0, 1, 2]})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import random
@@ -30,6 +31,8 @@ from odradek.cluster import loop_owned, topic_names
 from odradek.cluster.loop_owned import loop_dict
 from odradek.cluster.partition import PartitionState
 from odradek.cluster.store import (
+    UPDATE_ATTEMPTS,
+    BadVersionError,
     CreateOp,
     MetadataStore,
     NodeExistsError,
@@ -77,10 +80,35 @@ class TopicInfo:
     topic_id: uuid.UUID
     partitions: dict[int, list[int]]
     configs: dict[str, str] = field(default_factory=dict)
+    # The store's versions of the two nodes these came from (``/brokers/topics/<t>`` and
+    # ``/config/topics/<t>``; -1: not known). A view is built from writes of its own
+    # broker and from watch notifications, which arrive in any order against each other:
+    # :meth:`ClusterMetadata.apply_topic` keeps each half at its newer version. Not
+    # part of equality: the same topic read again is no change.
+    partitions_version: int = field(default=-1, compare=False)
+    config_version: int = field(default=-1, compare=False)
 
     @property
     def is_internal(self) -> bool:
         return topic_names.is_internal(self.name)
+
+    def newest(self, held: TopicInfo) -> TopicInfo:
+        """This topic, each half (the assignment, the configs) taken from whichever of
+        this and ``held`` has it at the newer store version. Both must be the same topic
+        (its id); a half of an unknown version (-1) loses to a known one."""
+        if (self.partitions_version >= held.partitions_version
+                and self.config_version >= held.config_version):
+            return self
+        partitions, partitions_version = (
+            (self.partitions, self.partitions_version)
+            if self.partitions_version >= held.partitions_version
+            else (held.partitions, held.partitions_version))
+        configs, config_version = (
+            (self.configs, self.config_version)
+            if self.config_version >= held.config_version
+            else (held.configs, held.config_version))
+        return TopicInfo(self.name, self.topic_id, partitions, configs, partitions_version,
+                         config_version)
 
 
 def encode_topic_id(topic_id: uuid.UUID) -> str:
@@ -315,9 +343,15 @@ class ClusterMetadata:
             if self.partition_states is not None:
                 for key in [k for k in self.partition_states if k[0] == name]:
                     del self.partition_states[key]
-        elif self.topics.get(name) == info:
-            return
         else:
+            held = self.topics.get(name)
+            if held is not None and held.topic_id == info.topic_id:
+                # A write of this broker's applied after a newer notification (or the
+                # other way round) must not set the view back: each half at its newest.
+                info = info.newest(held)
+                if held == info:
+                    self.topics[name] = info  # the same content, perhaps newer versions
+                    return
             self.topics[name] = info
         self._notify(name, info)
 
@@ -346,18 +380,22 @@ class ClusterMetadata:
 
     def read_topic(self, name: str) -> TopicInfo | None:
         """The topic as the store has it now (a blocking read: not on the event loop)."""
-        found = self.store.get_json(f"{self.TOPICS}/{name}")
+        found = self.store.get(f"{self.TOPICS}/{name}")
         if found is None:
             return None
-        configs = self.read_configs(self.topic_config_path(name))
-        return self.topic_from_doc(name, found[0], configs)
+        config = self.store.get(self.topic_config_path(name))
+        return self.topic_from_doc(name, json.loads(found.data), config_of(config),
+                                   found.version, -1 if config is None else config.version)
 
     @staticmethod
-    def topic_from_doc(name: str, doc: Any, configs: Mapping[str, str]) -> TopicInfo:
-        """A topic from its ``/brokers/topics/<t>`` document and its config overrides."""
+    def topic_from_doc(name: str, doc: Any, configs: Mapping[str, str],
+                       partitions_version: int = -1, config_version: int = -1) -> TopicInfo:
+        """A topic from its ``/brokers/topics/<t>`` document and its config overrides (and
+        the store's versions of both nodes, when known)."""
         return TopicInfo(
             name, decode_topic_id(doc["topic_id"]),
             {int(p): list(r) for p, r in doc["partitions"].items()}, dict(configs),
+            partitions_version, config_version,
         )
 
     def _notify(self, name: str, info: TopicInfo | None) -> None:
@@ -571,6 +609,8 @@ class ClusterMetadata:
             self.store.multi(ops)
         except NodeExistsError as exc:
             raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists") from exc
+        info = dataclasses.replace(info, partitions_version=0,
+                                   config_version=0 if clean else -1)
         log.info("created topic %s with %s", name, plural(len(replicas), "partition"))
         self._changed_in_worker(name, info)
         self.apply_locally(lambda: self.apply_topic(name, info))
@@ -650,30 +690,48 @@ class ClusterMetadata:
         assignment: Mapping[int, list[int]] | None = None,
     ) -> TopicInfo:
         """Grow ``name`` to ``count`` partitions; ``assignment`` (new partition → replicas,
-        already validated by the caller) replaces the computed assignment."""
-        info = self._topics_now().get(name)
-        if info is None:
+        already validated by the caller) replaces the computed assignment. The count is
+        judged, and the new partitions placed, against the assignment as the store holds
+        it, written compare-and-set on the version read: another broker may have grown
+        the topic since this view heard of it, and its partitions are kept (read again
+        when it wrote between the read and the write)."""
+        held = self._topics_now().get(name)
+        if held is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
-        current = len(info.partitions)
-        if count <= current:
-            raise MetadataError(
-                "INVALID_PARTITIONS",
-                f"topic {name!r} has {current} partitions; the new count must be larger",
-            )
-        if count > MAX_PARTITIONS:
-            raise MetadataError("INVALID_PARTITIONS", f"at most {MAX_PARTITIONS} partitions")
-        rf = len(next(iter(info.partitions.values())))
-        self.check_partition_limits(count - current, rf, len(self.broker_ids()))
-        more = dict(assignment) if assignment else self._assign_more(info, count - current, rf)
-        if validate_only:
-            return info
-        updated = TopicInfo(info.name, info.topic_id, {**info.partitions, **more}, info.configs)
-        found = self.store.get(f"{self.TOPICS}/{name}")
-        assert found is not None
-        self.store.set_json(f"{self.TOPICS}/{name}", self._topic_doc(updated), found.version)
-        self._changed_in_worker(name, updated)
-        self.apply_locally(lambda: self.apply_topic(name, updated))
-        return updated
+        path = f"{self.TOPICS}/{name}"
+        for _ in range(UPDATE_ATTEMPTS):
+            found = self.store.get(path)
+            if found is None:
+                raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION",
+                                    f"topic {name!r} does not exist")
+            info = self.topic_from_doc(name, json.loads(found.data), held.configs,
+                                       found.version, held.config_version)
+            current = len(info.partitions)
+            if count <= current:
+                raise MetadataError(
+                    "INVALID_PARTITIONS",
+                    f"topic {name!r} has {current} partitions; the new count must be larger",
+                )
+            if count > MAX_PARTITIONS:
+                raise MetadataError("INVALID_PARTITIONS",
+                                    f"at most {MAX_PARTITIONS} partitions")
+            rf = len(next(iter(info.partitions.values())))
+            self.check_partition_limits(count - current, rf, len(self.broker_ids()))
+            more = (dict(assignment) if assignment
+                    else self._assign_more(info, count - current, rf))
+            if validate_only:
+                return info
+            updated = dataclasses.replace(info, partitions={**info.partitions, **more})
+            try:
+                written = self.store.set_json(path, self._topic_doc(updated), found.version)
+            except BadVersionError:
+                continue  # another writer came between: judge and place again
+            grown = dataclasses.replace(updated, partitions_version=written.version)
+            self._changed_in_worker(name, grown)
+            self.apply_locally(functools.partial(self.apply_topic, name, grown))
+            return grown
+        raise MetadataError("UNKNOWN_SERVER_ERROR",
+                            f"topic {name!r} changed {UPDATE_ATTEMPTS} times while growing it")
 
     def _assign_more(self, info: TopicInfo, new: int, rf: int) -> dict[int, list[int]]:
         """Replicas of ``new`` partitions after the existing ones, continuing the topic's
@@ -713,8 +771,9 @@ class ClusterMetadata:
         path = self.topic_config_path(name)
         if validate_only:
             return validated(self.read_configs(path))
-        configs = self.store.update_config(path, validated, remove_empty=False)
-        changed = TopicInfo(info.name, info.topic_id, info.partitions, dict(configs))
+        configs, version = self.store.update_config_node(path, validated, remove_empty=False)
+        changed = TopicInfo(info.name, info.topic_id, info.partitions, dict(configs),
+                            info.partitions_version, version)
         self._changed_in_worker(name, changed)
         self.apply_locally(lambda: self.apply_topic(name, changed))
         return configs

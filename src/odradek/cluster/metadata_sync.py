@@ -173,7 +173,8 @@ class MetadataSync:
             return  # deleted: the children watch reports it
         doc: Any = json.loads(node.data)
         configs = dict(json.loads(config.data)["config"]) if config is not None else {}
-        info = self.metadata.topic_from_doc(name, doc, configs)
+        info = self.metadata.topic_from_doc(name, doc, configs, node.version,
+                                            -1 if config is None else config.version)
         self.post(lambda: self.metadata.apply_topic(name, info))
 
     def _refresher(self, name: str) -> Callable[[str], None]:

@@ -230,6 +230,13 @@ class MetadataStore(abc.ABC):
         When another writer came between, it reads and calls ``change`` again, up to
         :data:`UPDATE_ATTEMPTS` times, then raises :class:`BadVersionError`. An exception
         from ``change`` (a refused change) writes nothing. Returns the configs written."""
+        return self.update_config_node(path, change, remove_empty)[0]
+
+    def update_config_node(self, path: str,
+                           change: Callable[[dict[str, str]], dict[str, str]],
+                           remove_empty: bool = True) -> tuple[dict[str, str], int]:
+        """:meth:`update_config`, also returning the version of the node written (-1:
+        removed, or left absent), for a view that must not take an older one after it."""
         for _ in range(UPDATE_ATTEMPTS):
             node = self.get(path)
             new = change(config_of(node))
@@ -237,12 +244,13 @@ class MetadataStore(abc.ABC):
                 if new or not remove_empty or (node is not None and self.children(path)):
                     data = json.dumps({"version": 1, "config": new}, sort_keys=True).encode()
                     if node is None:
-                        self.create(path, data)
+                        written = self.create(path, data)
                     else:
-                        self.set(path, data, node.version)
-                elif node is not None:
+                        written = self.set(path, data, node.version)
+                    return new, written.version
+                if node is not None:
                     self.delete(path, node.version)
-                return new
+                return new, -1
             except (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError):
                 continue  # another writer came between: read again
         raise BadVersionError(f"{path}: changed {UPDATE_ATTEMPTS} times while updating it")
