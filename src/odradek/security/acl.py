@@ -26,9 +26,10 @@ the ACLs clears the cache, so the hot paths (Produce, Fetch) pay one dictionary 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 __all__ = [
     "CLUSTER_NAME",
@@ -311,13 +312,16 @@ class AclAuthorizer:
 
     __slots__ = ("_acls", "_cache", "_prefixed", "allow_if_no_acl", "super_users")
 
-    def __init__(self, super_users: Iterable[str] = (), allow_if_no_acl: bool = False) -> None:
+    def __init__(self, super_users: Iterable[str] = (), allow_if_no_acl: bool = False,
+                 new_dict: Callable[[], dict[Any, Any]] = dict) -> None:
+        """``new_dict`` makes the containers (the broker's event loop owns them: it
+        passes ``loop_dict``, which checks that in the thread-ownership debug mode)."""
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
-        self._acls: dict[ResourcePattern, frozenset[AclEntry]] = {}
+        self._acls: dict[ResourcePattern, frozenset[AclEntry]] = new_dict()
         # PREFIXED patterns by resource type, for the prefix scan of a decision
-        self._prefixed: dict[ResourceType, dict[str, frozenset[AclEntry]]] = {}
-        self._cache: dict[_Key, bool] = {}
+        self._prefixed: dict[ResourceType, dict[str, frozenset[AclEntry]]] = new_dict()
+        self._cache: dict[_Key, bool] = new_dict()
 
     # -- the ACLs ----------------------------------------------------------------------
     def set_acls(self, pattern: ResourcePattern, entries: Iterable[AclEntry]) -> None:

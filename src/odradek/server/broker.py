@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from odradek.client.connection import BrokerConnection, ClientError
 from odradek.client.security import PLAINTEXT
 from odradek.cluster.acl_store import AclStore
+from odradek.cluster.loop_owned import loop_dict
 from odradek.cluster.membership import EndPoint
 from odradek.cluster.metadata import ClusterMetadata
 from odradek.cluster.replica_fetcher import FetcherConfig, ReplicaFetcherManager
@@ -289,7 +290,8 @@ class Broker:
         if not self.config["authorizer.class.name"]:
             return
         authorizer = AclAuthorizer(parse_super_users(self.config["super.users"]),
-                                   bool(self.config["allow.everyone.if.no.acl.found"]))
+                                   bool(self.config["allow.everyone.if.no.acl.found"]),
+                                   new_dict=loop_dict)
         acl_store = AclStore(store)
         if self._cluster is None:
             # the embedded store fires its watches on the writer's thread: the loop's

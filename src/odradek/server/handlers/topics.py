@@ -106,8 +106,12 @@ async def delete_topics(services: BrokerServices, ctx: RequestContext, request: 
     else:
         wanted = [(n, None) for n in request.topic_names]
     quota = mutation_quota(services, ctx, DELETE_STRICT_VERSION)
+    # Authorized here, on the loop, before the hand-off: the authorizer and its decision
+    # cache are the loop's (docs/architecture.md, "Threads").
+    refusals = [_refusal(m, services, ctx, name, topic_id) for name, topic_id in wanted]
     results, _ = await services.replica_manager.change_topics(lambda: [
-        _delete_one(m, services, name, topic_id, quota, ctx) for name, topic_id in wanted
+        refused or _delete_one(m, services, name, topic_id, quota)
+        for (name, topic_id), refused in zip(wanted, refusals, strict=True)
     ])
     return make(m.DeleteTopicsResponse, throttle_time=throttle_after(ctx, quota),
                 responses=tuple(results))
@@ -246,10 +250,41 @@ def _preview_configs(
     return topic_config_entries(services, {k: v for k, v in configs.items() if v is not None})
 
 
+def _refusal(m: Any, services: BrokerServices, ctx: RequestContext, name: str | None,
+             topic_id: uuid.UUID | None) -> Any | None:
+    """The answer for a topic the caller may not delete, decided on the loop; None when
+    :func:`_delete_one` is to answer (allowed, or a request it refuses for what it is).
+    Checked before existence: the answer tells nothing of the topic."""
+    if services.authorizer is None:
+        return None
+    has_id = topic_id is not None and topic_id != ZERO_UUID
+    if (name is not None) == has_id:
+        return None  # both or neither: INVALID_REQUEST from _delete_one
+    if name is None and topic_id is not None:
+        info = services.metadata.by_id(topic_id)
+        if info is None:
+            return None  # UNKNOWN_TOPIC_ID from _delete_one
+        if not allowed(services.authorizer, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                       info.name):
+            # Kafka: a caller who may not Describe the topic does not learn its name
+            return make(m.DeletableTopicResult, name=None, topic_id=topic_id,
+                        error_code=ErrorCode.topic_authorization_failed,
+                        error_message="Authorization failed.")
+        name = info.name
+    assert name is not None
+    if not allowed(services.authorizer, ctx, AclOperation.DELETE, ResourceType.TOPIC, name):
+        return make(m.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
+                    error_code=ErrorCode.topic_authorization_failed,
+                    error_message="Authorization failed.")
+    return None
+
+
 def _delete_one(
     m: Any, services: BrokerServices, name: str | None, topic_id: uuid.UUID | None,
-    quota: MutationQuota | None = None, ctx: RequestContext | None = None,
+    quota: MutationQuota | None = None,
 ) -> Any:
+    """Delete one topic (in the worker thread of ``change_topics``), the caller already
+    authorized (:func:`_refusal`)."""
     has_id = topic_id is not None and topic_id != ZERO_UUID
     if name is not None and has_id:  # Kafka's ControllerApis.deleteTopics
         return make(m.DeletableTopicResult, name=name, topic_id=topic_id,
@@ -265,19 +300,7 @@ def _delete_one(
             return make(m.DeletableTopicResult, name=None, topic_id=topic_id,
                         error_code=ErrorCode.unknown_topic_id, error_message=None)
         name = info.name
-        if ctx is not None and not allowed(services.authorizer, ctx, AclOperation.DESCRIBE,
-                                           ResourceType.TOPIC, name):
-            # Kafka: a caller who may not Describe the topic does not learn its name
-            return make(m.DeletableTopicResult, name=None, topic_id=topic_id,
-                        error_code=ErrorCode.topic_authorization_failed,
-                        error_message="Authorization failed.")
     assert name is not None
-    if ctx is not None and not allowed(services.authorizer, ctx, AclOperation.DELETE,
-                                       ResourceType.TOPIC, name):
-        # checked before existence: the answer tells nothing of the topic
-        return make(m.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
-                    error_code=ErrorCode.topic_authorization_failed,
-                    error_message="Authorization failed.")
     info = services.metadata.get(name)
     tid = info.topic_id if info else ZERO_UUID
     if not services.config["delete.topic.enable"]:
