@@ -5,6 +5,7 @@ and AddPartitionsToTxn naming them. Each gets Kafka's answer, with nothing appen
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import uuid
 from collections.abc import Iterator
@@ -161,3 +162,46 @@ def test_add_partitions_to_txn_leaves_the_internal_topics_out(rb: RunningBroker)
         (topic, 0): ErrorCode.operation_not_attempted,
         ("__transaction_state", 0): ErrorCode.topic_authorization_failed,
     }
+
+
+def test_a_marker_landing_while_a_forgotten_producer_is_asked_refuses_the_append(
+    rb: RunningBroker, client: TxnClient
+) -> None:
+    """The leader forgot the producer (a restart, a leader change, 10,000 others since):
+    its open transaction's next batch waits for the coordinator's answer. If the
+    transaction ends and its marker lands in that wait, the batch would open a
+    transaction no coordinator knows of (a hanging one, pinning the last stable offset):
+    it is refused with INVALID_TXN_STATE, as a first batch is (the verification guard)."""
+    topic = new_topic(rb)
+    txn_id, pid, epoch = begin(rb)
+    assert add_partitions(rb, txn_id, pid, epoch, {topic: [0]}) == {
+        (topic, 0): ErrorCode.none}
+    assert client.produce(topic, txn_batch(pid, epoch, 0), transactional_id=txn_id
+                          ).error_code == ErrorCode.none
+    rb.call(produce_handler._BINDINGS.clear)
+    services = rb.broker.services
+    verifier = services.txn_verifier
+    coordinator = services.transaction_coordinator
+    assert verifier is not None and coordinator is not None
+    state = rb.call(lambda: services.replica_manager.leader_partition(topic, 0)
+                    .log.producer_state)
+    answer = verifier.verify
+
+    async def answered_then_aborted(*args: Any) -> Any:
+        found = await answer(*args)  # NONE: the partition is in the open transaction
+        assert await coordinator.end_txn(txn_id, pid, epoch, False) == ErrorCode.none
+        deadline = asyncio.get_running_loop().time() + 20
+        while state.has_ongoing_txn(pid, epoch):  # the abort marker lands meanwhile
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        return found
+
+    rb.call(setattr, verifier, "verify", answered_then_aborted)
+    try:
+        late = client.produce(topic, txn_batch(pid, epoch, 1, tag="late"),
+                              transactional_id=txn_id)
+    finally:
+        rb.call(delattr, verifier, "verify")
+    assert late.error_code == ErrorCode.invalid_txn_state
+    fetched = client.fetch(topic)
+    assert fetched.last_stable_offset == fetched.high_watermark == 2  # batch, marker

@@ -30,7 +30,10 @@ INVALID_PRODUCER_ID_MAPPING. Batches of a producer whose transaction is open are
 verified again once the coordinator confirmed the producer id for the request's
 transactional id (a leader remembers that, bounded); before, the coordinator is asked,
 so a request cannot slip records into the open transaction of another transactional id
-(INVALID_PRODUCER_ID_MAPPING). Non-transactional produce is not checked.
+(INVALID_PRODUCER_ID_MAPPING), and under a verification guard as a first batch is: a
+marker ending that transaction while the coordinator answers refuses the append
+(INVALID_TXN_STATE), which would open a transaction no coordinator knows of.
+Non-transactional produce is not checked.
 
 A request with a transactional batch (the attributes' bit, read from each batch header)
 and no transactional id is refused whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -356,7 +359,8 @@ async def _verify(
     authorizer = services.authorizer
     producers: set[tuple[int, int]] = set()
     unverified: dict[tuple[str, int], ProducerStateManager] = {}
-    ongoing: list[tuple[str, int]] = []  # the producer's transaction is open there
+    # the producer's transaction is open there
+    ongoing: dict[tuple[str, int], ProducerStateManager] = {}
     for topic in request.topic_data:
         name = topic.name
         if is_internal(name) or (authorizer is not None and not authorizer.authorize(
@@ -378,7 +382,7 @@ async def _verify(
                     if not state.has_ongoing_txn(*producer):
                         unverified[(name, index)] = state
                     else:
-                        ongoing.append((name, index))
+                        ongoing[(name, index)] = state
     if len(producers) > 1:  # Kafka's InvalidPidMappingException, for the whole request
         every = (_INVALID_PRODUCER_ID_MAPPING,
                  "Transactional records contained more than one producer ID")
@@ -392,20 +396,27 @@ async def _verify(
     bindings = _BINDINGS.get(verifier)
     if bindings is None:
         bindings = _BINDINGS[verifier] = _ProducerBindings()
-    binding = ([] if bindings.bound_to(producer_id) == transactional_id
-               else [tp for tp in dict.fromkeys(ongoing) if tp not in unverified])
+    binding = ({} if bindings.bound_to(producer_id) == transactional_id
+               else {tp: state for tp, state in ongoing.items() if tp not in unverified})
     if not unverified and not binding:
         return {}
-    guards = {tp: state.start_verification(producer_id) for tp, state in unverified.items()}
+    # Guards on the open transactions asked about too: a marker ending one while the
+    # coordinator answers must refuse the append, which would open a transaction no
+    # coordinator knows of.
+    guards = {tp: state.start_verification(producer_id)
+              for tp, state in (*unverified.items(), *binding.items())}
     refused = await verifier.verify(transactional_id, producer_id, epoch,
                                     [*unverified, *binding])
     if any(refused.get(tp, _BOUND)[0] in _BINDS for tp in (*unverified, *binding)):
         bindings.bind(producer_id, transactional_id)
     out: _Verified = {}
-    for tp in binding:
+    for tp, state in binding.items():
         found = refused.get(tp)
         if found is not None and found[0] in _UNBOUND:
+            state.end_verification(producer_id, guards[tp])
             out[tp] = (int(found[0].value), found[1])
+        else:  # the transaction open there is the producer's
+            out[tp] = _Guard(state, producer_id, epoch, guards[tp])
     for tp, state in unverified.items():
         found = refused.get(tp)
         if found is not None:
