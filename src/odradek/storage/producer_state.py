@@ -460,15 +460,16 @@ class ProducerStateManager:
     # -- last stable offset ----------------------------------------------------------------
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of the oldest ongoing or unreplicated transaction (None: none);
-        forgets the transactions whose marker the high watermark passed."""
-        unreplicated = self.unreplicated
-        if unreplicated:
+        forgets the transactions whose marker the high watermark passed. Under the lock:
+        a fetch on the loop and the cleaner's thread both ask (issue 52)."""
+        if not (self.ongoing or self.unreplicated):
+            return None
+        with self._lock:
+            unreplicated = self.unreplicated
             done = [f for f, (_pid, last) in unreplicated.items() if last < high_watermark]
-            if done:
-                with self._lock:
-                    for f in done:
-                        unreplicated.pop(f, None)
-        firsts = [*self.ongoing, *unreplicated]
+            for f in done:
+                del unreplicated[f]
+            firsts = [*self.ongoing, *unreplicated]
         return min(firsts) if firsts else None
 
     # -- replication, recovery -----------------------------------------------------------
