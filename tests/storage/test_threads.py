@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from odradek.storage import manager as manager_module
+from odradek.storage.manager import LogManager, TopicPartition
 from odradek.storage.producer_state import ProducerStateManager
+from tests.storage._util import NOW, config, make_batch
 
 TRANSACTIONS = 20_000
 
@@ -64,3 +67,44 @@ def test_first_unstable_offset_from_the_loop_and_the_cleaner(
 
     assert _run_together(fetches, cleaner) == []
     assert state.first_unstable_offset(TRANSACTIONS) is None
+
+
+def test_retention_loses_no_deletion_to_the_pending_deletes_worker(tmp_path: Path) -> None:
+    """Retention (``log-retention``) and the removal of due deletions (``delete-pending``)
+    run in two workers. Retention added its segments to the pending list without the
+    manager's lock: when the other worker replaced the list between retention reading it
+    and appending to it, the segments went into the old list and their ``.deleted`` files
+    stayed until the next start. Here the pending deletes run at that moment: when the
+    manager reads the clock for the entry it adds."""
+    manager: LogManager
+
+    class Clock:
+        def __init__(self) -> None:
+            self.now = NOW
+            self.armed = False
+
+        def __call__(self) -> int:
+            # the manager's own clock read (its entry's due time), not the log's
+            if self.armed and sys._getframe(1).f_code.co_filename == manager_module.__file__:
+                self.armed = False
+                manager.delete_pending()  # as the delete-pending worker would, meanwhile
+            return self.now
+
+    clock = Clock()
+    manager = LogManager([tmp_path / "d"], time_ms=clock)
+    manager.startup()
+    plog = manager.get_or_create_log(
+        TopicPartition("t", 0), config(segment_bytes=300, retention_ms=1000,
+                                       file_delete_delay_ms=5000))
+    for i in range(12):
+        plog.append_as_leader(make_batch(2, NOW, seed=i))
+    assert len(plog.segments) > 2
+    clock.now += 2000
+    clock.armed = True
+    assert manager.cleanup_logs() > 0
+    assert not clock.armed
+    assert list(plog.dir.glob("*.deleted")) != []
+    clock.now += 5000
+    manager.delete_pending()
+    assert list(plog.dir.glob("*.deleted")) == []
+    manager.shutdown()

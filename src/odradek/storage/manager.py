@@ -332,21 +332,19 @@ class LogManager:
                 continue
             if removed:
                 total += len(removed)
-                self._pending.append(
-                    _PendingDelete(self.time_ms() + partition_log.config.file_delete_delay_ms,
-                                   segments=removed)
-                )
+                self.schedule_delete(partition_log, removed)
         return total
 
     def schedule_delete(self, partition_log: PartitionLog, segments: list[LogSegment]) -> None:
         """Remove segments already renamed ``.deleted`` after ``file.delete.delay.ms`` (the
-        cleaner's replaced segments; readers may still hold their file descriptors)."""
+        cleaner's replaced segments, retention's; readers may still hold their file
+        descriptors). Added under the lock: retention, the cleaner's threads and the
+        ``delete-pending`` worker (which replaces the list) run at the same time."""
         if segments:
+            pending = _PendingDelete(self.time_ms() + partition_log.config.file_delete_delay_ms,
+                                     segments=list(segments))
             with self._lock:
-                self._pending.append(
-                    _PendingDelete(self.time_ms() + partition_log.config.file_delete_delay_ms,
-                                   segments=list(segments))
-                )
+                self._pending.append(pending)
 
     def delete_pending(self, force: bool = False) -> None:
         """Remove ``.deleted`` segments and ``-delete`` dirs whose delay has passed."""
