@@ -84,6 +84,25 @@ def test_a_transactional_batch_without_a_transactional_id_is_refused(
     assert client.fetch(topic).last_stable_offset == 2
 
 
+def test_a_truncated_transactional_batch_is_corrupt_not_a_missing_transactional_id(
+    rb: RunningBroker, client: TxnClient
+) -> None:
+    """A batch cut short, even before its attributes, is not a batch (Kafka's record
+    iterator does not return it, and neither does the append's): the partition is
+    CORRUPT_MESSAGE, not the whole request TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    topic = new_topic(rb)
+    whole = txn_batch(424244, 0, 0, 2)
+    for cut in (1, 12, 17, 22, 23, 40, len(whole) - 1):
+        answer = client.produce(topic, whole[:cut])
+        assert answer.error_code == ErrorCode.corrupt_message, cut
+    # a whole plain batch, then a truncated transactional one
+    answer = client.produce(topic, batch(-1, -1, -1, 1) + whole[:-1])
+    assert answer.error_code == ErrorCode.corrupt_message
+    assert log_end(client, topic) == 0
+    assert client.produce(topic, whole).error_code == (
+        ErrorCode.transactional_id_authorization_failed)
+
+
 def test_records_cannot_join_another_transactional_ids_open_transaction(
     rb: RunningBroker, client: TxnClient
 ) -> None:

@@ -283,7 +283,8 @@ def _has_transactional_batch(topic_data: Any) -> bool:
     """Whether a batch of the request has the transactional bit (Kafka's
     ``RequestUtils.hasTransactionalRecords``; here every batch of a partition's records,
     since more than one is accepted). One unpack per batch header, nothing of its
-    records."""
+    records. A batch cut short is not one (as for Kafka's record iterator and the
+    append's): the append answers it CORRUPT_MESSAGE."""
     unpack = _LENGTH_MAGIC_ATTRIBUTES.unpack_from
     header_end = LENGTH_OFFSET + _LENGTH_MAGIC_ATTRIBUTES.size
     for topic in topic_data:
@@ -294,11 +295,11 @@ def _has_transactional_batch(topic_data: Any) -> bool:
             position = 0
             while position + header_end <= end:
                 length, magic, attributes = unpack(records, position + LENGTH_OFFSET)
+                position += LOG_OVERHEAD + length
+                if length <= 0 or position > end:
+                    break  # malformed or truncated: the append refuses it
                 if magic >= 2 and attributes & _TRANSACTIONAL:
                     return True
-                if length <= 0:
-                    break  # malformed: the append refuses it
-                position += LOG_OVERHEAD + length
     return False
 
 
