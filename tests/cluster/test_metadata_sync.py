@@ -178,3 +178,99 @@ def test_broker_configs_read_again_in_a_new_session_reach_the_metadata_through_t
             "log.retention.ms": "1000"}
     finally:
         sync.close()
+
+
+def _recreate(writer: ZooKeeperStore, name: str) -> str:
+    """Delete ``name`` (with its states) and create it again under a new id, its one
+    partition's state at leader epoch 0 (a new state znode: version 0), as the controller
+    writes it for a new topic, with the notification naming it. Returns the new id."""
+    writer.delete(topic_path(name), recursive=True)
+    topic_id = encode_topic_id(uuid.uuid4())
+    writer.create_json(topic_path(name), {"version": 3, "topic_id": topic_id,
+                                          "partitions": {"0": [0]}})
+    writer.create(state_path(name, 0), LeaderAndIsr(0, 0, (0,), 1).encode())
+    _notify(writer, (name, 0))
+    return topic_id
+
+
+def _moved_on(writer: ZooKeeperStore, name: str) -> None:
+    """``name``-0 at leader epoch 2 (state znode version 2), with its notification."""
+    for epoch in (1, 2):
+        writer.set(state_path(name, 0), LeaderAndIsr(0, epoch, (0,), 1).encode())
+    _notify(writer, (name, 0))
+
+
+def test_a_topic_deleted_and_created_again_while_the_broker_was_busy_takes_its_new_states(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[ZooKeeperStore],
+) -> None:
+    """The broker's watch thread busy while t is deleted and created again (a client's
+    DeleteTopics then CreateTopics of the same name): when it looks, the name is still
+    listed, and its data watch reads the new topic. Before, the view took the new topic id
+    but kept the old topic's partition state (leader epoch 2), and skipped the new one
+    (leader epoch 0, a new state znode at version 0) as older: the broker stayed at the
+    old topic's leader epoch, wedged."""
+    broker = zookeeper.store(zk_chroot)
+    writer = zookeeper.store(zk_chroot)
+    zk_stores += [broker, writer]
+    sync, epoch, _read = _one_partition_synced(broker, writer)
+    metadata = sync.metadata
+    try:
+        _moved_on(writer, "t")
+        wait_for(lambda: epoch() == 2, what="t-0 at leader epoch 2")
+        busy, handled = threading.Event(), threading.Event()
+        def hold() -> None:  # the watch thread held while the writes land
+            assert busy.wait(30)
+
+        broker._dispatch(hold)
+        new_id = _recreate(writer, "t")
+        busy.set()
+        broker._dispatch(handled.set)
+        wait_for(lambda: handled.is_set() and epoch() == 0 and encode_topic_id(
+            metadata.get("t").topic_id) == new_id,  # type: ignore[union-attr]
+            what="the new t and its state at leader epoch 0")
+    finally:
+        sync.close()
+
+
+class _Deaf(ZooKeeperStore):
+    """A broker's store whose watches deliver nothing while ``deaf``: what a broker hears
+    of the changes made while its session was lost (the watches went with it)."""
+
+    deaf = False
+
+    def _watch(self, watcher: Any, path: str) -> Any:
+        deliver = super()._watch(watcher, path)
+        return lambda event: None if self.deaf else deliver(event)
+
+
+def test_a_new_session_drops_the_topics_deleted_while_the_old_one_was_lost(
+    zookeeper: ZooKeeperServer, zk_chroot: str, zk_stores: list[ZooKeeperStore],
+) -> None:
+    """While the broker's session was lost, topic u was deleted, and t deleted and created
+    again. The new session reads every topic again. Before, it only added: u stayed in
+    the broker's view (and its logs on disk) for good, and t kept its old state."""
+    broker = _Deaf(zookeeper.connect_string(zk_chroot), 4000, 5000)
+    writer = zookeeper.store(zk_chroot)
+    zk_stores += [broker, writer]
+    writer.create_json(topic_path("u"), {
+        "version": 3, "topic_id": encode_topic_id(uuid.uuid4()), "partitions": {"0": [0]},
+    })
+    sync, epoch, _read = _one_partition_synced(broker, writer)
+    metadata = sync.metadata
+    try:
+        assert metadata.get("u") is not None
+        _moved_on(writer, "t")
+        wait_for(lambda: epoch() == 2, what="t-0 at leader epoch 2")
+        broker.deaf = True
+        writer.delete(topic_path("u"), recursive=True)
+        new_id = _recreate(writer, "t")
+        broker.deaf = False
+        handled = threading.Event()
+        broker._dispatch(lambda: broker._notify(SessionEvent.NEW_SESSION))
+        broker._dispatch(handled.set)  # after the new session's reads, in order
+        assert handled.wait(10)
+        assert epoch() == 0  # runs what was posted, as the event loop does
+        assert metadata.get("u") is None
+        assert encode_topic_id(metadata.get("t").topic_id) == new_id  # type: ignore[union-attr]
+    finally:
+        sync.close()

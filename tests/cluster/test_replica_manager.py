@@ -639,3 +639,38 @@ def test_a_stale_notification_does_not_undo_the_leaders_isr_write(tmp_path: Path
     _run(main())
     assert [tuple(w.isr) for w in written] == [(ME, OTHER), (ME, OTHER, late)]
     node.log_manager.shutdown()
+
+
+# -- a topic deleted and created again under its name, the deletion unheard --------------
+def test_a_topic_created_again_under_its_name_replaces_the_old_one(tmp_path: Path) -> None:
+    """A broker may learn of a topic's deletion and re-creation as one change: its watch on
+    ``/brokers/topics/<t>`` read the new topic (a new topic id) before its children watch
+    saw the name gone, or both happened while its ZooKeeper session was lost. The new
+    topic's states start again at leader epoch 0, partition epoch 0. Before, the view kept
+    the old topic's states (leader epoch 3), skipped the new ones as older, and the
+    partition kept the old topic's log: the new topic served the old one's records and
+    stayed at its leader epoch, wedged until the controller's epochs passed it."""
+    node = _node(tmp_path)
+    node.metadata.partition_states = {}
+    old = _topic(node, "t", {0: [ME, OTHER]})
+    node.metadata.apply_partition_states({("t", 0): PartitionState(
+        ME, 3, (ME, OTHER), (ME, OTHER), 4, 1)})
+    partition = node.replicas.get_partition("t", 0)
+    assert partition is not None and partition.leader_epoch == 3
+    partition.append_records_as_leader(make_batch(10))
+    # the deletion unheard: the new topic arrives as a change of the old one
+    new = TopicInfo("t", uuid.uuid4(), {0: [OTHER, ME]}, {}, 0, -1)
+    assert new.topic_id != old.topic_id
+    node.metadata.apply_topic("t", new)
+    node.metadata.apply_partition_states({("t", 0): PartitionState(
+        OTHER, 0, (OTHER, ME), (OTHER, ME), 0, 1)})
+    assert node.metadata.partition_state("t", 0).leader_epoch == 0
+    fresh = node.replicas.get_partition("t", 0)
+    assert fresh is not None and fresh is not partition
+    assert fresh.state.leader == OTHER and fresh.leader_epoch == 0
+    assert fresh.log.log_end_offset == 0  # not the old topic's records
+    # a late copy of the old topic (read before the deletion) does not bring it back
+    node.metadata.apply_topic("t", old)
+    assert node.metadata.get("t") == new
+    assert node.replicas.get_partition("t", 0) is fresh
+    node.log_manager.shutdown()

@@ -64,6 +64,9 @@ MAX_PARTITIONS_PER_OPERATION = 10_000
 # Recursive deletes of a topic's node tried when a child created meanwhile (a partition
 # state the controller writes) made one fail: each attempt removes what it listed.
 DELETE_ATTEMPTS = 5
+# Ids of deleted topics a view remembers, to refuse a copy of one read before its
+# deletion and applied after it (a late notification, or a write of this broker's).
+GONE_TOPIC_IDS_KEPT = 10_000
 
 
 class MetadataError(ApiError):
@@ -300,6 +303,8 @@ class ClusterMetadata:
         # Loop-owned (docs/architecture.md, "Threads"): read and written on the event
         # loop only; a worker reads the copies of off_loop (see _topics_now).
         self.topics: dict[str, TopicInfo] = loop_dict()
+        # Ids of topics deleted or replaced in this view, oldest first (apply_topic).
+        self._gone_topic_ids: dict[uuid.UUID, None] = loop_dict()
         # Partition replicas a broker may hold (max.broker.partitions, lowered to what
         # its open-files limit allows); None: unbounded.
         self.max_broker_partitions: int | None = None
@@ -338,12 +343,13 @@ class ClusterMetadata:
         """A topic created, changed or deleted (through this broker or, in cluster mode,
         another one): the local view follows, and listeners are told."""
         if info is None:
-            if self.topics.pop(name, None) is None:
+            held = self.topics.pop(name, None)
+            if held is None:
                 return
-            if self.partition_states is not None:
-                for key in [k for k in self.partition_states if k[0] == name]:
-                    del self.partition_states[key]
+            self._forget_topic(held)
         else:
+            if info.topic_id in self._gone_topic_ids:
+                return  # a late copy of a topic deleted (or replaced) since: ids never return
             held = self.topics.get(name)
             if held is not None and held.topic_id == info.topic_id:
                 # A write of this broker's applied after a newer notification (or the
@@ -352,8 +358,31 @@ class ClusterMetadata:
                 if held == info:
                     self.topics[name] = info  # the same content, perhaps newer versions
                     return
+            elif held is not None:
+                # Deleted and created again under the name, the deletion unheard (the
+                # new topic read before the name was seen gone, or both during a lost
+                # session): the old topic goes as a deletion would take it — its states,
+                # which the new ones (leader epoch 0, partition epoch 0) would look older
+                # than, and through the listeners its logs and partitions.
+                log.info("topic %s was deleted and created again (id %s, was %s)", name,
+                         encode_topic_id(info.topic_id), encode_topic_id(held.topic_id))
+                del self.topics[name]
+                self._forget_topic(held)
+                self._notify(name, None)
             self.topics[name] = info
         self._notify(name, info)
+
+    def _forget_topic(self, held: TopicInfo) -> None:
+        """A topic gone from the view: its partition states dropped, its id remembered
+        (the newest :data:`GONE_TOPIC_IDS_KEPT`) so a copy read before it went is refused."""
+        name = held.name
+        if self.partition_states is not None:
+            for key in [k for k in self.partition_states if k[0] == name]:
+                del self.partition_states[key]
+        gone = self._gone_topic_ids
+        gone[held.topic_id] = None
+        if len(gone) > GONE_TOPIC_IDS_KEPT:
+            del gone[next(iter(gone))]
 
     def apply_partition_states(self, states: Mapping[tuple[str, int], PartitionState]) -> None:
         """States written by the controller or a leader; stale ones (an older leader epoch,

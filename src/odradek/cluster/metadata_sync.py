@@ -9,7 +9,10 @@ applies it and tells its listeners (the replica manager hosts logs and updates p
 - *Topics.* A children watch on ``/brokers/topics`` finds topics created or deleted through
   any broker; a data watch on each ``/brokers/topics/<t>`` finds partitions added; a data
   watch on each ``/config/topics/<t>`` finds configs changed. Each watch fires once, so each
-  read sets it again.
+  read sets it again. A new session reads every topic again, and drops those deleted
+  while the old one was lost. A topic deleted and created again between two looks (its
+  data watch reads the new one under the same name) comes as a new topic id: the view
+  replaces the old topic (:meth:`ClusterMetadata.apply_topic`).
 - *Partition states.* The controller writes ``/brokers/topics/<t>/partitions/<p>/state``
   and then one ``/partition_state_notification/state_change_<seq>`` naming the partitions
   it wrote; a leader changing its ISR writes one too. A children watch on the
@@ -79,6 +82,7 @@ class MetadataSync:
         self.on_broker_configs = on_broker_configs
         self._lock = threading.RLock()
         self._topics: set[str] = set()  # names whose data and config watches are set
+        self._rewatch_topics = False  # a new session: every topic read and watched again
         self._clients: set[str] = set()  # client quota nodes whose data watch is set
         self._users: set[str] = set()  # user nodes whose data and clients watches are set
         self._user_clients: set[tuple[str, str]] = set()  # (user node, client node) watched
@@ -150,6 +154,14 @@ class MetadataSync:
             names = self._children(TOPICS, self._watch_topics, "topics", self._watch_topics)
             if names is None:
                 return
+            if self._rewatch_topics:
+                # A new session: every topic's watches went with the old one, so each is
+                # read again (a new one, and one deleted and created again, included);
+                # those no longer listed were deleted meanwhile, unheard.
+                self._rewatch_topics = False
+                for name in sorted(self._topics - names):
+                    self.post(lambda name=name: self.metadata.apply_topic(name, None))  # type: ignore[misc]
+                self._topics = set()
             for name in sorted(names - self._topics):
                 self._topics.add(name)
                 self._refresh_topic(name)
@@ -409,7 +421,7 @@ class MetadataSync:
             # Watches were lost with the old session, and notifications may have been
             # purged meanwhile: read everything again.
             with self._lock:
-                self._topics.clear()
+                self._rewatch_topics = True  # kept until a listing succeeds (a retry)
                 self._watch_topics()
                 self._watch_broker_configs()
                 self._reload_states()
