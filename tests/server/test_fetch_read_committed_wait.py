@@ -19,6 +19,7 @@ import pytest
 
 from odradek.client.routing import ClusterAdmin
 from odradek.server.purgatory import DelayedStableBytes
+from odradek.storage import TopicPartition
 from odradek.testing import RunningBroker, running_broker
 
 WINDOW_S = 2.0
@@ -106,3 +107,63 @@ def test_delayed_stable_bytes_counts_bytes_once_the_lso_moves() -> None:
     lso["q"] = 9
     other.try_complete(70, "q")
     assert other.done.is_set()
+    # bytes already above the LSO when it parked (written before the fetch came) count at
+    # the LSO's move, though the event itself (the commit marker) brings only a few
+    early = DelayedStableBytes(["p"], threshold=100, accumulated=0,
+                               last_stable_offset=lso.__getitem__,
+                               unstable_bytes=lambda _key: 150)
+    early.try_complete(10, "p")
+    assert not early.satisfied()
+    lso["p"] = 30
+    early.try_complete(1, "p")
+    assert early.done.is_set()
+
+
+def test_a_commit_wakes_a_read_committed_fetch_for_the_bytes_it_made_stable(
+    rb: RunningBroker,
+) -> None:
+    """A transaction's data written before the fetch parked counts once its commit moves
+    the LSO: Kafka's DelayedFetch measures the bytes below the LSO, so a consumer with a
+    large fetch.min.bytes gets a committed transaction at once, not after its max wait
+    (the commit marker alone is far below fetch.min.bytes)."""
+    topic = f"rc-min-{uuid.uuid4().hex[:6]}"
+    rb.call(rb.broker.metadata.create_topic, topic, 1, 1, {})
+    producer = ck.Producer({"bootstrap.servers": rb.bootstrap, "linger.ms": 5,
+                            "transactional.id": f"rc-min-{uuid.uuid4().hex[:6]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(100):
+        producer.produce(topic, b"v" * 1000, b"k%d" % i, partition=0)
+    producer.flush(30)  # 100 KB in the open transaction, before any fetch
+    consumer = ck.Consumer({
+        "bootstrap.servers": rb.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+        "isolation.level": "read_committed", "enable.auto.commit": False,
+        "fetch.min.bytes": 50_000, "fetch.wait.max.ms": 20_000,
+    })
+    consumer.assign([ck.TopicPartition(topic, 0, 0)])
+    tp = TopicPartition(topic, 0)
+    received: list[bytes] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set() and len(received) < 100:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                received.append(message.value() or b"")
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        deadline = time.monotonic() + 15
+        while rb.call(rb.broker.fetch_purgatory.watching, tp) == 0:  # the fetch parked
+            assert time.monotonic() < deadline, "the read_committed fetch never parked"
+            stop.wait(0.01)
+        committed = time.monotonic()
+        producer.commit_transaction(30)
+        poller.join(15)
+        woken_after = time.monotonic() - committed
+    finally:
+        stop.set()
+        poller.join()
+        consumer.close()
+    assert len(received) == 100 and woken_after < 10, (len(received), woken_after)

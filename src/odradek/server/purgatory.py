@@ -83,16 +83,26 @@ class DelayedStableBytes(DelayedBytes):
     LSO (``last_stable_offset(key)``) has not moved they sit in a transaction still open
     and a read_committed re-read finds nothing new, so they are held back. A move of the
     LSO credits the key's held bytes (all of them: some may still lie above the new LSO,
-    so the fetch may complete early, at most once per LSO move, never once per append)."""
+    so the fetch may complete early, at most once per LSO move, never once per append).
+
+    The bytes already between the LSO and the high watermark when the fetch parks (an
+    open transaction's data written before it came, ``unstable_bytes(key)``) are held
+    from the start: the commit that makes them stable moves the high watermark by its
+    marker alone, and a fetch whose ``min_bytes`` the marker does not reach would sleep
+    out its max wait with the whole transaction readable (Kafka counts the bytes from
+    the fetch offset to the LSO's position). So the credit never falls short of what
+    became stable."""
 
     __slots__ = ("_held", "_lso", "_stable")
 
     def __init__(self, keys: Iterable[Hashable], threshold: int, accumulated: int,
-                 last_stable_offset: Callable[[Hashable], int]) -> None:
+                 last_stable_offset: Callable[[Hashable], int],
+                 unstable_bytes: Callable[[Hashable], int] | None = None) -> None:
         super().__init__(keys, threshold, accumulated)
         self._lso = last_stable_offset
         self._stable = {key: last_stable_offset(key) for key in self.keys}
-        self._held = dict.fromkeys(self.keys, 0)
+        self._held = (dict.fromkeys(self.keys, 0) if unstable_bytes is None
+                      else {key: unstable_bytes(key) for key in self.keys})
 
     def try_complete(self, nbytes: int, key: Hashable | None = None) -> None:
         if key is None or key not in self._stable:
@@ -143,10 +153,12 @@ class Purgatory:
     async def wait_stable(
         self, keys: Iterable[Hashable], threshold: int, accumulated: int, timeout_s: float,
         last_stable_offset: Callable[[Hashable], int],
+        unstable_bytes: Callable[[Hashable], int] | None = None,
     ) -> bool:
         """:meth:`wait` for a read_committed Fetch: bytes count once below the last stable
         offset (:class:`DelayedStableBytes`)."""
-        op = DelayedStableBytes(keys, threshold, accumulated, last_stable_offset)
+        op = DelayedStableBytes(keys, threshold, accumulated, last_stable_offset,
+                                unstable_bytes)
         return await self.park(op, timeout_s)
 
     async def wait_until(

@@ -79,6 +79,7 @@ also keeps ``sendfile`` (which moves the file offset) away from the segment's ow
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import functools
 import logging
@@ -117,6 +118,7 @@ from odradek.server.client_quotas import principal_user
 from odradek.server.fetch_session import CachedPartition, ContextKind, FetchContext, PartitionKey
 from odradek.server.handlers._errors import error_code_for
 from odradek.storage import TopicPartition
+from odradek.storage.errors import StorageError
 from odradek.storage.log import FetchDataInfo
 
 if TYPE_CHECKING:
@@ -216,7 +218,8 @@ async def fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> 
         if read_committed:  # woken by the last stable offset, not the high watermark
             await services.fetch_purgatory.wait_stable(
                 keys, request.min_bytes, total, max_wait_ms / 1000,
-                functools.partial(_last_stable_offset, replica_manager))
+                functools.partial(_last_stable_offset, replica_manager),
+                functools.partial(_unstable_bytes, replica_manager))
         else:
             await services.fetch_purgatory.wait(keys, request.min_bytes, total,
                                                 max_wait_ms / 1000)
@@ -522,6 +525,36 @@ def _last_stable_offset(replica_manager: ReplicaManager, key: Hashable) -> int:
         return -1
     partition = replica_manager.get_partition(key.topic, key.partition)
     return -1 if partition is None else partition.log.last_stable_offset
+
+
+def _unstable_bytes(replica_manager: ReplicaManager, key: Hashable) -> int:
+    """The bytes of a consumer's purgatory key between its last stable offset and its high
+    watermark: an open transaction's data a commit will make readable at once (purgatory's
+    DelayedStableBytes). Two offset lookups, only for a partition with such data."""
+    if not isinstance(key, TopicPartition):
+        return 0
+    partition = replica_manager.get_partition(key.topic, key.partition)
+    if partition is None:
+        return 0
+    log = partition.log
+    lso, hw = log.last_stable_offset, log.high_watermark
+    if lso >= hw:
+        return 0
+    segments = log.segments
+    bases = [s.base_offset for s in segments]
+    total = 0
+    try:
+        for i in range(max(0, bisect.bisect_right(bases, lso) - 1), len(segments)):
+            segment = segments[i]
+            if segment.base_offset >= hw:
+                break
+            start = segment.translate_offset(lso) if lso > segment.base_offset else None
+            end = segment.translate_offset(hw) if hw < segment.next_offset else None
+            total += ((end.position if end is not None else segment.size)
+                      - (start.position if start is not None else 0))
+    except (OSError, StorageError):  # the read after the wait meets the failure itself
+        return 0
+    return total
 
 
 def _read_one(
