@@ -244,10 +244,19 @@ class ReplicaManager:
         self.checkpoint_high_watermarks()
 
     def checkpoint_high_watermarks(self) -> None:
-        """``replication-offset-checkpoint`` of every online log dir. The broker runs it
-        in a worker every interval: the high watermarks are then read on the loop, which
-        owns the partitions, and only the files are written in the worker."""
-        by_dir = on_loop(self._loop, self._high_watermarks)
+        """``replication-offset-checkpoint`` of every online log dir (from a worker, the
+        high watermarks are read on the loop, which owns the partitions, the worker
+        waiting for them)."""
+        self._write_high_watermarks(on_loop(self._loop, self._high_watermarks))
+
+    async def checkpoint_high_watermarks_off_loop(self) -> None:
+        """:meth:`checkpoint_high_watermarks` as the broker runs it every interval: the
+        high watermarks read here, on the loop, and only the files written in a worker
+        (no worker waits on a busy loop: it could time out and skip a checkpoint)."""
+        by_dir = self._high_watermarks()
+        await asyncio.to_thread(self._write_high_watermarks, by_dir)
+
+    def _write_high_watermarks(self, by_dir: dict[Path, dict[tuple[str, int], int]]) -> None:
         for log_dir, offsets in by_dir.items():
             with self.log_manager.failure_channel.guard(log_dir, "writing high watermarks"):
                 checkpoint.write_offsets(log_dir / files.REPLICATION_OFFSET_CHECKPOINT, offsets)

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import inspect
 import logging
 import threading
 import time
@@ -268,7 +269,7 @@ class Broker:
             *self.log_manager.periodic_tasks(),
             ("high-watermark-checkpoint",
              int(self.config["replica.high.watermark.checkpoint.interval.ms"]),
-             self.replica_manager.checkpoint_high_watermarks),
+             self.replica_manager.checkpoint_high_watermarks_off_loop),
         ]
         for name, interval_ms, fn in periodic:
             if interval_ms < (1 << 40):
@@ -734,10 +735,15 @@ class Broker:
             log.info("broker %d stopped cleanly", self.broker_id)
 
     async def _every(self, name: str, interval_ms: int, fn: Any) -> None:
+        """``fn`` every interval: in a worker thread, or awaited on the loop when it is a
+        coroutine function (which hands its own blocking part to a worker)."""
         while True:
             await asyncio.sleep(interval_ms / 1000)
             try:
-                await asyncio.to_thread(fn)
+                if inspect.iscoroutinefunction(fn):
+                    await fn()
+                else:
+                    await asyncio.to_thread(fn)
             except Exception:
                 log.exception("background task %s failed", name)
 
