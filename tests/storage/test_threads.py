@@ -4,6 +4,7 @@ periodic workers read and change the same logs."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -11,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from odradek.storage import files
 from odradek.storage import manager as manager_module
 from odradek.storage.manager import LogManager, TopicPartition
 from odradek.storage.producer_state import ProducerStateManager
-from tests.storage._util import NOW, config, make_batch
+from odradek.storage.segment import LogSegment
+from odradek.storage.txn_index import AbortedTxn, TxnIndex
+from tests.storage._util import NOW, config, make_batch, open_log
 
 TRANSACTIONS = 20_000
 
@@ -108,3 +112,92 @@ def test_retention_loses_no_deletion_to_the_pending_deletes_worker(tmp_path: Pat
     manager.delete_pending()
     assert list(plog.dir.glob("*.deleted")) == []
     manager.shutdown()
+
+
+class _WatchedLock:
+    """A segment's path lock that tells when the thread named reader waits for it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiting = threading.Event()
+
+    def __enter__(self) -> bool:
+        if threading.current_thread().name == "reader":
+            self.waiting.set()
+        return self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+@pytest.mark.parametrize("paused_after", [0, 1, 2, 3], ids=[
+    "log-renamed", "index-renamed", "timeindex-renamed", "txnindex-renamed"])
+def test_a_read_of_a_cold_segment_while_it_is_renamed_deleted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, paused_after: int) -> None:
+    """Retention and the cleaner rename segments ``.deleted`` on their threads while a
+    fetch on the loop may still read them (it took the segment list before). A cold
+    segment reopens its files by path: between a file's rename and the segment learning
+    its new name the open failed (FileNotFoundError, which takes the whole log dir
+    offline), or the transaction index read as empty (aborted records served to
+    read_committed consumers). Each rename is paused in turn while a reader goes."""
+    plog = open_log(tmp_path, config(segment_bytes=400, index_interval_bytes=1))
+    for i in range(8):
+        plog.append_as_leader(make_batch(2, NOW, seed=i))
+    assert len(plog.segments) > 1
+    first = plog.segments[0]
+    base, end, size = first.base_offset, first.next_offset, first.size
+    plog.close()
+    aborted = AbortedTxn(7, base, end - 1, base)
+    TxnIndex(files.txn_index_file(plog.dir, base)).append(aborted)
+    segment = LogSegment(plog.dir, base, 1, 10 * 1024 * 1024, new=False)  # cold, unmapped
+    with open(segment.log_path, "rb") as f:
+        expected = f.read()
+    assert len(expected) == size
+
+    watched = _WatchedLock()
+    for holder in (segment, segment.offset_index, segment.time_index, segment.txn_index):
+        holder.path_lock = watched
+    renamed, go_on = threading.Event(), threading.Event()
+    real_rename = Path.rename
+    renames = 0
+
+    def rename(self: Path, target: Path) -> Path:
+        nonlocal renames
+        done = real_rename(self, target)
+        if threading.current_thread().name == "renamer":
+            renames += 1
+            if renames == paused_after + 1:
+                renamed.set()
+                assert go_on.wait(30), "the reader never went"
+        return done
+
+    monkeypatch.setattr(Path, "rename", rename)
+    read: list[tuple[bytes, list[AbortedTxn]]] = []
+    failures: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            found = segment.read(base, 1 << 20)
+            assert found is not None
+            handle = segment.file_handle()
+            read.append((os.pread(handle.fd, found[1], found[0].position),
+                         list(segment.txn_index.entries)))
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            watched.waiting.set()  # done (before the fix) or about to wait for the lock
+
+    renamer = threading.Thread(target=segment.change_suffix, args=("", files.DELETED_SUFFIX),
+                               name="renamer", daemon=True)
+    renamer.start()
+    assert renamed.wait(30)
+    reading = threading.Thread(target=reader, name="reader", daemon=True)
+    reading.start()
+    assert watched.waiting.wait(30)  # the reader is done, or waits for the rename
+    go_on.set()
+    renamer.join(30)
+    reading.join(30)
+    assert not renamer.is_alive() and not reading.is_alive()
+    assert failures == []
+    assert read == [(expected, [aborted])]
+    assert segment.log_path.name.endswith(files.DELETED_SUFFIX)

@@ -35,11 +35,13 @@ reader.
 from __future__ import annotations
 
 import abc
+import contextlib
 import mmap
 import os
 import struct
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 WARM_BYTES = 8192  # Kafka's warm section: the tail that stays in the page cache
 GROW_START_BYTES = 4096  # first allocation of an index file; doubled as it fills
@@ -69,6 +71,10 @@ class _Index(abc.ABC):
         sized for them when first mapped; an existing closed index is mapped at its own
         length. Nothing is mapped here (module doc: lazy mapping)."""
         self.path = path
+        # Held while the file is opened by ``path``: its segment renames it under the same
+        # lock (LogSegment.change_suffix), so a reopen never falls between a rename and
+        # the new path.
+        self.path_lock: AbstractContextManager[Any] = contextlib.nullcontext()
         self.base_offset = base_offset
         self.entry_size = self.ENTRY.size
         self.max_entries = max(1, max_index_size // self.entry_size)
@@ -96,7 +102,8 @@ class _Index(abc.ABC):
         m = self._mmap
         if m is not None:
             return m
-        fd = os.open(self.path, os.O_RDWR)
+        with self.path_lock:
+            fd = os.open(self.path, os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
             if self.writable:

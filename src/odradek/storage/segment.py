@@ -39,9 +39,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from odradek.records.batch import (
     BATCH_HEADER_SIZE,
@@ -222,6 +223,13 @@ class LogSegment:
         # Serialises fsync with close/delete: a rolled segment is flushed by a worker
         # thread and may be deleted (truncation, retention) meanwhile.
         self._fd_lock = threading.Lock()
+        # Held while a file is opened by its path and while the files are renamed
+        # (change_suffix): retention and the cleaner rename a segment ``.deleted`` on their
+        # threads while a fetch on the loop, holding the segment list from before, may
+        # reopen its released files (issue 52). Taken after ``_fd_lock``, never before.
+        self.path_lock: AbstractContextManager[Any] = threading.Lock()
+        self.offset_index.path_lock = self.time_index.path_lock = self.path_lock
+        self.txn_index.path_lock = self.path_lock
 
     # -- descriptors ---------------------------------------------------------------------
     def file_handle(self) -> FileHandle:
@@ -240,7 +248,8 @@ class LogSegment:
             if handle is None:
                 if self._closed or self._deleted:
                     raise StorageError(f"segment {self.log_path} is closed or deleted")
-                handle = self._file = FileHandle(os.open(self.log_path, os.O_RDWR))
+                with self.path_lock:
+                    handle = self._file = FileHandle(os.open(self.log_path, os.O_RDWR))
         if not self.pinned:
             self.open_segments.touch(self)
         return handle
@@ -289,7 +298,8 @@ class LogSegment:
         """Largest record timestamp, or the file's mtime when it has none (Kafka's rule)."""
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
-        return int(self.log_path.stat().st_mtime * 1000)
+        with self.path_lock:
+            return int(self.log_path.stat().st_mtime * 1000)
 
     def load_timestamps(self) -> None:
         """Recover the largest timestamp from the time index and the batches after it."""
@@ -619,15 +629,17 @@ class LogSegment:
             self._file = None
 
     def change_suffix(self, old: str, new: str) -> None:
-        """Rename the segment's three files (``.deleted``, ``.swap`` …)."""
-        for path_fn in (files.log_file, files.index_file, files.time_index_file):
-            src = path_fn(self.dir, self.base_offset, old)
-            if src.exists():
-                src.rename(path_fn(self.dir, self.base_offset, new))
-        self.log_path = files.log_file(self.dir, self.base_offset, new)
-        self.offset_index.path = files.index_file(self.dir, self.base_offset, new)
-        self.time_index.path = files.time_index_file(self.dir, self.base_offset, new)
-        self.txn_index.rename(files.txn_index_file(self.dir, self.base_offset, new))
+        """Rename the segment's files (``.deleted``, ``.swap`` …), under the path lock: a
+        reader reopening one by path waits for the rename and the new path together."""
+        with self.path_lock:
+            for path_fn in (files.log_file, files.index_file, files.time_index_file):
+                src = path_fn(self.dir, self.base_offset, old)
+                if src.exists():
+                    src.rename(path_fn(self.dir, self.base_offset, new))
+            self.log_path = files.log_file(self.dir, self.base_offset, new)
+            self.offset_index.path = files.index_file(self.dir, self.base_offset, new)
+            self.time_index.path = files.time_index_file(self.dir, self.base_offset, new)
+            self.txn_index.rename(files.txn_index_file(self.dir, self.base_offset, new))
 
     def abandon(self) -> None:
         """The segment is going (its files are deleted, or its whole directory is): drop
