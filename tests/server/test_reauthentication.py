@@ -147,3 +147,23 @@ def test_the_own_client_reauthenticates_before_its_session_ends(
         raise AssertionError(f"the connection failed: {e}") from e
     assert done >= 2
     assert stats.successful_reauthentication - before >= 2
+
+
+def test_a_failed_reauthentication_is_counted_as_such(reauth: RunningBroker) -> None:
+    """Kafka's Selector: a failure on a connection that has authenticated before is a
+    failed re-authentication (failed-reauthentication-total), not a failed
+    authentication; a successful one records its latency (reauthentication-latency-*)."""
+    stats = _sasl(reauth).security.stats
+    failed, failed_reauth = stats.failed, stats.failed_reauthentication
+    latencies = stats.reauthentication_latency_count
+    with socket.create_connection(("127.0.0.1", _sasl(reauth).port), timeout=15) as sock:
+        _authenticate(sock, 1)
+        _authenticate(sock, 3)  # a successful re-authentication: its latency recorded
+        assert stats.reauthentication_latency_count == latencies + 1
+        assert 0 <= stats.reauthentication_latency_max_ms < 15_000
+        assert _call(sock, SaslHandshakeRequest(mechanism="PLAIN"), 17, 1, 5).error_code == 0
+        wrong = _call(sock, SaslAuthenticateRequest(auth_bytes=b"\0alice\0wrong"), 36, 1, 6)
+        assert wrong.error_code == ErrorCode.sasl_authentication_failed
+        assert _read_frame(sock) is None  # then closed
+    assert stats.failed_reauthentication == failed_reauth + 1
+    assert stats.failed == failed

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -154,8 +155,10 @@ class Snapshot:
     lag: list[tuple[str, str, int, int, int]] = field(default_factory=list)
     connections: list[tuple[str, int]] = field(default_factory=list)
     # listener -> (successful, failed, successful re-authentications, expired connections
-    # killed)
-    authentications: list[tuple[str, int, int, int, int]] = field(default_factory=list)
+    # killed, failed re-authentications)
+    authentications: list[tuple[str, int, int, int, int, int]] = field(default_factory=list)
+    # listener -> (average, maximum) re-authentication latency in ms (NaN before the first)
+    reauthentication_latency: list[tuple[str, float, float]] = field(default_factory=list)
     # the request memory pool (queued.max.request.bytes): (available, used) bytes
     memory_pool: tuple[int, int] = (_UNBOUNDED, 0)
     # (metric, user tag, client-id tag, rate) of each entity a client quota measures
@@ -249,7 +252,15 @@ def snapshot(broker: BrokerView) -> Snapshot:
     snap.authentications = [
         (server.security.name, server.security.stats.successful, server.security.stats.failed,
          server.security.stats.successful_reauthentication,
-         server.security.stats.expired_connections_killed) for server in broker.servers]
+         server.security.stats.expired_connections_killed,
+         server.security.stats.failed_reauthentication) for server in broker.servers]
+    for server in broker.servers:
+        auth = server.security.stats
+        count = auth.reauthentication_latency_count
+        snap.reauthentication_latency.append(
+            (server.security.name,
+             auth.reauthentication_latency_total_ms / count if count else math.nan,
+             auth.reauthentication_latency_max_ms if count else math.nan))
     pool = next((s.memory_pool for s in broker.servers if s.memory_pool is not None), None)
     if pool is not None:  # one pool, shared by every listener
         snap.memory_pool = (pool.available, pool.used)
@@ -461,10 +472,11 @@ class BrokerCollector:
         yield connections
 
         # Kafka's socket-server metrics successful-/failed-authentication-total and
-        # successful-reauthentication-total and expired-connections-killed-count (KIP-368),
-        # per listener
+        # successful-/failed-reauthentication-total, expired-connections-killed-count and
+        # reauthentication-latency-avg/-max (KIP-368), per listener
         names = ("successful_authentication", "failed_authentication",
-                 "successful_reauthentication", "expired_connections_killed_count")
+                 "successful_reauthentication", "expired_connections_killed_count",
+                 "failed_reauthentication")
         families = [CounterMetricFamily(f"kafka_server_socket_server_metrics_{name}",
                                         f"{name.replace('_', ' ')}s (TLS handshakes, SASL)",
                                         labels=["listener"]) for name in names]
@@ -472,6 +484,14 @@ class BrokerCollector:
             for family, count in zip(families, counts, strict=True):
                 family.add_metric([listener], count)
         yield from families
+        latencies = [GaugeMetricFamily(
+            f"kafka_server_socket_server_metrics_reauthentication_latency_{stat}",
+            f"{stat} ms from a re-authentication's SaslHandshake to its success, since "
+            f"start", labels=["listener"]) for stat in ("avg", "max")]
+        for listener, *latency in snap.reauthentication_latency:
+            for gauge, ms in zip(latencies, latency, strict=True):
+                gauge.add_metric([listener], ms)
+        yield from latencies
 
         # Kafka's kafka.network:type=SocketServer,name=MemoryPoolAvailable|MemoryPoolUsed
         available, used = snap.memory_pool

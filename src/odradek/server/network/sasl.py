@@ -33,7 +33,9 @@ How it works: a connection on a SASL listener starts unauthenticated, with its
    ("Disconnecting expired channel"), after answering the requests before it: those in
    flight when the session ended are answered. Without a lifetime (0, the default), a
    SaslHandshake after authentication is answered ILLEGAL_SASL_STATE and nothing else
-   happens, as Kafka's ``KafkaApis`` answers it.
+   happens, as Kafka's ``KafkaApis`` answers it. As Kafka's ``Selector`` counts them, a
+   failure on a connection that has authenticated before is a failed re-authentication
+   (not a failed authentication), and a success records its latency from the SaslHandshake.
 """
 
 from __future__ import annotations
@@ -121,6 +123,8 @@ class SaslAuthenticator:
         self._scram_started = False
         self._raw = False  # after a SaslHandshake v0: raw tokens
         self._reauthenticating = False
+        self._sessions = 0  # successful authentications on this connection
+        self._reauth_began = 0.0  # loop time of the re-authentication's SaslHandshake
         self._expiry: asyncio.TimerHandle | None = None
         reader.set_dispatch(self.gate)
         reader.max_frame_size = self._settings.max_receive_size
@@ -172,6 +176,7 @@ class SaslAuthenticator:
                                f"mechanism ({self.mechanism}), got v{version} {mechanism}")
                 return ErrorCode.illegal_sasl_state, enabled
             self._reauthenticating = True
+            self._reauth_began = self._loop.time()
             self._begin(mechanism)
             return ErrorCode.none, enabled
         if self._state != _HANDSHAKE:
@@ -249,9 +254,10 @@ class SaslAuthenticator:
                 self._fail_now(f"Cannot change principals during re-authentication from "
                                f"{connection.principal}: {principal}")
                 return 0
-            stats.successful_reauthentication += 1
+            stats.note_reauthentication((self._loop.time() - self._reauth_began) * 1000)
         else:
             stats.successful += 1
+        self._sessions += 1
         connection.principal = principal
         self._dispatcher.principal = principal
         self._state = _AUTHENTICATED
@@ -298,11 +304,15 @@ class SaslAuthenticator:
         if self._state == _FAILED:
             return
         self._state = _FAILED
-        self._security.stats.failed += 1
+        if self._sessions:  # as Kafka's Selector: a failure after a success is a re-
+            self._security.stats.failed_reauthentication += 1
+        else:
+            self._security.stats.failed += 1
         peer = self._connection.peer[0]
         self._reader.refuse_after_current(
             "authentication",
-            f"Failed authentication with {peer} on listener {self._security.name} "
+            f"Failed {'re-' if self._sessions else ''}authentication with {peer} on "
+            f"listener {self._security.name} "
             f"({message})")
 
     async def _fail(self, message: str) -> None:

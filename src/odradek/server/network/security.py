@@ -40,6 +40,21 @@ class AuthenticationStats:
     successful_reauthentication: int = 0
     # connections closed at a request after their session ended (KIP-368)
     expired_connections_killed: int = 0
+    # failures on a connection that had authenticated before (Kafka's Selector counts
+    # them here, not in ``failed``)
+    failed_reauthentication: int = 0
+    # successful re-authentications' latency, SaslHandshake to success (since start)
+    reauthentication_latency_count: int = 0
+    reauthentication_latency_total_ms: float = 0.0
+    reauthentication_latency_max_ms: float = 0.0
+
+    def note_reauthentication(self, latency_ms: float) -> None:
+        """A successful re-authentication that took ``latency_ms``."""
+        self.successful_reauthentication += 1
+        self.reauthentication_latency_count += 1
+        self.reauthentication_latency_total_ms += latency_ms
+        self.reauthentication_latency_max_ms = max(self.reauthentication_latency_max_ms,
+                                                   latency_ms)
 
 
 @dataclass(frozen=True, slots=True)
