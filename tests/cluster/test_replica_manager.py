@@ -674,3 +674,27 @@ def test_a_topic_created_again_under_its_name_replaces_the_old_one(tmp_path: Pat
     assert node.metadata.get("t") == new
     assert node.replicas.get_partition("t", 0) is fresh
     node.log_manager.shutdown()
+
+
+def test_a_state_read_before_a_deletion_and_applied_after_it_does_not_wedge_the_next_topic(
+        tmp_path: Path) -> None:
+    """The broker that ran DeleteTopics applies the deletion from its worker; its watch
+    thread may have read a state of the old topic just before (a leader's ISR change) and
+    post it after. Before, that state stayed in the view, the topic gone, and when the
+    name was created again the new topic's states (leader epoch 0) were skipped as older
+    than it: the new partition never got its leader on this broker."""
+    node = _node(tmp_path)
+    node.metadata.partition_states = {}
+    _topic(node, "t", {0: [ME, OTHER]})
+    stale = PartitionState(ME, 3, (ME, OTHER), (ME, OTHER), 4, 1)
+    node.metadata.apply_partition_states({("t", 0): stale})
+    node.metadata.delete_topic("t")
+    node.metadata.apply_partition_states({("t", 0): stale})  # read before, posted after
+    node.metadata.apply_topic("t", None)  # the watch's report of the deletion
+    _topic(node, "t", {0: [OTHER, ME]})
+    node.metadata.apply_partition_states({("t", 0): PartitionState(
+        OTHER, 0, (OTHER, ME), (OTHER, ME), 0, 1)})
+    partition = node.replicas.get_partition("t", 0)
+    assert partition is not None
+    assert partition.state.leader == OTHER and partition.leader_epoch == 0
+    node.log_manager.shutdown()

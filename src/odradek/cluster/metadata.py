@@ -305,6 +305,8 @@ class ClusterMetadata:
         self.topics: dict[str, TopicInfo] = loop_dict()
         # Ids of topics deleted or replaced in this view, oldest first (apply_topic).
         self._gone_topic_ids: dict[uuid.UUID, None] = loop_dict()
+        # Names of topics deleted in this view and not created again (apply_topic).
+        self._gone_topic_names: dict[str, None] = loop_dict()
         # Partition replicas a broker may hold (max.broker.partitions, lowered to what
         # its open-files limit allows); None: unbounded.
         self.max_broker_partitions: int | None = None
@@ -369,20 +371,26 @@ class ClusterMetadata:
                 del self.topics[name]
                 self._forget_topic(held)
                 self._notify(name, None)
+            self._gone_topic_names.pop(name, None)
             self.topics[name] = info
         self._notify(name, info)
 
     def _forget_topic(self, held: TopicInfo) -> None:
-        """A topic gone from the view: its partition states dropped, its id remembered
-        (the newest :data:`GONE_TOPIC_IDS_KEPT`) so a copy read before it went is refused."""
+        """A topic gone from the view: its partition states dropped; its id remembered
+        (the newest :data:`GONE_TOPIC_IDS_KEPT`) so a copy read before it went is refused,
+        and its name until a topic of that name is added again, so a state read before
+        it went is too (it would make the next topic's states look older)."""
         name = held.name
         if self.partition_states is not None:
             for key in [k for k in self.partition_states if k[0] == name]:
                 del self.partition_states[key]
-        gone = self._gone_topic_ids
-        gone[held.topic_id] = None
-        if len(gone) > GONE_TOPIC_IDS_KEPT:
-            del gone[next(iter(gone))]
+        ids, names = self._gone_topic_ids, self._gone_topic_names
+        ids[held.topic_id] = None
+        names[name] = None
+        if len(ids) > GONE_TOPIC_IDS_KEPT:
+            del ids[next(iter(ids))]
+        if len(names) > GONE_TOPIC_IDS_KEPT:
+            del names[next(iter(names))]
 
     def apply_partition_states(self, states: Mapping[tuple[str, int], PartitionState]) -> None:
         """States written by the controller or a leader; stale ones (an older leader epoch,
@@ -392,7 +400,10 @@ class ClusterMetadata:
         ):  # an empty dict set by the broker: checked from now on in debug mode
             self.partition_states = loop_dict(self.partition_states)
         changed = []
+        gone = self._gone_topic_names
         for key, state in states.items():
+            if key[0] in gone:
+                continue  # read before its topic's deletion, applied after it
             old = self.partition_states.get(key)
             if old is not None and (
                 state.leader_epoch < old.leader_epoch
