@@ -195,6 +195,29 @@ def test_last_stable_offset_waits_for_the_high_watermark(tmp_path: Path) -> None
     assert info.last_stable_offset == 3
 
 
+def test_a_follower_forgets_replicated_transactions_as_its_high_watermark_moves(
+        tmp_path: Path) -> None:
+    # A follower may never compute its last stable offset (nobody reads from it), so the
+    # transactions whose markers the high watermark passed are forgotten when it moves
+    # (Kafka's ProducerStateManager.onHighWatermarkUpdated), not only by the LSO.
+    leader = open_log(tmp_path, name="leader-0")
+    follower = open_log(tmp_path, name="follower-0")
+    follower.high_watermark_managed = True  # the partition moves it from the leader's
+    state = follower.producer_state
+    for i in range(50):
+        start = leader.log_end_offset
+        leader.append_as_leader(txn(P1, 2 * i, 2))
+        end(leader, P1, commit=i % 3 != 0)
+        follower.append_as_follower(leader.read(start, 1 << 20).read())
+        follower.high_watermark = follower.log_end_offset - 1  # short of the last marker
+        assert len(state.unreplicated) <= 1, i
+    follower.high_watermark = follower.log_end_offset
+    assert state.unreplicated == {}
+    assert follower.last_stable_offset == follower.log_end_offset
+    leader.close()
+    follower.close()
+
+
 def test_last_stable_offset_is_never_below_the_log_start(tmp_path: Path) -> None:
     plog = open_log(tmp_path)
     plog.append_as_leader(txn(P1, 0))  # 0, open

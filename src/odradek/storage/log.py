@@ -278,7 +278,20 @@ class PartitionLog:
         # broker, the partition that takes the log over (cluster.Partition) sets
         # ``high_watermark_managed`` and moves it: the smallest log end offset over the ISR.
         self.high_watermark_managed = False
-        self.high_watermark = self.log_end_offset
+        self._high_watermark = self.log_end_offset
+
+    # -- high watermark ------------------------------------------------------------------
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        """Every move of the high watermark, leader or follower, lets the producer state
+        forget the transactions it passed (Kafka's ``updateHighWatermark``)."""
+        self._high_watermark = offset
+        if self.producer_state.unreplicated:
+            self.producer_state.on_high_watermark_updated(offset)
 
     # -- helpers -------------------------------------------------------------------------
     def _io(self, operation: str) -> AbstractContextManager[None]:

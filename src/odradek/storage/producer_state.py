@@ -37,9 +37,10 @@ How it works:
   fenced first, INVALID_PRODUCER_EPOCH for an epoch older than the producer's and
   TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than the last marker's;
   then the transaction is *unreplicated* until the high watermark passes its marker, and
-  forgotten after. The **first unstable offset** is the smallest first offset of the
-  ongoing and unreplicated transactions; the log's last stable offset (LSO) is that,
-  bounded by the high watermark. An ended transaction is answered as a
+  forgotten when the high watermark moves past it (:meth:`on_high_watermark_updated`, on
+  leaders and followers alike). The **first unstable offset** is the smallest first
+  offset of the ongoing and unreplicated transactions; the log's last stable offset
+  (LSO) is that, bounded by the high watermark. An ended transaction is answered as a
   :class:`CompletedTxn`; for an aborted one the log writes an :class:`AbortedTxn` into the
   segment's ``.txnindex``, whose last stable offset is the first offset of the oldest
   transaction of another producer still ongoing (else the marker's offset + 1), as
@@ -458,6 +459,21 @@ class ProducerStateManager:
                           completed.last_offset, lso)
 
     # -- last stable offset ----------------------------------------------------------------
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget the transactions whose marker the high watermark passed (Kafka's
+        ``onHighWatermarkUpdated``), so that a follower, which may never compute its last
+        stable offset, does not keep them. Markers are installed in offset order, so they
+        go from the front of :attr:`unreplicated`."""
+        unreplicated = self.unreplicated
+        if not unreplicated:
+            return
+        with self._lock:
+            while unreplicated:
+                first = next(iter(unreplicated))
+                if unreplicated[first][1] >= high_watermark:
+                    break
+                del unreplicated[first]
+
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of the oldest ongoing or unreplicated transaction (None: none);
         forgets the transactions whose marker the high watermark passed. Under the lock:
