@@ -759,18 +759,33 @@ async def _no_answer_within(client: Client, seconds: float) -> None:
 
 
 def test_queued_max_request_bytes_pauses_every_connection() -> None:
-    """queued.max.request.bytes is broker-wide: while one connection's request holds the
-    pool, another connection's request is not read; it is once the first is answered."""
+    """queued.max.request.bytes is broker-wide: while one connection's Produce holds the
+    pool (its records, while its handler runs: Kafka's requiresDelayedAllocation), another
+    connection's request is not read; it is once the Produce is done. Any other request
+    gives its bytes back as soon as it is read (a parked Fetch holds nothing of the pool:
+    test_request_memory's parked-request tests)."""
+    from kio.schema.produce.v9.request import ProduceRequest
+    from kio.schema.produce.v9.response import ProduceResponse
+    from kio.static.primitive import i16
+
     async def test() -> None:
         async with running(NetworkConfig(queued_max_request_bytes=1)) as (server, api):
+            async def produce(ctx: RequestContext, request: Any) -> Any:
+                api.started += 1
+                await api.gate.wait()
+                return ProduceResponse(responses=(), throttle_time=datetime.timedelta(0))
+
+            server.registry.register(ApiKey.PRODUCE, 9, 9, produce)
             first = await Client.connect(server.port)
-            await first.send(request_frame(_heartbeat("block"), 1))
-            await _until(lambda: api.started == 1, "the blocking request")
+            await first.send(request_frame(ProduceRequest(
+                transactional_id=None, acks=i16(1), timeout=datetime.timedelta(seconds=5),
+                topic_data=()), 1))
+            await _until(lambda: api.started == 1, "the blocking Produce")
             assert server.memory_pool is not None and server.memory_pool.exhausted
             second = await Client.connect(server.port)
             await second.send(request_frame(_heartbeat("ok"), 2))
             await _no_answer_within(second, 0.5)
-            assert api.started == 1
+            assert api.completed == []
             api.gate.set()
             assert (await first.read_frame()) is not None
             payload = await second.read_frame()

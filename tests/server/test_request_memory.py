@@ -262,3 +262,75 @@ def test_the_pool_holds_under_many_large_produce_requests() -> None:
         available = samples["kafka_network_socketserver_memorypoolavailable"]
         assert used + available == POOL
         assert broker.call(_held, broker)[1] == 0  # everything answered: all released
+
+
+def _parked_fetch_frame(topic: str, correlation_id: int, rack_id: str = "") -> bytes:
+    """A Fetch the purgatory keeps for two minutes: min_bytes nobody will produce."""
+    from kio.schema.fetch.v12 import request as m
+
+    request = m.FetchRequest(
+        cluster_id=None, replica_id=-1,  # type: ignore[arg-type]
+        max_wait=i32Timedelta.parse(datetime.timedelta(seconds=120)),
+        min_bytes=2**31 - 1, max_bytes=1 << 20, isolation_level=0,  # type: ignore[arg-type]
+        session_id=0, session_epoch=-1, forgotten_topics_data=(),  # type: ignore[arg-type]
+        rack_id=rack_id, topics=(m.FetchTopic(topic=topic, partitions=(  # type: ignore[arg-type]
+            m.FetchPartition(partition=0, current_leader_epoch=-1,  # type: ignore[arg-type]
+                             fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                             partition_max_bytes=1 << 20),)),),
+    )
+    return request_frame(request, correlation_id)
+
+
+def _answered_within(port: int, seconds: float) -> bool:
+    """Whether a new connection's ApiVersions is answered within ``seconds``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=seconds) as sock:
+        sock.sendall(request_frame(ApiVersionsRequest(client_software_name="t",
+                                                      client_software_version="1"), 1))
+        try:
+            return _read_frame(sock) is not None
+        except TimeoutError:
+            return False
+
+
+@pytest.mark.parametrize("behind", ["api_versions", "produce", "rack_id"])
+def test_a_parked_request_does_not_hold_the_pool_for_everyone(behind: str) -> None:
+    """A Fetch parked in the purgatory for max_wait (a client's choice, up to 24 days),
+    with requests pipelined behind it on its connection, or itself large (a rack_id of a
+    MB, which Kafka frees once parsed): their bytes must not keep the broker from reading
+    any other connection's requests meanwhile (each connection may hold up to
+    socket.request.max.bytes; a few of them filled a 512 MiB pool)."""
+    with running_broker(overrides={"queued.max.request.bytes": str(POOL)}) as broker:
+        topic = "parked"
+        broker.call(broker.broker.metadata.create_topic, topic, 1, 1)
+        hogs: list[socket.socket] = []
+        try:
+            for hog_index in range(3):
+                hog = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+                hogs.append(hog)
+                if behind == "rack_id":
+                    hog.sendall(_parked_fetch_frame(topic, 1, "r" * (POOL // 2)))
+                    continue
+                hog.sendall(_parked_fetch_frame(topic, 1))
+                for i in range(3):  # 3 MB behind it: more than the whole pool
+                    if behind == "produce":
+                        frame = _produce_frame(topic, i + 2)
+                    else:
+                        frame = request_frame(ApiVersionsRequest(
+                            client_software_name="a" * VALUE,
+                            client_software_version="1"), i + 2)
+                    hog.sendall(frame)
+                if hog_index == 0:
+                    break  # one connection fills the pool alone
+            # the hogs' frames are all in (their answers wait behind the parked Fetch)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                held, used, _ = broker.call(_held, broker)
+                if used >= POOL or held >= POOL:
+                    break
+                time.sleep(0.01)  # polling a condition, with a deadline
+            assert _answered_within(broker.port, 15), (
+                "another client's ApiVersions waited for the parked Fetch "
+                f"(pool used {broker.call(_held, broker)[1]:,} of {POOL:,})")
+        finally:
+            for hog in hogs:
+                hog.close()

@@ -12,10 +12,15 @@ Follows Kafka's ``SocketServer.Processor`` muting and ``queued.max.requests`` (t
   Processors; Kafka's default -1 is unbounded, Odradek's is 512 MiB, see
   docs/operations.md). A frame still being received is charged its announced size as
   soon as its size prefix is in and its body is not, as Kafka's ``NetworkReceive``
-  allocates its buffer from the pool; a frame is charged its bytes from dispatch until
-  its response is written. When the :class:`RequestMemoryPool` is used up, a connection
-  whose next frame cannot be charged stops reading (Kafka mutes the channel) until a
-  response frees some, then the connections that waited are woken in turn. As with
+  allocates its buffer from the pool; once received, a frame's charge ends, except a
+  Produce's, which is charged again while its handler runs (its records are what it
+  holds: Kafka's ``requiresDelayedAllocation``). Nothing is charged while a request waits
+  behind others or parks in the purgatory: a charge held until the response was written
+  let one client with a parked Fetch (``max_wait_ms`` is the client's) and a pipeline
+  behind it hold the pool, and every connection with it. When the
+  :class:`RequestMemoryPool` is used up, a connection whose next frame cannot be charged
+  stops reading (Kafka mutes the channel) until a frame or a Produce frees some, then the
+  connections that waited are woken in turn. As with
   Kafka's (non-strict) pool, the frame that crosses the bound is still taken, so a frame
   up to ``socket.request.max.bytes`` always fits in the end. The charge is bookkeeping:
   what is buffered is only ever what was received. Each connection also stops reading

@@ -86,6 +86,7 @@ __all__ = ["Dispatcher"]
 log = logging.getLogger("odradek.server.network")
 
 _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
+_PRODUCE: Final = int(ApiKey.PRODUCE)
 
 
 class Dispatcher:
@@ -180,7 +181,11 @@ class Dispatcher:
                 prior.append(barrier)
             if self._since_barrier:
                 prior.extend(self._since_barrier)
-        coro = self._handle(registration, ctx, request, prior, timing)
+        # Only a Produce keeps its frame (its records) while its handler runs: it stays
+        # charged to the pool until then, as Kafka's requiresDelayedAllocation; any other
+        # request's charge ended when the reader handed its frame over.
+        pooled = size if api_key == _PRODUCE and self._requests.pool is not None else 0
+        coro = self._handle(registration, ctx, request, prior, timing, pooled)
         task: asyncio.Future[Outcome]
         if prior:
             task = self._loop.create_task(coro)
@@ -210,8 +215,6 @@ class Dispatcher:
         # queue empty, so a request behind others need not set it.
         requests = self._requests
         requests.bytes += size
-        if requests.pool is not None:
-            requests.pool.used += size
         entries = requests.entries
         entries.append(entry)
         if len(entries) == 1:
@@ -241,13 +244,19 @@ class Dispatcher:
         request: Any,
         prior: list[asyncio.Future[Outcome]],
         timing: TimedInFlight | None,
+        pooled: int = 0,
     ) -> Outcome:
         """The request's life in its handler: wait for the earlier requests it must
         follow, run the handler (metered when timed or charged), encode its answer or
-        its error's."""
+        its error's. ``pooled``: the bytes charged to the request memory pool while the
+        handler runs (a Produce's frame), not while it waits for earlier requests."""
         if prior:
             await asyncio.wait(prior)
         quota = self._quota
+        pool = self._requests.pool
+        if pooled:
+            assert pool is not None
+            pool.used += pooled
         try:
             charged = (quota if quota is not None and quota.active
                        and quota_applies(ctx, request) else None)
@@ -283,6 +292,12 @@ class Dispatcher:
             return self._error_outcome(
                 registration, ctx, request, ErrorCode.unknown_server_error, e
             )
+        finally:
+            if pooled:
+                assert pool is not None
+                pool.used -= pooled
+                if pool.waiting:  # woken from the loop, not inside this dispatch
+                    self._loop.call_soon(pool.wake_waiting)
         return self._encode(ctx, result)
 
     def _error_outcome(

@@ -103,11 +103,7 @@ class InFlightRequests:
         return len(self.entries)
 
     def push(self, entry: InFlight) -> None:
-        size = entry.size
-        if size:
-            self.bytes += size
-            if self.pool is not None:
-                self.pool.take(size)
+        self.bytes += entry.size
         self.entries.append(entry)
         self.wakeup.set()
 
@@ -121,6 +117,5 @@ class InFlightRequests:
         """The connection is gone: forget its entries and free what they held."""
         if self.pool is not None:
             self.pool.forget(owner)
-            self.pool.release(self.bytes)
         self.bytes = 0
         self.entries.clear()

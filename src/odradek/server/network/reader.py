@@ -17,10 +17,11 @@ and charges the broker's request memory pool (``queued.max.request.bytes``, see
 :mod:`odradek.server.flow_control`) for the frame still being received: its announced
 size, once its prefix is in, as Kafka's ``NetworkReceive`` allocates from the pool. While
 the pool is used up, a connection whose next frame is not charged already neither
-dispatches it nor reads on: it waits on the pool, which wakes it once a response frees
-some. When a charged frame is complete its charge is handed over to the dispatcher, which
-charges its bytes until the response is written. A frame that arrives whole within one
-read is charged once, by the dispatcher: the common case costs a comparison here.
+dispatches it nor reads on: it waits on the pool, which wakes it once a received frame or
+a finished Produce frees some. When a charged frame is complete its charge ends; the
+dispatcher charges a Produce's bytes again while its handler runs, nothing else (see
+:mod:`odradek.server.flow_control`). A frame that arrives whole within one read is not
+charged here: the common case costs a comparison.
 
 When it may not, the socket stops being read (see :mod:`odradek.server.flow_control`);
 frames already buffered stay in the decoder, so the bounds are exact. Reading resumes at
@@ -146,10 +147,12 @@ class RequestReader:
                 return
             if frame is None:
                 break
-            if self._charged:  # the dispatcher charges the frame from now on
-                assert pool is not None
+            if self._charged:  # received: its charge ends (a Produce's goes on while
+                assert pool is not None  # its handler runs: the dispatcher's)
                 pool.used -= self._charged
                 self._charged = 0
+                if pool.waiting:  # woken from the loop, not inside this pump
+                    self._loop.call_soon(pool.wake_waiting)
             self._dispatch(frame)
         if len(entries) >= limit or requests.bytes >= requests.max_bytes:
             self._flow.pause_reading()

@@ -115,7 +115,7 @@ class ResponseWriter:
         """Write responses in request order, until the connection closes."""
         connection, transport, flow = self._connection, self._transport, self._flow
         requests, reader, stats = self._requests, self._reader, self._stats
-        entries, pool = requests.entries, requests.pool
+        entries = requests.entries
         ready: _Ready = []  # finished answers gathered for one write
         ready_bytes = 0
         while True:
@@ -130,12 +130,8 @@ class ResponseWriter:
             if connection.closing:
                 return
             entry = entries.popleft()
-            if entry.size:  # the request's bytes are free (RequestMemoryPool.release,
-                requests.bytes -= entry.size  # inline: this runs for every request)
-                if pool is not None:
-                    pool.used -= entry.size
-                    if pool.waiting:
-                        pool.wake_waiting()
+            if entry.size:  # the request's bytes are free (this connection's bound)
+                requests.bytes -= entry.size
             taken = time.monotonic_ns() if stats is not None else 0
             wrote = False  # to the socket, now: else the answer is only buffered
             outcome = _CANCELLED if task.cancelled() else task.result()
