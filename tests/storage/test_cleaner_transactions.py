@@ -124,13 +124,17 @@ def test_an_empty_aborted_transaction_leaves_no_entry(tmp_path: Path) -> None:
     """Kafka emits no CompletedTxn for a marker that ends no data (a partition added and
     nothing sent, a fencing abort, a repeated marker): no index entry, no pinned LSO."""
     plog = open_log(tmp_path, config(cleanup_policy="compact", delete_retention_ms=1000))
+    plog.high_watermark_managed = True  # held at 0 while the markers go in
     assert end(plog, P1, commit=False) == 0  # empty
     plog.append_as_leader(txn(P1, 0, b"a"))  # 1 committed
     assert end(plog, P1, commit=True) == 2
     assert end(plog, P1, commit=False) == 3  # repeated: empty
     assert end(plog, P2, commit=False) == 4  # never sent anything
     assert entries(plog) == []
-    assert plog.producer_state.unreplicated == {1: (P1, 2)}
+    assert plog.producer_state.unreplicated == {1: (P1, 2)}  # only the one with data
+    plog.high_watermark_managed = False
+    plog.high_watermark = plog.log_end_offset
+    assert plog.producer_state.unreplicated == {}  # the high watermark passed it
     plog.roll()
     plog.append_as_leader(make_batch())
     for now in (NOW, NOW + 10, NOW + 2000, NOW + 4000):
