@@ -97,7 +97,9 @@ def test_topics_list_against_something_that_is_not_a_kafka_broker_says_why() -> 
     assert res.returncode == 1
     assert res.stderr == (
         f"odradek: cannot reach 127.0.0.1:{closing_port}: the connection was closed without "
-        "an answer to ApiVersions (not a Kafka broker?)\n")
+        "an answer to ApiVersions: the listener probably wants TLS or SASL (give the "
+        "client's settings with --command-config: security.protocol, sasl.mechanism, ...), "
+        "or it is not a Kafka broker\n")
 
 
 def test_a_silent_peer_is_reported_as_such_after_the_timeout() -> None:
