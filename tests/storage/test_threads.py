@@ -201,3 +201,25 @@ def test_a_read_of_a_cold_segment_while_it_is_renamed_deleted(
     assert failures == []
     assert read == [(expected, [aborted])]
     assert segment.log_path.name.endswith(files.DELETED_SUFFIX)
+
+
+def test_a_cleaner_swap_after_the_topic_was_deleted_is_dropped(tmp_path: Path) -> None:
+    """The loop deletes a topic (its dir renamed ``-delete``) while a cleaner thread is
+    cleaning one of its logs. The swap that follows renamed and synced in the old dir:
+    FileNotFoundError through the disk-error choke point took the whole log dir offline.
+    A deleted log takes no swap (Kafka aborts the cleaning before it deletes)."""
+    manager = LogManager([tmp_path / "d"])
+    manager.startup()
+    tp = TopicPartition("compacted", 0)
+    plog = manager.get_or_create_log(tp, config(segment_bytes=300, cleanup_policy="compact"))
+    for i in range(8):
+        plog.append_as_leader(make_batch(2, NOW, seed=i))
+    old = plog.segments[:1]
+    manager._io_pool.submit(lambda: None).result(30)  # the rolled segments' flushes done
+    # what the cleaner wrote, complete, before the deletion
+    cleaned = LogSegment(plog.dir, old[0].base_offset, 1, 10 * 1024 * 1024,
+                         suffix=files.CLEANED_SUFFIX, new=True)
+    manager.delete_log(tp)
+    assert plog.replace_segments(cleaned, old) is False
+    assert manager.online_dirs == [tmp_path / "d"]
+    manager.shutdown()

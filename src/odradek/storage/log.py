@@ -930,8 +930,11 @@ class PartitionLog:
         (indexes first, the ``.log`` last: the commit point), the old segments ->
         ``.deleted`` (the caller schedules their removal), then ``.swap`` -> final names,
         so that :func:`log_loader.complete_swaps` can finish or drop it after a crash at any point.
-        False (nothing renamed) when the log changed since the cleaner read it."""
+        False (nothing renamed) when the log changed since the cleaner read it, or was
+        deleted meanwhile (its dir renamed away: nothing to swap in)."""
         with self._lock, self._io("swapping in a cleaned segment"):
+            if self.closed:
+                return False
             try:
                 i = next(n for n, s in enumerate(self.segments) if s is old[0])
             except StopIteration:
