@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from odradek.clock import now_ms
+from odradek.cluster.loop_owned import loop_dict
 from odradek.coordinator.group_metadata import CommittedOffset, GroupMetadata, MemberMetadata
 from odradek.coordinator.group_records import (
     GroupMetadataKey,
@@ -93,7 +94,7 @@ class GroupMetadataManager:
         self.topic = offsets_topic
         self.config = config or OffsetConfig()
         self.time_ms = time_ms
-        self.groups: dict[str, GroupMetadata] = {}
+        self.groups: dict[str, GroupMetadata] = loop_dict()  # the loop's (docs: Threads)
         # the partitions loading and owned (shared with the coordinator)
         self.partitions = CoordinatorPartitions()
         self._active = False

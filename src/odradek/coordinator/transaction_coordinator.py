@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from odradek.clock import now_ms
+from odradek.cluster.loop_owned import loop_dict
 from odradek.coordinator.internal_topic_coordinator import (
     APPEND_ERRORS,
     CoordinatorPartitions,
@@ -232,7 +233,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
         self.config = config or TransactionConfig()
         self.time_ms = time_ms
         self.allocate_producer_id = allocate_producer_id
-        self.txns: dict[str, TransactionMetadata] = {}
+        self.txns: dict[str, TransactionMetadata] = loop_dict()  # the loop's (docs: Threads)
         self._completions: dict[str, asyncio.Task[None]] = {}
         self._loads: dict[int, asyncio.Task[None]] = {}  # partitions loading in steps
         self._timers: list[asyncio.Task[None]] = []
