@@ -223,3 +223,30 @@ def test_a_cleaner_swap_after_the_topic_was_deleted_is_dropped(tmp_path: Path) -
     assert plog.replace_segments(cleaned, old) is False
     assert manager.online_dirs == [tmp_path / "d"]
     manager.shutdown()
+
+
+def test_a_topic_deleted_while_its_rolled_segment_is_flushed(tmp_path: Path) -> None:
+    """The flush of a rolled segment runs on the log-io worker, outside the log's lock; a
+    topic deleted while it runs (the loop renames the dir ``-delete``) had the flush fail
+    in the dir that was gone, through the disk-error choke point: the whole log dir went
+    offline. Here the deletion comes as the flush starts its fsyncs."""
+    manager = LogManager([tmp_path / "d"])
+    manager.startup()
+    tp = TopicPartition("deleted", 0)
+    plog = manager.get_or_create_log(tp, config(segment_bytes=300))
+    flushes: list[Callable[[], None]] = []
+    plog.schedule_io = flushes.append  # the worker's queue, run below by the test
+    for i in range(4):
+        plog.append_as_leader(make_batch(2, NOW, seed=i))
+    assert flushes, "no segment rolled"
+    rolled = plog.segments[0]
+    real_flush = rolled.flush
+
+    def flush_as_the_topic_goes() -> None:
+        manager.delete_log(tp)
+        real_flush()
+
+    rolled.flush = flush_as_the_topic_goes  # type: ignore[method-assign]
+    flushes[0]()
+    assert manager.online_dirs == [tmp_path / "d"]
+    manager.shutdown()

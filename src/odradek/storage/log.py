@@ -746,11 +746,18 @@ class PartitionLog:
             # an fsync of up to segment.bytes must not stall every client.
             if self.closed:
                 return
-            with self._io("flushing a rolled segment"):
+            self.failure_channel.check(self.log_dir)
+            try:
                 old.flush()
                 files.fsync_dir(self.dir)
                 write_snapshot()
                 self.leader_epoch_cache.write()
+            except OSError as exc:
+                if self.closed:  # deleted meanwhile: the dir was renamed away (issue 52)
+                    return
+                raise self.failure_channel.failed(
+                    self.log_dir, f"flushing a rolled segment for {self.dir.name}", exc
+                ) from exc
             with self._lock:
                 self.recovery_point = max(self.recovery_point, old.next_offset)
 
