@@ -133,7 +133,9 @@ def test_a_bad_security_file_is_a_usage_error_naming_the_option(tmp_path: Path) 
     assert f"cannot read --target-command-config {missing}" in mirror.stderr
     bad = tmp_path / "bad.properties"
     bad.write_text("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")
-    for verb in (("console", "--bootstrap-server", "127.0.0.1:1"),
+    # (the console is told how its users log in, here not at all on loopback, before it
+    # reads its --command-config)
+    for verb in (("console", "--bootstrap-server", "127.0.0.1:1", "--no-login"),
                  ("status", "-b", "127.0.0.1:1")):
         done = odradek(*verb, "--command-config", str(bad))
         assert done.returncode == 2, done.stderr
