@@ -70,7 +70,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from odradek.cluster.replica_manager import PendingAppend, Replication
-from odradek.cluster.topic_names import is_internal
+from odradek.cluster.topic_names import INTERNAL_TOPICS, is_internal
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.legacy_api import PRODUCE_LEGACY_MAX
@@ -130,6 +130,8 @@ _CONTROL = 0x20
 # offsets, and no transactional bit.
 _LENGTH_MAGIC_ATTRIBUTES = struct.Struct(">i4xb4xh")
 assert (LENGTH_OFFSET + 8, LENGTH_OFFSET + 13) == (MAGIC_OFFSET, ATTRIBUTES_OFFSET)
+_UNPACK_LENGTH_MAGIC_ATTRIBUTES = _LENGTH_MAGIC_ATTRIBUTES.unpack_from
+_BATCH_HEADER_END = LENGTH_OFFSET + _LENGTH_MAGIC_ATTRIBUTES.size
 _NULL_TXN_ID = ("Transactional records need the producer's transactional id, and this "
                 "request has none")
 
@@ -224,7 +226,7 @@ async def produce(services: BrokerServices, ctx: RequestContext, request: Any) -
                 ctx.principal, ctx.peer[0], AclOperation.WRITE, ResourceType.TOPIC, name):
             topic_refusal = (_TOPIC_AUTHORIZATION_FAILED,
                              f"Write on topic {name!r} is not authorized")
-        if topic_refusal is None and is_internal(name):
+        if topic_refusal is None and name in INTERNAL_TOPICS:  # is_internal, inline
             # Only the coordinators write there, by their own path (Kafka's
             # ReplicaManager refuses clients' appends the same way).
             partitions = [_refuse_internal(replica_manager, name, index)
@@ -285,20 +287,20 @@ def _has_transactional_batch(topic_data: Any) -> bool:
     since more than one is accepted). One unpack per batch header, nothing of its
     records. A batch cut short is not one (as for Kafka's record iterator and the
     append's): the append answers it CORRUPT_MESSAGE."""
-    unpack = _LENGTH_MAGIC_ATTRIBUTES.unpack_from
-    header_end = LENGTH_OFFSET + _LENGTH_MAGIC_ATTRIBUTES.size
+    # On every non-transactional Produce: module constants, no calls but the unpack.
     for topic in topic_data:
         for _, records in topic.partition_data:
-            if not records:
+            if records is None:
                 continue
             end = len(records)
             position = 0
-            while position + header_end <= end:
-                length, magic, attributes = unpack(records, position + LENGTH_OFFSET)
+            while position + _BATCH_HEADER_END <= end:
+                length, magic, attributes = _UNPACK_LENGTH_MAGIC_ATTRIBUTES(
+                    records, position + LENGTH_OFFSET)
                 position += LOG_OVERHEAD + length
                 if length <= 0 or position > end:
                     break  # malformed or truncated: the append refuses it
-                if magic >= 2 and attributes & _TRANSACTIONAL:
+                if attributes & _TRANSACTIONAL and magic >= 2:
                     return True
     return False
 
