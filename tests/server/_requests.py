@@ -70,3 +70,11 @@ def end_txn(rb: RunningBroker, txn_id: str, pid: int, epoch: int, commit: bool,
     m = req("end_txn", version)
     return one(rb, m.EndTxnRequest(transactional_id=txn_id, producer_id=pid,
                                    producer_epoch=epoch, committed=commit)).error_code
+
+
+def begin(rb: RunningBroker) -> tuple[str, int, int]:
+    """A new transactional id and its producer id and epoch (InitProducerId answered)."""
+    txn_id = new_id()
+    response = init(rb, txn_id)
+    assert response.error_code == 0, response
+    return txn_id, int(response.producer_id), int(response.producer_epoch)

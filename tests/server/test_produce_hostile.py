@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +18,8 @@ from odradek.protocol.errors import ErrorCode
 from odradek.server.handlers import produce as produce_handler
 from odradek.testing import RunningBroker, running_broker
 from tests.server._raw_client import TxnClient, batch, txn_batch
-from tests.server._requests import add_partitions, end_txn, init, new_id, one, req
+from tests.server._raw_client import new_topic as raw_new_topic
+from tests.server._requests import add_partitions, begin, end_txn, one, req
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +36,7 @@ def client(rb: RunningBroker) -> Iterator[TxnClient]:
 
 
 def new_topic(rb: RunningBroker) -> str:
-    name = f"hostile-{uuid.uuid4().hex[:8]}"
-    rb.call(rb.broker.metadata.create_topic, name, 1, 1, {})
-    return name
-
-
-def begin(rb: RunningBroker) -> tuple[str, int, int]:
-    txn_id = new_id()
-    response = init(rb, txn_id)
-    assert response.error_code == ErrorCode.none
-    return txn_id, int(response.producer_id), int(response.producer_epoch)
+    return raw_new_topic(rb, "hostile")
 
 
 def log_end(client: TxnClient, topic: str) -> int:

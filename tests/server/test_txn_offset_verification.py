@@ -20,7 +20,8 @@ from odradek.coordinator.offsets_topic import OFFSETS_TOPIC
 from odradek.protocol.errors import ErrorCode
 from odradek.testing import RunningBroker, running_broker
 from tests.server._raw_client import TxnClient
-from tests.server._requests import end_txn, init, new_id, one, req
+from tests.server._raw_client import new_topic as raw_new_topic
+from tests.server._requests import begin, end_txn, init, new_id, one, req
 
 DEADLINE = 20.0
 OVERRIDES = {"offsets.topic.num.partitions": "1", "transaction.max.timeout.ms": "120000"}
@@ -40,16 +41,7 @@ def client(rb: RunningBroker) -> Iterator[TxnClient]:
 
 
 def new_topic(rb: RunningBroker) -> str:
-    name = f"tov-{uuid.uuid4().hex[:8]}"
-    rb.call(rb.broker.metadata.create_topic, name, 1, 1, {})
-    return name
-
-
-def begin(rb: RunningBroker) -> tuple[str, int, int]:
-    txn_id = new_id()
-    response = init(rb, txn_id)
-    assert response.error_code == ErrorCode.none
-    return txn_id, int(response.producer_id), int(response.producer_epoch)
+    return raw_new_topic(rb, "tov")
 
 
 def add_offsets(rb: RunningBroker, txn_id: str, pid: int, epoch: int, group: str) -> Any:

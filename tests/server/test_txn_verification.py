@@ -20,7 +20,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import iter_batches
 from odradek.testing import RunningBroker, running_broker
 from tests.server._raw_client import TxnClient, txn_batch
-from tests.server._requests import add_partitions, end_txn, init, new_id
+from tests.server._requests import add_partitions, begin, end_txn, init, new_id
 
 DEADLINE = 20.0
 
@@ -42,13 +42,6 @@ def new_topic(rb: RunningBroker, partitions: int = 1) -> str:
     name = f"ver-{uuid.uuid4().hex[:8]}"
     rb.call(rb.broker.metadata.create_topic, name, partitions, 1, {})
     return name
-
-
-def begin(rb: RunningBroker) -> tuple[str, int, int]:
-    txn_id = new_id()
-    response = init(rb, txn_id)
-    assert response.error_code == ErrorCode.none
-    return txn_id, int(response.producer_id), int(response.producer_epoch)
 
 
 def log_end(client: TxnClient, topic: str) -> int:
