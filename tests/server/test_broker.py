@@ -1,15 +1,28 @@
-"""Pieces of the broker's shutdown (odradek.server.broker): each step is bounded, and a
-step that never returns does not hold the process (it runs on a daemon thread)."""
+"""Pieces of the broker's shutdown (odradek.server.broker): each step is bounded, a
+step that never returns does not hold the process (it runs on a daemon thread), and a
+request parked in a purgatory is answered rather than waited out."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
+import logging
+import socket
+import struct
 import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.static.primitive import i32Timedelta
 
+from odradek.protocol.errors import ErrorCode
 from odradek.server.broker import Broker, _in_daemon_thread
+from odradek.testing import running_broker
+from tests.protocol.wire import decode_response, request_frame
 
 
 def bounded(what: str, fn: Any, timeout: float) -> Any:
@@ -44,3 +57,83 @@ def test_a_step_that_fails_raises_its_error() -> None:
 
     with pytest.raises(ValueError, match="no"):
         bounded("a failing step", fail, 5.0)
+
+
+def _read_frame(sock: socket.socket) -> bytes | None:
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
+        need = 4 if len(data) < 4 else 4 + struct.unpack_from(">i", data)[0]
+        chunk = sock.recv(need - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data[4:]
+
+
+def test_a_parked_fetch_is_answered_at_shutdown_not_waited_out() -> None:
+    """A consumer's long poll (a Fetch parked in the purgatory for its max_wait, 30 s
+    here) does not hold the broker's shutdown: the purgatory is shut down first, the
+    Fetch answered with what there is (nothing), as its timeout would have, and the
+    broker stops within seconds (the network layer otherwise waited its whole
+    shutdown timeout, 30 s, for the answer)."""
+    from kio.schema.fetch.v12 import request as m
+
+    stopping = ExitStack()
+    with contextlib.closing(socket.socket()) as sock, stopping:
+        broker = stopping.enter_context(running_broker())
+        topic = "long-poll"
+        broker.call(broker.broker.metadata.create_topic, topic, 1, 1)
+        request = m.FetchRequest(
+            cluster_id=None, replica_id=-1,  # type: ignore[arg-type]
+            max_wait=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+            min_bytes=1, max_bytes=1 << 20, isolation_level=0,  # type: ignore[arg-type]
+            session_id=0, session_epoch=-1, forgotten_topics_data=(),  # type: ignore[arg-type]
+            rack_id="", topics=(m.FetchTopic(topic=topic, partitions=(  # type: ignore[arg-type]
+                m.FetchPartition(partition=0, current_leader_epoch=-1,  # type: ignore[arg-type]
+                                 fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                                 partition_max_bytes=1 << 20),)),),
+        )
+        sock.settimeout(60)
+        sock.connect(("127.0.0.1", broker.port))
+        sock.sendall(request_frame(request, 7))
+        purgatory = broker.broker.fetch_purgatory
+        deadline = time.monotonic() + 30
+        while broker.call(lambda: purgatory.parked) == 0:
+            assert time.monotonic() < deadline, "the Fetch never parked"
+            time.sleep(0.01)  # polling a condition, with a deadline
+        started = time.monotonic()
+        stopping.close()  # stops the broker
+        took = time.monotonic() - started
+        payload = _read_frame(sock)
+    assert took < 10, f"the shutdown took {took:.1f} s with a parked Fetch"
+    assert payload is not None, "the parked Fetch was not answered"
+    correlation_id, response = decode_response(payload, 1, 12)
+    assert correlation_id == 7 and response.error_code == ErrorCode.none
+    [partition] = response.responses[0].partitions
+    assert partition.error_code == ErrorCode.none and not partition.records
+
+
+def test_the_logs_of_a_deleted_topic_are_removed_off_the_event_loop_at_shutdown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A deleted topic's partition dirs wait ``file.delete.delay.ms`` (a minute by
+    default) before they are removed; a shutdown meanwhile removes them, gigabytes
+    maybe, and must not do it on the event loop (it stalled for seconds): the removal
+    runs in a worker, and nothing is left behind."""
+    caplog.set_level(logging.INFO, logger="odradek.storage.manager")
+    with running_broker(data_dir=tmp_path) as broker:
+        broker.call(broker.broker.metadata.create_topic, "doomed", 3, 1)
+        data = broker.data_dir / "data"
+        deadline = time.monotonic() + 30
+        while len(list(data.glob("doomed-*"))) < 3:
+            assert time.monotonic() < deadline, "the topic's logs were never created"
+            time.sleep(0.01)  # polling a condition, with a deadline
+        broker.call(broker.broker.metadata.delete_topic, "doomed")
+        while len(list(data.glob("doomed-*-delete"))) < 3:
+            assert time.monotonic() < deadline, "the topic's logs were never deleted"
+            time.sleep(0.01)
+        loop_thread = broker.call(lambda: threading.current_thread().name)
+    assert list(data.glob("doomed-*")) == [], "left behind by the shutdown"
+    removals = [r for r in caplog.records if r.getMessage().startswith("removed the dirs")]
+    assert [r.getMessage() for r in removals] == ["removed the dirs of 3 logs deleted"]
+    assert removals[0].threadName != loop_thread, "removed on the event loop"

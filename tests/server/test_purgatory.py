@@ -239,3 +239,27 @@ def test_notify_without_watchers_is_cheap_and_harmless() -> None:
     purgatory = Purgatory()
     purgatory.notify("k", 10)
     assert purgatory.watching("k") == 0 and purgatory.watched == {}
+
+
+def test_shutdown_completes_every_parked_operation_and_parks_none_after() -> None:
+    """Kafka's shutdown does not wait out a long poll: every operation parked (on keys or
+    none) completes at once, judged as its timeout would judge it, and one parked after
+    the shutdown completes at once too."""
+    async def main() -> None:
+        purgatory = Purgatory()
+        fetch = DelayedBytes(["a"], threshold=100, accumulated=10)
+        produce = DelayedCondition(["a", "b"], lambda: False)
+        keyless = DelayedBytes([], threshold=100)
+        tasks = [await _park(purgatory, op) for op in (fetch, produce)]
+        tasks.append(asyncio.create_task(purgatory.park(keyless, LONG)))
+        await _until(lambda: purgatory.parked == 3, "three operations to park")
+        started = time.monotonic()
+        purgatory.shutdown()
+        assert await asyncio.gather(*tasks) == [False, False, False]  # not satisfied
+        assert purgatory.parked == 0 and purgatory.watched == {}
+        assert not await purgatory.wait(["a"], 100, 0, LONG)
+        assert await purgatory.wait(["a"], 100, 100, LONG)  # what it has, as before
+        assert time.monotonic() - started < LONG / 2
+        assert purgatory.parked == 0
+
+    _run(main)

@@ -708,8 +708,13 @@ class Broker:
             self.transaction_coordinator.shutdown()
         if self._txn_markers is not None:
             await self._txn_markers.close()
-        for server in self.servers:
-            await server.stop()
+        # Parked Fetches (a consumer's long poll) and acks=all Produces are answered now,
+        # as their timeouts would, not waited out by the listeners' shutdown below.
+        self.fetch_purgatory.shutdown()
+        self.produce_purgatory.shutdown()
+        # every listener at once: one still reading would have its Fetches answered at
+        # once, again and again, while another waits for its requests in flight
+        await asyncio.gather(*(server.stop() for server in self.servers))
         if self.metrics_server is not None:
             await self._bounded_step("stopping the metrics listener",
                                      _in_daemon_thread(self.metrics_server.stop), STOP_STEP_S)
@@ -720,6 +725,13 @@ class Broker:
             await self._bounded_step("stopping the log cleaner",
                                      _in_daemon_thread(self.log_cleaner.shutdown), STOP_STEP_S)
         if self._logs_loaded:
+            # deleted topics' dirs and segments (file.delete.delay.ms not passed yet):
+            # removing gigabytes held the loop for seconds; what is left when the step
+            # gives up is removed at the next start (-delete dirs) or by the daemon thread
+            await self._bounded_step(
+                "removing the logs and segments pending deletion",
+                _in_daemon_thread(functools.partial(self.log_manager.delete_pending,
+                                                    force=True)), STOP_STEP_S)
             log.info("shutdown: flushing and closing the logs")
             self.log_manager.shutdown()
         if self.watchdog is not None:

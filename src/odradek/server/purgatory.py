@@ -23,6 +23,13 @@ lookup, not a call.
 
 The number of parked operations is bounded; past the bound new operations complete at
 once (a Fetch then answers with what it has; a Produce checks its condition one last time).
+
+:meth:`Purgatory.shutdown` (the broker stopping) completes every parked operation at once,
+as its timeout would, and every operation parked after it: a consumer's long poll (a
+Fetch's max wait, up to minutes) is answered with what there is instead of holding the
+shutdown, which otherwise waited for it as for any request in flight. Kafka's shutdown
+does not wait for delayed operations either (the purgatory's reaper stops and the
+requests in flight go with their connections).
 """
 
 from __future__ import annotations
@@ -140,8 +147,15 @@ class Purgatory:
         # ``key in watched`` says whether notify(key) would reach anyone (read it, never
         # change it from outside)
         self.watched: dict[Hashable, set[DelayedOperation]] = {}
-        self.parked = 0
+        # every operation parked now, keys or none (what shutdown completes)
+        self._parked: set[DelayedOperation] = set()
         self.max_parked = max_parked
+        self.shut_down = False
+
+    @property
+    def parked(self) -> int:
+        """How many operations are parked."""
+        return len(self._parked)
 
     async def wait(
         self, keys: Iterable[Hashable], threshold: int, accumulated: int, timeout_s: float
@@ -170,17 +184,18 @@ class Purgatory:
 
     async def park(self, op: DelayedOperation, timeout_s: float) -> bool:
         """Park ``op`` until it completes or ``timeout_s`` passes; whether it is satisfied."""
-        if op.satisfied() or timeout_s <= 0 or self.parked >= self.max_parked:
+        if (op.satisfied() or timeout_s <= 0 or len(self._parked) >= self.max_parked
+                or self.shut_down):
             return op.satisfied()
         for key in op.keys:
             self.watched.setdefault(key, set()).add(op)
-        self.parked += 1
+        self._parked.add(op)
         try:
             await asyncio.wait_for(op.done.wait(), timeout_s)
         except TimeoutError:
             pass
         finally:
-            self.parked -= 1
+            self._parked.discard(op)
             for key in op.keys:
                 watchers = self.watched.get(key)
                 if watchers is not None:
@@ -199,6 +214,13 @@ class Purgatory:
     def wake_all(self, key: Hashable) -> None:
         """Complete every operation on ``key`` (e.g. its partition was deleted)."""
         for op in list(self.watched.get(key, ())):
+            op.force()
+
+    def shutdown(self) -> None:
+        """The broker is stopping: complete every parked operation now (each judged as at
+        its timeout) and every one parked from now on at once."""
+        self.shut_down = True
+        for op in list(self._parked):
             op.force()
 
     def watching(self, key: Hashable) -> int:

@@ -14,6 +14,8 @@ How it works:
   ``log.flush.start.offset.checkpoint.interval.ms``), and removal of
   ``.deleted`` files after ``file.delete.delay.ms``.
 - **Shutdown**: flush and close every log, write checkpoints, then the clean-shutdown marker.
+  The broker removes what is pending deletion first, in a worker (:meth:`delete_pending`
+  with ``force``): a deleted topic's gigabytes held its event loop for seconds.
 - **Disk errors** go through one :class:`LogDirFailureChannel`; a failed dir goes offline
   and its logs are dropped from service, other dirs keep working.
 """
@@ -347,7 +349,10 @@ class LogManager:
                 self._pending.append(pending)
 
     def delete_pending(self, force: bool = False) -> None:
-        """Remove ``.deleted`` segments and ``-delete`` dirs whose delay has passed."""
+        """Remove ``.deleted`` segments and ``-delete`` dirs whose delay has passed (all of
+        them when ``force``d). Blocking, gigabytes maybe: the broker runs it in a worker,
+        the last time at its shutdown, before :meth:`shutdown` (which removes only what
+        was scheduled since)."""
         now = self.time_ms()
         with self._lock:  # the cleaner threads add to it (schedule_delete)
             due = [p for p in self._pending if force or p.due_ms <= now]
@@ -361,6 +366,9 @@ class LogManager:
                     log.error("%s", exc)
             for dir in pending.dirs:
                 shutil.rmtree(dir, ignore_errors=True)
+        removed = sum(len(pending.dirs) for pending in due)
+        if removed:  # a deleted topic's partitions, seconds after the deletion
+            log.info("removed the dirs of %s deleted", plural(removed, "log"))
 
     def flush_dirty_logs(self) -> None:
         """Time-based flush: logs whose ``flush.ms`` has passed since their last flush."""
