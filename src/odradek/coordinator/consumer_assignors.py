@@ -51,8 +51,13 @@ stickiness and co-partitioning conflict; its only stickiness is through instance
 the same static members, topics and subscriptions, every member gets the same ranges
 whatever member ids they rejoin with. This module does the same.
 
-Cost: per assignment O(P log P + M log M) for P partitions and M members; the per-partition
-Python work is a few list and bytearray operations. ``bench/assignors.py`` measures it.
+Cost: O(P log P) for P partitions, plus the input's size in (distinct subscription, topic)
+pairs: members with identical subscriptions are handled as one group, so a group of a few
+distinct subscriptions costs per partition, not per (member, topic). The per-partition
+Python work is a few list, heap and bytearray operations; looking a ``uuid.UUID`` up in a
+dict runs Python code (its ``__hash__``), so no loop does it per partition. The
+heterogeneous balancing passes cost per holder and per group of each topic.
+``bench/assignors.py`` measures it (bench/README.md, "Consumer group assignors").
 """
 
 from __future__ import annotations
@@ -353,7 +358,8 @@ def _heterogeneous(
 ) -> Assignment:
     member_ids, groups = subs.member_ids, subs.groups
     topic_groups = _topic_groups(groups)
-    subscriber_count = {t: sum(len(groups[g][1]) for g in gs) for t, gs in topic_groups.items()}
+    group_size = [len(indices) for _, indices in groups]
+    subscriber_count = {t: sum(map(group_size.__getitem__, gs)) for t, gs in topic_groups.items()}
     owned = {t: bytearray(topics[t].num_partitions) for t in topic_groups}
     sizes = [0] * len(member_ids)
     # held[topic][member index] -> partitions, in the order the member got them.
@@ -391,8 +397,11 @@ def _heterogeneous(
     movable = [t for t in ordered if subscriber_count[t] >= 2]
     for _ in range(MAX_BALANCE_PASSES):
         moved = 0
+        # Balancing never lowers the smallest count (a partition leaves a member at least
+        # two above it), so the pass's starting minimum is a lower bound throughout.
+        floor = min(sizes)
         for topic_id in movable:
-            moved += _balance_topic(held[topic_id], loads, topic_groups[topic_id])
+            moved += _balance_topic(held[topic_id], loads, topic_groups[topic_id], floor)
         if not moved:
             break
 
@@ -404,17 +413,20 @@ def _heterogeneous(
 
 
 def _balance_topic(
-    topic_held: dict[int, list[int]], loads: _LeastLoaded, group_ids: list[int]
+    topic_held: dict[int, list[int]], loads: _LeastLoaded, group_ids: list[int], floor: int
 ) -> int:
     """Move one topic's partitions from its most to its least loaded subscribers while
     their counts differ by more than one; returns how many moved.
 
     The most loaded holder comes from a max-heap of the topic's holders (lazy: an entry
     whose size is stale is refreshed when it surfaces), the least loaded subscriber from
-    ``loads``. The cost is per holder and per group, not per subscriber.
+    ``loads``. The cost is per holder and per group, not per subscriber; and a topic whose
+    holders are all within one of ``floor`` (no member has fewer) costs only the holders.
     """
     sizes = loads.sizes
     most = [(-sizes[i], i) for i, parts in topic_held.items() if parts]
+    if not most or -min(most)[0] - floor <= 1:
+        return 0
     heapq.heapify(most)
     least = loads.across(group_ids)
     moved = 0
@@ -475,8 +487,8 @@ class RangeAssignor:
             if len(group_ids) == 1:
                 first = group_positions[group_ids[0]][:num_partitions]
             else:
-                merged = heapq.merge(*(group_positions[g] for g in group_ids))
-                first = list(itertools.islice(merged, num_partitions))
+                chained = itertools.chain.from_iterable(group_positions[g] for g in group_ids)
+                first = sorted(chained)[:num_partitions]
             start = 0
             for k, pos in enumerate(first):
                 end = start + quota + (1 if k < extra else 0)
