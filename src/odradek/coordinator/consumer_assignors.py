@@ -17,6 +17,9 @@ topic, or one not created yet); partitions of the current assignment that no lon
 belong to a topic the member no longer subscribes to, or were already claimed by an
 earlier member (members in member-id order) are dropped. Rack information is accepted but,
 as in Kafka 4.0's server-side assignors, not used.
+Where a member's partitions of a topic do not change, the result holds the very frozenset
+of its current assignment (copy-on-write, as Kafka's builders), so a caller can compare
+``new is old`` before comparing contents.
 
 ``uniform`` (balance first, then stickiness):
 
@@ -64,6 +67,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -85,6 +89,9 @@ __all__ = [
 # roughly halves the imbalance of overlapping subscriptions; identical subscriptions settle
 # in one pass and need a second to see that nothing moves.
 MAX_BALANCE_PASSES = 16
+
+# Topics sort by id; comparing UUIDs runs Python code, comparing their ints does not.
+_TOPIC_ORDER = operator.attrgetter("int")
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +191,7 @@ def _retained(
     a topic not subscribed to, or is already owned by another member is left out.
     """
     kept: list[tuple[uuid.UUID, list[int]]] = []
-    for topic_id in sorted(current):
+    for topic_id in sorted(current, key=_TOPIC_ORDER):
         if topic_id not in subscribed:
             continue
         flags = owned[topic_id]
@@ -255,7 +262,7 @@ def _homogeneous(
 ) -> Assignment:
     if not subscribed:
         return {m: {} for m in member_ids}
-    topic_ids = sorted(subscribed)
+    topic_ids = sorted(subscribed, key=_TOPIC_ORDER)
     owned = {t: bytearray(topics[t].num_partitions) for t in topic_ids}
     total = sum(len(f) for f in owned.values())
     quota, extra = divmod(total, len(member_ids))
@@ -372,11 +379,11 @@ def _heterogeneous(
             sizes[i] += len(parts)
     loads = _LeastLoaded(groups, sizes)
 
-    def topic_order(topic_id: uuid.UUID) -> tuple[float, int, uuid.UUID]:
+    def topic_order(topic_id: uuid.UUID) -> tuple[float, int, int]:
         # Partitions per subscriber as a float, as Kafka compares them: only an ordering
         # heuristic, and ties still fall to the subscriber count and the topic id.
         n = subscriber_count[topic_id]
-        return (-topics[topic_id].num_partitions / n, n, topic_id)
+        return (-topics[topic_id].num_partitions / n, n, topic_id.int)
 
     ordered = sorted(topic_groups, key=topic_order)
 
