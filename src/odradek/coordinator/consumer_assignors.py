@@ -17,6 +17,7 @@ topic, or one not created yet); partitions of the current assignment that no lon
 belong to a topic the member no longer subscribes to, or were already claimed by an
 earlier member (members in member-id order) are dropped. Rack information is accepted but,
 as in Kafka 4.0's server-side assignors, not used.
+
 Where a member's partitions of a topic do not change, the result holds the very frozenset
 of its current assignment (copy-on-write, as Kafka's builders), so a caller can compare
 ``new is old`` before comparing contents.
@@ -48,7 +49,7 @@ of its current assignment (copy-on-write, as Kafka's builders), so a caller can 
 in that order take contiguous ranges: with N partitions over S subscribers the first N % S
 take N // S + 1 partitions, the others N // S. Members subscribed to the same topics of
 equal partition counts therefore get the same partition numbers of every topic, which a
-join of co-partitioned streams needs. Kafka 4.0 rewrote this assignor (KAFKA-16944) to
+join of co-partitioned streams needs. Kafka rewrote this assignor (KAFKA-16944, 2024) to
 recompute the assignment each time instead of keeping members' current partitions, since
 stickiness and co-partitioning conflict; its only stickiness is through instance ids: with
 the same static members, topics and subscriptions, every member gets the same ranges
