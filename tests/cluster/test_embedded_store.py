@@ -4,6 +4,9 @@ versions and compare-and-set, one-shot watches, ephemeral nodes — persisted to
 from __future__ import annotations
 
 import json
+import logging
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -201,3 +204,32 @@ def test_sequence_counter_persists_with_the_parent(tmp_path: Path) -> None:
     assert again.create("/n/c_", b"", sequential=True).path == "/n/c_0000000001"
     assert again.create("/top_", b"", sequential=True).path == "/top_0000000001"
     assert again.children("/n") == ["c_0000000000", "c_0000000001"]
+
+
+def test_the_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    old = os.umask(0o022)  # a usual umask: the file would be 0644 without an explicit mode
+    try:
+        store = EmbeddedStore(tmp_path / "meta.json")
+        store.create("/config", b"x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "meta.json").stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["meta.json"]  # no tmp file left
+
+
+def test_a_wider_mode_is_narrowed_at_start_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "meta.json"
+    EmbeddedStore(path).create("/a", b"x")
+    path.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="odradek.cluster.store"):
+        reopened = EmbeddedStore(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert "had mode 0644" in caplog.text
+    node = reopened.get("/a")
+    assert node is not None and node.data == b"x"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="odradek.cluster.store"):
+        EmbeddedStore(path)
+    assert "had mode" not in caplog.text  # 0600 already: nothing said

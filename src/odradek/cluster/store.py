@@ -19,7 +19,9 @@ controller epoch's version (Kafka's ``controllerEpochZkVersion``). Session liste
 is what broker registration and controller election need to recover from a lost session.
 
 :class:`EmbeddedStore` keeps the tree in memory and persists the persistent nodes to one
-JSON file, rewritten atomically (write, fsync, rename) on every change. Metadata changes
+JSON file, rewritten atomically (write, fsync, rename) on every change, mode 0600 (it
+holds SCRAM credentials and the encrypted dynamic passwords; a wider mode found at start
+is narrowed, with a warning). Metadata changes
 are rare (topic creation, config changes), so one small file is simpler than a log. A
 parent's sequential-node counter is kept (and persisted) with the parent, and goes with it
 when it is deleted, as ZooKeeper's does; it counts sequential creates only, where
@@ -37,14 +39,19 @@ import base64
 import enum
 import json
 import logging
+import os
+import stat
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from odradek.storage.files import atomic_write
+from odradek.storage.files import TMP_SUFFIX, fsync_dir
 
 log = logging.getLogger(__name__)
+
+# The embedded store's file: the broker's user only (it holds credentials).
+FILE_MODE = 0o600
 
 Watcher = Callable[[str], None]
 
@@ -289,6 +296,27 @@ def _parent(path: str) -> str:
     return path.rsplit("/", 1)[0] or "/"
 
 
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (write, fsync, rename, fsync the directory, as
+    :func:`odradek.storage.files.atomic_write`), the file readable by its owner only
+    (:data:`FILE_MODE`) from its first byte on."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)  # a stale tmp file keeps its mode through O_CREAT
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except OSError as exc:  # a full disk: no tmp file left behind, and the error names it
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
 class EmbeddedStore(MetadataStore):
     """In-process store persisted to ``path`` (a JSON file).
 
@@ -309,7 +337,17 @@ class EmbeddedStore(MetadataStore):
         self._session = 1
         self._lock = threading.RLock()
         if path.exists():
+            self._tighten()
             self._load()
+
+    def _tighten(self) -> None:
+        """The file holds credentials (SCRAM's, the encrypted dynamic passwords): a mode
+        wider than 0600, left by an older Odradek or a copy, is narrowed."""
+        mode = stat.S_IMODE(self.path.stat().st_mode)
+        if mode & ~FILE_MODE:
+            log.warning("metadata file %s had mode %04o: readable by others than the broker's "
+                        "user, now %04o", self.path, mode, FILE_MODE)
+            os.chmod(self.path, FILE_MODE)
 
     def _load(self) -> None:
         try:
@@ -336,7 +374,7 @@ class EmbeddedStore(MetadataStore):
                 nodes[p].append(counter)
         body = json.dumps({"format": self.FORMAT_VERSION, "nodes": nodes}, indent=1)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, body.encode())
+        _write_private(self.path, body.encode())
 
     def _fire(self, table: dict[str, list[Watcher]], path: str) -> None:
         with self._lock:
