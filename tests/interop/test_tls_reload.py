@@ -87,6 +87,8 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
         "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(first),
+        # a dynamic password is stored encrypted (tests/interop/test_dynamic_passwords.py)
+        "password.encoder.secret": "tls-reload-secret",
     }
     with running_broker(config, data_dir=directory / "broker") as broker:
         holder.broker = broker

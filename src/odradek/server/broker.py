@@ -189,6 +189,11 @@ class Broker:
             self.config["max.broker.partitions"]
         )
         dynamic_config = DynamicBrokerConfig(self.config, self.metadata, self.log_manager)
+        # Stored passwords of the old secret (or in clear) encoded with password.encoder.secret
+        if self._cluster is not None:
+            await asyncio.to_thread(self.metadata.off_loop(dynamic_config.reencode_passwords))
+        else:
+            dynamic_config.reencode_passwords()
         # Dynamic broker configs (/config/brokers/…) layer over the static ones before
         # any log is loaded, so logs start with the topic defaults in effect.
         dynamic_config.apply(reconfigure_logs=False)
@@ -254,7 +259,7 @@ class Broker:
         reloader = self.services.tls_reloader
         if reloader is not None:
             dynamic_config.add_reconfigurable(lambda _values: reloader.apply(
-                self.metadata.broker_configs(str(self.broker_id))))
+                dynamic_config.broker_configs(str(self.broker_id))))  # passwords decoded
         for listener, server in zip(self.config.listeners, self.servers, strict=True):
             server.request_quota = self.services.client_quotas.request  # KIP-124
             await server.start()

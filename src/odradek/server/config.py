@@ -34,6 +34,16 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 from odradek.security.acl import KNOWN_AUTHORIZERS
+from odradek.security.password_encoder import (
+    AES_KEY_LENGTHS,
+    CIPHER_ALGORITHMS,
+    DEFAULT_CIPHER_ALGORITHM,
+    DEFAULT_ITERATIONS,
+    DEFAULT_KEY_LENGTH,
+    KEY_FACTORY_ALGORITHMS,
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+)
 from odradek.security.principal import parse_mapping_rules
 from odradek.server.connection_quotas import INT_MAX, parse_per_ip_overrides
 from odradek.server.kafka_config_support import (
@@ -363,6 +373,24 @@ _OWN: tuple[ConfigDef, ...] = (
               "attempts of a controlled shutdown", _ge(0)),
     ConfigDef("controlled.shutdown.retry.backoff.ms", "long", 5000, None,
               "pause between controlled shutdown attempts", _ge(0)),
+    ConfigDef("password.encoder.secret", "password", "", None,
+              "the secret dynamic password configs are encrypted with in the metadata store "
+              "(Kafka's; without it they are refused)"),
+    ConfigDef("password.encoder.old.secret", "password", "", None,
+              "the secret before password.encoder.secret: stored passwords it opens are "
+              "encrypted again with the new one at start"),
+    ConfigDef("password.encoder.keyfactory.algorithm", "string", "", None,
+              "PBKDF2 of the secret (empty: PBKDF2WithHmacSHA512)",
+              _choice("", *KEY_FACTORY_ALGORITHMS)),
+    ConfigDef("password.encoder.cipher.algorithm", "string", DEFAULT_CIPHER_ALGORITHM, None,
+              "the cipher of dynamic password configs", _choice(*CIPHER_ALGORITHMS)),
+    ConfigDef("password.encoder.key.length", "int", DEFAULT_KEY_LENGTH, None,
+              "bits of the key derived from the secret (an AES key: 128, 192, 256)",
+              lambda v: None if v in AES_KEY_LENGTHS else "must be 128, 192 or 256"),
+    ConfigDef("password.encoder.iterations", "int", DEFAULT_ITERATIONS, None,
+              "PBKDF2 iterations of the key",
+              lambda v: None if MIN_ITERATIONS <= v <= MAX_ITERATIONS
+              else f"must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}"),
     ConfigDef("metrics.listener", "string", "", None,
               "http[s]://host:port of the Prometheus /metrics endpoint (empty: none; an empty "
               "host: 127.0.0.1; needs the metrics extra)", _metrics_listener),

@@ -14,6 +14,19 @@ the connection limits of the listeners) the values now in effect. A stored value
 longer parses is ignored with a warning, never fatal at start. Kafka allows custom keys
 (not Kafka's) in a broker's dynamic configs; they are stored, described, and have no
 effect.
+
+Password configs (:func:`is_password_config`: a key ending in one of Kafka's dynamic
+password configs, ``listener.name.ssl.ssl.keystore.password``, ``…sasl.jaas.config`` …)
+are stored encrypted with ``password.encoder.secret``
+(:mod:`odradek.security.password_encoder`), as Kafka's ``DynamicBrokerConfig`` stores them
+in ZooKeeper: :meth:`DynamicBrokerConfig.to_persistent` encodes them before a write, and
+refuses them without a secret ("Password encoder secret not configured") or at the cluster
+default ("Password config can be defined only at broker level");
+:meth:`DynamicBrokerConfig.broker_configs` is the decoded view every reader uses (a value
+that does not decode is left out with an error in the log, as Kafka's). At start,
+:meth:`DynamicBrokerConfig.reencode_passwords` rewrites this broker's stored passwords
+with the current secret: those that ``password.encoder.old.secret`` opens (Kafka's secret
+rotation) and, unlike Kafka, those an older Odradek stored in clear.
 """
 
 from __future__ import annotations
@@ -23,16 +36,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from odradek.cluster.metadata import ClusterMetadata
+from odradek.security.password_encoder import PasswordEncoder, PasswordEncoderError, is_encoded
 from odradek.server.config import BROKER_CONFIGS, BrokerConfig
+from odradek.server.kafka_config_support import KAFKA_BROKER_CONFIGS
 from odradek.storage import LogManager
 from odradek.storage.config import TOPIC_CONFIGS, ConfigError, parse_value
 
 __all__ = [
-    "CLEANER_KEYS", "CONNECTION_KEYS", "DYNAMIC_BROKER_KEYS", "DynamicBrokerConfig",
-    "Reconfigurable", "parse_dynamic",
+    "CLEANER_KEYS", "CONNECTION_KEYS", "DYNAMIC_BROKER_KEYS", "DYNAMIC_PASSWORD_CONFIGS",
+    "DynamicBrokerConfig", "Reconfigurable", "is_password_config", "parse_dynamic",
 ]
 
 log = logging.getLogger(__name__)
+
+_DECODED_CACHE = 256  # decoded passwords kept (a broker has a handful)
 
 # Told the effective broker configs (static, then dynamic) each time they are layered.
 Reconfigurable = Callable[[Mapping[str, Any]], None]
@@ -57,6 +74,21 @@ DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
     d.broker_key for d in TOPIC_CONFIGS.values() if d.broker_key
 ) | {"leader.replication.throttled.rate", "follower.replication.throttled.rate",
      "producer.id.expiration.ms"} | CLEANER_KEYS | CONNECTION_KEYS
+
+# Kafka's DynamicBrokerConfig.DynamicPasswordConfigs: its dynamic configs of type PASSWORD.
+DYNAMIC_PASSWORD_CONFIGS: frozenset[str] = frozenset(
+    k.name for k in KAFKA_BROKER_CONFIGS.values()
+    if k.type == "password" and k.update_mode != "read-only")
+_PASSWORD_SUFFIXES = tuple(sorted(DYNAMIC_PASSWORD_CONFIGS))
+
+NO_SECRET = "Password encoder secret not configured"  # Kafka's words
+DEFAULT_LEVEL = "Password config can be defined only at broker level"  # Kafka's words
+
+
+def is_password_config(name: str) -> bool:
+    """Whether dynamic config ``name`` is stored encrypted (Kafka's isPasswordConfig: it
+    ends with a dynamic password config, so listener-prefixed ones are)."""
+    return name.endswith(_PASSWORD_SUFFIXES)
 
 
 def parse_dynamic(entity: Mapping[str, str], where: str) -> dict[str, Any]:
@@ -85,6 +117,115 @@ class DynamicBrokerConfig:
         self.metadata = metadata
         self.log_manager = log_manager
         self._reconfigurables: list[Reconfigurable] = []
+        self.password_encoder = PasswordEncoder.from_config(config.values)
+        self._old_encoder = PasswordEncoder.from_config(config.values,
+                                                        "password.encoder.old.secret")
+        # encoded text -> password: PBKDF2 costs milliseconds, and every change re-reads
+        self._decoded: dict[str, str] = {}
+        self._warned_clear: set[str] = set()
+
+    # -- password configs (Kafka's toPersistentProps / fromPersistentProps) ---------------
+    def to_persistent(self, configs: Mapping[str, str], entity: str,
+                      stored: Mapping[str, str] | None = None) -> dict[str, str]:
+        """``configs`` as they are stored: password configs encoded. ConfigError with
+        Kafka's message without a secret, or for a password at the cluster default. A
+        password the ``stored`` configs already hold keeps its stored text (Kafka encodes
+        every one again: the same, with a new salt)."""
+        out = dict(configs)
+        before = self.from_persistent(stored, entity) if stored else {}
+        for key, value in configs.items():
+            if not is_password_config(key):
+                continue
+            if entity == self.metadata.DEFAULT_BROKER_ENTITY:
+                raise ConfigError(DEFAULT_LEVEL)
+            if stored and key in stored and before.get(key) == value:
+                out[key] = stored[key]
+                continue
+            if self.password_encoder is None:
+                raise ConfigError(NO_SECRET)
+            out[key] = self.password_encoder.encode(value)
+        return out
+
+    def from_persistent(self, stored: Mapping[str, str], entity: str) -> dict[str, str]:
+        """The stored configs of ``entity`` with their passwords decoded; one that does not
+        decode is left out, with an error in the log (never its value)."""
+        where = ("the cluster default" if entity == self.metadata.DEFAULT_BROKER_ENTITY
+                 else f"broker {entity}")
+        out = dict(stored)
+        for key, value in stored.items():
+            if not is_password_config(key):
+                continue
+            if not is_encoded(value):  # stored in clear by an Odradek before encryption
+                if key not in self._warned_clear:
+                    self._warned_clear.add(key)
+                    log.warning("dynamic password config %s of %s is stored in clear (by an "
+                                "older Odradek): %s", key, where,
+                                "it is encrypted when the broker starts" if
+                                self.password_encoder else "set password.encoder.secret "
+                                "and restart to encrypt it")
+                continue
+            password = self._decoded.get(value)
+            if password is None:
+                try:
+                    password = self._decode(value)
+                except PasswordEncoderError as exc:
+                    log.error("Dynamic password config %s of %s could not be decoded, "
+                              "ignoring: %s", key, where, exc)
+                    del out[key]
+                    continue
+            out[key] = password
+        return out
+
+    def _decode(self, value: str) -> str:
+        if self.password_encoder is None:
+            raise PasswordEncoderError(NO_SECRET)
+        password = self.password_encoder.decode(value)
+        if len(self._decoded) >= _DECODED_CACHE:
+            self._decoded.clear()
+        self._decoded[value] = password
+        return password
+
+    def broker_configs(self, entity: str) -> dict[str, str]:
+        """The dynamic configs of ``entity`` (an id or ``<default>``), passwords decoded."""
+        return self.from_persistent(self.metadata.broker_configs(entity), entity)
+
+    def reencode_passwords(self) -> None:
+        """At start (Kafka's maybeReEncodePasswords): this broker's stored passwords that
+        ``password.encoder.old.secret`` opens are encoded again with the secret; with a
+        secret, those stored in clear are encoded too. Blocking (the store)."""
+        if self.password_encoder is None:
+            return
+        entity = str(self.config.broker_id)
+        encoder, old = self.password_encoder, self._old_encoder
+        changed: list[str] = []
+
+        def reencode(current: dict[str, str]) -> dict[str, str]:
+            changed.clear()
+            out = dict(current)
+            for key, value in current.items():
+                if not is_password_config(key):
+                    continue
+                if not is_encoded(value):
+                    out[key] = encoder.encode(value)
+                elif old is not None:
+                    try:
+                        out[key] = encoder.encode(old.decode(value))
+                    except PasswordEncoderError:  # already the new secret's, or damaged
+                        log.debug("dynamic password config %s could not be decoded with "
+                                  "password.encoder.old.secret: the secret's is kept", key)
+                        continue
+                else:
+                    continue
+                changed.append(key)
+            return out if changed else current
+
+        reencode(self.metadata.broker_configs(entity))
+        if not changed:  # nothing to rotate (the old secret left in place): nothing written
+            return
+        self.metadata.update_broker_configs(entity, reencode)
+        if changed:
+            log.info("dynamic password configs %s of broker %s encoded again with "
+                     "password.encoder.secret", ", ".join(sorted(changed)), entity)
 
     def add_reconfigurable(self, reconfigurable: Reconfigurable) -> None:
         """Call ``reconfigurable`` with the configs in effect now and after every change

@@ -62,8 +62,6 @@ TIERED = "tiered storage (KIP-405) is not supported by Odradek yet"
 CONSUMER_PROTOCOL = "the consumer group protocol of KIP-848 is not supported by Odradek yet"
 SHARE = "share groups (KIP-932) are not supported by Odradek yet"
 TOKENS = "delegation tokens are not supported by Odradek yet"
-PASSWORDS = ("encrypted password configs are not supported by Odradek yet (it has no "
-             "password configs: no TLS, no SASL)")
 PLUGINS = "Java plug-in classes cannot be loaded by Odradek"
 QUOTAS = "configurable quota sample windows are not supported by Odradek yet"
 METRICS = "Kafka's JMX metrics and metrics reporters are not supported by Odradek"
@@ -185,7 +183,6 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     ("share.", SHARE),
     ("group.coordinator.rebalance.protocols", CONSUMER_PROTOCOL),
     ("delegation.token.", TOKENS),
-    ("password.encoder.", PASSWORDS),
     ("kafka.metrics.", METRICS),
     ("metrics.", METRICS),
     ("compression.gzip.", LEVELS),

@@ -35,7 +35,12 @@ feature, a note for a key that does not apply), and DescribeConfigs says it is n
 A TLS listener's keystore and truststore keys
 (``listener.name.<listener>.ssl.keystore.location`` …) are checked by building the new
 context as Kafka's SslFactory does (:mod:`odradek.server.tls_reload`).
-A key that is not Kafka's is stored as Kafka stores custom broker configs.
+A key that is not Kafka's is stored as Kafka stores custom broker configs. Password
+configs are written encrypted with ``password.encoder.secret`` after every check (Kafka's
+``toPersistentProps``; without a secret INVALID_CONFIG "Password encoder secret not
+configured", except for ``validate_only``, as Kafka's), and an IncrementalAlterConfigs
+works on the stored configs with their passwords decrypted
+(:class:`~odradek.server.dynamic_config.DynamicBrokerConfig`).
 ``log.retention.hours`` / ``minutes``, ``log.roll.hours`` and ``log.roll.jitter.hours`` stay
 static (as in Kafka).
 
@@ -501,14 +506,20 @@ def _alter_one(services: BrokerServices, resource: Any, incremental: bool,
     target = _target(services, resource_type, resource.resource_name)
 
     def change(current: dict[str, str]) -> dict[str, str]:
+        broker = resource_type == RESOURCE_BROKER
         if incremental:
-            configs = dict(current)
+            # passwords decoded, the operations applied, encoded again (Kafka's
+            # fromPersistentProps / toPersistentProps)
+            configs = (services.dynamic_config.from_persistent(current, target) if broker
+                       else dict(current))
             for c in resource.configs:
                 _apply_op(resource_type, configs, c.config_operation, c.name, c.value)
         else:
             configs = {c.name: c.value for c in resource.configs if c.value is not None}
-        if resource_type == RESOURCE_BROKER:
+        if broker:
             _check_broker_configs(services, target, configs)
+            if not validate_only:  # as Kafka's: validate_only encodes nothing
+                configs = _persistent(services, target, configs, current)
         return configs
 
     md = services.metadata
@@ -546,8 +557,8 @@ def _warn_unserved(target: str, configs: Mapping[str, str], keys: Iterable[str])
     not apply, or that holds Kafka's default)."""
     for key in sorted(set(keys)):
         reason = unserved_reason(key)
-        if reason is None or key not in configs:
-            continue
+        if reason is None or key not in configs or listener_tls_key(key):
+            continue  # (a listener's keystore and truststore keys are served: tls_reload)
         k = kafka_key(key)
         harmless = k is not None and configs[key].strip() == (k.default or "")
         level = logging.INFO if is_not_applicable(reason) or harmless else logging.WARNING
@@ -561,6 +572,15 @@ def _unsupported_type(resource_type: int) -> str:
     return f"unsupported config resource type {resource_type}"
 
 
+def _invalid_broker_config(target: str, message: str) -> ConfigRequestError:
+    name = "" if target == ClusterMetadata.DEFAULT_BROKER_ENTITY else target
+    return ConfigRequestError(  # Kafka's words (ZkAdminManager.alterConfigs)
+        ErrorCode.invalid_config,
+        f"Invalid config value for resource ConfigResource(type=BROKER, name='{name}'): "
+        f"{message}",
+    )
+
+
 def _check_broker_configs(services: BrokerServices, target: str,
                           configs: Mapping[str, str]) -> None:
     try:
@@ -568,12 +588,18 @@ def _check_broker_configs(services: BrokerServices, target: str,
     except ConfigRequestError as exc:
         if exc.code != ErrorCode.invalid_config:
             raise
-        name = "" if target == ClusterMetadata.DEFAULT_BROKER_ENTITY else target
-        raise ConfigRequestError(  # Kafka's words (ZkAdminManager.alterConfigs)
-            exc.code,
-            f"Invalid config value for resource ConfigResource(type=BROKER, name='{name}'): "
-            f"{exc}",
-        ) from None
+        raise _invalid_broker_config(target, str(exc)) from None
+
+
+def _persistent(services: BrokerServices, target: str, configs: Mapping[str, str],
+                stored: Mapping[str, str]) -> dict[str, str]:
+    """The broker configs to write: passwords encrypted with password.encoder.secret
+    (:meth:`DynamicBrokerConfig.to_persistent`); Kafka's INVALID_CONFIG without a secret
+    or at the cluster default."""
+    try:
+        return services.dynamic_config.to_persistent(configs, target, stored)
+    except ConfigError as exc:
+        raise _invalid_broker_config(target, str(exc)) from None
 
 
 def _loggable(configs: Mapping[str, str]) -> dict[str, str]:
