@@ -26,7 +26,12 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from odradek.cluster.local_zookeeper import LocalZooKeeper, four_letter, start_zookeeper
+from odradek.cluster.local_zookeeper import (
+    LocalZooKeeper,
+    ServerTls,
+    four_letter,
+    start_zookeeper,
+)
 from odradek.cluster.zk_store import ZooKeeperStore
 
 __all__ = ["ZooKeeperServer", "expire_session", "four_letter", "running_zookeeper", "wait_for"]
@@ -80,13 +85,15 @@ class ZooKeeperServer:
 
 @contextlib.contextmanager
 def running_zookeeper(heap_mb: int = 128,
-                      sasl_users: Mapping[str, str] | None = None) -> Iterator[ZooKeeperServer]:
+                      sasl_users: Mapping[str, str] | None = None,
+                      tls: ServerTls | None = None) -> Iterator[ZooKeeperServer]:
     """A server for the block; with ``sasl_users`` (name → password) clients authenticate
-    with SASL DIGEST-MD5 (:func:`~odradek.cluster.local_zookeeper.start_zookeeper`)."""
+    with SASL DIGEST-MD5, with ``tls`` over mutual TLS only
+    (:func:`~odradek.cluster.local_zookeeper.start_zookeeper`)."""
     workdir = Path(tempfile.mkdtemp(prefix="odradek-zk-"))
     try:
         server = start_zookeeper(workdir, tick_ms=TICK_MS, force_sync=False, heap_mb=heap_mb,
-                                 sasl_users=sasl_users)
+                                 sasl_users=sasl_users, tls=tls)
         try:
             yield ZooKeeperServer(server, workdir)
         finally:

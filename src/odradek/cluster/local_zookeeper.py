@@ -23,6 +23,14 @@ section (``DigestLoginModule`` with one ``user_<name>="<password>"`` option per 
 named by ``-Djava.security.auth.login.config``, and ``authProvider.1=...
 SASLAuthenticationProvider`` and ``requireClientAuthScheme=sasl`` in ``zoo.cfg``. The JAAS
 file is written 0600. Without ``sasl_users`` the server and its ``zoo.cfg`` are as before.
+
+TLS (for the tests of ``zookeeper.ssl.*``): given a :class:`ServerTls`, the server listens
+on a ``secureClientPort`` only (no plaintext port), with ZooKeeper's Netty connection
+factory (``serverCnxnFactory=...NettyServerCnxnFactory``, the only one that speaks TLS),
+the keystore and truststore named by ``ssl.keyStore.*``/``ssl.trustStore.*`` and
+``ssl.clientAuth=need``: a client without a certificate the truststore trusts is refused.
+The four-letter words of the readiness check then go over TLS too, with
+:attr:`ServerTls.probe`, a client context the server trusts.
 """
 
 from __future__ import annotations
@@ -32,15 +40,17 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 __all__ = [
     "LocalZooKeeper",
+    "ServerTls",
     "ZooKeeperInstall",
     "ZooKeeperNotInstalled",
     "ZooKeeperStartError",
@@ -56,6 +66,7 @@ JAVA_SHARE = Path("/usr/share/java")
 ZOOKEEPER_HOME = Path("/usr/share/zookeeper")
 #: slf4j's simple binding: without one the server logs nothing at all.
 SLF4J_BINDING = "slf4j-simple.jar"
+NETTY_CODEC = "netty-codec.jar"
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 INSTALL_HINT = "install Debian's zookeeper package: apt-get install zookeeper"
 
@@ -71,6 +82,8 @@ JVM_FLAGS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 #: The server side of SASL DIGEST-MD5 (ZooKeeper's names).
 SASL_AUTH_PROVIDER = "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
 DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
+#: The connection factory that speaks TLS (the default NIO one does not).
+NETTY_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"
 
 
 class ZooKeeperNotInstalled(RuntimeError):
@@ -82,14 +95,46 @@ class ZooKeeperStartError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
+class ServerTls:
+    """The server's side of mutual TLS: its keystore, the truststore its clients'
+    certificates must chain to (PKCS12 or PEM, ZooKeeper's ``ssl.*`` settings), and a
+    client context it trusts, for the readiness probe."""
+
+    keystore: Path
+    keystore_password: str = field(repr=False)
+    truststore: Path
+    truststore_password: str = field(repr=False)
+    probe: ssl.SSLContext
+    store_type: str = "PKCS12"
+
+    def config_lines(self) -> str:
+        def escaped(value: str) -> str:  # java.util.Properties: a backslash escapes
+            return value.replace("\\", "\\\\")
+
+        return (
+            f"serverCnxnFactory={NETTY_FACTORY}\n"
+            f"ssl.keyStore.location={escaped(str(self.keystore))}\n"
+            f"ssl.keyStore.password={escaped(self.keystore_password)}\n"
+            f"ssl.keyStore.type={self.store_type}\n"
+            f"ssl.trustStore.location={escaped(str(self.truststore))}\n"
+            f"ssl.trustStore.password={escaped(self.truststore_password)}\n"
+            f"ssl.trustStore.type={self.store_type}\n"
+            "ssl.clientAuth=need\n"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ZooKeeperInstall:
     java: Path
     jar: Path
     slf4j_binding: Path | None
+    #: Netty's codec jar: the TLS port's handler needs it, and Debian's zookeeper.jar
+    #: manifest leaves it out of its Class-Path (it names netty-handler, not its codec).
+    netty_codec: Path | None = None
 
     @property
     def classpath(self) -> str:
-        parts = [self.jar] + ([self.slf4j_binding] if self.slf4j_binding else [])
+        parts = [self.jar, *(p for p in (self.slf4j_binding, self.netty_codec) if p)]
         return os.pathsep.join(str(p) for p in parts)
 
 
@@ -125,7 +170,9 @@ def find_install(java_share: Path = JAVA_SHARE) -> ZooKeeperInstall:
             "(apt-get install zookeeper pulls one in; or install default-jre-headless)"
         )
     binding = java_share / SLF4J_BINDING
-    return ZooKeeperInstall(java, jar, binding if binding.is_file() else None)
+    codec = java_share / NETTY_CODEC
+    return ZooKeeperInstall(java, jar, binding if binding.is_file() else None,
+                            codec if codec.is_file() else None)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -146,44 +193,52 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
-def four_letter(port: int, word: str, timeout: float = 1.0, host: str = "127.0.0.1") -> str:
-    """Send a four-letter word (``ruok``, ``srvr``, ...) and return the whole answer."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+def four_letter(port: int, word: str, timeout: float = 1.0, host: str = "127.0.0.1",
+                tls: ssl.SSLContext | None = None) -> str:
+    """Send a four-letter word (``ruok``, ``srvr``, ...) and return the whole answer (over
+    TLS with ``tls``, to a ``secureClientPort``)."""
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        sock = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
         sock.sendall(word.encode())
         chunks = []
-        while chunk := sock.recv(4096):
-            chunks.append(chunk)
+        with contextlib.suppress(ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            while chunk := sock.recv(4096):
+                chunks.append(chunk)
     return b"".join(chunks).decode()
 
 
-def _ready(port: int) -> bool:
+def _ready(port: int, tls: ssl.SSLContext | None = None) -> bool:
     # ``ruok`` answers ``imok`` as soon as the port is open, before the server has loaded its
     # database; ``srvr`` names the mode only once it serves requests.
     try:
-        return (four_letter(port, "ruok", 0.5) == "imok"
-                and "Mode: " in four_letter(port, "srvr", 0.5))
+        return (four_letter(port, "ruok", 0.5, tls=tls) == "imok"
+                and "Mode: " in four_letter(port, "srvr", 0.5, tls=tls))
     except OSError:
         return False
 
 
 def write_config(path: Path, data_dir: Path, port: int, tick_ms: int, force_sync: bool,
-                 max_session_timeout_ms: int | None = None, sasl: bool = False) -> None:
+                 max_session_timeout_ms: int | None = None, sasl: bool = False,
+                 tls: ServerTls | None = None) -> None:
     # ZooKeeper caps a client's session timeout at maxSessionTimeout, 20 ticks by default
     # (40 s with the default tick; 4 s with a 200 ms tick, shorter than a broker may ask).
     max_session = max_session_timeout_ms or 20 * tick_ms
+    if tls:  # it holds the stores' passwords
+        path.touch(mode=0o600)
     path.write_text(
         f"tickTime={tick_ms}\n"
         f"maxSessionTimeout={max_session}\n"
         f"dataDir={data_dir}\n"
-        f"clientPort={port}\n"
-        "clientPortAddress=127.0.0.1\n"
-        "maxClientCnxns=0\n"
+        + (f"secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n" if tls else
+           f"clientPort={port}\nclientPortAddress=127.0.0.1\n")
+        + "maxClientCnxns=0\n"
         "admin.enableServer=false\n"
         "4lw.commands.whitelist=ruok,srvr,stat,cons\n"
         # fsync of the transaction log costs time and buys nothing for throwaway data
         f"forceSync={'yes' if force_sync else 'no'}\n"
         + (f"authProvider.1={SASL_AUTH_PROVIDER}\nrequireClientAuthScheme=sasl\n"
            if sasl else "")
+        + (tls.config_lines() if tls else "")
     )
 
 
@@ -202,8 +257,10 @@ class LocalZooKeeper:
     """One standalone server process listening on 127.0.0.1:``port``."""
 
     def __init__(self, port: int, data_dir: Path, log_path: Path,
-                 process: subprocess.Popen[bytes], log_file: IO[bytes]) -> None:
+                 process: subprocess.Popen[bytes], log_file: IO[bytes],
+                 tls: ServerTls | None = None) -> None:
         self.port = port
+        self.tls = tls
         self.data_dir = data_dir
         self.log_path = log_path
         self.process = process
@@ -232,7 +289,7 @@ class LocalZooKeeper:
 
     def wait_ready(self, timeout: float = START_DEADLINE_S) -> None:
         deadline = time.monotonic() + timeout
-        while not _ready(self.port):
+        while not _ready(self.port, self.tls.probe if self.tls else None):
             if self.process.poll() is not None:
                 raise ZooKeeperStartError(
                     f"ZooKeeper exited at start (status {self.process.returncode}); "
@@ -279,13 +336,15 @@ def start_zookeeper(
     timeout: float = START_DEADLINE_S,
     install: ZooKeeperInstall | None = None,
     sasl_users: Mapping[str, str] | None = None,
+    tls: ServerTls | None = None,
 ) -> LocalZooKeeper:
     """Start a server on ``port`` (default: a free one) with its data and ``zoo.cfg`` in
     ``data_dir``, and return once it answers ``ruok``. The log goes to ``log_path``
     (default ``data_dir/zookeeper.log``); sessions may last up to ``max_session_timeout_ms``
     (default: ZooKeeper's 20 ticks). Raises :class:`ZooKeeperNotInstalled` or
     :class:`ZooKeeperStartError`; a server that failed to start is stopped. With
-    ``sasl_users`` (name → password) clients authenticate with SASL DIGEST-MD5."""
+    ``sasl_users`` (name → password) clients authenticate with SASL DIGEST-MD5; with ``tls``
+    the server has a TLS port only, and wants client certificates."""
     install = install or find_install()
     data_dir.mkdir(parents=True, exist_ok=True)
     chosen = port if port is not None else free_port()
@@ -294,7 +353,7 @@ def start_zookeeper(
         raise ZooKeeperStartError(f"cannot start ZooKeeper: 127.0.0.1:{port} is in use")
     config = data_dir / "zoo.cfg"
     write_config(config, data_dir / "data", chosen, tick_ms, force_sync,
-                 max_session_timeout_ms, sasl=bool(sasl_users))
+                 max_session_timeout_ms, sasl=bool(sasl_users), tls=tls)
     jaas_flags: list[str] = []
     if sasl_users:
         jaas = data_dir / "zookeeper_jaas.conf"
@@ -309,7 +368,7 @@ def start_zookeeper(
         stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    server = LocalZooKeeper(chosen, data_dir, log_path, process, log_file)
+    server = LocalZooKeeper(chosen, data_dir, log_path, process, log_file, tls)
     try:
         server.wait_ready(timeout)
     except BaseException:

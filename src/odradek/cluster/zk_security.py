@@ -25,6 +25,25 @@ How it works, as Kafka's ZooKeeper mode does it:
   write them. ``/consumers`` itself (Kafka's old consumers write under it) stays world ALL.
 - **No way to authenticate** with ``zookeeper.set.acl=true`` refuses to start, as Kafka's
   ``KafkaServer.initZkClient`` does: the creator ACL would then name nobody.
+- **A wrong password** is refused by ZooKeeper at once (kazoo stops connecting): the
+  broker refuses to start, naming the user and the JAAS file (:meth:`ZkClientSecurity.
+  auth_failed`), rather than retrying.
+- **Mutual TLS** (KIP-515, Kafka's ``zookeeper.ssl.*`` configs): with
+  ``zookeeper.ssl.client.enable=true`` the client speaks TLS to ZooKeeper's
+  ``secureClientPort``, presents the keystore's certificate and verifies the server's
+  against the truststore, and its name against the connect string's host unless
+  ``zookeeper.ssl.endpoint.identification.algorithm`` is empty. As in Kafka's
+  ``KafkaConfig``, each key set in the broker's config wins, else the ZooKeeper client's
+  JVM system property of ``KAFKA_OPTS`` (:data:`ZK_TLS_SYSTEM_PROPERTIES`: note
+  ``zookeeper.client.secure`` and the camelCase ``keyStore``), else Kafka's default.
+  ZooKeeper's Java client speaks TLS only through ``org.apache.zookeeper.
+  ClientCnxnSocketNetty``, so ``zookeeper.clientCnxnSocket`` must name it, as Kafka's
+  docs require. A store's type left unset is told by its file's extension (ZooKeeper's
+  ``X509Util``: ``.pem``, ``.p12``/``.pfx``, ``.jks``); the keystore's key is opened with
+  the keystore's password (ZooKeeper has no separate key password). The
+  ``ssl.SSLContext`` is the listeners' own (:func:`odradek.security.tls.client_context`):
+  PEM and PKCS12 stores, not JKS. :class:`ZkTlsHandler` hands it to kazoo, whose own TLS
+  options cannot bound the protocol versions.
 - **Migrating an existing tree** (Kafka's ``ZkSecurityMigrator``): the chroot's root, then
   every Odradek root path, recursively, get the ACLs above (``secure``) or world ALL
   (``unsecure``); see :func:`migrate_acls`.
@@ -33,31 +52,40 @@ How it works, as Kafka's ZooKeeper mode does it:
 from __future__ import annotations
 
 import re
+import select
 import shlex
-from collections.abc import Mapping, Sequence
+import socket
+import ssl
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 
 from odradek.cluster.store import StoreError
 from odradek.security.sasl import parse_jaas_config
+from odradek.security.tls import TlsConfigError, client_context
 
 __all__ = [
     "JAVA_LOGIN_CONFIG",
     "ROOT_PATHS",
     "SENSITIVE_ROOT_PATHS",
+    "ZK_TLS_SYSTEM_PROPERTIES",
     "DigestCredentials",
     "ZkClientSecurity",
+    "ZkTls",
+    "ZkTlsHandler",
     "ZooKeeperSecurityError",
     "default_acls",
     "java_system_properties",
     "migrate_acls",
     "read_jaas_sections",
     "sensitive_path",
+    "zk_tls_settings",
 ]
 
 JAVA_LOGIN_CONFIG = "java.security.auth.login.config"
@@ -84,6 +112,31 @@ ROOT_PATHS = (
 )
 #: Requests the migration keeps in flight (a window of set_acls and get_children).
 _PIPELINE = 500
+
+
+#: Kafka's ZooKeeper TLS configs → the ZooKeeper client system property each one falls
+#: back to (Kafka's ZkSslConfigToSystemPropertyMap).
+ZK_TLS_SYSTEM_PROPERTIES = {
+    "zookeeper.ssl.client.enable": "zookeeper.client.secure",
+    "zookeeper.clientCnxnSocket": "zookeeper.clientCnxnSocket",
+    "zookeeper.ssl.keystore.location": "zookeeper.ssl.keyStore.location",
+    "zookeeper.ssl.keystore.password": "zookeeper.ssl.keyStore.password",
+    "zookeeper.ssl.keystore.type": "zookeeper.ssl.keyStore.type",
+    "zookeeper.ssl.truststore.location": "zookeeper.ssl.trustStore.location",
+    "zookeeper.ssl.truststore.password": "zookeeper.ssl.trustStore.password",
+    "zookeeper.ssl.truststore.type": "zookeeper.ssl.trustStore.type",
+    "zookeeper.ssl.protocol": "zookeeper.ssl.protocol",
+    "zookeeper.ssl.enabled.protocols": "zookeeper.ssl.enabledProtocols",
+    "zookeeper.ssl.cipher.suites": "zookeeper.ssl.ciphersuites",
+    "zookeeper.ssl.endpoint.identification.algorithm": "zookeeper.ssl.hostnameVerification",
+}
+#: The only socket of ZooKeeper's Java client that speaks TLS.
+NETTY_SOCKET = "org.apache.zookeeper.ClientCnxnSocketNetty"
+NIO_SOCKET = "org.apache.zookeeper.ClientCnxnSocketNIO"
+#: ZooKeeper's X509Util.StoreFileType: a store's type from its file name's extension.
+_STORE_EXTENSIONS = {".pem": "PEM", ".crt": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12",
+                     ".jks": "JKS", ".bcfks": "BCFKS"}
+_LIST_KEYS = ("zookeeper.ssl.enabled.protocols", "zookeeper.ssl.cipher.suites")
 
 
 class ZooKeeperSecurityError(StoreError):
@@ -174,6 +227,164 @@ class DigestCredentials:
     password: str = field(repr=False)
 
 
+def zk_tls_settings(config: Mapping[str, Any], explicit: Collection[str],
+                    props: Mapping[str, str]) -> dict[str, Any]:
+    """Kafka's ``zk*ConfigOrSystemProperty``: each TLS key of :data:`ZK_TLS_SYSTEM_PROPERTIES`
+    from ``config`` when set there (``explicit``), else from the JVM property ``props`` has,
+    else ``config``'s default. Lists are lists; the hostname property's true/false becomes
+    ``HTTPS``/empty, as Kafka translates it."""
+    settings: dict[str, Any] = {}
+    for key, prop in ZK_TLS_SYSTEM_PROPERTIES.items():
+        value = config.get(key)
+        if key not in explicit and prop in props:
+            raw = props[prop].strip()
+            if key == "zookeeper.ssl.client.enable":
+                value = raw.lower() == "true"
+            elif key == "zookeeper.ssl.endpoint.identification.algorithm":
+                value = "HTTPS" if raw.lower() == "true" else ""
+            elif key in _LIST_KEYS:
+                value = [v.strip() for v in raw.split(",") if v.strip()]
+            else:
+                value = raw
+        settings[key] = value
+    return settings
+
+
+def _store_type(settings: Mapping[str, Any], store: str) -> str:
+    location = str(settings[f"zookeeper.ssl.{store}.location"] or "")
+    kind = str(settings[f"zookeeper.ssl.{store}.type"] or "").upper()
+    if kind or not location:
+        return kind or "PEM"
+    detected = _STORE_EXTENSIONS.get(Path(location).suffix.lower())
+    if detected is None:
+        raise ZooKeeperSecurityError(
+            f"zookeeper.ssl.{store}.type is not set and the extension of "
+            f"zookeeper.ssl.{store}.location {location!r} does not tell it: set "
+            f"zookeeper.ssl.{store}.type to PEM or PKCS12")
+    return detected
+
+
+@dataclass(frozen=True, slots=True)
+class ZkTls:
+    """The client side of mutual TLS to ZooKeeper: the context and whether the server's
+    certificate must name the host of the connect string."""
+
+    context: ssl.SSLContext
+    check_hostname: bool
+    keystore: str  # where the client certificate comes from (for messages), or ""
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> ZkTls | None:
+        """None when ``zookeeper.ssl.client.enable`` is false; a
+        :class:`ZooKeeperSecurityError` naming the key when the settings cannot work."""
+        if not settings["zookeeper.ssl.client.enable"]:
+            return None
+        socket_class = str(settings["zookeeper.clientCnxnSocket"] or "")
+        if socket_class != NETTY_SOCKET:
+            raise ZooKeeperSecurityError(
+                "zookeeper.ssl.client.enable is true, but zookeeper.clientCnxnSocket is "
+                f"{socket_class or 'not set'}: ZooKeeper's client speaks TLS only through "
+                f"{NETTY_SOCKET}; set zookeeper.clientCnxnSocket={NETTY_SOCKET}")
+        protocol = str(settings["zookeeper.ssl.protocol"] or "TLSv1.2")
+        if protocol not in ("TLSv1.2", "TLSv1.3"):
+            raise ZooKeeperSecurityError(
+                f"invalid zookeeper.ssl.protocol {protocol!r}: expected TLSv1.2 or TLSv1.3")
+        keystore_password = settings["zookeeper.ssl.keystore.password"] or None
+        # ZooKeeper's X509Util: without enabled protocols, only the context's protocol.
+        as_listener: dict[str, Any] = {
+            "ssl.enabled.protocols": list(settings["zookeeper.ssl.enabled.protocols"] or ())
+            or [protocol],
+            "ssl.cipher.suites": list(settings["zookeeper.ssl.cipher.suites"] or ()),
+            "ssl.keystore.location": settings["zookeeper.ssl.keystore.location"] or None,
+            "ssl.keystore.password": keystore_password,
+            "ssl.keystore.type": _store_type(settings, "keystore"),
+            "ssl.key.password": keystore_password,  # ZooKeeper: one password for both
+            "ssl.truststore.location": settings["zookeeper.ssl.truststore.location"] or None,
+            "ssl.truststore.password": settings["zookeeper.ssl.truststore.password"] or None,
+            "ssl.truststore.type": _store_type(settings, "truststore"),
+        }
+        check_hostname = str(
+            settings["zookeeper.ssl.endpoint.identification.algorithm"] or "").upper() == "HTTPS"
+        try:
+            context = client_context(as_listener.get, check_hostname=check_hostname)
+        except TlsConfigError as exc:
+            message = re.sub(r"(?<![\w.])ssl\.", "zookeeper.ssl.", str(exc))
+            message = message.replace("zookeeper.ssl.key.password",
+                                      "zookeeper.ssl.keystore.password")
+            raise ZooKeeperSecurityError(f"TLS to ZooKeeper: {message}") from None
+        return cls(context, check_hostname, str(as_listener["ssl.keystore.location"] or ""))
+
+    def describe_failure(self, error: BaseException) -> str:
+        """Why a handshake failed, in an operator's words (ZooKeeper with
+        ``ssl.clientAuth=need`` refuses a client without a certificate it trusts)."""
+        reason = getattr(error, "reason", None) or str(error) or type(error).__name__
+        if isinstance(error, ssl.SSLCertVerificationError):
+            reason = f"certificate verify failed: {error.verify_message}"
+        if isinstance(error, ssl.SSLCertVerificationError):
+            hint = ("; ZooKeeper's certificate is not trusted by zookeeper.ssl.truststore.*"
+                    " or does not name the host (zookeeper.ssl.endpoint.identification."
+                    "algorithm)")
+        elif not self.keystore and isinstance(error, ssl.SSLError):
+            hint = ("; the client has no certificate to present: set "
+                    "zookeeper.ssl.keystore.location if ZooKeeper asks for one "
+                    "(ssl.clientAuth=need)")
+        elif isinstance(error, ssl.SSLError):
+            hint = (f"; ZooKeeper refused the client certificate of {self.keystore} (not "
+                    "signed by a CA in its ssl.trustStore?)")
+        else:
+            hint = ""
+        return f"TLS to ZooKeeper failed: {reason}{hint}"
+
+
+class ZkTlsHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    """kazoo's threading handler whose connections are wrapped in :class:`ZkTls`'s context
+    (kazoo's own TLS options cannot set the protocol versions). The last handshake failure
+    is kept, for the message of a start that timed out."""
+
+    def __init__(self, tls: ZkTls) -> None:
+        super().__init__()
+        self.tls = tls
+        self.last_failure: BaseException | None = None
+
+    def create_connection(self, address: tuple[str, int], hostname: str | None = None,
+                          timeout: float | None = None, **_ignored: Any) -> socket.socket:
+        sock = socket.create_connection(address, timeout)
+        try:
+            tls_sock = self.tls.context.wrap_socket(
+                sock, server_hostname=hostname if self.tls.check_hostname else None)
+            if tls_sock.version() == "TLSv1.3":
+                _refused_after_handshake(tls_sock)
+        except OSError as exc:  # ssl.SSLError too
+            sock.close()
+            self.last_failure = exc
+            raise
+        tls_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.last_failure = None
+        return tls_sock
+
+
+#: How long a TLS 1.3 client waits for the server's first word after the handshake.
+_TLS13_VERDICT_S = 0.2
+
+
+def _refused_after_handshake(tls_sock: ssl.SSLSocket) -> None:
+    """In TLS 1.3 the client's handshake ends before the server has checked the client's
+    certificate: a refusal is an alert that follows. A server that accepts sends its
+    session tickets first, so wait (briefly) for the first record and read it without
+    blocking: the alert raises its ``ssl.SSLError``, a ticket leaves nothing to read."""
+    readable, _, _ = select.select([tls_sock], [], [], _TLS13_VERDICT_S)
+    if not readable:
+        return
+    blocking = tls_sock.gettimeout()
+    tls_sock.setblocking(False)
+    try:
+        tls_sock.recv(1)  # ZooKeeper says nothing before our connect request
+    except ssl.SSLWantReadError:
+        pass
+    finally:
+        tls_sock.settimeout(blocking)
+
+
 @dataclass(frozen=True, slots=True)
 class ZkClientSecurity:
     """How a client authenticates to ZooKeeper and which ACLs its znodes get."""
@@ -181,6 +392,7 @@ class ZkClientSecurity:
     sasl: DigestCredentials | None = None
     set_acl: bool = False
     jaas_file: str | None = None  # where the credentials came from (for messages)
+    tls: ZkTls | None = None
 
     @classmethod
     def from_jvm_properties(cls, props: Mapping[str, str], set_acl: bool) -> ZkClientSecurity:
@@ -230,6 +442,17 @@ class ZkClientSecurity:
         return cls.from_jvm_properties(java_system_properties(environ.get(KAFKA_OPTS, "")),
                                        set_acl)
 
+    @classmethod
+    def for_broker(cls, config: Mapping[str, Any], explicit: Collection[str],
+                   environ: Mapping[str, str]) -> ZkClientSecurity:
+        """A broker's: SASL from ``KAFKA_OPTS``'s JAAS file, ``zookeeper.set.acl`` and the
+        TLS keys from its config (``explicit``: the keys set there), falling back to
+        ``KAFKA_OPTS``'s ZooKeeper client properties (:func:`zk_tls_settings`)."""
+        props = java_system_properties(environ.get(KAFKA_OPTS, ""))
+        security = cls.from_jvm_properties(props, bool(config.get("zookeeper.set.acl")))
+        tls = ZkTls.from_settings(zk_tls_settings(config, explicit, props))
+        return cls(security.sasl, security.set_acl, security.jaas_file, tls)
+
     @property
     def authenticated(self) -> bool:
         return self.sasl is not None
@@ -245,14 +468,29 @@ class ZkClientSecurity:
                 f"ZooKeeper: {where}; give it a '{DEFAULT_SECTION} {{ {DIGEST_LOGIN_MODULE} "
                 "required username=\"...\" password=\"...\"; };' section (docs/operations.md)")
 
+    def auth_failed(self, hosts: str) -> str:
+        """The reason a refused SASL authentication is given (never the password)."""
+        user = self.sasl.username if self.sasl else "?"
+        source = (f"the {DEFAULT_SECTION} section of the JAAS file {self.jaas_file}"
+                  if self.jaas_file else "the broker's credentials")
+        return (f"ZooKeeper refused the SASL DIGEST-MD5 authentication of user '{user}' "
+                f"at {hosts}: a wrong password, or a user its Server section does not know "
+                f"(credentials from {source})")
+
     def acls(self, path: str) -> list[ACL]:
         return default_acls(self.set_acl, path)
 
     def kazoo_options(self) -> dict[str, Any]:
-        if self.sasl is None:
-            return {}
-        return {"sasl_options": {"mechanism": "DIGEST-MD5", "username": self.sasl.username,
-                                 "password": self.sasl.password}}
+        """Keyword arguments of a ``KazooClient`` (a new TLS handler each: one a client)."""
+        options: dict[str, Any] = {}
+        if self.sasl is not None:
+            options["sasl_options"] = {"mechanism": "DIGEST-MD5",
+                                       "username": self.sasl.username,
+                                       "password": self.sasl.password}
+        if self.tls is not None:
+            options["handler"] = ZkTlsHandler(self.tls)
+            options["use_ssl"] = True  # for kazoo's log lines; the handler does the TLS
+        return options
 
 
 def migrate_acls(client: KazooClient, secure: bool,

@@ -61,7 +61,7 @@ from odradek.cluster.store import (
     StoreError,
     Watcher,
 )
-from odradek.cluster.zk_security import ZkClientSecurity
+from odradek.cluster.zk_security import ZkClientSecurity, ZooKeeperSecurityError
 
 __all__ = ["ZooKeeperSettings", "ZooKeeperStore", "split_connect"]
 
@@ -83,6 +83,7 @@ _ERRORS: dict[type[Exception], type[StoreError]] = {
     kz.ConnectionLoss: ConnectionLossError,
     kz.SessionExpiredError: SessionExpiredError,
     kz.ConnectionClosedError: ConnectionLossError,
+    kz.AuthFailedError: ZooKeeperSecurityError,
 }
 
 
@@ -169,11 +170,18 @@ class ZooKeeperStore(MetadataStore):
     def _start(self, client: KazooClient) -> None:
         try:
             client.start(timeout=self._timeout_s)
-        except KazooTimeoutError:
+            # kazoo reports CONNECTED before SASL has authenticated; one round trip, queued
+            # behind the authentication, tells whether it did (kazoo then stops for good).
+            client.exists_async("/").get(timeout=self._timeout_s)
+        except (KazooTimeoutError, kz.AuthFailedError) as exc:
+            client.stop()
+            client.close()
+            if isinstance(exc, kz.AuthFailedError):
+                raise ZooKeeperSecurityError(self.security.auth_failed(self._hosts)) from None
             raise StoreConnectionError(
                 f"could not connect to ZooKeeper at {self._hosts} within "
                 f"{self.settings.effective_connection_timeout_ms} ms "
-                "(zookeeper.connection.timeout.ms)"
+                f"(zookeeper.connection.timeout.ms){self._tls_failure(client)}"
             ) from None
 
     def _create_chroot(self) -> None:
@@ -190,6 +198,13 @@ class ZooKeeperStore(MetadataStore):
         finally:
             bootstrap.stop()
             bootstrap.close()
+
+    def _tls_failure(self, client: KazooClient) -> str:
+        handler = client.handler
+        failure = getattr(handler, "last_failure", None)
+        if failure is None or self.security.tls is None:
+            return ""
+        return f": {self.security.tls.describe_failure(failure)}"
 
     @property
     def client(self) -> KazooClient:

@@ -243,6 +243,34 @@ _OWN: tuple[ConfigDef, ...] = (
               "znodes get Kafka's secure ACLs (creator all, world read except credentials); "
               "needs SASL credentials from the JAAS file of -Djava.security.auth.login.config "
               "in KAFKA_OPTS"),
+    # Mutual TLS to ZooKeeper (KIP-515): each unset key falls back to the ZooKeeper client's
+    # system property in KAFKA_OPTS (cluster/zk_security.py), as in Kafka.
+    ConfigDef("zookeeper.ssl.client.enable", "boolean", False, None,
+              "speak TLS to ZooKeeper (its secureClientPort); needs zookeeper.clientCnxnSocket="
+              "org.apache.zookeeper.ClientCnxnSocketNetty"),
+    ConfigDef("zookeeper.clientCnxnSocket", "string", "", None,
+              "org.apache.zookeeper.ClientCnxnSocketNetty with TLS to ZooKeeper"),
+    ConfigDef("zookeeper.ssl.keystore.location", "string", "", None,
+              "the broker's client key and certificate for ZooKeeper (PEM or PKCS12)"),
+    ConfigDef("zookeeper.ssl.keystore.password", "password", "", None,
+              "password of that keystore and of its key"),
+    ConfigDef("zookeeper.ssl.keystore.type", "string", "", None,
+              "PEM or PKCS12 (empty: told by the file's extension)"),
+    ConfigDef("zookeeper.ssl.truststore.location", "string", "", None,
+              "the CAs ZooKeeper's certificate must chain to (PEM or PKCS12)"),
+    ConfigDef("zookeeper.ssl.truststore.password", "password", "", None,
+              "password of that truststore"),
+    ConfigDef("zookeeper.ssl.truststore.type", "string", "", None,
+              "PEM or PKCS12 (empty: told by the file's extension)"),
+    ConfigDef("zookeeper.ssl.protocol", "string", "TLSv1.2", None,
+              "the TLS version to ZooKeeper when zookeeper.ssl.enabled.protocols is empty"),
+    ConfigDef("zookeeper.ssl.enabled.protocols", "list", (), None,
+              "TLS versions offered to ZooKeeper (empty: zookeeper.ssl.protocol)"),
+    ConfigDef("zookeeper.ssl.cipher.suites", "list", (), None,
+              "TLSv1.2 cipher suites offered to ZooKeeper (empty: the defaults)"),
+    ConfigDef("zookeeper.ssl.endpoint.identification.algorithm", "string", "HTTPS", None,
+              "HTTPS: ZooKeeper's certificate must name the host of zookeeper.connect; "
+              "empty: not checked"),
     ConfigDef("broker.rack", "string", "", None,
               "this broker's rack: replicas of a partition are spread over racks"),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000, None,

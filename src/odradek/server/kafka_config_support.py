@@ -55,7 +55,8 @@ SASL = "this SASL setting is not supported by Odradek yet (it serves PLAIN and S
 TLS = ("this TLS setting is not supported by Odradek yet (it serves PEM and PKCS12 stores "
        "through Python's ssl module)")
 SECURITY = "this security setting is not supported by Odradek yet"
-ZK_TLS = "TLS to ZooKeeper is not supported by Odradek yet"
+ZK_TLS = ("checking the revocation of ZooKeeper's certificate (CRL, OCSP) is not "
+          "supported by Odradek yet")
 KRAFT = ("KRaft mode is not supported by Odradek (it runs as one embedded node or in "
          "ZooKeeper mode)")
 TIERED = "tiered storage (KIP-405) is not supported by Odradek yet"
@@ -121,7 +122,6 @@ _EXACT: dict[str, str] = {
     "socket.connection.setup.timeout.max.ms": _CLIENT_SIDE,
     "controller.socket.timeout.ms": _CLIENT_SIDE,
     "zookeeper.max.in.flight.requests": _CLIENT_SIDE,
-    "zookeeper.clientCnxnSocket": ZK_TLS,
     "zookeeper.metadata.migration.enable": KRAFT,
     "process.roles": KRAFT,
     "broker.heartbeat.interval.ms": KRAFT,
@@ -169,6 +169,13 @@ _SERVED_UNDER_AN_UNSERVED_PREFIX = frozenset({
     "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.client.auth",
     "ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "sasl.jaas.config",
     "sasl.server.max.receive.size", "sasl.mechanism.inter.broker.protocol",
+    # mutual TLS to ZooKeeper (all zookeeper.ssl.* but CRL and OCSP)
+    "zookeeper.ssl.client.enable", "zookeeper.ssl.keystore.location",
+    "zookeeper.ssl.keystore.password", "zookeeper.ssl.keystore.type",
+    "zookeeper.ssl.truststore.location", "zookeeper.ssl.truststore.password",
+    "zookeeper.ssl.truststore.type", "zookeeper.ssl.protocol",
+    "zookeeper.ssl.enabled.protocols", "zookeeper.ssl.cipher.suites",
+    "zookeeper.ssl.endpoint.identification.algorithm",
 })
 _PREFIXES: tuple[tuple[str, str], ...] = (
     ("listener.name.", PER_LISTENER),

@@ -98,9 +98,10 @@ class ZkCluster:
         (:func:`~odradek.cluster.membership.wait_out_previous_registration`)."""
         timeout = int(self.config["zookeeper.connection.timeout.ms"])
         session_timeout_ms = int(self.config["zookeeper.session.timeout.ms"])
-        # Kafka reads the JAAS file from the JVM's -D properties, which KAFKA_OPTS carries.
-        security = ZkClientSecurity.from_environment(os.environ,
-                                                     bool(self.config["zookeeper.set.acl"]))
+        # Kafka reads the JAAS file (and the ZooKeeper client's TLS properties its
+        # zookeeper.ssl.* keys fall back to) from the JVM's -D properties: KAFKA_OPTS.
+        security = ZkClientSecurity.for_broker(self.config.values, self.config.raw,
+                                               os.environ)
         self.store = ZooKeeperStore(
             self.config["zookeeper.connect"],
             session_timeout_ms=session_timeout_ms,
