@@ -114,9 +114,13 @@ def test_encrypted_pem_key_with_ssl_key_password(ca: trustme.CA, files: dict[str
     ctx = server_context(settings(ssl_keystore_type="PEM", ssl_keystore_location=path,
                                   ssl_key_password="key-pw"))
     handshake(ctx, client(ca))
-    with pytest.raises(TlsConfigError, match=r"wrong ssl\.key\.password"):
+    with pytest.raises(TlsConfigError, match=r"wrong or missing ssl\.key\.password"):
         server_context(settings(ssl_keystore_type="PEM", ssl_keystore_location=path,
                                 ssl_key_password="nope"))
+    # no ssl.key.password at all (e.g. a stored one that no longer decodes): a config
+    # error naming the key, not a bare OSError or a terminal prompt
+    with pytest.raises(TlsConfigError, match=r"missing ssl\.key\.password"):
+        server_context(settings(ssl_keystore_type="PEM", ssl_keystore_location=path))
 
 
 def test_inline_pem_keystore_kip651(ca: trustme.CA) -> None:

@@ -254,12 +254,20 @@ def _load_chain_pem(
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(pem)
+        # Without a password, a callable answering "" rather than None: OpenSSL's default
+        # would prompt on the terminal for an encrypted key (or fail with a bare EINVAL).
         try:
-            ctx.load_cert_chain(path, password=password or None)
-        except ssl.SSLError as exc:
+            ctx.load_cert_chain(path, password=password or _no_password)
+        except (ssl.SSLError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or exc.strerror or exc
             raise TlsConfigError(
-                f"cannot load the key and certificate chain of {key}{where}: {exc.reason or exc}"
-                " (a wrong ssl.key.password, or no key matching the certificate)") from None
+                f"cannot load the key and certificate chain of {key}{where}: {reason}"
+                " (a wrong or missing ssl.key.password, or no key matching the certificate)"
+            ) from None
+
+
+def _no_password() -> str:
+    return ""
 
 
 def _pkcs12(
