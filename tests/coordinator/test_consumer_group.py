@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pytest
@@ -40,7 +41,7 @@ def join(member_id: str, *subscribed: str, instance_id: str | None = None,
                             owned={})
 
 
-def beat(member_id: str, epoch: int, owned: dict[uuid.UUID, frozenset[int]] | None,
+def beat(member_id: str, epoch: int, owned: Mapping[uuid.UUID, frozenset[int]] | None,
          instance_id: str | None = None) -> HeartbeatRequest:
     return HeartbeatRequest(member_id, epoch, instance_id=instance_id, owned=owned)
 
@@ -48,6 +49,14 @@ def beat(member_id: str, epoch: int, owned: dict[uuid.UUID, frozenset[int]] | No
 def partitions(result: HeartbeatResult) -> set[tuple[uuid.UUID, int]]:
     assert result.assignment is not None
     return {(t, p) for t, ps in result.assignment.items() for p in ps}
+
+
+def group_state(group: ConsumerGroup) -> ConsumerGroupState:
+    return group.state
+
+
+def state_of(group: ConsumerGroup, member_id: str) -> MemberState:
+    return group.members[member_id].state
 
 
 @dataclass
@@ -249,7 +258,7 @@ def test_a_second_member_waits_for_the_first_to_revoke() -> None:
     assert group.group_epoch == 2 and group.assignment_epoch == 2
     # m2 is at the new epoch but what it is to get is still m1's
     assert second.member_epoch == 2 and second.assignment == {}
-    assert group.members["m2"].state == MemberState.UNRELEASED_PARTITIONS
+    assert state_of(group, "m2") == MemberState.UNRELEASED_PARTITIONS
     target_m2 = group.target["m2"][T1]
     assert len(target_m2) == 2
 
@@ -257,7 +266,7 @@ def test_a_second_member_waits_for_the_first_to_revoke() -> None:
     revoke = group.heartbeat(beat("m1", 1, first.assignment), meta, 2)
     assert revoke.member_epoch == 1
     assert partitions(revoke) == {(T1, p) for p in range(4) if p not in target_m2}
-    assert group.members["m1"].state == MemberState.UNREVOKED_PARTITIONS
+    assert state_of(group, "m1") == MemberState.UNREVOKED_PARTITIONS
     assert group.state == ConsumerGroupState.RECONCILING
 
     # m2 still gets nothing while m1 has not acknowledged
@@ -266,12 +275,12 @@ def test_a_second_member_waits_for_the_first_to_revoke() -> None:
 
     # m1 acknowledges by heartbeating without them: it moves to epoch 2
     ack = group.heartbeat(beat("m1", 1, revoke.assignment), meta, 4)
-    assert ack.member_epoch == 2 and group.members["m1"].state == MemberState.STABLE
+    assert ack.member_epoch == 2 and state_of(group, "m1") == MemberState.STABLE
 
     # now m2 gets them
     granted = group.heartbeat(beat("m2", 2, {}), meta, 5)
     assert partitions(granted) == {(T1, p) for p in target_m2}
-    assert group.state == ConsumerGroupState.STABLE
+    assert group_state(group) == ConsumerGroupState.STABLE
 
 
 def test_a_member_that_does_not_say_what_it_owns_is_assumed_to_own_it() -> None:
@@ -282,7 +291,7 @@ def test_a_member_that_does_not_say_what_it_owns_is_assumed_to_own_it() -> None:
     group.heartbeat(beat("m1", 1, first.assignment), meta, 2)
     # owned None (unchanged): still unrevoked
     group.heartbeat(beat("m1", 1, None), meta, 3)
-    assert group.members["m1"].state == MemberState.UNREVOKED_PARTITIONS
+    assert state_of(group, "m1") == MemberState.UNREVOKED_PARTITIONS
 
 
 def test_a_leaving_member_releases_its_partitions_at_once() -> None:
@@ -326,9 +335,9 @@ def test_a_subscription_change_moves_the_group_epoch() -> None:
     result = group.heartbeat(request, meta, 2)
     client.apply(result)
     assert client.held() == {(T2, 0), (T2, 1)}
-    assert group.members["m1"].state == MemberState.UNREVOKED_PARTITIONS
+    assert state_of(group, "m1") == MemberState.UNREVOKED_PARTITIONS
     step(group, client, meta)
-    assert group.members["m1"].state == MemberState.STABLE and client.epoch == 3
+    assert state_of(group, "m1") == MemberState.STABLE and client.epoch == 3
 
 
 def test_partitions_added_to_a_topic_are_assigned() -> None:

@@ -201,7 +201,7 @@ def validate_heartbeat(
         return invalid("InstanceId can't be empty.")
     if request.rack_id is not None and not request.rack_id:
         return invalid("RackId can't be empty.")
-    if request.subscribed_topic_regex is not None:
+    if request.subscribed_topic_regex:  # "" clears it (librdkafka sends it with names)
         return invalid("SubscribedTopicRegex is not supported yet.")
     epoch = request.member_epoch
     if epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH:

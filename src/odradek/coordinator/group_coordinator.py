@@ -48,11 +48,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from odradek.clock import now_ms
+from odradek.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicMetadata,
+    validate_heartbeat,
+)
 from odradek.coordinator.group_metadata import (
     CommittedOffset,
     GroupMetadata,
@@ -60,6 +69,7 @@ from odradek.coordinator.group_metadata import (
     new_member_id,
 )
 from odradek.coordinator.group_metadata_manager import GroupMetadataManager, OffsetConfig
+from odradek.coordinator.group_protocol import CONSUMER_PROTOCOL_TYPE
 from odradek.coordinator.group_state import GroupState
 from odradek.coordinator.internal_topic_coordinator import InternalTopicCoordinator
 from odradek.coordinator.offsets_topic import OffsetsTopic
@@ -82,6 +92,7 @@ log = logging.getLogger(__name__)
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
+CONSUMER_GROUP_TYPE = "consumer"  # ListGroups v5's group types
 
 _Partition = tuple[str, int]
 
@@ -97,6 +108,8 @@ class CoordinatorConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
     max_metadata_size: int = 4096  # offset.metadata.max.bytes
+    consumer: ConsumerGroupConfig = field(  # group.consumer.* (KIP-848)
+        default_factory=ConsumerGroupConfig)
 
     @classmethod
     def from_broker(cls, values: Mapping[str, Any]) -> CoordinatorConfig:
@@ -110,6 +123,7 @@ class CoordinatorConfig:
                 values["offsets.retention.check.interval.ms"]
             ),
             max_metadata_size=int(values["offset.metadata.max.bytes"]),
+            consumer=consumer_group_config(values),
         )
 
     @property
@@ -120,6 +134,31 @@ class CoordinatorConfig:
             retention_check_interval_ms=self.offsets_retention_check_interval_ms,
             max_metadata_size=self.max_metadata_size,
         )
+
+
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def consumer_group_config(values: Mapping[str, Any]) -> ConsumerGroupConfig:
+    """The ``group.consumer.*`` broker configs (Kafka's defaults for those not given)."""
+    default = ConsumerGroupConfig()
+    assignors = values.get("group.consumer.assignors")
+    if isinstance(assignors, str):
+        assignors = [a.strip() for a in assignors.split(",") if a.strip()]
+    if assignors:
+        # Kafka names them by short name or by class
+        assignors = [_ASSIGNOR_CLASSES.get(a, a) for a in assignors]
+    return ConsumerGroupConfig(
+        session_timeout_ms=int(values.get("group.consumer.session.timeout.ms",
+                                          default.session_timeout_ms)),
+        heartbeat_interval_ms=int(values.get("group.consumer.heartbeat.interval.ms",
+                                             default.heartbeat_interval_ms)),
+        max_size=int(values.get("group.consumer.max.size", default.max_size)),
+        assignors=tuple(assignors) if assignors else default.assignors,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +198,8 @@ class GroupSummary:
     protocol_type: str
     protocol: str
     members: tuple[MemberSummary, ...] = field(default=())
+    group_type: str = "classic"
+    message: str | None = None
 
 
 class GroupCoordinator(InternalTopicCoordinator):
@@ -184,6 +225,10 @@ class GroupCoordinator(InternalTopicCoordinator):
         # holds everything appended to it so far (NONE, REQUEST_TIMED_OUT after
         # offsets.commit.timeout.ms, or NOT_COORDINATOR). None: nothing to wait for.
         self.wait_replicated: Callable[[str], Awaitable[ErrorCode]] | None = None
+        # KIP-848 consumer groups, beside the classic ones (whose GroupMetadata of the
+        # same id holds their committed offsets), and the timer of each
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self._consumer_timers: dict[str, asyncio.TimerHandle] = {}
 
     @property
     def groups(self) -> Mapping[str, GroupMetadata]:
@@ -198,6 +243,8 @@ class GroupCoordinator(InternalTopicCoordinator):
         self.manager.startup()
 
     def shutdown(self) -> None:
+        for group_id in list(self.consumer_groups):
+            self._drop_consumer_group(group_id)
         self.manager.shutdown()
         super().shutdown()
 
@@ -215,8 +262,12 @@ class GroupCoordinator(InternalTopicCoordinator):
 
     def on_resigned(self, partition: int) -> None:
         """Leadership of ``partition`` moved away: forget its groups, answer waiting
-        requests NOT_COORDINATOR."""
+        requests NOT_COORDINATOR. Consumer groups are not stored: their members find the
+        new coordinator, are told UNKNOWN_MEMBER_ID and join again."""
         self.manager.unload_partition(partition, self._on_group_unloaded)
+        for group_id in [g for g in self.consumer_groups
+                         if self.partition_for(g) == partition]:
+            self._drop_consumer_group(group_id)
 
     def _on_group_unloaded(self, group: GroupMetadata) -> None:
         group_id = group.group_id
@@ -263,6 +314,10 @@ class GroupCoordinator(InternalTopicCoordinator):
         if not (self.config.min_session_timeout_ms <= session_timeout_ms
                 <= self.config.max_session_timeout_ms):
             return JoinResult(ErrorCode.invalid_session_timeout, member_id)
+        if self._live_consumer_group(group_id) is not None:
+            # a consumer group with members: classic members cannot join it (Kafka's
+            # online migration is not served)
+            return JoinResult(ErrorCode.inconsistent_group_protocol, UNKNOWN_MEMBER_ID)
         protocol_list = list(protocols)
         group = self.manager.get_group(group_id)
         if group is None:
@@ -768,6 +823,106 @@ class GroupCoordinator(InternalTopicCoordinator):
         if handle is not None:
             handle.cancel()
 
+
+    # ================================================================ consumer groups
+    def consumer_group_heartbeat(
+        self, group_id: str, request: HeartbeatRequest, api_version: int,
+        topics: Mapping[str, TopicMetadata],
+    ) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat (KIP-848; Kafka's ``consumerGroupHeartbeat``)."""
+        config = self.config.consumer
+        invalid = validate_heartbeat(request, group_id, api_version, config.assignors)
+        if invalid is not None:
+            return HeartbeatResult(*invalid)
+        error = self.check_coordinator(group_id)
+        if error != ErrorCode.none:
+            return HeartbeatResult(error)
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            classic = self.manager.get_group(group_id)
+            if classic is not None and not classic.is_in(GroupState.EMPTY, GroupState.DEAD):
+                return HeartbeatResult(ErrorCode.group_id_not_found,
+                                       f"Group {group_id} is not a consumer group.")
+            if request.member_epoch != 0:
+                # Kafka says GROUP_ID_NOT_FOUND; here the group may have been lost with
+                # a coordinator that moved (its state is not stored yet): the member is
+                # told it is unknown, so it joins again.
+                return HeartbeatResult(
+                    ErrorCode.unknown_member_id,
+                    f"Member {request.member_id} is not a member of group {group_id}.")
+            group = ConsumerGroup(group_id, config)
+            self.consumer_groups[group_id] = group
+            if classic is None:  # it holds the group's committed offsets
+                self.manager.add_group(GroupMetadata(group_id,
+                                                     state_timestamp_ms=self.time_ms()))
+            log.info("consumer group %s created", group_id)
+        if not request.member_id and request.member_epoch == 0:  # v0: the coordinator names it
+            request = replace(request, member_id=str(uuid.uuid4()))
+        before = (group.group_epoch, len(group.members))
+        result = group.heartbeat(request, topics, self.time_ms())
+        if (group.group_epoch, len(group.members)) != before:
+            log.info("consumer group %s: epoch %d, %s (%s %s at epoch %s)", group_id,
+                     group.group_epoch, plural(len(group.members), "member"),
+                     request.member_id, result.error.name, request.member_epoch)
+        self._schedule_consumer_expiry(group)
+        return result
+
+    def _schedule_consumer_expiry(self, group: ConsumerGroup) -> None:
+        handle = self._consumer_timers.pop(group.group_id, None)
+        if handle is not None:
+            handle.cancel()
+        deadline = group.next_deadline_ms()
+        if deadline is None:
+            return
+        delay = max(deadline - self.time_ms(), 0) / 1000
+        self._consumer_timers[group.group_id] = asyncio.get_running_loop().call_later(
+            delay, self._on_consumer_deadline, group.group_id)
+
+    def _on_consumer_deadline(self, group_id: str) -> None:
+        self._consumer_timers.pop(group_id, None)
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            return
+        for member_id, reason in group.expire(self.time_ms()):
+            log.info("member %s of consumer group %s fenced: %s (epoch now %d)", member_id,
+                     group_id, reason, group.group_epoch)
+        self._schedule_consumer_expiry(group)
+
+    def _drop_consumer_group(self, group_id: str) -> None:
+        self.consumer_groups.pop(group_id, None)
+        handle = self._consumer_timers.pop(group_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _live_consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        """The consumer group of this id if it has members (an empty one gives way to a
+        classic group joining, as Kafka converts it)."""
+        group = self.consumer_groups.get(group_id)
+        if group is not None and group.is_empty():
+            self._drop_consumer_group(group_id)
+            return None
+        return group
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        return self.consumer_groups.get(group_id)
+
+    def _validate_consumer_commit(
+        self, group: ConsumerGroup, member_id: str, member_epoch: int,
+        api_version: int | None, transactional: bool = False,
+    ) -> ErrorCode:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``."""
+        if member_epoch < 0 and group.is_empty():
+            return ErrorCode.none  # an admin tool, or a consumer without a group
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if not transactional and api_version is not None and api_version < 9:
+            return ErrorCode.unsupported_version
+        if member_epoch != member.member_epoch:
+            return (ErrorCode.illegal_generation if transactional
+                    else ErrorCode.stale_member_epoch)
+        return ErrorCode.none
+
     # ================================================================ offsets
     def commit_offsets(
         self,
@@ -777,13 +932,24 @@ class GroupCoordinator(InternalTopicCoordinator):
         generation_id: int,
         offsets: Mapping[_Partition, tuple[int, int, str | None]],
         retention_ms: int = -1,
+        api_version: int | None = None,
     ) -> dict[_Partition, ErrorCode]:
         """Commit (offset, leader epoch, metadata) per partition; the caller has already
         dropped partitions of unknown topics. ``retention_ms`` (OffsetCommit v2-4, -1 for
-        the broker's retention) gives these offsets their own expire timestamp."""
+        the broker's retention) gives these offsets their own expire timestamp. For a
+        consumer group (KIP-848) ``generation_id`` is the member epoch (v9+)."""
         error = self._check(group_id, allow_empty_id=True)
         if error != ErrorCode.none:
             return dict.fromkeys(offsets, error)
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None:
+            error = self._validate_consumer_commit(consumer, member_id, generation_id,
+                                                   api_version)
+            if error != ErrorCode.none:
+                return dict.fromkeys(offsets, error)
+            holder = self.manager.get_group(group_id) or self.manager.add_group(
+                GroupMetadata(group_id, state_timestamp_ms=self.time_ms()))
+            return self.manager.store_offsets(holder, offsets, retention_ms)
         group = self.manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:
@@ -819,15 +985,25 @@ class GroupCoordinator(InternalTopicCoordinator):
         return ErrorCode.none
 
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[_Partition] | None, require_stable: bool
+        self, group_id: str, partitions: Iterable[_Partition] | None, require_stable: bool,
+        member_id: str | None = None, member_epoch: int = -1,
     ) -> tuple[ErrorCode, dict[_Partition, CommittedOffset | None]]:
         """(group error, committed offset or None per partition); ``partitions`` None asks
         for every partition with a committed offset. With ``require_stable`` the handler
-        asks :meth:`unstable_offsets` which partitions to answer UNSTABLE_OFFSET_COMMIT."""
+        asks :meth:`unstable_offsets` which partitions to answer UNSTABLE_OFFSET_COMMIT.
+        A member of a consumer group (OffsetFetch v9+) is checked as Kafka's
+        ``ConsumerGroup.validateOffsetFetch`` does (a classic group ignores them)."""
         del require_stable
         error = self._check(group_id, allow_empty_id=True)
         if error != ErrorCode.none:
             return error, {}
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None and not (member_id is None and member_epoch < 0):
+            member = consumer.members.get(member_id or "")
+            if member is None:
+                return ErrorCode.unknown_member_id, {}
+            if member.member_epoch != member_epoch:
+                return ErrorCode.stale_member_epoch, {}
         return ErrorCode.none, self.manager.get_offsets(group_id, partitions)
 
     def unstable_offsets(self, group_id: str) -> set[_Partition]:
@@ -862,6 +1038,14 @@ class GroupCoordinator(InternalTopicCoordinator):
         if group is None:
             group = self.manager.add_group(
                 GroupMetadata(group_id, state_timestamp_ms=self.time_ms()))
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None and (member_id != UNKNOWN_MEMBER_ID or generation_id >= 0):
+            error = self._validate_consumer_commit(consumer, member_id, generation_id, None,
+                                                   transactional=True)
+            if error != ErrorCode.none:
+                return dict.fromkeys(offsets, error)
+            return self.manager.store_txn_offsets(group, producer_id, producer_epoch,
+                                                  offsets, verified)
         if group.is_in(GroupState.DEAD):
             error = ErrorCode.coordinator_not_available
         elif member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
@@ -895,7 +1079,15 @@ class GroupCoordinator(InternalTopicCoordinator):
             return ErrorCode.group_id_not_found, {}
         results: dict[_Partition, ErrorCode] = {}
         deletable: list[_Partition] = []
-        if group.is_in(GroupState.EMPTY):
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None and not consumer.is_empty():
+            live_topics = consumer.subscribed_topics()
+            for tp in partitions:
+                if tp[0] in live_topics:
+                    results[tp] = ErrorCode.group_subscribed_to_topic
+                else:
+                    deletable.append(tp)
+        elif group.is_in(GroupState.EMPTY):
             deletable = list(partitions)
         else:
             subscribed = group.subscribed_topics()
@@ -917,6 +1109,11 @@ class GroupCoordinator(InternalTopicCoordinator):
         error = self._check(group_id, allow_empty_id=True)
         if error != ErrorCode.none:
             return GroupSummary(error, group_id, "", "", "")
+        if group_id in self.consumer_groups:
+            # Kafka 4 (KIP-1043): DescribeGroups describes classic groups only
+            return GroupSummary(ErrorCode.group_id_not_found, group_id,
+                                GroupState.DEAD.value, "", "", group_type=CONSUMER_GROUP_TYPE,
+                                message=f"Group {group_id} is not a classic group.")
         group = self.manager.get_group(group_id)
         if group is None:
             return GroupSummary(ErrorCode.group_id_not_found, group_id,
@@ -942,6 +1139,14 @@ class GroupCoordinator(InternalTopicCoordinator):
         wanted = {s.lower() for s in states}
         out = []
         for group in sorted(self.manager.groups.values(), key=lambda g: g.group_id):
+            consumer = self.consumer_groups.get(group.group_id)
+            if consumer is not None:
+                state = consumer.state.value
+                if not wanted or state.lower() in wanted:
+                    out.append(GroupSummary(ErrorCode.none, group.group_id, state,
+                                            CONSUMER_PROTOCOL_TYPE, "",
+                                            group_type=CONSUMER_GROUP_TYPE))
+                continue
             if group.is_in(GroupState.DEAD):
                 continue
             if wanted and group.state.value.lower() not in wanted:
@@ -957,6 +1162,12 @@ class GroupCoordinator(InternalTopicCoordinator):
             if error != ErrorCode.none:
                 results[group_id] = error
                 continue
+            consumer = self.consumer_groups.get(group_id)
+            if consumer is not None:
+                if not consumer.is_empty():
+                    results[group_id] = ErrorCode.non_empty_group
+                    continue
+                self._drop_consumer_group(group_id)
             group = self.manager.get_group(group_id)
             if group is None or group.is_in(GroupState.DEAD):
                 results[group_id] = ErrorCode.group_id_not_found

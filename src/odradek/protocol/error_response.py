@@ -102,6 +102,7 @@ ECHOES: Final[Mapping[int, Mapping[str, Echo]]] = {
     },
     ApiKey.FIND_COORDINATOR: {"coordinators": Echo(("coordinator_keys",), (("key", ""),))},
     ApiKey.DESCRIBE_GROUPS: {"groups": Echo(("groups",), (("group_id", ""),))},
+    ApiKey.CONSUMER_GROUP_DESCRIBE: {"groups": Echo(("group_ids",), (("group_id", ""),))},
     ApiKey.DELETE_GROUPS: {"results": Echo(("groups_names",), (("group_id", ""),))},
     ApiKey.CREATE_TOPICS: {"topics": Echo(("topics",), _NAME)},
     # CreateAclsRequest / DeleteAclsRequest.getErrorResponse: a result per creation / filter.

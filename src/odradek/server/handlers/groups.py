@@ -48,6 +48,7 @@ from odradek.server.authorization import (
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated
 from odradek.server.handlers._steps import Steps
+from odradek.server.handlers.consumer_groups import register_consumer_groups
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
@@ -88,6 +89,7 @@ def register_groups(registry: HandlerRegistry, services: BrokerServices) -> None
                       bind(describe_groups, services))
     registry.register(ApiKey.LIST_GROUPS, *LIST_GROUPS_VERSIONS, bind(list_groups, services))
     registry.register(ApiKey.DELETE_GROUPS, *DELETE_GROUPS_VERSIONS, bind(delete_groups, services))
+    register_consumer_groups(registry, services)
 
 
 # -- FindCoordinator ---------------------------------------------------------------
@@ -282,7 +284,7 @@ async def describe_groups(services: BrokerServices, ctx: RequestContext, request
             if ctx.api_version < 6:
                 error = ErrorCode.none
             else:
-                message = f"Group {group_id} not found."
+                message = summary.message or f"Group {group_id} not found."
         members = tuple(
             make(m.DescribedGroupMember, member_id=s.member_id,
                  group_instance_id=s.group_instance_id, client_id=s.client_id,
@@ -307,14 +309,14 @@ async def list_groups(services: BrokerServices, ctx: RequestContext, request: An
     m = response_module("list_groups", ctx.api_version)
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     error, summaries = services.group_coordinator.list_groups(getattr(request, "states_filter", ()))
-    if types and CLASSIC_GROUP_TYPE not in types:
-        summaries = []
+    if types:
+        summaries = [s for s in summaries if s.group_type in types]
     if not allowed_on_cluster(services.authorizer, ctx, AclOperation.DESCRIBE):
         summaries = [s for s in summaries if allowed(
             services.authorizer, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, s.group_id)]
     groups = tuple(
         make(m.ListedGroup, group_id=s.group_id, protocol_type=s.protocol_type,
-             group_state=s.state, group_type=CLASSIC_GROUP_TYPE)
+             group_state=s.state, group_type=s.group_type)
         for s in summaries
     )
     return make(m.ListGroupsResponse, throttle_time=ZERO_THROTTLE, error_code=error,

@@ -11,7 +11,12 @@ OffsetFetch: v1 has no group-level error field, so a group error is repeated on 
 partition; v2-7 carry it at the top; v8+ ask for several groups in one request, each
 answered with its own error. A partition without a committed offset is offset -1 with
 no error. A null topic list (v2+) asks for every committed offset of the group.
-``require_stable`` (v7+) answers a partition with an offset committed by a transaction not
+OffsetCommit v9+ carries a consumer group member's epoch where the generation was: a
+commit to a consumer group (KIP-848) from a member at another epoch is STALE_MEMBER_EPOCH,
+from an unknown member UNKNOWN_MEMBER_ID, and a member committing below v9
+UNSUPPORTED_VERSION, as Kafka's ``ConsumerGroup.validateOffsetCommit``; OffsetFetch v9+
+names the member and epoch too, checked the same way unless both are absent (an admin
+tool). ``require_stable`` (v7+) answers a partition with an offset committed by a transaction not
 completed yet UNSTABLE_OFFSET_COMMIT (when topics are named; a null topic list leaves
 pending offsets out). The
 retention time of v2-4 sets an expire timestamp on the committed offsets (value v1).
@@ -149,7 +154,7 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, request: 
     results = services.group_coordinator.commit_offsets(
         request.group_id, request.member_id, getattr(request, "group_instance_id", None),
         request.generation_id_or_member_epoch, wanted,
-        _retention_ms(getattr(request, "retention_time", None)),
+        _retention_ms(getattr(request, "retention_time", None)), ctx.api_version,
     ) if wanted else {}
     if any(code == ErrorCode.none for code in results.values()):
         await _replicated(services, request.group_id, results)
@@ -192,7 +197,8 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, request: A
                                    topics=(), error_code=ErrorCode.group_authorization_failed))
                 continue
             error, topics = _fetch_group(services, ctx, m, version, g.group_id, g.topics,
-                                         require_stable)
+                                         require_stable, getattr(g, "member_id", None),
+                                         getattr(g, "member_epoch", -1))
             groups.append(make(m.OffsetFetchResponseGroup, group_id=g.group_id,
                                topics=topics, error_code=error))
         return make(m.OffsetFetchResponse, throttle_time=ZERO_THROTTLE, groups=tuple(groups))
@@ -221,9 +227,11 @@ def _answer(part_cls: Any, index: int, committed: CommittedOffset | None,
 
 
 def _fetch_group(services: BrokerServices, ctx: RequestContext, m: Any, version: int,
-                 group_id: str, topics: Any,
-                 require_stable: bool) -> tuple[ErrorCode, tuple[Any, ...]]:
-    """One group's committed offsets: those of ``topics``, or all of them (None)."""
+                 group_id: str, topics: Any, require_stable: bool,
+                 member_id: str | None = None,
+                 member_epoch: int = -1) -> tuple[ErrorCode, tuple[Any, ...]]:
+    """One group's committed offsets: those of ``topics``, or all of them (None). v9+
+    name the member asking (a consumer group's member is checked)."""
     authorizer = services.authorizer
 
     def may_describe(name: str) -> bool:
@@ -242,7 +250,8 @@ def _fetch_group(services: BrokerServices, ctx: RequestContext, m: Any, version:
             requested.append((topic, name, error))
             if name is not None:
                 wanted.extend((name, p) for p in topic.partition_indexes)
-    error, offsets = services.group_coordinator.fetch_offsets(group_id, wanted, require_stable)
+    error, offsets = services.group_coordinator.fetch_offsets(
+        group_id, wanted, require_stable, member_id, member_epoch)
     unstable = (services.group_coordinator.unstable_offsets(group_id)
                 if require_stable and error == ErrorCode.none else set())
     if error != ErrorCode.none and version >= 2:
