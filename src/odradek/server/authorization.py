@@ -111,6 +111,12 @@ API_CHECKS: dict[ApiKey, tuple[Check, ...]] = {
     ApiKey.LEAVE_GROUP: (Check(_R.GROUP, _Op.READ, _GROUP),),
     ApiKey.SYNC_GROUP: (Check(_R.GROUP, _Op.READ, _GROUP),),
     ApiKey.DESCRIBE_GROUPS: (Check(_R.GROUP, _Op.DESCRIBE, _GROUP, "each group"),),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (Check(_R.GROUP, _Op.READ, _GROUP),),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (
+        Check(_R.GROUP, _Op.DESCRIBE, _GROUP, "each group"),
+        Check(_R.TOPIC, _Op.DESCRIBE, _TOPIC,
+              "each topic the group's members subscribe to or are assigned"),
+    ),
     ApiKey.LIST_GROUPS: (
         Check(_R.CLUSTER, _Op.DESCRIBE, _CLUSTER,
               "all groups; else only the groups Described", hides=True),
