@@ -344,3 +344,52 @@ def test_offset_delete_refuses_subscribed_topics(rb: RunningBroker) -> None:
     assert response.error_code == ErrorCode.none
     assert {t.name: t.partitions[0].error_code for t in response.topics} == {
         topic: ErrorCode.group_subscribed_to_topic, other: ErrorCode.none}
+
+
+# -- authorization -------------------------------------------------------------------------
+def test_authorization_of_the_consumer_group_apis() -> None:
+    """Heartbeat needs Read on the group; Describe needs Describe on the group and on
+    every topic the group names (carol may describe the group and one of its topics)."""
+    from tests.server.test_authorization import (
+        ADMIN,
+        AUTHORIZER,
+        GROUP_T,
+        TOPIC_T,
+        acl_creation,
+        grant,
+    )
+    from tests.server.test_authorization import call as call_as
+
+    carol, dave = "User:carol", "User:dave"
+    describe_op, read_op = 8, 3
+    with running_broker(overrides={"authorizer.class.name": AUTHORIZER,
+                                   "super.users": ADMIN}) as b:
+        topic, _ = new_topic(b, 1)
+        hidden, _ = new_topic(b, 1)
+        group = new_group()
+        grant(b, acl_creation(GROUP_T, group, carol, op=describe_op),
+              acl_creation(TOPIC_T, topic, carol, op=describe_op),
+              acl_creation(GROUP_T, group, dave, op=read_op))
+        # no Read on the group: refused; with it, joined
+        _, codes = call_as(b, heartbeat(group, "m1", 0, topics=(topic,)), carol)
+        assert codes == {ErrorCode.group_authorization_failed}
+        response, codes = call_as(b, heartbeat(group, "m1", 0, topics=(topic,)), dave)
+        assert codes == {ErrorCode.none} and response.member_epoch == 1
+        m = req("consumer_group_describe", 1)
+        request = m.ConsumerGroupDescribeRequest(group_ids=(group,),
+                                                 include_authorized_operations=False)
+        response, _ = call_as(b, request, "User:erin")  # no ACL at all
+        assert response.groups[0].error_code == ErrorCode.group_authorization_failed
+        response, _ = call_as(b, request, dave)  # Read implies Describe; not on the topic
+        assert response.groups[0].error_code == ErrorCode.topic_authorization_failed
+        response, _ = call_as(b, request, carol)
+        assert response.groups[0].error_code == ErrorCode.none
+        assert len(response.groups[0].members) == 1
+        # the group now names a topic carol may not describe
+        response, codes = call_as(b, heartbeat(group, "m1", 1, topics=(topic, hidden),
+                                               owned=None), dave)
+        assert codes == {ErrorCode.none}
+        response, _ = call_as(b, request, carol)
+        (described,) = response.groups
+        assert described.error_code == ErrorCode.topic_authorization_failed
+        assert described.members == ()
