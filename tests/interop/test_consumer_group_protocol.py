@@ -200,6 +200,51 @@ def test_a_member_joins_and_one_leaves(rb: RunningBroker) -> None:
     m1.close()
 
 
+def test_a_static_member_restarts_without_a_rebalance(rb: RunningBroker) -> None:
+    """A static member (group.instance.id) that closes leaves with epoch -2; a new
+    instance with the same id gets the same partitions back, and the group epoch does not
+    move: the other member is not disturbed."""
+    topic = new_topic(rb, 4)
+    group = f"g-{topic}"
+    owners: dict[int, str] = {}
+    other = Member(rb.bootstrap, group, topic, "other", owners, **{"group.instance.id": "o"})
+    static = Member(rb.bootstrap, group, topic, "static-1", owners,
+                    **{"group.instance.id": "s"})
+    both = [other, static]
+    wait_until(lambda: len(other.owned) == 2 and len(static.owned) == 2, 20,
+               "two members with two partitions each", poll_all(both))
+    coordinator_group = rb.broker.group_coordinator.consumer_group(group)
+    assert coordinator_group is not None
+    wait_until(lambda: coordinator_group.state.value == "Stable", 10, "a stable group",
+               poll_all(both))
+    epoch, before = coordinator_group.group_epoch, set(static.owned)
+    static.close()
+    assert coordinator_group.members[coordinator_group.static_members["s"]].member_epoch == -2
+    restarted = Member(rb.bootstrap, group, topic, "static-2", owners,
+                       **{"group.instance.id": "s"})
+    wait_until(lambda: restarted.owned == before, 20, "the same partitions back",
+               poll_all([other, restarted]))
+    assert coordinator_group.group_epoch == epoch
+    assert len(other.owned) == 2
+    restarted.close()
+    other.close()
+
+
+def test_new_partitions_are_assigned(rb: RunningBroker) -> None:
+    topic = new_topic(rb, 2)
+    owners: dict[int, str] = {}
+    member = Member(rb.bootstrap, f"g-{topic}", topic, "m1", owners,
+                    **{"topic.metadata.refresh.interval.ms": 500})
+    wait_until(lambda: member.owned == {0, 1}, 10, "the first assignment", poll_all([member]))
+    rb.call(rb.broker.metadata.create_partitions, topic, 3)
+    produce(rb.bootstrap, topic, 3, 1)
+    wait_until(lambda: member.owned == {0, 1, 2}, 20, "the new partition",
+               poll_all([member]))
+    wait_until(lambda: {r[0] for r in member.records} == {0, 1, 2}, 20,
+               "a record of the new partition", poll_all([member]))
+    member.close()
+
+
 CHILD = textwrap.dedent("""
     import sys
     from confluent_kafka import Consumer
