@@ -138,3 +138,25 @@ def test_encoder_settings_that_cannot_work_refuse_to_start(
                            key: value}
     with pytest.raises(ConfigError, match=message):
         BrokerConfig.from_raw(raw)
+
+
+def test_a_password_stored_in_clear_is_encoded_by_the_next_write(tmp_path: Path) -> None:
+    """A clear password that reached the store after this broker's start (an older
+    Odradek's write during a rolling upgrade, a tool writing the store) is encoded by the
+    next alter that writes the entity, whether it sets that password to the same value or
+    changes another key: an unchanged password keeps its stored text only when that text
+    is encoded."""
+    d = dynamic(tmp_path, password_encoder_secret=SECRET)
+    d.metadata.set_broker_configs("0", {KEY: PASSWORD})
+    clear = stored(d)
+    same = d.to_persistent({KEY: PASSWORD}, "0", clear)
+    other = d.to_persistent({**d.from_persistent(clear, "0"), "log.retention.ms": "5"}, "0",
+                            clear)
+    for written in (same, other):
+        assert is_encoded(written[KEY]) and PASSWORD not in written[KEY]
+        assert PasswordEncoder(SECRET).decode(written[KEY]) == PASSWORD
+    # without a secret there is nothing to encode with: the stored text stays (a warning
+    # at start says so), the alter is not refused for a password it does not set
+    without = dynamic(tmp_path / "none")
+    assert without.to_persistent({KEY: PASSWORD, "log.retention.ms": "5"}, "0",
+                                 clear) == {KEY: PASSWORD, "log.retention.ms": "5"}

@@ -129,8 +129,9 @@ class DynamicBrokerConfig:
                       stored: Mapping[str, str] | None = None) -> dict[str, str]:
         """``configs`` as they are stored: password configs encoded. ConfigError with
         Kafka's message without a secret, or for a password at the cluster default. A
-        password the ``stored`` configs already hold keeps its stored text (Kafka encodes
-        every one again: the same, with a new salt)."""
+        password the ``stored`` configs already hold encoded keeps its stored text (Kafka
+        encodes every one again: the same, with a new salt); one they hold in clear is
+        encoded when there is a secret."""
         out = dict(configs)
         before = self.from_persistent(stored, entity) if stored else {}
         for key, value in configs.items():
@@ -138,7 +139,10 @@ class DynamicBrokerConfig:
                 continue
             if entity == self.metadata.DEFAULT_BROKER_ENTITY:
                 raise ConfigError(DEFAULT_LEVEL)
-            if stored and key in stored and before.get(key) == value:
+            if (stored and key in stored and before.get(key) == value
+                    and (is_encoded(stored[key]) or self.password_encoder is None)):
+                # unchanged: its stored text, unless that is clear and can be encoded
+                # (written after this broker's start by an older Odradek, or a tool)
                 out[key] = stored[key]
                 continue
             if self.password_encoder is None:
