@@ -1138,15 +1138,17 @@ class GroupCoordinator(InternalTopicCoordinator):
             return error, []
         wanted = {s.lower() for s in states}
         out = []
-        for group in sorted(self.manager.groups.values(), key=lambda g: g.group_id):
-            consumer = self.consumer_groups.get(group.group_id)
+        classic = self.manager.groups
+        for group_id in sorted(classic.keys() | self.consumer_groups.keys()):
+            consumer = self.consumer_groups.get(group_id)
             if consumer is not None:
                 state = consumer.state.value
                 if not wanted or state.lower() in wanted:
-                    out.append(GroupSummary(ErrorCode.none, group.group_id, state,
+                    out.append(GroupSummary(ErrorCode.none, group_id, state,
                                             CONSUMER_PROTOCOL_TYPE, "",
                                             group_type=CONSUMER_GROUP_TYPE))
                 continue
+            group = classic[group_id]
             if group.is_in(GroupState.DEAD):
                 continue
             if wanted and group.state.value.lower() not in wanted:

@@ -1,0 +1,140 @@
+"""KIP-848 consumer groups in the group coordinator, driven directly (no network):
+the session timer on the loop, a coordinator that resigns and is elected again, listing
+and deleting, and commits checked against member epochs (``__consumer_offsets`` is the
+in-memory fake of ``test_group_coordinator.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from odradek.coordinator.consumer_group import (
+    ConsumerGroupConfig,
+    HeartbeatRequest,
+    TopicMetadata,
+)
+from odradek.coordinator.group_coordinator import (
+    CoordinatorConfig,
+    GroupCoordinator,
+    consumer_group_config,
+)
+from odradek.coordinator.offsets_topic import OffsetsTopic
+from odradek.protocol.errors import ErrorCode
+from tests.coordinator._offsets_topic import Clock, FakeOffsetsTopic
+
+TOPIC = TopicMetadata(uuid.UUID(int=7), "t", 2)
+TOPICS = {"t": TOPIC}
+
+
+def run(body: Callable[[GroupCoordinator, FakeOffsetsTopic, Clock], Awaitable[None]],
+        consumer: ConsumerGroupConfig | None = None) -> None:
+    async def main() -> None:
+        topic = FakeOffsetsTopic()
+        clock = Clock()
+        config = CoordinatorConfig(min_session_timeout_ms=1,
+                                   consumer=consumer or ConsumerGroupConfig())
+        coordinator = GroupCoordinator(cast(OffsetsTopic, topic), config, time_ms=clock)
+        coordinator.startup()
+        try:
+            await body(coordinator, topic, clock)
+        finally:
+            coordinator.shutdown()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def join(member_id: str, instance_id: str | None = None) -> HeartbeatRequest:
+    return HeartbeatRequest(member_id, 0, instance_id=instance_id, rebalance_timeout_ms=5000,
+                            subscribed_topic_names=("t",), owned={})
+
+
+def test_the_session_timer_fences_a_silent_member() -> None:
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, clock: Clock) -> None:
+        assert c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS).member_epoch == 1
+        group = c.consumer_group("g")
+        assert group is not None
+        clock.now += 30  # still within the session: the timer fires and finds nothing
+        await asyncio.sleep(0.06)
+        assert "m1" in group.members
+        clock.now += 100
+        await asyncio.sleep(0.1)  # the timer was set for 50 ms after the heartbeat
+        assert group.is_empty() and group.group_epoch == 2
+
+    run(body, ConsumerGroupConfig(session_timeout_ms=50, heartbeat_interval_ms=10))
+
+
+def test_a_resigned_coordinator_forgets_its_consumer_groups_and_members_rejoin() -> None:
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
+        c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        partition = c.partition_for("g")
+        c.on_resigned(partition)
+        assert c.consumer_group("g") is None
+        beat = HeartbeatRequest("m1", 1, owned={})
+        assert c.consumer_group_heartbeat("g", beat, 1, TOPICS).error == (
+            ErrorCode.not_coordinator)
+        c.on_elected(partition)
+        result = c.consumer_group_heartbeat("g", beat, 1, TOPICS)
+        assert result.error == ErrorCode.unknown_member_id
+        again = c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        assert (again.error, again.member_epoch) == (ErrorCode.none, 1)
+
+    run(body)
+
+
+def test_a_consumer_group_is_listed_after_its_offsets_holder_expired() -> None:
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, clock: Clock) -> None:
+        c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        clock.now += 365 * 24 * 3600 * 1000
+        c.manager.expire_offsets()  # the empty classic holder of its offsets goes
+        assert "g" not in c.manager.groups
+        error, listed = c.list_groups()
+        assert error == ErrorCode.none
+        assert [(s.group_id, s.group_type, s.state) for s in listed] == [
+            ("g", "consumer", "Stable")]
+        # a commit brings the holder back
+        assert c.commit_offsets("g", "m1", None, 1, {("t", 0): (5, -1, None)},
+                                api_version=9) == {("t", 0): ErrorCode.none}
+        assert c.fetch_offsets("g", [("t", 0)], False, "m1", 1)[1][("t", 0)] is not None
+
+    run(body)
+
+
+def test_delete_and_rejoin_classic_after_the_last_member_left() -> None:
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
+        c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        assert c.delete_groups(["g"]) == {"g": ErrorCode.non_empty_group}
+        c.consumer_group_heartbeat("g", HeartbeatRequest("m1", -1), 1, TOPICS)
+        assert c.delete_groups(["g"]) == {"g": ErrorCode.none}
+        assert c.consumer_group("g") is None
+
+    run(body)
+
+
+def test_transactional_commits_of_a_consumer_group_member() -> None:
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
+        c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {("t", 0): (3, -1, None)}
+        assert c.txn_commit_offsets("g", 1, 0, "m1", None, 2, offsets) == {
+            ("t", 0): ErrorCode.illegal_generation}
+        assert c.txn_commit_offsets("g", 1, 0, "ghost", None, 1, offsets) == {
+            ("t", 0): ErrorCode.unknown_member_id}
+        assert c.txn_commit_offsets("g", 1, 0, "m1", None, 1, offsets) == {
+            ("t", 0): ErrorCode.none}
+
+    run(body)
+
+
+def test_the_broker_configs_of_consumer_groups() -> None:
+    values: dict[str, Any] = {
+        "group.consumer.session.timeout.ms": 3000,
+        "group.consumer.heartbeat.interval.ms": 100,
+        "group.consumer.max.size": 7,
+        "group.consumer.assignors": (
+            "org.apache.kafka.coordinator.group.assignor.RangeAssignor", "uniform"),
+    }
+    assert consumer_group_config(values) == ConsumerGroupConfig(
+        session_timeout_ms=3000, heartbeat_interval_ms=100, max_size=7,
+        assignors=("range", "uniform"))
+    assert consumer_group_config({}) == ConsumerGroupConfig()
