@@ -1,7 +1,9 @@
 """Start a real Odradek broker for tests: a context manager and a pytest fixture.
 
 The broker runs in this process, on its own event loop in a background thread, listening
-on a free loopback port, with its data in a temporary directory. Clients talk to it over
+on loopback port 0 (the system picks a free port as it binds, read back from
+``RunningBroker.port`` or ``.ports``, and advertised), with its data in a temporary
+directory. Clients talk to it over
 real sockets, exactly as they would to a deployed broker::
 
     from odradek.testing import running_broker
@@ -58,6 +60,12 @@ class RunningBroker:
     @property
     def port(self) -> int:
         return self.broker.port
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """Each listener's bound port by listener name (every listener of a test broker
+        is on port 0 unless the test says otherwise: the system picks a free one)."""
+        return self.broker.bound_ports()
 
     @property
     def bootstrap(self) -> str:

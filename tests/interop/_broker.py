@@ -8,8 +8,11 @@ Not a conftest: import what you need, e.g.::
         with start_broker(tmp_path) as broker:
             kcat("-b", broker.bootstrap, "-L")
 
-The broker is started as ``.venv/bin/odradek serve --override listeners=PLAINTEXT://127.0.0.1:<port>
---override log.dirs=<dir> [--override key=value ...]`` in its own process group.
+The broker is started as ``.venv/bin/odradek serve --override listeners=PLAINTEXT://127.0.0.1:0
+--override log.dirs=<dir> [--override key=value ...] --ready-file <file>`` in its own
+process group: it binds port 0 itself (no free port probed and released beforehand, which
+another process could take in between) and, once started, writes the ports it got to the
+ready file, which :meth:`BrokerProcess.wait_ready` waits for.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -63,7 +67,9 @@ def odradek_executable() -> Path:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (bind to port 0, read it back, close)."""
+    """A port that was free a moment ago (bind to port 0, read it back, close): another
+    process may take it before it is bound again. For something that cannot bind port 0
+    itself and report its port; a broker can (:func:`start_broker`)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -93,7 +99,10 @@ class BrokerStartError(RuntimeError):
 
 
 class BrokerProcess:
-    """One ``odradek serve`` subprocess. Use as a context manager, or call stop()/kill9()."""
+    """One ``odradek serve`` subprocess. Use as a context manager, or call stop()/kill9().
+
+    ``port`` is the first listener's (0 until :meth:`wait_ready` read the one it got);
+    :attr:`ports` every listener's by name, :attr:`metrics_url` the metrics endpoint's."""
 
     def __init__(
         self,
@@ -105,18 +114,21 @@ class BrokerProcess:
         log_dir: Path,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        self.argv = argv
         self.host = host
         self.port = port
+        self.ports: dict[str, int] = {}
+        self.metrics_url: str | None = None
         self.data_dir = data_dir
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
-        stamp = f"{int(time.time() * 1000)}-{port}"
+        stamp = f"{int(time.time() * 1000)}-{port or uuid.uuid4().hex[:8]}"
         self.stdout_path = log_dir / f"broker-{stamp}.stdout"
         self.stderr_path = log_dir / f"broker-{stamp}.stderr"
+        self.ready_path = log_dir / f"broker-{stamp}.ready"
+        self.argv = [*argv, "--ready-file", str(self.ready_path)]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                argv,
+                self.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -158,18 +170,24 @@ class BrokerProcess:
 
     # ---- lifecycle
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
+        """Wait for the broker's ready file (written whole once it has started: listening,
+        and registered in a cluster) and read the ports it bound from it."""
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
                 _LIVE.discard(self)
                 raise BrokerStartError("broker exited during startup\n" + self.describe())
-            if port_open(self.host, self.port):
+            if self.ready_path.exists():
+                ready = json.loads(self.ready_path.read_text())
+                self.port = int(ready["port"])
+                self.ports = {name: int(port) for name, port in ready["listeners"].items()}
+                self.metrics_url = ready.get("metrics")
                 return
             if time.monotonic() > deadline:
                 self.kill9()
                 raise BrokerStartError(
-                    f"broker did not accept connections on {self.bootstrap} "
-                    f"within {timeout:.0f} s\n" + self.describe()
+                    f"broker did not start within {timeout:.0f} s (no {self.ready_path.name})"
+                    f"\n" + self.describe()
                 )
             time.sleep(0.05)
 
@@ -232,11 +250,14 @@ def start_broker(
     timeout: float = STARTUP_TIMEOUT,
     env: Mapping[str, str] | None = None,
     open_files_limit: int | None = None,
+    wait: bool = True,
     **kw_overrides: Any,
 ) -> BrokerProcess:
-    """Start ``odradek serve`` on a free loopback port and wait until it accepts connections.
+    """Start ``odradek serve`` on loopback port 0 and wait until it has started; its
+    ``port`` (and ``ports``) are the ones it bound.
 
-    - ``port``: reuse a fixed port (e.g. to restart a broker at the same address); default: free.
+    - ``port``: a fixed port (e.g. to restart a broker at the same address); default: 0, the
+      broker binds a free one itself.
     - ``data_dir``: default ``tmp_path/"data"``; pass the previous broker's ``data_dir`` to restart
       on the same log after ``kill9()``.
     - ``overrides``: exact broker config keys, e.g. ``{"num.partitions": 3}``.
@@ -245,6 +266,8 @@ def start_broker(
     - Booleans become ``true``/``false``.
     - ``open_files_limit``: run the broker under this RLIMIT_NOFILE (soft and hard, with
       util-linux's ``prlimit``).
+    - ``wait=False``: return at once; the caller calls :meth:`BrokerProcess.wait_ready`
+      (brokers of a cluster start side by side).
 
     Raises BrokerStartError (with the broker's stderr) if it exits or is not listening within
     ``timeout`` seconds.
@@ -256,33 +279,23 @@ def start_broker(
     merged.update({k.replace("_", "."): v for k, v in kw_overrides.items()})
     if overrides:
         merged.update(overrides)
-    attempts = 1 if port is not None else 3
-    last_error: BrokerStartError | None = None
-    for _ in range(attempts):
-        chosen = port if port is not None else free_port(host)
-        conf: dict[str, Any] = {
-            "listeners": f"PLAINTEXT://{host}:{chosen}",
-            "log.dirs": str(data),
-            "group.initial.rebalance.delay.ms": 0,  # as config/server.properties
-        }
-        conf.update(merged)
-        argv = [str(odradek_executable()), "serve", *_override_args(conf), *extra_args]
-        if open_files_limit is not None:
-            limit = f"--nofile={open_files_limit}:{open_files_limit}"
-            argv = ["prlimit", limit, "--", *argv]
-        broker = BrokerProcess(
-            argv, host=host, port=chosen, data_dir=data, log_dir=Path(tmp_path) / "logs", env=env
-        )
-        try:
-            broker.wait_ready(timeout)
-            return broker
-        except BrokerStartError as e:
-            last_error = e
-            # the free port may have been taken between probing and binding: try another one
-            if "address already in use" not in broker.stderr().lower():
-                raise
-    assert last_error is not None
-    raise last_error
+    chosen = port if port is not None else 0
+    conf: dict[str, Any] = {
+        "listeners": f"PLAINTEXT://{host}:{chosen}",
+        "log.dirs": str(data),
+        "group.initial.rebalance.delay.ms": 0,  # as config/server.properties
+    }
+    conf.update(merged)
+    argv = [str(odradek_executable()), "serve", *_override_args(conf), *extra_args]
+    if open_files_limit is not None:
+        limit = f"--nofile={open_files_limit}:{open_files_limit}"
+        argv = ["prlimit", limit, "--", *argv]
+    broker = BrokerProcess(
+        argv, host=host, port=chosen, data_dir=data, log_dir=Path(tmp_path) / "logs", env=env
+    )
+    if wait:
+        broker.wait_ready(timeout)
+    return broker
 
 
 # --------------------------------------------------------------------------- kcat

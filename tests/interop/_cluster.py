@@ -12,9 +12,11 @@ ZooKeeper is started by :mod:`odradek.cluster.local_zookeeper` (200 ms ticks, no
 each cluster has its own chroot. Broker ``id`` (1..N) is :func:`start_broker` with
 ``broker.id``, ``zookeeper.connect`` and a short ``zookeeper.session.timeout.ms``
 (:data:`SESSION_TIMEOUT_MS`: a broker killed -9 is gone from ZooKeeper within it); its port
-and data dir are chosen once, so :meth:`Cluster.start` after :meth:`Cluster.kill9` or
-:meth:`Cluster.stop` brings the same broker back. :meth:`Cluster.start` returns once the
-broker accepts connections and its ``/brokers/ids/<id>`` is registered.
+(bound by the broker itself on port 0 the first time) and data dir are kept, so
+:meth:`Cluster.start` after :meth:`Cluster.kill9` or :meth:`Cluster.stop` brings the same
+broker back. :meth:`Cluster.start` returns once the broker has started (its ready file
+written) and its ``/brokers/ids/<id>`` is registered; :meth:`Cluster.start_all` starts the
+brokers side by side.
 
 The module-scoped :func:`cluster3` fixture is shared by the tests of a module;
 :func:`cluster3` restarts (and SIGCONTs) whatever a test left down before the next test, so
@@ -41,7 +43,13 @@ from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 
 from odradek.cluster.local_zookeeper import LocalZooKeeper, ZooKeeperNotInstalled, start_zookeeper
 
-from ._broker import BrokerProcess, BrokerStartError, free_port, start_broker
+from ._broker import (
+    STARTUP_TIMEOUT,
+    BrokerProcess,
+    BrokerStartError,
+    free_port,
+    start_broker,
+)
 from ._proxy import Proxy
 
 T = TypeVar("T")
@@ -137,8 +145,8 @@ class Cluster:
         }
         if self.proxied:
             if broker_id not in self.proxies:
-                port = self.ports.setdefault(broker_id, free_port())
-                self.proxies[broker_id] = Proxy(port)
+                # forwarding to the broker's port once it has bound one (start)
+                self.proxies[broker_id] = Proxy(self.ports.get(broker_id, 0))
                 assert self.zookeeper is not None
                 self.zk_proxies[broker_id] = Proxy(self.zookeeper.port)
             overrides["advertised.listeners"] = (
@@ -161,6 +169,16 @@ class Cluster:
     # ---- lifecycle of one broker
     def start(self, broker_id: int, wait_registered: bool = True) -> BrokerProcess:
         """Start broker ``broker_id`` (same port and data dir as before, if it ran before)."""
+        broker = self._launch(broker_id)
+        self._started(broker_id, broker)
+        if wait_registered:
+            self.wait_for(lambda: self.registered(broker_id) and broker.alive(),
+                          REGISTER_TIMEOUT_S, f"broker {broker_id} in /brokers/ids",
+                          broker=broker)
+        return broker
+
+    def _launch(self, broker_id: int) -> BrokerProcess:
+        """Broker ``broker_id``'s process started, not waited for."""
         old = self.brokers.get(broker_id)
         if old is not None and old.alive():
             raise AssertionError(f"broker {broker_id} is already running")
@@ -173,19 +191,25 @@ class Cluster:
         overrides = self.broker_overrides(broker_id)  # (picks the port of a proxied one)
         broker = start_broker(
             self.root, port=self.ports.get(broker_id), data_dir=self.data_dir(broker_id),
-            overrides=overrides,
+            overrides=overrides, wait=False,
         )
-        self.brokers[broker_id] = broker
-        self.ports[broker_id] = broker.port
-        if wait_registered:
-            self.wait_for(lambda: self.registered(broker_id) and broker.alive(),
-                          REGISTER_TIMEOUT_S, f"broker {broker_id} in /brokers/ids",
-                          broker=broker)
+        self.brokers[broker_id] = broker  # stopped by close() whatever happens next
         return broker
 
+    def _started(self, broker_id: int, broker: BrokerProcess) -> None:
+        """Wait for ``broker`` to have started; keep the port it bound (on its first start,
+        port 0: the system's choice) for its restarts, and point its proxy at it."""
+        broker.wait_ready(STARTUP_TIMEOUT)
+        self.ports[broker_id] = broker.port
+        if broker_id in self.proxies:
+            self.proxies[broker_id].target_port = broker.port
+
     def start_all(self) -> None:
-        for broker_id in range(1, self.size + 1):
-            self.start(broker_id, wait_registered=False)
+        """Every broker started side by side (each start waits on ZooKeeper and its disk
+        part of the time), then waited for."""
+        launched = [(i, self._launch(i)) for i in range(1, self.size + 1)]
+        for broker_id, broker in launched:
+            self._started(broker_id, broker)
         self.wait_for(lambda: all(self.registered(i) for i in range(1, self.size + 1)),
                       REGISTER_TIMEOUT_S, "every broker in /brokers/ids")
 

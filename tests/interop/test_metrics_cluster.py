@@ -7,6 +7,7 @@ again once it has caught up (an expansion); the follower's fetches are replicati
 from __future__ import annotations
 
 import json
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -14,7 +15,6 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.interop._broker import free_port
 from tests.interop._cluster import running_cluster
 
 pytestmark = pytest.mark.interop
@@ -32,14 +32,17 @@ def gauges(port: int) -> dict[str, float]:
 
 
 def test_replication_gauges_follow_a_paused_follower(tmp_path: Path) -> None:
-    ports = {1: free_port(), 2: free_port()}
-    per_broker = {b: {"metrics.listener": f"http://127.0.0.1:{p}"} for b, p in ports.items()}
     # The leader drops a silent follower from the ISR after replica.lag.time.max.ms; the
     # session outlives that, so the paused follower stays registered and only the leader
     # changes the ISR (the cluster test harness's 6 s would race it).
-    with running_cluster(tmp_path, size=2, per_broker=per_broker,
+    with running_cluster(tmp_path, size=2,
                          overrides={"replica.lag.time.max.ms": 5000,
-                                    "zookeeper.session.timeout.ms": 40000}) as cluster:
+                                    "zookeeper.session.timeout.ms": 40000,
+                                    # bound by each broker itself, read back below
+                                    "metrics.listener": "http://127.0.0.1:0"}) as cluster:
+        ports = {b: urllib.parse.urlsplit(broker.metrics_url or "").port or 0
+                 for b, broker in cluster.brokers.items()}
+        assert all(ports.values()), ports
         controller, epoch = cluster.wait_controller()
         # The controller leads, so that stopping the follower leaves the controller in
         # place: the ISR then shrinks on the leader (a new controller would rewrite it).

@@ -19,6 +19,7 @@ import json
 import math
 import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -34,7 +35,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from ._broker import free_port
 from ._cluster import Cluster
 from ._security import make_certs
 
@@ -48,6 +48,13 @@ PARTITIONS = 3  # one led by each broker: every broker fetches from and serves t
 BROKER_JAAS = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
                'username="broker" password="broker-secret";')
 SOCKET = "kafka_server_socket_server_metrics_"
+
+
+def _port_of(url: str | None) -> int:
+    assert url is not None, "no metrics endpoint"
+    port = urllib.parse.urlsplit(url).port
+    assert port is not None
+    return port
 
 
 def _page(port: int) -> dict[tuple[str, str], float]:
@@ -107,16 +114,13 @@ def test_acks_all_load_across_reauthentications(tmp_path: Path) -> None:
         "connections.max.reauth.ms": REAUTH_MS,
         "replica.fetch.backoff.ms": 200,
     }
-    ports = {b: (free_port(), free_port(), free_port()) for b in (1, 2, 3)}
-    per_broker = {b: {
-        "listeners": f"PLAINTEXT://127.0.0.1:{p},SASL_SSL://127.0.0.1:{s}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p},SASL_SSL://127.0.0.1:{s}",
-        "metrics.listener": f"http://127.0.0.1:{m}",
-    } for b, (p, s, m) in ports.items()}
-    with Cluster(tmp_path / "cluster", 3, overrides, per_broker) as cluster:
-        for b, (p, _, _) in ports.items():
-            cluster.ports[b] = p
+    # every listener on port 0: each broker registers (advertises) the ports it bound
+    overrides["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
+    overrides["metrics.listener"] = "http://127.0.0.1:0"
+    with Cluster(tmp_path / "cluster", 3, overrides) as cluster:
         cluster.start_all()
+        ports = {b: (broker.ports["PLAINTEXT"], broker.ports["SASL_SSL"],
+                     _port_of(broker.metrics_url)) for b, broker in cluster.brokers.items()}
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         _scram_user(admin, "broker", "broker-secret")  # the brokers can reach each other
         _scram_user(admin, "loader", "loader-secret")

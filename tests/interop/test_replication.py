@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from kazoo.exceptions import NoNodeError
 
-from ._broker import start_broker
+from ._broker import STARTUP_TIMEOUT, start_broker
 from ._cluster import SESSION_TIMEOUT_MS, Cluster, running_cluster
 from .test_cluster import ROUNDTRIPS, expected_records, metadata
 
@@ -640,9 +640,11 @@ def test_a_broker_killed_and_started_at_once_waits_for_its_old_session(
         cluster.wait_for(lambda: victim not in state(cluster, topic, 0)["isr"], 15,
                          f"broker {victim} out of the ISR")
         assert owner() == old_session  # its session outlives it
+        # started once registered: after the old session's 20 s, at most
         restarted = start_broker(cluster.root, port=cluster.ports[victim],
                                  data_dir=cluster.data_dir(victim),
-                                 overrides=cluster.broker_overrides(victim))
+                                 overrides=cluster.broker_overrides(victim),
+                                 timeout=STARTUP_TIMEOUT + 20)
         cluster.brokers[victim] = restarted
         output = restarted.stderr() + restarted.stdout()
         assert "this broker's own endpoints" in output and "waiting up to" in output, (

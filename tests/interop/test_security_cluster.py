@@ -18,7 +18,6 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from ._broker import free_port
 from ._cluster import Cluster, wait_for
 from ._security import make_certs
 
@@ -40,15 +39,12 @@ def test_inter_broker_sasl_ssl_replicates_and_survives_a_leader_kill(tmp_path: P
         "ssl.truststore.type": "PEM", "ssl.truststore.location": str(certs.ca),
         "replica.fetch.backoff.ms": 200,
     }
-    ports = {b: (free_port(), free_port()) for b in (1, 2, 3)}
-    per_broker = {b: {
-        "listeners": f"PLAINTEXT://127.0.0.1:{p},SASL_SSL://127.0.0.1:{s}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p},SASL_SSL://127.0.0.1:{s}",
-    } for b, (p, s) in ports.items()}
-    with Cluster(tmp_path / "cluster", 3, overrides, per_broker) as cluster:
-        for b, (p, _) in ports.items():
-            cluster.ports[b] = p
+    # both listeners on port 0: each broker registers (advertises) the ports it bound
+    overrides["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
+    with Cluster(tmp_path / "cluster", 3, overrides) as cluster:
         cluster.start_all()
+        ports = {b: (broker.ports["PLAINTEXT"], broker.ports["SASL_SSL"])
+                 for b, broker in cluster.brokers.items()}
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         for future in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
                 "broker", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),

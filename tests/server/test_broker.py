@@ -137,3 +137,39 @@ def test_the_logs_of_a_deleted_topic_are_removed_off_the_event_loop_at_shutdown(
     removals = [r for r in caplog.records if r.getMessage().startswith("removed the dirs")]
     assert [r.getMessage() for r in removals] == ["removed the dirs of 3 logs deleted"]
     assert removals[0].threadName != loop_thread, "removed on the event loop"
+
+
+def _metadata_brokers(port: int) -> list[tuple[int, str, int]]:
+    from kio.schema.metadata.v1.request import MetadataRequest
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request_frame(MetadataRequest(topics=None), 3))
+        payload = _read_frame(sock)
+    assert payload is not None, "Metadata unanswered"
+    _, response = decode_response(payload, 3, 1)
+    return [(b.node_id, b.host, b.port) for b in response.brokers]
+
+
+def test_a_broker_on_port_0_reports_and_advertises_the_ports_it_bound(tmp_path: Path) -> None:
+    """``odradek serve`` with every listener (and the metrics endpoint) on port 0: the
+    system picks free ports as they are bound, so no test probes a free port and releases
+    it for another process to take first. The ports come back in the ready file, and each
+    listener's clients are given that listener's bound port in Metadata."""
+    import urllib.request
+
+    from tests.interop._broker import start_broker
+
+    with start_broker(tmp_path, overrides={
+        "listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "metrics.listener": "http://127.0.0.1:0",
+    }) as broker:
+        ports = broker.ports
+        assert set(ports) == {"PLAINTEXT", "INTERNAL"} and 0 not in ports.values()
+        assert ports["PLAINTEXT"] != ports["INTERNAL"] and broker.port == ports["PLAINTEXT"]
+        for port in ports.values():
+            assert _metadata_brokers(port) == [(0, "127.0.0.1", port)]
+        assert broker.metrics_url is not None and ":0/" not in broker.metrics_url
+        with urllib.request.urlopen(broker.metrics_url, timeout=30) as page:
+            assert page.status == 200

@@ -96,11 +96,11 @@ def _free_port() -> int:
 
 
 def test_broker_restart_mid_read(tmp_path: Any) -> None:
-    port = _free_port()
-    overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{port}"}
     with ExitStack() as stack:
-        first = stack.enter_context(running_broker(overrides, data_dir=tmp_path))
+        first = stack.enter_context(running_broker(data_dir=tmp_path))
         boot = first.bootstrap
+        # back on the port the first one bound (port 0: the system's choice)
+        overrides = {"listeners": f"PLAINTEXT://{boot}"}
         topic = _topic(boot)
         _produce(boot, topic, 5000, **{"batch.size": 2000})
         opts = _options(boot, topic, **{"kafka.max.partition.fetch.bytes": "4096"})

@@ -427,11 +427,12 @@ def test_mirror_rides_out_a_broker_killed_and_restarted(
     back on the same port and log, and the mirror carries on without a restart of its
     own: every record once, in order, on the target. The mirror's query runs in the
     tests' Spark session (:func:`mirror_in_session`): its process is not the subject."""
-    from tests.interop._broker import free_port, start_broker
+    from tests.interop._broker import start_broker
 
-    ports = {"source": free_port(), "target": free_port()}
-    brokers = {name: start_broker(tmp_path / name, port=port, data_dir=tmp_path / name / "d")
-               for name, port in ports.items()}
+    # each on the port it binds (port 0: the system's choice), back on that port after
+    brokers = {name: start_broker(tmp_path / name, data_dir=tmp_path / name / "d")
+               for name in ("source", "target")}
+    ports = {name: broker.port for name, broker in brokers.items()}
     src_boot, dst_boot = brokers["source"].bootstrap, brokers["target"].bootstrap
     producer = Producer(src_boot)
     try:

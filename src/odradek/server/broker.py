@@ -24,6 +24,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import json
 import logging
 import threading
 import time
@@ -768,6 +769,13 @@ class Broker:
     def port(self) -> int:
         return self.servers[0].port
 
+    def bound_ports(self) -> dict[str, int]:
+        """Each listener's port as bound, by listener name: a listener configured on port
+        0 is given one by the system, which it advertises (:meth:`_advertised`) and a
+        test harness or supervisor reads back (``--ready-file``)."""
+        return {listener.name: server.port
+                for listener, server in zip(self.config.listeners, self.servers, strict=False)}
+
     def _write_meta_properties(self) -> None:
         body = (
             f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.metadata.cluster_id}\n"
@@ -840,7 +848,11 @@ def partition_limit(configured: int) -> int:
 
 
 async def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> None:
-    """Run until SIGTERM/SIGINT, then stop gracefully."""
+    """Run until SIGTERM/SIGINT, then stop gracefully. Once started, ``ready_file`` (``odradek
+    serve --ready-file``) is written whole at once (a reader never sees half of it): JSON
+    with the first listener's ``port``, every listener's bound port by name
+    (``listeners``) and the metrics URL (``metrics``, or null), so that a harness starting
+    a broker on port 0 learns where it listens, with no free port probed beforehand."""
     import signal
 
     from odradek.server.limits import raise_open_files_limit
@@ -869,7 +881,10 @@ async def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> No
     gc.collect()
     gc.freeze()
     if ready_file is not None:
-        ready_file.write_text(str(broker.port))
+        metrics = broker.metrics_server.url if broker.metrics_server is not None else None
+        atomic_write(ready_file, json.dumps({"port": broker.port,
+                                             "listeners": broker.bound_ports(),
+                                             "metrics": metrics}).encode())
     await stop.wait()
     log.info("shutting down")
     await broker.stop()
