@@ -106,6 +106,14 @@ class ServerTls:
     truststore_password: str = field(repr=False)
     probe: ssl.SSLContext
     store_type: str = "PKCS12"
+    #: ZooKeeper offers only ``ssl.protocol`` (TLSv1.2) unless told more, and 3.8's
+    #: default cipher suites are TLSv1.2's only: TLSv1.3 needs its suites named.
+    protocols: tuple[str, ...] = ("TLSv1.3", "TLSv1.2")
+    cipher_suites: tuple[str, ...] = (
+        "TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    )
 
     def config_lines(self) -> str:
         def escaped(value: str) -> str:  # java.util.Properties: a backslash escapes
@@ -120,6 +128,9 @@ class ServerTls:
             f"ssl.trustStore.password={escaped(self.truststore_password)}\n"
             f"ssl.trustStore.type={self.store_type}\n"
             "ssl.clientAuth=need\n"
+            f"ssl.protocol={self.protocols[0]}\n"
+            f"ssl.enabledProtocols={','.join(self.protocols)}\n"
+            f"ssl.ciphersuites={','.join(self.cipher_suites)}\n"
         )
 
 

@@ -318,17 +318,19 @@ class ZkTls:
         """Why a handshake failed, in an operator's words (ZooKeeper with
         ``ssl.clientAuth=need`` refuses a client without a certificate it trusts)."""
         reason = getattr(error, "reason", None) or str(error) or type(error).__name__
+        # ZooKeeper's refusals of a client certificate are alerts about certificates
+        # (bad_certificate, certificate_unknown, certificate_required)
+        about_ours = isinstance(error, ssl.SSLError) and "CERTIFICATE" in str(reason).upper()
         if isinstance(error, ssl.SSLCertVerificationError):
             reason = f"certificate verify failed: {error.verify_message}"
-        if isinstance(error, ssl.SSLCertVerificationError):
             hint = ("; ZooKeeper's certificate is not trusted by zookeeper.ssl.truststore.*"
                     " or does not name the host (zookeeper.ssl.endpoint.identification."
                     "algorithm)")
-        elif not self.keystore and isinstance(error, ssl.SSLError):
+        elif about_ours and not self.keystore:
             hint = ("; the client has no certificate to present: set "
                     "zookeeper.ssl.keystore.location if ZooKeeper asks for one "
                     "(ssl.clientAuth=need)")
-        elif isinstance(error, ssl.SSLError):
+        elif about_ours:
             hint = (f"; ZooKeeper refused the client certificate of {self.keystore} (not "
                     "signed by a CA in its ssl.trustStore?)")
         else:
