@@ -245,6 +245,37 @@ def test_new_partitions_are_assigned(rb: RunningBroker) -> None:
     member.close()
 
 
+def test_members_rejoin_after_the_coordinator_lost_the_group(rb: RunningBroker) -> None:
+    """Consumer groups are not stored yet: a coordinator that resigns and is elected
+    again (as after a failover) has forgotten the group. The member is told
+    NOT_COORDINATOR, then UNKNOWN_MEMBER_ID, joins again and goes on from its committed
+    offsets."""
+    topic = new_topic(rb, 2)
+    group = f"g-{topic}"
+    produce(rb.bootstrap, topic, 2, 10)
+    owners: dict[int, str] = {}
+    member = Member(rb.bootstrap, group, topic, "m1", owners)
+    wait_until(lambda: len(member.records) == 20, 20, "the first records", poll_all([member]))
+    member.commit()
+    coordinator = rb.broker.group_coordinator
+    partition = coordinator.partition_for(group)
+    rb.call(coordinator.on_resigned, partition)
+    rb.call(coordinator.on_elected, partition)
+    assert coordinator.consumer_group(group) is None
+    produce(rb.bootstrap, topic, 2, 10, start=10)
+    wait_until(lambda: len({r[2] for r in member.records}) == 40, 30,
+               "the records after the rejoin", poll_all([member]))
+    rejoined = coordinator.consumer_group(group)
+    assert rejoined is not None and set(rejoined.members) == {member.consumer.memberid()}
+    # what was read again is what was read after the commit: the member lost its
+    # partitions and went back to the committed offsets (at least once, as Kafka's)
+    seen: set[tuple[int, int]] = set()
+    for partition, offset, _ in member.records:
+        assert (partition, offset) not in seen or offset >= 10
+        seen.add((partition, offset))
+    member.close()
+
+
 CHILD = textwrap.dedent("""
     import sys
     from confluent_kafka import Consumer
