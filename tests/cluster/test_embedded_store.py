@@ -233,3 +233,29 @@ def test_a_wider_mode_is_narrowed_at_start_with_a_warning(
     with caplog.at_level(logging.WARNING, logger="odradek.cluster.store"):
         EmbeddedStore(path)
     assert "had mode" not in caplog.text  # 0600 already: nothing said
+
+
+def test_a_tmp_file_a_crashed_writer_left_is_removed_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer killed between writing its tmp file and renaming it (an older Odradek's,
+    written 0644 by atomic_write) leaves a copy of the credentials next to the file: the
+    next start removes it (its process is gone), and narrows any other writer's first."""
+    path = tmp_path / "meta.json"
+    EmbeddedStore(path).create("/a", b"x")
+    # a pid that names no process: the highest pid Linux hands out, plus one
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    stale = tmp_path / f"meta.json.{dead}-140000000000.tmp"
+    stale.write_bytes(b'{"scram": "credentials"}')
+    stale.chmod(0o644)
+    live = tmp_path / f"meta.json.{os.getpid()}-1.tmp"  # a live writer's: kept, narrowed
+    live.write_bytes(b"{}")
+    live.chmod(0o644)
+    other = tmp_path / "other.json.1-1.tmp"  # not this file's
+    other.write_bytes(b"{}")
+    with caplog.at_level(logging.WARNING, logger="odradek.cluster.store"):
+        EmbeddedStore(path)
+    assert not stale.exists()
+    assert stat.S_IMODE(live.stat().st_mode) == 0o600
+    assert other.exists()
+    assert f"removed {stale.name}" in caplog.text

@@ -21,7 +21,7 @@ is what broker registration and controller election need to recover from a lost 
 :class:`EmbeddedStore` keeps the tree in memory and persists the persistent nodes to one
 JSON file, rewritten atomically (write, fsync, rename) on every change, mode 0600 (it
 holds SCRAM credentials and the encrypted dynamic passwords; a wider mode found at start
-is narrowed, with a warning). Metadata changes
+is narrowed, with a warning, and a crashed writer's tmp file is removed). Metadata changes
 are rare (topic creation, config changes), so one small file is simpler than a log. A
 parent's sequential-node counter is kept (and persisted) with the parent, and goes with it
 when it is deleted, as ZooKeeper's does; it counts sequential creates only, where
@@ -37,6 +37,7 @@ from __future__ import annotations
 import abc
 import base64
 import enum
+import glob
 import json
 import logging
 import os
@@ -296,6 +297,19 @@ def _parent(path: str) -> str:
     return path.rsplit("/", 1)[0] or "/"
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _write_private(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (write, fsync, rename, fsync the directory, as
     :func:`odradek.storage.files.atomic_write`), the file readable by its owner only
@@ -336,6 +350,7 @@ class EmbeddedStore(MetadataStore):
         self._session_listeners: list[SessionListener] = []
         self._session = 1
         self._lock = threading.RLock()
+        self._tidy_tmp_files()
         if path.exists():
             self._tighten()
             self._load()
@@ -348,6 +363,23 @@ class EmbeddedStore(MetadataStore):
             log.warning("metadata file %s had mode %04o: readable by others than the broker's "
                         "user, now %04o", self.path, mode, FILE_MODE)
             os.chmod(self.path, FILE_MODE)
+
+    def _tidy_tmp_files(self) -> None:
+        """A writer killed between its tmp file and the rename (an older Odradek's, written
+        0644) left a copy of the credentials beside the file: one whose process is gone is
+        removed, another narrowed to :data:`FILE_MODE` (its writer renames it soon)."""
+        name = self.path.name
+        for tmp in self.path.parent.glob(f"{glob.escape(name)}.*{TMP_SUFFIX}"):
+            writer = tmp.name[len(name) + 1:-len(TMP_SUFFIX)].split("-", 1)[0]
+            try:
+                if writer.isdigit() and not _alive(int(writer)):
+                    tmp.unlink(missing_ok=True)
+                    log.warning("removed %s, left by a writer of the metadata file that is "
+                                "gone (it may hold credentials)", tmp.name)
+                elif stat.S_IMODE(tmp.stat().st_mode) & ~FILE_MODE:
+                    os.chmod(tmp, FILE_MODE)
+            except OSError as exc:  # gone meanwhile (renamed by its writer), or not ours
+                log.debug("%s left as it is: %s", tmp.name, exc)
 
     def _load(self) -> None:
         try:
