@@ -16,6 +16,9 @@
  * ``count`` records are corrupt. Varints are zig-zag, at most 5 (int32) or 10 (int64)
  * bytes. Input is untrusted: every read is bounds-checked and errors raise ValueError.
  * The GIL is released while a batch is walked.
+ *
+ * Beside the builder, transactional_batch_in: the Produce handler's scan for the
+ * transactional bit in a request without a transactional id (see its comment below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -458,13 +461,97 @@ static PyTypeObject ColumnBuilderType = {
     .tp_getset = builder_getset,
 };
 
+/* transactional_batch_in(topic_data): whether a batch of a Produce request's records has
+ * the transactional bit (attributes bit 4, magic 2 or more), read from each batch header
+ * only: its length (at 8), magic (at 16) and attributes (at 21). A batch cut short (fewer
+ * than 23 bytes of header left, a length of 0 or less, or one running past the records)
+ * ends the partition's scan: not one (the append answers it CORRUPT_MESSAGE). The Python
+ * twin is odradek.server.handlers.produce._has_transactional_batch; the tests hold them to
+ * each other. One call per request on every Produce without a transactional id: the loops
+ * over topics and partitions run here, not in the interpreter. */
+#define TXN_LENGTH_AT 8
+#define TXN_MAGIC_AT 16
+#define TXN_ATTRIBUTES_AT 21
+#define TXN_HEADER_END 23
+#define TXN_LOG_OVERHEAD 12
+#define TXN_BIT 0x10
+
+static PyObject *partition_data_name = NULL;  /* interned "partition_data" */
+
+/* 1: a transactional batch in the records; 0: none; -1: error set. */
+static int records_transactional(PyObject *records) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(records, &view, PyBUF_SIMPLE) < 0) return -1;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len, position = 0;
+    int found = 0;
+    while (position + TXN_HEADER_END <= end) {
+        const unsigned char *h = p + position;
+        int32_t length = (int32_t)(((uint32_t)h[TXN_LENGTH_AT] << 24)
+                                   | ((uint32_t)h[TXN_LENGTH_AT + 1] << 16)
+                                   | ((uint32_t)h[TXN_LENGTH_AT + 2] << 8)
+                                   | (uint32_t)h[TXN_LENGTH_AT + 3]);
+        if (length <= 0 || (int64_t)length > (int64_t)(end - position - TXN_LOG_OVERHEAD))
+            break;  /* malformed or truncated: the append refuses it */
+        position += TXN_LOG_OVERHEAD + (Py_ssize_t)length;
+        if ((int8_t)h[TXN_MAGIC_AT] >= 2 && (h[TXN_ATTRIBUTES_AT + 1] & TXN_BIT)) {
+            found = 1;
+            break;
+        }
+    }
+    PyBuffer_Release(&view);
+    return found;
+}
+
+static PyObject *transactional_batch_in(PyObject *module, PyObject *topic_data) {
+    (void)module;
+    PyObject *topics = PySequence_Fast(topic_data, "topic_data must be a sequence");
+    if (topics == NULL) return NULL;
+    int found = 0;
+    Py_ssize_t n_topics = PySequence_Fast_GET_SIZE(topics);
+    for (Py_ssize_t t = 0; t < n_topics && !found; t++) {
+        PyObject *data = PyObject_GetAttr(PySequence_Fast_GET_ITEM(topics, t),
+                                          partition_data_name);
+        if (data == NULL) { found = -1; break; }
+        PyObject *partitions = PySequence_Fast(data, "partition_data must be a sequence");
+        Py_DECREF(data);
+        if (partitions == NULL) { found = -1; break; }
+        Py_ssize_t n_partitions = PySequence_Fast_GET_SIZE(partitions);
+        for (Py_ssize_t i = 0; i < n_partitions && !found; i++) {
+            PyObject *partition = PySequence_Fast_GET_ITEM(partitions, i);
+            if (!PyTuple_Check(partition) || PyTuple_GET_SIZE(partition) != 2) {
+                PyErr_SetString(PyExc_TypeError,
+                                "partition_data holds (index, records) pairs");
+                found = -1;
+                break;
+            }
+            PyObject *records = PyTuple_GET_ITEM(partition, 1);
+            if (records != Py_None) found = records_transactional(records);
+        }
+        Py_DECREF(partitions);
+    }
+    Py_DECREF(topics);
+    if (found < 0) return NULL;
+    return PyBool_FromLong(found);
+}
+
+static PyMethodDef module_methods[] = {
+    {"transactional_batch_in", (PyCFunction)transactional_batch_in, METH_O,
+     "Whether a batch of a Produce request's topic_data has the transactional bit."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef columnar_module = {
     PyModuleDef_HEAD_INIT, "_columnar", "Kafka records to Arrow buffers (native).", -1,
-    NULL, NULL, NULL, NULL, NULL,
+    module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__columnar(void) {
     if (PyType_Ready(&ColumnBuilderType) < 0 || PyType_Ready(&OwnedType) < 0) return NULL;
+    if (partition_data_name == NULL) {
+        partition_data_name = PyUnicode_InternFromString("partition_data");
+        if (partition_data_name == NULL) return NULL;
+    }
     PyObject *m = PyModule_Create(&columnar_module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "ColumnBuilder", (PyObject *)&ColumnBuilderType) < 0) {

@@ -509,9 +509,11 @@ class PartitionLog:
                     position, header.size, next_offset - 1,
                     now if log_append else header.max_timestamp,
                 ))
-            self._append(buf, appended, first, next_offset - 1, notify=False)
+            self._append(buf, appended, first, next_offset - 1, False)
             self.producer_state.commit(producers)
-            self._appended(len(buf))
+            size = len(buf)  # _appended, inline: this runs for every Produce
+            for listener in self._append_listeners:
+                listener(self, size)
         return LogAppendInfo(
             first, next_offset - 1,
             now if log_append else info.max_timestamp,

@@ -183,17 +183,25 @@ class Dispatcher:
                 prior.extend(self._since_barrier)
         # Only a Produce keeps its frame (its records) while its handler runs: it stays
         # charged to the pool until then, as Kafka's requiresDelayedAllocation; any other
-        # request's charge ended when the reader handed its frame over.
-        pooled = size if api_key == _PRODUCE and self._requests.pool is not None else 0
-        coro = self._handle(registration, ctx, request, prior, timing, pooled)
+        # request's charge ended when the reader handed its frame over. Behind earlier
+        # requests, _handle charges it once they are done; started eagerly, it is charged
+        # only if its handler waits (a first step that finishes the handler runs with no
+        # reader able to look at the pool, so its charge would be seen by none).
         task: asyncio.Future[Outcome]
         if prior:
-            task = self._loop.create_task(coro)
+            pooled = size if api_key == _PRODUCE and self._requests.pool is not None else 0
+            task = self._loop.create_task(
+                self._handle(registration, ctx, request, prior, timing, pooled))
+            done = False
         else:
-            task = start_eagerly(self._loop, coro)
-            if timing is not None and not task.done():
-                note_first_wait(timing)
-        done = task.done()
+            task = start_eagerly(self._loop,
+                                 self._handle(registration, ctx, request, prior, timing))
+            done = task.done()
+            if not done:
+                if timing is not None:
+                    note_first_wait(timing)
+                if api_key == _PRODUCE and self._requests.pool is not None:
+                    self._charge_while_running(task, size)
         if registration.serial:
             self._serial_barrier = task
             if self._since_barrier:
@@ -252,11 +260,9 @@ class Dispatcher:
         handler runs (a Produce's frame), not while it waits for earlier requests."""
         if prior:
             await asyncio.wait(prior)
-        quota = self._quota
-        pool = self._requests.pool
         if pooled:
-            assert pool is not None
-            pool.used += pooled
+            self._pool_used(pooled)
+        quota = self._quota
         try:
             charged = (quota if quota is not None and quota.active
                        and quota_applies(ctx, request) else None)
@@ -294,11 +300,24 @@ class Dispatcher:
             )
         finally:
             if pooled:
-                assert pool is not None
-                pool.used -= pooled
-                if pool.waiting:  # woken from the loop, not inside this dispatch
-                    self._loop.call_soon(pool.wake_waiting)
+                self._pool_used(-pooled)
         return self._encode(ctx, result)
+
+    def _pool_used(self, change: int) -> None:
+        """Charge (or, negative, give back) bytes of the request memory pool; the
+        connections waiting for them are woken from the loop, not inside this dispatch."""
+        pool = self._requests.pool
+        assert pool is not None
+        pool.used += change
+        if change < 0 and pool.waiting:
+            self._loop.call_soon(pool.wake_waiting)
+
+    def _charge_while_running(self, task: asyncio.Future[Outcome], size: int) -> None:
+        """A Produce started eagerly whose handler waits: its frame is charged to the
+        pool until the handler ends (the task is done, or cancelled with the
+        connection)."""
+        self._pool_used(size)
+        task.add_done_callback(lambda _: self._pool_used(-size))
 
     def _error_outcome(
         self,
