@@ -393,3 +393,31 @@ def test_authorization_of_the_consumer_group_apis() -> None:
         (described,) = response.groups
         assert described.error_code == ErrorCode.topic_authorization_failed
         assert described.members == ()
+
+
+# -- broker configs ------------------------------------------------------------------------
+def test_the_consumer_group_configs_are_served_and_checked_against_each_other() -> None:
+    from odradek.server.config import BrokerConfig, ConfigError
+    from odradek.server.kafka_config_support import is_not_applicable, unserved_reason
+
+    base = {"listeners": "PLAINTEXT://127.0.0.1:0"}
+    config = BrokerConfig.from_raw({**base, "group.consumer.assignors": "range,uniform"})
+    assert config.values["group.consumer.assignors"] == ("range", "uniform")
+    for key in ("group.consumer.session.timeout.ms", "group.consumer.heartbeat.interval.ms",
+                "group.consumer.max.size", "group.consumer.assignors"):
+        assert unserved_reason(key) is None, key
+    assert is_not_applicable(unserved_reason("group.coordinator.rebalance.protocols") or "")
+    for bad, message in [
+        ({"group.consumer.session.timeout.ms": "1000"},
+         "group.consumer.session.timeout.ms must be between"),
+        ({"group.consumer.min.session.timeout.ms": "70000"},
+         "group.consumer.max.session.timeout.ms must be greater than or equal to "
+         "group.consumer.min.session.timeout.ms"),
+        ({"group.consumer.heartbeat.interval.ms": "20000"},
+         "group.consumer.heartbeat.interval.ms must be between"),
+        ({"group.consumer.min.session.timeout.ms": "1000", "group.consumer.session.timeout.ms":
+          "5000"}, "group.consumer.heartbeat.interval.ms must be less than"),
+        ({"group.consumer.assignors": "sticky"}, "invalid value for group.consumer.assignors"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            BrokerConfig.from_raw({**base, **bad})

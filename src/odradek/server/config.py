@@ -343,6 +343,26 @@ _OWN: tuple[ConfigDef, ...] = (
     ConfigDef("group.min.session.timeout.ms", "int", 6000, None, "smallest session timeout"),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, None, "largest session timeout"),
     ConfigDef("group.max.size", "int", 2147483647, None, "members per group", _ge(1)),
+    # the consumer group protocol (KIP-848); _check_consumer_group relates them
+    ConfigDef("group.consumer.session.timeout.ms", "int", 45000, None,
+              "consumer group member session timeout (KIP-848)", _ge(1)),
+    ConfigDef("group.consumer.min.session.timeout.ms", "int", 45000, None,
+              "smallest group.consumer.session.timeout.ms", _ge(1)),
+    ConfigDef("group.consumer.max.session.timeout.ms", "int", 60000, None,
+              "largest group.consumer.session.timeout.ms", _ge(1)),
+    ConfigDef("group.consumer.heartbeat.interval.ms", "int", 5000, None,
+              "consumer group member heartbeat interval (KIP-848)", _ge(1)),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", "int", 5000, None,
+              "smallest group.consumer.heartbeat.interval.ms", _ge(1)),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15000, None,
+              "largest group.consumer.heartbeat.interval.ms", _ge(1)),
+    ConfigDef("group.consumer.max.size", "int", 2147483647, None,
+              "members per consumer group (KIP-848)", _ge(1)),
+    ConfigDef("group.consumer.assignors", "list",
+              ("org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+               "org.apache.kafka.coordinator.group.assignor.RangeAssignor"), None,
+              "server-side assignors, the first the default: uniform and range, by name or "
+              "by Kafka's class name"),
     ConfigDef("producer.id.expiration.ms", "int", 86400000, None, "idle producer id expiry"),
     ConfigDef("transaction.state.log.num.partitions", "int", 50, None,
               "__transaction_state partitions", _ge(1)),
@@ -531,6 +551,33 @@ def per_listener_base(key: str) -> str | None:
     return base if base in _LISTENER_SECURITY_KEYS else None
 
 
+_CONSUMER_ASSIGNORS: Final = {
+    "uniform": "uniform", "range": "range",
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _check_consumer_group(v: Mapping[str, Any]) -> None:
+    """The group.consumer.* configs against each other, as Kafka's GroupCoordinatorConfig."""
+    prefix = "group.consumer."
+    for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+        key, low, high = prefix + what, prefix + "min." + what, prefix + "max." + what
+        if v[low] > v[high]:
+            raise ConfigError(f"{high} must be greater than or equal to {low}")
+        if not v[low] <= v[key] <= v[high]:
+            raise ConfigError(f"{key} must be between {low} ({v[low]}) and {high} "
+                              f"({v[high]}), got {v[key]}")
+    if v[prefix + "heartbeat.interval.ms"] >= v[prefix + "session.timeout.ms"]:
+        raise ConfigError(f"{prefix}heartbeat.interval.ms must be less than "
+                          f"{prefix}session.timeout.ms")
+    assignors = v[prefix + "assignors"]
+    unknown = [a for a in assignors if a not in _CONSUMER_ASSIGNORS]
+    if unknown or not assignors:
+        raise ConfigError(f"invalid value for {prefix}assignors: {','.join(unknown)}: the "
+                          f"assignors are {', '.join(sorted(set(_CONSUMER_ASSIGNORS.values())))}")
+
+
 def _check_mechanisms(listener: str, enabled: Iterable[str]) -> None:
     enabled = [m.upper() for m in enabled]
     unserved = [m for m in enabled if m in _UNSERVED_MECHANISMS]
@@ -682,6 +729,7 @@ class BrokerConfig:
                 "max.connections.per.ip can be set to zero only if "
                 "max.connections.per.ip.overrides is set"
             )
+        _check_consumer_group(v)
         self._derive_listeners()
 
     def _derive_listeners(self) -> None:

@@ -60,7 +60,9 @@ ZK_TLS = ("checking the revocation of ZooKeeper's certificate (CRL, OCSP) is not
 KRAFT = ("KRaft mode is not supported by Odradek (it runs as one embedded node or in "
          "ZooKeeper mode)")
 TIERED = "tiered storage (KIP-405) is not supported by Odradek yet"
-CONSUMER_PROTOCOL = "the consumer group protocol of KIP-848 is not supported by Odradek yet"
+CONSUMER_PROTOCOL = ("this part of the consumer group protocol of KIP-848 is not "
+                     "supported by Odradek yet (it serves group.consumer.session.*, "
+                     "heartbeat.*, max.size and assignors)")
 SHARE = "share groups (KIP-932) are not supported by Odradek yet"
 TOKENS = "delegation tokens are not supported by Odradek yet"
 PLUGINS = "Java plug-in classes cannot be loaded by Odradek"
@@ -100,6 +102,8 @@ _PROTOCOL = (f"{NOT_APPLICABLE_PREFIX}: it stores RecordBatch v2 only (message f
 _OFFSETS = (f"{NOT_APPLICABLE_PREFIX}: offset commits wait for the acks the "
             "__consumer_offsets partition needs, and its loads are not buffered this way")
 _CLIENT_SIDE = f"{NOT_APPLICABLE_PREFIX}: it has no such setting for its inter-broker client"
+_REBALANCE_PROTOCOLS = (f"{NOT_APPLICABLE_PREFIX}: it always serves both group protocols, "
+                        "classic and consumer (KIP-848)")
 # Exact keys first, then prefixes, in order.
 _EXACT: dict[str, str] = {
     "background.threads": _THREADS,
@@ -169,6 +173,11 @@ _SERVED_UNDER_AN_UNSERVED_PREFIX = frozenset({
     "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.client.auth",
     "ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "sasl.jaas.config",
     "sasl.server.max.receive.size", "sasl.mechanism.inter.broker.protocol",
+    # the consumer group protocol (KIP-848)
+    "group.consumer.session.timeout.ms", "group.consumer.min.session.timeout.ms",
+    "group.consumer.max.session.timeout.ms", "group.consumer.heartbeat.interval.ms",
+    "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms",
+    "group.consumer.max.size", "group.consumer.assignors",
     # mutual TLS to ZooKeeper (all zookeeper.ssl.* but CRL and OCSP)
     "zookeeper.ssl.client.enable", "zookeeper.ssl.keystore.location",
     "zookeeper.ssl.keystore.password", "zookeeper.ssl.keystore.type",
@@ -188,7 +197,7 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     ("group.consumer.", CONSUMER_PROTOCOL),
     ("group.share.", SHARE),
     ("share.", SHARE),
-    ("group.coordinator.rebalance.protocols", CONSUMER_PROTOCOL),
+    ("group.coordinator.rebalance.protocols", _REBALANCE_PROTOCOLS),
     ("delegation.token.", TOKENS),
     ("kafka.metrics.", METRICS),
     ("metrics.", METRICS),
