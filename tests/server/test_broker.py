@@ -173,3 +173,55 @@ def test_a_broker_on_port_0_reports_and_advertises_the_ports_it_bound(tmp_path: 
         assert broker.metrics_url is not None and ":0/" not in broker.metrics_url
         with urllib.request.urlopen(broker.metrics_url, timeout=30) as page:
             assert page.status == 200
+
+
+def test_a_parked_acks_all_produce_is_answered_at_shutdown_with_an_error_never_success(
+) -> None:
+    """An acks=all Produce whose records the ISR has not confirmed (a replica that never
+    fetches: broker 1 does not exist) is parked for its timeout (30 s); a shutdown answers
+    it at once with REQUEST_TIMED_OUT, as the timeout would: never acknowledged as
+    written, since the records may be truncated after the leader goes."""
+    from kio.schema.produce.v9 import request as m
+
+    from tests.server._raw_client import batch
+
+    stopping = ExitStack()
+    with contextlib.closing(socket.socket()) as sock, stopping:
+        broker = stopping.enter_context(running_broker())
+        topic = "unconfirmed"
+        broker.call(broker.broker.metadata.create_topic, topic, -1, -1, None, {0: [0, 1]})
+        request = m.ProduceRequest(
+            transactional_id=None, acks=-1,  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+            topic_data=(m.TopicProduceData(name=topic, partition_data=(  # type: ignore[arg-type]
+                m.PartitionProduceData(index=0, records=batch(-1, -1, 0)),  # type: ignore[arg-type]
+            )),),
+        )
+        sock.settimeout(60)
+        sock.connect(("127.0.0.1", broker.port))
+        replicas = broker.broker.replica_manager
+        deadline = time.monotonic() + 30
+
+        def leads() -> bool:
+            partition = replicas.get_partition(topic, 0)
+            return partition is not None and partition.is_leader
+
+        while not broker.call(leads):
+            assert time.monotonic() < deadline, "the partition's log was never created"
+            time.sleep(0.01)  # polling a condition, with a deadline
+        correlation_id = 9
+        sock.sendall(request_frame(request, correlation_id))
+        purgatory = broker.broker.produce_purgatory
+        while broker.call(lambda: purgatory.parked) == 0:
+            assert time.monotonic() < deadline, "the Produce never parked"
+            time.sleep(0.01)
+        started = time.monotonic()
+        stopping.close()  # stops the broker
+        took = time.monotonic() - started
+        payload = _read_frame(sock)
+    assert took < 10, f"the shutdown took {took:.1f} s with a parked Produce"
+    assert payload is not None, "the parked Produce was not answered"
+    got_id, response = decode_response(payload, 0, 9)
+    assert got_id == correlation_id
+    [partition] = response.responses[0].partition_responses
+    assert partition.error_code == ErrorCode.request_timed_out, partition
