@@ -910,7 +910,10 @@ class GroupCoordinator(InternalTopicCoordinator):
         self, group: ConsumerGroup, member_id: str, member_epoch: int,
         api_version: int | None, transactional: bool = False,
     ) -> ErrorCode:
-        """Kafka's ``ConsumerGroup.validateOffsetCommit``."""
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``. A transactional commit at
+        another epoch is ILLEGAL_GENERATION rather than Kafka's STALE_MEMBER_EPOCH: the
+        producer's TxnOffsetCommit handler (3.9) takes ILLEGAL_GENERATION as a failed
+        commit the transaction can abort, and any other error as fatal."""
         if member_epoch < 0 and group.is_empty():
             return ErrorCode.none  # an admin tool, or a consumer without a group
         member = group.members.get(member_id)
