@@ -350,3 +350,29 @@ def test_java_client_with_the_consumer_protocol(rb: RunningBroker, java: JavaRun
     res = java(rb.bootstrap, "group-consume", topic, group, 0, "-Xgroup.protocol=consumer")
     assert res.ok, res.describe()
     assert res.summary["count"] == 0
+
+
+def test_java_admin_describes_a_consumer_group(rb: RunningBroker, java: JavaRunner) -> None:
+    """kafka-clients' describeConsumerGroups asks ConsumerGroupDescribe first."""
+    topic = new_topic(rb, 2)
+    group = f"g-{topic}"
+    owners: dict[int, str] = {}
+    member = Member(rb.bootstrap, group, topic, "m1", owners)
+    wait_until(lambda: member.owned == {0, 1}, 10, "the first assignment", poll_all([member]))
+    coordinator = rb.broker.group_coordinator
+    described: list[str] = []
+    original = coordinator.consumer_group
+
+    def consumer_group(group_id: str) -> Any:
+        described.append(group_id)
+        return original(group_id)
+
+    coordinator.consumer_group = consumer_group  # type: ignore[method-assign]
+    try:
+        res = java(rb.bootstrap, "authorized-operations", topic, group)
+        assert res.ok, res.describe()
+        assert "READ" in res.summary["group"] and "DESCRIBE" in res.summary["group"]
+        assert group in described  # through ConsumerGroupDescribe
+    finally:
+        del coordinator.consumer_group  # type: ignore[method-assign]
+        member.close()
