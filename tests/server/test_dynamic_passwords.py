@@ -183,3 +183,28 @@ def test_every_stored_password_is_decoded_once_however_many_there_are(tmp_path: 
     assert len(decodes) == 300
     assert d.broker_configs("0") == keys  # the next read: none decoded again
     assert len(decodes) == 300
+
+
+def test_a_stored_password_that_does_not_decode_costs_one_decode_and_one_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """password.encoder.secret changed without password.encoder.old.secret: no stored
+    password decodes. Each is tried once (PBKDF2 on the event loop, at every read: each
+    alter reads twice) and said once in the log, not at every read."""
+    decodes = []
+
+    class Counting(PasswordEncoder):
+        def decode(self, encoded: str) -> str:
+            decodes.append(encoded)
+            return super().decode(encoded)
+
+    d = dynamic(tmp_path, password_encoder_secret="another-secret")
+    d.password_encoder = Counting("another-secret", iterations=1024)
+    first = PasswordEncoder(SECRET, iterations=1024)
+    d.metadata.set_broker_configs("0", {f"listener.name.l{i}.ssl.key.password":
+                                        first.encode(f"pw-{i}") for i in range(3)})
+    with caplog.at_level(logging.ERROR):
+        for _ in range(3):
+            assert d.broker_configs("0") == {}
+    assert len(decodes) == 3
+    assert caplog.text.count("Dynamic password config") == 3

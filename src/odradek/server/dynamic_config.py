@@ -23,7 +23,8 @@ in ZooKeeper: :meth:`DynamicBrokerConfig.to_persistent` encodes them before a wr
 refuses them without a secret ("Password encoder secret not configured") or at the cluster
 default ("Password config can be defined only at broker level");
 :meth:`DynamicBrokerConfig.broker_configs` is the decoded view every reader uses (a value
-that does not decode is left out with an error in the log, as Kafka's). At start,
+that does not decode is left out with an error in the log, as Kafka's, once: it is not
+tried again; each decode is a PBKDF2 of milliseconds on the event loop). At start,
 :meth:`DynamicBrokerConfig.reencode_passwords` rewrites this broker's stored passwords
 with the current secret: those that ``password.encoder.old.secret`` opens (Kafka's secret
 rotation) and, unlike Kafka, those an older Odradek stored in clear.
@@ -125,6 +126,8 @@ class DynamicBrokerConfig:
                                                         "password.encoder.old.secret")
         # encoded text -> password: PBKDF2 costs milliseconds, and every change re-reads
         self._decoded: dict[str, str] = {}
+        # encoded text -> why it does not decode (tried and said in the log once)
+        self._undecodable: dict[str, str] = {}
         self._warned_clear: set[str] = set()
 
     # -- password configs (Kafka's toPersistentProps / fromPersistentProps) ---------------
@@ -173,11 +176,19 @@ class DynamicBrokerConfig:
                 continue
             password = self._decoded.get(value)
             if password is None:
+                if value in self._undecodable:  # tried already: the same answer
+                    del out[key]
+                    continue
                 try:
                     password = self._decode(value, stored)
                 except PasswordEncoderError as exc:
                     log.error("Dynamic password config %s of %s could not be decoded, "
                               "ignoring: %s", key, where, exc)
+                    if len(self._undecodable) >= _DECODED_CACHE:
+                        live = set(stored.values())
+                        self._undecodable = {v: e for v, e in self._undecodable.items()
+                                             if v in live}
+                    self._undecodable[value] = str(exc)
                     del out[key]
                     continue
             out[key] = password
