@@ -364,3 +364,65 @@ def test_client_quota_rates_are_tagged_with_user_and_client_id(broker: RunningBr
                        for n, ls in samples)
     finally:
         set_quotas({})
+
+
+def test_a_consumer_group_is_counted_by_protocol_and_state_and_its_lag_shown(
+        broker: RunningBroker) -> None:
+    """A KIP-848 consumer group (confluent-kafka, ``group.protocol=consumer``) is counted
+    as one (Kafka 4's group-coordinator-metrics: group-count by protocol, consumer-group-count
+    by state), not as an Empty classic group by the record of its committed offsets; its lag
+    is reported as a classic group's is."""
+    server = broker.broker.metrics_server
+    assert server is not None
+    url = server.url
+    topic, group = "metered-kip848", "metered-consumer-group"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for partition, count in PRODUCED.items():
+        for _ in range(count):
+            producer.produce(topic, VALUE, partition=partition)
+    assert producer.flush(30) == 0
+    before = scrape(url)
+    classic_before = value(before, "kafka_server_group_coordinator_metrics_group_count",
+                           protocol="classic")
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "group.protocol": "consumer", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+
+        def assigned() -> bool:
+            consumer.poll(0.1)
+            return len(consumer.assignment()) == 2
+
+        wait_for("both partitions assigned", assigned)
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in COMMITTED.items()],
+                        asynchronous=False)
+
+        def stable() -> Samples | None:
+            consumer.poll(0.05)
+            samples = scrape(url)
+            counted = value(samples, "kafka_server_group_coordinator_metrics_consumer_group_count",
+                            state="Stable")
+            return samples if counted == 1 else None
+
+        after = wait_for("the consumer group counted Stable", stable)
+        assert value(after, "kafka_server_group_coordinator_metrics_group_count",
+                     protocol="consumer") == 1
+        assert value(after, "kafka_server_group_coordinator_metrics_group_count",
+                     protocol="classic") == classic_before
+        for state in ("Empty", "Assigning", "Reconciling", "Dead"):
+            assert value(after, "kafka_server_group_coordinator_metrics_consumer_group_count",
+                         state=state) == 0
+        for partition, committed in COMMITTED.items():
+            labels = {"group": group, "topic": topic, "partition": str(partition)}
+            assert value(after, "kafka_consumergroup_group_offset", **labels) == committed
+            assert value(after, "kafka_consumergroup_group_lag", **labels) == (
+                PRODUCED[partition] - committed)
+        assert value(after, "kafka_consumergroup_group_sum_lag", group=group) == 7
+    finally:
+        consumer.close()
+    assert wait_for("the consumer group counted Empty", lambda: value(
+        scrape(url), "kafka_server_group_coordinator_metrics_consumer_group_count",
+        state="Empty") == 1)

@@ -6,6 +6,13 @@ Each call sends one request at a version both sides serve and turns error codes 
 (a member, client/consumer.py, commits with its generation and member id instead).
 On one broker the coordinator is the broker itself; :meth:`GroupsClient.find_coordinator`
 still asks, so the tools fail clearly when the coordinator is not available.
+
+A group is either a classic one (JoinGroup/SyncGroup) or a consumer group (KIP-848's
+ConsumerGroupHeartbeat). ListGroups v5 names each group's type and filters by it.
+:meth:`GroupsClient.describe_any` describes either, as Kafka's admin client does
+(``DescribeConsumerGroupsHandler``): ConsumerGroupDescribe first, and DescribeGroups when
+the coordinator answers that the group is not a consumer group (GROUP_ID_NOT_FOUND) or does
+not serve the API.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from odradek.client.admin import check
 from odradek.client.connection import BrokerConnection, request_class
 from odradek.coordinator.group_protocol import decode_assignment
 
-__all__ = ["CommittedOffset", "GroupDescription", "GroupListing", "GroupMember",
+__all__ = ["CLASSIC", "CONSUMER", "CommittedOffset", "ConsumerGroupDescription",
+           "ConsumerGroupMember", "GroupDescription", "GroupListing", "GroupMember",
            "GroupsClient"]
 
 FIND_COORDINATOR = 10
@@ -29,6 +37,10 @@ OFFSET_FETCH = 9
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
+CONSUMER_GROUP_DESCRIBE = 69
+#: ListGroups' group types (Kafka's GroupType): a classic group, a KIP-848 consumer group
+CLASSIC = "classic"
+CONSUMER = "consumer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +48,8 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    #: "classic" or "consumer"; "" from a broker older than ListGroups v5
+    group_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +68,34 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[GroupMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMember:
+    """A member of a consumer group (KIP-848): its epoch, the partitions it owns now and
+    the ones the group's target assignment gives it (reached by reconciliation)."""
+
+    member_id: str
+    group_instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topics: tuple[str, ...]
+    assignment: dict[str, tuple[int, ...]]
+    target_assignment: dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    """ConsumerGroupDescribe's answer for one group."""
+
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: tuple[ConsumerGroupMember, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,17 +118,65 @@ class GroupsClient:
               response.error_message)
         return int(response.node_id), str(response.host), int(response.port)
 
-    async def list_groups(self, states: list[str] | None = None) -> list[GroupListing]:
-        version = self.conn.version(LIST_GROUPS, (0, 4))
+    async def list_groups(self, states: list[str] | None = None,
+                          types: list[str] | None = None) -> list[GroupListing]:
+        """The groups this broker coordinates; ``states`` (v4+) and ``types`` (v5+) filter
+        on the broker, and here too against an older one (a type it does not name is
+        "classic", the only kind it has)."""
+        version = self.conn.version(LIST_GROUPS, (0, 5))
         cls = request_class("list_groups", version, "ListGroupsRequest")
-        request = cls(states_filter=tuple(states or ())) if version >= 4 else cls()
-        response = await self.conn.send(request)
+        kwargs: dict[str, Any] = {}
+        if version >= 4:
+            kwargs["states_filter"] = tuple(states or ())
+        if version >= 5:
+            kwargs["types_filter"] = tuple(types or ())
+        response = await self.conn.send(cls(**kwargs))
         check(response.error_code, "listing groups")
+        listed = [GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", ""),
+                               getattr(g, "group_type", "") or CLASSIC)
+                  for g in response.groups]
+        wanted_states = {s.lower() for s in states or ()}
+        wanted_types = {t.lower() for t in types or ()}
         return sorted(
-            (GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
-             for g in response.groups),
+            (g for g in listed
+             if (not wanted_states or g.state.lower() in wanted_states)
+             and (not wanted_types or g.group_type.lower() in wanted_types)),
             key=lambda g: g.group_id,
         )
+
+    async def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription | None:
+        """ConsumerGroupDescribe of one group; None when it is not a consumer group (a
+        classic group, or no group: GROUP_ID_NOT_FOUND) or the broker does not serve it."""
+        if CONSUMER_GROUP_DESCRIBE not in self.conn.api_versions:
+            return None
+        version = self.conn.version(CONSUMER_GROUP_DESCRIBE, (0, 1))
+        cls = request_class("consumer_group_describe", version, "ConsumerGroupDescribeRequest")
+        response = await self.conn.send(cls(group_ids=(group_id,),
+                                            include_authorized_operations=False))
+        g = response.groups[0]
+        if g.error_code == ErrorCode.group_id_not_found:
+            return None
+        check(g.error_code, f"describing group {group_id}", g.error_message)
+
+        def partitions(assignment: Any) -> dict[str, tuple[int, ...]]:
+            return {t.topic_name: tuple(sorted(t.partitions))
+                    for t in assignment.topic_partitions if t.partitions}
+
+        members = tuple(
+            ConsumerGroupMember(m.member_id, m.instance_id, m.rack_id, int(m.member_epoch),
+                                m.client_id, m.client_host, tuple(m.subscribed_topic_names),
+                                partitions(m.assignment), partitions(m.target_assignment))
+            for m in g.members)
+        return ConsumerGroupDescription(g.group_id, g.group_state, int(g.group_epoch),
+                                        int(g.assignment_epoch), g.assignor_name,
+                                        tuple(sorted(members, key=lambda m: m.member_id)))
+
+    async def describe_any(self, group_id: str
+                           ) -> ConsumerGroupDescription | GroupDescription:
+        """The group described by the API of its type: ConsumerGroupDescribe, else
+        DescribeGroups (a classic group, or none: state Dead)."""
+        consumer = await self.describe_consumer_group(group_id)
+        return consumer if consumer is not None else await self.describe_group(group_id)
 
     async def describe_group(self, group_id: str) -> GroupDescription:
         version = self.conn.version(DESCRIBE_GROUPS, (0, 5))

@@ -332,14 +332,16 @@ class ClusterAdmin(Admin):
         return out
 
     # ---- groups, at their coordinators
-    async def list_groups_everywhere(self, states: list[str] | None = None
-                                     ) -> list[GroupListing]:
-        """ListGroups of every broker (each lists the groups it coordinates), merged."""
+    async def list_groups_everywhere(self, states: list[str] | None = None,
+                                     types: list[str] | None = None) -> list[GroupListing]:
+        """ListGroups of every broker (each lists the groups it coordinates), merged;
+        ``states`` and ``types`` ("classic", "consumer") filter."""
         brokers, _ = await self.cluster_metadata([])
         found: dict[str, GroupListing] = {}
         for broker_id in sorted(brokers):
             async def ask(broker_id: int = broker_id) -> list[GroupListing]:
-                return await GroupsClient(await self.broker(broker_id)).list_groups(states)
+                return await GroupsClient(await self.broker(broker_id)).list_groups(
+                    states, types)
 
             async def again(exc: ClientError, broker_id: int = broker_id) -> None:
                 await self._drop(broker_id)

@@ -97,6 +97,8 @@ _UNBOUNDED = 2**63 - 1
 SNAPSHOT_TIMEOUT_S = 10.0
 #: The group states Kafka's GroupMetadataManager counts (NumGroups<State>).
 _GROUP_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
+#: a KIP-848 consumer group's states (Kafka's ConsumerGroup.ConsumerGroupState)
+_CONSUMER_GROUP_STATES = ("Empty", "Assigning", "Reconciling", "Stable", "Dead")
 _TOPIC_METERS = (  # (BrokerTopicMetrics meter, TopicCounters attribute)
     ("bytesin", "bytes_in"),
     ("bytesout", "bytes_out"),
@@ -151,6 +153,8 @@ class Snapshot:
     stable_lag: list[tuple[str, int, int]] = field(default_factory=list)
     cleaner: dict[str, float] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
+    # KIP-848 consumer groups coordinated here, by state
+    consumer_groups: dict[str, int] = field(default_factory=dict)
     offsets: int = 0
     lag: list[tuple[str, str, int, int, int]] = field(default_factory=list)
     connections: list[tuple[str, int]] = field(default_factory=list)
@@ -233,9 +237,15 @@ def snapshot(broker: BrokerView) -> Snapshot:
 
     coordinator = broker.group_coordinator
     counts = dict.fromkeys(_GROUP_STATES, 0)
+    consumer_counts = dict.fromkeys(_CONSUMER_GROUP_STATES, 0)
+    consumer_groups = coordinator.consumer_groups
+    for consumer_group in consumer_groups.values():
+        consumer_state = consumer_group.state.value
+        consumer_counts[consumer_state] = consumer_counts.get(consumer_state, 0) + 1
     offsets = 0
     for group_id, group in coordinator.groups.items():
-        counts[group.state.value] = counts.get(group.state.value, 0) + 1
+        if group_id not in consumer_groups:  # not a consumer group's offsets holder
+            counts[group.state.value] = counts.get(group.state.value, 0) + 1
         offsets += len(group.offsets)
         for (topic, index), committed in group.offsets.items():
             hosted = rm.get_partition(topic, index)
@@ -245,6 +255,7 @@ def snapshot(broker: BrokerView) -> Snapshot:
             snap.lag.append((group_id, topic, index, committed.offset,
                              max(end - committed.offset, 0)))
     snap.groups = counts
+    snap.consumer_groups = consumer_counts
     snap.offsets = offsets
     snap.connections = [(listener.name, len(server.connections))
                         for listener, server in zip(broker.config.listeners, broker.servers,
@@ -442,6 +453,20 @@ class BrokerCollector:
                 f"groups coordinated here in state {state}", value=count)
         yield GaugeMetricFamily("kafka_coordinator_group_groupmetadatamanager_numoffsets",
                                 "committed offsets held here", value=snap.offsets)
+        # kafka.server:type=group-coordinator-metrics (Kafka 4's GroupCoordinatorMetrics):
+        # groups by protocol, and the consumer groups (KIP-848) by state
+        by_protocol = GaugeMetricFamily(
+            "kafka_server_group_coordinator_metrics_group_count",
+            "groups coordinated here, by protocol", labels=["protocol"])
+        by_protocol.add_metric(["classic"], sum(snap.groups.values()))
+        by_protocol.add_metric(["consumer"], sum(snap.consumer_groups.values()))
+        yield by_protocol
+        consumer_states = GaugeMetricFamily(
+            "kafka_server_group_coordinator_metrics_consumer_group_count",
+            "consumer groups (KIP-848) coordinated here, by state", labels=["state"])
+        for state, count in snap.consumer_groups.items():
+            consumer_states.add_metric([state], count)
+        yield consumer_states
 
         # consumer lag, as kafka-lag-exporter names it
         lag = GaugeMetricFamily("kafka_consumergroup_group_lag",
