@@ -4,7 +4,10 @@ How it works:
 - ``.log``: batches are streamed one at a time (a ``pread`` of the 61-byte header, then one
   of the whole batch), never the whole file. Each batch is checked (magic 2, CRC32C, length,
   record count) and printed as one line in Kafka's format; ``--deep-iteration`` also decodes
-  and prints every record, ``--print-data-log`` (which implies it) adds keys and values. A
+  and prints every record, ``--print-data-log`` (which implies it) adds keys and values;
+  ``--offsets-decoder`` (which implies both) prints the keys and values of
+  ``__consumer_offsets`` decoded, as Kafka's (offset commits, classic groups and KIP-848's
+  consumer group records: :mod:`odradek.cli._offsets_decoder`). A
   length that runs past the end of the file (a torn write) or is too small to be a batch
   ends the walk: "Found N invalid bytes at the end of <file>".
 - Entries of message formats v0/v1 (magic 0/1, segments left by a Kafka before 0.11) are
@@ -43,6 +46,7 @@ from typing import Any, TextIO
 
 import crc32c
 
+from odradek.cli._offsets_decoder import parse_offsets_record
 from odradek.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -99,6 +103,7 @@ class Options:
     index_sanity_check: bool = False
     verify_index_only: bool = False
     max_bytes: int = (1 << 31) - 1
+    offsets_decoder: bool = False
 
 
 @dataclass(slots=True)
@@ -256,7 +261,9 @@ def _control_suffix(record: Record) -> str:
     return f" controlType: {name}({kind})"
 
 
-def format_record(header: BatchHeader, record: Record, print_data: bool) -> str:
+def format_record(
+    header: BatchHeader, record: Record, print_data: bool, offsets_decoder: bool = False
+) -> str:
     if header.base_sequence < 0:
         sequence = -1
     else:
@@ -271,6 +278,11 @@ def format_record(header: BatchHeader, record: Record, print_data: bool) -> str:
     )
     if header.is_control:
         line += _control_suffix(record)
+    elif offsets_decoder:
+        key, payload = parse_offsets_record(record.offset, record.key, record.value)
+        line += f" key: {key}"
+        if payload is not None:
+            line += f" payload: {payload}"
     elif print_data:
         if record.key is not None:
             line += f" key: {_text(record.key)}"
@@ -290,7 +302,7 @@ def dump_log(path: Path, options: Options, out: TextIO) -> Problems:
     problems = Problems()
     start = _starting_offset(path)
     out.write(f"Log starting offset: {start if start is not None else 0}\n")
-    deep = options.deep_iteration or options.print_data_log
+    deep = options.deep_iteration or options.print_data_log or options.offsets_decoder
     fd = os.open(path, os.O_RDONLY)
     try:
         file_size = os.fstat(fd).st_size
@@ -321,7 +333,7 @@ def dump_log(path: Path, options: Options, out: TextIO) -> Problems:
             if batch.valid:
                 next_offset = max(next_offset, h.next_offset)
             if deep and h.magic == CURRENT_MAGIC:
-                _dump_records(batch, options.print_data_log, out, problems)
+                _dump_records(batch, options, out, problems)
         # Under --max-bytes, a batch cut by the limit is not corruption.
         if walk.invalid_tail and limit == file_size:
             message = f"Found {walk.invalid_tail} invalid bytes at the end of {path.name}"
@@ -376,14 +388,15 @@ def _dump_legacy(
     return inner[-1].offset
 
 
-def _dump_records(batch: BatchRead, print_data: bool, out: TextIO, problems: Problems) -> None:
+def _dump_records(batch: BatchRead, options: Options, out: TextIO, problems: Problems) -> None:
     h = batch.header
     if batch.data is None:
         out.write(f"| records not decoded: batch of {h.size} bytes is too large\n")
         return
     try:
         for record in iter_records(batch.data):
-            out.write(format_record(h, record, print_data) + "\n")
+            out.write(format_record(h, record, options.print_data_log or options.offsets_decoder,
+                                    options.offsets_decoder) + "\n")
     except (InvalidRecordError, CompressionError, ValueError) as exc:
         out.write(f"| invalid records: {exc}\n")
         if batch.valid:
@@ -634,6 +647,11 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="print record keys and values (implies --deep-iteration)",
     )
     parser.add_argument(
+        "--offsets-decoder", action="store_true",
+        help="decode the records as those of __consumer_offsets (offset commits, classic and "
+        "consumer groups), in Kafka's JSON; implies --print-data-log",
+    )
+    parser.add_argument(
         "--index-sanity-check", action="store_true",
         help="check index files against their log without printing entries",
     )
@@ -666,6 +684,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         index_sanity_check=bool(args.index_sanity_check),
         verify_index_only=bool(args.verify_index_only),
         max_bytes=int(args.max_bytes),
+        offsets_decoder=bool(getattr(args, "offsets_decoder", False)),
     )
     paths: list[Path] = [Path(p) for p in args.files]
     missing = [p for p in paths if not p.is_file()]
