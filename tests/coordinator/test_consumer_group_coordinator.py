@@ -101,13 +101,16 @@ def test_a_consumer_group_is_listed_after_its_offsets_holder_expired() -> None:
     run(body)
 
 
-def test_delete_and_rejoin_classic_after_the_last_member_left() -> None:
+def test_delete_after_the_last_member_left() -> None:
     async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
         c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        c.commit_offsets("g", "m1", None, 1, {("t", 0): (5, -1, None)}, api_version=9)
         assert c.delete_groups(["g"]) == {"g": ErrorCode.non_empty_group}
         c.consumer_group_heartbeat("g", HeartbeatRequest("m1", -1), 1, TOPICS)
+        assert c.consumer_group("g") is not None  # empty, with offsets
         assert c.delete_groups(["g"]) == {"g": ErrorCode.none}
-        assert c.consumer_group("g") is None
+        assert c.consumer_group("g") is None and c.fetch_offsets("g", None, False)[1] == {}
+        assert c.delete_groups(["g"]) == {"g": ErrorCode.group_id_not_found}
 
     run(body)
 
@@ -138,3 +141,19 @@ def test_the_broker_configs_of_consumer_groups() -> None:
         session_timeout_ms=3000, heartbeat_interval_ms=100, max_size=7,
         assignors=("range", "uniform"))
     assert consumer_group_config({}) == ConsumerGroupConfig()
+
+
+def test_an_empty_consumer_group_is_kept_while_it_has_offsets() -> None:
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, clock: Clock) -> None:
+        c.consumer_group_heartbeat("a", join("m1"), 1, TOPICS)
+        c.consumer_group_heartbeat("a", HeartbeatRequest("m1", -1), 1, TOPICS)
+        assert c.consumer_group("a") is None  # nothing to keep: forgotten
+        c.consumer_group_heartbeat("b", join("m1"), 1, TOPICS)
+        c.commit_offsets("b", "m1", None, 1, {("t", 0): (5, -1, None)}, api_version=9)
+        c.consumer_group_heartbeat("b", HeartbeatRequest("m1", -1), 1, TOPICS)
+        assert [(s.group_id, s.state) for s in c.list_groups()[1]] == [("b", "Empty")]
+        clock.now += 365 * 24 * 3600 * 1000
+        c.manager.expire_offsets()
+        assert c.list_groups()[1] == [] and c.consumer_group("b") is None
+
+    run(body)

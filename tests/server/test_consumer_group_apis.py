@@ -244,7 +244,8 @@ def test_classic_apis_on_a_consumer_group(rb: RunningBroker) -> None:
     dg = req("delete_groups", 2)
     (result,) = one(rb, dg.DeleteGroupsRequest(groups_names=(group,))).results
     assert result.error_code == ErrorCode.non_empty_group
-    one(rb, heartbeat(group, "m1", -1, owned=None))
+    assert commit(rb, group, "m1", 1, topic) == ErrorCode.none
+    one(rb, heartbeat(group, "m1", -1, owned=None))  # empty, with an offset
     (result,) = one(rb, dg.DeleteGroupsRequest(groups_names=(group,))).results
     assert result.error_code == ErrorCode.none
 

@@ -852,9 +852,6 @@ class GroupCoordinator(InternalTopicCoordinator):
                     f"Member {request.member_id} is not a member of group {group_id}.")
             group = ConsumerGroup(group_id, config)
             self.consumer_groups[group_id] = group
-            if classic is None:  # it holds the group's committed offsets
-                self.manager.add_group(GroupMetadata(group_id,
-                                                     state_timestamp_ms=self.time_ms()))
             log.info("consumer group %s created", group_id)
         if not request.member_id and request.member_epoch == 0:  # v0: the coordinator names it
             request = replace(request, member_id=str(uuid.uuid4()))
@@ -865,7 +862,18 @@ class GroupCoordinator(InternalTopicCoordinator):
                      group.group_epoch, plural(len(group.members), "member"),
                      request.member_id, result.error.name, request.member_epoch)
         self._schedule_consumer_expiry(group)
+        self._maybe_forget(group)
         return result
+
+    def _maybe_forget(self, group: ConsumerGroup) -> None:
+        """An empty consumer group without committed offsets is forgotten (Kafka's
+        offset cleanup deletes it later; kept, it would be an Empty group listed for
+        nothing), and one whose offsets all expired too."""
+        if not group.is_empty():
+            return
+        holder = self.manager.get_group(group.group_id)
+        if holder is None or not holder.offsets:
+            self._drop_consumer_group(group.group_id)
 
     def _schedule_consumer_expiry(self, group: ConsumerGroup) -> None:
         handle = self._consumer_timers.pop(group.group_id, None)
@@ -887,6 +895,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             log.info("member %s of consumer group %s fenced: %s (epoch now %d)", member_id,
                      group_id, reason, group.group_epoch)
         self._schedule_consumer_expiry(group)
+        self._maybe_forget(group)
 
     def _drop_consumer_group(self, group_id: str) -> None:
         self.consumer_groups.pop(group_id, None)
@@ -950,6 +959,8 @@ class GroupCoordinator(InternalTopicCoordinator):
                                                    api_version)
             if error != ErrorCode.none:
                 return dict.fromkeys(offsets, error)
+            # the offsets are held by the classic group of the same id, made at the
+            # first commit (an empty one, never written itself)
             holder = self.manager.get_group(group_id) or self.manager.add_group(
                 GroupMetadata(group_id, state_timestamp_ms=self.time_ms()))
             return self.manager.store_offsets(holder, offsets, retention_ms)
@@ -1078,11 +1089,16 @@ class GroupCoordinator(InternalTopicCoordinator):
         if error != ErrorCode.none:
             return error, {}
         group = self.manager.get_group(group_id)
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None and group is None:  # a consumer group without offsets
+            live_topics = consumer.subscribed_topics()
+            return ErrorCode.none, {
+                tp: ErrorCode.group_subscribed_to_topic if tp[0] in live_topics
+                else ErrorCode.none for tp in partitions}
         if group is None or group.is_in(GroupState.DEAD):
             return ErrorCode.group_id_not_found, {}
         results: dict[_Partition, ErrorCode] = {}
         deletable: list[_Partition] = []
-        consumer = self.consumer_groups.get(group_id)
         if consumer is not None and not consumer.is_empty():
             live_topics = consumer.subscribed_topics()
             for tp in partitions:
@@ -1142,6 +1158,8 @@ class GroupCoordinator(InternalTopicCoordinator):
         wanted = {s.lower() for s in states}
         out = []
         classic = self.manager.groups
+        for emptied in list(self.consumer_groups.values()):
+            self._maybe_forget(emptied)  # offsets expired since it emptied
         for group_id in sorted(classic.keys() | self.consumer_groups.keys()):
             consumer = self.consumer_groups.get(group_id)
             if consumer is not None:
