@@ -38,6 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.interop import _cluster
+from tests.interop._broker import BrokerStartError
 from tests.interop._cluster import running_cluster
 from tests.interop._faults import FaultRun, Interrupted
 
@@ -53,7 +55,11 @@ def main() -> None:
     parser.add_argument("--cycle", nargs="+", metavar="KIND", default=None,
                         help="inject these fault kinds in this order, over and over, "
                              "instead of at random (to reproduce a sequence)")
+    parser.add_argument("--startup-timeout", type=float, default=120.0,
+                        help="seconds a restarted broker may take to start (log recovery "
+                             "after kill -9 grows with the run; a loaded machine is slower)")
     args = parser.parse_args()
+    _cluster.STARTUP_TIMEOUT = args.startup_timeout  # type: ignore[attr-defined]
     random.seed(args.seed)
     started = time.monotonic()
     stopped_by: list[str] = []
@@ -115,11 +121,12 @@ def main() -> None:
                           file=sys.stderr)
                     run.heal()
                     break
-                except AssertionError as exc:
-                    # a wait ran out: keep what the run found, heal and verify anyway
+                except (AssertionError, BrokerStartError) as exc:
+                    # a wait ran out or a broker did not start: keep what the run found,
+                    # heal and verify anyway
                     failure = f"{i + 1}/{args.faults} {name}: {exc}"
                     print(failure, file=sys.stderr, flush=True)
-                    with contextlib.suppress(AssertionError):
+                    with contextlib.suppress(AssertionError, BrokerStartError):
                         run.heal()
                     break
                 print(f"{i + 1}/{args.faults} {name}: {took:.1f} s", file=sys.stderr,
