@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.record.legacy_records import LegacyRecordBatchBuilder  # type: ignore[import-untyped]
 
 from odradek.cli import dump_log
 from odradek.cli._offsets_decoder import parse_offsets_record
@@ -246,3 +247,28 @@ def test_entry_point(segment: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert '{"type":"6","data":{"groupId":"cg"}} payload: {"version":"0","data":' \
         '{"assignmentEpoch":3}}' in proc.stdout
+
+
+def test_v1_messages_of_an_old_kafka_are_decoded(tmp_path: Path) -> None:
+    """A __consumer_offsets segment left by a Kafka before 0.11: message format v1, an
+    offset commit with an expire timestamp (value version 1) and its tombstone."""
+    builder = LegacyRecordBatchBuilder(1, 0, 1 << 20)
+    key = OffsetCommitKey("old", "foo", 3).encode()
+    value = OffsetCommitValue(9, -1, "", T0, T0 + 86_400_000).encode()
+    builder.append(0, T0, key, value)
+    builder.append(1, T0, key, None)
+    path = tmp_path / "__consumer_offsets-0" / f"{0:020d}.log"
+    path.parent.mkdir()
+    path.write_bytes(bytes(builder.build()))
+    code, lines = _run("--files", str(path), "--offsets-decoder")
+    assert code == 0
+    assert lines[2].startswith("offset: 0 position: 0 isvalid: true ")
+    assert lines[2].endswith(
+        ' key: {"type":"1","data":{"group":"old","topic":"foo","partition":3}} payload: '
+        '{"version":"1","data":{"offset":9,"metadata":"","commitTimestamp":1700000000000,'
+        '"expireTimestamp":1700086400000}}'
+    )
+    assert lines[3].endswith(
+        ' key: {"type":"1","data":{"group":"old","topic":"foo","partition":3}} payload: '
+        "<DELETE>"
+    )

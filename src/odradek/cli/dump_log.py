@@ -312,7 +312,7 @@ def dump_log(path: Path, options: Options, out: TextIO) -> Problems:
         invalid = 0
         for batch in iter_log_batches(fd, limit, walk):
             if isinstance(batch, LegacyRead):
-                last = _dump_legacy(batch, deep, options.print_data_log, out, problems)
+                last = _dump_legacy(batch, deep, options, out, problems)
                 if last is not None:
                     if last < next_offset:
                         problems.add(f"Offsets go backwards at position {batch.position}")
@@ -346,7 +346,10 @@ def dump_log(path: Path, options: Options, out: TextIO) -> Problems:
     return problems
 
 
-def format_legacy(message: LegacyMessage, position: int, valid: bool, print_data: bool) -> str:
+def format_legacy(
+    message: LegacyMessage, position: int, valid: bool, print_data: bool,
+    offsets_decoder: bool = False,
+) -> str:
     payload = message.value or b""
     line = (
         f"offset: {message.offset} position: {position} isvalid: {_bool(valid)} "
@@ -356,7 +359,12 @@ def format_legacy(message: LegacyMessage, position: int, valid: bool, print_data
     )
     if message.key is not None:
         line += f" keysize: {len(message.key)}"
-    if print_data:
+    if offsets_decoder:
+        key, decoded = parse_offsets_record(message.offset, message.key, message.value)
+        line += f" key: {key}"
+        if decoded is not None:
+            line += f" payload: {decoded}"
+    elif print_data:
         if message.key is not None:
             line += f" key: {_text(message.key)}"
         line += f" payload: {_text(payload)}"
@@ -364,9 +372,11 @@ def format_legacy(message: LegacyMessage, position: int, valid: bool, print_data
 
 
 def _dump_legacy(
-    entry: LegacyRead, deep: bool, print_data: bool, out: TextIO, problems: Problems
+    entry: LegacyRead, deep: bool, options: Options, out: TextIO, problems: Problems
 ) -> int | None:
     """Print a v0/v1 entry; its last offset, or None when it is invalid."""
+    print_data = options.print_data_log or options.offsets_decoder
+    decoder = options.offsets_decoder
     try:
         ((_, message),) = iter_shallow(entry.data)
     except InvalidRecordError as exc:
@@ -375,16 +385,16 @@ def _dump_legacy(
         problems.add(f"Invalid message at position {entry.position}: {exc}")
         return None
     if not deep or message.compression == 0:
-        out.write(format_legacy(message, entry.position, True, print_data) + "\n")
+        out.write(format_legacy(message, entry.position, True, print_data, decoder) + "\n")
         return message.offset
     try:
         inner = iter_deep(message)
     except (InvalidRecordError, CompressionError) as exc:
-        out.write(format_legacy(message, entry.position, False, print_data) + "\n")
+        out.write(format_legacy(message, entry.position, False, print_data, decoder) + "\n")
         problems.add(f"Invalid wrapper message at position {entry.position}: {exc}")
         return None
     for m in inner:
-        out.write(format_legacy(m, entry.position, True, print_data) + "\n")
+        out.write(format_legacy(m, entry.position, True, print_data, decoder) + "\n")
     return inner[-1].offset
 
 
