@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -233,6 +234,26 @@ def test_a_wider_mode_is_narrowed_at_start_with_a_warning(
     with caplog.at_level(logging.WARNING, logger="odradek.cluster.store"):
         EmbeddedStore(path)
     assert "had mode" not in caplog.text  # 0600 already: nothing said
+
+
+def test_a_mode_that_cannot_be_narrowed_is_a_warning_not_a_failed_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # chmod refused (EPERM: here an immutable file, as a file of another owner would be):
+    # the broker still starts, and says the file stays readable by others
+    path = tmp_path / "meta.json"
+    EmbeddedStore(path).create("/a", b"x")
+    path.chmod(0o644)
+    subprocess.run(["chattr", "+i", str(path)], check=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="odradek.cluster.store"):
+            reopened = EmbeddedStore(path)
+        node = reopened.get("/a")
+        assert node is not None and node.data == b"x"
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert "could not be narrowed to 0600" in caplog.text
 
 
 def test_a_tmp_file_a_crashed_writer_left_is_removed_at_start(

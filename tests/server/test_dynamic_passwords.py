@@ -64,7 +64,7 @@ def test_passwords_are_encoded_for_the_store_and_decoded_for_readers(tmp_path: P
 @pytest.mark.parametrize(("settings", "entity", "message"), [
     ({}, "0", "Password encoder secret not configured"),
     ({"password_encoder_secret": SECRET}, "<default>",
-     "Password config can be defined only at broker level"),
+     "Password config can be defined only at broker level: " + KEY),
 ])
 def test_refusals_in_kafkas_words(tmp_path: Path, settings: dict[str, str], entity: str,
                                   message: str) -> None:

@@ -359,10 +359,17 @@ class EmbeddedStore(MetadataStore):
         """The file holds credentials (SCRAM's, the encrypted dynamic passwords): a mode
         wider than 0600, left by an older Odradek or a copy, is narrowed."""
         mode = stat.S_IMODE(self.path.stat().st_mode)
-        if mode & ~FILE_MODE:
-            log.warning("metadata file %s had mode %04o: readable by others than the broker's "
-                        "user, now %04o", self.path, mode, FILE_MODE)
+        if not mode & ~FILE_MODE:
+            return
+        try:
             os.chmod(self.path, FILE_MODE)
+        except OSError as exc:  # not the file's owner, an immutable file: say so, go on
+            log.warning("metadata file %s has mode %04o: readable by others than the broker's "
+                        "user, and could not be narrowed to %04o: %s", self.path, mode,
+                        FILE_MODE, exc.strerror or exc)
+            return
+        log.warning("metadata file %s had mode %04o: readable by others than the broker's "
+                    "user, now %04o", self.path, mode, FILE_MODE)
 
     def _tidy_tmp_files(self) -> None:
         """A writer killed between its tmp file and the rename (an older Odradek's, written

@@ -144,7 +144,7 @@ class DynamicBrokerConfig:
             if not is_password_config(key):
                 continue
             if entity == self.metadata.DEFAULT_BROKER_ENTITY:
-                raise ConfigError(DEFAULT_LEVEL)
+                raise ConfigError(f"{DEFAULT_LEVEL}: {key}")
             if (stored and key in stored and before.get(key) == value
                     and (is_encoded(stored[key]) or self.password_encoder is None)):
                 # unchanged: its stored text, unless that is clear and can be encoded
