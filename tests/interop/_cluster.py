@@ -231,14 +231,23 @@ class Cluster:
         return broker is not None and broker.alive()
 
     def restore(self) -> None:
-        """Every broker running again (SIGCONT the paused, restart the dead)."""
+        """Every broker running again (SIGCONT the paused, restart the dead, side by
+        side)."""
+        dead = []
         for broker_id in range(1, self.size + 1):
             if broker_id in self.brokers:
                 self.sigcont(broker_id)
             if broker_id in self.proxies:
                 self.reconnect(broker_id)
             if not self.alive(broker_id):
-                self.start(broker_id)
+                dead.append(broker_id)
+        launched = [(i, self._launch(i)) for i in dead]
+        for broker_id, broker in launched:
+            self._started(broker_id, broker)
+        for broker_id, broker in launched:
+            self.wait_for(lambda: self.registered(broker_id) and broker.alive(),  # noqa: B023
+                          REGISTER_TIMEOUT_S, f"broker {broker_id} in /brokers/ids",
+                          broker=broker)
 
     # ---- topics
     def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 3,
