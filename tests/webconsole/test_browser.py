@@ -215,6 +215,68 @@ def test_reset_refused_while_the_group_has_members(setup: tuple[str, str, Any]) 
         consumer.close()
 
 
+def test_a_consumer_group_of_the_new_protocol(setup: tuple[str, str, Any]) -> None:
+    """A KIP-848 group (two librdkafka members with ``group.protocol=consumer``) is listed
+    with its type beside the classic ones; its page names the type and shows each member's
+    current and target assignment (ConsumerGroupDescribe), both members together owning
+    every partition once, and the group's lag."""
+    bootstrap, url, driver = setup
+    members = [Consumer({"bootstrap.servers": bootstrap, "group.id": "kip848",
+                         "group.protocol": "consumer", "client.id": f"new-{i}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+               for i in range(2)]
+    stop = threading.Event()
+    for member in members:
+        member.subscribe([TOPIC])
+
+    def poll() -> None:
+        while not stop.is_set():
+            for member in members:
+                member.poll(0.1)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        def listed() -> dict[str, str] | None:
+            driver.get(url + "/groups")
+            rows = {r.find_element(By.CSS_SELECTOR, "a.group").text:
+                    r.find_element(By.CSS_SELECTOR, "td.group-type").text
+                    for r in driver.find_elements(By.CSS_SELECTOR, "#groups tr")[1:]}
+            return rows if "kip848" in rows else None
+
+        types = wait_for("the consumer group listed", listed, timeout=30)
+        assert types["kip848"] == "consumer" and types["billing"] == "classic"
+        _shot(driver, "groups-with-types")
+
+        def split_page() -> list[tuple[str, str]] | None:
+            """(assignment, target) of each member once both own what their target says
+            and every partition is owned."""
+            driver.get(url + "/groups/kip848")
+            rows = [(r.find_element(By.CSS_SELECTOR, "td.assignment").text,
+                     r.find_element(By.CSS_SELECTOR, "td.target-assignment").text)
+                    for r in driver.find_elements(By.CSS_SELECTOR, "#members tr")[1:]]
+            owned = sorted(p for current, _ in rows for p in current.split(", ") if p)
+            done = (len(rows) == 2 and all(c == t for c, t in rows)
+                    and owned == [f"{TOPIC}-{p}" for p in range(PARTITIONS)])
+            return rows if done else None
+
+        rows = wait_for("both members reconciled", split_page, timeout=60)
+        assert all(current for current, _ in rows)  # 3 partitions: neither member idles
+        assert _text(driver, "#group-type") == "consumer"
+        assert _text(driver, "#state") == "STABLE"
+        assert "assignor uniform" in _text(driver, "p:has(#group-type)")
+        headers = [h.text for h in driver.find_elements(By.CSS_SELECTOR, "#members th")]
+        assert headers == ["client id", "member id", "host", "assignment", "target assignment"]
+        # nothing committed yet: the lag column shows "-" per owned partition
+        assert wait_for("the offsets", lambda: _lags(driver)) == ["-"] * PARTITIONS
+        _shot(driver, "consumer-group")
+    finally:
+        stop.set()
+        thread.join(10)
+        for member in members:
+            member.close()
+
+
 def test_create_a_topic_through_the_form(setup: tuple[str, str, Any]) -> None:
     bootstrap, url, driver = setup
     driver.get(url + "/topics")

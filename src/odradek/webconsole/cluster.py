@@ -16,6 +16,11 @@ queue, which only ``poll()`` serves; the admin client's calls never poll it, so 
 thread polls it (``LOG_POLL_S``) until :meth:`ClusterClient.close`. The browser's consumer
 serves its log events in its own ``consume()`` calls. A line repeated on every reconnect
 attempt passes once per 30 s (:class:`~odradek.text.RepeatFilter`).
+
+Groups of both kinds: librdkafka's ListGroups names each group's type (classic, or a
+KIP-848 consumer group) and its ``describe_consumer_groups`` asks ConsumerGroupDescribe
+for a consumer group (DescribeGroups for a classic one), which gives each member's target
+assignment beside the partitions it owns: a member whose two differ is being reconciled.
 """
 
 from __future__ import annotations
@@ -154,6 +159,13 @@ class Member:
     host: str
     group_instance_id: str | None
     assignment: tuple[tuple[str, int], ...]
+    #: a consumer group's member (KIP-848): the partitions the group's target assignment
+    #: gives it; None in a classic group
+    target_assignment: tuple[tuple[str, int], ...] | None = None
+
+    @property
+    def reconciling(self) -> bool:
+        return self.target_assignment is not None and self.target_assignment != self.assignment
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +186,8 @@ class GroupListing:
     group_id: str
     state: str
     protocol_type: str
+    #: "classic" or "consumer" (KIP-848), as ListGroups v5 names it
+    group_type: str = "classic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +198,7 @@ class GroupDetail:
     coordinator: int | None
     members: tuple[Member, ...]
     offsets: tuple[GroupOffset, ...]
+    group_type: str = "classic"
 
     @property
     def total_lag(self) -> int:
@@ -430,18 +445,18 @@ class ClusterClient:
                          "listing groups")
         return sorted((GroupListing(g.group_id, g.state.name if g.state else "UNKNOWN",
                                     "consumer" if g.is_simple_consumer_group is False
-                                    else "simple")
+                                    else "simple", _group_type(g.type))
                        for g in result.valid), key=lambda g: g.group_id)
 
     def group(self, group_id: str) -> GroupDetail:
         described = _result(
             self.admin.describe_consumer_groups([group_id], request_timeout=TIMEOUT)[group_id],
             f"describing group {group_id}")
+        group_type = _group_type(described.type)
         members = tuple(
             Member(m.member_id, m.client_id, m.host, m.group_instance_id,
-                   tuple(sorted((tp.topic, tp.partition)
-                                for tp in (m.assignment.topic_partitions
-                                           if m.assignment else ()))))
+                   _partitions(m.assignment),
+                   _partitions(m.target_assignment) if group_type == "consumer" else None)
             for m in described.members)
         owner = {tp: m.client_id or m.member_id for m in members for tp in m.assignment}
         committed = self.committed(group_id)
@@ -452,7 +467,7 @@ class ClusterClient:
         state = described.state.name if described.state else "UNKNOWN"
         coordinator = described.coordinator.id if described.coordinator is not None else None
         detail = GroupDetail(group_id, state, described.partition_assignor or "", coordinator,
-                             members, offsets)
+                             members, offsets, group_type)
         self.lag_history.add(group_id, detail.total_lag)
         return detail
 
@@ -537,3 +552,16 @@ def render_bytes(data: bytes | None, mode: str) -> str:
         except ValueError:
             return data.decode("utf-8", "replace")
     return data.decode("utf-8", "replace")
+
+
+def _group_type(value: Any) -> str:
+    """librdkafka's ConsumerGroupType as ListGroups names it: "consumer" for a KIP-848
+    group, else "classic" (UNKNOWN: a broker older than ListGroups v5 has classic ones)."""
+    name = getattr(value, "name", str(value or ""))
+    return "consumer" if name.upper() == "CONSUMER" else "classic"
+
+
+def _partitions(assignment: Any) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted((tp.topic, tp.partition)
+                        for tp in (assignment.topic_partitions if assignment else ())))
+
