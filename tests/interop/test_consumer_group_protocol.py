@@ -79,41 +79,52 @@ class Member:
     callbacks record which partitions it owns in a table shared by the members of a test
     (polled on this thread: no two callbacks run at once)."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, name: str,
-                 owners: dict[int, str], **config: Any) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str | list[str], name: str,
+                 owners: dict[Any, str], **config: Any) -> None:
         from confluent_kafka import Consumer
 
         self.name = name
         self.owners = owners
-        self.owned: set[int] = set()
+        self.owned: set[int] = set()  # its partitions (of a one-topic subscription)
         self.records: list[tuple[int, int, str]] = []  # (partition, offset, value)
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": group,
             "group.protocol": "consumer", "auto.offset.reset": "earliest",
             "enable.auto.commit": False, "client.id": name, **config,
         })
-        self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked,
+        self.topics: set[tuple[str, int]] = set()  # what it owns
+        self.tolerated: set[int] = set()  # error codes a test expects
+        self.consumer.subscribe([topic] if isinstance(topic, str) else topic,
+                                on_assign=self._assigned, on_revoke=self._revoked,
                                 on_lost=self._revoked)
 
     def _assigned(self, _consumer: Any, partitions: list[Any]) -> None:
         for tp in partitions:
-            holder = self.owners.get(tp.partition)
-            assert holder is None, (
-                f"partition {tp.partition} given to {self.name} while {holder} owns it")
-            self.owners[tp.partition] = self.name
+            key = (tp.topic, tp.partition)
+            holder = self.owners.get(key)
+            assert holder is None, f"{key} given to {self.name} while {holder} owns it"
+            self.owners[key] = self.name
+            self.topics.add(key)
             self.owned.add(tp.partition)
 
     def _revoked(self, _consumer: Any, partitions: list[Any]) -> None:
         for tp in partitions:
-            if self.owners.get(tp.partition) == self.name:
-                del self.owners[tp.partition]
-            self.owned.discard(tp.partition)
+            self._release((tp.topic, tp.partition))
+
+    def _release(self, key: tuple[str, int]) -> None:
+        if self.owners.get(key) == self.name:
+            del self.owners[key]
+        self.topics.discard(key)
+        self.owned = {p for _, p in self.topics}
 
     def poll(self, timeout: float = 0.05) -> None:
         message = self.consumer.poll(timeout)
         if message is None:
             return
-        assert message.error() is None, message.error()
+        error = message.error()
+        if error is not None and error.code() in self.tolerated:
+            return
+        assert error is None, error
         partition, offset, value = message.partition(), message.offset(), message.value()
         assert partition is not None and offset is not None and value is not None
         assert partition in self.owned, (
@@ -125,13 +136,8 @@ class Member:
 
     def close(self) -> None:
         self.consumer.close()
-        for partition in list(self.owned):
-            self._revoked(None, [_Partition(partition)])
-
-
-class _Partition:
-    def __init__(self, partition: int) -> None:
-        self.partition = partition
+        for key in list(self.topics):
+            self._release(key)
 
 
 def poll_all(members: list[Member]) -> Callable[[], None]:
@@ -144,7 +150,7 @@ def poll_all(members: list[Member]) -> Callable[[], None]:
 def test_subscribe_consume_commit(rb: RunningBroker) -> None:
     topic = new_topic(rb, 4)
     produce(rb.bootstrap, topic, 4, 10)
-    owners: dict[int, str] = {}
+    owners: dict[Any, str] = {}
     member = Member(rb.bootstrap, f"g-{topic}", topic, "m1", owners)
     started = time.monotonic()
     wait_until(lambda: member.owned == {0, 1, 2, 3}, 10, "the first assignment",
@@ -165,7 +171,7 @@ def test_a_member_joins_and_one_leaves(rb: RunningBroker) -> None:
     topic = new_topic(rb, 6)
     group = f"g-{topic}"
     produce(rb.bootstrap, topic, 6, 20)
-    owners: dict[int, str] = {}
+    owners: dict[Any, str] = {}
     m1 = Member(rb.bootstrap, group, topic, "m1", owners)
     wait_until(lambda: len(m1.records) == 120, 20, "m1 reads everything", poll_all([m1]))
     m1.commit()
@@ -206,7 +212,7 @@ def test_a_static_member_restarts_without_a_rebalance(rb: RunningBroker) -> None
     move: the other member is not disturbed."""
     topic = new_topic(rb, 4)
     group = f"g-{topic}"
-    owners: dict[int, str] = {}
+    owners: dict[Any, str] = {}
     other = Member(rb.bootstrap, group, topic, "other", owners, **{"group.instance.id": "o"})
     static = Member(rb.bootstrap, group, topic, "static-1", owners,
                     **{"group.instance.id": "s"})
@@ -232,7 +238,7 @@ def test_a_static_member_restarts_without_a_rebalance(rb: RunningBroker) -> None
 
 def test_new_partitions_are_assigned(rb: RunningBroker) -> None:
     topic = new_topic(rb, 2)
-    owners: dict[int, str] = {}
+    owners: dict[Any, str] = {}
     member = Member(rb.bootstrap, f"g-{topic}", topic, "m1", owners,
                     **{"topic.metadata.refresh.interval.ms": 500})
     wait_until(lambda: member.owned == {0, 1}, 10, "the first assignment", poll_all([member]))
@@ -253,7 +259,7 @@ def test_members_rejoin_after_the_coordinator_lost_the_group(rb: RunningBroker) 
     topic = new_topic(rb, 2)
     group = f"g-{topic}"
     produce(rb.bootstrap, topic, 2, 10)
-    owners: dict[int, str] = {}
+    owners: dict[Any, str] = {}
     member = Member(rb.bootstrap, group, topic, "m1", owners)
     wait_until(lambda: len(member.records) == 20, 20, "the first records", poll_all([member]))
     member.commit()
@@ -273,6 +279,27 @@ def test_members_rejoin_after_the_coordinator_lost_the_group(rb: RunningBroker) 
     for partition, offset, _ in member.records:
         assert (partition, offset) not in seen or offset >= 10
         seen.add((partition, offset))
+    member.close()
+
+
+def test_a_deleted_topic_is_revoked(rb: RunningBroker) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    keep, doomed = new_topic(rb, 1), new_topic(rb, 1)
+    owners: dict[Any, str] = {}
+    member = Member(rb.bootstrap, f"g-{keep}", [keep, doomed], "m1", owners,
+                    **{"topic.metadata.refresh.interval.ms": 500})
+    wait_until(lambda: member.topics == {(keep, 0), (doomed, 0)}, 10, "both topics",
+               poll_all([member]))
+    from confluent_kafka import KafkaError
+    member.tolerated.add(KafkaError.UNKNOWN_TOPIC_OR_PART)  # the client says it once
+    admin = AdminClient({"bootstrap.servers": rb.bootstrap})
+    for future in admin.delete_topics([doomed]).values():
+        future.result(30)
+    group = rb.broker.group_coordinator.consumer_group(f"g-{keep}")
+    assert group is not None
+    wait_until(lambda: member.topics == {(keep, 0)} and group.state.value == "Stable", 20,
+               "the deleted topic revoked", poll_all([member]))
     member.close()
 
 
@@ -297,7 +324,7 @@ CHILD = textwrap.dedent("""
 def test_a_killed_member_is_fenced_by_the_session_timeout(rb: RunningBroker) -> None:
     topic = new_topic(rb, 4)
     group = f"g-{topic}"
-    owners: dict[int, str] = {}
+    owners: dict[Any, str] = {}
     survivor = Member(rb.bootstrap, group, topic, "survivor", owners)
     wait_until(lambda: survivor.owned == {0, 1, 2, 3}, 10, "the first assignment",
                poll_all([survivor]))
@@ -356,7 +383,7 @@ def test_java_admin_describes_a_consumer_group(rb: RunningBroker, java: JavaRunn
     """kafka-clients' describeConsumerGroups asks ConsumerGroupDescribe first."""
     topic = new_topic(rb, 2)
     group = f"g-{topic}"
-    owners: dict[int, str] = {}
+    owners: dict[Any, str] = {}
     member = Member(rb.bootstrap, group, topic, "m1", owners)
     wait_until(lambda: member.owned == {0, 1}, 10, "the first assignment", poll_all([member]))
     coordinator = rb.broker.group_coordinator
