@@ -1,0 +1,272 @@
+"""A live consumer group to its records in ``__consumer_offsets`` and back (KIP-848).
+
+Sans-I/O glue between the state machine of :mod:`odradek.coordinator.consumer_group` and
+the records of :mod:`odradek.coordinator.consumer_group_replay` (Kafka's
+``GroupMetadataManager`` does both halves in place: every change of a
+``ConsumerGroup`` is written as records, and ``replay`` + ``onLoaded`` rebuild it).
+
+How it works:
+
+- :func:`snapshot_of` reads what a group's records hold from the live
+  :class:`~odradek.coordinator.consumer_group.ConsumerGroup`: group and assignment
+  epochs, the subscribed topics' metadata, each member's subscription, epochs,
+  reconciliation state and partitions (assigned and pending revocation), the target
+  assignment. Timers and the partition owners are not in the records: they are derived.
+- :func:`records_for_heartbeat` is :func:`~odradek.coordinator.consumer_group_replay.
+  records_for_change` between the snapshots before and after a change: the records to
+  append, in Kafka's order (see its docstring for where the coordinator calls it).
+- :func:`restore` is the loader's half (Kafka's ``onLoaded``): a group from the snapshot
+  a :class:`~odradek.coordinator.consumer_group_replay.ConsumerGroupReplayer` left,
+  with every structure the records do not carry rebuilt: the owner of each partition
+  (assigned or pending revocation), the static members (``group.instance.id`` -> member
+  id), the preferred server assignor, and the timers: each member's session deadline is
+  ``now + group.consumer.session.timeout.ms`` and a member still revoking partitions gets
+  its rebalance deadline ``now + its rebalance timeout`` (:func:`restart_timers`). A group
+  restored mid-reconciliation carries on as the original would have after the same
+  timers restart: members in ``unrevoked_partitions`` keep their epoch until they
+  acknowledge, members in ``unreleased_partitions`` get the partitions as they are
+  released.
+
+What the state machine cannot hold, so :func:`restore` drops it (:func:`unsupported`
+names it, for the loader to log): a member's ``SubscribedTopicRegex`` and the group's
+resolved regular expressions (regular-expression subscriptions are not served yet), a
+classic member's metadata (online migration is not served yet), and a member whose
+current assignment was tombstoned without its member record (epoch -1: a removal cut in
+half, which one atomic batch per change never leaves).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from odradek.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupMember,
+    MemberState,
+    TopicMetadata,
+)
+from odradek.coordinator.consumer_group_records import (
+    MEMBER_STATE_STABLE,
+    MEMBER_STATE_UNRELEASED_PARTITIONS,
+    MEMBER_STATE_UNREVOKED_PARTITIONS,
+)
+from odradek.coordinator.consumer_group_records import TopicMetadata as RecordTopicMetadata
+from odradek.coordinator.consumer_group_replay import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    ConsumerGroupRecord,
+    ConsumerGroupSnapshot,
+    MemberSnapshot,
+    records_for_change,
+)
+
+__all__ = [
+    "ConsumerGroupRestoreError",
+    "records_for_heartbeat",
+    "restart_timers",
+    "restore",
+    "snapshot_of",
+    "unsupported",
+]
+
+# MemberState <-> the State int8 of ConsumerGroupCurrentMemberAssignmentValue
+_STATE_CODES = {
+    MemberState.STABLE: MEMBER_STATE_STABLE,
+    MemberState.UNREVOKED_PARTITIONS: MEMBER_STATE_UNREVOKED_PARTITIONS,
+    MemberState.UNRELEASED_PARTITIONS: MEMBER_STATE_UNRELEASED_PARTITIONS,
+}
+_STATES = {code: state for state, code in _STATE_CODES.items()}
+
+
+class ConsumerGroupRestoreError(ValueError):
+    """A snapshot no live group can have (a partition held by two members, an unknown
+    member state): the records are corrupt, and the load fails as Kafka's would."""
+
+
+# -- live group -> snapshot -------------------------------------------------------------
+
+
+def snapshot_of(group: ConsumerGroup) -> ConsumerGroupSnapshot:
+    """What the records of ``group`` hold now (a copy: later changes of the group do not
+    show in it). Members and the target assignment keep the group's order."""
+    return ConsumerGroupSnapshot(
+        group_id=group.group_id,
+        group_epoch=group.group_epoch,
+        subscription_metadata={
+            name: RecordTopicMetadata(t.topic_id, t.name, t.num_partitions)
+            for name, t in group.subscription_metadata.items()
+        },
+        members={m.member_id: _member_snapshot(m) for m in group.members.values()},
+        target_assignment={mid: dict(t) for mid, t in group.target.items()},
+        assignment_epoch=group.assignment_epoch,
+    )
+
+
+def _member_snapshot(member: ConsumerGroupMember) -> MemberSnapshot:
+    return MemberSnapshot(
+        member_id=member.member_id,
+        instance_id=member.instance_id,
+        rack_id=member.rack_id,
+        client_id=member.client_id,
+        client_host=member.client_host,
+        # the state machine keeps a set; the record's list is written in name order
+        subscribed_topic_names=tuple(sorted(member.subscribed_topic_names)),
+        subscribed_topic_regex=None,
+        rebalance_timeout_ms=member.rebalance_timeout_ms,
+        server_assignor=member.server_assignor,
+        member_epoch=member.member_epoch,
+        previous_member_epoch=member.previous_member_epoch,
+        state=_STATE_CODES[member.state],
+        assigned=dict(member.assigned),
+        pending_revocation=dict(member.pending_revocation),
+    )
+
+
+def records_for_heartbeat(
+    before: ConsumerGroupSnapshot | None, after: ConsumerGroupSnapshot | None
+) -> list[ConsumerGroupRecord]:
+    """The records of one change of a consumer group, in Kafka's write order
+    (:func:`~odradek.coordinator.consumer_group_replay.records_for_change`).
+
+    Where the coordinator calls it (``GroupCoordinator`` in
+    :mod:`odradek.coordinator.group_coordinator`), as Kafka's coordinator runtime does:
+    the records of a request are appended, and replicated, before its answer is sent.
+
+    - ``consumer_group_heartbeat``: ``before = snapshot_of(group)`` (``None`` when the
+      group is created by this heartbeat) just before ``group.heartbeat(...)``, ``after =
+      snapshot_of(group)`` just after; when ``records_for_heartbeat(before, after)`` is not
+      empty, append ``[encode_record(r) for r in records]`` as ONE batch to
+      ``__consumer_offsets-partition_for(group_id)`` (the manager's ``_append``, as
+      ``store_group`` does for a classic group), wait for the ISR
+      (``wait_replicated``, acks=-1: the method becomes async), and only then answer.
+      If the append fails, answer its error (``append_error``: NOT_COORDINATOR,
+      COORDINATOR_NOT_AVAILABLE, ...) and put the group back as it was before the
+      heartbeat, as Kafka's runtime reverts its timeline: keep a ``copy.deepcopy`` of the
+      group taken with ``before``, or ``restore(before, ...)`` then copy each member's
+      session and revocation deadlines over from the group in memory.
+    - ``_on_consumer_deadline``: the same around ``group.expire(now)``: a fenced member is
+      three tombstones plus the new group epoch; the same around ``remove_member`` anywhere
+      else it is called.
+    - ``_maybe_forget`` / ``_drop_consumer_group`` of an empty group that is forgotten
+      (not at ``on_resigned``, which only unloads): ``records_for_heartbeat(before,
+      None)``, Kafka's ``createGroupTombstoneRecords``, else the group comes back at the
+      next load.
+
+    Where the loader calls the replayer: ``GroupMetadataManager._replay`` (the load of one
+    ``__consumer_offsets`` partition, from ``on_elected`` -> ``load_partition``) reads
+    every entry; those whose key :func:`odradek.coordinator.group_records.decode_key`
+    answers None (record types 3-8 and 16) go to one ``ConsumerGroupReplayer`` per load,
+    ``replayer.replay_bytes(entry.key, entry.value)``, in log order, in the same loop as
+    the offsets (a ``RecordFormatError`` skipped with the same warning; a
+    ``ConsumerGroupReplayError`` fails the load as an ``IllegalStateTransitionError``
+    does). After the loop the coordinator, in place of ``_on_group_loaded`` for the
+    classic groups, does for each ``snapshot`` of ``replayer.groups``: ``group =
+    restore(snapshot, self.config.consumer, self.time_ms())``, ``self.consumer_groups[
+    group.group_id] = group``, ``self._schedule_consumer_expiry(group)``, logging
+    :func:`unsupported` (snapshot) when not empty. The classic group of the same id (its
+    committed offsets) is loaded beside it, as now.
+    """
+    return records_for_change(before, after)
+
+
+# -- snapshot -> live group -------------------------------------------------------------
+
+
+def unsupported(snapshot: ConsumerGroupSnapshot) -> list[str]:
+    """What :func:`restore` drops from ``snapshot`` because the state machine cannot hold
+    it (module docstring); empty when the group is restored whole."""
+    out = [f"resolved regular expression {regex!r}"
+           for regex in snapshot.resolved_regular_expressions]
+    for m in snapshot.members.values():
+        if m.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
+            out.append(f"member {m.member_id!r} (current assignment deleted, epoch -1)")
+            continue
+        if m.subscribed_topic_regex:
+            out.append(f"member {m.member_id!r}'s subscribed topic regex "
+                       f"{m.subscribed_topic_regex!r}")
+        if m.classic_member_metadata is not None:
+            out.append(f"member {m.member_id!r}'s classic member metadata")
+    return out
+
+
+def restore(
+    snapshot: ConsumerGroupSnapshot, config: ConsumerGroupConfig, now_ms: int
+) -> ConsumerGroup:
+    """The live group ``snapshot`` describes, loaded at ``now_ms`` with the broker's
+    ``group.consumer.*`` configs (module docstring). Raises
+    :class:`ConsumerGroupRestoreError` for a snapshot no group can be in."""
+    group = ConsumerGroup(snapshot.group_id, config)
+    group.group_epoch = snapshot.group_epoch
+    group.assignment_epoch = snapshot.assignment_epoch
+    group.subscription_metadata = {
+        name: TopicMetadata(t.topic_id, t.topic_name, t.num_partitions)
+        for name, t in snapshot.subscription_metadata.items()
+    }
+    for m in snapshot.members.values():
+        if m.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
+            continue  # being removed (see unsupported)
+        group.members[m.member_id] = _member_of(group.group_id, m)
+    group.target = {
+        member_id: dict(target)
+        for member_id, target in snapshot.target_assignment.items()
+        if member_id in group.members or member_id not in snapshot.members
+    }
+    _rebuild_derived(group)
+    restart_timers(group, now_ms)
+    return group
+
+
+def _member_of(group_id: str, m: MemberSnapshot) -> ConsumerGroupMember:
+    state = _STATES.get(m.state)
+    if state is None:
+        raise ConsumerGroupRestoreError(
+            f"member {m.member_id!r} of consumer group {group_id!r} is in an unknown "
+            f"state {m.state}")
+    return ConsumerGroupMember(
+        member_id=m.member_id,
+        instance_id=m.instance_id,
+        rack_id=m.rack_id,
+        client_id=m.client_id,
+        client_host=m.client_host,
+        rebalance_timeout_ms=m.rebalance_timeout_ms,
+        subscribed_topic_names=frozenset(m.subscribed_topic_names),
+        server_assignor=m.server_assignor,
+        member_epoch=m.member_epoch,
+        previous_member_epoch=m.previous_member_epoch,
+        state=state,
+        assigned=dict(m.assigned),
+        pending_revocation=dict(m.pending_revocation),
+    )
+
+
+def _rebuild_derived(group: ConsumerGroup) -> None:
+    """The partition owners, the static members and the preferred assignor: kept by
+    the state machine as members change, derived here from the members. The state
+    machine has no public way to set them, so this writes its private ``_owners`` and
+    calls its ``_preferred_assignor``."""
+    owners: dict[tuple[uuid.UUID, int], str] = {}
+    for member in group.members.values():
+        for key in member.held():
+            holder = owners.setdefault(key, member.member_id)
+            if holder != member.member_id:
+                raise ConsumerGroupRestoreError(
+                    f"partition {key[1]} of topic {key[0]} is held by members {holder!r} "
+                    f"and {member.member_id!r} of consumer group {group.group_id!r}")
+        if member.instance_id is not None:
+            # as Kafka's replay (a put per member record): the member written last wins
+            group.static_members[member.instance_id] = member.member_id
+    group._owners = owners
+    # Not in the records: Kafka recomputes it at each target assignment; shown by
+    # ConsumerGroupDescribe in between.
+    group.assignor_name = group._preferred_assignor()
+
+
+def restart_timers(group: ConsumerGroup, now_ms: int) -> None:
+    """Start every member's timers as a load does (Kafka's ``onLoaded``): the session
+    deadline ``now + group.consumer.session.timeout.ms``, and for a member that still has
+    partitions to revoke (``unrevoked_partitions``; a static member that left with epoch
+    -2 has none left) the rebalance deadline ``now + its rebalance timeout``."""
+    for member in group.members.values():
+        member.session_deadline_ms = now_ms + group.config.session_timeout_ms
+        member.revocation_deadline_ms = (
+            now_ms + member.rebalance_timeout_ms if member.pending_revocation else None)
