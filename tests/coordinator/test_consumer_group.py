@@ -520,3 +520,59 @@ def test_random_churn_never_gives_a_partition_to_two_members(seed: int) -> None:
     held = set().union(*(c.held() for c in everyone)) if everyone else set()
     assert held == {(meta[t].topic_id, p) for t in sizes for p in range(sizes[t])
                     if meta[t].topic_id in wanted}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_static_churn_never_gives_a_partition_to_two_members(seed: int) -> None:
+    """Static members leave with epoch -2 and come back as new instances (new member ids,
+    same instance ids), others join and leave: never two owners of a partition, and the
+    group converges with every partition assigned."""
+    rng = random.Random(1000 + seed)
+    meta = topics(a=rng.randint(2, 8))
+    group = ConsumerGroup("g")
+    clients: dict[str, Client] = {}  # instance id -> its live client
+    generation = 0
+    for _ in range(300):
+        action = rng.random()
+        instances = list(clients)
+        if action < 0.1 or not instances:
+            generation += 1
+            instance = f"i{rng.randint(1, 5)}"
+            if instance in clients:
+                continue
+            clients[instance] = Client(f"{instance}-{generation}", instance_id=instance)
+        elif action < 0.16:
+            instance = rng.choice(instances)
+            client = clients.pop(instance)
+            if client.joined:
+                result = group.heartbeat(
+                    HeartbeatRequest(client.member_id, -2, instance_id=instance), meta, 0)
+                assert result.error == ErrorCode.none, result
+        elif action < 0.19:
+            instance = rng.choice(instances)
+            client = clients.pop(instance)
+            if client.joined:
+                group.heartbeat(HeartbeatRequest(client.member_id, -1, instance_id=instance),
+                                meta, 0)
+        else:
+            client = clients[rng.choice(instances)]
+            result = group.heartbeat(client.request(), meta, 0)
+            if result.error == ErrorCode.unreleased_instance_id:
+                continue  # the instance id is still held: it tries again later
+            client.apply(result)
+        assert_exclusive(list(clients.values()))
+    for member in list(group.members.values()):
+        if member.member_epoch == -2 and member.instance_id not in clients:
+            group.remove_member(member.member_id)  # never came back: its session times out
+    everyone = list(clients.values())
+    for _ in range(20):
+        for c in everyone:
+            step(group, c, meta)
+            assert_exclusive(everyone)
+    members = {m.member_id: (m.member_epoch, m.state.value, m.instance_id)
+               for m in group.members.values()}
+    assert group_state(group) == (
+        ConsumerGroupState.STABLE if everyone else ConsumerGroupState.EMPTY), (
+        members, [(c.member_id, c.joined, c.epoch) for c in everyone], group.assignment_epoch)
+    held = set().union(*(c.held() for c in everyone)) if everyone else set()
+    assert held == ({(T1, p) for p in range(meta["a"].num_partitions)} if everyone else set())
