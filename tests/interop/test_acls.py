@@ -259,7 +259,9 @@ def test_an_acl_added_through_one_broker_is_enforced_by_another(tmp_path: Path) 
         cluster.wait_for(refused_by_3, 15, "broker 3 to refuse the produce")
         elapsed = time.monotonic() - started
         print(f"enforced by broker 3 {elapsed:.2f} s after the CLI returned")
-        assert elapsed < 1.0 + 1.0, f"enforced after {elapsed:.2f} s"  # + one produce's time
+        # by ZooKeeper's watch, not a periodic reload (a poll of tens of seconds would fail
+        # here); no tighter bound, since a loaded machine's produce alone can take seconds
+        assert elapsed < 10, f"enforced after {elapsed:.2f} s"
         removed = acls(cluster.address(2), "--remove", "--force", "--topic", topic)
         assert removed.returncode == 0, removed.stderr
         cluster.wait_for(lambda: _produce(cluster.address(3), topic) is None, 15,
