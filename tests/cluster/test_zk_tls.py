@@ -9,6 +9,7 @@ connection timeout, saying why. Then real ``odradek serve`` processes over it.""
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +20,10 @@ import pytest
 import trustme
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kazoo.client import KazooClient
+from kazoo.security import ACL, Id, Permissions
 
+from odradek.cli.main import main
 from odradek.cluster.local_zookeeper import four_letter
 from odradek.cluster.store import StoreConnectionError
 from odradek.cluster.zk_security import (
@@ -33,6 +37,7 @@ from odradek.cluster.zk_store import ZooKeeperStore
 from odradek.server.config import BrokerConfig
 from tests.cluster._zk_tls import ZkTlsFiles, make_tls_files
 from tests.cluster._zookeeper import ZooKeeperServer, running_zookeeper, wait_for
+from tests.cluster.test_zk_security import assert_locked, populate
 from tests.interop._broker import BrokerProcess, BrokerStartError, start_broker
 
 #: zookeeper.connection.timeout.ms of the refused clients: how long they may try.
@@ -239,3 +244,135 @@ def test_the_probe_speaks_four_letter_words_over_tls(
     except OSError:
         answer = ""
     assert answer != "imok"
+
+
+# -- the migration verb over TLS (Kafka's --zk-tls-config-file) ----------------------------
+def other_client(server: ZooKeeperServer, files: ZkTlsFiles, directory: Path,
+                 chroot: str) -> KazooClient:
+    """A kazoo client whose certificate the server trusts but whose DN is not the broker's:
+    the "world" of the x509 creator ACLs."""
+    pem = directory / "someone-else.pem"
+    files.ca.issue_cert("127.0.0.1", common_name="someone-else") \
+        .private_key_and_cert_chain_pem.write_to_path(str(pem))
+    config = BrokerConfig.from_raw({
+        **tls_files_pem(files), "zookeeper.ssl.keystore.location": str(pem),
+        "zookeeper.ssl.keystore.type": "PEM"})
+    security = ZkClientSecurity.for_broker(config.values, config.raw, {})
+    client = KazooClient(hosts=server.connect_string(chroot), timeout=5.0,
+                         **security.kazoo_options())
+    client.start(timeout=10)
+    return client
+
+
+def tls_files_pem(files: ZkTlsFiles) -> dict[str, str]:
+    return {"zookeeper.ssl.client.enable": "true", "zookeeper.clientCnxnSocket": NETTY_SOCKET,
+            "zookeeper.ssl.truststore.location": str(files.ca_pem),
+            "zookeeper.ssl.truststore.type": "PEM"}
+
+
+def write_tls_config_file(path: Path, files: ZkTlsFiles) -> Path:
+    """What Kafka's --zk-tls-config-file takes: the broker's zookeeper.ssl.* keys (other
+    keys are ignored, as Kafka's tool ignores them)."""
+    lines = [f"{key}={value}" for key, value in files.broker_overrides().items()]
+    path.write_text("# ZooKeeper client TLS for the migration tool\n" + "\n".join(lines)
+                    + "\nzookeeper.connect=ignored:1\n")
+    return path
+
+
+def test_the_migration_verb_over_tls_with_a_tls_config_file_both_ways(
+        tls_zookeeper: ZooKeeperServer, tls_files: ZkTlsFiles, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    chroot = f"/migrated-{uuid.uuid4().hex[:8]}"
+    store = tls_store(tls_zookeeper, tls_files.broker_overrides(), chroot)  # no set.acl
+    try:
+        populate(store)
+    finally:
+        store.close()
+    config_file = write_tls_config_file(tmp_path / "zk-tls.properties", tls_files)
+    monkeypatch.setenv("KAFKA_OPTS", "")  # no JAAS file: the certificate authenticates
+    connect = tls_zookeeper.connect_string(chroot)
+
+    def migrate(acl: str) -> int:
+        return main(["zookeeper-security-migration", "--zookeeper.connect", connect,
+                     "--zookeeper.acl", acl, "--zk-tls-config-file", str(config_file),
+                     "--zookeeper.connection.timeout", str(REFUSED_TIMEOUT_MS * 3)])
+
+    someone = other_client(tls_zookeeper, tls_files, tmp_path, chroot)
+    try:
+        assert migrate("secure") == 0, capsys.readouterr().err
+        assert_locked(someone)
+        acls, _ = someone.get_acls("/brokers/topics/orders")
+        assert [acl.id.scheme for acl in acls] == ["x509", "world"]
+        assert "CN=broker" in acls[0].id.id
+
+        assert migrate("unsecure") == 0, capsys.readouterr().err
+        someone.set("/config/users/alice", b"{}")
+        acls, _ = someone.get_acls("/config/users/alice")
+        assert acls == [ACL(Permissions.ALL, Id("world", "anyone"))]
+    finally:
+        someone.stop()
+        someone.close()
+    assert tls_files.password not in capsys.readouterr().out
+
+
+def test_the_migration_verb_needs_sasl_or_a_client_certificate(
+        tls_zookeeper: ZooKeeperServer, tls_files: ZkTlsFiles, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KAFKA_OPTS", "")
+    no_keystore = tmp_path / "no-keystore.properties"
+    no_keystore.write_text("\n".join(
+        f"{k}={v}" for k, v in tls_files.broker_overrides(with_keystore=False).items()))
+    for extra in ([], ["--zk-tls-config-file", str(no_keystore)]):
+        code = main(["zookeeper-security-migration", "--zookeeper.acl", "secure",
+                     "--zookeeper.connect", tls_zookeeper.connect_string("/x"), *extra])
+        assert code == 2
+        err = capsys.readouterr().err
+        assert "java.security.auth.login.config" in err and "--zk-tls-config-file" in err
+    missing = main(["zookeeper-security-migration", "--zookeeper.acl", "secure",
+                    "--zk-tls-config-file", str(tmp_path / "absent.properties")])
+    assert missing == 2
+    assert "absent.properties" in capsys.readouterr().err
+
+
+def test_set_acl_with_a_client_certificate_and_no_sasl_is_kafkas_x509_creator(
+        tls_zookeeper: ZooKeeperServer, tls_files: ZkTlsFiles) -> None:
+    """Kafka accepts zookeeper.set.acl=true when TLS client authentication is configured
+    (KafkaServer: SASL or a ZooKeeper client certificate); the creator is the x509 DN."""
+    store = tls_store(tls_zookeeper, {**tls_files.broker_overrides(),
+                                      "zookeeper.set.acl": "true"},
+                      f"/x509-{uuid.uuid4().hex[:8]}")
+    try:
+        store.create("/config/users/alice", b"{}")
+        acls, _ = store.client.get_acls("/config/users/alice")
+        assert [acl.id.scheme for acl in acls] == ["x509"]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("when", ["expired", "not yet valid"])
+def test_a_client_certificate_out_of_its_validity_is_named_as_such(
+        tls_zookeeper: ZooKeeperServer, tls_files: ZkTlsFiles, tmp_path: Path,
+        when: str) -> None:
+    """ZooKeeper answers an expired certificate with certificate_unknown, as it answers
+    an unknown CA: the broker tells the two apart from its own certificate's dates."""
+    now = datetime.datetime.now(datetime.UTC)
+    day = datetime.timedelta(days=1)
+    not_before, not_after = ((now - 10 * day, now - day) if when == "expired"
+                             else (now + day, now + 10 * day))
+    pem = tmp_path / "client.pem"
+    tls_files.ca.issue_cert("127.0.0.1", common_name="broker", not_before=not_before,
+                            not_after=not_after) \
+        .private_key_and_cert_chain_pem.write_to_path(str(pem))
+    message = refused(tls_zookeeper, {**tls_files_pem(tls_files),
+                                      "zookeeper.ssl.keystore.location": str(pem),
+                                      "zookeeper.ssl.keystore.type": "PEM"})
+    expected = "expired on" if when == "expired" else "is not valid before"
+    assert f"ZooKeeper refused the client certificate of {pem}: it {expected}" in message
+    assert "not signed by a CA" not in message
+
+
+def test_tls_to_a_plaintext_port_is_refused_in_time_saying_so(tls_files: ZkTlsFiles) -> None:
+    with running_zookeeper() as plaintext:
+        message = refused(plaintext, tls_files.broker_overrides())
+    assert "TLS to ZooKeeper failed" in message
+    assert "is that its plaintext clientPort rather than its secureClientPort?" in message

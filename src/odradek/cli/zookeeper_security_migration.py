@@ -3,8 +3,13 @@
 
 How it works: the tool authenticates to ZooKeeper as a broker does, with the JAAS file's
 ``Client`` section named by ``-Djava.security.auth.login.config`` in ``KAFKA_OPTS`` (Kafka's
-tool reads the same JVM property; it refuses to run without credentials, in either
-direction: the secured nodes allow ACL changes to their creator only). It opens
+tool reads the same JVM property), or with a TLS client certificate, or both. Its TLS keys
+come as Kafka's tool takes them: ``--zk-tls-config-file`` names a properties file whose
+``zookeeper.ssl.*`` and ``zookeeper.clientCnxnSocket`` keys (Kafka's names; any other key
+is ignored, and said to be) win over the ZooKeeper client's properties in ``KAFKA_OPTS``
+(``-Dzookeeper.client.secure=true`` ...). It refuses to run without SASL or a client
+certificate, in either direction: the secured nodes allow ACL changes to their creator
+only. It opens
 ``--zookeeper.connect`` (with its chroot), then sets the ACLs of the chroot's root and of
 every node under Kafka's and Odradek's root paths
 (:func:`odradek.cluster.zk_security.migrate_acls`): ``secure`` gives Kafka's ACLs (the
@@ -19,16 +24,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from odradek.cluster.store import StoreError
 from odradek.cluster.zk_security import (
     JAVA_LOGIN_CONFIG,
     KAFKA_OPTS,
+    ZK_TLS_SYSTEM_PROPERTIES,
     ZkClientSecurity,
     migrate_acls,
 )
 from odradek.cluster.zk_store import ZooKeeperStore
+from odradek.server.config import BrokerConfig, ConfigError, parse_properties
 
 __all__ = ["add_parser"]
 
@@ -55,20 +64,61 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--enable.path.check", dest="path_check", action="store_true",
                    help="exit with an error, changing nothing, if the chroot holds no "
                         "cluster (no /brokers)")
+    p.add_argument("--zk-tls-config-file", dest="tls_config_file", metavar="FILE",
+                   help="a properties file with the ZooKeeper client's TLS keys ("
+                        + ", ".join(ZK_TLS_SYSTEM_PROPERTIES) + "); other keys are ignored")
     p.set_defaults(func=_run)
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _tls_config_file(path: str) -> dict[str, str]:
+    """The ZooKeeper TLS keys of ``--zk-tls-config-file`` (Kafka's names), as strings."""
+    try:
+        props = parse_properties(Path(path).read_text())
+    except OSError as exc:
+        raise _UsageError(f"cannot read --zk-tls-config-file {path}: "
+                          f"{exc.strerror or exc}") from None
+    kept = {key: value for key, value in props.items() if key in ZK_TLS_SYSTEM_PROPERTIES}
+    ignored = sorted(set(props) - set(kept))
+    if ignored:  # a camelCase ZooKeeper name is the usual mistake: say so
+        print(f"odradek zookeeper-security-migration: ignoring {', '.join(ignored)} in "
+              f"{path}: it reads only {', '.join(ZK_TLS_SYSTEM_PROPERTIES)}", file=sys.stderr)
+    return kept
+
+
+def _security(args: argparse.Namespace, environ: Mapping[str, str]) -> ZkClientSecurity:
+    """SASL from KAFKA_OPTS, TLS from the file (else KAFKA_OPTS); a _UsageError when the
+    tool could not authenticate (Kafka's tool refuses then too)."""
+    file_values = _tls_config_file(args.tls_config_file) if args.tls_config_file else {}
+    try:
+        config = BrokerConfig.from_raw(file_values)
+        security = ZkClientSecurity.for_tool(config.values, file_values, environ,
+                                             set_acl=args.acl == "secure")
+    except (ConfigError, StoreError) as exc:
+        where = f" ({args.tls_config_file})" if args.tls_config_file else ""
+        raise _UsageError(f"{exc}{where}") from None
+    if not security.authenticated:
+        jaas = (f"the JAAS file {security.jaas_file} has no Client section"
+                if security.jaas_file else "no JAAS configuration file has been specified")
+        tls = ("the TLS settings name no client certificate" if security.tls is not None
+               else "no TLS client certificate has been specified")
+        raise _UsageError(
+            f"{jaas} and {tls}: set -D{JAVA_LOGIN_CONFIG}=<file> in {KAFKA_OPTS}, or give "
+            "a ZooKeeper client TLS configuration with --zk-tls-config-file <file> naming "
+            "at least zookeeper.ssl.client.enable, zookeeper.clientCnxnSocket and "
+            "zookeeper.ssl.keystore.location")
+    return security
 
 
 def _run(args: argparse.Namespace) -> int:
     secure = args.acl == "secure"
     try:
-        security = ZkClientSecurity.from_environment(os.environ, set_acl=secure)
-    except StoreError as exc:
+        security = _security(args, os.environ)
+    except _UsageError as exc:
         print(f"odradek zookeeper-security-migration: {exc}", file=sys.stderr)
-        return 2
-    if not security.authenticated:
-        print("odradek zookeeper-security-migration: no JAAS configuration file with a "
-              f"Client section has been specified: set -D{JAVA_LOGIN_CONFIG}=<file> in "
-              f"{KAFKA_OPTS}", file=sys.stderr)
         return 2
     try:
         store = ZooKeeperStore(args.connect, args.session_timeout, args.connection_timeout,

@@ -24,10 +24,15 @@ How it works, as Kafka's ZooKeeper mode does it:
   leaves ACL nodes (``/kafka-acl*``) world-readable, and so does Odradek; the world cannot
   write them. ``/consumers`` itself (Kafka's old consumers write under it) stays world ALL.
 - **No way to authenticate** with ``zookeeper.set.acl=true`` refuses to start, as Kafka's
-  ``KafkaServer.initZkClient`` does: the creator ACL would then name nobody.
+  ``KafkaServer.initZkClient`` does: the creator ACL would then name nobody. As in Kafka,
+  a TLS client certificate (``zookeeper.ssl.client.enable`` with a keystore) is a way:
+  ZooKeeper's x509 provider makes the certificate's subject DN the creator (``x509:CN=...``),
+  so every broker and the migration tool must then present the same DN.
 - **A wrong password** is refused by ZooKeeper at once (kazoo stops connecting): the
   broker refuses to start, naming the user and the JAAS file (:meth:`ZkClientSecurity.
-  auth_failed`), rather than retrying.
+  auth_failed`), rather than retrying. Refused later, while it runs, the store says the
+  same at ERROR and tries new sessions until ZooKeeper accepts it again
+  (:class:`odradek.cluster.zk_store.ZooKeeperStore`), as Kafka's ZooKeeperClient does.
 - **Mutual TLS** (KIP-515, Kafka's ``zookeeper.ssl.*`` configs): with
   ``zookeeper.ssl.client.enable=true`` the client speaks TLS to ZooKeeper's
   ``secureClientPort``, presents the keystore's certificate and verifies the server's
@@ -46,11 +51,14 @@ How it works, as Kafka's ZooKeeper mode does it:
   options cannot bound the protocol versions.
 - **Migrating an existing tree** (Kafka's ``ZkSecurityMigrator``): the chroot's root, then
   every Odradek root path, recursively, get the ACLs above (``secure``) or world ALL
-  (``unsecure``); see :func:`migrate_acls`.
+  (``unsecure``); see :func:`migrate_acls`. The tool takes its TLS keys from Kafka's
+  ``--zk-tls-config-file`` (they win over ``KAFKA_OPTS``'s properties), see
+  :meth:`ZkClientSecurity.for_tool`.
 """
 
 from __future__ import annotations
 
+import datetime
 import re
 import select
 import shlex
@@ -68,7 +76,7 @@ from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAF
 
 from odradek.cluster.store import StoreError
 from odradek.security.sasl import parse_jaas_config
-from odradek.security.tls import TlsConfigError, client_context
+from odradek.security.tls import TlsConfigError, _keystore_pem, client_context
 
 __all__ = [
     "JAVA_LOGIN_CONFIG",
@@ -272,6 +280,8 @@ class ZkTls:
     context: ssl.SSLContext
     check_hostname: bool
     keystore: str  # where the client certificate comes from (for messages), or ""
+    #: why the client certificate is out of its validity period ("expired on ..."), or ""
+    keystore_expiry: str = ""
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> ZkTls | None:
@@ -312,7 +322,9 @@ class ZkTls:
             message = message.replace("zookeeper.ssl.key.password",
                                       "zookeeper.ssl.keystore.password")
             raise ZooKeeperSecurityError(f"TLS to ZooKeeper: {message}") from None
-        return cls(context, check_hostname, str(as_listener["ssl.keystore.location"] or ""))
+        keystore = str(as_listener["ssl.keystore.location"] or "")
+        return cls(context, check_hostname, keystore,
+                   _validity_problem(as_listener) if keystore else "")
 
     def describe_failure(self, error: BaseException) -> str:
         """Why a handshake failed, in an operator's words (ZooKeeper with
@@ -326,6 +338,14 @@ class ZkTls:
             hint = ("; ZooKeeper's certificate is not trusted by zookeeper.ssl.truststore.*"
                     " or does not name the host (zookeeper.ssl.endpoint.identification."
                     "algorithm)")
+        elif isinstance(error, ssl.SSLEOFError):
+            # a plaintext port reads the ClientHello as a request too large, and hangs up
+            hint = ("; ZooKeeper closed the connection during the handshake: is that its "
+                    "plaintext clientPort rather than its secureClientPort?")
+        elif about_ours and self.keystore_expiry:
+            # ZooKeeper's trust manager says only certificate_unknown: say why
+            hint = (f"; ZooKeeper refused the client certificate of {self.keystore}: it "
+                    f"{self.keystore_expiry}")
         elif about_ours and not self.keystore:
             hint = ("; the client has no certificate to present: set "
                     "zookeeper.ssl.keystore.location if ZooKeeper asks for one "
@@ -336,6 +356,25 @@ class ZkTls:
         else:
             hint = ""
         return f"TLS to ZooKeeper failed: {reason}{hint}"
+
+
+def _validity_problem(as_listener: Mapping[str, Any],
+                      now: datetime.datetime | None = None) -> str:
+    """"expired on <date>" / "is not valid before <date>" for the keystore's certificate
+    (the chain's first), "" when it is valid now or cannot be read here."""
+    try:
+        from cryptography import x509
+
+        pem, _, _ = _keystore_pem(as_listener.get, "")
+        cert = x509.load_pem_x509_certificate(pem)
+    except (ImportError, TlsConfigError, ValueError):
+        return ""
+    now = now or datetime.datetime.now(datetime.UTC)
+    if cert.not_valid_after_utc < now:
+        return f"expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M:%S} UTC"
+    if cert.not_valid_before_utc > now:
+        return f"is not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M:%S} UTC"
+    return ""
 
 
 class ZkTlsHandler(SequentialThreadingHandler):  # type: ignore[misc]
@@ -455,9 +494,24 @@ class ZkClientSecurity:
         tls = ZkTls.from_settings(zk_tls_settings(config, explicit, props))
         return cls(security.sasl, security.set_acl, security.jaas_file, tls)
 
+    @classmethod
+    def for_tool(cls, config: Mapping[str, Any], explicit: Collection[str],
+                 environ: Mapping[str, str], set_acl: bool) -> ZkClientSecurity:
+        """A ZooKeeper tool's (Kafka's ZkSecurityMigrator): SASL from ``KAFKA_OPTS``, the
+        TLS keys from ``config`` where ``explicit`` (its ``--zk-tls-config-file``), else
+        ``KAFKA_OPTS``'s ZooKeeper client properties, else Kafka's defaults."""
+        security = cls.for_broker(config, explicit, environ)
+        return cls(security.sasl, set_acl, security.jaas_file, security.tls)
+
+    @property
+    def tls_client_auth(self) -> bool:
+        """Kafka's ``zkTlsClientAuthEnabled``: TLS with a client certificate to present."""
+        return self.tls is not None and bool(self.tls.keystore)
+
     @property
     def authenticated(self) -> bool:
-        return self.sasl is not None
+        """SASL, or a TLS client certificate (ZooKeeper's x509 id), as Kafka counts them."""
+        return self.sasl is not None or self.tls_client_auth
 
     def require_authentication(self) -> None:
         """Refuse ``zookeeper.set.acl=true`` without credentials (Kafka's SecurityException)."""
@@ -467,8 +521,10 @@ class ZkClientSecurity:
                      f"no JAAS file is named (-D{JAVA_LOGIN_CONFIG}=<file> in {KAFKA_OPTS})")
             raise ZooKeeperSecurityError(
                 "zookeeper.set.acl is true, but the broker has no way to authenticate to "
-                f"ZooKeeper: {where}; give it a '{DEFAULT_SECTION} {{ {DIGEST_LOGIN_MODULE} "
-                "required username=\"...\" password=\"...\"; };' section (docs/operations.md)")
+                f"ZooKeeper: {where}, and it presents no TLS client certificate "
+                "(zookeeper.ssl.client.enable, zookeeper.ssl.keystore.location); give it a "
+                f"'{DEFAULT_SECTION} {{ {DIGEST_LOGIN_MODULE} required username=\"...\" "
+                "password=\"...\"; };' section or a certificate (docs/operations.md)")
 
     def auth_failed(self, hosts: str) -> str:
         """The reason a refused SASL authentication is given (never the password)."""

@@ -23,6 +23,21 @@ Security (:mod:`odradek.cluster.zk_security`): the client authenticates with SAS
 DIGEST-MD5 when given credentials, and every znode it creates (the chroot and missing
 parents too, each with the ACLs of its own path) carries Kafka's default ACLs for
 ``zookeeper.set.acl``. With ``set_acl`` and no credentials the store refuses to open.
+
+A refused authentication: at start the store refuses to open, with the reason. Once
+running (ZooKeeper restarted with the broker's password changed), kazoo gives up for good
+on AUTH_FAILED; as Kafka's ``ZooKeeperClient`` reinitializes its session after an auth
+failure, the store logs an ERROR naming the user and the reason on every refusal and
+starts the client again after a backoff (1 s, doubling up to :data:`_AUTH_RETRY_MAX_S`),
+until ZooKeeper accepts it. kazoo says CONNECTED before SASL has answered, so with SASL a
+connection is announced (RECONNECTED, NEW_SESSION, the held-back watchers) only once one
+round trip behind the authentication has succeeded, and the listeners hear EXPIRED once
+however many retries are refused. The session that was refused still lives on the server
+(ZooKeeper drops the connection, not the session) with this broker's ephemeral nodes, its
+registration among them; before the new session is announced, the store closes that one
+(a second client attaches to it with its id and password and closes it, as Kafka's
+reinitialization closes its old handle), so the re-registration does not meet its own
+stale node.
 """
 
 from __future__ import annotations
@@ -39,7 +54,7 @@ from typing import Any
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+from kazoo.protocol.states import EventType, KeeperState, WatchedEvent, ZnodeStat
 
 from odradek.cluster.store import (
     BadVersionError,
@@ -71,6 +86,10 @@ log = logging.getLogger(__name__)
 DEFAULT_SESSION_TIMEOUT_MS = 18_000
 # How long close() waits for the event thread to finish the callback it is running.
 _CLOSE_JOIN_S = 5.0
+# Backoff between the sessions tried again after ZooKeeper refused our SASL credentials
+# (Kafka's ZooKeeperClient: 1 s; here doubling, so that a long refusal is not a busy loop).
+_AUTH_RETRY_FIRST_S = 1.0
+_AUTH_RETRY_MAX_S = 8.0
 # Requests get_many keeps in flight: enough to hide the round trip, few enough that the
 # answers (≤ 1 MB each, jute.maxbuffer) waiting in memory stay bounded in count.
 _PIPELINE = 1000
@@ -145,6 +164,13 @@ class ZooKeeperStore(MetadataStore):
         self._phase = "starting"  # last kazoo state seen: starting, CONNECTED, SUSPENDED, LOST
         self._deferred: list[tuple[Watcher, str]] = []
         self._closing = False
+        self._running = False  # the first session is up: refusals from now on are retried
+        self._told_expired = False  # listeners heard EXPIRED, not yet NEW_SESSION
+        self._auth_refusals = 0  # in a row, since ZooKeeper last accepted the credentials
+        self._retry_lock = threading.Lock()  # a restart of the client vs close()
+        self._retry_timer: threading.Timer | None = None
+        self._announced_session: tuple[int, bytes] | None = None  # the listeners' session
+        self._refused_session: tuple[int, bytes] | None = None  # it, once refused
         self._events: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._event_thread = threading.Thread(
             target=self._run_events, name="odradek-zk-events", daemon=True
@@ -154,6 +180,8 @@ class ZooKeeperStore(MetadataStore):
         self._client = self._new_client(self._hosts + self._chroot)
         self._client.add_listener(self._on_state)
         self._start(self._client)
+        self._announced_session = self._client.client_id
+        self._running = True
         self._event_thread.start()
 
     # -- connecting -------------------------------------------------------------------------
@@ -235,6 +263,8 @@ class ZooKeeperStore(MetadataStore):
         """kazoo's connection thread: translate, never block."""
         event: SessionEvent | None = None
         deferred: list[tuple[Watcher, str]] = []
+        auth_failed = (state == KazooState.LOST
+                       and self._client.client_state == KeeperState.AUTH_FAILED)
         with self._state_lock:
             previous, self._phase = self._phase, state
             if state == KazooState.CONNECTED:
@@ -245,13 +275,100 @@ class ZooKeeperStore(MetadataStore):
                 deferred, self._deferred = self._deferred, []
             elif state == KazooState.SUSPENDED:
                 event = SessionEvent.SUSPENDED
-            elif state == KazooState.LOST and not self._closing:
+            elif state == KazooState.LOST and not self._closing and not self._told_expired:
                 event = SessionEvent.EXPIRED
+                self._told_expired = True
         log.info("ZooKeeper session %s (%s → %s)", event.value if event else "-", previous, state)
+        if state == KazooState.CONNECTED and self.security.sasl is not None and self._running:
+            # announced once SASL has answered (kazoo says CONNECTED before it)
+            self._dispatch(lambda: self._confirm(event, deferred))
+            return
+        if event is SessionEvent.NEW_SESSION:
+            with self._state_lock:
+                self._told_expired = False
         if event is not None:
             self._dispatch(lambda: self._notify(event))
         for watcher, path in deferred:
             self._dispatch(lambda w=watcher, p=path: w(p))  # type: ignore[misc]
+        if auth_failed and self._running and not self._closing:
+            if self._refused_session is None:
+                self._refused_session = self._announced_session
+            self._retry_after_auth_failure()
+
+    def _confirm(self, event: SessionEvent | None, deferred: list[tuple[Watcher, str]]) -> None:
+        """The event thread: one round trip, queued behind the SASL exchange, then the
+        connection's announcements; none if ZooKeeper refused (the retry announces them)."""
+        try:
+            self._client.exists_async("/").get(timeout=self._timeout_s)
+        except (kz.KazooException, KazooTimeoutError):
+            with self._state_lock:
+                self._deferred = deferred + self._deferred
+            return
+        if self._auth_refusals:
+            log.warning("authenticated to ZooKeeper again at %s as '%s' after %d refusals",
+                        self._hosts, self.security.sasl.username if self.security.sasl else "?",
+                        self._auth_refusals)
+            self._auth_refusals = 0
+        if event is SessionEvent.NEW_SESSION:
+            with self._state_lock:
+                self._told_expired = False
+            refused, self._refused_session = self._refused_session, None
+            if refused is not None and refused != self._client.client_id:
+                self._close_session(refused)
+        self._announced_session = self._client.client_id
+        if event is not None:
+            self._notify(event)
+        for watcher, path in deferred:
+            try:
+                watcher(path)
+            except Exception:
+                log.exception("ZooKeeper watcher failed")
+
+    def _close_session(self, client_id: tuple[int, bytes]) -> None:
+        """Close a session of ours that kazoo gave up (its ephemeral nodes go with it)."""
+        twin = KazooClient(hosts=self._hosts, client_id=client_id, timeout=self._session_s,
+                           connection_retry={"max_tries": 3, "delay": 0.1},
+                           **self.security.kazoo_options())
+        try:
+            twin.start(timeout=self._timeout_s)
+        except (kz.KazooException, KazooTimeoutError) as exc:
+            log.warning("could not close the refused ZooKeeper session 0x%x (%s): its "
+                        "ephemeral nodes stay until it times out", client_id[0],
+                        type(exc).__name__)
+        finally:
+            twin.stop()
+            twin.close()
+
+    def _retry_after_auth_failure(self) -> None:
+        """kazoo gave up on AUTH_FAILED: say why at ERROR, start it again after a backoff
+        (Kafka's ZooKeeperClient reinitializes after an auth failure)."""
+        self._auth_refusals += 1
+        delay = min(_AUTH_RETRY_FIRST_S * 2 ** (self._auth_refusals - 1), _AUTH_RETRY_MAX_S)
+        log.error("%s; this broker is out of the cluster until ZooKeeper accepts it: "
+                  "trying a new session in %.0f s (refusal %d in a row)",
+                  self.security.auth_failed(self._hosts), delay, self._auth_refusals)
+        with self._retry_lock:
+            if self._closing:
+                return
+            timer = threading.Timer(delay, self._restart_client)
+            timer.name = "odradek-zk-auth-retry"
+            timer.daemon = True
+            self._retry_timer = timer
+            timer.start()
+
+    def _restart_client(self) -> None:
+        with self._retry_lock:
+            if self._closing:
+                return
+            try:
+                self._client.start_async()  # a new session (kazoo forgot the refused one)
+            except Exception:
+                log.exception("could not start the ZooKeeper client again")
+                failed = True
+            else:
+                failed = False
+        if failed:
+            self._retry_after_auth_failure()
 
     def _notify(self, event: SessionEvent) -> None:
         for listener in list(self._listeners):
@@ -439,6 +556,9 @@ class ZooKeeperStore(MetadataStore):
             if self._closing:
                 return
             self._closing = True
+        with self._retry_lock:
+            if self._retry_timer is not None:
+                self._retry_timer.cancel()
         try:
             self._client.stop()
             self._client.close()
