@@ -227,3 +227,22 @@ def test_the_migration_verb_needs_a_jaas_file(
                  sasl_zookeeper.connect_string("/nothing"), "--zookeeper.acl", "secure"])
     assert code == 2
     assert "java.security.auth.login.config" in capsys.readouterr().err
+
+
+def test_secrets_written_for_zookeeper_are_private_even_over_an_older_file(
+        tmp_path: Path) -> None:
+    """zoo.cfg holds the stores' passwords with TLS, the server's JAAS file the users'
+    passwords: both 0600, also when a wider file was left there by an earlier run (a
+    dev-cluster restarted with security turned on)."""
+    from odradek.cluster.local_zookeeper import write_config, write_server_jaas
+    from tests.cluster._zk_tls import make_tls_files
+
+    config, jaas = tmp_path / "zoo.cfg", tmp_path / "zookeeper_jaas.conf"
+    for path in (config, jaas):
+        path.write_text("# an earlier run's\n")
+        path.chmod(0o644)
+    write_config(config, tmp_path / "data", 2182, 2000, False,
+                 tls=make_tls_files(tmp_path / "tls").server())
+    write_server_jaas(jaas, {BROKER: BROKER_PASSWORD})
+    for path in (config, jaas):
+        assert path.stat().st_mode & 0o777 == 0o600, path

@@ -22,7 +22,9 @@ server is started as Kafka's docs set one up for DIGEST-MD5: a JAAS file with a 
 section (``DigestLoginModule`` with one ``user_<name>="<password>"`` option per user)
 named by ``-Djava.security.auth.login.config``, and ``authProvider.1=...
 SASLAuthenticationProvider`` and ``requireClientAuthScheme=sasl`` in ``zoo.cfg``. The JAAS
-file is written 0600. Without ``sasl_users`` the server and its ``zoo.cfg`` are as before.
+file is written 0600 (narrowed first if an earlier run left a wider one, as is ``zoo.cfg``
+with TLS, which holds the stores' passwords). Without ``sasl_users`` the server and its
+``zoo.cfg`` are as before.
 
 TLS (for the tests of ``zookeeper.ssl.*``): given a :class:`ServerTls`, the server listens
 on a ``secureClientPort`` only (no plaintext port), with ZooKeeper's Netty connection
@@ -228,6 +230,13 @@ def _ready(port: int, tls: ssl.SSLContext | None = None) -> bool:
         return False
 
 
+def _private(path: Path) -> None:
+    """Make ``path`` 0600 before secrets are written to it: a new file is created so, and
+    one left by an earlier run (a wider mode: no secrets then) is narrowed first."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+
+
 def write_config(path: Path, data_dir: Path, port: int, tick_ms: int, force_sync: bool,
                  max_session_timeout_ms: int | None = None, sasl: bool = False,
                  tls: ServerTls | None = None) -> None:
@@ -235,7 +244,7 @@ def write_config(path: Path, data_dir: Path, port: int, tick_ms: int, force_sync
     # (40 s with the default tick; 4 s with a 200 ms tick, shorter than a broker may ask).
     max_session = max_session_timeout_ms or 20 * tick_ms
     if tls:  # it holds the stores' passwords
-        path.touch(mode=0o600)
+        _private(path)
     path.write_text(
         f"tickTime={tick_ms}\n"
         f"maxSessionTimeout={max_session}\n"
@@ -260,7 +269,7 @@ def write_server_jaas(path: Path, users: Mapping[str, str]) -> None:
 
     options = "".join(f"\n    user_{name}={quoted(password)}"
                       for name, password in users.items())
-    path.touch(mode=0o600)
+    _private(path)
     path.write_text(f"Server {{\n  {DIGEST_LOGIN_MODULE} required{options};\n}};\n")
 
 
