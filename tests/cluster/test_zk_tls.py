@@ -79,6 +79,24 @@ def test_tls_without_the_netty_socket_is_refused_as_kafka_documents() -> None:
         ZkTls.from_settings(settings(zookeeper_ssl_client_enable="true"))
 
 
+def test_an_identification_algorithm_other_than_https_is_off_and_said_to_be(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """As in Kafka only HTTPS checks the name; a typo such as HTTP turns the check off,
+    so it is warned about (empty, the documented way, is not)."""
+    tls = ZkTls.from_settings(settings(
+        zookeeper_ssl_client_enable="true", zookeeper_clientCnxnSocket=NETTY_SOCKET,
+        **{"zookeeper_ssl_endpoint_identification_algorithm": "HTTP"}))
+    assert tls is not None and not tls.check_hostname
+    assert "is not HTTPS: ZooKeeper's certificate will not be checked" in caplog.text
+    caplog.clear()
+    for value in ("", "https"):
+        tls = ZkTls.from_settings(settings(
+            zookeeper_ssl_client_enable="true", zookeeper_clientCnxnSocket=NETTY_SOCKET,
+            **{"zookeeper_ssl_endpoint_identification_algorithm": value}))
+        assert tls is not None and tls.check_hostname == (value == "https")
+    assert "is not HTTPS" not in caplog.text
+
+
 @pytest.mark.parametrize(("values", "error"), [
     ({"zookeeper.ssl.keystore.location": "/x/zk.jks"},
      "zookeeper.ssl.keystore.type=JKS: Java keystores cannot be read"),

@@ -59,6 +59,7 @@ How it works, as Kafka's ZooKeeper mode does it:
 from __future__ import annotations
 
 import datetime
+import logging
 import re
 import select
 import shlex
@@ -118,6 +119,8 @@ ROOT_PATHS = (
     # Odradek's own
     "/controlled_shutdown", "/partition_state_notification", CONSUMERS_PATH,
 )
+log = logging.getLogger(__name__)
+
 #: Requests the migration keeps in flight (a window of set_acls and get_children).
 _PIPELINE = 500
 
@@ -313,8 +316,13 @@ class ZkTls:
             "ssl.truststore.password": settings["zookeeper.ssl.truststore.password"] or None,
             "ssl.truststore.type": _store_type(settings, "truststore"),
         }
-        check_hostname = str(
-            settings["zookeeper.ssl.endpoint.identification.algorithm"] or "").upper() == "HTTPS"
+        algorithm = str(settings["zookeeper.ssl.endpoint.identification.algorithm"] or "")
+        check_hostname = algorithm.strip().upper() == "HTTPS"
+        if algorithm.strip() and not check_hostname:
+            # Kafka too turns the check off for anything but HTTPS: a typo must not be silent
+            log.warning("zookeeper.ssl.endpoint.identification.algorithm=%s is not HTTPS: "
+                        "ZooKeeper's certificate will not be checked against its host name "
+                        "(set it empty to say so, or HTTPS)", algorithm)
         try:
             context = client_context(as_listener.get, check_hostname=check_hostname)
         except TlsConfigError as exc:
