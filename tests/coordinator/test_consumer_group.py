@@ -451,6 +451,27 @@ def test_static_member_checks() -> None:
     assert gone.error == ErrorCode.none and not group.static_members
 
 
+def test_a_known_member_rejoining_under_another_instance_id_is_known_by_it() -> None:
+    """Kafka's updateMember maps the member's new instance id to it (and a group loaded
+    from its records knows it only by that one): the next heartbeat is answered NONE."""
+    meta = topics(a=2)
+    group = ConsumerGroup("g")
+    for old_instance in (None, "i1"):
+        group.heartbeat(join("m1", instance_id=old_instance), meta, 0)
+        rejoined = group.heartbeat(join("m1", instance_id="i2"), meta, 0)
+        assert rejoined.error == ErrorCode.none
+        result = group.heartbeat(beat("m1", rejoined.member_epoch, rejoined.assignment,
+                                      instance_id="i2"), meta, 0)
+        assert result.error == ErrorCode.none
+        assert group.static_members == {"i2": "m1"}
+        if old_instance is not None:  # the old instance id no longer names it
+            assert group.heartbeat(beat("m1", rejoined.member_epoch, {},
+                                        instance_id=old_instance), meta, 0).error == (
+                ErrorCode.unknown_member_id)
+        group.heartbeat(HeartbeatRequest("m1", -1, instance_id="i2"), meta, 0)
+        assert not group.members and not group.static_members
+
+
 def test_a_static_member_that_does_not_come_back_is_removed_after_its_session() -> None:
     meta = topics(a=2)
     group = ConsumerGroup("g", ConsumerGroupConfig(session_timeout_ms=1_000))

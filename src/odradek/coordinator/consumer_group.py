@@ -40,9 +40,11 @@ How it works:
   within its rebalance timeout. :meth:`ConsumerGroup.expire` removes (fences) a member
   past either deadline, which moves the group epoch so its partitions go to others.
 
-Not here (yet): the records of the group in ``__consumer_offsets`` (a failover loses the
-group's state: members are fenced and rejoin), regular-expression subscriptions, and
-classic members in a consumer group (online migration).
+The group's records in ``__consumer_offsets`` are the coordinator's
+(:mod:`odradek.coordinator.consumer_group_persistence`): a group rebuilt from them gets
+what they do not hold from :meth:`ConsumerGroup.rebuild_derived`. Not here (yet):
+regular-expression subscriptions, and classic members in a consumer group (online
+migration).
 """
 
 from __future__ import annotations
@@ -294,6 +296,36 @@ class ConsumerGroup:
             removed.append((member.member_id, reason))
         return removed
 
+    def rebuild_derived(self) -> None:
+        """Derive what the records of a group do not hold from its members (Kafka's
+        replay of each member record, then ``onLoaded``): the owner of each partition
+        (assigned or pending revocation), the static members (``group.instance.id`` ->
+        member id) and the preferred assignor. For a group rebuilt from its records;
+        raises ``ValueError`` when two members hold the same partition."""
+        owners: dict[tuple[uuid.UUID, int], str] = {}
+        static_members: dict[str, str] = {}
+        for member in self.members.values():
+            for key in member.held():
+                holder = owners.setdefault(key, member.member_id)
+                if holder != member.member_id:
+                    raise ValueError(
+                        f"partition {key[1]} of topic {key[0]} is held by members "
+                        f"{holder!r} and {member.member_id!r} of consumer group "
+                        f"{self.group_id!r}")
+            if member.instance_id is not None:
+                # the member written last wins, as a put per member record
+                static_members[member.instance_id] = member.member_id
+        self._owners = owners
+        self.static_members = static_members
+        # Not in the records (nor Kafka's): recomputed from the members' ServerAssignor
+        # as Kafka's ConsumerGroupDescribe does.
+        self.assignor_name = self._preferred_assignor()
+
+    def _forget_instance(self, member: ConsumerGroupMember) -> None:
+        if member.instance_id is not None and (
+                self.static_members.get(member.instance_id) == member.member_id):
+            del self.static_members[member.instance_id]
+
     def remove_member(self, member_id: str) -> None:
         """Fence a member (Kafka's ``consumerGroupFenceMember``): its partitions are
         free at once and the group epoch moves."""
@@ -302,9 +334,7 @@ class ConsumerGroup:
             return
         self._release(member)
         self.target.pop(member_id, None)
-        if member.instance_id is not None and (
-                self.static_members.get(member.instance_id) == member_id):
-            del self.static_members[member.instance_id]
+        self._forget_instance(member)
         self.group_epoch += 1
 
     # ================================================================ heartbeat
@@ -447,7 +477,13 @@ class ConsumerGroup:
         old_subscription = None if is_new else member.subscribed_topic_names
 
         # 1. update the member; the group epoch moves when a subscription changed
-        if request.instance_id is not None:
+        if request.instance_id is not None and request.instance_id != member.instance_id:
+            # a known member rejoining (epoch 0) under another instance id: the new id
+            # maps to it (Kafka's updateMember puts it), and the old one no longer does,
+            # as a group loaded from the member's record would have it
+            if not is_new:
+                self._forget_instance(member)
+                self.static_members[request.instance_id] = member.member_id
             member.instance_id = request.instance_id
         if request.rack_id is not None:
             member.rack_id = request.rack_id

@@ -37,8 +37,6 @@ half, which one atomic batch per change never leaves).
 
 from __future__ import annotations
 
-import uuid
-
 from odradek.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerGroupConfig,
@@ -62,6 +60,7 @@ from odradek.coordinator.consumer_group_replay import (
 
 __all__ = [
     "ConsumerGroupRestoreError",
+    "member_snapshot",
     "records_for_heartbeat",
     "restart_timers",
     "restore",
@@ -96,13 +95,14 @@ def snapshot_of(group: ConsumerGroup) -> ConsumerGroupSnapshot:
             name: RecordTopicMetadata(t.topic_id, t.name, t.num_partitions)
             for name, t in group.subscription_metadata.items()
         },
-        members={m.member_id: _member_snapshot(m) for m in group.members.values()},
+        members={m.member_id: member_snapshot(m) for m in group.members.values()},
         target_assignment={mid: dict(t) for mid, t in group.target.items()},
         assignment_epoch=group.assignment_epoch,
     )
 
 
-def _member_snapshot(member: ConsumerGroupMember) -> MemberSnapshot:
+def member_snapshot(member: ConsumerGroupMember) -> MemberSnapshot:
+    """What the records of one member hold now (a copy)."""
     return MemberSnapshot(
         member_id=member.member_id,
         instance_id=member.instance_id,
@@ -128,43 +128,14 @@ def records_for_heartbeat(
     """The records of one change of a consumer group, in Kafka's write order
     (:func:`~odradek.coordinator.consumer_group_replay.records_for_change`).
 
-    Where the coordinator calls it (``GroupCoordinator`` in
-    :mod:`odradek.coordinator.group_coordinator`), as Kafka's coordinator runtime does:
-    the records of a request are appended, and replicated, before its answer is sent.
-
-    - ``consumer_group_heartbeat``: ``before = snapshot_of(group)`` (``None`` when the
-      group is created by this heartbeat) just before ``group.heartbeat(...)``, ``after =
-      snapshot_of(group)`` just after; when ``records_for_heartbeat(before, after)`` is not
-      empty, append ``[encode_record(r) for r in records]`` as ONE batch to
-      ``__consumer_offsets-partition_for(group_id)`` (the manager's ``_append``, as
-      ``store_group`` does for a classic group), wait for the ISR
-      (``wait_replicated``, acks=-1: the method becomes async), and only then answer.
-      If the append fails, answer its error (``append_error``: NOT_COORDINATOR,
-      COORDINATOR_NOT_AVAILABLE, ...) and put the group back as it was before the
-      heartbeat, as Kafka's runtime reverts its timeline: keep a ``copy.deepcopy`` of the
-      group taken with ``before``, or ``restore(before, ...)`` then copy each member's
-      session and revocation deadlines over from the group in memory.
-    - ``_on_consumer_deadline``: the same around ``group.expire(now)``: a fenced member is
-      three tombstones plus the new group epoch; the same around ``remove_member`` anywhere
-      else it is called.
-    - ``_maybe_forget`` / ``_drop_consumer_group`` of an empty group that is forgotten
-      (not at ``on_resigned``, which only unloads): ``records_for_heartbeat(before,
-      None)``, Kafka's ``createGroupTombstoneRecords``, else the group comes back at the
-      next load.
-
-    Where the loader calls the replayer: ``GroupMetadataManager._replay`` (the load of one
-    ``__consumer_offsets`` partition, from ``on_elected`` -> ``load_partition``) reads
-    every entry; those whose key :func:`odradek.coordinator.group_records.decode_key`
-    answers None (record types 3-8 and 16) go to one ``ConsumerGroupReplayer`` per load,
-    ``replayer.replay_bytes(entry.key, entry.value)``, in log order, in the same loop as
-    the offsets (a ``RecordFormatError`` skipped with the same warning; a
-    ``ConsumerGroupReplayError`` fails the load as an ``IllegalStateTransitionError``
-    does). After the loop the coordinator, in place of ``_on_group_loaded`` for the
-    classic groups, does for each ``snapshot`` of ``replayer.groups``: ``group =
-    restore(snapshot, self.config.consumer, self.time_ms())``, ``self.consumer_groups[
-    group.group_id] = group``, ``self._schedule_consumer_expiry(group)``, logging
-    :func:`unsupported` (snapshot) when not empty. The classic group of the same id (its
-    committed offsets) is loaded beside it, as now.
+    The coordinator (``GroupCoordinator`` in
+    :mod:`odradek.coordinator.group_coordinator`, its module docstring) calls it around
+    every change of a group, as Kafka's coordinator runtime does (a heartbeat, a member
+    fenced by its timer, a group deleted or forgotten: ``after`` None, Kafka's
+    ``createGroupTombstoneRecords``), appends the records as ONE batch to the group's
+    partition and answers once the ISR has them; the loader
+    (``GroupMetadataManager.load_partition``) replays them with a
+    ``ConsumerGroupReplayer`` and the coordinator :func:`restore` s each group.
     """
     return records_for_change(before, after)
 
@@ -240,25 +211,12 @@ def _member_of(group_id: str, m: MemberSnapshot) -> ConsumerGroupMember:
 
 
 def _rebuild_derived(group: ConsumerGroup) -> None:
-    """The partition owners, the static members and the preferred assignor: kept by
-    the state machine as members change, derived here from the members. The state
-    machine has no public way to set them, so this writes its private ``_owners`` and
-    calls its ``_preferred_assignor``."""
-    owners: dict[tuple[uuid.UUID, int], str] = {}
-    for member in group.members.values():
-        for key in member.held():
-            holder = owners.setdefault(key, member.member_id)
-            if holder != member.member_id:
-                raise ConsumerGroupRestoreError(
-                    f"partition {key[1]} of topic {key[0]} is held by members {holder!r} "
-                    f"and {member.member_id!r} of consumer group {group.group_id!r}")
-        if member.instance_id is not None:
-            # as Kafka's replay (a put per member record): the member written last wins
-            group.static_members[member.instance_id] = member.member_id
-    group._owners = owners
-    # Not in the records: Kafka recomputes it at each target assignment; shown by
-    # ConsumerGroupDescribe in between.
-    group.assignor_name = group._preferred_assignor()
+    """The partition owners, the static members and the preferred assignor, derived from
+    the members by the state machine (:meth:`ConsumerGroup.rebuild_derived`)."""
+    try:
+        group.rebuild_derived()
+    except ValueError as exc:
+        raise ConsumerGroupRestoreError(str(exc)) from exc
 
 
 def restart_timers(group: ConsumerGroup, now_ms: int) -> None:
