@@ -52,7 +52,7 @@ def join(member_id: str, instance_id: str | None = None) -> HeartbeatRequest:
 
 def test_the_session_timer_fences_a_silent_member() -> None:
     async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, clock: Clock) -> None:
-        assert c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS).member_epoch == 1
+        assert (await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)).member_epoch == 1
         group = c.consumer_group("g")
         assert group is not None
         clock.now += 30  # still within the session: the timer fires and finds nothing
@@ -65,27 +65,183 @@ def test_the_session_timer_fences_a_silent_member() -> None:
     run(body, ConsumerGroupConfig(session_timeout_ms=50, heartbeat_interval_ms=10))
 
 
-def test_a_resigned_coordinator_forgets_its_consumer_groups_and_members_rejoin() -> None:
+def test_a_resigned_coordinator_elected_again_loads_its_consumer_groups() -> None:
     async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
-        c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
         partition = c.partition_for("g")
         c.on_resigned(partition)
         assert c.consumer_group("g") is None
-        beat = HeartbeatRequest("m1", 1, owned={})
-        assert c.consumer_group_heartbeat("g", beat, 1, TOPICS).error == (
+        beat = HeartbeatRequest("m1", 1, owned={TOPIC.topic_id: frozenset({0, 1})})
+        assert (await c.consumer_group_heartbeat("g", beat, 1, TOPICS)).error == (
             ErrorCode.not_coordinator)
         c.on_elected(partition)
-        result = c.consumer_group_heartbeat("g", beat, 1, TOPICS)
-        assert result.error == ErrorCode.unknown_member_id
-        again = c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        result = await c.consumer_group_heartbeat("g", beat, 1, TOPICS)
+        assert (result.error, result.member_epoch) == (ErrorCode.none, 1)
+        # Kafka's answers for a group, and a member, it does not know
+        unknown = await c.consumer_group_heartbeat("h", beat, 1, TOPICS)
+        assert unknown.error == ErrorCode.group_id_not_found
+        ghost = await c.consumer_group_heartbeat(
+            "g", HeartbeatRequest("m9", 1, owned={}), 1, TOPICS)
+        assert ghost.error == ErrorCode.unknown_member_id
+
+    run(body)
+
+
+def owned(*partitions: int) -> dict[uuid.UUID, frozenset[int]]:
+    return {TOPIC.topic_id: frozenset(partitions)} if partitions else {}
+
+
+def fresh(topic: FakeOffsetsTopic, clock: Clock,
+          consumer: ConsumerGroupConfig | None = None) -> GroupCoordinator:
+    """A coordinator that loads every partition of ``topic``: the one a failover elects."""
+    config = CoordinatorConfig(min_session_timeout_ms=1,
+                               consumer=consumer or ConsumerGroupConfig())
+    coordinator = GroupCoordinator(cast(OffsetsTopic, topic), config, time_ms=clock)
+    coordinator.startup()
+    return coordinator
+
+
+def test_a_fresh_coordinator_loads_a_group_mid_revocation_and_it_carries_on() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        assert (await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)).assignment == (
+            owned(0, 1))
+        # m2 joins: m1 must revoke one partition first (epoch 2 waits for it)
+        second = await c.consumer_group_heartbeat("g", join("m2"), 1, TOPICS)
+        assert (second.member_epoch, second.assignment) == (2, {})
+        revoking = await c.consumer_group_heartbeat(
+            "g", HeartbeatRequest("m1", 1, owned=owned(0, 1)), 1, TOPICS)
+        assert revoking.member_epoch == 1 and revoking.assignment is not None
+        kept = revoking.assignment[TOPIC.topic_id]
+        assert len(kept) == 1
+        written = sum(len(records) for records in topic.records.values())
+        # a heartbeat that changes nothing writes nothing
+        await c.consumer_group_heartbeat(
+            "g", HeartbeatRequest("m1", 1, owned=owned(0, 1)), 1, TOPICS)
+        assert sum(len(records) for records in topic.records.values()) == written
+        c.shutdown()  # killed: nothing more is written
+
+        clock.now += 1000
+        other = fresh(topic, clock)
+        try:
+            group = other.consumer_group("g")
+            assert group is not None
+            assert (group.group_epoch, group.assignment_epoch) == (2, 2)
+            assert group.state.value == "Reconciling"
+            # m2 gets nothing until m1 released its partition
+            still = await other.consumer_group_heartbeat(
+                "g", HeartbeatRequest("m2", 2, owned={}), 1, TOPICS)
+            assert (still.error, still.member_epoch) == (ErrorCode.none, 2)
+            assert not still.assignment
+            done = await other.consumer_group_heartbeat(
+                "g", HeartbeatRequest("m1", 1, owned={TOPIC.topic_id: kept}), 1, TOPICS)
+            assert (done.error, done.member_epoch) == (ErrorCode.none, 2)
+            released = await other.consumer_group_heartbeat(
+                "g", HeartbeatRequest("m2", 2, owned={}), 1, TOPICS)
+            assert released.assignment == {TOPIC.topic_id: frozenset({0, 1}) - kept}
+            assert group.state.value == "Stable"
+            # and a third coordinator loads what the second wrote
+            third = fresh(topic, clock)
+            try:
+                loaded = third.consumer_group("g")
+                assert loaded is not None and loaded.state.value == "Stable"
+                assert {m: dict(x.assigned) for m, x in loaded.members.items()} == {
+                    m: dict(x.assigned) for m, x in group.members.items()}
+            finally:
+                third.shutdown()
+        finally:
+            other.shutdown()
+
+    run(body)
+
+
+def test_a_failed_append_puts_the_group_back_and_answers_not_coordinator() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        topic.fail_appends = True
+        failed = await c.consumer_group_heartbeat("g", join("m2"), 1, TOPICS)
+        assert failed.error == ErrorCode.not_coordinator
+        group = c.consumer_group("g")
+        assert group is not None and set(group.members) == {"m1"}
+        assert group.group_epoch == 1 and group.owner_of(TOPIC.topic_id, 0) == "m1"
+        # a new group that could not be written is not created
+        assert (await c.consumer_group_heartbeat("h", join("m1"), 1, TOPICS)).error == (
+            ErrorCode.not_coordinator)
+        assert c.consumer_group("h") is None
+        # the leave is not stored: the member is still there
+        left = await c.consumer_group_heartbeat("g", HeartbeatRequest("m1", -1), 1, TOPICS)
+        group = c.consumer_group("g")  # the group as the log holds it
+        assert left.error == ErrorCode.not_coordinator
+        assert group is not None and "m1" in group.members
+        topic.fail_appends = False
+        again = await c.consumer_group_heartbeat("g", join("m2"), 1, TOPICS)
+        assert (again.error, again.member_epoch) == (ErrorCode.none, 2)
+        c.shutdown()
+        other = fresh(topic, clock)
+        try:
+            loaded = other.consumer_group("g")
+            assert loaded is not None and set(loaded.members) == {"m1", "m2"}
+        finally:
+            other.shutdown()
+
+    run(body)
+
+
+def test_a_timed_out_replication_is_coordinator_not_available() -> None:
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
+        async def timed_out(_group_id: str) -> ErrorCode:
+            return ErrorCode.request_timed_out
+
+        c.wait_replicated = timed_out
+        result = await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        assert result.error == ErrorCode.coordinator_not_available
+        # the records are in the log: the group is kept, the member retries its join
+        assert c.consumer_group("g") is not None
+        c.wait_replicated = None
+        again = await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
         assert (again.error, again.member_epoch) == (ErrorCode.none, 1)
 
     run(body)
 
 
+def test_fencing_leaving_and_deleting_are_stored() -> None:
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        await c.consumer_group_heartbeat("g", join("m2"), 1, TOPICS)
+        await c.consumer_group_heartbeat("a", join("m1"), 1, TOPICS)
+        await c.consumer_group_heartbeat("a", HeartbeatRequest("m1", -1), 1, TOPICS)
+        c.commit_offsets("g", "m2", None, 2, {("t", 0): (5, -1, None)}, api_version=9)
+        clock.now += 100  # past the session of both: m2's heartbeat keeps it
+        await c.consumer_group_heartbeat("g", HeartbeatRequest("m2", 2, owned={}), 1, TOPICS)
+        await asyncio.sleep(0.06)  # m1's timer fires
+        group = c.consumer_group("g")
+        assert group is not None and set(group.members) == {"m2"} and group.group_epoch == 3
+        other = fresh(topic, clock, CONFIG)
+        try:
+            loaded = other.consumer_group("g")
+            assert loaded is not None and set(loaded.members) == {"m2"}
+            assert loaded.group_epoch == 3
+            assert other.consumer_group("a") is None  # left and forgotten: tombstoned
+        finally:
+            other.shutdown()
+        await c.consumer_group_heartbeat("g", HeartbeatRequest("m2", -1), 1, TOPICS)
+        assert c.delete_groups(["g"]) == {"g": ErrorCode.none}
+        c.shutdown()
+        other = fresh(topic, clock, CONFIG)
+        try:
+            assert other.consumer_group("g") is None
+            assert other.fetch_offsets("g", None, False)[1] == {}
+        finally:
+            other.shutdown()
+
+    run(body, CONFIG)
+
+
+CONFIG = ConsumerGroupConfig(session_timeout_ms=50, heartbeat_interval_ms=10)
+
+
 def test_a_consumer_group_is_listed_after_its_offsets_holder_expired() -> None:
     async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, clock: Clock) -> None:
-        c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
         clock.now += 365 * 24 * 3600 * 1000
         c.manager.expire_offsets()  # the empty classic holder of its offsets goes
         assert "g" not in c.manager.groups
@@ -103,10 +259,10 @@ def test_a_consumer_group_is_listed_after_its_offsets_holder_expired() -> None:
 
 def test_delete_after_the_last_member_left() -> None:
     async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
-        c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
         c.commit_offsets("g", "m1", None, 1, {("t", 0): (5, -1, None)}, api_version=9)
         assert c.delete_groups(["g"]) == {"g": ErrorCode.non_empty_group}
-        c.consumer_group_heartbeat("g", HeartbeatRequest("m1", -1), 1, TOPICS)
+        await c.consumer_group_heartbeat("g", HeartbeatRequest("m1", -1), 1, TOPICS)
         assert c.consumer_group("g") is not None  # empty, with offsets
         assert c.delete_groups(["g"]) == {"g": ErrorCode.none}
         assert c.consumer_group("g") is None and c.fetch_offsets("g", None, False)[1] == {}
@@ -117,7 +273,7 @@ def test_delete_after_the_last_member_left() -> None:
 
 def test_transactional_commits_of_a_consumer_group_member() -> None:
     async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
-        c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
         offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {("t", 0): (3, -1, None)}
         assert c.txn_commit_offsets("g", 1, 0, "m1", None, 2, offsets) == {
             ("t", 0): ErrorCode.illegal_generation}
@@ -145,12 +301,12 @@ def test_the_broker_configs_of_consumer_groups() -> None:
 
 def test_an_empty_consumer_group_is_kept_while_it_has_offsets() -> None:
     async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, clock: Clock) -> None:
-        c.consumer_group_heartbeat("a", join("m1"), 1, TOPICS)
-        c.consumer_group_heartbeat("a", HeartbeatRequest("m1", -1), 1, TOPICS)
+        await c.consumer_group_heartbeat("a", join("m1"), 1, TOPICS)
+        await c.consumer_group_heartbeat("a", HeartbeatRequest("m1", -1), 1, TOPICS)
         assert c.consumer_group("a") is None  # nothing to keep: forgotten
-        c.consumer_group_heartbeat("b", join("m1"), 1, TOPICS)
+        await c.consumer_group_heartbeat("b", join("m1"), 1, TOPICS)
         c.commit_offsets("b", "m1", None, 1, {("t", 0): (5, -1, None)}, api_version=9)
-        c.consumer_group_heartbeat("b", HeartbeatRequest("m1", -1), 1, TOPICS)
+        await c.consumer_group_heartbeat("b", HeartbeatRequest("m1", -1), 1, TOPICS)
         assert [(s.group_id, s.state) for s in c.list_groups()[1]] == [("b", "Empty")]
         clock.now += 365 * 24 * 3600 * 1000
         c.manager.expire_offsets()

@@ -138,9 +138,10 @@ def test_fenced_and_unknown_members(rb: RunningBroker) -> None:
         ErrorCode.fenced_member_epoch)
     assert one(rb, heartbeat(group, "ghost", 1, owned=None)).error_code == (
         ErrorCode.unknown_member_id)
-    # a heartbeat to a group this coordinator does not know: join again
+    # a heartbeat to a group that does not exist (its records would be loaded): Kafka's
+    # answer
     assert one(rb, heartbeat(new_group(), "m1", 3, owned=None)).error_code == (
-        ErrorCode.unknown_member_id)
+        ErrorCode.group_id_not_found)
 
 
 def test_static_membership_over_the_wire(rb: RunningBroker) -> None:

@@ -42,6 +42,21 @@ How it works:
 - **Offsets.** The coordinator checks who may commit (a member of the current
   generation, or anyone while the group is Empty and without group management) and which
   partitions OffsetDelete may touch; the manager writes, caches and expires them.
+- **Consumer groups** (KIP-848, :mod:`odradek.coordinator.consumer_group`) are stored as
+  Kafka 4's coordinator runtime stores them: every change (a heartbeat that changes
+  anything, a member leaving, fenced by its timer, the group deleted or forgotten) is
+  appended to the group's partition as ONE batch of its records
+  (:func:`~odradek.coordinator.consumer_group_persistence.records_for_heartbeat`), and a
+  heartbeat is answered once the ISR has them (acks=-1 within
+  ``offsets.commit.timeout.ms``, as committed offsets; a timeout is
+  COORDINATOR_NOT_AVAILABLE, the records staying in the log as Kafka's do). An append
+  that fails puts the group back as the log holds it and answers the append's error
+  (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE). What the log holds of each group is kept
+  beside it, so a heartbeat that moves neither epoch nor the member set compares one
+  member, and one that changes nothing writes nothing. Loading a partition replays the
+  groups' records (:meth:`GroupMetadataManager.load_partition`) and restores each group
+  with its derived state and timers (Kafka's ``onLoaded``): after a failover the members
+  carry on at their epochs, mid-reconciliation included.
 """
 
 from __future__ import annotations
@@ -61,6 +76,20 @@ from odradek.coordinator.consumer_group import (
     HeartbeatResult,
     TopicMetadata,
     validate_heartbeat,
+)
+from odradek.coordinator.consumer_group_persistence import (
+    ConsumerGroupRestoreError,
+    member_snapshot,
+    records_for_heartbeat,
+    restore,
+    snapshot_of,
+    unsupported,
+)
+from odradek.coordinator.consumer_group_replay import (
+    ConsumerGroupRecord,
+    ConsumerGroupSnapshot,
+    MemberSnapshot,
+    encode_record,
 )
 from odradek.coordinator.group_metadata import (
     CommittedOffset,
@@ -93,6 +122,9 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 CONSUMER_GROUP_TYPE = "consumer"  # ListGroups v5's group types
+# A consumer group member fenced by its timer while its records could not be written is
+# fenced again this much later (Kafka's coordinator timer retries after a back-off).
+CONSUMER_WRITE_RETRY_BACKOFF_MS = 500
 
 _Partition = tuple[str, int]
 
@@ -229,6 +261,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         # same id holds their committed offsets), and the timer of each
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self._consumer_timers: dict[str, asyncio.TimerHandle] = {}
+        # what __consumer_offsets holds of each consumer group (the records of its last
+        # change written), which the next change is compared with
+        self._consumer_records: dict[str, ConsumerGroupSnapshot] = {}
 
     @property
     def groups(self) -> Mapping[str, GroupMetadata]:
@@ -254,7 +289,8 @@ class GroupCoordinator(InternalTopicCoordinator):
     def on_elected(self, partition: int) -> None:
         """This broker became the leader of ``partition``: load its groups and start
         their members' session timers."""
-        self.manager.load_partition(partition, self._on_group_loaded)
+        self.manager.load_partition(partition, self._on_group_loaded,
+                                    self._on_consumer_group_loaded)
 
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         for member in group.members.values():
@@ -262,8 +298,8 @@ class GroupCoordinator(InternalTopicCoordinator):
 
     def on_resigned(self, partition: int) -> None:
         """Leadership of ``partition`` moved away: forget its groups, answer waiting
-        requests NOT_COORDINATOR. Consumer groups are not stored: their members find the
-        new coordinator, are told UNKNOWN_MEMBER_ID and join again."""
+        requests NOT_COORDINATOR. Consumer groups are unloaded too: the new coordinator
+        loads them from their records and their members carry on there."""
         self.manager.unload_partition(partition, self._on_group_unloaded)
         for group_id in [g for g in self.consumer_groups
                          if self.partition_for(g) == partition]:
@@ -825,11 +861,13 @@ class GroupCoordinator(InternalTopicCoordinator):
 
 
     # ================================================================ consumer groups
-    def consumer_group_heartbeat(
+    async def consumer_group_heartbeat(
         self, group_id: str, request: HeartbeatRequest, api_version: int,
         topics: Mapping[str, TopicMetadata],
     ) -> HeartbeatResult:
-        """ConsumerGroupHeartbeat (KIP-848; Kafka's ``consumerGroupHeartbeat``)."""
+        """ConsumerGroupHeartbeat (KIP-848; Kafka's ``consumerGroupHeartbeat``). What it
+        changes is appended to the group's partition and replicated before the answer
+        (module docstring: Consumer groups)."""
         config = self.config.consumer
         invalid = validate_heartbeat(request, group_id, api_version, config.assignors)
         if invalid is not None:
@@ -844,36 +882,121 @@ class GroupCoordinator(InternalTopicCoordinator):
                 return HeartbeatResult(ErrorCode.group_id_not_found,
                                        f"Group {group_id} is not a consumer group.")
             if request.member_epoch != 0:
-                # Kafka says GROUP_ID_NOT_FOUND; here the group may have been lost with
-                # a coordinator that moved (its state is not stored yet): the member is
-                # told it is unknown, so it joins again.
-                return HeartbeatResult(
-                    ErrorCode.unknown_member_id,
-                    f"Member {request.member_id} is not a member of group {group_id}.")
+                return HeartbeatResult(ErrorCode.group_id_not_found,
+                                       f"Group {group_id} not found.")
             group = ConsumerGroup(group_id, config)
             self.consumer_groups[group_id] = group
-            log.info("consumer group %s created", group_id)
         if not request.member_id and request.member_epoch == 0:  # v0: the coordinator names it
             request = replace(request, member_id=str(uuid.uuid4()))
-        before = (group.group_epoch, len(group.members))
+        before = self._consumer_records.get(group_id)
+        member = group.members.get(request.member_id)
+        timers = None if member is None else (member.session_deadline_ms,
+                                              member.revocation_deadline_ms)
+        epochs = (group.group_epoch, len(group.members))
         result = group.heartbeat(request, topics, self.time_ms())
-        if (group.group_epoch, len(group.members)) != before:
+        if before is None and result.error != ErrorCode.none:
+            self._drop_consumer_group(group_id)  # not created
+            return result
+        forget = self._forgettable(group)
+        error, written = self._write_consumer_group(
+            group, before, None if forget else group, request.member_id)
+        if error != ErrorCode.none:
+            self._revert_consumer_group(group, before, {request.member_id: timers})
+            return HeartbeatResult(error, f"The coordinator could not store the group: "
+                                          f"{error.name}.")
+        if before is None and not forget:
+            log.info("consumer group %s created", group_id)
+        if (group.group_epoch, len(group.members)) != epochs:
             log.info("consumer group %s: epoch %d, %s (%s %s at epoch %s)", group_id,
                      group.group_epoch, plural(len(group.members), "member"),
                      request.member_id, result.error.name, request.member_epoch)
-        self._schedule_consumer_expiry(group)
-        self._maybe_forget(group)
+        if forget:
+            self._drop_consumer_group(group_id)
+        else:
+            self._schedule_consumer_expiry(group)
+        if written and self.wait_replicated is not None:
+            error = await self.wait_replicated(group_id)
+            if error != ErrorCode.none:
+                # The records are in the log (not taken back, as Kafka's runtime keeps
+                # them): the member is told to retry, and goes on from its epoch.
+                if error == ErrorCode.request_timed_out:
+                    error = ErrorCode.coordinator_not_available
+                return HeartbeatResult(error, "The group's records were not replicated "
+                                              f"in time: {error.name}.")
         return result
 
-    def _maybe_forget(self, group: ConsumerGroup) -> None:
+    def _forgettable(self, group: ConsumerGroup) -> bool:
         """An empty consumer group without committed offsets is forgotten (Kafka's
         offset cleanup deletes it later; kept, it would be an Empty group listed for
         nothing), and one whose offsets all expired too."""
         if not group.is_empty():
-            return
+            return False
         holder = self.manager.get_group(group.group_id)
-        if holder is None or not holder.offsets:
+        return holder is None or not holder.offsets
+
+    def _maybe_forget(self, group: ConsumerGroup) -> None:
+        if self._forgettable(group):
+            self._delete_consumer_group(group.group_id)
+
+    def _write_consumer_group(
+        self, group: ConsumerGroup, before: ConsumerGroupSnapshot | None,
+        after: ConsumerGroup | None, member_id: str | None = None,
+    ) -> tuple[ErrorCode, bool]:
+        """Append the records that take ``group`` from ``before`` (what the log holds,
+        None: nothing) to ``after`` (None: deleted) as one batch, and remember what the
+        log then holds. ``member_id``: the only member a heartbeat may have changed when
+        the group epoch, assignment epoch and member set did not move (no snapshot of
+        the whole group is built then: one member is compared). Returns (the append's
+        error, whether records were appended)."""
+        group_id = group.group_id
+        one = None if after is None or before is None or member_id is None else (
+            _member_change(before, after, member_id))
+        after_snapshot: ConsumerGroupSnapshot | None = None
+        if one is not None:
+            records, changed = one
+            if changed is None:
+                return ErrorCode.none, False
+        else:
+            after_snapshot = None if after is None else snapshot_of(after)
+            records = records_for_heartbeat(before, after_snapshot)
+        if records:
+            error = self.manager.append_records(group_id, [encode_record(r) for r in records])
+            if error != ErrorCode.none:
+                return error, False
+        if one is not None:
+            assert before is not None and changed is not None
+            before.members[changed.member_id] = changed
+        elif after_snapshot is None:
+            self._consumer_records.pop(group_id, None)
+        else:
+            self._consumer_records[group_id] = after_snapshot
+        return ErrorCode.none, bool(records)
+
+    def _revert_consumer_group(
+        self, group: ConsumerGroup, before: ConsumerGroupSnapshot | None,
+        timers: Mapping[str, tuple[int, int | None] | None],
+    ) -> None:
+        """A change whose records could not be appended: the group goes back to what the
+        log holds (Kafka's runtime reverts its timeline), each member keeping its timers
+        (``timers``: those of the members the change touched, as before it). A member
+        the change removed comes back with its session deadline a retry back-off away."""
+        if before is None:
             self._drop_consumer_group(group.group_id)
+            return
+        now = self.time_ms()
+        restored = restore(before, self.config.consumer, now)
+        for member in restored.members.values():
+            live = group.members.get(member.member_id)
+            kept = timers.get(member.member_id)
+            if kept is not None:
+                member.session_deadline_ms, member.revocation_deadline_ms = kept
+            elif live is not None:
+                member.session_deadline_ms = live.session_deadline_ms
+                member.revocation_deadline_ms = live.revocation_deadline_ms
+            else:
+                member.session_deadline_ms = now + CONSUMER_WRITE_RETRY_BACKOFF_MS
+        self.consumer_groups[group.group_id] = restored
+        self._schedule_consumer_expiry(restored)
 
     def _schedule_consumer_expiry(self, group: ConsumerGroup) -> None:
         handle = self._consumer_timers.pop(group.group_id, None)
@@ -891,24 +1014,72 @@ class GroupCoordinator(InternalTopicCoordinator):
         group = self.consumer_groups.get(group_id)
         if group is None:
             return
-        for member_id, reason in group.expire(self.time_ms()):
-            log.info("member %s of consumer group %s fenced: %s (epoch now %d)", member_id,
-                     group_id, reason, group.group_epoch)
+        before = self._consumer_records.get(group_id)
+        removed = group.expire(self.time_ms())
+        if removed:
+            forget = self._forgettable(group)
+            error, _ = self._write_consumer_group(group, before,
+                                                  None if forget else group)
+            if error != ErrorCode.none:
+                log.warning("consumer group %s: fencing %s not stored (%s); retried",
+                            group_id, ", ".join(m for m, _ in removed), error.name)
+                self._revert_consumer_group(group, before, {})
+                return
+            for member_id, reason in removed:
+                log.info("member %s of consumer group %s fenced: %s (epoch now %d)",
+                         member_id, group_id, reason, group.group_epoch)
+            if forget:
+                self._drop_consumer_group(group_id)
+                return
         self._schedule_consumer_expiry(group)
-        self._maybe_forget(group)
+
+    def _delete_consumer_group(self, group_id: str) -> ErrorCode:
+        """Tombstone the consumer group's records (Kafka's
+        ``createGroupTombstoneRecords``, else it comes back at the next load) and forget
+        it."""
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            return ErrorCode.none
+        error, _ = self._write_consumer_group(group, self._consumer_records.get(group_id),
+                                              None)
+        if error == ErrorCode.none:
+            self._drop_consumer_group(group_id)
+        return error
 
     def _drop_consumer_group(self, group_id: str) -> None:
+        """Forget the group here (unloaded, or deleted once its tombstones are written)."""
         self.consumer_groups.pop(group_id, None)
+        self._consumer_records.pop(group_id, None)
         handle = self._consumer_timers.pop(group_id, None)
         if handle is not None:
             handle.cancel()
 
+    def _on_consumer_group_loaded(self, snapshot: ConsumerGroupSnapshot) -> None:
+        """A consumer group replayed from its partition (Kafka's ``onLoaded``): restored
+        with its derived state and timers, its expiry scheduled. A group whose records
+        cannot be a live group (two members holding one partition) is left out with an
+        ERROR, as its members then rejoin; Kafka's load would fail."""
+        dropped = unsupported(snapshot)
+        if dropped:
+            log.warning("consumer group %s loaded without what is not served: %s",
+                        snapshot.group_id, "; ".join(dropped))
+        try:
+            group = restore(snapshot, self.config.consumer, self.time_ms())
+        except ConsumerGroupRestoreError as exc:
+            log.error("consumer group %s not loaded: %s", snapshot.group_id, exc)
+            return
+        self.consumer_groups[group.group_id] = group
+        # what the log holds, as the change writes compare against: the restored group
+        self._consumer_records[group.group_id] = snapshot_of(group)
+        self._schedule_consumer_expiry(group)
+
     def _live_consumer_group(self, group_id: str) -> ConsumerGroup | None:
         """The consumer group of this id if it has members (an empty one gives way to a
-        classic group joining, as Kafka converts it)."""
+        classic group joining, as Kafka converts it: its records are tombstoned; kept
+        while they cannot be)."""
         group = self.consumer_groups.get(group_id)
-        if group is not None and group.is_empty():
-            self._drop_consumer_group(group_id)
+        if group is not None and group.is_empty() and (
+                self._delete_consumer_group(group_id) == ErrorCode.none):
             return None
         return group
 
@@ -1190,7 +1361,10 @@ class GroupCoordinator(InternalTopicCoordinator):
                 if not consumer.is_empty():
                     results[group_id] = ErrorCode.non_empty_group
                     continue
-                self._drop_consumer_group(group_id)
+                error = self._delete_consumer_group(group_id)
+                if error != ErrorCode.none:
+                    results[group_id] = error
+                    continue
             group = self.manager.get_group(group_id)
             if group is None or group.is_in(GroupState.DEAD):
                 results[group_id] = ErrorCode.group_id_not_found
@@ -1200,6 +1374,31 @@ class GroupCoordinator(InternalTopicCoordinator):
                 continue
             results[group_id] = self.manager.delete_group(group)
         return results
+
+
+def _member_change(
+    before: ConsumerGroupSnapshot, group: ConsumerGroup, member_id: str
+) -> tuple[list[ConsumerGroupRecord], MemberSnapshot | None] | None:
+    """The records of a change of ``group`` from ``before`` when only ``member_id`` can
+    have changed: neither epoch nor the member set moved (the subscribed topics' metadata
+    and the target assignment move only with them). (records, the member's new snapshot;
+    None and no records if it did not change); None when more than the member may have
+    changed."""
+    if (before.group_epoch != group.group_epoch
+            or before.assignment_epoch != group.assignment_epoch
+            or len(before.members) != len(group.members)):
+        return None
+    was = before.members.get(member_id)
+    member = group.members.get(member_id)
+    if was is None or member is None:
+        return None
+    now = member_snapshot(member)
+    if now == was:
+        return [], None
+    one = ConsumerGroupSnapshot(before.group_id, before.group_epoch,
+                                before.subscription_metadata, {member_id: was}, {},
+                                before.assignment_epoch)
+    return records_for_heartbeat(one, replace(one, members={member_id: now})), now
 
 
 @dataclass(frozen=True, slots=True)

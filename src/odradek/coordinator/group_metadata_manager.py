@@ -15,7 +15,11 @@ How it works:
   raises :class:`~odradek.coordinator.group_state.IllegalStateTransitionError` and the
   partition is not loaded. While a partition loads it is *loading*, then *owned*
   (:class:`~odradek.coordinator.internal_topic_coordinator.CoordinatorPartitions`, which
-  the coordinator reads); :meth:`unload_partition` drops its groups.
+  the coordinator reads); :meth:`unload_partition` drops its groups. The records of
+  KIP-848 consumer groups (record types 3-8 and 16, which the classic decoder skips)
+  are replayed in the same pass, in log order, by a
+  :class:`~odradek.coordinator.consumer_group_replay.ConsumerGroupReplayer`; the
+  coordinator restores each group it leaves (Kafka's ``onLoaded``).
 - **Writes** (:meth:`store_group`, :meth:`store_offsets`, tombstones) append one batch to
   the group's partition and update the cache only when the append succeeded, so nothing is
   acknowledged before it is in the log. Append failures map to errors group clients
@@ -46,6 +50,11 @@ from dataclasses import dataclass
 
 from odradek.clock import now_ms
 from odradek.cluster.loop_owned import loop_dict
+from odradek.coordinator.consumer_group_replay import (
+    ConsumerGroupReplayer,
+    ConsumerGroupReplayError,
+    ConsumerGroupSnapshot,
+)
 from odradek.coordinator.group_metadata import CommittedOffset, GroupMetadata, MemberMetadata
 from odradek.coordinator.group_records import (
     GroupMetadataKey,
@@ -116,20 +125,26 @@ class GroupMetadataManager:
         return partition_for(group_id, self.topic.partition_count)
 
     def load_partition(
-        self, partition: int, on_group_loaded: Callable[[GroupMetadata], None]
+        self, partition: int, on_group_loaded: Callable[[GroupMetadata], None],
+        on_consumer_group_loaded: Callable[[ConsumerGroupSnapshot], None] | None = None,
     ) -> None:
         """Replay ``partition`` into the cache and own it; ``on_group_loaded`` is called
-        for each group found (the coordinator starts its members' session timers)."""
+        for each group found (the coordinator starts its members' session timers), and
+        ``on_consumer_group_loaded`` for each consumer group (KIP-848) its records leave,
+        after the classic groups (one of the same id holds its committed offsets)."""
         started = time.monotonic()
         try:
-            groups = self.partitions.load(
+            groups, consumer_groups = self.partitions.load(
                 partition, self.topic.leader_epoch(partition), self._replay)
-        except IllegalStateTransitionError as exc:
+        except (IllegalStateTransitionError, ConsumerGroupReplayError) as exc:
             exc.add_note(f"while loading __consumer_offsets-{partition}")
             raise
         for group in groups.values():
             self.groups[group.group_id] = group
             on_group_loaded(group)
+        if on_consumer_group_loaded is not None:
+            for snapshot in consumer_groups.values():
+                on_consumer_group_loaded(snapshot)
         if groups:
             log.debug("loaded %s from __consumer_offsets-%d in %.0f ms",
                      plural(len(groups), "group"), partition,
@@ -144,8 +159,11 @@ class GroupMetadataManager:
         for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
             on_group_unloaded(self.groups.pop(group_id))
 
-    def _replay(self, partition: int) -> dict[str, GroupMetadata]:
+    def _replay(
+        self, partition: int
+    ) -> tuple[dict[str, GroupMetadata], dict[str, ConsumerGroupSnapshot]]:
         offsets: dict[str, dict[_Partition, CommittedOffset]] = {}
+        consumer_groups = ConsumerGroupReplayer()
         metadata: dict[str, GroupMetadataValue | None] = {}
         # producer id -> group -> the offsets its open transaction committed
         pending: dict[int, dict[str, dict[_Partition, CommittedOffset]]] = {}
@@ -160,6 +178,8 @@ class GroupMetadataManager:
             try:
                 key = decode_key(raw_key)
                 if key is None:
+                    # a consumer group's record, else a type no coordinator here reads
+                    consumer_groups.replay_bytes(raw_key, raw_value)
                     continue
                 if isinstance(key, OffsetCommitKey):
                     tp = (key.topic, key.partition)
@@ -218,7 +238,7 @@ class GroupMetadataManager:
             group.offsets = dict(group_offsets)
             group.pending_txn_offsets = open_txns.get(group_id, {})
             groups[group_id] = group
-        return groups
+        return groups, consumer_groups.groups
 
     # ================================================================ groups
     def get_group(self, group_id: str) -> GroupMetadata | None:
@@ -439,9 +459,20 @@ class GroupMetadataManager:
         return removed
 
     # ================================================================ appends
+    def append_records(
+        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> ErrorCode:
+        """Append ``records`` (key, value or None) to ``group_id``'s partition as one
+        batch: the records of one change of a consumer group (KIP-848). NONE, or the
+        append's error as group clients understand it (NOT_COORDINATOR,
+        COORDINATOR_NOT_AVAILABLE, ...; a batch too large is UNKNOWN_SERVER_ERROR, as
+        Kafka's runtime answers it)."""
+        return self._append(group_id, records, self.time_ms(), errors=APPEND_ERRORS)
+
     def _append(
         self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], now: int,
         producer_id: int = -1, producer_epoch: int = -1,
+        errors: Mapping[str, ErrorCode] | None = None,
     ) -> ErrorCode:
         partition = self.partition_for(group_id)
         if not self.partitions.is_owned(partition):
@@ -452,7 +483,8 @@ class GroupMetadataManager:
             else:
                 self.topic.append(partition, records, now)
         except Exception as exc:
-            return append_error(exc, _APPEND_ERRORS, self.topic.name, f"group {group_id}")
+            return append_error(exc, _APPEND_ERRORS if errors is None else errors,
+                                self.topic.name, f"group {group_id}")
         return ErrorCode.none
 
 

@@ -8,7 +8,9 @@ Follows Kafka's ``KafkaApis.handleConsumerGroupHeartbeat`` / ``handleConsumerGro
   error is answered with its message, no member id, epoch 0 and no assignment. v0 lets
   the coordinator name a joining member; from v1 the member names itself. The topics a
   member subscribes to are looked up by name in the broker's metadata on each heartbeat,
-  so new partitions and deleted topics reach the group at the next heartbeat.
+  so new partitions and deleted topics reach the group at the next heartbeat. The
+  coordinator answers once what the heartbeat changed is in the group's
+  ``__consumer_offsets`` partition and its ISR.
 - ConsumerGroupDescribe needs Describe on each group (else GROUP_AUTHORIZATION_FAILED for
   that group), and Describe on every topic the group's members subscribe to or are
   assigned: a group naming a topic the caller may not describe is answered
@@ -121,7 +123,7 @@ async def consumer_group_heartbeat(
         client_id=ctx.client_id or "",
         client_host=f"/{ctx.peer[0]}",
     )
-    result = services.group_coordinator.consumer_group_heartbeat(
+    result = await services.group_coordinator.consumer_group_heartbeat(
         request.group_id, heartbeat, ctx.api_version, _Topics(services.metadata))
     if result.error != ErrorCode.none:
         return make(m.ConsumerGroupHeartbeatResponse, throttle_time=ZERO_THROTTLE,
