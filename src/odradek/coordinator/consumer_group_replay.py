@@ -370,6 +370,8 @@ def records_for_change(
     # 2. member subscriptions
     for member_id, member in after.members.items():
         was = old.members.get(member_id)
+        if was == member:
+            continue  # unchanged (compared before building its records' values)
         if was is None or was.metadata_value() != member.metadata_value():
             out.append((ConsumerGroupMemberMetadataKey(gid, member_id), member.metadata_value()))
     # 3. resolved regular expressions
@@ -406,6 +408,8 @@ def records_for_change(
     # 8. current assignments
     for member_id, member in after.members.items():
         was = old.members.get(member_id)
+        if was == member:
+            continue
         if was is None or was.assignment_value() != member.assignment_value():
             out.append((
                 ConsumerGroupCurrentMemberAssignmentKey(gid, member_id),
