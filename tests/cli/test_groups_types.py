@@ -207,3 +207,28 @@ def test_consumer_and_classic_groups_through_the_tools(broker: RunningBroker) ->
     deleted = ok("groups", "--delete", "--group", cg, "--bootstrap-server", b)
     assert deleted.strip() == f"Deletion of requested consumer groups ('{cg}') was successful."
     assert cg not in ok("groups", "--list", "--bootstrap-server", b).split()
+
+
+def test_members_of_both_protocols_show_which_is_upgraded(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A consumer group being migrated (Kafka's online migration) has classic and consumer
+    protocol members: ``--members --verbose`` adds kafka-consumer-groups.sh's UPGRADED
+    column then, and only then (ConsumerGroupDescribe v1's member type)."""
+    from odradek.cli.groups import GroupView, MemberView, _print_members_kafka
+
+    def view(*upgraded: bool | None) -> GroupView:
+        members = tuple(
+            MemberView(f"m{i}", None, "/127.0.0.1", f"c{i}", {"t": (i,)}, 3, {"t": (i,)}, u)
+            for i, u in enumerate(upgraded))
+        return GroupView("g", "consumer", "Stable", "consumer", "uniform", (0, "h", 9092),
+                         members, {}, {}, 4, 3)
+
+    _print_members_kafka(view(True, False), verbose=True)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split()[-2:] == ["TARGET-ASSIGNMENT", "UPGRADED"]
+    assert [line.split()[-1] for line in lines[1:]] == ["true", "false"]
+    assert [line.split()[5:8] for line in lines[1:]] == [["3", "t:0", "3"], ["3", "t:1", "3"]]
+    _print_members_kafka(view(True, True), verbose=True)
+    assert "UPGRADED" not in capsys.readouterr().out
+    _print_members_kafka(view(True, False), verbose=False)
+    assert "UPGRADED" not in capsys.readouterr().out

@@ -244,6 +244,9 @@ class MemberView:
     #: a consumer group's member only (KIP-848): its epoch and target assignment
     member_epoch: int | None = None
     target_assignment: dict[str, tuple[int, ...]] | None = None
+    #: a consumer group's member: False while it still speaks the classic protocol (a
+    #: group being migrated), True when it speaks KIP-848's, None unknown
+    upgraded: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +288,7 @@ async def _view(admin: ClusterAdmin, group_id: str, offsets: bool = True) -> Gro
         view = GroupView(
             group_id, CONSUMER, described.state, "consumer", described.assignor, coordinator,
             tuple(MemberView(m.member_id, m.group_instance_id, m.client_host, m.client_id,
-                             m.assignment, m.member_epoch, m.target_assignment)
+                             m.assignment, m.member_epoch, m.target_assignment, m.upgraded)
                   for m in described.members),
             committed, {}, described.group_epoch, described.assignment_epoch)
     else:
@@ -344,8 +347,11 @@ def _print_members_kafka(view: GroupView, verbose: bool) -> None:
     with_instance = any(m.group_instance_id for m in view.members)
     header = ["GROUP", "CONSUMER-ID"] + (["GROUP-INSTANCE-ID"] if with_instance else []) + [
         "HOST", "CLIENT-ID", "#PARTITIONS"]
+    # a group with members of both protocols (a migration) shows which is which
+    migrating = {m.upgraded for m in view.members} >= {True, False}
     if verbose:
         header += ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+        header += ["UPGRADED"] if migrating else []
     rows: list[list[Any]] = [header]
     for m in view.members:
         row: list[Any] = [view.group_id, m.member_id] + (
@@ -354,6 +360,8 @@ def _print_members_kafka(view: GroupView, verbose: bool) -> None:
         if verbose:
             row += [_opt(m.member_epoch), _assignment_text(m.assignment),
                     _opt(view.assignment_epoch), _assignment_text(m.target_assignment)]
+            if migrating:
+                row.append(MISSING if m.upgraded is None else str(m.upgraded).lower())
         rows.append(row)
     print()
     print_table(rows)

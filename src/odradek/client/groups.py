@@ -84,6 +84,9 @@ class ConsumerGroupMember:
     subscribed_topics: tuple[str, ...]
     assignment: dict[str, tuple[int, ...]]
     target_assignment: dict[str, tuple[int, ...]]
+    #: ConsumerGroupDescribe v1's member type: True a consumer protocol member, False a
+    #: classic one in a group being migrated (Kafka's ``upgraded``), None unknown (v0)
+    upgraded: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +168,8 @@ class GroupsClient:
         members = tuple(
             ConsumerGroupMember(m.member_id, m.instance_id, m.rack_id, int(m.member_epoch),
                                 m.client_id, m.client_host, tuple(m.subscribed_topic_names),
-                                partitions(m.assignment), partitions(m.target_assignment))
+                                partitions(m.assignment), partitions(m.target_assignment),
+                                _upgraded(getattr(m, "member_type", -1)))
             for m in g.members)
         return ConsumerGroupDescription(g.group_id, g.group_state, int(g.group_epoch),
                                         int(g.assignment_epoch), g.assignor_name,
@@ -253,3 +257,9 @@ class GroupsClient:
             for p in t.partitions:
                 check(p.error_code, f"committing the offset of {t.name}-{p.partition_index} "
                                     f"for group {group_id}")
+
+
+def _upgraded(member_type: int) -> bool | None:
+    """ConsumerGroupDescribe v1's MemberType: 1 consumer, 0 classic, -1 unknown."""
+    return {1: True, 0: False}.get(int(member_type))
+
