@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import resource
@@ -84,7 +85,8 @@ def start_broker(
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the broker did not start; see {log_file}")
         time.sleep(0.05)
-    return proc, f"127.0.0.1:{ready.read_text().strip()}"
+    # written whole once the broker serves: {"port": P, "listeners": {...}, "metrics": ...}
+    return proc, f"127.0.0.1:{json.loads(ready.read_text())['port']}"
 
 
 def _more_open_files() -> None:
