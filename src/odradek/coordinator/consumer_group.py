@@ -13,11 +13,13 @@ How it works:
   assignment: a member joins, leaves or is fenced, a member changes its subscription, or
   the subscribed topics change (partitions added, a topic created or deleted) — the
   latter is noticed on every heartbeat by comparing the subscribed topics' metadata with
-  the one the group last saw. The *target assignment* (each member's partitions) is
-  recomputed by a server-side assignor (:mod:`odradek.coordinator.consumer_assignors`)
-  whenever the group epoch is ahead of the *assignment epoch*, which then takes the group
-  epoch's value. Each member has a *member epoch*: the assignment epoch it has converged
-  to, and its previous one.
+  the one the group last saw (looked up name by name, or by walking the cluster's topics
+  when the group subscribes to more names than there are topics: a heartbeat costs no
+  more than either, whatever one member subscribes to). The *target assignment* (each
+  member's partitions) is recomputed by a server-side assignor
+  (:mod:`odradek.coordinator.consumer_assignors`) whenever the group epoch is ahead of
+  the *assignment epoch*, which then takes the group epoch's value. Each member has a
+  *member epoch*: the assignment epoch it has converged to, and its previous one.
 - **Reconciliation** (Kafka's ``CurrentAssignmentBuilder``) moves each member towards its
   target one heartbeat at a time, in three states: ``stable`` (it has what the target of
   its epoch says), ``unrevoked_partitions`` (it must first give up partitions: it keeps
@@ -53,6 +55,7 @@ import enum
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from odradek.coordinator.consumer_assignors import (
@@ -249,6 +252,8 @@ class ConsumerGroup:
         self.subscription_metadata: dict[str, TopicMetadata] = {}
         # (topic id, partition) -> id of the member holding it (assigned or pending revocation)
         self._owners: dict[tuple[uuid.UUID, int], str] = {}
+        # subscribed_topics(), None when a subscription changed since
+        self._subscribed: frozenset[str] | None = None
 
     # ================================================================ views
     @property
@@ -269,8 +274,13 @@ class ConsumerGroup:
     def owner_of(self, topic_id: uuid.UUID, partition: int) -> str | None:
         return self._owners.get((topic_id, partition))
 
-    def subscribed_topics(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.subscribed_topic_names}
+    def subscribed_topics(self) -> frozenset[str]:
+        """The topic names the members subscribe to, kept until a subscription changes
+        (a heartbeat must not cost per name every member subscribes to)."""
+        if self._subscribed is None:
+            self._subscribed = frozenset(
+                t for m in self.members.values() for t in m.subscribed_topic_names)
+        return self._subscribed
 
     def next_deadline_ms(self) -> int | None:
         """The earliest session or revocation deadline of a member, None without members."""
@@ -317,6 +327,7 @@ class ConsumerGroup:
                 static_members[member.instance_id] = member.member_id
         self._owners = owners
         self.static_members = static_members
+        self._subscribed = None
         # Not in the records (nor Kafka's): recomputed from the members' ServerAssignor
         # as Kafka's ConsumerGroupDescribe does.
         self.assignor_name = self._preferred_assignor()
@@ -333,6 +344,7 @@ class ConsumerGroup:
         if member is None:
             return
         self._release(member)
+        self._subscribed = None
         self.target.pop(member_id, None)
         self._forget_instance(member)
         self.group_epoch += 1
@@ -455,6 +467,10 @@ class ConsumerGroup:
         """A new instance of a static member that left (epoch -2) takes over its member:
         the same assignment and target, under the new member id, without a rebalance."""
         assert old.instance_id is not None
+        # the new id may name another member already (one restarting as this instance,
+        # a client reusing ids): it is fenced first, so what it holds is free and the
+        # group epoch moves to reassign it
+        self.remove_member(new_id)
         self._release(old)
         del self.members[old.member_id]
         member = replace(old, member_id=new_id, member_epoch=NEW_MEMBER_EPOCH,
@@ -498,9 +514,13 @@ class ConsumerGroup:
             self.members[member.member_id] = member
             if member.instance_id is not None:
                 self.static_members[member.instance_id] = member.member_id
-        bump = member.subscribed_topic_names != old_subscription
+        # (the same frozenset when not sent: not compared name by name)
+        bump = member.subscribed_topic_names is not old_subscription and (
+            member.subscribed_topic_names != old_subscription)
+        if bump:
+            self._subscribed = None
         # ... and when the subscribed topics' metadata changed (one move for both)
-        metadata = {name: topics[name] for name in self.subscribed_topics() if name in topics}
+        metadata = _lookup(self.subscribed_topics(), topics)
         if metadata != self.subscription_metadata:
             self.subscription_metadata = metadata
             bump = True
@@ -544,7 +564,7 @@ class ConsumerGroup:
                 instance_id=m.instance_id,
                 rack_id=m.rack_id,
                 subscribed_topic_ids=frozenset(
-                    by_name[t].topic_id for t in m.subscribed_topic_names if t in by_name),
+                    t.topic_id for t in _lookup(m.subscribed_topic_names, by_name).values()),
                 assignment=self.target.get(m.member_id, {}),
             )
             for m in self.members.values()
@@ -587,9 +607,8 @@ class ConsumerGroup:
         """Kafka's ``computeNextAssignment`` (called with the member's partitions not
         counted in the owners)."""
         target = self.target.get(member.member_id, {})
-        subscribed_ids = {self.subscription_metadata[t].topic_id
-                          for t in member.subscribed_topic_names
-                          if t in self.subscription_metadata}
+        subscribed_ids = {t.topic_id for t in _lookup(member.subscribed_topic_names,
+                                                      self.subscription_metadata).values()}
         keep: dict[uuid.UUID, frozenset[int]] = {}
         revoke: dict[uuid.UUID, frozenset[int]] = {}
         gain: dict[uuid.UUID, frozenset[int]] = {}
@@ -633,6 +652,16 @@ class ConsumerGroup:
                 raise RuntimeError(
                     f"group {self.group_id}: partition {key} given to {member.member_id} "
                     f"while {holder} holds it")
+
+
+def _lookup(names: AbstractSet[str], topics: Mapping[str, TopicMetadata]
+            ) -> dict[str, TopicMetadata]:
+    """The topics of ``topics`` that ``names`` names, at the cost of the smaller of the
+    two: names by the million (a hostile subscription, most of them not topics) cost per
+    topic of the cluster, not per name."""
+    if len(names) > len(topics):
+        return {name: topics[name] for name in topics if name in names}
+    return {name: topics[name] for name in names if name in topics}
 
 
 def _pairs(assignment: Assignment) -> Iterable[tuple[uuid.UUID, int]]:

@@ -62,7 +62,8 @@ def register_consumer_groups(registry: HandlerRegistry, services: BrokerServices
 
 class _Topics(Mapping[str, TopicMetadata]):
     """The cluster's topics by name, read from the metadata on demand (a group looks up
-    only the topics its members subscribe to)."""
+    the topics its members subscribe to, or walks the cluster's topics when they are
+    fewer than the names subscribed)."""
 
     __slots__ = ("_metadata",)
 
@@ -79,10 +80,11 @@ class _Topics(Mapping[str, TopicMetadata]):
         return isinstance(name, str) and self._metadata.get(name) is not None
 
     def __iter__(self) -> Iterator[str]:
-        raise TypeError("the topics of the cluster are looked up by name only")
+        return iter(list(self._metadata.topics))
 
     def __len__(self) -> int:
-        raise TypeError("the topics of the cluster are looked up by name only")
+        # what a group with a subscription of more names than this iterates instead
+        return len(self._metadata.topics)
 
 
 def _ms(value: Any) -> int:
