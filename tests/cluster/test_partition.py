@@ -15,6 +15,7 @@ from odradek.cluster.errors import (
     UnknownLeaderEpochError,
 )
 from odradek.cluster.partition import Partition, PartitionState, leader_epoch_error
+from odradek.records.builder import BatchBuilder
 from odradek.storage import LogManager, TopicPartition
 from odradek.storage.config import LogConfig
 from tests.storage._util import make_batch
@@ -344,3 +345,57 @@ def test_an_older_state_never_replaces_a_newer_one(log_manager: LogManager) -> N
     assert partition.high_watermark == 15
     assert partition.update_state(PartitionState(3, 4, (3, 2), (ME, 2, 3), 9))
     assert not partition.is_leader
+
+
+# -- the high watermark lets the producer state forget replicated transactions (issue 46)
+def _transaction(partition: Partition, pid: int) -> int:
+    """A one-record transaction of ``pid`` and its commit marker; the marker's offset."""
+    builder = BatchBuilder(producer_id=pid, producer_epoch=0, base_sequence=0,
+                           is_transactional=True)
+    builder.append(b"k", b"v", 1_700_000_000_000)
+    partition.append_records_as_leader(builder.build())
+    return partition.append_control_as_leader(pid, 0, True, 0).first_offset
+
+
+def test_a_lone_leaders_high_watermark_forgets_each_transaction_at_once(
+    log_manager: LogManager,
+) -> None:
+    partition = _partition(log_manager, ALONE)
+    state = partition.log.producer_state
+    for pid in (1000, 1001, 1002):
+        marker = _transaction(partition, pid)
+        assert partition.high_watermark == marker + 1  # the lone leader's step moved it
+        assert state.unreplicated == {}
+
+
+def test_a_leaders_high_watermark_forgets_a_transaction_once_it_passes_the_marker(
+    log_manager: LogManager,
+) -> None:
+    partition = _partition(log_manager, WITH_FOLLOWER)
+    state = partition.log.producer_state
+    marker = _transaction(partition, 1000)
+    assert partition.update_follower_fetch_state(2, marker, now=1000)  # short of it
+    assert state.unreplicated == {0: (1000, marker)}
+    assert partition.update_follower_fetch_state(2, marker + 1, now=1001)
+    assert state.unreplicated == {}
+
+
+def test_a_followers_high_watermark_forgets_the_transactions_it_passes(
+    log_manager: LogManager, tmp_path: Path,
+) -> None:
+    leader_manager = LogManager([tmp_path / "leader"])
+    leader_manager.startup()
+    try:
+        leader = _partition(leader_manager, ALONE)
+        marker = _transaction(leader, 1000)
+        follower = _partition(log_manager, PartitionState(2, 3, (ME, 2), (ME, 2)))
+        while follower.log.log_end_offset < leader.log.log_end_offset:
+            follower.log.append_as_follower(
+                leader.log.read(follower.log.log_end_offset, 1 << 20).read())
+        state = follower.log.producer_state
+        follower.update_follower_high_watermark(marker)
+        assert state.unreplicated == {0: (1000, marker)}
+        follower.update_follower_high_watermark(marker + 1)
+        assert state.unreplicated == {}
+    finally:
+        leader_manager.shutdown()

@@ -133,7 +133,7 @@ def test_an_empty_aborted_transaction_leaves_no_entry(tmp_path: Path) -> None:
     assert entries(plog) == []
     assert plog.producer_state.unreplicated == {1: (P1, 2)}  # only the one with data
     plog.high_watermark_managed = False
-    plog.high_watermark = plog.log_end_offset
+    plog.update_high_watermark(plog.log_end_offset)
     assert plog.producer_state.unreplicated == {}  # the high watermark passed it
     plog.roll()
     plog.append_as_leader(make_batch())

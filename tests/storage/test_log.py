@@ -621,7 +621,7 @@ def test_read_passes_segments_left_with_only_an_empty_batch(tmp_path: Path) -> N
         header = BatchHeader.parse(data)
         assert (header.base_offset, header.record_count, len(data)) == (30, 10, header.size)
     # with nothing after it below the high watermark, the empty batch itself is served
-    log.high_watermark = 20
+    log.update_high_watermark(20)
     data = log.read(10, 1 << 20, max_offset=20).read()
     assert (len(data), BatchHeader.parse(data).base_offset) == (BATCH_HEADER_SIZE, 10)
 
@@ -650,7 +650,7 @@ def test_a_read_with_no_room_answers_empty_without_searching_the_segment(
     plog = open_log(tmp_path)
     for _ in range(4):
         plog.append_as_leader(make_batch(3))
-    plog.high_watermark = plog.log_end_offset
+    plog.update_high_watermark(plog.log_end_offset)
     searched: list[int] = []
     translate = LogSegment.translate_offset
 
@@ -681,7 +681,7 @@ def test_a_read_tells_whether_its_first_batch_was_cut(tmp_path: Path) -> None:
     plog = open_log(tmp_path)
     for _ in range(3):
         plog.append_as_leader(make_batch(3))
-    plog.high_watermark = plog.log_end_offset
+    plog.update_high_watermark(plog.log_end_offset)
     first = BatchHeader.parse(plog.read(3, 1 << 20, plog.high_watermark).read()).size
     cut = plog.read(3, first - 1, plog.high_watermark, min_one_message=False)
     assert cut.size == first - 1 and cut.first_entry_incomplete

@@ -186,9 +186,9 @@ def test_last_stable_offset_waits_for_the_high_watermark(tmp_path: Path) -> None
     plog.high_watermark_managed = True  # a partition with followers moves it
     plog.append_as_leader(txn(P1, 0, 2))
     end(plog, P1, commit=True)
-    plog.high_watermark = 1
+    plog.update_high_watermark(1)
     assert plog.last_stable_offset == 0  # the transaction's marker is not replicated yet
-    plog.high_watermark = 3
+    plog.update_high_watermark(3)
     assert plog.last_stable_offset == 3
     assert plog.producer_state.unreplicated == {}
     info = plog.read(0, 1 << 20, plog.last_stable_offset)
@@ -209,9 +209,9 @@ def test_a_follower_forgets_replicated_transactions_as_its_high_watermark_moves(
         leader.append_as_leader(txn(P1, 2 * i, 2))
         end(leader, P1, commit=i % 3 != 0)
         follower.append_as_follower(leader.read(start, 1 << 20).read())
-        follower.high_watermark = follower.log_end_offset - 1  # short of the last marker
+        follower.update_high_watermark(follower.log_end_offset - 1)  # short of the last marker
         assert len(state.unreplicated) <= 1, i
-    follower.high_watermark = follower.log_end_offset
+    follower.update_high_watermark(follower.log_end_offset)
     assert state.unreplicated == {}
     assert follower.last_stable_offset == follower.log_end_offset
     leader.close()

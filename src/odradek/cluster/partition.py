@@ -343,7 +343,7 @@ class Partition:
             # its call (the log end offset, never back), on every append of one broker.
             end = log.log_end_offset
             if end > log.high_watermark:
-                log.high_watermark = end
+                log.update_high_watermark(end)
                 moved, self._unreplicated_bytes = self._unreplicated_bytes, 0
                 if self._on_high_watermark is not None:
                     self._on_high_watermark(self, moved)
@@ -375,7 +375,7 @@ class Partition:
                         new = replica.log_end_offset
         if new <= self.log.high_watermark:
             return False
-        self.log.high_watermark = new
+        self.log.update_high_watermark(new)
         moved, self._unreplicated_bytes = self._unreplicated_bytes, 0
         if self._on_high_watermark is not None:
             self._on_high_watermark(self, moved)
@@ -394,13 +394,14 @@ class Partition:
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         """On a follower: the leader's high watermark, bounded by this log's end."""
         log = self.log
-        log.high_watermark = max(log.log_start_offset,
-                                 min(leader_high_watermark, log.log_end_offset))
+        log.update_high_watermark(max(log.log_start_offset,
+                                      min(leader_high_watermark, log.log_end_offset)))
 
     def restore_high_watermark(self, checkpointed: int) -> None:
         """At start: the checkpointed value, never past the log end offset."""
         log = self.log
-        log.high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
+        log.update_high_watermark(
+            max(log.log_start_offset, min(checkpointed, log.log_end_offset)))
         self.maybe_increment_high_watermark()
 
     # -- read ----------------------------------------------------------------------------

@@ -278,18 +278,17 @@ class PartitionLog:
         # broker, the partition that takes the log over (cluster.Partition) sets
         # ``high_watermark_managed`` and moves it: the smallest log end offset over the ISR.
         self.high_watermark_managed = False
-        self._high_watermark = self.log_end_offset
+        # Read it as a plain attribute (the produce and fetch paths do, every request);
+        # move it only by :meth:`update_high_watermark`, which keeps the producer state in
+        # step (tests/storage/test_log_high_watermark.py holds the tree to that).
+        self.high_watermark = self.log_end_offset
 
     # -- high watermark ------------------------------------------------------------------
-    @property
-    def high_watermark(self) -> int:
-        return self._high_watermark
-
-    @high_watermark.setter
-    def high_watermark(self, offset: int) -> None:
-        """Every move of the high watermark, leader or follower, lets the producer state
-        forget the transactions it passed (Kafka's ``updateHighWatermark``)."""
-        self._high_watermark = offset
+    def update_high_watermark(self, offset: int) -> None:
+        """Move the high watermark to ``offset``. Every move, leader or follower, lets the
+        producer state forget the transactions whose markers it passed (Kafka's
+        ``updateHighWatermark``); with none waiting, that costs one truth test."""
+        self.high_watermark = offset
         if self.producer_state.unreplicated:
             self.producer_state.on_high_watermark_updated(offset)
 
@@ -509,10 +508,9 @@ class PartitionLog:
                     position, header.size, next_offset - 1,
                     now if log_append else header.max_timestamp,
                 ))
-            self._append(buf, appended, first, next_offset - 1, False)
+            size = self._append(buf, appended, first, next_offset - 1, False)
             self.producer_state.commit(producers)
-            size = len(buf)  # _appended, inline: this runs for every Produce
-            for listener in self._append_listeners:
+            for listener in self._append_listeners:  # _appended, inline: every Produce
                 listener(self, size)
         return LogAppendInfo(
             first, next_offset - 1,
@@ -672,9 +670,9 @@ class PartitionLog:
     def _append(
         self, buf: bytes | bytearray | memoryview, batches: Sequence[BatchExtent],
         first_offset: int, last_offset: int, notify: bool = True,
-    ) -> None:
-        """Write the batches; with ``notify`` tell the append listeners. A leader's
-        append tells them itself (:meth:`_appended`) once the producer state holds the
+    ) -> int:
+        """Write the batches (returns their bytes); with ``notify`` tell the append
+        listeners. A leader's append tells them itself once the producer state holds the
         batches: a listener may move the high watermark and wake a read_committed fetch,
         which must see the last stable offset the append leaves (issue 46)."""
         # The disk-error choke point without a context manager: this runs per batch.
@@ -694,10 +692,11 @@ class PartitionLog:
         except OSError as exc:
             raise channel.failed(self.log_dir, f"appending for {self.dir.name}", exc) from exc
         if not self.high_watermark_managed:
-            self.high_watermark = segment.next_offset
+            self.update_high_watermark(segment.next_offset)
         if notify:
             for listener in self._append_listeners:
                 listener(self, size)
+        return size
 
     def _appended(self, size: int) -> None:
         for listener in self._append_listeners:
@@ -989,7 +988,7 @@ class PartitionLog:
             self._publish(self.segments[: i + 1])
             self.segments[i].truncate_to(offset)
             self.active_segment.make_active()
-            self.high_watermark = min(self.high_watermark, self.log_end_offset)
+            self.update_high_watermark(min(self.high_watermark, self.log_end_offset))
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             self.producer_state.load(self.segments, self.log_start_offset, self.log_end_offset)
@@ -1037,7 +1036,7 @@ class PartitionLog:
         self._add_segment(self._new_segment(offset))
         self.log_start_offset = offset
         self.recovery_point = offset
-        self.high_watermark = offset
+        self.update_high_watermark(offset)
         self.leader_epoch_cache.clear()
         self.producer_state.reset()
 
