@@ -362,7 +362,7 @@ def test_authorization_of_the_consumer_group_apis() -> None:
     )
     from tests.server.test_authorization import call as call_as
 
-    carol, dave = "User:carol", "User:dave"
+    carol, dave, frank = "User:carol", "User:dave", "User:frank"
     describe_op, read_op = 8, 3
     with running_broker(overrides={"authorizer.class.name": AUTHORIZER,
                                    "super.users": ADMIN}) as b:
@@ -371,11 +371,15 @@ def test_authorization_of_the_consumer_group_apis() -> None:
         group = new_group()
         grant(b, acl_creation(GROUP_T, group, carol, op=describe_op),
               acl_creation(TOPIC_T, topic, carol, op=describe_op),
-              acl_creation(GROUP_T, group, dave, op=read_op))
-        # no Read on the group: refused; with it, joined
+              acl_creation(GROUP_T, group, dave, op=read_op),
+              acl_creation(GROUP_T, group, frank, op=read_op),
+              acl_creation(TOPIC_T, topic, frank, op=describe_op),
+              acl_creation(TOPIC_T, hidden, frank, op=describe_op))
+        # no Read on the group: refused; with it and Describe on the topics, joined
+        # (without Describe on them: tests/server/test_consumer_group_hostile_wire.py)
         _, codes = call_as(b, heartbeat(group, "m1", 0, topics=(topic,)), carol)
         assert codes == {ErrorCode.group_authorization_failed}
-        response, codes = call_as(b, heartbeat(group, "m1", 0, topics=(topic,)), dave)
+        response, codes = call_as(b, heartbeat(group, "m1", 0, topics=(topic,)), frank)
         assert codes == {ErrorCode.none} and response.member_epoch == 1
         m = req("consumer_group_describe", 1)
         request = m.ConsumerGroupDescribeRequest(group_ids=(group,),
@@ -389,7 +393,7 @@ def test_authorization_of_the_consumer_group_apis() -> None:
         assert len(response.groups[0].members) == 1
         # the group now names a topic carol may not describe
         response, codes = call_as(b, heartbeat(group, "m1", 1, topics=(topic, hidden),
-                                               owned=None), dave)
+                                               owned=None), frank)
         assert codes == {ErrorCode.none}
         response, _ = call_as(b, request, carol)
         (described,) = response.groups

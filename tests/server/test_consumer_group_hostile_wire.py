@@ -57,3 +57,36 @@ def test_a_subscription_of_many_names_is_served_by_the_topics_of_the_cluster(
     second = one(rb, heartbeat(group, other, second.member_epoch, owned=[]))
     assert second.error_code == ErrorCode.none, second.error_message
     assert assigned(second) == {topic_id: {0, 1} - kept.get(topic_id, set())}
+
+
+def test_a_heartbeat_subscribing_to_a_topic_it_may_not_describe_is_refused() -> None:
+    """Kafka 4.0 (KAFKA-18813): Read on the group is not enough to subscribe to a topic;
+    a heartbeat naming one the caller may not Describe is TOPIC_AUTHORIZATION_FAILED
+    (joined, its assignment would tell the topic's id and partition count)."""
+    from tests.server.test_authorization import (
+        ADMIN,
+        AUTHORIZER,
+        GROUP_T,
+        TOPIC_T,
+        acl_creation,
+        grant,
+    )
+    from tests.server.test_authorization import call as call_as
+
+    dave, describe_op, read_op = "User:dave", 8, 3
+    with running_broker(overrides={"authorizer.class.name": AUTHORIZER,
+                                   "super.users": ADMIN}) as b:
+        topic, topic_id = new_topic(b, 2)
+        hidden, _ = new_topic(b, 3)
+        group = new_group()
+        grant(b, acl_creation(GROUP_T, group, dave, op=read_op),
+              acl_creation(TOPIC_T, topic, dave, op=describe_op))
+        response, codes = call_as(b, heartbeat(group, "m1", 0, topics=(topic, hidden)), dave)
+        assert codes == {ErrorCode.topic_authorization_failed}
+        assert response.assignment is None and response.member_epoch == 0
+        response, codes = call_as(b, heartbeat(group, "m1", 0, topics=(topic,)), dave)
+        assert codes == {ErrorCode.none} and assigned(response) == {topic_id: {0, 1}}
+        # nor may a member add one later
+        response, codes = call_as(b, heartbeat(group, "m1", response.member_epoch,
+                                               topics=(topic, hidden), owned=None), dave)
+        assert codes == {ErrorCode.topic_authorization_failed}

@@ -4,7 +4,9 @@ ConsumerGroupDescribe (69) v0-1, on :class:`GroupCoordinator`'s consumer groups
 
 Follows Kafka's ``KafkaApis.handleConsumerGroupHeartbeat`` / ``handleConsumerGroupDescribe``:
 
-- ConsumerGroupHeartbeat needs Read on the group (else GROUP_AUTHORIZATION_FAILED); an
+- ConsumerGroupHeartbeat needs Read on the group (else GROUP_AUTHORIZATION_FAILED) and,
+  as in Kafka 4.0 (KAFKA-18813), Describe on every topic name it subscribes to (else
+  TOPIC_AUTHORIZATION_FAILED: an assignment would tell a topic's id and size); an
   error is answered with its message, no member id, epoch 0 and no assignment. v0 lets
   the coordinator name a joining member; from v1 the member names itself. The topics a
   member subscribes to are looked up by name in the broker's metadata on each heartbeat,
@@ -40,6 +42,7 @@ from odradek.server.authorization import (
     ResourceType,
     allowed,
     authorized_operations,
+    filter_refused,
     require,
 )
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
@@ -111,6 +114,12 @@ async def consumer_group_heartbeat(
 ) -> Any:
     require(services.authorizer, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     m = response_module("consumer_group_heartbeat", ctx.api_version)
+    if request.subscribed_topic_names and filter_refused(
+            services.authorizer, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+            set(request.subscribed_topic_names)):
+        # Kafka 4.0 (KAFKA-18813): the assignment would tell the topic's id and size
+        return _failed(m, ErrorCode.topic_authorization_failed,
+                       "Describe on a subscribed topic is not authorized.")
     heartbeat = HeartbeatRequest(
         member_id=request.member_id,
         member_epoch=request.member_epoch,
@@ -128,9 +137,7 @@ async def consumer_group_heartbeat(
     result = await services.group_coordinator.consumer_group_heartbeat(
         request.group_id, heartbeat, ctx.api_version, _Topics(services.metadata))
     if result.error != ErrorCode.none:
-        return make(m.ConsumerGroupHeartbeatResponse, throttle_time=ZERO_THROTTLE,
-                    error_code=result.error, error_message=result.message, member_id=None,
-                    member_epoch=0, heartbeat_interval=_interval(0), assignment=None)
+        return _failed(m, result.error, result.message)
     assignment = None
     if result.assignment is not None:
         assignment = make(m.Assignment, topic_partitions=tuple(
@@ -141,6 +148,12 @@ async def consumer_group_heartbeat(
                 member_epoch=result.member_epoch,
                 heartbeat_interval=_interval(result.heartbeat_interval_ms),
                 assignment=assignment)
+
+
+def _failed(m: Any, error: ErrorCode, message: str | None) -> Any:
+    return make(m.ConsumerGroupHeartbeatResponse, throttle_time=ZERO_THROTTLE,
+                error_code=error, error_message=message, member_id=None, member_epoch=0,
+                heartbeat_interval=_interval(0), assignment=None)
 
 
 def _interval(ms: int) -> datetime.timedelta:
