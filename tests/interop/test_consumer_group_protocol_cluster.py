@@ -1,21 +1,24 @@
 """The consumer group protocol of KIP-848 on a three-broker cluster: the broker
-coordinating a group is killed with SIGKILL. Consumer groups are not stored in
-``__consumer_offsets`` yet, so the new coordinator does not know the group: the member
-is told UNKNOWN_MEMBER_ID, joins again and goes on from its committed offsets, which are
-replicated as for classic groups. Every record is read; the committed offsets hold."""
+coordinating a group is killed with SIGKILL. The group is stored in
+``__consumer_offsets`` (every change replicated before it is answered), so the new
+coordinator loads it: its members carry on at their epochs, a revocation in progress at
+the kill included, without joining again. Every record is read; no partition is held by
+two members at once; the committed offsets hold."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from odradek.client.connection import BrokerConnection, ClientError
-from odradek.client.groups import GroupsClient
+from odradek.client.groups import ConsumerGroupDescription, GroupsClient
 
 from ._cluster import Cluster, running_cluster, wait_for
 
@@ -52,7 +55,22 @@ def find_coordinator(bootstrap: str, group: str) -> int:
     return wait_for(attempt, 30, f"a coordinator for {group}")
 
 
-def test_a_killed_coordinator_and_the_member_rejoins(cluster: Cluster) -> None:
+def describe(bootstrap: str, group: str) -> ConsumerGroupDescription | None:
+    """ConsumerGroupDescribe of ``group`` at its coordinator (None while there is none,
+    or it does not know the group)."""
+    async def ask() -> ConsumerGroupDescription | None:
+        async with await BrokerConnection.open(bootstrap) as conn:
+            _, host, port = await GroupsClient(conn).find_coordinator(group)
+        async with await BrokerConnection.open(f"{host}:{port}") as conn:
+            return await GroupsClient(conn).describe_consumer_group(group)
+
+    try:
+        return asyncio.run(ask())
+    except (ClientError, OSError):  # no coordinator yet, or it is loading
+        return None
+
+
+def test_a_killed_coordinator_and_the_member_carries_on(cluster: Cluster) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -93,8 +111,8 @@ def test_a_killed_coordinator_and_the_member_rejoins(cluster: Cluster) -> None:
         cluster.kill9(coordinator)
         produce(40, 40)
         consume_until(80)
-        # what was read twice had been read after the commit (at least once: the
-        # member went back to the committed offsets when it joined again)
+        # what was read twice had been read after the commit (none: the member carries
+        # on at its positions)
         assert all(int(v[1:]) >= 40 for v in seen[read_before:] if seen.count(v) > 1)
         consumer.commit(asynchronous=False)
         committed = consumer.committed(
@@ -103,4 +121,167 @@ def test_a_killed_coordinator_and_the_member_rejoins(cluster: Cluster) -> None:
         assert find_coordinator(cluster.address(1), group) != coordinator
     finally:
         consumer.close()
+        cluster.restore()
+
+
+def test_a_coordinator_killed_mid_revocation_and_the_members_carry_on(
+        cluster: Cluster) -> None:
+    """Kill -9 of the coordinator while a second member joins and the first has not
+    revoked yet (its rebalance callback is not served until it polls): the new
+    coordinator loads the group mid-reconciliation and both members go on at their
+    epochs; the second gets the partitions once the first released them."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    bootstrap = ",".join(cluster.address(i) for i in (1, 2, 3))
+    topic = f"kip848-rev-{uuid.uuid4().hex[:8]}"
+    extra = f"{topic}-x"  # a second subscription moves the group epoch past 2
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for name, count in ((topic, PARTITIONS), (extra, 1)):
+        admin.create_topics([NewTopic(name, count, 3)])[name].result(60)
+    group, coordinator = next(
+        (g, c) for g in (f"g-{uuid.uuid4().hex[:8]}" for _ in range(50))
+        if (c := find_coordinator(cluster.address(1), g)) != 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+
+    def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            producer.produce(topic, value=f"v{i}".encode(), partition=i % PARTITIONS)
+        assert producer.flush(60) == 0
+
+    owner: dict[int, str] = {}  # partition of topic -> the consumer holding it now
+    overlaps: list[str] = []
+    lost: list[str] = []
+    seen: list[str] = []
+
+    def member(name: str, topics: list[str]) -> Any:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                             "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False})
+
+        def on_assign(_c: Any, partitions: list[Any]) -> None:
+            for tp in partitions:
+                if tp.topic != topic:
+                    continue
+                holder = owner.setdefault(tp.partition, name)
+                if holder != name:
+                    overlaps.append(f"{name} got {tp.partition} held by {holder}")
+
+        def on_revoke(c: Any, partitions: list[Any]) -> None:
+            mine = [tp for tp in partitions if tp.topic == topic]
+            if mine:
+                at = positions[name]
+                done: list[Any] = [TopicPartition(topic, tp.partition, at[tp.partition])
+                                   for tp in mine if tp.partition in at]
+                if done:  # what c1 read is committed before the partition moves
+                    c.commit(offsets=done, asynchronous=False)
+            for tp in mine:
+                if owner.get(tp.partition) == name:
+                    del owner[tp.partition]
+
+        def on_lost(_c: Any, partitions: list[Any]) -> None:
+            lost.append(f"{name} lost {[tp.partition for tp in partitions]}")
+            for tp in partitions:
+                if tp.topic == topic and owner.get(tp.partition) == name:
+                    del owner[tp.partition]
+
+        def subscribe(names: list[str]) -> None:
+            consumer.subscribe(names, on_assign=on_assign, on_revoke=on_revoke,
+                               on_lost=on_lost)
+
+        subscribe(topics)
+        subscriptions[name] = subscribe
+        return consumer
+
+    positions: dict[str, dict[int, int]] = {"c1": {}, "c2": {}}
+    subscriptions: dict[str, Callable[[list[str]], None]] = {}
+
+    def poll(name: str, consumer: Any) -> None:
+        msg = consumer.poll(0.1)
+        if msg is None or msg.error() is not None:
+            return
+        if owner.get(msg.partition()) != name:
+            overlaps.append(f"{name} read partition {msg.partition()} it does not hold")
+        seen.append((msg.value() or b"").decode())
+        positions[name][msg.partition()] = msg.offset() + 1
+
+    c1 = member("c1", [topic])
+    c2: Any = None
+    try:
+        produce(0, 40)
+        deadline = time.monotonic() + 90
+        while len(set(seen)) < 40 and time.monotonic() < deadline:
+            poll("c1", c1)
+        assert len(set(seen)) == 40
+        c1.commit(asynchronous=False)
+        read_before = len(seen)
+        # c1 subscribes to one more topic: the group epoch moves to 2, so it is past
+        # where a group created again would be after c2 joins (epochs 1 and 2)
+        subscriptions["c1"]([topic, extra])
+
+        def epoch(at_least: int) -> ConsumerGroupDescription | None:
+            d = describe(cluster.address(1), group)
+            return d if d is not None and d.group_epoch >= at_least else None
+
+        def resubscribed() -> ConsumerGroupDescription | None:
+            poll("c1", c1)
+            return epoch(2)
+
+        cluster.wait_for(resubscribed, 30, "c1's new subscription")
+        # c2 joins; c1 is not polled, so it cannot revoke: the rebalance stays open
+        c2 = member("c2", [topic, extra])
+
+        def revoking() -> ConsumerGroupDescription | None:
+            poll("c2", c2)
+            d = describe(cluster.address(1), group)
+            if d is None or len(d.members) != 2:
+                return None
+            # c1 keeps its epoch and the partitions it is revoking are no longer shown
+            held = sum(len(m.assignment.get(topic, ())) for m in d.members)
+            return d if held < PARTITIONS else None
+
+        before = cluster.wait_for(revoking, 60, "c1 revoking for c2")
+        assert before.state == "Reconciling" and before.group_epoch >= 3
+        cluster.kill9(coordinator)
+        produce(40, 40)
+        deadline = time.monotonic() + 120
+        while len(set(seen)) < 80 and time.monotonic() < deadline:
+            poll("c1", c1)
+            poll("c2", c2)
+        assert len(set(seen)) == 80, f"read {len(set(seen))} of 80"
+        assert not overlaps, overlaps
+        assert not lost, lost  # nobody was fenced: no rejoin
+
+        def stable() -> ConsumerGroupDescription | None:
+            poll("c1", c1)
+            poll("c2", c2)
+            d = describe(cluster.address(1), group)
+            return d if d is not None and d.state == "Stable" else None
+
+        after = cluster.wait_for(stable, 60, "the group stable at its new coordinator")
+        # the group epoch did not restart: the same members, at the epoch of the
+        # rebalance that was in progress at the kill
+        assert after.group_epoch == before.group_epoch, (before, after)
+        assert [m.member_id for m in after.members] == [m.member_id for m in before.members]
+        assert all(m.member_epoch == before.group_epoch for m in after.members), after
+        assert sorted(p for m in after.members for p in m.assignment.get(topic, ())) == (
+            list(range(PARTITIONS)))
+        assert find_coordinator(cluster.address(1), group) != coordinator
+        # read twice only what was read after the commit
+        assert all(int(v[1:]) >= 40 for v in seen[read_before:] if seen.count(v) > 1)
+        for name, consumer in (("c1", c1), ("c2", c2)):
+            mine = [TopicPartition(topic, p, o) for p, o in positions[name].items()
+                    if owner.get(p) == name]
+            if mine:
+                consumer.commit(offsets=mine, asynchronous=False)
+        committed = c1.committed(
+            [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+        assert sum(tp.offset for tp in committed) == 80, committed
+    finally:
+        for consumer in (c1, c2):
+            if consumer is not None:
+                # bounded: librdkafka's close of a member mid-rebalance can wait long
+                closing = threading.Thread(target=consumer.close, daemon=True)
+                closing.start()
+                closing.join(30)
         cluster.restore()
