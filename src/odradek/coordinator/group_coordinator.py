@@ -876,6 +876,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         if error != ErrorCode.none:
             return HeartbeatResult(error)
         group = self.consumer_groups.get(group_id)
+        created = group is None
         if group is None:
             classic = self.manager.get_group(group_id)
             if classic is not None and not classic.is_in(GroupState.EMPTY, GroupState.DEAD):
@@ -894,7 +895,7 @@ class GroupCoordinator(InternalTopicCoordinator):
                                               member.revocation_deadline_ms)
         epochs = (group.group_epoch, len(group.members))
         result = group.heartbeat(request, topics, self.time_ms())
-        if before is None and result.error != ErrorCode.none:
+        if created and result.error != ErrorCode.none:
             self._drop_consumer_group(group_id)  # not created
             return result
         forget = self._forgettable(group)
@@ -904,7 +905,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             self._revert_consumer_group(group, before, {request.member_id: timers})
             return HeartbeatResult(error, f"The coordinator could not store the group: "
                                           f"{error.name}.")
-        if before is None and not forget:
+        if created and not forget:
             log.info("consumer group %s created", group_id)
         if (group.group_epoch, len(group.members)) != epochs:
             log.info("consumer group %s: epoch %d, %s (%s %s at epoch %s)", group_id,
