@@ -251,11 +251,11 @@ def test_new_partitions_are_assigned(rb: RunningBroker) -> None:
     member.close()
 
 
-def test_members_rejoin_after_the_coordinator_lost_the_group(rb: RunningBroker) -> None:
-    """Consumer groups are not stored yet: a coordinator that resigns and is elected
-    again (as after a failover) has forgotten the group. The member is told
-    NOT_COORDINATOR, then UNKNOWN_MEMBER_ID, joins again and goes on from its committed
-    offsets."""
+def test_a_coordinator_elected_again_loads_the_group_and_the_member_carries_on(
+        rb: RunningBroker) -> None:
+    """A coordinator that resigns and is elected again (as after a failover) loads the
+    group from ``__consumer_offsets``: the member, told NOT_COORDINATOR meanwhile, carries
+    on at its epoch with its partitions, and reads nothing twice."""
     topic = new_topic(rb, 2)
     group = f"g-{topic}"
     produce(rb.bootstrap, topic, 2, 10)
@@ -264,21 +264,25 @@ def test_members_rejoin_after_the_coordinator_lost_the_group(rb: RunningBroker) 
     wait_until(lambda: len(member.records) == 20, 20, "the first records", poll_all([member]))
     member.commit()
     coordinator = rb.broker.group_coordinator
+    before = coordinator.consumer_group(group)
+    assert before is not None
+    epochs = (before.group_epoch, {m: x.member_epoch for m, x in before.members.items()})
     partition = coordinator.partition_for(group)
     rb.call(coordinator.on_resigned, partition)
-    rb.call(coordinator.on_elected, partition)
     assert coordinator.consumer_group(group) is None
+    rb.call(coordinator.on_elected, partition)
+    loaded = coordinator.consumer_group(group)
+    assert loaded is not None and loaded is not before
+    assert (loaded.group_epoch, {m: x.member_epoch for m, x in loaded.members.items()}) == (
+        epochs)
     produce(rb.bootstrap, topic, 2, 10, start=10)
     wait_until(lambda: len({r[2] for r in member.records}) == 40, 30,
-               "the records after the rejoin", poll_all([member]))
-    rejoined = coordinator.consumer_group(group)
-    assert rejoined is not None and set(rejoined.members) == {member.consumer.memberid()}
-    # what was read again is what was read after the commit: the member lost its
-    # partitions and went back to the committed offsets (at least once, as Kafka's)
-    seen: set[tuple[int, int]] = set()
-    for partition, offset, _ in member.records:
-        assert (partition, offset) not in seen or offset >= 10
-        seen.add((partition, offset))
+               "the records after the load", poll_all([member]))
+    after = coordinator.consumer_group(group)
+    assert after is not None and set(after.members) == {member.consumer.memberid()}
+    assert after.group_epoch == epochs[0]  # no rejoin
+    positions = [(partition, offset) for partition, offset, _ in member.records]
+    assert len(positions) == len(set(positions)) == 40
     member.close()
 
 
