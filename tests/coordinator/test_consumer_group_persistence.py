@@ -432,3 +432,23 @@ def test_restored_groups_answer_every_heartbeat_as_the_original() -> None:
                   "static member taken over", "answer lost", "unreleased_instance_id",
                   "fenced_member_epoch", "unknown_member_id", "group_max_size_reached"):
         assert events[event] >= 3, events
+
+
+def test_a_members_snapshot_sorts_its_subscription_once() -> None:
+    """A heartbeat that changed nothing compares the member's snapshots: the names of an
+    unchanged subscription are the very same tuple, not sorted and compared name by name
+    again (80,000 names: 236 ms of the loop per heartbeat)."""
+    import uuid
+
+    from odradek.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest, TopicMetadata
+    from odradek.coordinator.consumer_group_persistence import member_snapshot
+
+    group = ConsumerGroup("g")
+    names = (*(f"n{i}" for i in range(1000)), "a")
+    group.heartbeat(HeartbeatRequest("E", 0, rebalance_timeout_ms=30_000,
+                                     subscribed_topic_names=names, owned={}),
+                    {"a": TopicMetadata(uuid.UUID(int=1), "a", 2)}, 0)
+    member = group.members["E"]
+    first, second = member_snapshot(member), member_snapshot(member)
+    assert first.subscribed_topic_names == tuple(sorted(names))
+    assert second.subscribed_topic_names is first.subscribed_topic_names
