@@ -313,3 +313,34 @@ def test_an_empty_consumer_group_is_kept_while_it_has_offsets() -> None:
         assert c.list_groups()[1] == [] and c.consumer_group("b") is None
 
     run(body)
+
+
+def test_a_heartbeat_writing_nothing_waits_for_the_records_still_pending() -> None:
+    """Kafka's runtime defers a write that produced no records until the shard's pending
+    writes are committed: an assignment whose records the ISR does not hold yet (a
+    failover would lose them and give the partitions to another member) is not answered,
+    even to a heartbeat that itself changes nothing."""
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
+        isr_has_it = False
+        waits: list[str] = []
+
+        async def replicated(group_id: str) -> ErrorCode:
+            waits.append(group_id)
+            return ErrorCode.none if isr_has_it else ErrorCode.request_timed_out
+
+        c.wait_replicated = replicated
+        first = await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        assert first.error == ErrorCode.coordinator_not_available
+        # the member retries: nothing new to write, but its assignment is not committed
+        retry = await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        assert retry.error == ErrorCode.coordinator_not_available
+        steady = await c.consumer_group_heartbeat(
+            "g", HeartbeatRequest("m1", 1, owned=owned(0, 1)), 1, TOPICS)
+        assert steady.error == ErrorCode.coordinator_not_available
+        assert waits == ["g", "g", "g"]
+        isr_has_it = True
+        again = await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        assert (again.error, again.member_epoch, again.assignment) == (
+            ErrorCode.none, 1, owned(0, 1))
+
+    run(body)

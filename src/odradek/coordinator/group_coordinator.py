@@ -53,7 +53,9 @@ How it works:
   that fails puts the group back as the log holds it and answers the append's error
   (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE). What the log holds of each group is kept
   beside it, so a heartbeat that moves neither epoch nor the member set compares one
-  member, and one that changes nothing writes nothing. Loading a partition replays the
+  member, and one that changes nothing writes nothing (but is answered, as Kafka's
+  runtime defers it, only once the ISR holds what the partition has appended so far:
+  its answer may carry what an earlier change wrote). Loading a partition replays the
   groups' records (:meth:`GroupMetadataManager.load_partition`) and restores each group
   with its derived state and timers (Kafka's ``onLoaded``): after a failover the members
   carry on at their epochs, mid-reconciliation included.
@@ -899,7 +901,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             self._drop_consumer_group(group_id)  # not created
             return result
         forget = self._forgettable(group)
-        error, written = self._write_consumer_group(
+        error, _ = self._write_consumer_group(
             group, before, None if forget else group, request.member_id)
         if error != ErrorCode.none:
             self._revert_consumer_group(group, before, {request.member_id: timers})
@@ -915,7 +917,12 @@ class GroupCoordinator(InternalTopicCoordinator):
             self._drop_consumer_group(group_id)
         else:
             self._schedule_consumer_expiry(group)
-        if written and self.wait_replicated is not None:
+        if self.wait_replicated is not None:
+            # Also when this heartbeat wrote nothing (Kafka's runtime defers such a write
+            # until the shard's pending writes are committed): the answer may carry an
+            # assignment whose records an earlier change appended and the ISR does not
+            # hold yet (that change's answer timed out; the member retries), which a
+            # failover would lose, giving the partitions to another member.
             error = await self.wait_replicated(group_id)
             if error != ErrorCode.none:
                 # The records are in the log (not taken back, as Kafka's runtime keeps
