@@ -117,3 +117,50 @@ def test_versions_kio_lacks_need_their_own_decoder_and_error_response() -> None:
     with pytest.raises(LocalProtocolError):
         registry.register(ApiKey.DESCRIBE_LOG_DIRS, 0, 4, _noop, decode=decode,
                           error_response=error)  # v0 is not among the served old ones
+
+
+_REGISTER_EVERY_KEY = """
+import sys
+from kio.schema.index import api_key_map
+from odradek.protocol.codec import LEGACY_VERSIONS, decode_request, encode_body, kio_versions
+from odradek.protocol.registry import HandlerRegistry
+
+async def noop(ctx, request):
+    return None
+
+def legacy_decode(frame, offset, version):
+    return None
+
+def legacy_error(ctx, request, code):
+    return None
+
+def schemas():
+    return {m for m in sys.modules if m.startswith("kio.schema.") and m.count(".") >= 4}
+
+before = schemas()
+registry = HandlerRegistry()
+for key in api_key_map:
+    low, high = kio_versions(key)
+    low = min(low, LEGACY_VERSIONS.get(key, (low, high))[0])
+    registry.register(key, low, high, noop, decode=legacy_decode, error_response=legacy_error)
+imported = sorted(schemas() - before)
+assert not imported, f"registration imported {len(imported)} schema modules: {imported[:5]}"
+from kio.schema.metadata.v12.request import MetadataRequest
+request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                          include_topic_authorized_operations=False)
+assert decode_request(3, 12, encode_body(request)) == request
+print(len(registry), "keys registered")
+"""
+
+
+def test_registration_imports_no_schema_module() -> None:
+    """Registering every key kio knows, for every version it has, checks the schemas
+    exist without importing one (they cost a broker start ~2 s of CPU); the first decode
+    of a version imports its schema. In a fresh interpreter: this one has them all."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _REGISTER_EVERY_KEY],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"{len(api_key_map)} keys registered" in result.stdout

@@ -6,6 +6,12 @@ dataclass per message and version from Kafka's JSON schemas, and its native
 ``entity_reader`` decodes them. This module only looks the right class up and caches the
 reader and writer for every (key, version), so the hot path is one dict lookup.
 
+Schema modules are imported on first use, not up front: kio has one module per message
+and version (300+), and importing them all cost every broker start about 2 s of CPU. What
+must fail early (a handler registered for a version kio has no schema for) asks
+:func:`has_kio_schema` instead, which reads kio's index and looks for the two modules'
+files in kio's package directories without importing them.
+
 Header versions come from the schemas, never from a hand-kept table: a request uses header
 v2 (tagged fields) when its version is flexible, v1 otherwise; a response header v1 when
 flexible, v0 otherwise — except ApiVersions, whose response header is always v0 so that a
@@ -19,12 +25,17 @@ ApiVersions request we cannot parse and still answer it.
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
 import io
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final, Literal
 
+import kio.schema
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
@@ -44,6 +55,7 @@ __all__ = [
     "LegacyBody",
     "decode_request",
     "encode_body",
+    "has_kio_schema",
     "kio_versions",
     "request_header_version",
     "response_header_version",
@@ -76,6 +88,40 @@ def kio_versions(api_key: int) -> tuple[int, int] | None:
         return None
     versions = schema_name_map[name]
     return min(versions), max(versions)
+
+
+@cache
+def has_kio_schema(api_key: int, api_version: int) -> bool:
+    """Whether kio has the request and response schemas of (key, version), known without
+    importing them: kio's index names both modules and their files are in kio's package
+    directories. A module found nowhere on disk (a packaging kio does not ship with) is
+    imported to decide, so the answer is the one :func:`schema` would give."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return False
+    entities = schema_name_map[name].get(api_version)
+    if entities is None:
+        return False
+    for entity_type in (EntityType.request, EntityType.response):
+        path = entities.get(entity_type)
+        if path is None or not _module_present(path.split(":", 1)[0]):
+            return False
+    return True
+
+
+def _module_present(module: str) -> bool:
+    if module in sys.modules:
+        return True
+    package, _, leaf = module.rpartition(".")
+    parts = package.split(".")[2:]  # below kio.schema
+    directories = [os.path.join(root, *parts) for root in kio.schema.__path__]
+    if importlib.machinery.PathFinder.find_spec(leaf, directories) is not None:
+        return True
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
 # Versions Kafka 3.9 still served that kio has no schemas for: Kafka 4.0 removed them from
@@ -113,7 +159,8 @@ def _no_kio(*_args: Any) -> Any:
 @cache
 def schema(api_key: int, api_version: int) -> ApiSchema:
     """The cached :class:`ApiSchema`; ``LocalProtocolError`` if kio has no such schema
-    (and it is not one of the :data:`LEGACY_VERSIONS`)."""
+    (and it is not one of the :data:`LEGACY_VERSIONS`). The first call for a (key,
+    version) imports its kio modules; the next ones are one dict lookup."""
     try:
         request_type: type[Any] = load_request_schema(api_key, api_version)
         response_type: type[Any] = load_response_schema(api_key, api_version)

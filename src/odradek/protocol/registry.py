@@ -4,7 +4,9 @@ Replaces the giant ``match`` of Kafka's ``KafkaApis.handle`` with a table, as Ta
 each API family registers its handler once, registering a key twice is an error, and the
 ApiVersions answer (Kafka's ``ApiVersionsResponse.collectApis``) is built from the table,
 so the broker can never advertise a version it does not serve. Every registered version
-must have a kio schema (request and response), checked at registration, except the old
+must have a kio schema (request and response), checked at registration (from kio's index
+and package files: the schema modules themselves are imported on a version's first
+request, see :mod:`~odradek.protocol.codec`), except the old
 versions kio lacks (``codec.LEGACY_VERSIONS``), whose registration brings its own
 ``decode`` and ``error_response`` and whose handler answers with a ``Send``.
 
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar, cast
 
 from odradek.protocol.api_keys import ApiKey
-from odradek.protocol.codec import LEGACY_VERSIONS, LegacyBody, kio_versions, schema
+from odradek.protocol.codec import LEGACY_VERSIONS, has_kio_schema, kio_versions
 from odradek.protocol.errors import (
     ErrorCode,
     LocalProtocolError,
@@ -196,11 +198,15 @@ class HandlerRegistry:
                 f"{_name(key)} versions {min_version}..{max_version} outside the versions "
                 f"kio has schemas for ({known[0]}..{known[1]})"
             )
+        legacy = LEGACY_VERSIONS.get(key, (0, -1))
         for version in range(min_version, max_version + 1):
-            # fails loudly now rather than on the first request
-            if schema(key, version).request_type is LegacyBody and (
-                decode is None or error_response is None
-            ):
+            # fails loudly now rather than on the first request, without importing the
+            # schema (that waits for the first request of the version)
+            if has_kio_schema(key, version):
+                continue
+            if not legacy[0] <= version <= legacy[1]:
+                raise LocalProtocolError(f"kio has no schema for {_name(key)} v{version}")
+            if decode is None or error_response is None:
                 raise LocalProtocolError(
                     f"{_name(key)} v{version} has no kio schema: the registration must "
                     "bring its own decode and error_response"
