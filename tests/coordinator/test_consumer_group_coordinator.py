@@ -6,6 +6,7 @@ in-memory fake of ``test_group_coordinator.py``)."""
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -344,3 +345,70 @@ def test_a_heartbeat_writing_nothing_waits_for_the_records_still_pending() -> No
             ErrorCode.none, 1, owned(0, 1))
 
     run(body)
+
+
+def _compacted(records: list[Any], drop_tombstones: bool) -> list[Any]:
+    """``records`` as the log cleaner leaves them: the last record of each key, and with
+    ``drop_tombstones`` (past ``delete.retention.ms``) no tombstone."""
+    last = {item[0]: i for i, item in enumerate(records)}
+    return [item for i, item in enumerate(records)
+            if last[item[0]] == i and not (drop_tombstones and item[1] is None)]
+
+
+def _state(c: GroupCoordinator, group_id: str) -> object:
+    """What a load must give back of a consumer group (timers restart at a load)."""
+    g = c.consumer_group(group_id)
+    if g is None:
+        return None
+    return (g.group_epoch, g.assignment_epoch,
+            {m.member_id: (m.member_epoch, m.previous_member_epoch, m.state,
+                           dict(m.assigned), dict(m.pending_revocation))
+             for m in g.members.values()},
+            {k: dict(v) for k, v in g.target.items()})
+
+
+def test_a_compacted_log_loads_the_groups_the_coordinator_holds_through_failed_appends(
+) -> None:
+    """Joins, steady heartbeats, leaves, commits, deletions, fencing by the timer, two
+    groups sharing member ids, appends failing at random: after every step the log, as
+    written and as the cleaner leaves it (with and without its tombstones), loads exactly
+    the groups the coordinator holds (the snapshot kept beside each group never drifts
+    from the log)."""
+    async def body(c: GroupCoordinator, topic: FakeOffsetsTopic, clock: Clock) -> None:
+        rnd = random.Random(7)
+        for step in range(200):
+            group_id, member_id, op = rnd.choice("gh"), rnd.choice(("m1", "m2", "m3")), rnd.random()
+            if rnd.random() < 0.15:
+                topic.fail_appends = not topic.fail_appends
+            group = c.consumer_group(group_id)
+            member = None if group is None else group.members.get(member_id)
+            if op < 0.4:
+                await c.consumer_group_heartbeat(group_id, join(member_id), 1, TOPICS)
+            elif op < 0.7 and member is not None:
+                await c.consumer_group_heartbeat(group_id, HeartbeatRequest(
+                    member_id, member.member_epoch, owned=dict(member.assigned)), 1, TOPICS)
+            elif op < 0.85 and member is not None:
+                await c.consumer_group_heartbeat(
+                    group_id, HeartbeatRequest(member_id, -1), 1, TOPICS)
+            elif op < 0.9 and member is not None:
+                c.commit_offsets(group_id, member_id, None, member.member_epoch,
+                                 {("t", 0): (step, -1, None)}, api_version=9)
+            elif op < 0.95:
+                c.delete_groups([group_id])
+            else:
+                clock.now += 60  # every session ends: the timers fence (or retry)
+                await asyncio.sleep(0.06)
+            failing, topic.fail_appends = topic.fail_appends, False
+            want = {g: _state(c, g) for g in "gh"}
+            written = topic.records
+            for compaction in (None, False, True):
+                topic.records = written if compaction is None else {
+                    p: _compacted(r, compaction) for p, r in written.items()}
+                other = fresh(topic, clock, CONFIG)
+                try:
+                    assert {g: _state(other, g) for g in "gh"} == want, (step, compaction)
+                finally:
+                    other.shutdown()
+            topic.records, topic.fail_appends = written, failing
+
+    run(body, CONFIG)
