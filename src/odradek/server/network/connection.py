@@ -231,6 +231,22 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._reader.mute(throttle_ms)
 
+    def limit_reads(self, max_bytes: int | None) -> None:
+        """Read at most ``max_bytes`` from the socket at a time (``None``: the transport's
+        own size again). A SASL connection reads little until it authenticates, so a
+        hostile size prefix, refused at once, costs the broker one small read, not the
+        256 KiB asyncio's socket transport reads at a time (issue 47: the pages of
+        hundreds of such reads, freed between longer-lived objects, were kept by the
+        allocator). Only asyncio's own socket transport reads in a settable size; the TLS
+        transport reads in TLS records already."""
+        transport = self._transport
+        if transport is None or self._tls or not hasattr(type(transport), "max_size"):
+            return
+        if max_bytes is None:
+            vars(transport).pop("max_size", None)
+        else:
+            transport.max_size = max_bytes  # type: ignore[attr-defined]
+
     def _refuse(self, cause: str, reason: str) -> None:
         if self._reader is not None:
             self._reader.refuse(cause, reason)

@@ -5,8 +5,10 @@ the socket go into a sans-I/O :class:`~odradek.protocol.framing.FrameDecoder` ca
 connection's maximum frame size: ``socket.request.max.bytes``, or on a SASL listener
 ``sasl.server.max.receive.size`` until the client authenticates (a larger size prefix
 closes the connection at once, before any of the frame is buffered: Kafka's fix of
-CVE-2022-34917). :meth:`RequestReader.pump` hands complete frames to the dispatcher while
-the connection may take more:
+CVE-2022-34917; such a connection reads 8 KiB at a time meanwhile, see
+:meth:`~odradek.server.network.connection.KafkaConnection.limit_reads`).
+:meth:`RequestReader.pump` hands complete frames to the dispatcher while the connection
+may take more:
 
 - fewer than ``queued.max.requests`` of its requests in flight, and less than
   ``socket.request.max.bytes`` of request bytes held by them;
@@ -118,6 +120,9 @@ class RequestReader:
         self.pump()
 
     def _invalid(self, e: RemoteProtocolError) -> None:
+        # Every frame before the invalid one is dispatched: what is buffered is the
+        # invalid frame's, never read; drop it now rather than when the connection goes.
+        self._decoder = FrameDecoder(self._decoder.max_frame_size)
         too_large = self.too_large
         if too_large is not None and isinstance(e, FrameTooLargeError):
             too_large(e.size)  # refuses the connection its own way

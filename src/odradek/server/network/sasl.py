@@ -68,6 +68,11 @@ __all__ = ["SaslAuthenticator", "SaslResult"]
 
 log = logging.getLogger("odradek.server.network")
 
+# What an unauthenticated connection reads from its socket at a time (see
+# KafkaConnection.limit_reads): its SASL and ApiVersions requests are small, and a hostile
+# size prefix is refused after one such read.
+UNAUTHENTICATED_READ_BYTES = 8192
+
 _ALLOWED: Final = frozenset({
     int(ApiKey.API_VERSIONS), int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE),
 })
@@ -84,6 +89,8 @@ class _Connection(Protocol):
     closing: bool
 
     def close(self, reason: str, level: int = ..., cause: str | None = None) -> None: ...
+
+    def limit_reads(self, max_bytes: int | None) -> None: ...
 
 
 class SaslResult(NamedTuple):
@@ -129,6 +136,7 @@ class SaslAuthenticator:
         reader.set_dispatch(self.gate)
         reader.max_frame_size = self._settings.max_receive_size
         reader.too_large = self._receive_too_large
+        connection.limit_reads(UNAUTHENTICATED_READ_BYTES)
 
     @property
     def authenticated(self) -> bool:
@@ -265,6 +273,7 @@ class SaslAuthenticator:
         self._reader.set_dispatch(self._dispatcher.dispatch)
         self._reader.max_frame_size = self._requests.max_bytes  # socket.request.max.bytes
         self._reader.too_large = None
+        connection.limit_reads(None)
         lifetime = self._settings.max_reauth_ms
         if self._expiry is not None:
             self._expiry.cancel()
