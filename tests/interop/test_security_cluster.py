@@ -55,7 +55,9 @@ def test_inter_broker_sasl_ssl_replicates_and_survives_a_leader_kill(tmp_path: P
 
         def isr() -> list[int]:
             metadata = admin.list_topics(topic, timeout=10)
-            return sorted(metadata.topics[topic].partitions[0].isrs)
+            # a broker that has not applied the new topic yet answers it without partitions
+            partition = metadata.topics[topic].partitions.get(0)
+            return sorted(partition.isrs) if partition is not None else []
 
         wait_for(lambda: isr() == [1, 2, 3], 60, "every replica in sync over SASL_SSL")
         # Each client sees its own listener: PLAINTEXT ports only.
