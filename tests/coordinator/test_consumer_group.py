@@ -164,7 +164,7 @@ def test_an_unchanged_assignment_is_not_sent_again() -> None:
                       owned={T1: frozenset({0})}),
      "TopicPartitions must be empty when (re-)joining."),
     (HeartbeatRequest("m", 0, rebalance_timeout_ms=1, subscribed_topic_names=None, owned={}),
-     "SubscribedTopicNames must be set in first request."),
+     "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining."),
     (HeartbeatRequest("", 0, rebalance_timeout_ms=1, subscribed_topic_names=("a",), owned={}),
      "MemberId can't be empty."),
     (HeartbeatRequest("", 3), "MemberId can't be empty."),
@@ -172,12 +172,23 @@ def test_an_unchanged_assignment_is_not_sent_again() -> None:
     (HeartbeatRequest("m", -3), "MemberEpoch is invalid."),
     (HeartbeatRequest("m", 1, instance_id=""), "InstanceId can't be empty."),
     (HeartbeatRequest("m", 1, rack_id=""), "RackId can't be empty."),
-    (HeartbeatRequest("m", 0, rebalance_timeout_ms=1, subscribed_topic_regex="a.*", owned={}),
-     "SubscribedTopicRegex is not supported yet."),
 ])
 def test_a_bad_heartbeat_is_an_invalid_request(request_: HeartbeatRequest, message: str) -> None:
     assert validate_heartbeat(request_, "g", 1, ["uniform"]) == (ErrorCode.invalid_request,
                                                                   message)
+
+
+@pytest.mark.parametrize("request_", [
+    # Kafka 4.0: a regex alone, names and a regex together, or an empty list or regex
+    # (a member subscribed to nothing) all join
+    HeartbeatRequest("m", 0, rebalance_timeout_ms=1, subscribed_topic_regex="a.*", owned={}),
+    HeartbeatRequest("m", 0, rebalance_timeout_ms=1, subscribed_topic_names=("b",),
+                     subscribed_topic_regex="a.*", owned={}),
+    HeartbeatRequest("m", 0, rebalance_timeout_ms=1, subscribed_topic_names=(), owned={}),
+    HeartbeatRequest("m", 0, rebalance_timeout_ms=1, subscribed_topic_regex="", owned={}),
+])
+def test_a_first_heartbeat_with_names_or_a_regex_is_valid(request_: HeartbeatRequest) -> None:
+    assert validate_heartbeat(request_, "g", 1, ["uniform"]) is None
 
 
 def test_validation_of_the_group_id_and_of_v0_member_ids() -> None:

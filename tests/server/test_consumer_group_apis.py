@@ -97,11 +97,14 @@ def test_a_member_joins_and_gets_every_partition(rb: RunningBroker, version: int
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), [
     ({"topics": None}, ErrorCode.invalid_request,
-     "SubscribedTopicNames must be set in first request."),
+     "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining."),
     ({"topics": ("t",), "owned": None}, ErrorCode.invalid_request,
      "TopicPartitions must be empty when (re-)joining."),
-    ({"topics": ("t",), "regex": "t.*"}, ErrorCode.invalid_request,
-     "SubscribedTopicRegex is not supported yet."),
+    ({"topics": ("t",), "regex": "t[.*"}, ErrorCode.invalid_regular_expression,
+     "SubscribedTopicRegex `t[.*` is not a valid regular expression: missing closing ]."),
+    ({"topics": None, "regex": "(?=t)"}, ErrorCode.invalid_regular_expression,
+     "SubscribedTopicRegex `(?=t)` is not a valid regular expression: invalid or "
+     "unsupported Perl syntax."),
     ({"topics": ("t",), "assignor": "sticky"}, ErrorCode.unsupported_assignor,
      "ServerAssignor sticky is not supported. Supported assignors: uniform, range."),
 ])

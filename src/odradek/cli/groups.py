@@ -16,7 +16,8 @@ A group is a classic one or a consumer group (KIP-848). ``list`` names each grou
 coordinator with the API of the group's type, as Kafka's admin client does
 (ConsumerGroupDescribe, falling back to DescribeGroups for a classic group), and for a
 consumer group also shows the group epoch, the target assignment epoch, the server-side
-assignor and each member's epoch with its current and target assignment.
+assignor and each member's epoch with its current and target assignment (and, when a
+member subscribes with one, its ``SubscribedTopicRegex``: a TOPIC-REGEX column).
 
 kafka-consumer-groups.sh's own command line is taken too, so its scripts run unchanged:
 ``--list [--type [T,...]] [--state [S,...]]``, ``--describe (--group G ... | --all-groups)
@@ -247,6 +248,8 @@ class MemberView:
     #: a consumer group's member: False while it still speaks the classic protocol (a
     #: group being migrated), True when it speaks KIP-848's, None unknown
     upgraded: bool | None = None
+    #: a consumer group's member: its SubscribedTopicRegex (None or "": none)
+    topic_regex: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +291,8 @@ async def _view(admin: ClusterAdmin, group_id: str, offsets: bool = True) -> Gro
         view = GroupView(
             group_id, CONSUMER, described.state, "consumer", described.assignor, coordinator,
             tuple(MemberView(m.member_id, m.group_instance_id, m.client_host, m.client_id,
-                             m.assignment, m.member_epoch, m.target_assignment, m.upgraded)
+                             m.assignment, m.member_epoch, m.target_assignment, m.upgraded,
+                             m.subscribed_topic_regex)
                   for m in described.members),
             committed, {}, described.group_epoch, described.assignment_epoch)
     else:
@@ -349,6 +353,8 @@ def _print_members_kafka(view: GroupView, verbose: bool) -> None:
         "HOST", "CLIENT-ID", "#PARTITIONS"]
     # a group with members of both protocols (a migration) shows which is which
     migrating = {m.upgraded for m in view.members} >= {True, False}
+    with_regex = any(m.topic_regex for m in view.members)
+    header += ["TOPIC-REGEX"] if with_regex else []
     if verbose:
         header += ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
         header += ["UPGRADED"] if migrating else []
@@ -357,6 +363,8 @@ def _print_members_kafka(view: GroupView, verbose: bool) -> None:
         row: list[Any] = [view.group_id, m.member_id] + (
             [m.group_instance_id or ""] if with_instance else []) + [
             m.client_host, m.client_id, sum(len(ps) for ps in m.assignment.values())]
+        if with_regex:
+            row.append(m.topic_regex or MISSING)
         if verbose:
             row += [_opt(m.member_epoch), _assignment_text(m.assignment),
                     _opt(view.assignment_epoch), _assignment_text(m.target_assignment)]
@@ -434,6 +442,8 @@ def _describe(args: argparse.Namespace) -> int:
                 print()
                 header = ["CONSUMER-ID", "INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
                 consumer = view.group_type == CONSUMER
+                with_regex = any(m.topic_regex for m in view.members)
+                header += ["TOPIC-REGEX"] if with_regex else []
                 header += (["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
                             "TARGET-ASSIGNMENT"] if consumer else ["ASSIGNMENT"])
                 member_rows: list[list[Any]] = [header]
@@ -441,6 +451,7 @@ def _describe(args: argparse.Namespace) -> int:
                     row: list[Any] = [m.member_id, m.group_instance_id or MISSING,
                                       m.client_host, m.client_id,
                                       sum(len(ps) for ps in m.assignment.values())]
+                    row += [m.topic_regex or MISSING] if with_regex else []
                     row += ([_opt(m.member_epoch), _assignment_text(m.assignment),
                              _opt(view.assignment_epoch),
                              _assignment_text(m.target_assignment)] if consumer

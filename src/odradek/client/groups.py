@@ -87,6 +87,8 @@ class ConsumerGroupMember:
     #: ConsumerGroupDescribe v1's member type: True a consumer protocol member, False a
     #: classic one in a group being migrated (Kafka's ``upgraded``), None unknown (v0)
     upgraded: bool | None = None
+    #: its SubscribedTopicRegex (None or "": none)
+    subscribed_topic_regex: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +171,8 @@ class GroupsClient:
             ConsumerGroupMember(m.member_id, m.instance_id, m.rack_id, int(m.member_epoch),
                                 m.client_id, m.client_host, tuple(m.subscribed_topic_names),
                                 partitions(m.assignment), partitions(m.target_assignment),
-                                _upgraded(getattr(m, "member_type", -1)))
+                                _upgraded(getattr(m, "member_type", -1)),
+                                m.subscribed_topic_regex)
             for m in g.members)
         return ConsumerGroupDescription(g.group_id, g.group_state, int(g.group_epoch),
                                         int(g.assignment_epoch), g.assignor_name,

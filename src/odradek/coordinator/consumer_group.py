@@ -42,11 +42,27 @@ How it works:
   within its rebalance timeout. :meth:`ConsumerGroup.expire` removes (fences) a member
   past either deadline, which moves the group epoch so its partitions go to others.
 
+- **Regular-expression subscriptions** (``SubscribedTopicRegex``, Kafka 4.0's
+  ``maybeUpdateRegularExpressions`` and ``handleRegularExpressionsResult``). A member
+  subscribes to its names and to the topics its expression resolves to; the group holds
+  one resolution per distinct expression (:class:`ResolvedRegularExpression`), shared by
+  the members that subscribe to it, never one per member. A member bringing an
+  expression the group already resolved moves the group epoch at once; one the group
+  does not know yet is resolved by the caller (:meth:`ConsumerGroup.regex_refresh_due`
+  says which expressions and when; the caller matches them against the cluster's topics
+  off the event loop, :mod:`odradek.coordinator.consumer_regex`) and handed back with
+  :meth:`ConsumerGroup.apply_resolved`, which moves the group epoch when a resolution
+  changed. A group refreshes its expressions when one is not resolved yet or the
+  topics changed since its last resolution (``topics_version``), at most once every
+  ``REGEX_BATCH_REFRESH_INTERVAL_MS`` (10 s, Kafka 4.0's constant); the resolution of
+  an expression no member subscribes to any more is dropped. Validating an expression
+  (INVALID_REGULAR_EXPRESSION) is the caller's too, before :meth:`ConsumerGroup.heartbeat`,
+  for an expression the group has no subscriber of (Kafka compiles it then).
+
 The group's records in ``__consumer_offsets`` are the coordinator's
 (:mod:`odradek.coordinator.consumer_group_persistence`): a group rebuilt from them gets
 what they do not hold from :meth:`ConsumerGroup.rebuild_derived`. Not here (yet):
-regular-expression subscriptions, and classic members in a consumer group (online
-migration).
+classic members in a consumer group (online migration).
 """
 
 from __future__ import annotations
@@ -76,6 +92,7 @@ __all__ = [
     "HeartbeatRequest",
     "HeartbeatResult",
     "MemberState",
+    "ResolvedRegularExpression",
     "TopicMetadata",
     "validate_heartbeat",
 ]
@@ -85,6 +102,9 @@ LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 # A member is new (no epoch yet) until its first assignment.
 NEW_MEMBER_EPOCH = 0
+# Kafka 4.0's GroupMetadataManager.REGEX_BATCH_REFRESH_INTERVAL_MS: the least time between
+# two refreshes of a group's regular expressions.
+REGEX_BATCH_REFRESH_INTERVAL_MS = 10_000
 
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 """Partitions by topic id (topics without partitions are left out)."""
@@ -117,6 +137,19 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     max_size: int = 2_147_483_647  # group.consumer.max.size
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    # Kafka 4.0's constant (not a config there); tests lower it
+    regex_refresh_interval_ms: int = REGEX_BATCH_REFRESH_INTERVAL_MS
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRegularExpression:
+    """The topics a subscribed expression matched (Kafka's ``ResolvedRegularExpression``,
+    the ConsumerGroupRegularExpression record), at ``version`` of the cluster's topics
+    (:meth:`ConsumerGroup.regex_refresh_due`) and ``timestamp_ms``."""
+
+    topics: frozenset[str]
+    version: int
+    timestamp_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +200,7 @@ class ConsumerGroupMember:
     client_host: str = ""
     rebalance_timeout_ms: int = 0
     subscribed_topic_names: frozenset[str] = frozenset()
+    subscribed_topic_regex: str | None = None  # "" is no expression (Kafka keeps it)
     server_assignor: str | None = None
     member_epoch: int = NEW_MEMBER_EPOCH
     previous_member_epoch: int = -1
@@ -206,8 +240,6 @@ def validate_heartbeat(
         return invalid("InstanceId can't be empty.")
     if request.rack_id is not None and not request.rack_id:
         return invalid("RackId can't be empty.")
-    if request.subscribed_topic_regex:  # "" clears it (librdkafka sends it with names)
-        return invalid("SubscribedTopicRegex is not supported yet.")
     epoch = request.member_epoch
     if epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH:
         if not request.member_id:
@@ -219,8 +251,10 @@ def validate_heartbeat(
             return invalid("RebalanceTimeoutMs must be provided in first request.")
         if request.owned is None or request.owned:
             return invalid("TopicPartitions must be empty when (re-)joining.")
-        if not request.subscribed_topic_names:
-            return invalid("SubscribedTopicNames must be set in first request.")
+        # Kafka 4.0: an empty list of names or an empty regex joins, subscribed to nothing
+        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+            return invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be "
+                           "non-null when (re-)joining.")
     elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         if not request.member_id:
             return invalid("MemberId can't be empty.")
@@ -254,6 +288,14 @@ class ConsumerGroup:
         self._owners: dict[tuple[uuid.UUID, int], str] = {}
         # subscribed_topics(), None when a subscription changed since
         self._subscribed: frozenset[str] | None = None
+        # one resolution per distinct expression members subscribe to
+        self.resolved_regexes: dict[str, ResolvedRegularExpression] = {}
+        # the topics version and the time of the last refresh (-1: unknown, as after a
+        # load: the version is the count of this broker's topic changes)
+        self.regex_version = -1
+        self.regex_refreshed_ms = 0
+        # subscribed_regexes(), None when a subscription changed since
+        self._regexes: Counter[str] | None = None
 
     # ================================================================ views
     @property
@@ -275,12 +317,38 @@ class ConsumerGroup:
         return self._owners.get((topic_id, partition))
 
     def subscribed_topics(self) -> frozenset[str]:
-        """The topic names the members subscribe to, kept until a subscription changes
-        (a heartbeat must not cost per name every member subscribes to)."""
+        """The topic names the members subscribe to, by name or through a resolved
+        expression, kept until a subscription or a resolution changes (a heartbeat must
+        not cost per name every member subscribes to)."""
         if self._subscribed is None:
-            self._subscribed = frozenset(
-                t for m in self.members.values() for t in m.subscribed_topic_names)
+            names = {t for m in self.members.values() for t in m.subscribed_topic_names}
+            for regex in self.subscribed_regexes():
+                resolved = self.resolved_regexes.get(regex)
+                if resolved is not None:
+                    names |= resolved.topics
+            self._subscribed = frozenset(names)
         return self._subscribed
+
+    def subscribed_regexes(self) -> Counter[str]:
+        """How many members subscribe to each expression (Kafka's
+        ``subscribedRegularExpressions``)."""
+        if self._regexes is None:
+            self._regexes = Counter(m.subscribed_topic_regex for m in self.members.values()
+                                    if m.subscribed_topic_regex)
+        return self._regexes
+
+    def member_topics(self, member: ConsumerGroupMember) -> AbstractSet[str]:
+        """The topic names one member subscribes to: its names and what its expression
+        resolved to (nothing until it is resolved)."""
+        regex = member.subscribed_topic_regex
+        resolved = self.resolved_regexes.get(regex) if regex else None
+        if resolved is None or not resolved.topics:
+            return member.subscribed_topic_names
+        return member.subscribed_topic_names | resolved.topics
+
+    def _subscriptions_changed(self) -> None:
+        self._subscribed = None
+        self._regexes = None
 
     def next_deadline_ms(self) -> int | None:
         """The earliest session or revocation deadline of a member, None without members."""
@@ -327,7 +395,7 @@ class ConsumerGroup:
                 static_members[member.instance_id] = member.member_id
         self._owners = owners
         self.static_members = static_members
-        self._subscribed = None
+        self._subscriptions_changed()
         # Not in the records (nor Kafka's): recomputed from the members' ServerAssignor
         # as Kafka's ConsumerGroupDescribe does.
         self.assignor_name = self._preferred_assignor()
@@ -344,7 +412,12 @@ class ConsumerGroup:
         if member is None:
             return
         self._release(member)
-        self._subscribed = None
+        self._subscriptions_changed()
+        regex = member.subscribed_topic_regex
+        if regex and not self.subscribed_regexes().get(regex):
+            # its last subscriber: the resolution goes (Kafka's tombstone of it)
+            self.resolved_regexes.pop(regex, None)
+            self._subscriptions_changed()
         self.target.pop(member_id, None)
         self._forget_instance(member)
         self.group_epoch += 1
@@ -509,6 +582,7 @@ class ConsumerGroup:
             member.server_assignor = request.server_assignor
         if request.subscribed_topic_names is not None:
             member.subscribed_topic_names = frozenset(request.subscribed_topic_names)
+        regex_bump = self._update_regex(member, request.subscribed_topic_regex)
         member.client_id, member.client_host = request.client_id, request.client_host
         if is_new:
             self.members[member.member_id] = member
@@ -517,8 +591,9 @@ class ConsumerGroup:
         # (the same frozenset when not sent: not compared name by name)
         bump = member.subscribed_topic_names is not old_subscription and (
             member.subscribed_topic_names != old_subscription)
-        if bump:
-            self._subscribed = None
+        if bump or regex_bump:
+            self._subscriptions_changed()
+            bump = True
         # ... and when the subscribed topics' metadata changed (one move for both)
         metadata = _lookup(self.subscribed_topics(), topics)
         if metadata != self.subscription_metadata:
@@ -536,14 +611,83 @@ class ConsumerGroup:
         member.session_deadline_ms = now_ms + self.config.session_timeout_ms
 
         full_request = request.member_epoch == NEW_MEMBER_EPOCH or (
-            request.rebalance_timeout_ms != -1 and request.subscribed_topic_names is not None
-            and request.owned is not None)
+            request.rebalance_timeout_ms != -1 and request.owned is not None and (
+                request.subscribed_topic_names is not None
+                or request.subscribed_topic_regex is not None))
         assignment = (dict(member.assigned)
                       if full_request or member.assigned != old_assigned else None)
         return HeartbeatResult(
             ErrorCode.none, None, member.member_id, member.member_epoch,
             self.config.heartbeat_interval_ms, assignment,
         )
+
+    # ================================================================ regular expressions
+    def _update_regex(self, member: ConsumerGroupMember, regex: str | None) -> bool:
+        """A member's SubscribedTopicRegex (None: unchanged), as Kafka's
+        ``maybeUpdateRegularExpressions``; whether the group epoch must move. Called
+        before a new member is in the group."""
+        old = member.subscribed_topic_regex
+        if regex is None or regex == old:
+            return False
+        counts = self.subscribed_regexes()  # before this change
+        bump = False
+        if old:
+            if self.member_topics(member) != member.subscribed_topic_names:
+                bump = True  # its expression's topics leave its subscription
+            if counts.get(old, 0) == 1 and self.members.get(member.member_id) is member:
+                self.resolved_regexes.pop(old, None)  # its last subscriber
+        member.subscribed_topic_regex = regex
+        self._subscriptions_changed()
+        if regex and regex in self.resolved_regexes:
+            bump = True  # resolved for others already: the member gets it now
+        return bump
+
+    def regex_refresh_due(self, now_ms: int, topics_version: int) -> frozenset[str] | None:
+        """The expressions to resolve now, None when no refresh is due (Kafka 4.0's
+        conditions): the group subscribes to some, its last refresh is older than
+        ``REGEX_BATCH_REFRESH_INTERVAL_MS``, and one is not resolved yet or the cluster's
+        topics changed since (``topics_version``, a count the caller moves on every topic
+        created or changed). The caller runs at most one refresh of a group at a time."""
+        counts = self.subscribed_regexes()
+        if not counts:
+            return None
+        if now_ms <= self.regex_refreshed_ms + self.config.regex_refresh_interval_ms:
+            return None
+        regexes = frozenset(counts)
+        if regexes != self.resolved_regexes.keys() or self.regex_version < topics_version:
+            return regexes
+        return None
+
+    def apply_resolved(
+        self, resolved: Mapping[str, AbstractSet[str]], topics: Mapping[str, TopicMetadata],
+        topics_version: int, started_ms: int,
+    ) -> bool:
+        """A refresh's result (Kafka's ``handleRegularExpressionsResult``): the topics each
+        expression matched among ``topics`` when the refresh started (``started_ms``, at
+        ``topics_version``), those the member it was made for may describe. An
+        expression no member subscribes to any more is skipped. The group epoch moves
+        when a resolution or the subscribed topics' metadata changed; returns whether."""
+        counts = self.subscribed_regexes()
+        bump = False
+        for regex, names in resolved.items():
+            if not counts.get(regex):
+                continue
+            new = frozenset(names)
+            old = self.resolved_regexes.get(regex)
+            if new != (frozenset() if old is None else old.topics):
+                bump = True
+            self.resolved_regexes[regex] = ResolvedRegularExpression(
+                new, topics_version, started_ms)
+        self.regex_version = topics_version
+        self.regex_refreshed_ms = started_ms
+        self._subscriptions_changed()
+        metadata = _lookup(self.subscribed_topics(), topics)
+        if metadata != self.subscription_metadata:
+            self.subscription_metadata = metadata
+            bump = True
+        if bump:
+            self.group_epoch += 1
+        return bump
 
     # ================================================================ target assignment
     def _preferred_assignor(self) -> str:
@@ -564,7 +708,7 @@ class ConsumerGroup:
                 instance_id=m.instance_id,
                 rack_id=m.rack_id,
                 subscribed_topic_ids=frozenset(
-                    t.topic_id for t in _lookup(m.subscribed_topic_names, by_name).values()),
+                    t.topic_id for t in _lookup(self.member_topics(m), by_name).values()),
                 assignment=self.target.get(m.member_id, {}),
             )
             for m in self.members.values()
@@ -607,7 +751,7 @@ class ConsumerGroup:
         """Kafka's ``computeNextAssignment`` (called with the member's partitions not
         counted in the owners)."""
         target = self.target.get(member.member_id, {})
-        subscribed_ids = {t.topic_id for t in _lookup(member.subscribed_topic_names,
+        subscribed_ids = {t.topic_id for t in _lookup(self.member_topics(member),
                                                       self.subscription_metadata).values()}
         keep: dict[uuid.UUID, frozenset[int]] = {}
         revoke: dict[uuid.UUID, frozenset[int]] = {}

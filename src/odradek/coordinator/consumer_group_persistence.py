@@ -27,12 +27,18 @@ How it works:
   acknowledge, members in ``unreleased_partitions`` get the partitions as they are
   released.
 
+Regular-expression subscriptions: each member's ``SubscribedTopicRegex`` is in its
+member record, each resolution in a ConsumerGroupRegularExpression record (topics,
+version, timestamp). A restored group keeps its resolutions and their timestamps (so the
+10 s between refreshes holds across a failover) but not their version, which counts the
+topic changes seen by the broker that wrote it: the restored group's next due refresh
+resolves its expressions again (:meth:`ConsumerGroup.regex_refresh_due`), and only a
+changed resolution moves its epoch.
+
 What the state machine cannot hold, so :func:`restore` drops it (:func:`unsupported`
-names it, for the loader to log): a member's ``SubscribedTopicRegex`` and the group's
-resolved regular expressions (regular-expression subscriptions are not served yet), a
-classic member's metadata (online migration is not served yet), and a member whose
-current assignment was tombstoned without its member record (epoch -1: a removal cut in
-half, which one atomic batch per change never leaves).
+names it, for the loader to log): a classic member's metadata (online migration is not
+served yet), and a member whose current assignment was tombstoned without its member
+record (epoch -1: a removal cut in half, which one atomic batch per change never leaves).
 """
 
 from __future__ import annotations
@@ -44,12 +50,14 @@ from odradek.coordinator.consumer_group import (
     ConsumerGroupConfig,
     ConsumerGroupMember,
     MemberState,
+    ResolvedRegularExpression,
     TopicMetadata,
 )
 from odradek.coordinator.consumer_group_records import (
     MEMBER_STATE_STABLE,
     MEMBER_STATE_UNRELEASED_PARTITIONS,
     MEMBER_STATE_UNREVOKED_PARTITIONS,
+    ConsumerGroupRegularExpressionValue,
 )
 from odradek.coordinator.consumer_group_records import TopicMetadata as RecordTopicMetadata
 from odradek.coordinator.consumer_group_replay import (
@@ -100,6 +108,11 @@ def snapshot_of(group: ConsumerGroup) -> ConsumerGroupSnapshot:
         members={m.member_id: member_snapshot(m) for m in group.members.values()},
         target_assignment={mid: dict(t) for mid, t in group.target.items()},
         assignment_epoch=group.assignment_epoch,
+        resolved_regular_expressions={
+            regex: ConsumerGroupRegularExpressionValue(
+                _names_in_order(r.topics), r.version, r.timestamp_ms)
+            for regex, r in group.resolved_regexes.items()
+        },
     )
 
 
@@ -113,7 +126,7 @@ def member_snapshot(member: ConsumerGroupMember) -> MemberSnapshot:
         client_host=member.client_host,
         # the state machine keeps a set; the record's list is written in name order
         subscribed_topic_names=_names_in_order(member.subscribed_topic_names),
-        subscribed_topic_regex=None,
+        subscribed_topic_regex=member.subscribed_topic_regex,
         rebalance_timeout_ms=member.rebalance_timeout_ms,
         server_assignor=member.server_assignor,
         member_epoch=member.member_epoch,
@@ -157,15 +170,11 @@ def records_for_heartbeat(
 def unsupported(snapshot: ConsumerGroupSnapshot) -> list[str]:
     """What :func:`restore` drops from ``snapshot`` because the state machine cannot hold
     it (module docstring); empty when the group is restored whole."""
-    out = [f"resolved regular expression {regex!r}"
-           for regex in snapshot.resolved_regular_expressions]
+    out = []
     for m in snapshot.members.values():
         if m.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
             out.append(f"member {m.member_id!r} (current assignment deleted, epoch -1)")
             continue
-        if m.subscribed_topic_regex:
-            out.append(f"member {m.member_id!r}'s subscribed topic regex "
-                       f"{m.subscribed_topic_regex!r}")
         if m.classic_member_metadata is not None:
             out.append(f"member {m.member_id!r}'s classic member metadata")
     return out
@@ -193,6 +202,14 @@ def restore(
         for member_id, target in snapshot.target_assignment.items()
         if member_id in group.members or member_id not in snapshot.members
     }
+    group.resolved_regexes = {
+        regex: ResolvedRegularExpression(frozenset(r.topics), r.version, r.timestamp)
+        for regex, r in snapshot.resolved_regular_expressions.items()
+    }
+    # the version is the writing broker's count: resolve again when next due
+    group.regex_version = -1
+    group.regex_refreshed_ms = max(
+        (r.timestamp for r in snapshot.resolved_regular_expressions.values()), default=0)
     _rebuild_derived(group)
     restart_timers(group, now_ms)
     return group
@@ -212,6 +229,7 @@ def _member_of(group_id: str, m: MemberSnapshot) -> ConsumerGroupMember:
         client_host=m.client_host,
         rebalance_timeout_ms=m.rebalance_timeout_ms,
         subscribed_topic_names=frozenset(m.subscribed_topic_names),
+        subscribed_topic_regex=m.subscribed_topic_regex,
         server_assignor=m.server_assignor,
         member_epoch=m.member_epoch,
         previous_member_epoch=m.previous_member_epoch,

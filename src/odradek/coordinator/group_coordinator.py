@@ -67,6 +67,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -93,6 +94,7 @@ from odradek.coordinator.consumer_group_replay import (
     MemberSnapshot,
     encode_record,
 )
+from odradek.coordinator.consumer_regex import resolution_topics
 from odradek.coordinator.group_metadata import (
     CommittedOffset,
     GroupMetadata,
@@ -104,6 +106,7 @@ from odradek.coordinator.group_protocol import CONSUMER_PROTOCOL_TYPE
 from odradek.coordinator.group_state import GroupState
 from odradek.coordinator.internal_topic_coordinator import InternalTopicCoordinator
 from odradek.coordinator.offsets_topic import OffsetsTopic
+from odradek.coordinator.regex_worker import RegexTimeout, RegexWorker
 from odradek.protocol.errors import ErrorCode
 from odradek.text import plural
 
@@ -266,6 +269,12 @@ class GroupCoordinator(InternalTopicCoordinator):
         # what __consumer_offsets holds of each consumer group (the records of its last
         # change written), which the next change is compared with
         self._consumer_records: dict[str, ConsumerGroupSnapshot] = {}
+        # regular-expression subscriptions: the child process compiling and resolving
+        # them, the refresh running per group, and a count of topic changes (the
+        # version resolutions are made at)
+        self.regex_worker = RegexWorker()
+        self._regex_refreshes: dict[str, asyncio.Task[None]] = {}
+        self.topics_version = 0
 
     @property
     def groups(self) -> Mapping[str, GroupMetadata]:
@@ -282,6 +291,9 @@ class GroupCoordinator(InternalTopicCoordinator):
     def shutdown(self) -> None:
         for group_id in list(self.consumer_groups):
             self._drop_consumer_group(group_id)
+        for task in self._regex_refreshes.values():
+            task.cancel()
+        self.regex_worker.close_now()
         self.manager.shutdown()
         super().shutdown()
 
@@ -866,10 +878,12 @@ class GroupCoordinator(InternalTopicCoordinator):
     async def consumer_group_heartbeat(
         self, group_id: str, request: HeartbeatRequest, api_version: int,
         topics: Mapping[str, TopicMetadata],
+        authorize: Callable[[AbstractSet[str]], AbstractSet[str]] | None = None,
     ) -> HeartbeatResult:
         """ConsumerGroupHeartbeat (KIP-848; Kafka's ``consumerGroupHeartbeat``). What it
         changes is appended to the group's partition and replicated before the answer
-        (module docstring: Consumer groups)."""
+        (module docstring: Consumer groups). ``authorize``: the topics among those given
+        that the member may describe (None: all), for its expression's resolution."""
         config = self.config.consumer
         invalid = validate_heartbeat(request, group_id, api_version, config.assignors)
         if invalid is not None:
@@ -877,6 +891,15 @@ class GroupCoordinator(InternalTopicCoordinator):
         error = self.check_coordinator(group_id)
         if error != ErrorCode.none:
             return HeartbeatResult(error)
+        regex = request.subscribed_topic_regex
+        if regex and not self._regex_subscribed(group_id, regex):
+            # new to the group: compiled (in the worker) as Kafka does then
+            message = await self.regex_worker.validate(regex)
+            if message is not None:
+                return HeartbeatResult(ErrorCode.invalid_regular_expression, message)
+            error = self.check_coordinator(group_id)  # (it may have moved meanwhile)
+            if error != ErrorCode.none:
+                return HeartbeatResult(error)
         group = self.consumer_groups.get(group_id)
         created = group is None
         if group is None:
@@ -917,6 +940,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             self._drop_consumer_group(group_id)
         else:
             self._schedule_consumer_expiry(group)
+            self._maybe_refresh_regexes(group, topics, authorize)
         if self.wait_replicated is not None:
             # Also when this heartbeat wrote nothing (Kafka's runtime defers such a write
             # until the shard's pending writes are committed): the answer may carry an
@@ -932,6 +956,68 @@ class GroupCoordinator(InternalTopicCoordinator):
                 return HeartbeatResult(error, "The group's records were not replicated "
                                               f"in time: {error.name}.")
         return result
+
+    # -- regular-expression subscriptions (Kafka 4.0: resolved on its executor)
+    def on_topic_changed(self, name: str, info: object) -> None:
+        """A metadata listener: a topic created or changed may match an expression
+        (Kafka's ``lastMetadataImageWithNewTopics``); one deleted leaves the subscribed
+        topics' metadata at the next heartbeat."""
+        del name
+        if info is not None:
+            self.topics_version += 1
+
+    def _regex_subscribed(self, group_id: str, regex: str) -> bool:
+        group = self.consumer_groups.get(group_id)
+        return group is not None and bool(group.subscribed_regexes().get(regex))
+
+    def _maybe_refresh_regexes(
+        self, group: ConsumerGroup, topics: Mapping[str, TopicMetadata],
+        authorize: Callable[[AbstractSet[str]], AbstractSet[str]] | None,
+    ) -> None:
+        """Start a refresh of the group's expressions when one is due and none runs
+        (:meth:`ConsumerGroup.regex_refresh_due`), filtered by what the member of this
+        heartbeat may describe, as Kafka 4.0 does with its request context."""
+        if group.group_id in self._regex_refreshes:
+            return
+        regexes = group.regex_refresh_due(self.time_ms(), self.topics_version)
+        if regexes is None:
+            return
+        self._regex_refreshes[group.group_id] = asyncio.get_running_loop().create_task(
+            self._refresh_regexes(group.group_id, regexes, topics, authorize))
+
+    async def _refresh_regexes(
+        self, group_id: str, regexes: frozenset[str], topics: Mapping[str, TopicMetadata],
+        authorize: Callable[[AbstractSet[str]], AbstractSet[str]] | None,
+    ) -> None:
+        started, version = self.time_ms(), self.topics_version
+        try:
+            try:
+                matched = await self.regex_worker.resolve(regexes, list(topics))
+            except RegexTimeout as exc:
+                log.error("consumer group %s: regular expressions not resolved (%s); "
+                          "the last resolution stays", group_id, exc)
+                return
+            group = self.consumer_groups.get(group_id)
+            if group is None:
+                return  # gone or unloaded meanwhile
+            allowed = (None if authorize is None
+                       else authorize(resolution_topics(matched)))
+            resolved = {regex: frozenset(t for t in names
+                                         if allowed is None or t in allowed)
+                        for regex, names in matched.items()}
+            before = self._consumer_records.get(group_id)
+            bumped = group.apply_resolved(resolved, topics, version, started)
+            error, _ = self._write_consumer_group(group, before, group)
+            if error != ErrorCode.none:
+                log.warning("consumer group %s: resolved regular expressions not stored "
+                            "(%s)", group_id, error.name)
+                self._revert_consumer_group(group, before, {})
+                return
+            log.info("consumer group %s: regular expressions %s resolved in %d ms%s",
+                     group_id, ", ".join(sorted(regexes)), self.time_ms() - started,
+                     f" (epoch now {group.group_epoch})" if bumped else "")
+        finally:
+            self._regex_refreshes.pop(group_id, None)
 
     def _forgettable(self, group: ConsumerGroup) -> bool:
         """An empty consumer group without committed offsets is forgotten (Kafka's
@@ -1394,7 +1480,8 @@ def _member_change(
     changed."""
     if (before.group_epoch != group.group_epoch
             or before.assignment_epoch != group.assignment_epoch
-            or len(before.members) != len(group.members)):
+            or len(before.members) != len(group.members)
+            or before.resolved_regular_expressions.keys() != group.resolved_regexes.keys()):
         return None
     was = before.members.get(member_id)
     member = group.members.get(member_id)

@@ -216,6 +216,7 @@ class Broker:
         # Groups of the __consumer_offsets partitions this broker leads are loaded
         # before the listeners open.
         self.group_coordinator = self._make_group_coordinator()
+        self.metadata.add_listener(self.group_coordinator.on_topic_changed)
         self.group_coordinator.startup()
         self.transaction_coordinator = self._make_transaction_coordinator()
         await self._start_authorizer(store)

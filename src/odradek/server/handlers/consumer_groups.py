@@ -6,7 +6,11 @@ Follows Kafka's ``KafkaApis.handleConsumerGroupHeartbeat`` / ``handleConsumerGro
 
 - ConsumerGroupHeartbeat needs Read on the group (else GROUP_AUTHORIZATION_FAILED) and,
   as in Kafka 4.0 (KAFKA-18813), Describe on every topic name it subscribes to (else
-  TOPIC_AUTHORIZATION_FAILED: an assignment would tell a topic's id and size); an
+  TOPIC_AUTHORIZATION_FAILED: an assignment would tell a topic's id and size); the
+  topics a ``SubscribedTopicRegex`` resolves to are filtered instead: those the member
+  whose heartbeat started the resolution may not describe are left out (Kafka 4.0's
+  ``filterTopicDescribeAuthorizedTopics``). An invalid expression is
+  INVALID_REGULAR_EXPRESSION (:mod:`odradek.coordinator.consumer_regex`). An
   error is answered with its message, no member id, epoch 0 and no assignment. v0 lets
   the coordinator name a joining member; from v1 the member names itself. The topics a
   member subscribes to are looked up by name in the broker's metadata on each heartbeat,
@@ -25,6 +29,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.consumer_group import (
@@ -134,8 +139,17 @@ async def consumer_group_heartbeat(
         client_id=ctx.client_id or "",
         client_host=f"/{ctx.peer[0]}",
     )
+    authorizer = services.authorizer
+
+    def describable(names: AbstractSet[str]) -> AbstractSet[str]:
+        # Kafka 4.0's filterTopicDescribeAuthorizedTopics: a topic the expression matched
+        # that this member may not describe is left out of the resolution
+        return set(names) - filter_refused(authorizer, ctx, AclOperation.DESCRIBE,
+                                           ResourceType.TOPIC, names)
+
     result = await services.group_coordinator.consumer_group_heartbeat(
-        request.group_id, heartbeat, ctx.api_version, _Topics(services.metadata))
+        request.group_id, heartbeat, ctx.api_version, _Topics(services.metadata),
+        None if authorizer is None else describable)
     if result.error != ErrorCode.none:
         return _failed(m, result.error, result.message)
     assignment = None
@@ -235,7 +249,8 @@ def _describe(m: Any, ctx: RequestContext, group: ConsumerGroup,
              rack_id=member.rack_id, member_epoch=member.member_epoch,
              client_id=member.client_id, client_host=member.client_host,
              subscribed_topic_names=tuple(sorted(member.subscribed_topic_names)),
-             subscribed_topic_regex=None, assignment=assignment(member.assigned),
+             subscribed_topic_regex=member.subscribed_topic_regex,
+             assignment=assignment(member.assigned),
              target_assignment=assignment(group.target.get(member.member_id, {})),
              member_type=MEMBER_TYPE_CONSUMER)
         for member in group.members.values()

@@ -1,0 +1,152 @@
+"""The child process that compiles and resolves consumer groups' regular expressions,
+and the coordinator's asyncio client of it (Kafka runs the resolution on the group
+coordinator's executor threads; a Python thread would hold the GIL while RE2 compiles).
+
+How it works:
+
+- The child (``python -m odradek.coordinator.regex_worker``) reads one JSON request a
+  line on stdin and writes one JSON answer a line on stdout:
+  ``{"validate": regex}`` -> ``{"error": message or null}`` and
+  ``{"resolve": [regex...], "topics": [name...]}`` -> ``{"topics": {regex: [name...]}}``
+  (:mod:`odradek.coordinator.consumer_regex`). It imports nothing else of the broker.
+- :class:`RegexWorker` starts it on first use, sends one request at a time (an
+  ``asyncio.Lock``), and waits for each answer at most its deadline:
+  :data:`VALIDATE_TIMEOUT_S` for a validation, :data:`RESOLVE_TIMEOUT_S` for a
+  resolution. A request past its deadline kills the child (the next request starts a
+  new one) and raises :class:`RegexTimeout`; the coordinator answers a validation that
+  timed out INVALID_REGULAR_EXPRESSION, and keeps a group's last resolution when its
+  refresh timed out (as Kafka does when the resolution fails), retrying it later.
+- Answers of validations are kept (:data:`VALIDATED_KEPT`, the newest), so a regex
+  already judged costs no round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import IO, Any
+
+__all__ = ["RESOLVE_TIMEOUT_S", "VALIDATE_TIMEOUT_S", "RegexTimeout", "RegexWorker"]
+
+log = logging.getLogger(__name__)
+
+VALIDATE_TIMEOUT_S = 2.0
+"""How long compiling one SubscribedTopicRegex may take before it is refused."""
+RESOLVE_TIMEOUT_S = 30.0
+"""How long resolving a group's expressions against the cluster's topics may take."""
+VALIDATED_KEPT = 4096
+"""Validation answers kept (the newest)."""
+_LINE_LIMIT = 64 * 1024 * 1024  # an answer line: every topic name, a few times over
+
+
+class RegexTimeout(Exception):
+    """The worker did not answer in time (it was killed)."""
+
+
+class RegexWorker:
+    """The coordinator's handle on the regex child process (module docstring)."""
+
+    def __init__(self) -> None:
+        self._proc: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()
+        self._validated: OrderedDict[str, str | None] = OrderedDict()
+
+    async def validate(self, regex: str) -> str | None:
+        """Kafka's INVALID_REGULAR_EXPRESSION message for ``regex``, None when valid."""
+        if regex in self._validated:
+            self._validated.move_to_end(regex)
+            return self._validated[regex]
+        try:
+            answer = await self._ask({"validate": regex}, VALIDATE_TIMEOUT_S)
+        except RegexTimeout:
+            error: str | None = (
+                f"SubscribedTopicRegex `{regex[:200]}` is not a valid regular expression: "
+                f"not compiled within {VALIDATE_TIMEOUT_S:g} s.")
+        else:
+            error = answer.get("error")
+        self._validated[regex] = error
+        if len(self._validated) > VALIDATED_KEPT:
+            self._validated.popitem(last=False)
+        return error
+
+    async def resolve(self, regexes: Iterable[str], topics: Iterable[str]
+                      ) -> dict[str, list[str]]:
+        """The topics each expression matches (raises :class:`RegexTimeout`)."""
+        answer = await self._ask({"resolve": sorted(regexes), "topics": list(topics)},
+                                 RESOLVE_TIMEOUT_S)
+        resolved: dict[str, list[str]] = answer["topics"]
+        return resolved
+
+    async def _ask(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        async with self._lock:
+            proc = await self._started()
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(json.dumps(request).encode() + b"\n")
+                await asyncio.wait_for(proc.stdin.drain(), timeout_s)
+                line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
+            except (TimeoutError, ConnectionError) as exc:
+                await self._kill()
+                raise RegexTimeout(str(exc) or "timed out") from exc
+            if not line:
+                await self._kill()
+                raise RegexTimeout("the regex worker exited")
+            answer: dict[str, Any] = json.loads(line)
+            return answer
+
+    async def _started(self) -> asyncio.subprocess.Process:
+        if self._proc is None or self._proc.returncode is not None:
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "odradek.coordinator.regex_worker",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                limit=_LINE_LIMIT)
+            log.info("regex worker started (pid %d)", self._proc.pid)
+        return self._proc
+
+    async def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        log.warning("regex worker (pid %d) killed: no answer in time", proc.pid)
+        proc.kill()
+        await proc.wait()
+
+    async def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 2)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+    def close_now(self) -> None:
+        """Kill the child without waiting (shutdown outside a coroutine)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+
+
+def serve(inp: IO[str], out: IO[str]) -> None:
+    """The child's loop (module docstring)."""
+    from odradek.coordinator.consumer_regex import regex_error, resolve
+
+    for line in inp:
+        request = json.loads(line)
+        if "validate" in request:
+            answer: dict[str, Any] = {"error": regex_error(request["validate"])}
+        else:
+            answer = {"topics": resolve(request["resolve"], request["topics"])}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    serve(sys.stdin, sys.stdout)
