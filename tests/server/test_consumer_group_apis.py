@@ -6,6 +6,7 @@ member epoch, OffsetDelete), and session expiry on the broker's loop."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 import uuid
@@ -430,3 +431,92 @@ def test_the_consumer_group_configs_are_served_and_checked_against_each_other() 
     ]:
         with pytest.raises(ConfigError, match=message):
             BrokerConfig.from_raw({**base, **bad})
+
+
+# -- regular-expression subscriptions (SubscribedTopicRegex) --------------------------------
+def beat_until(rb: RunningBroker, group: str, member_id: str, epoch: int, owned: Any,
+               done: Any, timeout_s: float = 20.0) -> tuple[Any, int, Any]:
+    """Heartbeat as a consumer does (owned = what it was last assigned) until ``done``
+    of its assignment holds: (the last answer, its epoch, what it owns)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = one(rb, heartbeat(group, member_id, epoch, owned=owned))
+        assert response.error_code == ErrorCode.none, response.error_message
+        epoch = response.member_epoch
+        if response.assignment is not None:
+            owned = [(t, sorted(ps)) for t, ps in assigned(response).items()]
+        if done({t for t, _ in owned}):
+            return response, epoch, owned
+        assert time.monotonic() < deadline, f"assignment {owned} at epoch {epoch}"
+        time.sleep(0.05)
+
+
+def test_a_regex_subscription_over_the_wire(rb: RunningBroker) -> None:
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    ids = {}
+    for name in (f"{prefix}-a", f"{prefix}-b", f"other-{prefix}"):
+        rb.call(rb.broker.metadata.create_topic, name, 2, 1, {})
+        info = rb.broker.metadata.get(name)
+        assert info is not None
+        ids[name] = info.topic_id
+    group = new_group()
+    regex = f"{prefix}-.*"
+    first = one(rb, heartbeat(group, "m1", 0, regex=regex))
+    assert first.error_code == ErrorCode.none, first.error_message
+    wanted = {ids[f"{prefix}-a"], ids[f"{prefix}-b"]}
+    _, epoch, owned = beat_until(rb, group, "m1", first.member_epoch, [],
+                                 lambda got: got == wanted)
+    (described,) = describe(rb, group).groups
+    (member,) = described.members
+    assert (member.subscribed_topic_regex, member.subscribed_topic_names) == (regex, ())
+    # a new matching topic is picked up without resubscribing (the group's expressions
+    # are refreshed at most every 10 s: lowered here)
+    coordinator = rb.broker.group_coordinator
+    coordinator.consumer_groups[group].config = dataclasses.replace(
+        coordinator.consumer_groups[group].config, regex_refresh_interval_ms=100)
+    rb.call(rb.broker.metadata.create_topic, f"{prefix}-c", 1, 1, {})
+    info = rb.broker.metadata.get(f"{prefix}-c")
+    assert info is not None
+    beat_until(rb, group, "m1", epoch, owned, lambda got: got == wanted | {info.topic_id})
+
+
+def test_a_regex_resolves_to_the_topics_the_member_may_describe() -> None:
+    """Kafka 4.0 (KAFKA-18813): the topics an expression matches are filtered by the
+    Describe ACLs of the member whose heartbeat started the resolution."""
+    from tests.server.test_authorization import (
+        ADMIN,
+        AUTHORIZER,
+        GROUP_T,
+        TOPIC_T,
+        acl_creation,
+        grant,
+    )
+    from tests.server.test_authorization import call as call_as
+
+    frank, describe_op, read_op = "User:frank", 8, 3
+    with running_broker(overrides={"authorizer.class.name": AUTHORIZER,
+                                   "super.users": ADMIN}) as b:
+        ids = {}
+        for name in ("orders-eu", "orders-us"):
+            b.call(b.broker.metadata.create_topic, name, 1, 1, {})
+            info = b.broker.metadata.get(name)
+            assert info is not None
+            ids[name] = info.topic_id
+        group = new_group()
+        grant(b, acl_creation(GROUP_T, group, frank, op=read_op),
+              acl_creation(TOPIC_T, "orders-eu", frank, op=describe_op))
+        response, codes = call_as(b, heartbeat(group, "m1", 0, regex="orders-.*"), frank)
+        assert codes == {ErrorCode.none}
+        epoch, deadline = response.member_epoch, time.monotonic() + 20
+        while b.broker.group_coordinator.consumer_groups[group].resolved_regexes == {}:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        while True:
+            response, codes = call_as(b, heartbeat(group, "m1", epoch, owned=None), frank)
+            assert codes == {ErrorCode.none}
+            epoch = response.member_epoch
+            if response.assignment is not None and assigned(response):
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert assigned(response) == {ids["orders-eu"]: {0}}

@@ -291,9 +291,9 @@ class ConsumerGroup:
         # one resolution per distinct expression members subscribe to
         self.resolved_regexes: dict[str, ResolvedRegularExpression] = {}
         # the topics version and the time of the last refresh (-1: unknown, as after a
-        # load: the version is the count of this broker's topic changes)
+        # load: the version is the count of this broker's topic changes; None: never)
         self.regex_version = -1
-        self.regex_refreshed_ms = 0
+        self.regex_refreshed_ms: int | None = None
         # subscribed_regexes(), None when a subscription changed since
         self._regexes: Counter[str] | None = None
 
@@ -651,7 +651,8 @@ class ConsumerGroup:
         counts = self.subscribed_regexes()
         if not counts:
             return None
-        if now_ms <= self.regex_refreshed_ms + self.config.regex_refresh_interval_ms:
+        last = self.regex_refreshed_ms
+        if last is not None and now_ms <= last + self.config.regex_refresh_interval_ms:
             return None
         regexes = frozenset(counts)
         if regexes != self.resolved_regexes.keys() or self.regex_version < topics_version:

@@ -209,7 +209,7 @@ def restore(
     # the version is the writing broker's count: resolve again when next due
     group.regex_version = -1
     group.regex_refreshed_ms = max(
-        (r.timestamp for r in snapshot.resolved_regular_expressions.values()), default=0)
+        (r.timestamp for r in snapshot.resolved_regular_expressions.values()), default=None)
     _rebuild_derived(group)
     restart_timers(group, now_ms)
     return group
