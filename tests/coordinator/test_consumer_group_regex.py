@@ -65,7 +65,7 @@ def refresh(group: ConsumerGroup, topics: Mapping[str, TopicMetadata], now_ms: i
     if regexes is None:
         return None
     matched = resolve(regexes, list(topics))
-    resolved = {r: {t for t in ts if allowed is None or t in allowed}
+    resolved: dict[str, set[str]] = {r: {t for t in ts if allowed is None or t in allowed}
                 for r, ts in matched.items()}
     return group.apply_resolved(resolved, topics, version, now_ms)
 
@@ -109,7 +109,7 @@ def test_a_regex_member_gets_the_matching_topics_once_they_are_resolved() -> Non
     first = group.heartbeat(join("m", "orders-.*"), topics, 0)
     # not resolved yet: the member joins subscribed to nothing
     assert first.error == ErrorCode.none and first.assignment == {}
-    assert group.regex_refresh_due(0, 0) == {"orders-.*"}
+    assert group.regex_refresh_due(0, 0) == frozenset({"orders-.*"})
     assert refresh(group, topics, 0) is True  # the epoch moves
     assert group.subscribed_topics() == {"orders-eu", "orders-us"}
     second = group.heartbeat(beat("m", first.member_epoch, {}), topics, 10)
@@ -196,7 +196,7 @@ def test_changing_or_dropping_a_regex() -> None:
     answer = group.heartbeat(beat("m", answer.member_epoch, answer.assignment,
                                   regex="payments-.*"), topics, 2)
     assert list(group.resolved_regexes) == []
-    assert group.regex_refresh_due(INTERVAL + 1, 0) == {"payments-.*"}
+    assert group.regex_refresh_due(INTERVAL + 1, 0) == frozenset({"payments-.*"})
     refresh(group, topics, INTERVAL + 1)
     answer = group.heartbeat(beat("m", answer.member_epoch, {}), topics, INTERVAL + 2)
     assert topic_names(answer, topics) == {"payments-eu"}
@@ -226,7 +226,8 @@ def test_a_resolution_for_a_regex_no_one_subscribes_to_any_more_is_skipped() -> 
     due = group.regex_refresh_due(0, 0)
     assert due is not None
     group.heartbeat(beat("m", first.member_epoch, {}, regex="other"), topics, 1)
-    group.apply_resolved(resolve(due, list(topics)), topics, 0, 0)  # late
+    late = {r: set(ts) for r, ts in resolve(due, list(topics)).items()}
+    group.apply_resolved(late, topics, 0, 0)
     assert "orders-.*" not in group.resolved_regexes
 
 
@@ -237,7 +238,7 @@ def test_a_heartbeat_costs_no_resolution() -> None:
     group = ConsumerGroup("g")
     for i in range(50):
         group.heartbeat(join(f"m{i}", f"orders-.*|x{i}"), topics, 0)
-    assert group.regex_refresh_due(0, 0) == {f"orders-.*|x{i}" for i in range(50)}
+    assert group.regex_refresh_due(0, 0) == frozenset(f"orders-.*|x{i}" for i in range(50))
     refresh(group, topics, 0)
     assert group.regex_refresh_due(1, 0) is None
     assert len(group.resolved_regexes) == 50

@@ -1,18 +1,28 @@
 """KIP-848's ConsumerGroupHeartbeat over a real socket from hostile clients: a member
 subscribing to more names than the cluster has topics (the coordinator walks the
-cluster's topics instead of the names), and a member id reused as a static instance."""
+cluster's topics instead of the names), a member id reused as a static instance, regular
+expressions that RE2 compiles for seconds, and a thousand members with distinct
+expressions (the broker keeps answering: ApiVersions round trips timed meanwhile)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from odradek.client.connection import BrokerConnection
 from odradek.testing import RunningBroker, running_broker
 from tests.server._requests import one
 from tests.server.test_consumer_group_apis import assigned, heartbeat, new_group, new_topic
+
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +100,99 @@ def test_a_heartbeat_subscribing_to_a_topic_it_may_not_describe_is_refused() -> 
         response, codes = call_as(b, heartbeat(group, "m1", response.member_epoch,
                                                topics=(topic, hidden), owned=None), dave)
         assert codes == {ErrorCode.topic_authorization_failed}
+
+
+def _loop_lag_while(rb: RunningBroker, work: Callable[[], T]) -> tuple[T, float]:
+    """Run ``work`` here while a probe on the broker's loop measures how late its 5 ms
+    sleeps wake up: (what ``work`` returned, the worst lateness in seconds)."""
+    lags: list[float] = []
+    stop = threading.Event()
+
+    async def probe() -> None:
+        while not stop.is_set():
+            started = time.perf_counter()
+            await asyncio.sleep(0.005)
+            lags.append(time.perf_counter() - started - 0.005)
+
+    running = asyncio.run_coroutine_threadsafe(probe(), rb.loop)
+    try:
+        result = work()
+    finally:
+        stop.set()
+        running.result(10)
+    return result, max(lags, default=0.0)
+
+
+@pytest.fixture(scope="module")
+def regex_worker_started(rb: RunningBroker) -> None:
+    """The broker's regex worker process is started on first use (once)."""
+    one(rb, heartbeat(new_group(), uuid.uuid4().hex, 0, regex="warm-up"))
+
+
+@pytest.mark.parametrize("regex", [
+    # RE2 takes seconds to compile these (holding the GIL): in the regex worker, killed
+    # after 2 s; refused either way
+    "\\pL" * 10_000,  # 30 KB
+    "[a-z]{1,1000}" * 40,  # 520 bytes
+    "x" * 40_000,  # longer than a record key's string
+])
+def test_a_costly_regex_does_not_stall_the_broker(
+        rb: RunningBroker, regex_worker_started: None, regex: str) -> None:
+    group = new_group()
+    response, lag = _loop_lag_while(
+        rb, lambda: one(rb, heartbeat(group, uuid.uuid4().hex, 0, regex=regex)))
+    assert response.error_code == ErrorCode.invalid_regular_expression
+    assert lag < 0.1, f"the broker's loop stalled {lag * 1000:.0f} ms"
+    print(f"costly regex of {len(regex)} characters refused: "
+          f"{response.error_message[:80]}...; loop lag meanwhile at most {lag * 1000:.1f} ms")
+
+
+def test_many_members_with_distinct_regexes(rb: RunningBroker) -> None:
+    """500 members, each with its own expression, against 200 topics: each expression is
+    compiled once (in the worker), and the group's 500 are resolved together in one
+    refresh, not per member per heartbeat; the broker's loop is not stalled."""
+    uid = uuid.uuid4().hex[:6]
+    for i in range(200):
+        rb.call(rb.broker.metadata.create_topic, f"rx-{uid}-{i}", 1, 1, {})
+    group = new_group()
+    members = 500
+
+    def join_all() -> list[int]:
+        async def go() -> list[int]:
+            conn = await BrokerConnection.open(rb.bootstrap, client_id="test-client")
+            try:
+                return [(await conn.send(heartbeat(group, f"m{i}", 0,
+                                                   regex=f"rx-{uid}-{i % 200}|x{i}")
+                                         )).error_code
+                        for i in range(members)]
+            finally:
+                await conn.close()
+        return asyncio.run(go())
+
+    started = time.monotonic()
+    codes, lag = _loop_lag_while(rb, join_all)
+    joined_s = time.monotonic() - started
+    assert set(codes) == {ErrorCode.none}
+    coordinator = rb.broker.group_coordinator
+    live = coordinator.consumer_groups[group]
+    # a refresh is due at a heartbeat 10 s after the last one (lowered here)
+    live.config = dataclasses.replace(live.config, regex_refresh_interval_ms=100)
+    time.sleep(0.2)
+    started = time.monotonic()
+
+    def resolve_all() -> None:
+        deadline = time.monotonic() + 60
+        epoch = coordinator.consumer_groups[group].members["m0"].member_epoch
+        while len(coordinator.consumer_groups[group].resolved_regexes) < members:
+            assert time.monotonic() < deadline
+            epoch = one(rb, heartbeat(group, "m0", epoch, owned=None)).member_epoch
+            time.sleep(0.05)
+
+    _, refresh_lag = _loop_lag_while(rb, resolve_all)
+    resolved_s = time.monotonic() - started
+    resolved = coordinator.consumer_groups[group].resolved_regexes
+    assert resolved[f"rx-{uid}-7|x7"].topics == {f"rx-{uid}-7"}
+    assert lag < 0.2 and refresh_lag < 0.1, (lag, refresh_lag)
+    print(f"{members} members with distinct regexes joined in {joined_s:.1f} s (loop lag "
+          f"at most {lag * 1000:.0f} ms), their regexes resolved in {resolved_s:.2f} s "
+          f"(loop lag at most {refresh_lag * 1000:.0f} ms)")

@@ -38,10 +38,10 @@ import re2
 
 __all__ = ["MAX_REGEX_LENGTH", "SET_SIZE", "regex_error", "resolve"]
 
-MAX_REGEX_LENGTH = 65_536
-"""The longest SubscribedTopicRegex accepted (characters): no topic name is longer than
-249, and a longer expression only costs the worker (Kafka has no bound; its request size
-is the one)."""
+MAX_REGEX_LENGTH = 32_767
+"""The longest SubscribedTopicRegex accepted, in UTF-8 bytes: the key of its
+ConsumerGroupRegularExpression record holds it as a string of int16 length (Kafka has no
+other bound; a longer one would not be written)."""
 
 SET_SIZE = 256
 """Expressions matched together in one RE2 set (a set of many expressions can exceed
@@ -79,9 +79,10 @@ def regex_error(regex: str) -> str | None:
     """Kafka's message for a SubscribedTopicRegex that is not valid, None when it is.
     Compiling may take long for some expressions: call it where that cannot stall
     anything (the regex worker)."""
-    if len(regex) > MAX_REGEX_LENGTH:
-        return (f"SubscribedTopicRegex is {len(regex)} characters long: at most "
-                f"{MAX_REGEX_LENGTH} are accepted.")
+    size = len(regex.encode("utf-8", "surrogatepass"))
+    if size > MAX_REGEX_LENGTH:
+        return (f"SubscribedTopicRegex is {size} bytes long: at most {MAX_REGEX_LENGTH} "
+                f"are accepted.")
     try:
         re2.compile(regex, _options())
     except re2.error as exc:

@@ -8,7 +8,9 @@ How it works:
   line on stdin and writes one JSON answer a line on stdout:
   ``{"validate": regex}`` -> ``{"error": message or null}`` and
   ``{"resolve": [regex...], "topics": [name...]}`` -> ``{"topics": {regex: [name...]}}``
-  (:mod:`odradek.coordinator.consumer_regex`). It imports nothing else of the broker.
+  (:mod:`odradek.coordinator.consumer_regex`). It imports nothing else of the broker,
+  and runs :data:`NICENESS` below it, so that on a busy machine the broker's loop gets
+  the CPU first.
 - :class:`RegexWorker` starts it on first use, sends one request at a time (an
   ``asyncio.Lock``), and waits for each answer at most its deadline:
   :data:`VALIDATE_TIMEOUT_S` for a validation, :data:`RESOLVE_TIMEOUT_S` for a
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -40,6 +43,8 @@ RESOLVE_TIMEOUT_S = 30.0
 """How long resolving a group's expressions against the cluster's topics may take."""
 VALIDATED_KEPT = 4096
 """Validation answers kept (the newest)."""
+NICENESS = 10
+"""The child runs this much nicer than the broker (``os.nice``)."""
 _LINE_LIMIT = 64 * 1024 * 1024  # an answer line: every topic name, a few times over
 
 
@@ -149,4 +154,6 @@ def serve(inp: IO[str], out: IO[str]) -> None:
 
 
 if __name__ == "__main__":
+    # below the broker: a costly expression takes CPU from the broker's loop last
+    os.nice(NICENESS)
     serve(sys.stdin, sys.stdout)
