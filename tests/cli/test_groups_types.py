@@ -232,3 +232,28 @@ def test_members_of_both_protocols_show_which_is_upgraded(
     assert "UPGRADED" not in capsys.readouterr().out
     _print_members_kafka(view(True, False), verbose=False)
     assert "UPGRADED" not in capsys.readouterr().out
+
+
+def test_a_regex_member_shows_its_expression(broker: RunningBroker) -> None:
+    """A member subscribed with a regular expression (KIP-848's SubscribedTopicRegex,
+    librdkafka's "^" subscription): ``groups describe`` and ``--describe --members``
+    show it in a TOPIC-REGEX column."""
+    b = broker.bootstrap
+    uid = uuid.uuid4().hex[:6]
+    topic = f"rx-{uid}-a"
+    ok("topics", "create", "-b", b, "--topic", topic, "--partitions", "2")
+    group = f"cg-{uid}"
+    member = _member(b, group, "consumer", "regex-a")
+    member.subscribe([f"^rx-{uid}-.*"])
+    with Polling([member]):
+        def assigned() -> bool:
+            out = odradek("groups", "--describe", "--group", group, "--members",
+                          "--bootstrap-server", b).stdout
+            return any(r[-2:] == ["2", f"(^rx-{uid}-.*)"] for r in _rows(out, group))
+
+        wait_until(assigned, "the member assigned the matching topic, with its regex")
+        out = ok("groups", "describe", "-b", b, "--group", group)
+        lines = out.splitlines()
+        at = next(i for i, line in enumerate(lines) if "TOPIC-REGEX" in line)
+        header, row = lines[at].split(), lines[at + 1].split()
+        assert row[header.index("TOPIC-REGEX")] == f"(^rx-{uid}-.*)"
