@@ -21,6 +21,7 @@ import pytest
 
 from odradek.coordinator.consumer_group import REGEX_BATCH_REFRESH_INTERVAL_MS
 from odradek.testing import RunningBroker, running_broker
+from tests.interop._broker import JavaRunner, java_client
 from tests.interop.test_consumer_group_protocol import (
     BROKER_OVERRIDES,
     Member,
@@ -110,3 +111,43 @@ def test_an_invalid_regex_is_refused(rb: RunningBroker) -> None:
         assert rb.broker.group_coordinator.consumer_group(f"g-{uid}") is None
     finally:
         consumer.close()
+
+
+@pytest.fixture(scope="module")
+def java() -> JavaRunner:
+    return java_client()
+
+
+def test_a_java_pattern_subscription_picks_up_a_new_topic(rb: RunningBroker,
+                                                          java: JavaRunner) -> None:
+    """kafka-clients 3.9.1 with ``group.protocol=consumer`` resolves a ``Pattern``
+    subscription itself (from its metadata, refreshed every ``metadata.max.age.ms``) and
+    sends the names it matched: a matching topic created later joins its subscription."""
+    uid = uuid.uuid4().hex[:6]
+    first = f"jorders-{uid}-a"
+    create(rb, first, 2)
+    produce(rb.bootstrap, first, 2, 5)
+    create(rb, f"jpayments-{uid}", 1)
+    group = f"g-{uid}"
+    coordinator = rb.broker.group_coordinator
+    sent: list[tuple[Any, Any]] = []  # (names, regex) of the group's heartbeats
+    original = coordinator.consumer_group_heartbeat
+
+    async def heartbeat(group_id: str, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if group_id == group:
+            sent.append((request.subscribed_topic_names, request.subscribed_topic_regex))
+        return await original(group_id, request, *args, **kwargs)
+
+    coordinator.consumer_group_heartbeat = heartbeat  # type: ignore[method-assign]
+    try:
+        res = java(rb.bootstrap, "pattern-consume", first, group, f"jorders-{uid}-.*", 10,
+                   f"jorders-{uid}-b", 4, "-Xgroup.protocol=consumer",
+                   "-Xmetadata.max.age.ms=500")
+    finally:
+        del coordinator.consumer_group_heartbeat  # type: ignore[method-assign]
+    assert res.ok, res.describe()
+    assert res.summary["topics"] == [first, f"jorders-{uid}-b"]
+    assert res.summary["count"] == 14
+    # names, never an expression
+    assert {regex for _, regex in sent} <= {None, ""}
+    assert (first, f"jorders-{uid}-b") in {tuple(sorted(n)) for n, _ in sent if n}

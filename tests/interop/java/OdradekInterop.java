@@ -15,6 +15,11 @@
 //   group-consume <group> <expected>
 //                            subscribe with group.id, poll until `expected` records arrived,
 //                            commitSync, report committed offsets.
+//   pattern-consume <group> <pattern> <before> <new-topic> <after>
+//                            subscribe with group.id to a Pattern, poll until `before`
+//                            records arrived, create <new-topic> (1 partition) and produce
+//                            `after` records to it, poll until they arrived too; report the
+//                            topics assigned (the topic argument is not used).
 //   authorized-operations <group>
 //                            describeTopics, describeCluster and describeConsumerGroups with
 //                            and without includeAuthorizedOperations; report the operations.
@@ -144,6 +149,13 @@ public final class OdradekInterop {
                         usage("group-consume needs <group> <expected>");
                     }
                     app.groupConsume(args.get(0), Integer.parseInt(args.get(1)));
+                    break;
+                case "pattern-consume":
+                    if (args.size() < 5) {
+                        usage("pattern-consume needs <group> <pattern> <before> <new-topic> <after>");
+                    }
+                    app.patternConsume(args.get(0), args.get(1), Integer.parseInt(args.get(2)),
+                            args.get(3), Integer.parseInt(args.get(4)));
                     break;
                 case "create":
                     app.create(intArg(args, 0, 3), (short) intArg(args, 1, 1));
@@ -793,6 +805,41 @@ public final class OdradekInterop {
         summary.put("count", total);
         summary.put("committed", committed);
         check(total == expectedCount, "consumed " + total + " records, expected " + expectedCount);
+    }
+
+    void patternConsume(String group, String pattern, int before, String newTopic, int after)
+            throws Exception {
+        int total = 0;
+        Set<String> topics = new java.util.TreeSet<>();
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(group)) {
+            consumer.subscribe(java.util.regex.Pattern.compile(pattern));
+            long deadline = System.currentTimeMillis() + CONSUME_TIMEOUT_MS;
+            while (total < before && System.currentTimeMillis() < deadline) {
+                total += consumer.poll(Duration.ofMillis(200)).count();
+            }
+            summary.put("before", total);
+            try (Admin admin = admin()) {
+                get(admin.createTopics(List.of(new NewTopic(newTopic, 1, (short) 1))).all());
+            }
+            try (KafkaProducer<byte[], byte[]> producer = producer("none")) {
+                for (int i = 0; i < after; i++) {
+                    producer.send(new ProducerRecord<>(newTopic,
+                            ("v" + i).getBytes(StandardCharsets.UTF_8))).get();
+                }
+            }
+            deadline = System.currentTimeMillis() + CONSUME_TIMEOUT_MS;
+            while (total < before + after && System.currentTimeMillis() < deadline) {
+                total += consumer.poll(Duration.ofMillis(200)).count();
+            }
+            for (TopicPartition tp : consumer.assignment()) {
+                topics.add(tp.topic());
+            }
+        }
+        summary.put("group", group);
+        summary.put("count", total);
+        summary.put("topics", new ArrayList<>(topics));
+        check(total == before + after, "consumed " + total + " records, expected "
+                + (before + after));
     }
 
     void create(int partitions, short rf) throws Exception {
