@@ -520,3 +520,35 @@ def test_a_regex_resolves_to_the_topics_the_member_may_describe() -> None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert assigned(response) == {ids["orders-eu"]: {0}}
+
+
+def test_a_regex_group_is_reloaded_by_a_coordinator_elected_again(rb: RunningBroker) -> None:
+    """The member's expression and the group's resolution are in ``__consumer_offsets``
+    (member metadata, ConsumerGroupRegularExpression): a coordinator that resigns and is
+    elected again (as after a failover) loads them, and the member carries on at its
+    epoch with its partitions."""
+    prefix = f"rl{uuid.uuid4().hex[:6]}"
+    rb.call(rb.broker.metadata.create_topic, f"{prefix}-a", 2, 1, {})
+    info = rb.broker.metadata.get(f"{prefix}-a")
+    assert info is not None
+    group = new_group()
+    first = one(rb, heartbeat(group, "m1", 0, regex=f"{prefix}-.*"))
+    assert first.error_code == ErrorCode.none, first.error_message
+    _, epoch, owned = beat_until(rb, group, "m1", first.member_epoch, [],
+                                 lambda got: got == {info.topic_id})
+    coordinator = rb.broker.group_coordinator
+    before = coordinator.consumer_groups[group]
+    resolved, group_epoch = dict(before.resolved_regexes), before.group_epoch
+    partition = coordinator.partition_for(group)
+    rb.call(coordinator.on_resigned, partition)
+    assert coordinator.consumer_group(group) is None
+    rb.call(coordinator.on_elected, partition)
+    loaded = coordinator.consumer_groups[group]
+    assert loaded is not before
+    assert loaded.members["m1"].subscribed_topic_regex == f"{prefix}-.*"
+    assert loaded.resolved_regexes == resolved
+    response = one(rb, heartbeat(group, "m1", epoch, owned=owned))
+    assert (response.error_code, response.member_epoch) == (ErrorCode.none, epoch)
+    assert loaded.group_epoch == group_epoch
+    (described,) = describe(rb, group).groups
+    assert described.members[0].subscribed_topic_regex == f"{prefix}-.*"
