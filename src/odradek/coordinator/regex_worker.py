@@ -18,8 +18,9 @@ How it works:
   new one) and raises :class:`RegexTimeout`; the coordinator answers a validation that
   timed out INVALID_REGULAR_EXPRESSION, and keeps a group's last resolution when its
   refresh timed out (as Kafka does when the resolution fails), retrying it later.
-- Answers of validations are kept (:data:`VALIDATED_KEPT`, the newest), so a regex
-  already judged costs no round trip.
+- Answers of validations are kept (the newest :data:`VALIDATED_KEPT`, at most
+  :data:`VALIDATED_KEPT_CHARS` characters of expressions), so a regex already judged
+  costs no round trip.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ VALIDATE_TIMEOUT_S = 2.0
 RESOLVE_TIMEOUT_S = 30.0
 """How long resolving a group's expressions against the cluster's topics may take."""
 VALIDATED_KEPT = 4096
-"""Validation answers kept (the newest)."""
+"""Validation answers kept (the newest) ..."""
+VALIDATED_KEPT_CHARS = 4 * 1024 * 1024
+"""... and at most this many characters of expressions among them."""
 NICENESS = 10
 """The child runs this much nicer than the broker (``os.nice``)."""
 _LINE_LIMIT = 64 * 1024 * 1024  # an answer line: every topic name, a few times over
@@ -59,6 +62,7 @@ class RegexWorker:
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
         self._validated: OrderedDict[str, str | None] = OrderedDict()
+        self._validated_chars = 0
 
     async def validate(self, regex: str) -> str | None:
         """Kafka's INVALID_REGULAR_EXPRESSION message for ``regex``, None when valid."""
@@ -73,9 +77,13 @@ class RegexWorker:
                 f"not compiled within {VALIDATE_TIMEOUT_S:g} s.")
         else:
             error = answer.get("error")
-        self._validated[regex] = error
-        if len(self._validated) > VALIDATED_KEPT:
-            self._validated.popitem(last=False)
+        if regex not in self._validated:
+            self._validated[regex] = error
+            self._validated_chars += len(regex)
+        while self._validated and (len(self._validated) > VALIDATED_KEPT
+                                   or self._validated_chars > VALIDATED_KEPT_CHARS):
+            oldest, _ = self._validated.popitem(last=False)
+            self._validated_chars -= len(oldest)
         return error
 
     async def resolve(self, regexes: Iterable[str], topics: Iterable[str]

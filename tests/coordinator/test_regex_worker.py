@@ -1,0 +1,80 @@
+"""The regex worker process (:mod:`odradek.coordinator.regex_worker`): real child
+processes, driven over their pipes by the coordinator's asyncio client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from odradek.coordinator import regex_worker
+from odradek.coordinator.regex_worker import RegexTimeout, RegexWorker
+
+
+def test_validate_and_resolve() -> None:
+    async def go() -> None:
+        worker = RegexWorker()
+        try:
+            assert await worker.validate("orders-.*") is None
+            assert await worker.validate("orders-[") == (
+                "SubscribedTopicRegex `orders-[` is not a valid regular expression: "
+                "missing closing ].")
+            assert await worker.resolve(["orders-.*", "x"], ["orders-a", "x", "y"]) == {
+                "orders-.*": ["orders-a"], "x": ["x"]}
+        finally:
+            await worker.close()
+
+    asyncio.run(go())
+
+
+def test_a_costly_regex_is_refused_in_time_and_the_worker_replaced(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(regex_worker, "VALIDATE_TIMEOUT_S", 0.5)
+
+    async def go() -> None:
+        worker = RegexWorker()
+        try:
+            assert await worker.validate("warm") is None  # (the child started)
+            started = time.monotonic()
+            error = await worker.validate("[a-z]{1,1000}" * 60)  # seconds for RE2
+            assert time.monotonic() - started < 2
+            assert error is not None and error.endswith("not compiled within 0.5 s.")
+            # the next request gets a new child
+            assert await worker.resolve(["a.*"], ["ab", "b"]) == {"a.*": ["ab"]}
+        finally:
+            await worker.close()
+
+    asyncio.run(go())
+
+
+def test_a_resolution_past_its_deadline_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(regex_worker, "RESOLVE_TIMEOUT_S", 0.3)
+
+    async def go() -> None:
+        worker = RegexWorker()
+        try:
+            with pytest.raises(RegexTimeout):
+                await worker.resolve(["[a-z]{1,1000}" * 60], ["a"])
+        finally:
+            await worker.close()
+
+    asyncio.run(go())
+
+
+def test_validations_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(regex_worker, "VALIDATED_KEPT", 3)
+    monkeypatch.setattr(regex_worker, "VALIDATED_KEPT_CHARS", 1000)
+
+    async def go() -> None:
+        worker = RegexWorker()
+        try:
+            for regex in ("a", "b", "c", "d"):
+                await worker.validate(regex)
+            assert list(worker._validated) == ["b", "c", "d"]
+            await worker.validate("x" * 999)
+            assert list(worker._validated) == ["d", "x" * 999]  # 1,000 characters
+        finally:
+            await worker.close()
+
+    asyncio.run(go())
