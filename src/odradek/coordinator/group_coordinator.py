@@ -59,6 +59,12 @@ How it works:
   groups' records (:meth:`GroupMetadataManager.load_partition`) and restores each group
   with its derived state and timers (Kafka's ``onLoaded``): after a failover the members
   carry on at their epochs, mid-reconciliation included.
+- **Regular-expression subscriptions** are compiled (when new to a group) and resolved
+  by the child process of :mod:`odradek.coordinator.regex_worker`, as Kafka resolves
+  them on its executor: a heartbeat starts a refresh when the group says one is due, and
+  its result, filtered by what that member may describe, is applied and written as a
+  change of its own (:meth:`ConsumerGroup.apply_resolved`); ``topics_version`` counts the
+  topics created or changed (a metadata listener) for the group to know when.
 """
 
 from __future__ import annotations
