@@ -19,6 +19,7 @@ from odradek.coordinator.consumer_group import (
 )
 from odradek.coordinator.consumer_group_persistence import (
     records_for_heartbeat,
+    records_for_resolution,
     restore,
     snapshot_of,
 )
@@ -274,3 +275,21 @@ def test_the_records_carry_the_regex_and_its_resolution_and_reload() -> None:
     restored.heartbeat(beat("m", -1), topics, 300)
     records = records_for_heartbeat(before, snapshot_of(restored))
     assert (ConsumerGroupRegularExpressionKey("g", "orders-.*"), None) in records
+
+
+@pytest.mark.parametrize("created", [False, True])
+def test_the_records_of_a_refresh_without_walking_the_members(created: bool) -> None:
+    """The coordinator writes a refresh with records_for_resolution (the members are not
+    compared): the same records as the whole group's diff, and the same snapshot."""
+    topics = cluster(orders_eu=2, audit=1)
+    group = ConsumerGroup("g")
+    for i in range(3):
+        group.heartbeat(join(f"m{i}", "orders-.*" if i else "orders-e.", "audit"), topics, 0)
+    refresh(group, topics, 0, version=1)
+    before = snapshot_of(group)
+    if created:
+        topics = cluster(orders_eu=2, audit=1, orders_us=3)
+    assert refresh(group, topics, INTERVAL + 1, version=2) is created
+    records, after = records_for_resolution(before, group)
+    assert records == records_for_heartbeat(before, snapshot_of(group))
+    assert after == snapshot_of(group)

@@ -44,6 +44,7 @@ record (epoch -1: a removal cut in half, which one atomic batch per change never
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from odradek.coordinator.consumer_group import (
     ConsumerGroup,
@@ -72,6 +73,7 @@ __all__ = [
     "ConsumerGroupRestoreError",
     "member_snapshot",
     "records_for_heartbeat",
+    "records_for_resolution",
     "restart_timers",
     "restore",
     "snapshot_of",
@@ -101,19 +103,41 @@ def snapshot_of(group: ConsumerGroup) -> ConsumerGroupSnapshot:
     return ConsumerGroupSnapshot(
         group_id=group.group_id,
         group_epoch=group.group_epoch,
-        subscription_metadata={
-            name: RecordTopicMetadata(t.topic_id, t.name, t.num_partitions)
-            for name, t in group.subscription_metadata.items()
-        },
+        subscription_metadata=_metadata_of(group),
         members={m.member_id: member_snapshot(m) for m in group.members.values()},
         target_assignment={mid: dict(t) for mid, t in group.target.items()},
         assignment_epoch=group.assignment_epoch,
-        resolved_regular_expressions={
-            regex: ConsumerGroupRegularExpressionValue(
-                _names_in_order(r.topics), r.version, r.timestamp_ms)
-            for regex, r in group.resolved_regexes.items()
-        },
+        resolved_regular_expressions=_resolutions_of(group),
     )
+
+
+def _metadata_of(group: ConsumerGroup) -> dict[str, RecordTopicMetadata]:
+    return {name: RecordTopicMetadata(t.topic_id, t.name, t.num_partitions)
+            for name, t in group.subscription_metadata.items()}
+
+
+def _resolutions_of(group: ConsumerGroup) -> dict[str, ConsumerGroupRegularExpressionValue]:
+    return {regex: ConsumerGroupRegularExpressionValue(
+                _names_in_order(r.topics), r.version, r.timestamp_ms)
+            for regex, r in group.resolved_regexes.items()}
+
+
+def records_for_resolution(
+    before: ConsumerGroupSnapshot, group: ConsumerGroup
+) -> tuple[list[ConsumerGroupRecord], ConsumerGroupSnapshot]:
+    """The records of a refresh of ``group``'s expressions
+    (:meth:`ConsumerGroup.apply_resolved`, which changes only the resolutions, the
+    subscribed topics' metadata and the group epoch) from ``before`` (what the log
+    holds), compared without the members (a group of 10,000 members is not walked), and
+    ``before`` as it then is."""
+    without_members = replace(before, members={}, target_assignment={})
+    after = replace(without_members, group_epoch=group.group_epoch,
+                    subscription_metadata=_metadata_of(group),
+                    resolved_regular_expressions=_resolutions_of(group))
+    records = records_for_change(without_members, after)
+    return records, replace(before, group_epoch=after.group_epoch,
+                            subscription_metadata=after.subscription_metadata,
+                            resolved_regular_expressions=after.resolved_regular_expressions)
 
 
 def member_snapshot(member: ConsumerGroupMember) -> MemberSnapshot:

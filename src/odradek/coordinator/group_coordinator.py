@@ -90,6 +90,7 @@ from odradek.coordinator.consumer_group_persistence import (
     ConsumerGroupRestoreError,
     member_snapshot,
     records_for_heartbeat,
+    records_for_resolution,
     restore,
     snapshot_of,
     unsupported,
@@ -1013,7 +1014,14 @@ class GroupCoordinator(InternalTopicCoordinator):
                         for regex, names in matched.items()}
             before = self._consumer_records.get(group_id)
             bumped = group.apply_resolved(resolved, topics, version, started)
-            error, _ = self._write_consumer_group(group, before, group)
+            if before is None:
+                error, _ = self._write_consumer_group(group, before, group)
+            else:  # only the resolutions, metadata and epoch: the members not walked
+                records, after = records_for_resolution(before, group)
+                error = self.manager.append_records(
+                    group_id, [encode_record(r) for r in records])
+                if error == ErrorCode.none:
+                    self._consumer_records[group_id] = after
             if error != ErrorCode.none:
                 log.warning("consumer group %s: resolved regular expressions not stored "
                             "(%s)", group_id, error.name)
