@@ -237,7 +237,7 @@ def test_a_regex_subscription_and_its_resolution_are_restored() -> None:
     # timestamp holds: not before 10 s after the last refresh)
     assert restored.regex_version == -1
     assert restored.regex_refresh_due(15_000, 0) is None
-    assert restored.regex_refresh_due(15_001, 0) == {"a.*"}
+    assert restored.regex_refresh_due(15_001, 0) == frozenset({"a.*"})
 
 
 def test_a_static_member_that_left_while_revoking_gets_no_rebalance_timer() -> None:
