@@ -243,3 +243,22 @@ def test_a_command_does_not_import_the_test_libraries(how: str) -> None:
                             timeout=CLI_TIMEOUT_S, check=False)
     assert result.returncode == 0, result.stderr
     assert "imported: ['kio']" in result.stderr, result.stderr
+
+
+def test_a_tool_does_not_load_the_broker() -> None:
+    """Every ``odradek`` command builds the whole command line (each sub-command's module,
+    so that a broken one is an error of all), and the suite starts hundreds of them: a
+    sub-command module imports the broker's own modules (``odradek.server``, its network
+    layer, handlers and coordinators, about 0.25 s of CPU a start) only where it runs."""
+    probe = ("import sys\n"
+             "sys.modules['hypothesis'] = None\n"
+             "from odradek.cli.main import build_parser\n"
+             "build_parser()\n"
+             "print(sorted(m for m in sys.modules if m == 'odradek.server'"
+             " or m.startswith('odradek.server.')))\n")
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    result = subprocess.run([str(odradek_executable().parent / "python"), "-c", probe],
+                            capture_output=True, text=True, env=env,
+                            timeout=CLI_TIMEOUT_S, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[]\n", result.stdout
