@@ -8,10 +8,18 @@ group's partition has them, within ``offsets.commit.timeout.ms``. So a coordinat
 failover cannot lose what a client was told had been stored. The coordinator appends at
 once; the handler then waits here for the partition's high watermark to pass the log end
 offset it saw (the replica manager's produce purgatory, as an acks=all Produce).
+
+Kafka 4's coordinator runtime answers every write once it is committed (DeleteGroups
+too: its tombstones) and serves reads from the state as of the last committed offset;
+here a read (ConsumerGroupDescribe) is built at once and answered once the partition's
+ISR holds everything appended when it was built (:func:`groups_replicated`), so neither
+shows a client what a failover could take back.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from odradek.cluster.replica_manager import PendingAppend, Replication
@@ -39,6 +47,26 @@ async def group_log_replicated(services: BrokerServices, group_id: str) -> Error
     if outcome is Replication.PENDING:
         return ErrorCode.request_timed_out
     return ErrorCode.not_coordinator
+
+
+async def groups_replicated(services: BrokerServices,
+                            group_ids: Iterable[str]) -> dict[str, ErrorCode]:
+    """:func:`group_log_replicated` for several groups, one wait per partition of
+    ``__consumer_offsets`` (so bounded by the partition count): a timeout is
+    COORDINATOR_NOT_AVAILABLE, which clients retry (Kafka's coordinator service maps a
+    write's REQUEST_TIMED_OUT so)."""
+    by_partition: dict[int, list[str]] = {}
+    for group_id in dict.fromkeys(group_ids):
+        partition = services.group_coordinator.partition_for(group_id)
+        by_partition.setdefault(partition, []).append(group_id)
+    outcomes = await asyncio.gather(*(group_log_replicated(services, groups[0])
+                                      for groups in by_partition.values()))
+    results: dict[str, ErrorCode] = {}
+    for groups, error in zip(by_partition.values(), outcomes, strict=True):
+        if error == ErrorCode.request_timed_out:
+            error = ErrorCode.coordinator_not_available
+        results.update(dict.fromkeys(groups, error))
+    return results
 
 
 # Kafka's request.timeout.ms default: the transaction coordinator's acks=all wait
