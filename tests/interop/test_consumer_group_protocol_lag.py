@@ -4,7 +4,11 @@ neither answers with what the ISR does not hold. A deletion is answered once its
 tombstones are replicated (else COORDINATOR_NOT_AVAILABLE after
 ``offsets.commit.timeout.ms``, as a heartbeat is), and a describe only once the state it
 shows is replicated: a failover would otherwise bring back a group the client was told
-was deleted, or lose a member the client was shown."""
+was deleted, or lose a member the client was shown.
+
+And a group config (KIP-848) altered through another broker reaches the coordinator (its
+ZooKeeper watch of ``/config/groups``), which applies it at the member's next
+heartbeat."""
 
 from __future__ import annotations
 
@@ -166,3 +170,31 @@ def test_describe_shows_only_what_is_replicated(cluster: Cluster) -> None:
 
     shown = wait_for(both, 30, "m2's join replicated and shown")
     assert shown.group_epoch == 2
+
+
+def test_a_group_config_altered_through_another_broker_reaches_the_coordinator(
+        cluster: Cluster) -> None:
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    topic, group, coordinator, other = setup(cluster)
+    joined = send(cluster, coordinator, heartbeat(group, "m1", 0, topic))
+    assert joined.heartbeat_interval == datetime.timedelta(milliseconds=5000)
+    admin = AdminClient({"bootstrap.servers": cluster.address(other)})
+    entry = ConfigEntry("consumer.heartbeat.interval.ms", "6000",
+                        incremental_operation=AlterConfigOpType.SET)
+    for f in admin.incremental_alter_configs([ConfigResource(
+            ResourceType.GROUP, group, incremental_configs=[entry])]).values():
+        f.result(30)
+
+    def told() -> datetime.timedelta | None:
+        beat = send(cluster, coordinator, heartbeat(group, "m1", 1))
+        assert beat.error_code == ErrorCode.none, beat
+        return beat.heartbeat_interval if beat.heartbeat_interval.total_seconds() == 6 else None
+
+    wait_for(told, 15, "the group's heartbeat interval at the coordinator")
