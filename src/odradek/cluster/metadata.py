@@ -896,7 +896,10 @@ class ClusterMetadata:
     def sanitize(name: str) -> str:
         """A user or client id as a node name (Kafka's ``Sanitizer``: URL encoding, so
         ``/`` and ``*`` cannot break the path; ``<default>`` is kept for the default
-        entity)."""
+        entity). ``.`` and ``..``, which URL encoding keeps, are written ``%2E``, ``%2E%2E``:
+        ZooKeeper refuses them as path components (a relative path)."""
+        if name in (".", ".."):
+            return name.replace(".", "%2E")
         return name if name == DEFAULT_CLIENT_ENTITY else urllib.parse.quote(name, safe="")
 
     @staticmethod

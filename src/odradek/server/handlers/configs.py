@@ -499,6 +499,14 @@ def _check_group(name: str) -> str:
     return name
 
 
+#: The longest group name whose configs are stored: Kafka's longest STRING (the longest
+#: group id a request of a non-flexible version carries). Its node name, URL-encoded, is
+#: then at most 3 times that, well within what one ZooKeeper request may carry
+#: (``jute.maxbuffer``, 1 MB: a longer request makes the server drop the connection, the
+#: broker's session with it); Kafka itself (KRaft) sets no bound.
+MAX_GROUP_NAME_BYTES = 32767
+
+
 def _broker_group_configs(services: BrokerServices) -> dict[str, Any]:
     """The broker's configs a group config is checked against or defaults to."""
     keys = {k for d in GROUP_CONFIG_DEFS.values() for k in (d.broker_key, d.min_key, d.max_key)}
@@ -547,6 +555,9 @@ def _target(services: BrokerServices, resource_type: int, name: str) -> str:
     if resource_type == RESOURCE_BROKER:
         return broker_entity(services, name)
     if resource_type == RESOURCE_GROUP:
+        if len(name.encode()) > MAX_GROUP_NAME_BYTES:
+            raise ConfigRequestError(ErrorCode.invalid_request, "Group name is longer than "
+                                     f"{MAX_GROUP_NAME_BYTES} bytes")
         return _check_group(name)
     raise ConfigRequestError(ErrorCode.invalid_request, _unsupported_type(resource_type))
 
