@@ -172,6 +172,33 @@ def test_describe_shows_only_what_is_replicated(cluster: Cluster) -> None:
     assert shown.group_epoch == 2
 
 
+def test_a_replicated_group_is_described_while_another_groups_append_waits(
+        cluster: Cluster) -> None:
+    """Kafka reads a group at the partition's last committed offset: a group whose records
+    the ISR holds is described at once, however many records of other groups (the one
+    partition here) wait for a lagging follower."""
+    topic, group, coordinator, follower = setup(cluster)
+    other = f"g-{uuid.uuid4().hex[:8]}"
+    assert coordinator_of(cluster, other) == coordinator  # one partition: the same log
+    joined = send(cluster, coordinator, heartbeat(group, "m1", 0, topic))
+    assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
+    cluster.sigstop(follower)
+    try:
+        waiting = send(cluster, coordinator, heartbeat(other, "o1", 0, topic))
+        assert waiting.error_code == ErrorCode.coordinator_not_available, waiting
+        started = time.monotonic()
+        [shown] = send(cluster, coordinator, describe(group)).groups
+        waited = time.monotonic() - started
+        assert shown.error_code == ErrorCode.none, shown
+        assert [m.member_id for m in shown.members] == ["m1"]
+        assert waited < COMMIT_TIMEOUT_MS / 1000 * 0.9, waited
+        # the other group's join is not in the ISR: its describe still waits
+        [held] = send(cluster, coordinator, describe(other)).groups
+        assert held.error_code == ErrorCode.coordinator_not_available, held
+    finally:
+        cluster.sigcont(follower)
+
+
 def test_a_group_config_altered_through_another_broker_reaches_the_coordinator(
         cluster: Cluster) -> None:
     from confluent_kafka.admin import (  # type: ignore[attr-defined]

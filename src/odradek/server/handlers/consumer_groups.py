@@ -211,7 +211,7 @@ async def consumer_group_describe(
     # answered once the ISR holds the state shown (Kafka reads at the last committed
     # offset): a failover could otherwise take back a member or an epoch shown
     replicated = await groups_replicated(
-        services, [g.group_id for g in groups if g.error_code == ErrorCode.none])
+        services, [g.group_id for g in groups if g.error_code == ErrorCode.none], reads=True)
     groups = [failed_as(g.group_id, replicated[g.group_id], None)
               if replicated.get(g.group_id, ErrorCode.none) != ErrorCode.none else g
               for g in groups]
