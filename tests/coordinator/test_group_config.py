@@ -42,6 +42,8 @@ def test_accepted(overrides: dict[str, str]) -> None:
     ({S: "1.5"}, f"Invalid value 1.5 for configuration {S}: Not a number of type INT"),
     ({S: "2147483648"},
      f"Invalid value 2147483648 for configuration {S}: Not a number of type INT"),
+    # Python's int() takes digit separators, Java's Integer.parseInt does not
+    ({S: "50_000"}, f"Invalid value 50_000 for configuration {S}: Not a number of type INT"),
     ({"group.id": "x"}, "Unknown group config name: group.id"),
     ({"share.record.lock.duration.ms": "30000"},
      "Group config share.record.lock.duration.ms is not supported: share groups (KIP-932) "

@@ -77,6 +77,8 @@ class GroupConfigError(ValueError):
 
 def _parse(name: str, text: str) -> int:
     try:
+        if "_" in text:  # int() takes digit separators; Java's Integer.parseInt does not
+            raise ValueError(text)
         value = int(text.strip())
     except ValueError:
         raise GroupConfigError(
