@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from odradek.coordinator.consumer_group import ConsumerGroupConfig
+from odradek.storage.config import java_int
 
 __all__ = [
     "GROUP_CONFIG_DEFS",
@@ -77,9 +78,7 @@ class GroupConfigError(ValueError):
 
 def _parse(name: str, text: str) -> int:
     try:
-        if "_" in text:  # int() takes digit separators; Java's Integer.parseInt does not
-            raise ValueError(text)
-        value = int(text.strip())
+        value = java_int(text)
     except ValueError:
         raise GroupConfigError(
             f"Invalid value {text} for configuration {name}: Not a number of type INT"
