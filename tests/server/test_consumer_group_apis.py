@@ -6,6 +6,7 @@ member epoch, OffsetDelete), and session expiry on the broker's loop."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import time
@@ -451,6 +452,24 @@ def beat_until(rb: RunningBroker, group: str, member_id: str, epoch: int, owned:
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def consumer_config(rb: RunningBroker, **changes: Any) -> Iterator[None]:
+    """The broker's group.consumer.* configs changed for a while (a group takes them at
+    each heartbeat: setting a group's own ``config`` lasts until its next one)."""
+    coordinator = rb.broker.group_coordinator
+    config = coordinator.config
+
+    def apply(new: object) -> None:
+        coordinator.config = new  # type: ignore[assignment]
+
+    rb.call(apply, dataclasses.replace(
+        config, consumer=dataclasses.replace(config.consumer, **changes)))
+    try:
+        yield
+    finally:
+        rb.call(apply, config)
+
+
 def test_a_regex_subscription_over_the_wire(rb: RunningBroker) -> None:
     prefix = f"rx{uuid.uuid4().hex[:6]}"
     ids = {}
@@ -471,13 +490,12 @@ def test_a_regex_subscription_over_the_wire(rb: RunningBroker) -> None:
     assert (member.subscribed_topic_regex, member.subscribed_topic_names) == (regex, ())
     # a new matching topic is picked up without resubscribing (the group's expressions
     # are refreshed at most every 10 s: lowered here)
-    coordinator = rb.broker.group_coordinator
-    coordinator.consumer_groups[group].config = dataclasses.replace(
-        coordinator.consumer_groups[group].config, regex_refresh_interval_ms=100)
-    rb.call(rb.broker.metadata.create_topic, f"{prefix}-c", 1, 1, {})
-    info = rb.broker.metadata.get(f"{prefix}-c")
-    assert info is not None
-    beat_until(rb, group, "m1", epoch, owned, lambda got: got == wanted | {info.topic_id})
+    with consumer_config(rb, regex_refresh_interval_ms=100):
+        rb.call(rb.broker.metadata.create_topic, f"{prefix}-c", 1, 1, {})
+        info = rb.broker.metadata.get(f"{prefix}-c")
+        assert info is not None
+        beat_until(rb, group, "m1", epoch, owned,
+                   lambda got: got == wanted | {info.topic_id})
 
 
 def test_a_regex_resolves_to_the_topics_the_member_may_describe() -> None:

@@ -7,20 +7,28 @@ expressions (the broker keeps answering: ApiVersions round trips timed meanwhile
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import os
+import signal
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.client.connection import BrokerConnection
+from odradek.coordinator import regex_worker
 from odradek.testing import RunningBroker, running_broker
-from tests.server._requests import one
-from tests.server.test_consumer_group_apis import assigned, heartbeat, new_group, new_topic
+from tests.server._requests import one, req
+from tests.server.test_consumer_group_apis import (
+    assigned,
+    consumer_config,
+    heartbeat,
+    new_group,
+    new_topic,
+)
 
 T = TypeVar("T")
 
@@ -129,33 +137,89 @@ def regex_worker_started(rb: RunningBroker) -> None:
     one(rb, heartbeat(new_group(), uuid.uuid4().hex, 0, regex="warm-up"))
 
 
+def _own_cpu_s() -> float:
+    """CPU time of this process (every thread: the broker's loop included)."""
+    times = os.times()
+    return times.user + times.system
+
+
 @pytest.mark.parametrize("regex", [
-    # RE2 takes seconds to compile these (holding the GIL): in the regex worker, killed
-    # after 2 s; refused either way
+    # RE2 compiles these for seconds of CPU (here 1.5 s and 4.3 s), holding the GIL: in
+    # the regex worker, killed after 2 s; refused either way
     "\\pL" * 10_000,  # 30 KB
     "[a-z]{1,1000}" * 40,  # 520 bytes
     "x" * 40_000,  # longer than a record key's string
 ])
-def test_a_costly_regex_does_not_stall_the_broker(
+def test_a_costly_regex_is_compiled_in_the_worker_process(
         rb: RunningBroker, regex_worker_started: None, regex: str) -> None:
+    """The compile is the worker's: one validation was sent to it, and this process
+    (the broker) spent far less CPU meanwhile than RE2 spends compiling the expression.
+    (The broker's loop lag meanwhile is printed, not asserted: it is the machine's.)"""
+    worker = rb.broker.group_coordinator.regex_worker
+    asked = worker.requests["validate"]
     group = new_group()
+    cpu = _own_cpu_s()
+    started = time.monotonic()
     response, lag = _loop_lag_while(
         rb, lambda: one(rb, heartbeat(group, uuid.uuid4().hex, 0, regex=regex)))
+    took, broker_cpu = time.monotonic() - started, _own_cpu_s() - cpu
     assert response.error_code == ErrorCode.invalid_regular_expression
-    assert lag < 0.1, f"the broker's loop stalled {lag * 1000:.0f} ms"
-    print(f"costly regex of {len(regex)} characters refused: "
+    assert worker.requests["validate"] == asked + 1
+    assert broker_cpu < 0.5, f"the broker spent {broker_cpu:.2f} s of CPU"
+    print(f"costly regex of {len(regex)} characters refused in {took:.2f} s "
+          f"({broker_cpu * 1000:.0f} ms of the broker's CPU): "
           f"{response.error_message[:80]}...; loop lag meanwhile at most {lag * 1000:.1f} ms")
+
+
+def test_the_broker_answers_while_the_worker_compiles(
+        rb: RunningBroker, regex_worker_started: None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat waiting on the worker (stopped here, SIGSTOP: a compile that has not
+    ended) holds nothing of the broker's: another request is answered meanwhile, and the
+    heartbeat is answered once the worker goes on."""
+    monkeypatch.setattr(regex_worker, "VALIDATE_TIMEOUT_S", 120.0)
+    worker = rb.broker.group_coordinator.regex_worker
+    # a running worker (a costly regex before may have had it killed), idle
+    one(rb, heartbeat(new_group(), uuid.uuid4().hex, 0, regex=f"w-{uuid.uuid4().hex}"))
+    deadline = time.monotonic() + 60
+    while worker.busy or worker.pid is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    pid, asked = worker.pid, worker.requests["validate"]
+    assert pid is not None
+    answer: list[Any] = []
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        beat = threading.Thread(target=lambda: answer.append(one(rb, heartbeat(
+            new_group(), uuid.uuid4().hex, 0, regex=f"stopped-{uuid.uuid4().hex}"))))
+        beat.start()
+        while worker.requests["validate"] == asked:  # the heartbeat waits on the worker
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        versions = one(rb, req("api_versions", 3).ApiVersionsRequest(
+            client_software_name="t", client_software_version="1"))
+        assert versions.error_code == ErrorCode.none
+        assert answer == [] and beat.is_alive()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    beat.join(120)
+    assert [a.error_code for a in answer] == [ErrorCode.none]
+    assert worker.pid == pid
 
 
 def test_many_members_with_distinct_regexes(rb: RunningBroker) -> None:
     """500 members, each with its own expression, against 200 topics: each expression is
     compiled once (in the worker), and the group's 500 are resolved together in one
-    refresh, not per member per heartbeat; the broker's loop is not stalled."""
+    refresh (one resolution request, all 500 at one timestamp), not per member per
+    heartbeat. (The broker's loop lag meanwhile is printed, not asserted.)"""
     uid = uuid.uuid4().hex[:6]
     for i in range(200):
         rb.call(rb.broker.metadata.create_topic, f"rx-{uid}-{i}", 1, 1, {})
     group = new_group()
     members = 500
+    coordinator = rb.broker.group_coordinator
+    worker = coordinator.regex_worker
+    validations = worker.requests["validate"]
 
     def join_all() -> list[int]:
         async def go() -> list[int]:
@@ -169,30 +233,40 @@ def test_many_members_with_distinct_regexes(rb: RunningBroker) -> None:
                 await conn.close()
         return asyncio.run(go())
 
-    started = time.monotonic()
-    codes, lag = _loop_lag_while(rb, join_all)
-    joined_s = time.monotonic() - started
-    assert set(codes) == {ErrorCode.none}
-    coordinator = rb.broker.group_coordinator
-    live = coordinator.consumer_groups[group]
-    # a refresh is due at a heartbeat 10 s after the last one (lowered here)
-    live.config = dataclasses.replace(live.config, regex_refresh_interval_ms=100)
-    time.sleep(0.2)
-    started = time.monotonic()
+    # the members that joined first must not expire while the others join on a loaded
+    # machine (only m0 heartbeats afterwards)
+    with consumer_config(rb, session_timeout_ms=3_600_000):
+        started = time.monotonic()
+        codes, lag = _loop_lag_while(rb, join_all)
+        joined_s = time.monotonic() - started
+        assert set(codes) == {ErrorCode.none}
+        assert worker.requests["validate"] == validations + members  # each compiled once
+        # a refresh is due at a heartbeat 10 s after the last one: lowered here, so
+        # m0's next heartbeat starts one
+        with consumer_config(rb, session_timeout_ms=3_600_000, regex_refresh_interval_ms=0):
+            lowered_ms = coordinator.time_ms()
+            resolutions = worker.requests["resolve"]
+            started = time.monotonic()
 
-    def resolve_all() -> None:
-        deadline = time.monotonic() + 60
-        epoch = coordinator.consumer_groups[group].members["m0"].member_epoch
-        while len(coordinator.consumer_groups[group].resolved_regexes) < members:
-            assert time.monotonic() < deadline
-            epoch = one(rb, heartbeat(group, "m0", epoch, owned=None)).member_epoch
-            time.sleep(0.05)
+            def resolve_all() -> dict[str, Any]:
+                deadline = time.monotonic() + 120
+                epoch = coordinator.consumer_groups[group].members["m0"].member_epoch
+                while True:
+                    resolved = dict(coordinator.consumer_groups[group].resolved_regexes)
+                    if len(resolved) == members and all(
+                            r.timestamp_ms >= lowered_ms for r in resolved.values()):
+                        return resolved
+                    assert time.monotonic() < deadline, len(resolved)
+                    response = one(rb, heartbeat(group, "m0", epoch, owned=None))
+                    assert response.error_code == ErrorCode.none, response.error_message
+                    epoch = response.member_epoch
+                    time.sleep(0.01)
 
-    _, refresh_lag = _loop_lag_while(rb, resolve_all)
-    resolved_s = time.monotonic() - started
-    resolved = coordinator.consumer_groups[group].resolved_regexes
+            resolved, refresh_lag = _loop_lag_while(rb, resolve_all)
+            resolved_s = time.monotonic() - started
+    assert worker.requests["resolve"] == resolutions + 1
+    assert len({r.timestamp_ms for r in resolved.values()}) == 1
     assert resolved[f"rx-{uid}-7|x7"].topics == {f"rx-{uid}-7"}
-    assert lag < 0.2 and refresh_lag < 0.1, (lag, refresh_lag)
     print(f"{members} members with distinct regexes joined in {joined_s:.1f} s (loop lag "
           f"at most {lag * 1000:.0f} ms), their regexes resolved in {resolved_s:.2f} s "
           f"(loop lag at most {refresh_lag * 1000:.0f} ms)")

@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import sys
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from typing import IO, Any
 
@@ -63,6 +63,20 @@ class RegexWorker:
         self._lock = asyncio.Lock()
         self._validated: OrderedDict[str, str | None] = OrderedDict()
         self._validated_chars = 0
+        # requests sent to a child, by kind ("validate", "resolve"), and children started
+        self.requests: Counter[str] = Counter()
+        self.started = 0
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is under way or waiting for one."""
+        return self._lock.locked()
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id, None when none runs."""
+        proc = self._proc
+        return None if proc is None or proc.returncode is not None else proc.pid
 
     async def validate(self, regex: str) -> str | None:
         """Kafka's INVALID_REGULAR_EXPRESSION message for ``regex``, None when valid."""
@@ -98,6 +112,7 @@ class RegexWorker:
         async with self._lock:
             proc = await self._started()
             assert proc.stdin is not None and proc.stdout is not None
+            self.requests[next(iter(request))] += 1
             try:
                 proc.stdin.write(json.dumps(request).encode() + b"\n")
                 await asyncio.wait_for(proc.stdin.drain(), timeout_s)
@@ -117,6 +132,7 @@ class RegexWorker:
                 sys.executable, "-m", "odradek.coordinator.regex_worker",
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 limit=_LINE_LIMIT)
+            self.started += 1
             log.info("regex worker started (pid %d)", self._proc.pid)
         return self._proc
 
