@@ -4,6 +4,9 @@ processes, driven over their pipes by the coordinator's asyncio client."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 
 import pytest
 
@@ -74,6 +77,37 @@ def test_validations_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
             assert list(worker._validated) == ["b", "c", "d"]
             await worker.validate("x" * 999)
             assert list(worker._validated) == ["d", "x" * 999]  # 1,000 characters
+        finally:
+            await worker.close()
+
+    asyncio.run(go())
+
+
+def test_a_starved_worker_does_not_make_a_valid_regex_invalid(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline is of the child's CPU time, not the wall clock's: a worker that gets
+    no CPU (stopped here; a loaded machine, its niceness) past the deadline is waited
+    for, and a valid expression is valid once it answers (a loaded run must not make a
+    consumer's subscription fatal, nor the verdict stay in the cache)."""
+    monkeypatch.setattr(regex_worker, "VALIDATE_TIMEOUT_S", 0.2)
+
+    async def go() -> None:
+        worker = RegexWorker()
+        try:
+            assert await worker.validate("warm") is None
+            pid = worker.pid
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                asked = asyncio.ensure_future(worker.validate("orders-.*"))
+                deadline = time.monotonic() + 30
+                while worker.overdue == 0:  # past its deadline on the wall clock
+                    assert time.monotonic() < deadline and not asked.done()
+                    await asyncio.sleep(0.01)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert await asked is None
+            assert worker.pid == pid
         finally:
             await worker.close()
 

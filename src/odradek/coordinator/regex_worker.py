@@ -12,12 +12,17 @@ How it works:
   and runs :data:`NICENESS` below it, so that on a busy machine the broker's loop gets
   the CPU first.
 - :class:`RegexWorker` starts it on first use, sends one request at a time (an
-  ``asyncio.Lock``), and waits for each answer at most its deadline:
+  ``asyncio.Lock``), and gives each answer a budget of the child's CPU time:
   :data:`VALIDATE_TIMEOUT_S` for a validation, :data:`RESOLVE_TIMEOUT_S` for a
-  resolution. A request past its deadline kills the child (the next request starts a
-  new one) and raises :class:`RegexTimeout`; the coordinator answers a validation that
-  timed out INVALID_REGULAR_EXPRESSION, and keeps a group's last resolution when its
-  refresh timed out (as Kafka does when the resolution fails), retrying it later.
+  resolution. The budget is of CPU, not of the wall clock, so that a worker starved of
+  CPU (a loaded machine: it runs niced) is waited for rather than judged (read from
+  ``/proc/<pid>/stat``; where that cannot be read, the wall clock's time counts), up to
+  :data:`WALL_LIMIT_FACTOR` times the budget on the wall clock. A request past either
+  kills the child (the next request starts a new one) and raises :class:`RegexTimeout`;
+  the coordinator answers a validation that timed out INVALID_REGULAR_EXPRESSION (kept
+  as the expression's verdict only when it spent its CPU budget: a starved worker's is
+  not), and keeps a group's last resolution when its refresh timed out (as Kafka does
+  when the resolution fails), retrying it later.
 - Answers of validations are kept (the newest :data:`VALIDATED_KEPT`, at most
   :data:`VALIDATED_KEPT_CHARS` characters of expressions), so a regex already judged
   costs no round trip.
@@ -46,13 +51,31 @@ VALIDATED_KEPT = 4096
 """Validation answers kept (the newest) ..."""
 VALIDATED_KEPT_CHARS = 4 * 1024 * 1024
 """... and at most this many characters of expressions among them."""
+WALL_LIMIT_FACTOR = 15
+"""A request is given up after this many times its CPU budget on the wall clock, however
+little CPU the child got."""
 NICENESS = 10
 """The child runs this much nicer than the broker (``os.nice``)."""
 _LINE_LIMIT = 64 * 1024 * 1024  # an answer line: every topic name, a few times over
 
 
 class RegexTimeout(Exception):
-    """The worker did not answer in time (it was killed)."""
+    """The worker did not answer in time (it was killed); ``cpu_spent``: whether it
+    spent its CPU budget (else it was starved past the wall clock's limit)."""
+
+    def __init__(self, message: str, cpu_spent: bool = True) -> None:
+        super().__init__(message)
+        self.cpu_spent = cpu_spent
+
+
+def _cpu_s(pid: int) -> float | None:
+    """The CPU time (user + system) a process has spent, None when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class RegexWorker:
@@ -63,9 +86,11 @@ class RegexWorker:
         self._lock = asyncio.Lock()
         self._validated: OrderedDict[str, str | None] = OrderedDict()
         self._validated_chars = 0
-        # requests sent to a child, by kind ("validate", "resolve"), and children started
+        # requests sent to a child, by kind ("validate", "resolve"), children started, and
+        # times a request's deadline passed on the wall clock with its CPU budget unspent
         self.requests: Counter[str] = Counter()
         self.started = 0
+        self.overdue = 0
 
     @property
     def busy(self) -> bool:
@@ -85,10 +110,12 @@ class RegexWorker:
             return self._validated[regex]
         try:
             answer = await self._ask({"validate": regex}, VALIDATE_TIMEOUT_S)
-        except RegexTimeout:
+        except RegexTimeout as exc:
             error: str | None = (
                 f"SubscribedTopicRegex `{regex[:200]}` is not a valid regular expression: "
                 f"not compiled within {VALIDATE_TIMEOUT_S:g} s.")
+            if not exc.cpu_spent:
+                return error  # the machine's verdict, not the expression's: not kept
         else:
             error = answer.get("error")
         if regex not in self._validated:
@@ -108,23 +135,51 @@ class RegexWorker:
         resolved: dict[str, list[str]] = answer["topics"]
         return resolved
 
-    async def _ask(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    async def _ask(self, request: dict[str, Any], budget_s: float) -> dict[str, Any]:
         async with self._lock:
             proc = await self._started()
             assert proc.stdin is not None and proc.stdout is not None
             self.requests[next(iter(request))] += 1
+            cpu_before = _cpu_s(proc.pid)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            reading = asyncio.ensure_future(self._exchange(proc, request))
             try:
-                proc.stdin.write(json.dumps(request).encode() + b"\n")
-                await asyncio.wait_for(proc.stdin.drain(), timeout_s)
-                line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
-            except (TimeoutError, ConnectionError) as exc:
+                while True:
+                    done, _ = await asyncio.wait({reading}, timeout=budget_s / 4)
+                    if done:
+                        break
+                    wall = loop.time() - started
+                    cpu_now = _cpu_s(proc.pid)
+                    cpu = (wall if cpu_before is None or cpu_now is None
+                           else cpu_now - cpu_before)
+                    if cpu >= budget_s:
+                        raise RegexTimeout(f"{cpu:.1f} s of CPU")
+                    if wall >= budget_s * WALL_LIMIT_FACTOR:
+                        raise RegexTimeout(f"{wall:.0f} s with {cpu:.1f} s of CPU (starved)",
+                                           cpu_spent=False)
+                    if wall >= budget_s:
+                        self.overdue += 1
+                line = reading.result()
+            except ConnectionError as exc:
                 await self._kill()
-                raise RegexTimeout(str(exc) or "timed out") from exc
+                raise RegexTimeout(str(exc) or "the regex worker's pipe broke") from exc
+            except BaseException:
+                reading.cancel()
+                await self._kill()
+                raise
             if not line:
                 await self._kill()
                 raise RegexTimeout("the regex worker exited")
             answer: dict[str, Any] = json.loads(line)
             return answer
+
+    @staticmethod
+    async def _exchange(proc: asyncio.subprocess.Process, request: dict[str, Any]) -> bytes:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        await proc.stdin.drain()
+        return await proc.stdout.readline()
 
     async def _started(self) -> asyncio.subprocess.Process:
         if self._proc is None or self._proc.returncode is not None:
