@@ -218,7 +218,7 @@ def test_many_members_with_distinct_regexes(rb: RunningBroker) -> None:
     group = new_group()
     members = 500
     coordinator = rb.broker.group_coordinator
-    worker = coordinator.regex_worker
+    worker, resolver = coordinator.regex_worker, coordinator.regex_resolver
     validations = worker.requests["validate"]
 
     def join_all() -> list[int]:
@@ -245,7 +245,7 @@ def test_many_members_with_distinct_regexes(rb: RunningBroker) -> None:
         # m0's next heartbeat starts one
         with consumer_config(rb, session_timeout_ms=3_600_000, regex_refresh_interval_ms=0):
             lowered_ms = coordinator.time_ms()
-            resolutions = worker.requests["resolve"]
+            resolutions = resolver.requests["resolve"]
             started = time.monotonic()
 
             def resolve_all() -> dict[str, Any]:
@@ -264,7 +264,7 @@ def test_many_members_with_distinct_regexes(rb: RunningBroker) -> None:
 
             resolved, refresh_lag = _loop_lag_while(rb, resolve_all)
             resolved_s = time.monotonic() - started
-    assert worker.requests["resolve"] == resolutions + 1
+    assert resolver.requests["resolve"] == resolutions + 1
     assert len({r.timestamp_ms for r in resolved.values()}) == 1
     assert resolved[f"rx-{uid}-7|x7"].topics == {f"rx-{uid}-7"}
     print(f"{members} members with distinct regexes joined in {joined_s:.1f} s (loop lag "

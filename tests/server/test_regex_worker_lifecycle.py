@@ -14,12 +14,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
+from odradek.coordinator import regex_worker
 from odradek.testing import running_broker
 from tests.interop._broker import start_broker
 from tests.server._requests import one
-from tests.server.test_consumer_group_apis import heartbeat, new_group
+from tests.server.test_consumer_group_apis import consumer_config, heartbeat, new_group
 
 
 def _state(pid: int) -> str | None:
@@ -60,10 +62,12 @@ def test_a_broker_killed_leaves_no_regex_worker(tmp_path: Path) -> None:
     with start_broker(tmp_path) as broker:
         response = one(broker, heartbeat(new_group(), "m1", 0, regex="orders-.*"))  # type: ignore[arg-type]
         assert response.error_code == ErrorCode.none, response.error_message
-        (worker,) = _workers_of(broker.pid)
+        workers = _workers_of(broker.pid)  # the validating child, the resolving one
+        assert workers
         os.kill(broker.pid, signal.SIGKILL)  # the broker alone, not its group
         broker.proc.wait(30)
-        _wait_exited(worker, 30)
+        for worker in workers:
+            _wait_exited(worker, 30)
 
 
 def test_a_broker_killed_mid_compile_leaves_no_regex_worker(tmp_path: Path) -> None:
@@ -71,7 +75,6 @@ def test_a_broker_killed_mid_compile_leaves_no_regex_worker(tmp_path: Path) -> N
     dies: it exits once it finds its broker gone, at the latest when the compile ends."""
     with start_broker(tmp_path) as broker:
         one(broker, heartbeat(new_group(), "m1", 0, regex="warm-up"))  # type: ignore[arg-type]
-        (worker,) = _workers_of(broker.pid)
         answers: list[Any] = []
 
         def costly() -> None:
@@ -84,14 +87,16 @@ def test_a_broker_killed_mid_compile_leaves_no_regex_worker(tmp_path: Path) -> N
         beat = threading.Thread(target=costly)
         beat.start()
         deadline = time.monotonic() + 30
-        # compiling: the worker is on the CPU (R), not waiting on its pipe (S)
-        while _state(worker) != "R":
+        # compiling: a worker is on the CPU (R), not waiting on its pipe (S)
+        while not any(_state(w) == "R" for w in _workers_of(broker.pid)):
             assert time.monotonic() < deadline and not answers
             time.sleep(0.01)
+        workers = _workers_of(broker.pid)
         os.kill(broker.pid, signal.SIGKILL)
         broker.proc.wait(30)
         beat.join(30)
-        _wait_exited(worker, 60)
+        for worker in workers:
+            _wait_exited(worker, 60)
 
 
 def test_a_worker_killed_mid_resolution_is_replaced() -> None:
@@ -103,11 +108,11 @@ def test_a_worker_killed_mid_resolution_is_replaced() -> None:
         for i in range(3):
             rb.call(rb.broker.metadata.create_topic, f"{prefix}-{i}", 1, 1, {})
         coordinator = rb.broker.group_coordinator
-        worker, regex = coordinator.regex_worker, f"{prefix}-.*"
+        worker, regex = coordinator.regex_resolver, f"{prefix}-.*"
         # validated once (by another group), so that only the resolution needs the worker
         one(rb, heartbeat(new_group(), "other", 0, regex=regex))
         deadline = time.monotonic() + 60
-        while worker.busy:
+        while worker.busy or worker.pid is None:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         pid, resolutions = worker.pid, worker.requests["resolve"]
@@ -123,12 +128,14 @@ def test_a_worker_killed_mid_resolution_is_replaced() -> None:
         finally:
             os.kill(pid, signal.SIGKILL)
         epoch = first.member_epoch
-        while not coordinator.consumer_groups[group].resolved_regexes:
-            assert time.monotonic() < deadline
-            response = one(rb, heartbeat(group, "m1", epoch, owned=None))
-            assert response.error_code == ErrorCode.none, response.error_message
-            epoch = response.member_epoch
-            time.sleep(0.05)
+        # (a failed refresh counts as one: the interval lowered)
+        with consumer_config(rb, regex_refresh_interval_ms=0):
+            while not coordinator.consumer_groups[group].resolved_regexes:
+                assert time.monotonic() < deadline
+                response = one(rb, heartbeat(group, "m1", epoch, owned=None))
+                assert response.error_code == ErrorCode.none, response.error_message
+                epoch = response.member_epoch
+                time.sleep(0.05)
         assert worker.pid not in (None, pid)
         resolved = coordinator.consumer_groups[group].resolved_regexes
         assert resolved[regex].topics == {f"{prefix}-{i}" for i in range(3)}
@@ -144,3 +151,84 @@ def test_brokers_one_after_another_leave_no_regex_worker() -> None:
             pids.append(pid)
     for pid in pids:
         _wait_exited(pid, 30)
+
+
+def _resolving_child(rb: Any) -> int:
+    """The pid of the child process that resolves the broker's expressions."""
+    coordinator = rb.broker.group_coordinator
+    resolver = coordinator.regex_resolver
+    pid: int | None = resolver.pid
+    assert pid is not None
+    return pid
+
+
+def test_a_long_resolution_does_not_hold_up_other_groups_joining() -> None:
+    """A group's resolution that takes long (an expression RE2 matches slowly over many
+    long topic names: here the resolving child is stopped mid-resolution, SIGSTOP) does
+    not hold up another group's member joining with a new expression: its compile is
+    answered meanwhile."""
+    with running_broker() as rb:
+        coordinator = rb.broker.group_coordinator
+        rb.call(rb.broker.metadata.create_topic, f"slow-{uuid.uuid4().hex[:6]}", 1, 1, {})
+        slow_group = new_group()
+        first = one(rb, heartbeat(slow_group, "m1", 0, regex="(?:[a-z]*a[a-z]{15}){1,8}"))
+        assert first.error_code == ErrorCode.none, first.error_message
+        deadline = time.monotonic() + 60
+        while not coordinator.consumer_groups[slow_group].resolved_regexes:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        # a second resolution of the slow group is under way when its child stops
+        rb.call(rb.broker.metadata.create_topic, f"slow-{uuid.uuid4().hex[:6]}", 1, 1, {})
+        pid = _resolving_child(rb)
+        with consumer_config(rb, regex_refresh_interval_ms=0):
+            os.kill(pid, signal.SIGSTOP)
+            joining: threading.Thread | None = None
+            try:
+                resolver = coordinator.regex_resolver
+                resolutions = resolver.requests["resolve"]
+                while resolver.requests["resolve"] == resolutions:
+                    assert time.monotonic() < deadline
+                    one(rb, heartbeat(slow_group, "m1", first.member_epoch, owned=None))
+                    time.sleep(0.01)
+                answers: list[Any] = []
+                joining = threading.Thread(target=lambda: answers.append(one(rb, heartbeat(
+                    new_group(), "m1", 0, regex=f"fresh-{uuid.uuid4().hex}.*"))))
+                joining.start()
+                joining.join(60)
+                assert [a.error_code for a in answers] == [ErrorCode.none]
+            finally:
+                os.kill(pid, signal.SIGCONT)
+                if joining is not None:
+                    joining.join(120)
+
+
+def test_a_resolution_past_its_budget_is_not_retried_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group whose resolution timed out (too slow: here its child is stopped past a
+    small budget) is not resolved again at its next heartbeat but after the refresh
+    interval, as if it had been refreshed: one slow expression does not keep the
+    resolving child busy for good."""
+    with running_broker() as rb:
+        coordinator = rb.broker.group_coordinator
+        one(rb, heartbeat(new_group(), "w", 0, regex="warm-up"))
+        resolver = coordinator.regex_resolver
+        deadline = time.monotonic() + 60
+        while resolver.busy or resolver.requests["resolve"] == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        pid = _resolving_child(rb)
+        resolutions = resolver.requests["resolve"]
+        monkeypatch.setattr(regex_worker, "RESOLVE_TIMEOUT_S", 0.2)
+        os.kill(pid, signal.SIGSTOP)  # starved: timed out after 15 times the budget
+        with consumer_config(rb, regex_refresh_interval_ms=600_000):
+            group = new_group()
+            first = one(rb, heartbeat(group, "m1", 0, regex="slow-.*"))
+            assert first.error_code == ErrorCode.none, first.error_message
+            while resolver.requests["resolve"] == resolutions or resolver.busy:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            assert resolver.pid != pid  # killed at its deadline
+            for _ in range(5):
+                response = one(rb, heartbeat(group, "m1", first.member_epoch, owned=None))
+                assert response.error_code == ErrorCode.none
+            assert resolver.requests["resolve"] == resolutions + 1

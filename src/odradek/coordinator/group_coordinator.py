@@ -283,7 +283,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         # regular-expression subscriptions: the child process compiling and resolving
         # them, the refresh running per group, and a count of topic changes (the
         # version resolutions are made at)
-        self.regex_worker = RegexWorker()
+        self.regex_worker = RegexWorker()  # validations
+        # resolutions, in a child of their own: a compile never waits behind a slow one
+        self.regex_resolver = RegexWorker()
         self._regex_refreshes: dict[str, asyncio.Task[None]] = {}
         self.topics_version = 0
 
@@ -305,6 +307,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         for task in self._regex_refreshes.values():
             task.cancel()
         self.regex_worker.close_now()
+        self.regex_resolver.close_now()
         self.manager.shutdown()
         super().shutdown()
 
@@ -1004,10 +1007,15 @@ class GroupCoordinator(InternalTopicCoordinator):
         started, version = self.time_ms(), self.topics_version
         try:
             try:
-                matched = await self.regex_worker.resolve(regexes, list(topics))
+                matched = await self.regex_resolver.resolve(regexes, list(topics))
             except RegexTimeout as exc:
                 log.error("consumer group %s: regular expressions not resolved (%s); "
-                          "the last resolution stays", group_id, exc)
+                          "the last resolution stays, tried again in %d ms", group_id, exc,
+                          self.config.consumer.regex_refresh_interval_ms)
+                group = self.consumer_groups.get(group_id)
+                if group is not None:
+                    # counted as a refresh: not started again at the next heartbeat
+                    group.regex_refreshed_ms = started
                 return
             group = self.consumer_groups.get(group_id)
             if group is None:

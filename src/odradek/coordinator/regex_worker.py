@@ -22,7 +22,9 @@ How it works:
   the coordinator answers a validation that timed out INVALID_REGULAR_EXPRESSION (kept
   as the expression's verdict only when it spent its CPU budget: a starved worker's is
   not), and keeps a group's last resolution when its refresh timed out (as Kafka does
-  when the resolution fails), retrying it later.
+  when the resolution fails), retrying it after the refresh interval. The coordinator
+  keeps two of them, one compiling and one resolving, so that a compile (a member
+  waiting on its heartbeat) never queues behind a slow resolution.
 - Answers of validations are kept (the newest :data:`VALIDATED_KEPT`, at most
   :data:`VALIDATED_KEPT_CHARS` characters of expressions), so a regex already judged
   costs no round trip.
