@@ -293,3 +293,89 @@ def test_the_records_of_a_refresh_without_walking_the_members(created: bool) -> 
     records, after = records_for_resolution(before, group)
     assert records == records_for_heartbeat(before, snapshot_of(group))
     assert after == snapshot_of(group)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_members_switching_between_names_and_regexes_never_share_a_partition(
+        seed: int) -> None:
+    """Three members heartbeat in a random order, each now and then switching its
+    subscription between names, an expression, both and nothing, mid-reconciliation
+    (owning what it was last told), with refreshes applied when due: no partition is
+    ever held (assigned or pending revocation) by two members at once, and once they
+    stop switching every subscribed partition ends up with exactly one member."""
+    import random
+
+    rng = random.Random(seed)
+    topics = cluster(orders_eu=3, orders_us=2, payments=2, audit=1)
+    subscriptions: list[tuple[tuple[str, ...] | None, str | None]] = [
+        (("orders-eu", "payments"), ""), ((), "orders-.*"), (("audit",), "pay.*"),
+        ((), ""), (("orders-us",), "(orders|audit).*"), (None, "p.*|audit")]
+    group = ConsumerGroup("g")
+    owned: dict[str, dict[uuid.UUID, frozenset[int]]] = {}
+    epochs: dict[str, int] = {}
+    now = 0
+    for m in ("a", "b", "c"):
+        names, regex = subscriptions[rng.randrange(len(subscriptions))]
+        result = group.heartbeat(join(m, regex, *(names or ())), topics, now)
+        assert result.error == ErrorCode.none
+        epochs[m], owned[m] = result.member_epoch, dict(result.assignment or {})
+
+    def check() -> None:
+        holders: dict[tuple[uuid.UUID, int], str] = {}
+        for member in group.members.values():
+            for tp in member.held():
+                assert tp not in holders, (tp, holders[tp], member.member_id)
+                holders[tp] = member.member_id
+
+    for step in range(300):
+        now += rng.randrange(1, 4_000)
+        m = rng.choice("abc")
+        switching = step < 200 and rng.random() < 0.3
+        names, regex = (subscriptions[rng.randrange(len(subscriptions))] if switching
+                        else (None, None))
+        request = HeartbeatRequest(
+            m, epochs[m], owned=owned[m], subscribed_topic_regex=regex,
+            subscribed_topic_names=names)
+        result = group.heartbeat(request, topics, now)
+        assert result.error == ErrorCode.none, result
+        epochs[m] = result.member_epoch
+        if result.assignment is not None:
+            owned[m] = dict(result.assignment)
+        check()
+        refresh(group, topics, now)
+        check()
+    # settled: every partition some member subscribes to is held by exactly one of them
+    wanted = {(t.topic_id, p) for name in group.subscribed_topics()
+              for t in [topics[name]] for p in range(t.num_partitions)}
+    for _ in range(30):
+        for m in "abc":
+            now += 100
+            result = group.heartbeat(HeartbeatRequest(m, epochs[m], owned=owned[m]),
+                                     topics, now)
+            epochs[m] = result.member_epoch
+            if result.assignment is not None:
+                owned[m] = dict(result.assignment)
+            check()
+    held = {(t, p) for m in "abc" for t, ps in owned[m].items() for p in ps}
+    assert held == wanted
+
+
+def test_a_matching_topic_deleted_and_created_again_under_its_name() -> None:
+    """The resolution holds names: a matching topic deleted and created again (a new
+    topic id, another partition count) is the new topic at the next heartbeat, the old
+    topic's partitions revoked, and the next refresh changes nothing."""
+    topics = cluster(orders_eu=2)
+    group = ConsumerGroup("g")
+    first = group.heartbeat(join("m", "orders-.*"), topics, 0)
+    refresh(group, topics, 0)
+    answer = group.heartbeat(beat("m", first.member_epoch, {}), topics, 1)
+    assert answer.assignment == {tid("orders-eu"): frozenset({0, 1})}
+    new_id = uuid.uuid4()
+    again = {"orders-eu": TopicMetadata(new_id, "orders-eu", 3)}
+    answer = group.heartbeat(beat("m", answer.member_epoch, answer.assignment), again, 2)
+    assert answer.assignment == {}  # the old topic's partitions revoked first
+    answer = group.heartbeat(beat("m", answer.member_epoch, {}), again, 3)
+    assert answer.assignment == {new_id: frozenset({0, 1, 2})}
+    epoch = group.group_epoch
+    assert refresh(group, again, INTERVAL + 3, version=1) is False
+    assert group.group_epoch == epoch
