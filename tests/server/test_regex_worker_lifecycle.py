@@ -232,3 +232,83 @@ def test_a_resolution_past_its_budget_is_not_retried_at_once(
                 response = one(rb, heartbeat(group, "m1", first.member_epoch, owned=None))
                 assert response.error_code == ErrorCode.none
             assert resolver.requests["resolve"] == resolutions + 1
+
+
+def test_a_group_reloaded_while_its_regex_is_being_resolved() -> None:
+    """The coordinator resigns and is elected again (a failover) while a new member's
+    expression is still being resolved (its child stopped meanwhile): the reloaded
+    group has the member and no resolution, the late answer of the old refresh lands on
+    the reloaded group or a new refresh resolves it, and the member gets its partitions."""
+    with running_broker() as rb:
+        prefix = f"f{uuid.uuid4().hex[:6]}"
+        rb.call(rb.broker.metadata.create_topic, f"{prefix}-a", 2, 1, {})
+        info = rb.broker.metadata.get(f"{prefix}-a")
+        assert info is not None
+        coordinator = rb.broker.group_coordinator
+        resolver, regex = coordinator.regex_resolver, f"{prefix}-.*"
+        one(rb, heartbeat(new_group(), "other", 0, regex=regex))  # validated, children up
+        deadline = time.monotonic() + 60
+        while resolver.busy or resolver.pid is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        pid, resolutions = resolver.pid, resolver.requests["resolve"]
+        assert pid is not None
+        group = new_group()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            first = one(rb, heartbeat(group, "m1", 0, regex=regex))
+            assert first.error_code == ErrorCode.none, first.error_message
+            while resolver.requests["resolve"] == resolutions:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            partition = coordinator.partition_for(group)
+            rb.call(coordinator.on_resigned, partition)
+            rb.call(coordinator.on_elected, partition)
+            loaded = coordinator.consumer_groups[group]
+            assert loaded.members["m1"].subscribed_topic_regex == regex
+            assert loaded.resolved_regexes == {}
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        epoch, owned = first.member_epoch, []
+        with consumer_config(rb, regex_refresh_interval_ms=0):
+            while True:
+                assert time.monotonic() < deadline
+                response = one(rb, heartbeat(group, "m1", epoch, owned=owned))
+                assert response.error_code == ErrorCode.none, response.error_message
+                epoch = response.member_epoch
+                if response.assignment is not None:
+                    owned = [(tp.topic_id, list(tp.partitions))
+                             for tp in response.assignment.topic_partitions]
+                    if owned == [(info.topic_id, [0, 1])]:
+                        break
+                time.sleep(0.05)
+
+
+def test_a_resolution_too_large_to_store_is_not_retried_at_every_heartbeat() -> None:
+    """A resolution whose ConsumerGroupRegularExpression record is larger than
+    ``__consumer_offsets`` takes (max.message.bytes; Kafka cannot write it either) is not
+    stored, and is tried again after the refresh interval, not at every heartbeat (each
+    try is a resolution of every topic name and a failed append)."""
+    with running_broker(overrides={"message.max.bytes": "5000"}) as rb:
+        prefix = f"big{uuid.uuid4().hex[:6]}"
+        for i in range(30):
+            rb.call(rb.broker.metadata.create_topic,
+                    f"{prefix}-{i:03d}-" + "x" * 230, 1, 1, {})
+        coordinator = rb.broker.group_coordinator
+        resolver = coordinator.regex_resolver
+        with consumer_config(rb, regex_refresh_interval_ms=600_000):
+            group = new_group()
+            first = one(rb, heartbeat(group, "m1", 0, regex=f"{prefix}-.*"))
+            assert first.error_code == ErrorCode.none, first.error_message
+            deadline = time.monotonic() + 60
+            while resolver.requests["resolve"] == 0 or resolver.busy or (
+                    group in coordinator._regex_refreshes):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            epoch = first.member_epoch
+            for _ in range(5):
+                response = one(rb, heartbeat(group, "m1", epoch, owned=None))
+                assert response.error_code == ErrorCode.none, response.error_message
+                epoch = response.member_epoch
+            assert resolver.requests["resolve"] == 1
+            assert coordinator.consumer_groups[group].resolved_regexes == {}

@@ -1036,9 +1036,15 @@ class GroupCoordinator(InternalTopicCoordinator):
                 if error == ErrorCode.none:
                     self._consumer_records[group_id] = after
             if error != ErrorCode.none:
-                log.warning("consumer group %s: resolved regular expressions not stored "
-                            "(%s)", group_id, error.name)
+                log.error("consumer group %s: resolved regular expressions not stored "
+                          "(%s; a resolution's record larger than %s takes is never "
+                          "stored), tried again in %d ms", group_id, error.name,
+                          self.manager.topic.name, group.config.regex_refresh_interval_ms)
                 self._revert_consumer_group(group, before, {})
+                reverted = self.consumer_groups.get(group_id)
+                if reverted is not None:
+                    # counted as a refresh: not started again at the next heartbeat
+                    reverted.regex_refreshed_ms = started
                 return
             log.info("consumer group %s: regular expressions %s resolved in %d ms%s",
                      group_id, ", ".join(sorted(regexes)), self.time_ms() - started,
