@@ -269,7 +269,8 @@ def test_a_group_reloaded_while_its_regex_is_being_resolved() -> None:
             assert loaded.resolved_regexes == {}
         finally:
             os.kill(pid, signal.SIGCONT)
-        epoch, owned = first.member_epoch, []
+        epoch = first.member_epoch
+        owned: list[Any] = []
         with consumer_config(rb, regex_refresh_interval_ms=0):
             while True:
                 assert time.monotonic() < deadline
