@@ -30,6 +30,17 @@ creation order on both, without gaps on neither being promised. It
 has one session that lives as long as the store, unless :meth:`EmbeddedStore.expire_session`
 ends it (tests). :mod:`odradek.cluster.zk_store` implements the same interface over a real
 ZooKeeper.
+
+Request size: ZooKeeper closes the connection of a client whose request is longer than
+its ``jute.maxbuffer`` (1 MB - 1 by default, on the server and on ZooKeeper 3.8's client),
+and the broker's session is then suspended or lost. Every backend therefore refuses,
+before sending it, a request whose path and data (a transaction's: all its ops) exceed the
+limit less room for the request's header and ACLs (:meth:`MetadataStore.check_size`),
+with :class:`RequestTooLargeError`; the embedded store refuses the same requests, so that
+a client sees one behaviour. The limit is Kafka's: the ZooKeeper client's ``jute.maxbuffer``
+JVM system property, which Kafka's start scripts pass in ``KAFKA_OPTS``
+(``-Djute.maxbuffer=<bytes>``; :func:`jute_maxbuffer`). Handlers check what a client sends
+against :meth:`MetadataStore.fits` first, to answer with their API's own error.
 """
 
 from __future__ import annotations
@@ -41,9 +52,10 @@ import glob
 import json
 import logging
 import os
+import shlex
 import stat
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +114,54 @@ class SessionExpiredError(StoreError):
 
 class StoreConnectionError(StoreError):
     """The store could not be reached (within ``zookeeper.connection.timeout.ms``)."""
+
+
+class RequestTooLargeError(StoreError):
+    """A request longer than one store request may be (``jute.maxbuffer``): not sent."""
+
+    kafka_error = "INVALID_REQUEST"
+
+
+#: ZooKeeper's default ``jute.maxbuffer`` (0xfffff, the server's and ZooKeeper 3.8's client's)
+DEFAULT_JUTE_MAXBUFFER = 0xFFFFF
+#: the ZooKeeper client's JVM system property (``-Djute.maxbuffer=`` in ``KAFKA_OPTS``)
+JUTE_MAXBUFFER = "jute.maxbuffer"
+#: room kept per request (and per op of a transaction) for what is not its path and data:
+#: header, lengths, flags, version, and the ACLs (Kafka's: a few, each a scheme and an id)
+REQUEST_OVERHEAD = 1024
+#: what an error message shows of a path (a hostile one may be megabytes long)
+SHOWN_PATH_CHARS = 120
+
+
+def jute_maxbuffer(environ: Mapping[str, str] | None = None) -> int:
+    """The ``jute.maxbuffer`` of ``KAFKA_OPTS``' ``-D`` properties, else ZooKeeper's default.
+    A value that is not a positive number is refused (the ZooKeeper client's would fail)."""
+    opts = (os.environ if environ is None else environ).get("KAFKA_OPTS", "")
+    value: str | None = None
+    try:
+        words = shlex.split(opts)
+    except ValueError:
+        words = []
+    for word in words:
+        if word.startswith(f"-D{JUTE_MAXBUFFER}="):
+            value = word.partition("=")[2]
+    if value is None:
+        return DEFAULT_JUTE_MAXBUFFER
+    try:
+        size = int(value.strip(), 0)
+    except ValueError:
+        size = 0
+    if size <= REQUEST_OVERHEAD:
+        raise StoreError(f"-D{JUTE_MAXBUFFER}={value} in KAFKA_OPTS: not a number of bytes "
+                         f"above {REQUEST_OVERHEAD}")
+    return size
+
+
+def shown_path(path: str) -> str:
+    """``path`` for a message or a log line: cut after :data:`SHOWN_PATH_CHARS`."""
+    if len(path) <= SHOWN_PATH_CHARS:
+        return path
+    return f"{path[:SHOWN_PATH_CHARS]}... ({len(path.encode())} bytes)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +225,34 @@ class DeleteOp:
 Op = CheckVersion | CreateOp | SetOp | DeleteOp
 
 
+def op_sizes(ops: Sequence[Op]) -> list[tuple[str, bytes]]:
+    """Each op's (path, data), as :meth:`MetadataStore.check_size` counts them."""
+    return [(op.path, op.data if isinstance(op, CreateOp | SetOp) else b"") for op in ops]
+
+
 class MetadataStore(abc.ABC):
+    #: the longest request the store sends (ZooKeeper's ``jute.maxbuffer``)
+    max_request_bytes: int = DEFAULT_JUTE_MAXBUFFER
+
+    def request_bytes(self, path: str, data: bytes = b"") -> int:
+        """What one request (or op of a transaction) on ``path`` with ``data`` counts."""
+        return len(path.encode()) + len(data) + REQUEST_OVERHEAD
+
+    def fits(self, path: str, data: bytes = b"") -> bool:
+        """Whether a write of ``data`` to ``path`` is within :attr:`max_request_bytes`."""
+        return self.request_bytes(path, data) <= self.max_request_bytes
+
+    def check_size(self, ops: Sequence[tuple[str, bytes]]) -> None:
+        """Refuse, with :class:`RequestTooLargeError`, a request of these (path, data) ops
+        that is longer than :attr:`max_request_bytes`: ZooKeeper would close the
+        connection (and the session would be suspended) rather than answer it."""
+        size = sum(self.request_bytes(path, data) for path, data in ops)
+        if size > self.max_request_bytes:
+            raise RequestTooLargeError(
+                f"{shown_path(ops[0][0])}: a request of {size} bytes is longer than one "
+                f"metadata store request may be (jute.maxbuffer: {self.max_request_bytes} "
+                "bytes); not sent")
+
     @abc.abstractmethod
     def get(self, path: str, watch: Watcher | None = None) -> Node | None: ...
 
@@ -250,7 +337,7 @@ class MetadataStore(abc.ABC):
             new = change(config_of(node))
             try:
                 if new or not remove_empty or (node is not None and self.children(path)):
-                    data = json.dumps({"version": 1, "config": new}, sort_keys=True).encode()
+                    data = config_node_data(new)
                     if node is None:
                         written = self.create(path, data)
                     else:
@@ -280,6 +367,11 @@ class MetadataStore(abc.ABC):
 
 #: read-modify-write rounds of :meth:`MetadataStore.update_config` before it gives up
 UPDATE_ATTEMPTS = 10
+
+
+def config_node_data(configs: Mapping[str, str]) -> bytes:
+    """A Kafka entity config node's data: ``{"version": 1, "config": {...}}``."""
+    return json.dumps({"version": 1, "config": dict(configs)}, sort_keys=True).encode()
 
 
 def config_of(node: Node | None) -> dict[str, str]:
@@ -340,8 +432,10 @@ class EmbeddedStore(MetadataStore):
 
     FORMAT_VERSION = 1
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_request_bytes: int | None = None) -> None:
         self.path = path
+        # the same bound as a ZooKeeperStore's: the same requests refused on both
+        self.max_request_bytes = max_request_bytes or jute_maxbuffer()
         self._nodes: dict[str, Node] = {"/": Node(b"", 0, path="/")}
         # parent path -> the next sequential child's counter (ZooKeeper's parent cversion)
         self._sequences: dict[str, int] = {}
@@ -435,12 +529,14 @@ class EmbeddedStore(MetadataStore):
         return self._session
 
     def get(self, path: str, watch: Watcher | None = None) -> Node | None:
+        self.check_size([(path, b"")])
         with self._lock:
             if watch is not None:
                 self._data_watches.setdefault(path, []).append(watch)
             return self._nodes.get(path)
 
     def children(self, path: str, watch: Watcher | None = None) -> list[str]:
+        self.check_size([(path, b"")])
         with self._lock:
             if watch is not None:
                 # A missing node has no children; the watch then waits for its creation.
@@ -458,6 +554,7 @@ class EmbeddedStore(MetadataStore):
     def create(
         self, path: str, data: bytes, ephemeral: bool = False, sequential: bool = False
     ) -> Node:
+        self.check_size([(path, data)])
         with self._lock:
             # Create missing parents, as kazoo's ``makepath=True`` does.
             parent = _parent(path)
@@ -500,6 +597,7 @@ class EmbeddedStore(MetadataStore):
         return current
 
     def set(self, path: str, data: bytes, expected_version: int = -1) -> Node:
+        self.check_size([(path, data)])
         with self._lock:
             current = self._check(path, expected_version)
             node = Node(data, current.version + 1, current.ephemeral, current.ephemeral_owner,
@@ -511,6 +609,7 @@ class EmbeddedStore(MetadataStore):
         return node
 
     def delete(self, path: str, expected_version: int = -1, recursive: bool = False) -> None:
+        self.check_size([(path, b"")])
         with self._lock:
             self._check(path, expected_version)
             prefix = path.rstrip("/") + "/"
@@ -525,6 +624,8 @@ class EmbeddedStore(MetadataStore):
         self._fire_all(gone, [_parent(p) for p in gone])
 
     def multi(self, ops: Sequence[Op]) -> list[Node | None]:
+        if ops:
+            self.check_size(op_sizes(ops))
         with self._lock:
             saved, saved_sequences = dict(self._nodes), dict(self._sequences)
             results: list[Node | None] = []

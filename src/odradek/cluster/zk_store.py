@@ -75,6 +75,9 @@ from odradek.cluster.store import (
     StoreConnectionError,
     StoreError,
     Watcher,
+    jute_maxbuffer,
+    op_sizes,
+    shown_path,
 )
 from odradek.cluster.zk_security import ZkClientSecurity, ZooKeeperSecurityError
 
@@ -152,8 +155,11 @@ class ZooKeeperStore(MetadataStore):
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         connection_timeout_ms: int | None = None,
         security: ZkClientSecurity | None = None,
+        max_request_bytes: int | None = None,
     ) -> None:
         self.security = security or ZkClientSecurity()
+        # as the ZooKeeper client: -Djute.maxbuffer in KAFKA_OPTS, else ZooKeeper's default
+        self.max_request_bytes = max_request_bytes or jute_maxbuffer()
         self.security.require_authentication()
         self.settings = ZooKeeperSettings(connect, session_timeout_ms, connection_timeout_ms)
         self._hosts, self._chroot = split_connect(connect)
@@ -396,18 +402,26 @@ class ZooKeeperStore(MetadataStore):
         return on_event
 
     # -- requests ---------------------------------------------------------------------------
+    def request_bytes(self, path: str, data: bytes = b"") -> int:
+        """The base's count, and the ACLs this path's nodes get beyond what it keeps room
+        for (a long SASL user name in them)."""
+        acl_bytes = sum(12 + len(a.id.scheme.encode()) + len(a.id.id.encode())
+                        for a in self.security.acls(path))
+        return super().request_bytes(path, data) + max(0, acl_bytes - 512)
+
     @contextmanager
-    def _errors(self, path: str) -> Iterator[None]:
+    def _errors(self, path: str, data: bytes = b"") -> Iterator[None]:
+        self.check_size([(path, data)])
         if asyncio._get_running_loop() is not None:
             # Every call waits for a round trip: a broker's event loop must never make one
             # (its ZooKeeper work runs in worker threads or on the store's own thread).
-            log.warning("ZooKeeper call on the event loop (%s)", path, stack_info=log.isEnabledFor(
-                logging.DEBUG))
+            log.warning("ZooKeeper call on the event loop (%s)", shown_path(path),
+                        stack_info=log.isEnabledFor(logging.DEBUG))
         try:
             yield
         except KazooTimeoutError:
             raise ConnectionLossError(
-                f"{path}: no answer from ZooKeeper at {self._hosts} within "
+                f"{shown_path(path)}: no answer from ZooKeeper at {self._hosts} within "
                 f"{self.settings.effective_connection_timeout_ms} ms"
             ) from None
         except kz.KazooException as exc:
@@ -438,6 +452,8 @@ class ZooKeeperStore(MetadataStore):
         results: list[Node | None] = []
         for start in range(0, len(paths), _PIPELINE):
             window = paths[start:start + _PIPELINE]
+            for p in window:
+                self.check_size([(p, b"")])
             with self._errors(window[0] if window else "/"):
                 pending = [
                     self._client.get_async(p, watch=self._watch(watch, p) if watch else None)
@@ -470,7 +486,7 @@ class ZooKeeperStore(MetadataStore):
     def create(
         self, path: str, data: bytes, ephemeral: bool = False, sequential: bool = False
     ) -> Node:
-        with self._errors(path):
+        with self._errors(path, data):
             try:
                 created = self._create(path, data, ephemeral, sequential)
             except kz.NoNodeError:
@@ -496,7 +512,7 @@ class ZooKeeperStore(MetadataStore):
                 self._create(parent, b"", ephemeral=False, sequential=False)
 
     def set(self, path: str, data: bytes, expected_version: int = -1) -> Node:
-        with self._errors(path):
+        with self._errors(path, data):
             stat = self._client.set_async(path, data, version=expected_version).get(
                 timeout=self._timeout_s
             )
@@ -522,6 +538,7 @@ class ZooKeeperStore(MetadataStore):
     def multi(self, ops: Sequence[Op]) -> list[Node | None]:
         if not ops:
             return []
+        self.check_size(op_sizes(ops))
         txn = self._client.transaction()
         for op in ops:
             if isinstance(op, CheckVersion):
@@ -571,5 +588,5 @@ class ZooKeeperStore(MetadataStore):
 def _translate(exc: Exception, path: str) -> StoreError:
     for kazoo_type, ours in _ERRORS.items():
         if isinstance(exc, kazoo_type):
-            return ours(f"{path}: {type(exc).__name__}")
-    return StoreError(f"{path}: ZooKeeper error {type(exc).__name__}: {exc}")
+            return ours(f"{shown_path(path)}: {type(exc).__name__}")
+    return StoreError(f"{shown_path(path)}: ZooKeeper error {type(exc).__name__}: {exc}")

@@ -32,6 +32,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from odradek.cluster.store import RequestTooLargeError, shown_path
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import encode_body
 from odradek.protocol.errors import ErrorCode, KafkaError
@@ -184,8 +185,27 @@ def _filter(f: Any) -> AclBindingFilter | str:
     return flt.invalid_reason() or flt
 
 
+#: The longest resource name, principal or host an ACL is stored with: Kafka's longest
+#: STRING, all a non-flexible CreateAcls (v0, v1) can carry. Flexible versions carry longer
+#: (compact strings), but the ACLs of a resource are one ZooKeeper node, its name the
+#: resource's: megabytes there would be a request ZooKeeper drops the broker's connection for
+#: (``jute.maxbuffer``). Kafka sets no bound (ZooKeeper mode fails the write; KRaft takes it).
+MAX_ACL_STRING_BYTES = 32767
+
+
+def _too_long(c: Any) -> str | None:
+    for field, value in (("Resource name", c.resource_name), ("Principal", c.principal),
+                         ("Host", c.host)):
+        if len(value.encode()) > MAX_ACL_STRING_BYTES:
+            return f"{field} is longer than {MAX_ACL_STRING_BYTES} bytes"
+    return None
+
+
 def _binding(c: Any) -> AclBinding | str:
     """The creation's binding, or why it cannot be stored."""
+    too_long = _too_long(c)
+    if too_long is not None:
+        return too_long
     kinds = _kinds(c.resource_type, c.resource_pattern_type, c.operation, c.permission_type)
     if kinds is None:
         return "the ACL has an unknown resource, pattern, operation or permission type"
@@ -209,14 +229,27 @@ def _check(services: BrokerServices, ctx: RequestContext,
 
 
 async def _store(services: BrokerServices, authorizer: AclAuthorizer, store: AclStore,
-                 changes: dict[ResourcePattern, set[AclEntry]],
-                 *, add: bool) -> dict[ResourcePattern, frozenset[AclEntry]]:
+                 changes: dict[ResourcePattern, set[AclEntry]], *, add: bool,
+                 refused: dict[ResourcePattern, str] | None = None,
+                 ) -> dict[ResourcePattern, frozenset[AclEntry]]:
     """Write the changes to the store (off the loop in cluster mode: ZooKeeper), then give
-    the authorizer each pattern's ACLs as stored."""
+    the authorizer each pattern's ACLs as stored. A pattern whose ACLs would be more than one
+    store write carries (``jute.maxbuffer``: every ACL of a resource is one node) is not
+    written: its reason goes to ``refused``."""
     def work() -> dict[ResourcePattern, frozenset[AclEntry]]:
-        if add:
-            return {p: store.update(p, add=entries) for p, entries in changes.items()}
-        return {p: store.update(p, remove=entries) for p, entries in changes.items()}
+        written: dict[ResourcePattern, frozenset[AclEntry]] = {}
+        for p, entries in changes.items():
+            try:
+                written[p] = (store.update(p, add=entries) if add
+                              else store.update(p, remove=entries))
+            except RequestTooLargeError:
+                if refused is None:
+                    raise
+                refused[p] = (f"The ACLs of {p.resource_type.title} {shown_path(p.name)} "
+                              "would be more than one metadata store write may carry "
+                              f"(jute.maxbuffer: {services.metadata.store.max_request_bytes}"
+                              " bytes)")
+        return written
 
     written = await asyncio.to_thread(work) if services.metadata.remote else work()
     for pattern, entries in written.items():
@@ -258,25 +291,27 @@ async def create_acls(services: BrokerServices, ctx: RequestContext, request: An
             make(m.AclCreationResult, error_code=code, error_message=message)
             for _ in request.creations))
     authorizer, store = checked
-    outcomes: list[str | None] = []
+    outcomes: list[str | ResourcePattern] = []
     adds: dict[ResourcePattern, set[AclEntry]] = {}
     for creation in request.creations:
         binding = _binding(creation)
         if isinstance(binding, str):
             outcomes.append(binding)
             continue
-        outcomes.append(None)
+        outcomes.append(binding.pattern)
         adds.setdefault(binding.pattern, set()).add(binding.entry)
 
-    for pattern in await _store(services, authorizer, store, adds, add=True):
+    refused: dict[ResourcePattern, str] = {}
+    for pattern in await _store(services, authorizer, store, adds, add=True, refused=refused):
         log.info("ACLs added to %s by %s: %s", pattern, ctx.principal,
                  sorted(f"{e.permission.title} {e.principal} {e.operation.title} from "
                         f"{e.host}" for e in adds[pattern]))
+    reasons = [o if isinstance(o, str) else refused.get(o) for o in outcomes]
     return make(m.CreateAclsResponse, throttle_time=ZERO_THROTTLE, results=tuple(
         make(m.AclCreationResult,
              error_code=ErrorCode.none if reason is None else ErrorCode.invalid_request,
              error_message=reason)
-        for reason in outcomes))
+        for reason in reasons))
 
 
 async def delete_acls(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:

@@ -60,6 +60,15 @@ _IP_REFUSED = ("ip quotas (connection_creation_rate, KIP-612) are not supported;
                "broker's max.connection.creation.rate and max.connections.per.ip")
 
 
+#: The longest user or client id a quota is stored for: Kafka's longest STRING, all that
+#: AlterClientQuotas v0 carries. v1's compact strings carry longer, but the name, URL-encoded
+#: (up to 3 bytes a byte), is a ZooKeeper node name: a megabyte path is a request ZooKeeper
+#: drops the broker's connection for (``jute.maxbuffer``). Kafka sets no bound (ZooKeeper
+#: mode fails the write; KRaft takes it); a principal or client id that long cannot match
+#: a connection anyway (a client's own id is a STRING in every request header).
+MAX_ENTITY_NAME_BYTES = 32767
+
+
 class _Refused(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
@@ -83,6 +92,9 @@ def _entity(components: Any) -> QuotaEntity:
     names: dict[str, str] = {}
     for c in components:
         name = c.entity_name
+        if name is not None and len(name.encode()) > MAX_ENTITY_NAME_BYTES:
+            raise _Refused(ErrorCode.invalid_request,
+                           f"Entity name is longer than {MAX_ENTITY_NAME_BYTES} bytes")
         if name == DEFAULT_ENTITY:  # where the default entity is stored
             raise _Refused(ErrorCode.invalid_request,
                            f"the {c.entity_type} {DEFAULT_ENTITY} is reserved for the "

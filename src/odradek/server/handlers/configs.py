@@ -82,7 +82,14 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.cluster import topic_names
 from odradek.cluster.metadata import ClusterMetadata, MetadataError
-from odradek.cluster.store import UPDATE_ATTEMPTS, BadVersionError
+from odradek.cluster.store import (
+    UPDATE_ATTEMPTS,
+    BadVersionError,
+    MetadataStore,
+    RequestTooLargeError,
+    config_node_data,
+    shown_path,
+)
 from odradek.coordinator.group_config import (
     GROUP_CONFIG_DEFS,
     GroupConfigError,
@@ -562,6 +569,20 @@ def _target(services: BrokerServices, resource_type: int, name: str) -> str:
     raise ConfigRequestError(ErrorCode.invalid_request, _unsupported_type(resource_type))
 
 
+def check_config_size(store: MetadataStore, path: str, configs: Mapping[str, str]) -> None:
+    """Refuse configs whose node would be more than one store write carries (ZooKeeper's
+    ``jute.maxbuffer``: ZooKeeper would drop the broker's connection rather than take it).
+    INVALID_CONFIG, the error of a config set refused as a whole: Kafka's ConfigDef bounds
+    no value's length, its ZooKeeper mode fails the write (the same jute limit) and KRaft
+    refuses a record beyond its batch size; here the client hears which limit it met."""
+    data = config_node_data(configs)
+    if not store.fits(path, data):
+        raise ConfigRequestError(
+            ErrorCode.invalid_config,
+            f"Configs of {len(data)} bytes for {shown_path(path)} are more than one metadata "
+            f"store write may carry (jute.maxbuffer: {store.max_request_bytes} bytes)")
+
+
 def _alter_one(services: BrokerServices, resource: Any, incremental: bool,
                validate_only: bool) -> None:
     """Alter (or validate) one resource: its operations applied to the overrides the store
@@ -588,9 +609,13 @@ def _alter_one(services: BrokerServices, resource: Any, incremental: bool,
                 configs = _persistent(services, target, configs, current)
         elif resource_type == RESOURCE_GROUP:
             _check_group_configs(services, configs)
+        check_config_size(services.metadata.store, path, configs)
         return configs
 
     md = services.metadata
+    path = (md.topic_config_path(target) if resource_type == RESOURCE_TOPIC
+            else md.group_config_path(target) if resource_type == RESOURCE_GROUP
+            else md.broker_config_path(target))
     try:
         if resource_type == RESOURCE_TOPIC:
             md.update_topic_configs(target, change, validate_only)
@@ -611,6 +636,8 @@ def _alter_one(services: BrokerServices, resource: Any, incremental: bool,
                                              if _sets(c, incremental)))
     except MetadataError as exc:
         raise ConfigRequestError(code_of(exc.kafka_error), str(exc)) from None
+    except RequestTooLargeError as exc:  # what check_config_size did not count (a race)
+        raise ConfigRequestError(ErrorCode.invalid_config, str(exc)) from None
     except BadVersionError:
         raise ConfigRequestError(
             ErrorCode.unknown_server_error,

@@ -122,6 +122,14 @@ def _upsertion_problem(u: Any) -> tuple[ErrorCode, str] | None:
     return None
 
 
+#: The longest user a credential is stored for: Kafka's longest STRING (a SASL/SCRAM
+#: client's user name can be no longer in practice either). The name is a ZooKeeper node
+#: name (``/config/users/<user>``, URL-encoded: up to 3 bytes a byte); a megabyte one is a
+#: request ZooKeeper drops the broker's connection for (``jute.maxbuffer``). Refused as Kafka
+#: refuses an empty name: UNACCEPTABLE_CREDENTIAL.
+MAX_USER_NAME_BYTES = 32767
+
+
 async def alter_user_scram_credentials(
     services: BrokerServices, ctx: RequestContext, request: Any
 ) -> Any:
@@ -141,6 +149,10 @@ async def alter_user_scram_credentials(
         if count > 1:
             fail(user, ErrorCode.duplicate_resource,
                  "A user credential cannot be altered twice in the same request")
+    for user in users:
+        if len(user.encode()) > MAX_USER_NAME_BYTES:
+            fail(user, ErrorCode.unacceptable_credential,
+                 f"Username is longer than {MAX_USER_NAME_BYTES} bytes")
     for d in request.deletions:
         if not d.name:
             fail(d.name, ErrorCode.unacceptable_credential, "Username must not be empty")

@@ -35,6 +35,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from odradek.cluster.metadata import MetadataError
+from odradek.cluster.store import RequestTooLargeError
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.codec import encode_body
 from odradek.protocol.errors import ErrorCode
@@ -51,7 +52,11 @@ from odradek.server.handlers._entities import make, response_module
 from odradek.server.handlers._errors import code_of
 from odradek.server.handlers._quotas import THROTTLED_MESSAGE, mutation_quota, throttle_after
 from odradek.server.handlers._transcode import OldVersions, register_with_old_versions
-from odradek.server.handlers.configs import topic_config_entries
+from odradek.server.handlers.configs import (
+    ConfigRequestError,
+    check_config_size,
+    topic_config_entries,
+)
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
@@ -177,6 +182,11 @@ def _create_one(
         return result(ErrorCode.topic_authorization_failed,
                       "Authorization failed.")
     configs = {c.name: c.value for c in topic.configs}
+    try:
+        check_config_size(services.metadata.store,
+                          services.metadata.topic_config_path(topic.name), configs)
+    except ConfigRequestError as exc:
+        return result(exc.code, str(exc))
     assignment = None
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -207,6 +217,8 @@ def _create_one(
             quota.record(len(info.partitions))
     except MetadataError as exc:
         return result(code_of(exc.kafka_error), str(exc))
+    except RequestTooLargeError as exc:  # the assignment and configs: one transaction
+        return result(ErrorCode.invalid_request, str(exc))
     rf = len(next(iter(info.partitions.values())))
     return result(ErrorCode.none, None, (info.partitions, rf,
                                          topic_config_entries(services, info.configs),
