@@ -45,8 +45,9 @@ How it works:
 The group's records in ``__consumer_offsets`` are the coordinator's
 (:mod:`odradek.coordinator.consumer_group_persistence`): a group rebuilt from them gets
 what they do not hold from :meth:`ConsumerGroup.rebuild_derived`. Not here (yet):
-regular-expression subscriptions, and classic members in a consumer group (online
-migration).
+regular-expression subscriptions. Classic members in a consumer group (online migration)
+are :mod:`odradek.coordinator.consumer_group_migration`'s: they are members here with
+their classic metadata (``ConsumerGroupMember.classic``), reconciled when they join.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from odradek.coordinator.consumer_assignors import (
     MemberSubscription,
     SubscribedTopic,
 )
+from odradek.coordinator.consumer_group_records import ClassicMemberMetadata
 from odradek.protocol.errors import ErrorCode
 
 __all__ = [
@@ -117,6 +119,7 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     max_size: int = 2_147_483_647  # group.consumer.max.size
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +178,17 @@ class ConsumerGroupMember:
     pending_revocation: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
     session_deadline_ms: int = 0
     revocation_deadline_ms: int | None = None  # set while unrevoked_partitions
+    # A member speaking the classic protocol (online migration,
+    # :mod:`odradek.coordinator.consumer_group_migration`): its session timeout and
+    # JoinGroup protocols; None for a member of the consumer protocol.
+    classic: ClassicMemberMetadata | None = None
+    # a classic member's JoinGroup or SyncGroup deadline (Kafka's join and sync timeouts)
+    classic_deadline_ms: int | None = None
+    classic_deadline_reason: str = ""
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def held(self) -> Iterable[tuple[uuid.UUID, int]]:
         """Every partition this member holds: assigned or still pending revocation."""
@@ -287,6 +301,8 @@ class ConsumerGroup:
         deadlines = [m.session_deadline_ms for m in self.members.values()]
         deadlines += [m.revocation_deadline_ms for m in self.members.values()
                       if m.revocation_deadline_ms is not None]
+        deadlines += [m.classic_deadline_ms for m in self.members.values()
+                      if m.classic_deadline_ms is not None]
         return min(deadlines, default=None)
 
     # ================================================================ liveness
@@ -300,6 +316,9 @@ class ConsumerGroup:
             elif member.revocation_deadline_ms is not None and (
                     member.revocation_deadline_ms <= now_ms):
                 reason = "rebalance timeout (partitions not revoked)"
+            elif member.classic_deadline_ms is not None and (
+                    member.classic_deadline_ms <= now_ms):
+                reason = member.classic_deadline_reason
             else:
                 continue
             self.remove_member(member.member_id)

@@ -251,6 +251,11 @@ class GroupMetadataManager:
 
     def store_group(self, group: GroupMetadata) -> ErrorCode:
         """Write the group's metadata record (members with their assignments)."""
+        return self._append(group.group_id, [self.metadata_record(group)], self.time_ms())
+
+    @staticmethod
+    def metadata_record(group: GroupMetadata) -> tuple[bytes, bytes | None]:
+        """The group's metadata record (key, value): members with their assignments."""
         value = GroupMetadataValue(
             protocol_type=group.protocol_type or "",
             generation=group.generation_id,
@@ -267,10 +272,12 @@ class GroupMetadataManager:
                 for m in group.members.values()
             ),
         )
-        return self._append(
-            group.group_id, [(GroupMetadataKey(group.group_id).encode(), value.encode())],
-            self.time_ms(),
-        )
+        return GroupMetadataKey(group.group_id).encode(), value.encode()
+
+    @staticmethod
+    def metadata_tombstone(group_id: str) -> tuple[bytes, bytes | None]:
+        """The tombstone of a group's metadata record (its offsets stay)."""
+        return GroupMetadataKey(group_id).encode(), None
 
     def delete_group(self, group: GroupMetadata) -> ErrorCode:
         """Tombstone the group's offsets and metadata; once written the group is Dead and
