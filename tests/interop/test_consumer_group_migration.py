@@ -1,0 +1,234 @@
+"""Online migration between classic and consumer groups (KIP-848,
+``group.consumer.migration.policy``) with real clients over loopback: kafka-python
+(the classic protocol only, eager range assignment) and confluent-kafka with
+``group.protocol=consumer`` in one group.
+
+Upgrade: kafka-python members consume; confluent-kafka members join (the classic group
+becomes a consumer group, the kafka-python members are served inside it); the
+kafka-python members leave. Downgrade: the reverse, ending in a classic group when the
+last consumer-protocol member leaves. Throughout, every client's rebalance callbacks keep
+one ownership table (all polled on this thread): a partition given to a member while
+another owns it fails the test, as does a record read from a partition its reader does
+not own; every record produced is read; the committed offsets hold.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from odradek.testing import RunningBroker, running_broker
+from tests.interop.test_consumer_group_protocol import (
+    BROKER_OVERRIDES,
+    Member,
+    new_topic,
+    produce,
+)
+
+pytestmark = pytest.mark.interop
+
+PARTITIONS = 6
+PER_PARTITION = 20
+
+
+@pytest.fixture(scope="module")
+def rb() -> Iterator[RunningBroker]:
+    overrides = {**BROKER_OVERRIDES, "group.initial.rebalance.delay.ms": "0",
+                 "group.consumer.migration.policy": "bidirectional"}
+    with running_broker(overrides=overrides) as broker:
+        yield broker
+
+
+class ClassicMember:
+    """A kafka-python consumer (classic protocol, eager) sharing the ownership table."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str,
+                 owners: dict[Any, str]) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+        self.name = name
+        self.owners = owners
+        self.owned: set[int] = set()
+        self.records: list[tuple[int, int, str]] = []
+        member = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                for tp in revoked:
+                    if member.owners.get((tp.topic, tp.partition)) == member.name:
+                        del member.owners[(tp.topic, tp.partition)]
+                    member.owned.discard(tp.partition)
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                for tp in assigned:
+                    holder = member.owners.get((tp.topic, tp.partition))
+                    assert holder is None, (
+                        f"partition {tp.partition} given to {member.name} while {holder} "
+                        "owns it")
+                    member.owners[(tp.topic, tp.partition)] = member.name
+                    member.owned.add(tp.partition)
+
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group, client_id=name,
+            auto_offset_reset="earliest", enable_auto_commit=False,
+            session_timeout_ms=6000, heartbeat_interval_ms=300,
+            max_poll_interval_ms=15000, request_timeout_ms=20000)
+        self.consumer.subscribe([topic], listener=Listener())
+
+    def poll(self) -> None:
+        for tp, batch in self.consumer.poll(timeout_ms=50).items():
+            assert tp.partition in self.owned, (
+                f"{self.name} read partition {tp.partition} it does not own")
+            self.records += [(tp.partition, r.offset, r.value.decode()) for r in batch]
+
+    def commit(self) -> None:
+        if self.owned:
+            self.consumer.commit()
+
+    def close(self) -> None:
+        self.consumer.close()  # LeaveGroup
+        for key, holder in list(self.owners.items()):
+            if holder == self.name:
+                del self.owners[key]
+        self.owned.clear()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str,
+               members: list[Any]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for m in members:
+            m.poll()
+        if condition():
+            return
+    owned = {m.name: sorted(m.owned) for m in members}
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; owned {owned}")
+
+
+def values(members: list[Any]) -> set[str]:
+    return {v for m in members for _, _, v in m.records}
+
+
+def batch(first: int) -> set[str]:
+    return {f"{p}:{i}" for p in range(PARTITIONS) for i in range(first, first + PER_PARTITION)}
+
+
+def all_owned(members: list[Any], each: bool = True) -> Callable[[], bool]:
+    def check() -> bool:
+        owned = [p for m in members for p in m.owned]
+        return sorted(owned) == list(range(PARTITIONS)) and (
+            not each or all(m.owned for m in members))
+    return check
+
+
+def group_type(rb: RunningBroker, group: str) -> tuple[str, dict[str, bool]]:
+    """("consumer" or "classic", member id -> whether it speaks the classic protocol)."""
+    def read() -> tuple[str, dict[str, bool]]:
+        coordinator = rb.broker.group_coordinator
+        consumer = coordinator.consumer_group(group)
+        if consumer is not None:
+            return "consumer", {m.member_id: m.uses_classic_protocol
+                                for m in consumer.members.values()}
+        classic = coordinator.groups.get(group)
+        return "classic", {m: True for m in (classic.members if classic else {})}
+    result: tuple[str, dict[str, bool]] = rb.call(read)
+    return result
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        got = reader.committed([TopicPartition(topic, p) for p in range(PARTITIONS)],
+                               timeout=10)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        reader.close()
+
+
+def test_upgrade_kafka_python_group_to_consumer_protocol(rb: RunningBroker) -> None:
+    topic = new_topic(rb, PARTITIONS)
+    group = f"migrate-up-{uuid.uuid4().hex[:6]}"
+    owners: dict[Any, str] = {}
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION)
+    classic = [ClassicMember(rb.bootstrap, group, topic, f"kp{i}", owners) for i in range(2)]
+    wait_until(lambda: batch(0) <= values(classic) and all_owned(classic)(), 60,
+               "the classic members to read batch 1", classic)
+    for m in classic:
+        m.commit()
+    assert group_type(rb, group)[0] == "classic"
+
+    # confluent-kafka members join with the consumer protocol: the group upgrades
+    modern = [Member(rb.bootstrap, group, topic, f"ck{i}", owners) for i in range(2)]
+    everyone: list[Any] = [*classic, *modern]
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION, start=PER_PARTITION)
+    wait_until(lambda: batch(PER_PARTITION) <= values(everyone)
+               and all_owned(everyone)(), 90, "four members sharing the partitions",
+               everyone)
+    kind, members = group_type(rb, group)
+    assert kind == "consumer" and sorted(members.values()) == [False, False, True, True]
+    for m in everyone:
+        m.commit()
+
+    # the kafka-python members leave: the consumer-protocol members take everything
+    for m in classic:
+        m.close()
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION, start=2 * PER_PARTITION)
+    wait_until(lambda: batch(2 * PER_PARTITION) <= values(modern) and all_owned(modern)(),
+               60, "the consumer members to take over", modern)
+    for m in modern:
+        m.commit()
+    kind, members = group_type(rb, group)
+    assert kind == "consumer" and sorted(members.values()) == [False, False]
+    assert batch(0) | batch(PER_PARTITION) | batch(2 * PER_PARTITION) <= values(everyone)
+    for m in modern:
+        m.close()
+    assert committed_offsets(rb.bootstrap, group, topic) == {
+        p: 3 * PER_PARTITION for p in range(PARTITIONS)}
+
+
+def test_downgrade_consumer_group_to_kafka_python(rb: RunningBroker) -> None:
+    topic = new_topic(rb, PARTITIONS)
+    group = f"migrate-down-{uuid.uuid4().hex[:6]}"
+    owners: dict[Any, str] = {}
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION)
+    modern = [Member(rb.bootstrap, group, topic, f"ck{i}", owners) for i in range(2)]
+    wait_until(lambda: batch(0) <= values(modern) and all_owned(modern)(), 60,
+               "the consumer members to read batch 1", modern)
+    for m in modern:
+        m.commit()
+
+    # kafka-python members join the consumer group as classic members
+    classic = [ClassicMember(rb.bootstrap, group, topic, f"kp{i}", owners) for i in range(2)]
+    everyone: list[Any] = [*modern, *classic]
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION, start=PER_PARTITION)
+    wait_until(lambda: batch(PER_PARTITION) <= values(everyone)
+               and all_owned(everyone)(), 90, "four members sharing the partitions",
+               everyone)
+    kind, members = group_type(rb, group)
+    assert kind == "consumer" and sorted(members.values()) == [False, False, True, True]
+    for m in everyone:
+        m.commit()
+
+    # the consumer-protocol members leave: the last one's leave makes it classic again
+    modern[0].close()
+    rest: list[Any] = [modern[1], *classic]
+    wait_until(all_owned(rest), 60, "three members sharing the partitions", rest)
+    modern[1].close()
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION, start=2 * PER_PARTITION)
+    wait_until(lambda: batch(2 * PER_PARTITION) <= values(classic)
+               and all_owned(classic)(), 90, "the classic members to take over", classic)
+    kind, members = group_type(rb, group)
+    assert kind == "classic" and len(members) == 2
+    for m in classic:
+        m.commit()
+    assert batch(0) | batch(PER_PARTITION) | batch(2 * PER_PARTITION) <= values(everyone)
+    for m in classic:
+        m.close()
+    assert committed_offsets(rb.bootstrap, group, topic) == {
+        p: 3 * PER_PARTITION for p in range(PARTITIONS)}
