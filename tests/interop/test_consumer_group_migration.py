@@ -14,6 +14,7 @@ not own; every record produced is read; the committed offsets hold.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -83,18 +84,50 @@ class ClassicMember:
             max_poll_interval_ms=15000, request_timeout_ms=20000)
         self.consumer.subscribe([topic], listener=Listener())
 
+        self._stop = threading.Event()
+        self._commit = threading.Event()
+        self._committed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        """Poll on its own thread, as an application does: kafka-python 3.0 drops a
+        JoinGroup/SyncGroup round that completes between two polls (its join task is
+        replaced when found done), so members polled in turn by one thread can rebalance
+        forever; each polling continuously completes its rounds."""
+        try:
+            while not self._stop.is_set():
+                for tp, batch in self.consumer.poll(timeout_ms=200).items():
+                    if tp.partition not in self.owned:
+                        self.violations.append(
+                            f"{self.name} read partition {tp.partition} it does not own")
+                    self.records += [(tp.partition, r.offset, r.value.decode())
+                                     for r in batch]
+                if self._commit.is_set():
+                    self._commit.clear()
+                    if self.owned:
+                        self.consumer.commit()
+                    self._committed.set()
+        except BaseException as exc:
+            self.violations.append(f"{self.name}'s poll loop failed: {exc!r}")
+            raise
+
     def poll(self) -> None:
+        """Called by the test's waits: fails on what the polling thread saw."""
         assert not self.violations, self.violations
-        for tp, batch in self.consumer.poll(timeout_ms=50).items():
-            assert tp.partition in self.owned, (
-                f"{self.name} read partition {tp.partition} it does not own")
-            self.records += [(tp.partition, r.offset, r.value.decode()) for r in batch]
+        time.sleep(0.01)
 
     def commit(self) -> None:
-        if self.owned:
-            self.consumer.commit()
+        self._committed.clear()
+        self._commit.set()
+        assert self._committed.wait(30), f"{self.name} did not commit within 30 s"
+        assert not self.violations, self.violations
 
     def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), f"{self.name}'s poll loop did not stop"
+        assert not self.violations, self.violations
         self.consumer.close()  # LeaveGroup
         for key, holder in list(self.owners.items()):
             if holder == self.name:
@@ -107,6 +140,9 @@ def commit(member: Any) -> None:
     last commit says _NO_OFFSET, which is no failure."""
     from confluent_kafka import KafkaError, KafkaException
 
+    if isinstance(member, ClassicMember):
+        member.commit()
+        return
     try:
         member.commit()
     except KafkaException as exc:
