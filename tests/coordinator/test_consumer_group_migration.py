@@ -353,3 +353,28 @@ def test_session_expiry_of_the_last_consumer_member_downgrades() -> None:
         assert c.groups["g"].is_in(GroupState.PREPARING_REBALANCE)
 
     run(body)
+
+
+def test_an_empty_classic_group_gives_way_and_its_record_is_tombstoned() -> None:
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
+        kp = await classic_member(c)
+        c.commit_offsets("g", kp, None, 1, {("t", 0): (5, -1, None)})
+        assert c.leave_group("g", [(kp, None)]) == (ErrorCode.none, [ErrorCode.none])
+        deadline = asyncio.get_running_loop().time() + 5
+        while not c.groups["g"].is_in(GroupState.EMPTY):  # the join phase of none ends
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        assert c.groups["g"].generation_id == 2
+        joined = await c.consumer_group_heartbeat("g", consumer_join("c"), 1, TOPICS)
+        assert joined.error == ErrorCode.none
+        assert (c.groups["g"].generation_id, c.groups["g"].protocol_type) == (0, None)
+        partition = c.partition_for("g")
+        c.on_resigned(partition)
+        c.on_elected(partition)
+        # reloaded: the consumer group, and the classic group's offsets only
+        assert c.consumer_group("g") is not None
+        holder = c.groups["g"]
+        assert (holder.generation_id, holder.protocol_type) == (0, None)
+        assert holder.offsets[("t", 0)].offset == 5
+
+    run(body)

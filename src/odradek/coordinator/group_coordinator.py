@@ -963,14 +963,26 @@ class GroupCoordinator(InternalTopicCoordinator):
             self._drop_consumer_group(group_id)  # not created
             return result
         forget = self._forgettable(group)
+        # An empty classic group that wrote its record gives way: its record is
+        # tombstoned in the same batch (Kafka's maybeDeleteEmptyClassicGroup); its
+        # offsets stay, held for the consumer group.
+        replaced = self.manager.get_group(group_id) if created and not forget else None
+        if replaced is not None and replaced.generation_id == 0 and (
+                replaced.protocol_type is None):
+            replaced = None  # only offsets, never a record of its own
         error, _ = self._write_consumer_group(
-            group, before, None if forget else group, request.member_id)
+            group, before, None if forget else group, request.member_id,
+            [] if replaced is None else [self.manager.metadata_tombstone(group_id)])
         if error != ErrorCode.none:
             self._revert_consumer_group(group, before, {request.member_id: timers})
             return HeartbeatResult(error, f"The coordinator could not store the group: "
                                           f"{error.name}.")
+        if replaced is not None:
+            self._retire_classic_group(replaced)
         if created and not forget:
-            log.info("consumer group %s created", group_id)
+            log.info("consumer group %s created%s", group_id,
+                     "" if replaced is None else " (the empty classic group's record "
+                                                 "tombstoned)")
         if (group.group_epoch, len(group.members)) != epochs:
             log.info("consumer group %s: epoch %d, %s (%s %s at epoch %s)", group_id,
                      group.group_epoch, plural(len(group.members), "member"),
@@ -1016,13 +1028,15 @@ class GroupCoordinator(InternalTopicCoordinator):
     def _write_consumer_group(
         self, group: ConsumerGroup, before: ConsumerGroupSnapshot | None,
         after: ConsumerGroup | None, member_id: str | None = None,
+        first: Sequence[tuple[bytes, bytes | None]] = (),
     ) -> tuple[ErrorCode, bool]:
         """Append the records that take ``group`` from ``before`` (what the log holds,
         None: nothing) to ``after`` (None: deleted) as one batch, and remember what the
         log then holds. ``member_id``: the only member a heartbeat may have changed when
         the group epoch, assignment epoch and member set did not move (no snapshot of
-        the whole group is built then: one member is compared). Returns (the append's
-        error, whether records were appended)."""
+        the whole group is built then: one member is compared). ``first``: records put
+        ahead of the group's in the batch (the tombstone of a classic group it
+        replaces). Returns (the append's error, whether records were appended)."""
         group_id = group.group_id
         one = None if after is None or before is None or member_id is None else (
             _member_change(before, after, member_id))
@@ -1034,8 +1048,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         else:
             after_snapshot = None if after is None else snapshot_of(after)
             records = records_for_heartbeat(before, after_snapshot)
-        if records:
-            error = self.manager.append_records(group_id, [encode_record(r) for r in records])
+        if records or first:
+            error = self.manager.append_records(
+                group_id, [*first, *(encode_record(r) for r in records)])
             if error != ErrorCode.none:
                 return error, False
         if one is not None:
@@ -1045,7 +1060,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             self._consumer_records.pop(group_id, None)
         else:
             self._consumer_records[group_id] = after_snapshot
-        return ErrorCode.none, bool(records)
+        return ErrorCode.none, bool(records or first)
 
     def _revert_consumer_group(
         self, group: ConsumerGroup, before: ConsumerGroupSnapshot | None,
