@@ -14,6 +14,8 @@ not own; every record produced is read; the committed offsets hold.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import time
 import uuid
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 
 from odradek.testing import RunningBroker, running_broker
+from tests.interop._broker import REPO, odradek_executable
 from tests.interop.test_consumer_group_protocol import (
     BROKER_OVERRIDES,
     Member,
@@ -205,6 +208,18 @@ def group_type(rb: RunningBroker, group: str) -> tuple[str, dict[str, bool]]:
     return result
 
 
+def cli_protocols(rb: RunningBroker, group: str) -> list[str]:
+    """The PROTOCOL column of ``odradek groups describe``'s members."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    out = subprocess.run([str(odradek_executable()), "groups", "describe", "--group", group,
+                          "-b", rb.bootstrap], capture_output=True, text=True, env=env,
+                         timeout=60, check=True).stdout
+    lines = out.splitlines()
+    (head,) = [i for i, line in enumerate(lines) if line.split()[:1] == ["CONSUMER-ID"]]
+    column = lines[head].split().index("PROTOCOL")
+    return sorted(line.split()[column] for line in lines[head + 1:] if line.strip())
+
+
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -238,6 +253,7 @@ def test_upgrade_kafka_python_group_to_consumer_protocol(rb: RunningBroker) -> N
                everyone)
     kind, members = group_type(rb, group)
     assert kind == "consumer" and sorted(members.values()) == [False, False, True, True]
+    assert cli_protocols(rb, group) == ["classic", "classic", "consumer", "consumer"]
     for m in everyone:
         commit(m)
 
