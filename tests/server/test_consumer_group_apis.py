@@ -415,6 +415,7 @@ def test_authorization_of_the_consumer_group_apis() -> None:
 
 # -- broker configs ------------------------------------------------------------------------
 def test_the_consumer_group_configs_are_served_and_checked_against_each_other() -> None:
+    from odradek.coordinator.group_coordinator import CoordinatorConfig
     from odradek.server.config import BrokerConfig, ConfigError
     from odradek.server.kafka_config_support import is_not_applicable, unserved_reason
 
@@ -422,8 +423,14 @@ def test_the_consumer_group_configs_are_served_and_checked_against_each_other() 
     config = BrokerConfig.from_raw({**base, "group.consumer.assignors": "range,uniform"})
     assert config.values["group.consumer.assignors"] == ("range", "uniform")
     for key in ("group.consumer.session.timeout.ms", "group.consumer.heartbeat.interval.ms",
-                "group.consumer.max.size", "group.consumer.assignors"):
+                "group.consumer.max.size", "group.consumer.assignors",
+                "group.consumer.migration.policy"):
         assert unserved_reason(key) is None, key
+    # Kafka 4.0's default, case-insensitive as Kafka's CaseInsensitiveValidString
+    assert config.values["group.consumer.migration.policy"] == "bidirectional"
+    upgrade = BrokerConfig.from_raw({**base, "group.consumer.migration.policy": "UPGRADE"})
+    assert CoordinatorConfig.from_broker(upgrade.values).consumer.migration_policy == (
+        "upgrade")
     assert is_not_applicable(unserved_reason("group.coordinator.rebalance.protocols") or "")
     for bad, message in [
         ({"group.consumer.session.timeout.ms": "1000"},
@@ -436,6 +443,9 @@ def test_the_consumer_group_configs_are_served_and_checked_against_each_other() 
         ({"group.consumer.min.session.timeout.ms": "1000", "group.consumer.session.timeout.ms":
           "5000"}, "group.consumer.heartbeat.interval.ms must be less than"),
         ({"group.consumer.assignors": "sticky"}, "invalid value for group.consumer.assignors"),
+        ({"group.consumer.migration.policy": "sideways"},
+         "group.consumer.migration.policy.*must be one of disabled, upgrade, downgrade, "
+         "bidirectional"),
     ]:
         with pytest.raises(ConfigError, match=message):
             BrokerConfig.from_raw({**base, **bad})
