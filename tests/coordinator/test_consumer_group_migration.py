@@ -378,3 +378,36 @@ def test_an_empty_classic_group_gives_way_and_its_record_is_tombstoned() -> None
         assert holder.offsets[("t", 0)].offset == 5
 
     run(body)
+
+
+def test_a_classic_instance_replacing_the_last_consumer_static_member_downgrades() -> None:
+    """Kafka's validateOnlineDowngradeWithReplacedMemberId: the group becomes classic
+    without a rebalance; the new instance syncs the replaced member's assignment."""
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
+        kp = await classic_member(c)
+        static = HeartbeatRequest("c", 0, instance_id="i1", rebalance_timeout_ms=5000,
+                                  subscribed_topic_names=("t",), owned={})
+        assert (await c.consumer_group_heartbeat("g", static, 1, TOPICS)).error == (
+            ErrorCode.none)
+        group = c.consumer_group("g")
+        assert group is not None
+        # kp rejoins (eager) so c gets its share
+        await c.join_group("g", kp, None, True, "kp", "/h", 20_000, 10_000, "consumer",
+                           [("range", subscription("t"))], TOPICS)
+        await c.consumer_group_heartbeat("g", HeartbeatRequest("c", 2, owned={}), 1, TOPICS)
+        theirs = dict(group.target["c"])
+        assert theirs
+        joined = await c.join_group("g", "", "i1", True, "new", "/h", 20_000, 10_000,
+                                    "consumer", [("range", subscription("t"))], TOPICS)
+        assert joined.error == ErrorCode.none and joined.leader_id == ""
+        assert c.consumer_group("g") is None
+        classic = c.groups["g"]
+        assert classic.is_in(GroupState.STABLE)
+        assert set(classic.members) == {kp, joined.member_id}
+        assert joined.generation_id == classic.generation_id
+        synced = await c.sync_group("g", joined.generation_id, joined.member_id, "i1",
+                                    "consumer", joined.protocol_name, {})
+        assert synced.error == ErrorCode.none
+        assert set(decode_assignment(synced.assignment).partitions["t"]) == set(theirs[T])
+
+    run(body)

@@ -49,7 +49,10 @@ How it works:
   (:func:`downgrade_refusal`). :func:`classic_group_from_consumer`: generation = group
   epoch, protocol type ``consumer``, the protocol every member supports, each member's
   target assignment as its assignment; the coordinator then starts a rebalance, so the
-  members rejoin.
+  members rejoin. Also when a classic client replaces the last consumer-protocol member
+  as a new instance of its static member (``group.instance.id``): it takes over that
+  member's target assignment, and the classic group stays Stable (no rebalance): the
+  joining member syncs and gets it.
 """
 
 from __future__ import annotations
@@ -229,6 +232,8 @@ class ClassicJoinResult:
     generation_id: int = -1
     protocol_name: str | None = None
     message: str | None = None
+    # the member a new instance of a static member replaced (its group.instance.id)
+    replaced_member_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +295,8 @@ def _classic_join(group: ConsumerGroup, join: ClassicJoin,
         raise _Refused(ErrorCode.inconsistent_group_protocol,
                        f"Malformed embedded consumer protocol: {exc}.") from exc
 
+    replaced = None if join.instance_id is None or not unknown else (
+        group.static_members.get(join.instance_id))
     member, is_new = _joining_member(group, member_id, join.instance_id, unknown)
     old_subscription = None if is_new else member.subscribed_topic_names
     # 1. the member; the group epoch moves when its subscription or the subscribed
@@ -325,7 +332,7 @@ def _classic_join(group: ConsumerGroup, join: ClassicJoin,
     member.classic_deadline_ms = now_ms + member.rebalance_timeout_ms
     member.classic_deadline_reason = SYNC_TIMEOUT_REASON
     return ClassicJoinResult(ErrorCode.none, member.member_id, member.member_epoch,
-                             join.protocols[0][0])
+                             join.protocols[0][0], replaced_member_id=replaced)
 
 
 def _joining_member(group: ConsumerGroup, member_id: str, instance_id: str | None,

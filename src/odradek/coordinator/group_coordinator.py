@@ -82,6 +82,7 @@ from odradek.coordinator.consumer_group import (
 )
 from odradek.coordinator.consumer_group_migration import (
     ClassicJoin,
+    ClassicJoinResult,
     MigrationPolicy,
     classic_group_from_consumer,
     classic_heartbeat,
@@ -1246,7 +1247,7 @@ class GroupCoordinator(InternalTopicCoordinator):
 
     def _downgrade(
         self, group: ConsumerGroup, leaving: set[str] | tuple[()], generation: int | None,
-        reason: str, before: ConsumerGroupSnapshot | None = None,
+        reason: str, before: ConsumerGroupSnapshot | None = None, rebalance: bool = True,
     ) -> ErrorCode | None:
         """The consumer group becomes a classic group without ``leaving`` (Kafka's
         ``convertToClassicGroup``), whose members rejoin in a rebalance. One batch: the
@@ -1277,7 +1278,8 @@ class GroupCoordinator(InternalTopicCoordinator):
         log.info("consumer group %s downgraded to a classic group (generation %d, %s): %s",
                  group_id, classic.generation_id, plural(len(classic.members), "member"),
                  reason)
-        self._prepare_rebalance(classic, f"downgrade from consumer to classic ({reason})")
+        if rebalance:
+            self._prepare_rebalance(classic, f"downgrade from consumer to classic ({reason})")
         return ErrorCode.none
 
     async def _classic_join_consumer_group(
@@ -1302,6 +1304,17 @@ class GroupCoordinator(InternalTopicCoordinator):
             log.info("consumer group %s: epoch %d, %s (classic member %s joined)", group_id,
                      group.group_epoch, plural(len(group.members), "member"),
                      result.member_id)
+        if result.replaced_member_id is not None and downgrade_refusal(
+                group, (), self._migration_policy(), self.config.max_group_size) is None:
+            # a classic instance replaced the last consumer-protocol static member
+            # (Kafka's validateOnlineDowngradeWithReplacedMemberId): classic again,
+            # Stable, the joining member syncing the replaced one's assignment
+            snapshot = self._consumer_records.get(group_id)
+            downgraded = self._downgrade(
+                group, (), None, f"static member {join.instance_id} rejoined as classic "
+                f"member {result.member_id}", snapshot, rebalance=False)
+            if downgraded is not None:
+                return await self._answer_downgraded_join(group_id, result, downgraded)
         self._schedule_consumer_expiry(group)
         if self.wait_replicated is not None:
             error = await self.wait_replicated(group_id)
@@ -1311,6 +1324,21 @@ class GroupCoordinator(InternalTopicCoordinator):
                 return JoinResult(error, result.member_id)
         return JoinResult(ErrorCode.none, result.member_id, result.generation_id,
                           CONSUMER_PROTOCOL_TYPE, result.protocol_name, "", ())
+
+    async def _answer_downgraded_join(self, group_id: str, result: ClassicJoinResult,
+                                      downgraded: ErrorCode) -> JoinResult:
+        if downgraded != ErrorCode.none:
+            return JoinResult(downgraded, result.member_id)
+        classic = self.manager.get_group(group_id)
+        assert classic is not None
+        if self.wait_replicated is not None:
+            error = await self.wait_replicated(group_id)
+            if error != ErrorCode.none:
+                if error == ErrorCode.request_timed_out:
+                    error = ErrorCode.coordinator_not_available
+                return JoinResult(error, result.member_id)
+        return JoinResult(ErrorCode.none, result.member_id, classic.generation_id,
+                          CONSUMER_PROTOCOL_TYPE, classic.protocol_name, "", ())
 
     def _classic_leave_consumer_group(
         self, group: ConsumerGroup, members: Sequence[tuple[str, str | None]],
