@@ -411,3 +411,24 @@ def test_a_classic_instance_replacing_the_last_consumer_static_member_downgrades
         assert set(decode_assignment(synced.assignment).partitions["t"]) == set(theirs[T])
 
     run(body)
+
+
+def test_a_consumer_instance_takes_over_a_classic_static_member() -> None:
+    """A static member whose client switched to the consumer protocol: the new instance
+    replaces the classic one at once (no UNRELEASED_INSTANCE_ID) and is a consumer-protocol
+    member, keeping the assignment."""
+    group = ConsumerGroup("g")
+    group.heartbeat(consumer_join("c"), TOPICS, 0)
+    static = ClassicJoin("", "i1", True, "kp", "/h", 20_000, 10_000, "consumer",
+                         (("range", subscription("t")),))
+    joined = classic_join(group, static, TOPICS, 0)
+    assert joined.error == ErrorCode.none
+    old = group.members[joined.member_id]
+    request = HeartbeatRequest("n", 0, instance_id="i1", rebalance_timeout_ms=5000,
+                               subscribed_topic_names=("t",), owned={})
+    result = group.heartbeat(request, TOPICS, 1)
+    assert result.error == ErrorCode.none
+    assert joined.member_id not in group.members and group.static_members["i1"] == "n"
+    assert group.members["n"].classic is None
+    assert group.members["n"].assigned == old.assigned
+    assert_no_partition_held_twice(group)

@@ -461,7 +461,9 @@ class ConsumerGroup:
                            else self.static_members.get(instance_id))
         if existing_static is not None and existing_static != member_id:
             old = self.members[existing_static]
-            if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            # (a classic member's instance is taken over at once, as Kafka's
+            # getOrMaybeSubscribeStaticConsumerGroupMember: its client switched protocol)
+            if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and old.classic is None:
                 raise HeartbeatError(
                     ErrorCode.unreleased_instance_id,
                     f"Static member {member_id} with instance id {instance_id} cannot join "
@@ -529,6 +531,9 @@ class ConsumerGroup:
         if request.subscribed_topic_names is not None:
             member.subscribed_topic_names = frozenset(request.subscribed_topic_names)
         member.client_id, member.client_host = request.client_id, request.client_host
+        # a ConsumerGroupHeartbeat speaks the consumer protocol (Kafka's
+        # setClassicMemberMetadata(null)), whatever the member was
+        member.classic, member.classic_deadline_ms = None, None
         if is_new:
             self.members[member.member_id] = member
             if member.instance_id is not None:
