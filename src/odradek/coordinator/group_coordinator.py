@@ -59,6 +59,13 @@ How it works:
   groups' records (:meth:`GroupMetadataManager.load_partition`) and restores each group
   with its derived state and timers (Kafka's ``onLoaded``): after a failover the members
   carry on at their epochs, mid-reconciliation included.
+- **Online migration** (``group.consumer.migration.policy``,
+  :mod:`odradek.coordinator.consumer_group_migration`): a ConsumerGroupHeartbeat joining
+  a classic group with members converts it (the classic group's record tombstoned, the
+  consumer group's records written, one batch); JoinGroup, SyncGroup, Heartbeat,
+  LeaveGroup and OffsetCommit of a consumer group's classic members are served by the
+  consumer group; the last consumer-protocol member leaving or fenced converts it back
+  (its records tombstoned, the classic group's record written) and starts a rebalance.
 """
 
 from __future__ import annotations
