@@ -70,17 +70,19 @@ class Client:
     owned: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
     joined: bool = False
     full: bool = False  # an answer was lost: the next heartbeat is a full one, as Kafka's
+    assignor: str | None = None  # ServerAssignor, sent in a full heartbeat
 
     def request(self) -> HeartbeatRequest:
         if not self.joined:
             return HeartbeatRequest(
                 self.member_id, 0, instance_id=self.instance_id, rebalance_timeout_ms=30_000,
-                subscribed_topic_names=self.subscribed, owned={})
+                subscribed_topic_names=self.subscribed, server_assignor=self.assignor,
+                owned={})
         if self.full:
             return HeartbeatRequest(
                 self.member_id, self.epoch, instance_id=self.instance_id,
                 rebalance_timeout_ms=30_000, subscribed_topic_names=self.subscribed,
-                owned=dict(self.owned))
+                server_assignor=self.assignor, owned=dict(self.owned))
         return HeartbeatRequest(self.member_id, self.epoch, instance_id=self.instance_id,
                                 owned=dict(self.owned))
 
@@ -371,6 +373,41 @@ def test_the_server_assignor_asked_by_the_members_is_used() -> None:
         frozenset({(T1, frozenset({0})), (T2, frozenset({0}))}),
         frozenset({(T1, frozenset({1})), (T2, frozenset({1}))}),
     }
+
+
+def test_a_member_changing_its_server_assignor_moves_the_group_epoch() -> None:
+    """The only member asks for another assignor: the group's preferred assignor changes,
+    so the group epoch moves and the target is computed again with it (Kafka bumps the
+    epoch when the preferred assignor changes, KAFKA-20434)."""
+    meta = topics(a=2, b=2)
+    group = ConsumerGroup("g", ConsumerGroupConfig(assignors=("uniform", "range")))
+    m1 = Client("m1", ("a", "b"))
+    converge(group, [m1], meta)
+    assert (group.assignor_name, group.group_epoch) == ("uniform", 1)
+    m1.assignor, m1.full = "range", True
+    step(group, m1, meta)
+    assert (group.assignor_name, group.group_epoch, group.assignment_epoch) == ("range", 2, 2)
+    assert m1.epoch == 2
+
+
+def test_the_group_epoch_moves_once_most_members_ask_for_another_assignor() -> None:
+    meta = topics(a=2, b=2)
+    group = ConsumerGroup("g", ConsumerGroupConfig(assignors=("uniform", "range")))
+    clients = [Client(f"m{i}", ("a", "b"), assignor="uniform") for i in (1, 2, 3)]
+    converge(group, clients, meta)
+    assert group.assignor_name == "uniform"
+    epoch = group.group_epoch
+    clients[0].assignor, clients[0].full = "range", True
+    step(group, clients[0], meta)
+    # one of three asks for range: the preferred assignor, hence the target, stays
+    assert (group.assignor_name, group.group_epoch) == ("uniform", epoch)
+    assert group.members["m1"].server_assignor == "range"
+    clients[1].assignor, clients[1].full = "range", True
+    step(group, clients[1], meta)
+    assert (group.assignor_name, group.group_epoch) == ("range", epoch + 1)
+    converge(group, clients, meta)
+    # range: partition p of each topic to the p-th member (by member id)
+    assert [c.held() for c in clients] == [{(T1, 0), (T2, 0)}, {(T1, 1), (T2, 1)}, set()]
 
 
 def test_the_default_assignor_is_the_first_configured() -> None:

@@ -58,3 +58,14 @@ def test_an_unknown_key_near_a_known_one_is_suggested(caplog: Any) -> None:
     assert ("unknown configuration key 'num.partitons' is ignored (did you mean "
             "num.partitions?)") in caplog.text
     assert "unknown configuration key 'no.such.thing' is ignored\n" in caplog.text + "\n"
+
+
+def test_digit_separators_are_not_a_number_as_in_java() -> None:
+    import pytest
+
+    from odradek.storage.config import ConfigError
+
+    with pytest.raises(ConfigError, match="not a number of type INT"):
+        BrokerConfig.load(overrides=["num.partitions=1_0"])
+    with pytest.raises(ConfigError, match="Not a number of type"):  # a key not served
+        BrokerConfig.load(overrides=["sasl.kerberos.min.time.before.relogin=6_0000"])

@@ -117,3 +117,12 @@ def test_message_format_version_reads_versions_as_kafka_does(value: str) -> None
 def test_message_format_version_refuses_what_kafka_refuses(value: str) -> None:
     with pytest.raises(ConfigError, match=r"message\.format\.version.*not a valid version"):
         LogConfig.build({}, {"message.format.version": value})
+
+
+@pytest.mark.parametrize("raw", ["1_000", "1_0.5", " 2_0 "])
+def test_numbers_are_read_as_java_reads_them(raw: str) -> None:
+    """Kafka's ConfigDef parses with Integer.parseInt / Long.parseLong / Double.parseDouble,
+    which refuse the digit separators Python's int() and float() take."""
+    key = "min.cleanable.dirty.ratio" if "." in raw else "segment.bytes"
+    with pytest.raises(ConfigError, match="not a number of type"):
+        LogConfig.build({}, {key: raw})

@@ -59,7 +59,6 @@ from odradek.records.batch import iter_batches, iter_records
 from odradek.records.builder import BatchBuilder
 from odradek.records.columnar import AbortedFilter
 from odradek.records.compression import CompressionType
-from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from odradek.text import plural
 
 #: Kafka's console consumer's --isolation-level values -> the Fetch field
@@ -282,6 +281,10 @@ def _check_topic(topics: list[Any], topic: str) -> list[int]:
 
 
 def _consume_partitions(args: argparse.Namespace) -> int:
+    # ListOffsets' timestamps, from the storage layer where the command runs: every
+    # odradek command builds this parser (tests/cli/test_main.py)
+    from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
     stop = _StopSignals()
 
     async def body(admin: Admin) -> int:
@@ -358,6 +361,8 @@ async def _unless_stopped(stop: _StopSignals, coro: Awaitable[T]) -> T:
 
 
 def _consume_group(args: argparse.Namespace) -> int:
+    from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
     stop = _StopSignals()
     reset = EARLIEST_TIMESTAMP if args.from_beginning else LATEST_TIMESTAMP
 

@@ -44,9 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import crc32c
-
-from odradek.cli._offsets_decoder import parse_offsets_record
 from odradek.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -148,6 +145,10 @@ class LogWalk:
 
 
 def _crc_in_chunks(fd: int, position: int, size: int) -> int:
+    # crc32c and the offsets decoder (the group coordinators' record types) are imported
+    # where dump-log uses them: every odradek command builds this parser (issue 51)
+    import crc32c
+
     crc = 0
     done = ATTRIBUTES_OFFSET
     while done < size:
@@ -279,6 +280,8 @@ def format_record(
     if header.is_control:
         line += _control_suffix(record)
     elif offsets_decoder:
+        from odradek.cli._offsets_decoder import parse_offsets_record
+
         key, payload = parse_offsets_record(record.offset, record.key, record.value)
         line += f" key: {key}"
         if payload is not None:
@@ -360,6 +363,8 @@ def format_legacy(
     if message.key is not None:
         line += f" keysize: {len(message.key)}"
     if offsets_decoder:
+        from odradek.cli._offsets_decoder import parse_offsets_record
+
         key, decoded = parse_offsets_record(message.offset, message.key, message.value)
         line += f" key: {key}"
         if decoded is not None:

@@ -34,7 +34,6 @@ from typing import Any
 from odradek.cli._common import UsageError, add_bootstrap, run_with_admin
 from odradek.client.admin import BROKER_RESOURCE, Admin, check
 from odradek.client.connection import request_class
-from odradek.cluster.metadata import MetadataError, assign_replicas
 
 TIMEOUT = datetime.timedelta(seconds=30)
 
@@ -167,6 +166,10 @@ async def generate(admin: Admin, topics: list[str], broker_ids: list[int],
                    rack_aware: bool) -> int:
     """Kafka's --generate: each topic's partitions placed afresh on the listed brokers
     (those of them that are live; Kafka's tool leaves unknown ids out too)."""
+    # the controller's placement, imported where it runs: every odradek command builds
+    # this parser (tests/cli/test_main.py)
+    from odradek.cluster.metadata import MetadataError, assign_replicas
+
     described = {t.name: t for t in await admin.metadata(topics)}
     current: dict[tuple[str, int], list[int]] = {}
     for topic in topics:

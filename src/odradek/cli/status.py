@@ -30,10 +30,11 @@ from odradek.cli._common import security_of
 from odradek.client.admin import Admin
 from odradek.client.connection import BrokerConnection, ClientError
 from odradek.client.security import PLAINTEXT, ClientSecurity
-from odradek.storage.cleaner_manager import STATUS_FILE
 
 
 def find_status(data_dir: Path) -> Path | None:
+    from odradek.storage.cleaner_manager import STATUS_FILE
+
     direct = data_dir / STATUS_FILE
     if direct.exists():
         return direct
@@ -87,6 +88,10 @@ def broker_up(bootstrap: str, out: TextIO, security: ClientSecurity = PLAINTEXT)
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    # the cleaner manager loads the storage layer: imported where the command runs, since
+    # every odradek command builds this parser (tests/cli/test_main.py)
+    from odradek.storage.cleaner_manager import STATUS_FILE
+
     out = out or sys.stdout
     up = True
     if args.bootstrap_server is not None:

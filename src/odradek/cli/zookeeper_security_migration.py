@@ -36,8 +36,10 @@ from odradek.cluster.zk_security import (
     ZkClientSecurity,
     migrate_acls,
 )
-from odradek.cluster.zk_store import ZooKeeperStore
-from odradek.server.config import BrokerConfig, ConfigError, parse_properties
+
+# odradek.cluster.zk_store and odradek.server.config are imported where the tool runs:
+# the latter loads the broker's whole package, and every ``odradek`` command builds this
+# sub-command's parser (tests/cli/test_main.py)
 
 __all__ = ["add_parser"]
 
@@ -76,6 +78,8 @@ class _UsageError(Exception):
 
 def _tls_config_file(path: str) -> dict[str, str]:
     """The ZooKeeper TLS keys of ``--zk-tls-config-file`` (Kafka's names), as strings."""
+    from odradek.server.config import parse_properties
+
     try:
         props = parse_properties(Path(path).read_text())
     except OSError as exc:
@@ -92,6 +96,8 @@ def _tls_config_file(path: str) -> dict[str, str]:
 def _security(args: argparse.Namespace, environ: Mapping[str, str]) -> ZkClientSecurity:
     """SASL from KAFKA_OPTS, TLS from the file (else KAFKA_OPTS); a _UsageError when the
     tool could not authenticate (Kafka's tool refuses then too)."""
+    from odradek.server.config import BrokerConfig, ConfigError
+
     file_values = _tls_config_file(args.tls_config_file) if args.tls_config_file else {}
     try:
         config = BrokerConfig.from_raw(file_values)
@@ -114,6 +120,8 @@ def _security(args: argparse.Namespace, environ: Mapping[str, str]) -> ZkClientS
 
 
 def _run(args: argparse.Namespace) -> int:
+    from odradek.cluster.zk_store import ZooKeeperStore
+
     secure = args.acl == "secure"
     try:
         security = _security(args, os.environ)

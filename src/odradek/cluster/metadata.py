@@ -285,6 +285,7 @@ class ClusterMetadata:
     DEFAULT_BROKER_ENTITY = "<default>"
     CLIENT_CONFIGS = "/config/clients"  # client quotas: <sanitized client id> or <default>
     USER_CONFIGS = "/config/users"  # user quotas (and SCRAM credentials): <user>[/clients/<c>]
+    GROUP_CONFIGS = "/config/groups"  # group configs (KIP-848): <sanitized group id>
     CONSUMERS = "/consumers"  # offsets committed by OffsetCommit v0 (Kafka 0.8's layout)
 
     def __init__(
@@ -326,6 +327,9 @@ class ClusterMetadata:
         self._broker_configs: dict[str, dict[str, str]] = loop_dict()
         # Client quotas by (user, client id) entity, and who hears of their changes.
         self.client_quotas: dict[QuotaEntity, dict[str, str]] = loop_dict()
+        # Group configs (KIP-848's consumer.session.timeout.ms …) by group id, of the
+        # groups that have any (cluster mode: kept by the watches of metadata_sync).
+        self.group_configs: dict[str, dict[str, str]] = loop_dict()
         # The view of a worker thread running a change handed off by off_loop.
         self._worker = threading.local()
         self._client_quota_listeners: list[
@@ -462,6 +466,7 @@ class ClusterMetadata:
                 topics[name] = info
         self.topics = loop_dict(topics)
         self.client_quotas = loop_dict(self.read_client_quotas())
+        self.group_configs = loop_dict(self.read_group_configs())
 
     # -- handing work to a worker thread ---------------------------------------------------
     def off_loop(self, fn: Callable[[], T]) -> Callable[[], T]:
@@ -854,13 +859,47 @@ class ClusterMetadata:
         self.apply_locally(lambda: self.cache_broker_configs(entity, stored))
         return stored
 
+    # -- group configs (KIP-848; Kafka keeps them in its metadata log as ConfigRecords of
+    # GROUP resources; here beside the other entity configs, /config/groups/<group>) ----
+    def group_config_path(self, group_id: str) -> str:
+        return f"{self.GROUP_CONFIGS}/{self.sanitize(group_id)}"
+
+    def read_group_configs(self) -> dict[str, dict[str, str]]:
+        """Every group's stored configs (blocking: in cluster mode, not on the loop)."""
+        out: dict[str, dict[str, str]] = {}
+        for node in self.store.children(self.GROUP_CONFIGS):
+            configs = self.read_configs(f"{self.GROUP_CONFIGS}/{node}")
+            if configs:
+                out[self.desanitize(node)] = configs
+        return out
+
+    def cache_group_configs(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """Keep ``group_id``'s configs (empty: none)."""
+        if configs:
+            self.group_configs[group_id] = dict(configs)
+        else:
+            self.group_configs.pop(group_id, None)
+
+    def update_group_configs(self, group_id: str,
+                             change: Callable[[dict[str, str]], dict[str, str]],
+                             ) -> dict[str, str]:
+        """Apply ``change`` (which validates) to the configs of group ``group_id`` as the
+        store holds them now, written compare-and-set (:meth:`update_topic_configs`), the
+        node removed once empty; the local view follows. Returns the configs written."""
+        stored = self.store.update_config(self.group_config_path(group_id), change)
+        self.apply_locally(lambda: self.cache_group_configs(group_id, stored))
+        return stored
+
     # -- client quotas (Kafka's /config/clients/<client id>, /config/users/<user> and
     # /config/users/<user>/clients/<client id>, any name possibly <default>) -------------
     @staticmethod
     def sanitize(name: str) -> str:
         """A user or client id as a node name (Kafka's ``Sanitizer``: URL encoding, so
         ``/`` and ``*`` cannot break the path; ``<default>`` is kept for the default
-        entity)."""
+        entity). ``.`` and ``..``, which URL encoding keeps, are written ``%2E``, ``%2E%2E``:
+        ZooKeeper refuses them as path components (a relative path)."""
+        if name in (".", ".."):
+            return name.replace(".", "%2E")
         return name if name == DEFAULT_CLIENT_ENTITY else urllib.parse.quote(name, safe="")
 
     @staticmethod

@@ -32,6 +32,9 @@ applies it and tells its listeners (the replica manager hosts logs and updates p
   out of the quotas) and a children watch on ``/config/users/<user>/clients``, whose
   nodes get a data watch each. What is read is kept in the metadata, whose listeners
   (the client quota managers) take it at once.
+- *Group configs (KIP-848).* A children watch on ``/config/groups`` and a data watch on
+  each ``/config/groups/<group>``, kept in the metadata, where the group coordinator
+  reads them at each heartbeat; a new session reads them all again.
 - *Watches whose read failed.* A watch fires once; the read that sets it again can fail
   when the connection drops at that moment (ConnectionLoss), and the same session may
   then come back (RECONNECTED) with no watch left there and no event to say so. Each
@@ -64,6 +67,7 @@ TOPICS = ClusterMetadata.TOPICS
 CONFIGS = ClusterMetadata.CONFIGS
 CLIENTS = ClusterMetadata.CLIENT_CONFIGS
 USERS = ClusterMetadata.USER_CONFIGS
+GROUPS = ClusterMetadata.GROUP_CONFIGS
 
 Post = Callable[[Callable[[], None]], None]
 
@@ -86,6 +90,7 @@ class MetadataSync:
         self._clients: set[str] = set()  # client quota nodes whose data watch is set
         self._users: set[str] = set()  # user nodes whose data and clients watches are set
         self._user_clients: set[tuple[str, str]] = set()  # (user node, client node) watched
+        self._groups: set[str] = set()  # group config nodes whose data watch is set
         self._last_notification = ""  # name of the newest notification handled
         self._controller_epoch = 0  # newest controller epoch seen in a notification
         self._closed = False
@@ -103,6 +108,7 @@ class MetadataSync:
             self._watch_broker_configs(starting=True)
             self._watch_clients()
             self._watch_users()
+            self._watch_groups()
             return self._reload_states()
 
     def close(self) -> None:
@@ -299,6 +305,48 @@ class MetadataSync:
                   None if client is None else ClusterMetadata.desanitize(client))
         self.post(lambda: self.metadata.cache_client_quotas(entity, configs))
 
+    # -- group configs (KIP-848) -------------------------------------------------------
+    def _watch_groups(self, _path: str = "") -> None:
+        if self._closed:
+            return
+        with self._lock:
+            nodes = self._children(GROUPS, self._watch_groups, "groups", self._watch_groups)
+            if nodes is None:
+                return
+            for node in sorted(nodes - self._groups):
+                self._groups.add(node)
+                self._refresh_group(node)
+            for node in sorted(self._groups - nodes):
+                self._groups.discard(node)
+                self._forget_group(node)
+
+    def _rewatch_groups(self) -> None:
+        """A new session: every group's data watch went with the old one (locked)."""
+        before, self._groups = self._groups, set()
+        self._watch_groups()
+        for node in sorted(before - self._groups):
+            self._forget_group(node)
+
+    def _forget_group(self, node: str) -> None:
+        group_id = ClusterMetadata.desanitize(node)
+        self.post(lambda: self.metadata.cache_group_configs(group_id, {}))
+
+    def _refresh_group(self, node: str, _path: str = "") -> None:
+        """Read one group's configs, setting its data watch again."""
+        if self._closed or node not in self._groups:
+            return
+        read = self._config_node(f"{GROUPS}/{node}",
+                                 lambda path: self._refresh_group(node, path),
+                                 f"group:{node}", lambda: self._refresh_group(node))
+        if read is None:
+            return
+        exists, configs = read
+        if not exists:
+            with self._lock:  # deleted: the children watch reports it too
+                self._groups.discard(node)
+        group_id = ClusterMetadata.desanitize(node)
+        self.post(lambda: self.metadata.cache_group_configs(group_id, configs))
+
     # -- dynamic broker configs ----------------------------------------------------------
     def _watch_broker_configs(self, path: str = "", *, starting: bool = False) -> None:
         """Set the watches on this broker's and the cluster-wide dynamic configs; when one
@@ -424,9 +472,11 @@ class MetadataSync:
                 self._rewatch_topics = True  # kept until a listing succeeds (a retry)
                 self._watch_topics()
                 self._watch_broker_configs()
+                self._rewatch_groups()
                 self._reload_states()
                 # What the reads above set again needs no retry; quotas' watches do.
                 self._run_retries(skip=lambda key: key.startswith(
-                    ("topics", "topic:", "broker-configs:", "notifications")))
+                    ("topics", "topic:", "broker-configs:", "notifications", "groups",
+                     "group:")))
         elif event is SessionEvent.RECONNECTED:
             self._run_retries()

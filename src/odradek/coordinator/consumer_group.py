@@ -526,8 +526,15 @@ class ConsumerGroup:
             member.rack_id = request.rack_id
         if request.rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = request.rebalance_timeout_ms
-        if request.server_assignor is not None:
+        assignor_moved = False
+        if request.server_assignor is not None and (
+                request.server_assignor != member.server_assignor):
+            # the group epoch moves when the group's preferred assignor changes with it
+            # (Kafka's hasPreferredServerAssignorChanged, KAFKA-20434): the target is
+            # then computed again by the assignor most members now ask for
+            preferred = self._preferred_assignor()
             member.server_assignor = request.server_assignor
+            assignor_moved = not is_new and self._preferred_assignor() != preferred
         if request.subscribed_topic_names is not None:
             member.subscribed_topic_names = frozenset(request.subscribed_topic_names)
         member.client_id, member.client_host = request.client_id, request.client_host
@@ -539,8 +546,9 @@ class ConsumerGroup:
             if member.instance_id is not None:
                 self.static_members[member.instance_id] = member.member_id
         # (the same frozenset when not sent: not compared name by name)
-        bump = member.subscribed_topic_names is not old_subscription and (
-            member.subscribed_topic_names != old_subscription)
+        bump = assignor_moved or (
+            member.subscribed_topic_names is not old_subscription
+            and member.subscribed_topic_names != old_subscription)
         if bump:
             self._subscribed = None
         # ... and when the subscribed topics' metadata changed (one move for both)

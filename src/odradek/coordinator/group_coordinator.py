@@ -115,6 +115,7 @@ from odradek.coordinator.consumer_group_replay import (
     encode_record,
     records_for_change,
 )
+from odradek.coordinator.group_config import consumer_group_config_for
 from odradek.coordinator.group_metadata import (
     CommittedOffset,
     GroupMetadata,
@@ -283,6 +284,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         # holds everything appended to it so far (NONE, REQUEST_TIMED_OUT after
         # offsets.commit.timeout.ms, or NOT_COORDINATOR). None: nothing to wait for.
         self.wait_replicated: Callable[[str], Awaitable[ErrorCode]] | None = None
+        # Set by the broker: a group's configs (KIP-848's group configs, e.g.
+        # consumer.session.timeout.ms), read at each heartbeat. None: none.
+        self.group_configs: Callable[[str], Mapping[str, str]] | None = None
         # KIP-848 consumer groups, beside the classic ones (whose GroupMetadata of the
         # same id holds their committed offsets), and the timer of each
         self.consumer_groups: dict[str, ConsumerGroup] = {}
@@ -961,6 +965,7 @@ class GroupCoordinator(InternalTopicCoordinator):
                                                        f"the group: {downgraded.name}.")
                 return await self._replicated_answer(group_id, HeartbeatResult(
                     ErrorCode.none, None, request.member_id, LEAVE_GROUP_MEMBER_EPOCH))
+        group.config = self._consumer_config(group_id)  # its group configs, as they are now
         before = self._consumer_records.get(group_id)
         member = group.members.get(request.member_id)
         timers = None if member is None else (member.session_deadline_ms,
@@ -1082,7 +1087,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             self._drop_consumer_group(group.group_id)
             return
         now = self.time_ms()
-        restored = restore(before, self.config.consumer, now)
+        restored = restore(before, self._consumer_config(group.group_id), now)
         for member in restored.members.values():
             live = group.members.get(member.member_id)
             kept = timers.get(member.member_id)
@@ -1175,7 +1180,8 @@ class GroupCoordinator(InternalTopicCoordinator):
             log.warning("consumer group %s loaded without what is not served: %s",
                         snapshot.group_id, "; ".join(dropped))
         try:
-            group = restore(snapshot, self.config.consumer, self.time_ms())
+            group = restore(snapshot, self._consumer_config(snapshot.group_id),
+                            self.time_ms())
         except ConsumerGroupRestoreError as exc:
             log.error("consumer group %s not loaded: %s", snapshot.group_id, exc)
             return
@@ -1198,7 +1204,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         records. Nothing changes unless it is appended."""
         group_id = classic.group_id
         now = self.time_ms()
-        group = ConsumerGroup(group_id, self.config.consumer)
+        group = ConsumerGroup(group_id, self._consumer_config(group_id))
         try:
             consumer_group_from_classic(classic, group, topics, now)
         except ValueError as exc:
@@ -1369,6 +1375,11 @@ class GroupCoordinator(InternalTopicCoordinator):
             else:
                 self._schedule_consumer_expiry(group)
         return ErrorCode.none, [code for code, _ in results]
+    def _consumer_config(self, group_id: str) -> ConsumerGroupConfig:
+        """The broker's consumer group configs with ``group_id``'s group configs."""
+        if self.group_configs is None:
+            return self.config.consumer
+        return consumer_group_config_for(self.config.consumer, self.group_configs(group_id))
 
     def _live_consumer_group(self, group_id: str) -> ConsumerGroup | None:
         """The consumer group of this id if it has members (an empty one gives way to a

@@ -106,6 +106,11 @@ class GroupMetadataManager:
         self.groups: dict[str, GroupMetadata] = loop_dict()  # the loop's (docs: Threads)
         # the partitions loading and owned (shared with the coordinator)
         self.partitions = CoordinatorPartitions()
+        # group id -> the log end offset after its newest record appended here: what a
+        # read of the group (ConsumerGroupDescribe) waits for the ISR to hold, rather
+        # than every other group's appends since (bounded: cleared beyond
+        # MAX_TRACKED_APPENDS, a group not here then waits for the log end offset)
+        self.appended_end: dict[str, int] = {}
         self._active = False
         self._expiry_timer: asyncio.TimerHandle | None = None
 
@@ -156,6 +161,8 @@ class GroupMetadataManager:
         """Stop owning ``partition`` and drop its groups, calling ``on_group_unloaded``
         for each after it left the cache."""
         self.partitions.unload(partition)
+        for group_id in [g for g in self.appended_end if self.partition_for(g) == partition]:
+            del self.appended_end[group_id]
         for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
             on_group_unloaded(self.groups.pop(group_id))
 
@@ -486,13 +493,21 @@ class GroupMetadataManager:
             return ErrorCode.not_coordinator
         try:
             if producer_id >= 0:
-                self.topic.append(partition, records, now, producer_id, producer_epoch)
+                info = self.topic.append(partition, records, now, producer_id, producer_epoch)
             else:
-                self.topic.append(partition, records, now)
+                info = self.topic.append(partition, records, now)
         except Exception as exc:
             return append_error(exc, _APPEND_ERRORS if errors is None else errors,
                                 self.topic.name, f"group {group_id}")
+        if len(self.appended_end) >= MAX_TRACKED_APPENDS and group_id not in self.appended_end:
+            self.appended_end.clear()  # the groups forgotten wait for the log end offset
+        if info is not None:  # (a test's stand-in log may say nothing)
+            self.appended_end[group_id] = info.last_offset + 1
         return ErrorCode.none
+
+
+#: groups whose newest append's end offset is kept (GroupMetadataManager.appended_end)
+MAX_TRACKED_APPENDS = 65536
 
 
 # Kafka's GroupMetadataManager maps append errors to what a group client understands:

@@ -168,14 +168,17 @@ API_CHECKS: dict[ApiKey, tuple[Check, ...]] = {
     ApiKey.DESCRIBE_CONFIGS: (
         Check(_R.TOPIC, _Op.DESCRIBE_CONFIGS, _TOPIC, "topic resources"),
         Check(_R.CLUSTER, _Op.DESCRIBE_CONFIGS, _CLUSTER, "broker and broker-logger resources"),
+        Check(_R.GROUP, _Op.DESCRIBE_CONFIGS, _GROUP, "group resources"),
     ),
     ApiKey.ALTER_CONFIGS: (
         Check(_R.TOPIC, _Op.ALTER_CONFIGS, _TOPIC, "topic resources"),
         Check(_R.CLUSTER, _Op.ALTER_CONFIGS, _CLUSTER, "broker resources"),
+        Check(_R.GROUP, _Op.ALTER_CONFIGS, _GROUP, "group resources"),
     ),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (
         Check(_R.TOPIC, _Op.ALTER_CONFIGS, _TOPIC, "topic resources"),
         Check(_R.CLUSTER, _Op.ALTER_CONFIGS, _CLUSTER, "broker and broker-logger resources"),
+        Check(_R.GROUP, _Op.ALTER_CONFIGS, _GROUP, "group resources"),
     ),
     ApiKey.CREATE_PARTITIONS: (Check(_R.TOPIC, _Op.ALTER, _TOPIC, "each topic"),),
     ApiKey.ELECT_LEADERS: (Check(_R.CLUSTER, _Op.ALTER, _CLUSTER),),

@@ -251,6 +251,9 @@ class Broker:
         # The group record a static member's JoinGroup stores waits for the ISR (acks=-1).
         self.group_coordinator.wait_replicated = functools.partial(
             group_log_replicated, self.services)
+        # KIP-848's group configs, as this broker's metadata view holds them
+        self.group_coordinator.group_configs = (
+            lambda group_id: self.metadata.group_configs.get(group_id, {}))
         register_all(self.registry, self.services)
         threshold_ms = int(self.config["event.loop.stall.threshold.ms"])
         if threshold_ms > 0:

@@ -53,7 +53,15 @@ from odradek.server.kafka_config_support import (
     kafka_key,
     unserved_reason,
 )
-from odradek.storage.config import LONG_MAX, TOPIC_CONFIGS, ConfigDef, ConfigError, parse_value
+from odradek.storage.config import (
+    LONG_MAX,
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigError,
+    java_float,
+    java_int,
+    parse_value,
+)
 
 log = logging.getLogger(__name__)
 
@@ -641,7 +649,7 @@ def parse_kafka_value(k: KafkaBrokerKey, name: str, text: str) -> None:
     if k.type in _KAFKA_NUMBER_RANGES:
         bits = _KAFKA_NUMBER_RANGES[k.type]
         try:
-            number = int(value)
+            number = java_int(value)
         except ValueError:
             problem = f"Not a number of type {k.type.upper()}"
         else:
@@ -649,7 +657,7 @@ def parse_kafka_value(k: KafkaBrokerKey, name: str, text: str) -> None:
                 problem = f"Not a number of type {k.type.upper()}"
     elif k.type == "double":
         try:
-            float(value)
+            java_float(value)
         except ValueError:
             problem = "Not a number of type DOUBLE"
     elif k.type == "boolean" and value.lower() not in ("true", "false"):

@@ -184,15 +184,31 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
 }
 
 
+def java_int(text: str) -> int:
+    """``text`` as Java's ``Long.parseLong`` of the trimmed text reads it (Kafka's ConfigDef):
+    ValueError where Java throws NumberFormatException. Python's ``int()`` also takes
+    digit separators (``1_000``), which Java refuses."""
+    if "_" in text:
+        raise ValueError(f"not a Java number: {text!r}")
+    return int(text.strip())
+
+
+def java_float(text: str) -> float:
+    """``text`` as Java's ``Double.parseDouble`` reads it, as far as digit separators go."""
+    if "_" in text:
+        raise ValueError(f"not a Java number: {text!r}")
+    return float(text.strip())
+
+
 def parse_value(d: ConfigDef, raw: Any) -> Any:
     """Parse ``raw`` (a string from a properties file or a request) for config ``d``."""
     try:
         if not isinstance(raw, str):
             value = raw
         elif d.type in ("int", "long"):
-            value = int(raw.strip())
+            value = java_int(raw)
         elif d.type == "double":
-            value = float(raw.strip())
+            value = java_float(raw)
         elif d.type == "boolean":
             value = _bool(raw)
         elif d.type == "list":

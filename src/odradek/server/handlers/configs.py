@@ -1,13 +1,24 @@
 """DescribeConfigs (key 32, v1-4), AlterConfigs (key 33, v0-2), IncrementalAlterConfigs
 (key 44, v0-1), and the dynamic broker configs they read and write.
 
-Resources: TOPIC (2) and BROKER (4). A BROKER resource is named by this broker's id (its
+Resources: TOPIC (2), BROKER (4) and GROUP (32). A BROKER resource is named by this broker's id (its
 own dynamic configs) or ``""`` (the cluster-wide default); any other name is
 INVALID_REQUEST, as Kafka answers for a broker that is not the one asked. BROKER_LOGGER (8)
 and unknown types are INVALID_REQUEST: Odradek has no runtime logger levels to offer.
 With an authorizer a TOPIC resource needs DescribeConfigs / AlterConfigs on the topic
 (TOPIC_AUTHORIZATION_FAILED), a BROKER or BROKER_LOGGER one on the cluster
-(CLUSTER_AUTHORIZATION_FAILED), checked per resource.
+(CLUSTER_AUTHORIZATION_FAILED), a GROUP one on the group (GROUP_AUTHORIZATION_FAILED),
+checked per resource.
+
+A GROUP resource holds KIP-848's group configs (:mod:`odradek.coordinator.group_config`:
+``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms``), as Kafka 4.0's
+ConfigHelper and ControllerConfigurationValidator serve them: the group need not exist;
+an empty name is INVALID_REQUEST; DescribeConfigs lists every group config with its
+value in effect, source GROUP_CONFIG (8) when the group overrides it, else
+DEFAULT_CONFIG (the broker's ``group.consumer.*``); an alter's resulting set is checked as
+``GroupConfig.validate`` (INVALID_CONFIG with Kafka's messages) and stored at
+``/config/groups/<group>``, from where the coordinator applies it at each member's next
+heartbeat.
 
 Config sources follow Kafka's precedence, highest first: DYNAMIC_TOPIC_CONFIG (1, a topic
 override), DYNAMIC_BROKER_CONFIG (2, ``/config/brokers/<id>``), DYNAMIC_DEFAULT_BROKER_CONFIG
@@ -72,6 +83,12 @@ from typing import TYPE_CHECKING, Any
 from odradek.cluster import topic_names
 from odradek.cluster.metadata import ClusterMetadata, MetadataError
 from odradek.cluster.store import UPDATE_ATTEMPTS, BadVersionError
+from odradek.coordinator.group_config import (
+    GROUP_CONFIG_DEFS,
+    GroupConfigError,
+    group_config_values,
+    validate_group_configs,
+)
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.registry import HandlerRegistry, RequestContext, bind
@@ -112,6 +129,7 @@ INCREMENTAL_VERSIONS = (0, 1)
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
+RESOURCE_GROUP = 32
 
 # Kafka's DescribeConfigsResponse.ConfigSource
 SOURCE_DYNAMIC_TOPIC = 1
@@ -119,6 +137,7 @@ SOURCE_DYNAMIC_BROKER = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+SOURCE_GROUP = 8  # GROUP_CONFIG
 
 # Kafka's DescribeConfigsResponse.ConfigType
 CONFIG_TYPES = {
@@ -473,6 +492,48 @@ def describe_broker(m: Any, services: BrokerServices, name: str, names: Iterable
             for key in _wanted(names, keys)]
 
 
+# -- group configs (KIP-848) -----------------------------------------------------------------
+def _check_group(name: str) -> str:
+    if not name:
+        raise ConfigRequestError(ErrorCode.invalid_request, "Group name must not be empty")
+    return name
+
+
+#: The longest group name whose configs are stored: Kafka's longest STRING (the longest
+#: group id a request of a non-flexible version carries). Its node name, URL-encoded, is
+#: then at most 3 times that, well within what one ZooKeeper request may carry
+#: (``jute.maxbuffer``, 1 MB: a longer request makes the server drop the connection, the
+#: broker's session with it); Kafka itself (KRaft) sets no bound.
+MAX_GROUP_NAME_BYTES = 32767
+
+
+def _broker_group_configs(services: BrokerServices) -> dict[str, Any]:
+    """The broker's configs a group config is checked against or defaults to."""
+    keys = {k for d in GROUP_CONFIG_DEFS.values() for k in (d.broker_key, d.min_key, d.max_key)}
+    return {k: services.config[k] for k in keys}
+
+
+def describe_group(m: Any, services: BrokerServices, name: str, names: Iterable[str] | None,
+                   include_synonyms: bool, include_docs: bool) -> list[Any]:
+    overrides = services.metadata.group_configs.get(_check_group(name), {})
+    values = group_config_values(_broker_group_configs(services), overrides)
+    entries = []
+    for key in _wanted(names, GROUP_CONFIG_DEFS):
+        source = SOURCE_GROUP if key in overrides else SOURCE_DEFAULT
+        value = str(values[key])
+        entries.append(_make_entry(m, key, value, False, False, "int",
+                                   GROUP_CONFIG_DEFS[key].doc, [(key, value, source)],
+                                   include_synonyms, include_docs))
+    return entries
+
+
+def _check_group_configs(services: BrokerServices, configs: Mapping[str, str]) -> None:
+    try:
+        validate_group_configs(_broker_group_configs(services), configs)
+    except GroupConfigError as exc:
+        raise ConfigRequestError(ErrorCode.invalid_config, str(exc)) from None
+
+
 # -- alter -----------------------------------------------------------------------------------
 def _check_topic(services: BrokerServices, name: str) -> dict[str, str]:
     try:
@@ -493,6 +554,11 @@ def _target(services: BrokerServices, resource_type: int, name: str) -> str:
         return name
     if resource_type == RESOURCE_BROKER:
         return broker_entity(services, name)
+    if resource_type == RESOURCE_GROUP:
+        if len(name.encode()) > MAX_GROUP_NAME_BYTES:
+            raise ConfigRequestError(ErrorCode.invalid_request, "Group name is longer than "
+                                     f"{MAX_GROUP_NAME_BYTES} bytes")
+        return _check_group(name)
     raise ConfigRequestError(ErrorCode.invalid_request, _unsupported_type(resource_type))
 
 
@@ -520,12 +586,20 @@ def _alter_one(services: BrokerServices, resource: Any, incremental: bool,
             _check_broker_configs(services, target, configs)
             if not validate_only:  # as Kafka's: validate_only encodes nothing
                 configs = _persistent(services, target, configs, current)
+        elif resource_type == RESOURCE_GROUP:
+            _check_group_configs(services, configs)
         return configs
 
     md = services.metadata
     try:
         if resource_type == RESOURCE_TOPIC:
             md.update_topic_configs(target, change, validate_only)
+        elif resource_type == RESOURCE_GROUP:
+            if validate_only:
+                change(md.read_configs(md.group_config_path(target)))
+            else:
+                configs = md.update_group_configs(target, change)
+                log.info("group configs of %s are now %s", target, configs)
         elif validate_only:
             change(md.read_configs(md.broker_config_path(target)))
         else:
@@ -617,6 +691,10 @@ def _loggable(configs: Mapping[str, str]) -> dict[str, str]:
 
 
 def _definition(resource_type: int, key: str) -> ConfigDef | None:
+    if resource_type == RESOURCE_GROUP:
+        if key not in GROUP_CONFIG_DEFS:
+            return None
+        return ConfigDef(key, "int", None, None, GROUP_CONFIG_DEFS[key].doc)
     table = TOPIC_CONFIGS if resource_type == RESOURCE_TOPIC else BROKER_CONFIGS
     return table.get(key)
 
@@ -689,6 +767,9 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, reques
             elif resource.resource_type == RESOURCE_BROKER:
                 entries = describe_broker(m, services, resource.resource_name,
                                           resource.configuration_keys, synonyms, docs)
+            elif resource.resource_type == RESOURCE_GROUP:
+                entries = describe_group(m, services, resource.resource_name,
+                                         resource.configuration_keys, synonyms, docs)
             else:
                 raise ConfigRequestError(ErrorCode.invalid_request,
                                          _unsupported_type(resource.resource_type))
@@ -715,6 +796,10 @@ def _authorize(services: BrokerServices, ctx: RequestContext, operation: AclOper
     elif resource.resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER) and not (
             allowed_on_cluster(authorizer, ctx, operation)):
         raise ConfigRequestError(ErrorCode.cluster_authorization_failed,
+                                 "Authorization failed.")
+    elif resource.resource_type == RESOURCE_GROUP and not allowed(
+            authorizer, ctx, operation, ResourceType.GROUP, resource.resource_name):
+        raise ConfigRequestError(ErrorCode.group_authorization_failed,
                                  "Authorization failed.")
 
 

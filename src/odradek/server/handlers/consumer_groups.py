@@ -47,6 +47,7 @@ from odradek.server.authorization import (
     require,
 )
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
+from odradek.server.handlers._group_log import groups_replicated
 
 if TYPE_CHECKING:
     from odradek.cluster.metadata import ClusterMetadata
@@ -170,12 +171,16 @@ async def consumer_group_describe(
     authorizer = services.authorizer
     coordinator = services.group_coordinator
     groups = []
+
+    def failed_as(gid: str, error: ErrorCode, message: str | None) -> Any:
+        return make(m.DescribedGroup, error_code=error, error_message=message,
+                    group_id=gid, group_state="", group_epoch=-1,
+                    assignment_epoch=-1, assignor_name="", members=(),
+                    authorized_operations=NOT_REQUESTED)
+
     for group_id in request.group_ids:
         def failed(error: ErrorCode, message: str | None, gid: str = group_id) -> Any:
-            return make(m.DescribedGroup, error_code=error, error_message=message,
-                        group_id=gid, group_state="", group_epoch=-1,
-                        assignment_epoch=-1, assignor_name="", members=(),
-                        authorized_operations=NOT_REQUESTED)
+            return failed_as(gid, error, message)
 
         if not allowed(authorizer, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             groups.append(failed(ErrorCode.group_authorization_failed,
@@ -205,6 +210,13 @@ async def consumer_group_describe(
                                 authorized_operations(authorizer, ctx, ResourceType.GROUP,
                                                       group_id)
                                 if request.include_authorized_operations else NOT_REQUESTED))
+    # answered once the ISR holds the state shown (Kafka reads at the last committed
+    # offset): a failover could otherwise take back a member or an epoch shown
+    replicated = await groups_replicated(
+        services, [g.group_id for g in groups if g.error_code == ErrorCode.none], reads=True)
+    groups = [failed_as(g.group_id, replicated[g.group_id], None)
+              if replicated.get(g.group_id, ErrorCode.none) != ErrorCode.none else g
+              for g in groups]
     return make(m.ConsumerGroupDescribeResponse, throttle_time=ZERO_THROTTLE,
                 groups=tuple(groups))
 

@@ -46,7 +46,7 @@ from odradek.server.authorization import (
     require,
 )
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
-from odradek.server.handlers._group_log import group_log_replicated
+from odradek.server.handlers._group_log import group_log_replicated, groups_replicated
 from odradek.server.handlers._steps import Steps
 from odradek.server.handlers.consumer_groups import TopicsByName, register_consumer_groups
 
@@ -331,6 +331,9 @@ async def delete_groups(services: BrokerServices, ctx: RequestContext, request: 
     refused = [g for g in names if not allowed(
         services.authorizer, ctx, AclOperation.DELETE, ResourceType.GROUP, g)]
     results = services.group_coordinator.delete_groups([g for g in names if g not in refused])
+    # answered once the tombstones are in the ISR, as Kafka's runtime answers a write
+    results.update(await groups_replicated(
+        services, [g for g, error in results.items() if error == ErrorCode.none]))
     results.update({g: ErrorCode.group_authorization_failed for g in refused})
     return make(
         m.DeleteGroupsResponse, throttle_time=ZERO_THROTTLE,
