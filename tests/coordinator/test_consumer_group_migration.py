@@ -432,3 +432,43 @@ def test_a_consumer_instance_takes_over_a_classic_static_member() -> None:
     assert group.members["n"].classic is None
     assert group.members["n"].assigned == old.assigned
     assert_no_partition_held_twice(group)
+
+
+def test_a_classic_instance_replacing_an_unreconciled_static_member_waits_for_a_rebalance(
+) -> None:
+    """The static replacement's downgrade without a rebalance hands out target
+    assignments: while a member still holds partitions of another's target (here kp, an
+    eager classic member that has not rejoined since the consumer member came, holding
+    all four), the new instance must not be given them. The classic group rebalances and
+    the new instance's JoinGroup waits for it, as any classic join does."""
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
+        kp = await classic_member(c)
+        static = HeartbeatRequest("c", 0, instance_id="i1", rebalance_timeout_ms=5000,
+                                  subscribed_topic_names=("t",), owned={})
+        assert (await c.consumer_group_heartbeat("g", static, 1, TOPICS)).error == (
+            ErrorCode.none)
+        group = c.consumer_group("g")
+        assert group is not None and group.target["c"] and not group.members["c"].assigned
+        # c's client restarts as a classic client before kp rejoined: kp still owns t-0..3
+        join = asyncio.ensure_future(c.join_group(
+            "g", "", "i1", True, "new", "/h", 20_000, 10_000, "consumer",
+            [("range", subscription("t"))], TOPICS))
+        deadline = asyncio.get_running_loop().time() + 5
+        while c.consumer_group("g") is not None and not join.done():
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        classic = c.groups["g"]
+        # a rebalance: kp is told to rejoin (its generation is behind), nobody has been
+        # given a partition kp holds
+        assert classic.is_in(GroupState.PREPARING_REBALANCE)
+        assert not join.done()
+        assert c.heartbeat("g", 1, kp, None) in (ErrorCode.rebalance_in_progress,
+                                                 ErrorCode.illegal_generation)
+        kp_join = asyncio.ensure_future(c.join_group(
+            "g", kp, None, True, "kp", "/h", 20_000, 10_000, "consumer",
+            [("range", subscription("t"))], TOPICS))
+        joined, kp_joined = await asyncio.gather(join, kp_join)
+        assert joined.error == kp_joined.error == ErrorCode.none
+        assert joined.generation_id == kp_joined.generation_id == classic.generation_id
+
+    run(body)

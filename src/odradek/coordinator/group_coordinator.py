@@ -82,6 +82,7 @@ from odradek.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     ConsumerGroup,
     ConsumerGroupConfig,
+    ConsumerGroupState,
     HeartbeatRequest,
     HeartbeatResult,
     TopicMetadata,
@@ -1320,14 +1321,20 @@ class GroupCoordinator(InternalTopicCoordinator):
         if result.replaced_member_id is not None and downgrade_refusal(
                 group, (), self._migration_policy(), self.config.max_group_size) is None:
             # a classic instance replaced the last consumer-protocol static member
-            # (Kafka's validateOnlineDowngradeWithReplacedMemberId): classic again,
-            # Stable, the joining member syncing the replaced one's assignment
+            # (Kafka's validateOnlineDowngradeWithReplacedMemberId): classic again.
+            # Stable, the joining member syncing the replaced one's assignment, when
+            # every member holds its target; else the classic assignments (the
+            # targets) name partitions other members still hold (an eager member that
+            # has not rejoined owns all it was given), so the group rebalances and
+            # this JoinGroup waits for it, as Kafka's classic protocol would have it.
+            reconciled = group.state == ConsumerGroupState.STABLE
             snapshot = self._consumer_records.get(group_id)
             downgraded = self._downgrade(
                 group, (), None, f"static member {join.instance_id} rejoined as classic "
-                f"member {result.member_id}", snapshot, rebalance=False)
+                f"member {result.member_id}", snapshot, rebalance=not reconciled)
             if downgraded is not None:
-                return await self._answer_downgraded_join(group_id, result, downgraded)
+                return await self._answer_downgraded_join(group_id, result, downgraded,
+                                                          None if reconciled else join)
         self._schedule_consumer_expiry(group)
         if self.wait_replicated is not None:
             error = await self.wait_replicated(group_id)
@@ -1339,7 +1346,10 @@ class GroupCoordinator(InternalTopicCoordinator):
                           CONSUMER_PROTOCOL_TYPE, result.protocol_name, "", ())
 
     async def _answer_downgraded_join(self, group_id: str, result: ClassicJoinResult,
-                                      downgraded: ErrorCode) -> JoinResult:
+                                      downgraded: ErrorCode,
+                                      rejoin: ClassicJoin | None = None) -> JoinResult:
+        """The JoinGroup that downgraded the group: answered at once (the group is
+        Stable), or, ``rejoin``, parked in the rebalance the downgrade started."""
         if downgraded != ErrorCode.none:
             return JoinResult(downgraded, result.member_id)
         classic = self.manager.get_group(group_id)
@@ -1350,6 +1360,18 @@ class GroupCoordinator(InternalTopicCoordinator):
                 if error == ErrorCode.request_timed_out:
                     error = ErrorCode.coordinator_not_available
                 return JoinResult(error, result.member_id)
+        if rejoin is not None:
+            classic = self.manager.get_group(group_id)
+            member = None if classic is None else classic.members.get(result.member_id)
+            if classic is None or member is None:
+                return JoinResult(ErrorCode.unknown_member_id, result.member_id)
+            if not classic.is_in(GroupState.PREPARING_REBALANCE):
+                # the group moved on while the downgrade replicated: a current member's
+                # join, served as any other
+                return await self._current_member_join(
+                    classic, result.member_id, _spec_of(rejoin))
+            return await self._update_member_and_rebalance(classic, member,
+                                                           _spec_of(rejoin))
         return JoinResult(ErrorCode.none, result.member_id, classic.generation_id,
                           CONSUMER_PROTOCOL_TYPE, classic.protocol_name, "", ())
 
@@ -1722,6 +1744,12 @@ class _JoinSpec:
     session_timeout_ms: int
     protocol_type: str
     protocols: list[tuple[str, bytes]]
+
+
+def _spec_of(join: ClassicJoin) -> _JoinSpec:
+    return _JoinSpec(join.instance_id, join.client_id, join.client_host,
+                     join.rebalance_timeout_ms, join.session_timeout_ms, join.protocol_type,
+                     list(join.protocols))
 
 
 def _update_member(member: MemberMetadata, spec: _JoinSpec) -> None:
