@@ -314,3 +314,59 @@ def test_downgrade_consumer_group_to_kafka_python(rb: RunningBroker) -> None:
         m.close()
     assert committed_offsets(rb.bootstrap, group, topic) == {
         p: 3 * PER_PARTITION for p in range(PARTITIONS)}
+
+
+def cooperative_classic(bootstrap: str, group: str, topic: str, name: str,
+                        owners: dict[Any, str]) -> Member:
+    """A confluent-kafka consumer speaking the classic protocol with the cooperative-sticky
+    assignor: it declares its owned partitions in each JoinGroup and revokes only what it
+    loses (librdkafka's incremental rebalance), the case eager kafka-python leaves out."""
+    return Member(bootstrap, group, topic, name, owners, **{
+        "group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+
+
+def test_cooperative_classic_members_beside_consumer_members_both_ways(
+        rb: RunningBroker) -> None:
+    """Upgrade and downgrade with librdkafka's cooperative classic members: one ownership
+    table (a partition assigned while another member owns it raises in the callback),
+    every record read, committed offsets hold."""
+    topic = new_topic(rb, PARTITIONS)
+    group = f"migrate-coop-{uuid.uuid4().hex[:6]}"
+    owners: dict[Any, str] = {}
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION)
+    classic = [cooperative_classic(rb.bootstrap, group, topic, f"coop{i}", owners)
+               for i in range(2)]
+    wait_until(lambda: batch(0) <= values(classic) and all_owned(classic)(), 60,
+               "the cooperative classic members to read batch 1", classic)
+    for m in classic:
+        commit(m)
+    assert group_type(rb, group)[0] == "classic"
+
+    # a consumer-protocol member joins: the group upgrades, the classic members revoke
+    # incrementally what the KIP-848 reconciliation moves to it
+    modern = [Member(rb.bootstrap, group, topic, "ck0", owners)]
+    everyone: list[Any] = [*classic, *modern]
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION, start=PER_PARTITION)
+    wait_until(lambda: batch(PER_PARTITION) <= values(everyone)
+               and all_owned(everyone)(), 90, "three members sharing the partitions",
+               everyone)
+    kind, members = group_type(rb, group)
+    assert kind == "consumer" and sorted(members.values()) == [False, True, True]
+    for m in everyone:
+        commit(m)
+
+    # it leaves: classic again, the cooperative members take its partitions
+    modern[0].close()
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION, start=2 * PER_PARTITION)
+    wait_until(lambda: all_owned(classic)() and read_to_end(classic, 3 * PER_PARTITION)(),
+               90, "the cooperative classic members to take over", classic)
+    kind, members = group_type(rb, group)
+    assert kind == "classic" and len(members) == 2
+    for m in classic:
+        commit(m)
+    assert batch(0) | batch(PER_PARTITION) | batch(2 * PER_PARTITION) <= values(everyone)
+    for m in classic:
+        m.close()
+    assert committed_offsets(rb.bootstrap, group, topic) == {
+        p: 3 * PER_PARTITION for p in range(PARTITIONS)}
