@@ -472,3 +472,37 @@ def test_a_classic_instance_replacing_an_unreconciled_static_member_waits_for_a_
         assert joined.generation_id == kp_joined.generation_id == classic.generation_id
 
     run(body)
+
+
+def test_a_syncgroup_does_not_lift_the_deadline_to_rejoin() -> None:
+    """Kafka keeps a classic member's join timeout (scheduled when a Heartbeat answers
+    REBALANCE_IN_PROGRESS) until it rejoins; a SyncGroup cancels only the sync timeout. A
+    member that syncs instead of rejoining is fenced at that deadline, so the partitions
+    it waits for do not stay unconsumed for good."""
+    group = consumer_group_from_classic(stable_classic({"a": [0, 1, 2, 3]}),
+                                        ConsumerGroup("g"), TOPICS, now_ms=0)
+    group.heartbeat(consumer_join("c"), TOPICS, 0)
+    classic_join(group, classic_join_request("a"), TOPICS, 1)
+    assert group.heartbeat(HeartbeatRequest("c", 4, owned={}), TOPICS, 2).assignment == {
+        T: frozenset({2, 3})}
+    # b joins at epoch 5: its target (3) is still c's, so it waits for it
+    joined = classic_join(group, ClassicJoin(
+        "b", None, False, "kp", "/h", 20_000, 10_000, "consumer",
+        (("range", subscription("t")),)), TOPICS, 3)
+    assert joined.generation_id == 5
+    assert classic_sync(group, "b", None, 5, None, None, 4).error == ErrorCode.none
+    b = group.members["b"]
+    assert b.state == MemberState.UNRELEASED_PARTITIONS and b.classic_deadline_ms is None
+    # c gives 3 up: b is told to rejoin for it, by 10 + its rebalance timeout
+    group.heartbeat(HeartbeatRequest("c", 4, owned={T: frozenset({2, 3})}), TOPICS, 5)
+    group.heartbeat(HeartbeatRequest("c", 4, owned={T: frozenset({2})}), TOPICS, 6)
+    assert group.owner_of(T, 3) is None
+    assert classic_heartbeat(group, "b", None, 5, 10)[0] == ErrorCode.rebalance_in_progress
+    assert b.classic_deadline_ms == 10 + 20_000
+    # it syncs instead: the deadline stands, and it is fenced at it
+    assert classic_sync(group, "b", None, 5, None, None, 11).error == ErrorCode.none
+    assert b.classic_deadline_ms == 10 + 20_000
+    assert classic_heartbeat(group, "b", None, 5, 12)[0] == ErrorCode.rebalance_in_progress
+    b.session_deadline_ms = 10**9  # only the rejoin deadline is at stake
+    assert ("b", "the classic member failed to join within the rebalance timeout") in (
+        group.expire(10 + 20_000))

@@ -41,8 +41,9 @@ How it works:
   has partitions to revoke, or partitions it waits for have been released. Each
   renews the member's classic session timeout; a member that must rejoin has its
   rebalance timeout to do so, and one that joined the same to sync (Kafka's join and
-  sync timeouts), else it is fenced. LeaveGroup (:func:`classic_leave`) removes classic
-  members only (a consumer-protocol member named is UNKNOWN_MEMBER_ID).
+  sync timeouts; a SyncGroup lifts the latter only), else it is fenced. LeaveGroup
+  (:func:`classic_leave`) removes classic members only (a consumer-protocol member
+  named is UNKNOWN_MEMBER_ID).
 - **Downgrade.** When a member is fenced or leaves through ConsumerGroupHeartbeat and
   every remaining member speaks the classic protocol, the group converts back if the
   policy allows it and the remaining members fit ``group.max.size``
@@ -421,7 +422,10 @@ def classic_sync(group: ConsumerGroup, member_id: str, instance_id: str | None,
                            f"member {member_id} should rejoin to catch up.")
     except _Refused as e:
         return ClassicSyncResult(e.code, message=e.message)
-    member.classic_deadline_ms = None
+    if member.classic_deadline_reason == SYNC_TIMEOUT_REASON:
+        # the sync timeout only: a rejoin a Heartbeat asked for is still due (Kafka
+        # cancels the join timeout at the JoinGroup alone)
+        member.classic_deadline_ms = None
     member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
     return ClassicSyncResult(ErrorCode.none, protocol_type or CONSUMER_PROTOCOL_TYPE,
                              protocol_name or name, assignment_bytes(group, member))
