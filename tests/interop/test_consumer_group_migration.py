@@ -370,3 +370,139 @@ def test_cooperative_classic_members_beside_consumer_members_both_ways(
         m.close()
     assert committed_offsets(rb.bootstrap, group, topic) == {
         p: 3 * PER_PARTITION for p in range(PARTITIONS)}
+
+
+class AioMember:
+    """An aiokafka consumer (the classic protocol, eager, its default range assignor) on
+    its own thread and event loop, sharing the ownership table."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str,
+                 owners: dict[Any, str]) -> None:
+        self.name = name
+        self.owners = owners
+        self.owned: set[int] = set()
+        self.records: list[tuple[int, int, str]] = []
+        self.violations: list[str] = []
+        self._args = (bootstrap, group, topic)
+        self._stop = threading.Event()
+        self._commit = threading.Event()
+        self._committed = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        import asyncio
+
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.abc import ConsumerRebalanceListener
+
+        bootstrap, group, topic = self._args
+        member = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                for tp in revoked:
+                    if member.owners.get((tp.topic, tp.partition)) == member.name:
+                        del member.owners[(tp.topic, tp.partition)]
+                    member.owned.discard(tp.partition)
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                for tp in assigned:
+                    holder = member.owners.get((tp.topic, tp.partition))
+                    if holder is not None:
+                        member.violations.append(
+                            f"partition {tp.partition} given to {member.name} while "
+                            f"{holder} owns it")
+                    member.owners[(tp.topic, tp.partition)] = member.name
+                    member.owned.add(tp.partition)
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group, client_id=self.name,
+            auto_offset_reset="earliest", enable_auto_commit=False,
+            session_timeout_ms=6000, heartbeat_interval_ms=300,
+            max_poll_interval_ms=15000, request_timeout_ms=20000)
+        consumer.subscribe([topic], listener=Listener())
+        await consumer.start()
+        try:
+            while not self._stop.is_set():
+                batches = await consumer.getmany(timeout_ms=200)
+                for tp, batch in batches.items():
+                    if tp.partition not in self.owned:
+                        self.violations.append(
+                            f"{self.name} read partition {tp.partition} it does not own")
+                    self.records += [(tp.partition, r.offset, r.value.decode())
+                                     for r in batch]
+                if self._commit.is_set():
+                    self._commit.clear()
+                    if self.owned:
+                        await consumer.commit()
+                    self._committed.set()
+        except BaseException as exc:
+            self.violations.append(f"{self.name}'s poll loop failed: {exc!r}")
+            raise
+        finally:
+            await consumer.stop()  # LeaveGroup
+
+    def poll(self) -> None:
+        assert not self.violations, self.violations
+        time.sleep(0.01)
+
+    def commit(self) -> None:
+        self._committed.clear()
+        self._commit.set()
+        assert self._committed.wait(30), f"{self.name} did not commit within 30 s"
+        assert not self.violations, self.violations
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), f"{self.name}'s poll loop did not stop"
+        assert not self.violations, self.violations
+        for key, holder in list(self.owners.items()):
+            if holder == self.name:
+                del self.owners[key]
+        self.owned.clear()
+
+
+def test_aiokafka_members_beside_consumer_members_both_ways(rb: RunningBroker) -> None:
+    """aiokafka (the classic protocol, eager) as classic members of a consumer group: it
+    upgrades when a confluent-kafka consumer-protocol member joins, and is classic again
+    when that member leaves; one ownership table, every record read, offsets hold."""
+    topic = new_topic(rb, PARTITIONS)
+    group = f"migrate-aio-{uuid.uuid4().hex[:6]}"
+    owners: dict[Any, str] = {}
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION)
+    classic = [AioMember(rb.bootstrap, group, topic, f"aio{i}", owners) for i in range(2)]
+    wait_until(lambda: batch(0) <= values(classic) and all_owned(classic)(), 60,
+               "the aiokafka members to read batch 1", classic)
+    for m in classic:
+        m.commit()
+    assert group_type(rb, group)[0] == "classic"
+
+    modern = Member(rb.bootstrap, group, topic, "ck0", owners)
+    everyone: list[Any] = [*classic, modern]
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION, start=PER_PARTITION)
+    wait_until(lambda: batch(PER_PARTITION) <= values(everyone)
+               and all_owned(everyone)(), 90, "three members sharing the partitions",
+               everyone)
+    kind, members = group_type(rb, group)
+    assert kind == "consumer" and sorted(members.values()) == [False, True, True]
+    for m in everyone:
+        commit(m)
+
+    modern.close()
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION, start=2 * PER_PARTITION)
+    wait_until(lambda: all_owned(classic)() and read_to_end(classic, 3 * PER_PARTITION)(),
+               90, "the aiokafka members to take over", classic)
+    kind, members = group_type(rb, group)
+    assert kind == "classic" and len(members) == 2
+    for m in classic:
+        m.commit()
+    assert batch(0) | batch(PER_PARTITION) | batch(2 * PER_PARTITION) <= values(everyone)
+    for m in classic:
+        m.close()
+    assert committed_offsets(rb.bootstrap, group, topic) == {
+        p: 3 * PER_PARTITION for p in range(PARTITIONS)}
