@@ -506,3 +506,43 @@ def test_a_syncgroup_does_not_lift_the_deadline_to_rejoin() -> None:
     b.session_deadline_ms = 10**9  # only the rejoin deadline is at stake
     assert ("b", "the classic member failed to join within the rebalance timeout") in (
         group.expire(10 + 20_000))
+
+
+def test_a_downgraded_group_reloaded_before_its_rebalance_completes_rebalances() -> None:
+    """The downgrade's classic record gives each member its target assignment, and the
+    group rebalances before anyone syncs it. A coordinator that fails over in between
+    must not load it Stable: a member rejoining would sync its target while another (here
+    kp, eager, not rejoined since the upgrade) still owns those partitions."""
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, _clock: Clock) -> None:
+        kp = await classic_member(c)
+        await c.consumer_group_heartbeat("g", consumer_join("c"), 1, TOPICS)
+        kr = await c.join_group("g", "", None, False, "kr", "/h", 20_000, 10_000,
+                                "consumer", [("range", subscription("t"))], TOPICS)
+        assert kr.error == ErrorCode.none
+        group = c.consumer_group("g")
+        assert group is not None and group.members[kp].member_epoch == 1  # holds t-0..3
+        assert group.target[kr.member_id]  # a partition kp holds
+        left = await c.consumer_group_heartbeat("g", HeartbeatRequest("c", -1), 1, TOPICS)
+        assert left.error == ErrorCode.none
+        assert c.groups["g"].is_in(GroupState.PREPARING_REBALANCE)
+        partition = c.partition_for("g")
+        c.on_resigned(partition)
+        c.on_elected(partition)
+        reloaded = c.groups["g"]
+        assert set(reloaded.members) == {kp, kr.member_id}
+        assert reloaded.is_in(GroupState.PREPARING_REBALANCE)
+        # kr's rejoin waits for kp's: nobody syncs a partition kp owns meanwhile
+        assert c.heartbeat("g", 3, kr.member_id, None) == ErrorCode.rebalance_in_progress
+        assert (await c.sync_group("g", 3, kr.member_id, None, "consumer", "range",
+                                   {})).error == ErrorCode.rebalance_in_progress
+        kr_join = asyncio.ensure_future(c.join_group(
+            "g", kr.member_id, None, True, "kr", "/h", 20_000, 10_000, "consumer",
+            [("range", subscription("t"))], TOPICS))
+        await asyncio.sleep(0)
+        assert not kr_join.done()
+        kp_join = await c.join_group("g", kp, None, True, "kp", "/h", 20_000, 10_000,
+                                     "consumer", [("range", subscription("t"))], TOPICS)
+        assert kp_join.error == (await kr_join).error == ErrorCode.none
+        assert kp_join.generation_id == 4
+
+    run(body)

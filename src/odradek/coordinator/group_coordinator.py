@@ -326,6 +326,13 @@ class GroupCoordinator(InternalTopicCoordinator):
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         for member in group.members.values():
             self._schedule_heartbeat(group, member)
+        if group.members and group.leader_id is None:
+            # written by a downgrade whose rebalance had not completed: its members'
+            # assignments are the consumer group's targets, some maybe still owned by
+            # another member, so none is synced before the rebalance
+            group.leader_id = next(iter(group.members))
+            self._prepare_rebalance(group, "loaded before the rebalance of its downgrade "
+                                           "from a consumer group completed")
 
     def on_resigned(self, partition: int) -> None:
         """Leadership of ``partition`` moved away: forget its groups, answer waiting
@@ -1277,7 +1284,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         if before is None:
             before = self._consumer_records.get(group_id)
         records = [encode_record(r) for r in records_for_change(before, None)]
-        records.append(self.manager.metadata_record(classic))
+        records.append(self.manager.metadata_record(classic, rebalancing=rebalance))
         error = self.manager.append_records(group_id, records)
         if error != ErrorCode.none:
             return error

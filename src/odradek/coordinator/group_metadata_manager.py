@@ -236,7 +236,9 @@ class GroupMetadataManager:
                     )
                     group.add(member)
                 leader = value.leader
-                group.leader_id = leader if leader is not None and leader in group.members else (
+                # none with members: written to rebalance (metadata_record), which the
+                # coordinator starts when it loads the group
+                group.leader_id = leader if leader is None or leader in group.members else (
                     next(iter(group.members), None)
                 )
                 written_in = GroupState.STABLE if group.members else GroupState.EMPTY
@@ -261,13 +263,17 @@ class GroupMetadataManager:
         return self._append(group.group_id, [self.metadata_record(group)], self.time_ms())
 
     @staticmethod
-    def metadata_record(group: GroupMetadata) -> tuple[bytes, bytes | None]:
-        """The group's metadata record (key, value): members with their assignments."""
+    def metadata_record(group: GroupMetadata, rebalancing: bool = False
+                        ) -> tuple[bytes, bytes | None]:
+        """The group's metadata record (key, value): members with their assignments.
+        ``rebalancing``: the group has members and must rebalance before any of them
+        syncs (a consumer group downgraded to it): written without a leader, which the
+        load reads as such (a group written after a join phase always has one)."""
         value = GroupMetadataValue(
             protocol_type=group.protocol_type or "",
             generation=group.generation_id,
             protocol=group.protocol_name,
-            leader=group.leader_id,
+            leader=None if rebalancing else group.leader_id,
             current_state_timestamp=group.state_timestamp_ms,
             members=tuple(
                 MemberMetadataValue(
