@@ -506,3 +506,98 @@ def test_aiokafka_members_beside_consumer_members_both_ways(rb: RunningBroker) -
         m.close()
     assert committed_offsets(rb.bootstrap, group, topic) == {
         p: 3 * PER_PARTITION for p in range(PARTITIONS)}
+
+
+class KcatMember:
+    """``kcat -G`` (librdkafka 2.0.2, the classic protocol, eager range) as a process:
+    what it reads on stdout, its rebalances on stderr (``-v``)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        from tests.interop._broker import kcat_path
+
+        exe = kcat_path()
+        assert exe is not None, "kcat is not installed (scripts/install-java-client)"
+        self.name = "kcat"
+        self.records: list[tuple[int, int, str]] = []
+        self.owned: set[int] = set()
+        self.failures: list[str] = []  # a line its readers could not parse
+        self._process = subprocess.Popen(
+            [exe, "-b", bootstrap, "-G", group, "-u", "-v", "-X", "auto.offset.reset=earliest",
+             "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=300",
+             "-f", "%p %o %s\\n", topic],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._readers = [threading.Thread(target=self._read_records, daemon=True),
+                         threading.Thread(target=self._read_rebalances, daemon=True)]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_records(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            try:
+                partition, offset, value = line.split()
+                self.records.append((int(partition), int(offset), value))
+            except ValueError:
+                self.failures.append(f"kcat printed {line!r}")
+
+    def _read_rebalances(self) -> None:
+        # "% Group g rebalanced (memberid m): assigned: t [0], t [1]" (or revoked)
+        assert self._process.stderr is not None
+        for line in self._process.stderr:
+            if " rebalanced " not in line:
+                continue
+            kind, _, listed = line.strip().partition("): ")[2].partition(": ")
+            try:
+                partitions = {int(p.split("[")[1].rstrip("]")) for p in listed.split(", ")
+                              if "[" in p}
+            except ValueError:
+                self.failures.append(f"kcat logged {line!r}")
+                continue
+            self.owned = (self.owned | partitions if kind == "assigned"
+                          else self.owned - partitions)
+
+    def poll(self) -> None:
+        assert self._process.poll() is None, "kcat exited"
+        assert not self.failures, self.failures
+        time.sleep(0.01)
+
+    def close(self) -> None:
+        self._process.terminate()  # kcat leaves the group on SIGTERM
+        self._process.wait(30)
+        for reader in self._readers:
+            reader.join(10)
+
+
+def test_kcat_beside_a_consumer_member_both_ways(rb: RunningBroker) -> None:
+    """kcat 1.7 (librdkafka 2.0.2) as the classic member: the group upgrades when a
+    consumer-protocol member joins, the two split the partitions (disjoint once both
+    settled), and it is classic again with kcat owning everything when that member
+    leaves; every record is read."""
+    topic = new_topic(rb, PARTITIONS)
+    group = f"migrate-kcat-{uuid.uuid4().hex[:6]}"
+    owners: dict[Any, str] = {}
+    produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION)
+    kc = KcatMember(rb.bootstrap, group, topic)
+    try:
+        wait_until(lambda: batch(0) <= values([kc]) and all_owned([kc])(), 60,
+                   "kcat to read batch 1", [kc])
+        assert group_type(rb, group)[0] == "classic"
+        modern = Member(rb.bootstrap, group, topic, "ck0", owners)
+        everyone: list[Any] = [kc, modern]
+        produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION, start=PER_PARTITION)
+        wait_until(lambda: batch(PER_PARTITION) <= values(everyone)
+                   and all_owned(everyone)(), 90, "kcat and ck0 sharing the partitions",
+                   everyone)
+        kind, members = group_type(rb, group)
+        assert kind == "consumer" and sorted(members.values()) == [False, True]
+        assert not kc.owned & modern.owned
+        modern.close()
+        produce(rb.bootstrap, topic, PARTITIONS, PER_PARTITION, start=2 * PER_PARTITION)
+        wait_until(lambda: all_owned([kc])() and read_to_end([kc], 3 * PER_PARTITION)(),
+                   90, "kcat to take over", [kc])
+        kind, members = group_type(rb, group)
+        assert kind == "classic" and len(members) == 1
+        assert batch(0) | batch(PER_PARTITION) | batch(2 * PER_PARTITION) <= values(
+            everyone)
+    finally:
+        kc.close()
