@@ -546,3 +546,35 @@ def test_a_downgraded_group_reloaded_before_its_rebalance_completes_rebalances()
         assert kp_join.generation_id == 4
 
     run(body)
+
+
+def test_a_classic_member_that_heartbeats_but_never_rejoins_is_fenced_then_released(
+) -> None:
+    """kp (eager) owns everything; told to rejoin, it keeps heartbeating instead: its
+    partitions stay its own until its rebalance timeout fences it, and only then reach
+    the consumer-protocol member; no downgrade (c speaks the consumer protocol)."""
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, clock: Clock) -> None:
+        kp = await classic_member(c)
+        await c.consumer_group_heartbeat("g", consumer_join("c"), 1, TOPICS)
+        group = c.consumer_group("g")
+        assert group is not None
+        for step in range(4):  # 4 x 5 s of its 20 s rebalance timeout
+            assert c.heartbeat("g", 1, kp, None) == ErrorCode.rebalance_in_progress
+            beat = await c.consumer_group_heartbeat(
+                "g", HeartbeatRequest("c", 2, owned={}), 1, TOPICS)
+            assert beat.error == ErrorCode.none and not group.members["c"].assigned, step
+            clock.now += 5_000 - 1
+        clock.now += 4
+        group.members["c"].session_deadline_ms = clock.now + 10**6  # only kp is at stake
+        c._schedule_consumer_expiry(group)
+        deadline = asyncio.get_running_loop().time() + 5
+        while kp in group.members:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        assert c.heartbeat("g", 1, kp, None) == ErrorCode.unknown_member_id
+        beat = await c.consumer_group_heartbeat(
+            "g", HeartbeatRequest("c", 2, owned={}), 1, TOPICS)
+        assert beat.assignment == {T: frozenset({0, 1, 2, 3})}
+        assert c.consumer_group("g") is group
+
+    run(body)
