@@ -237,6 +237,8 @@ def test_classic_apis_on_a_consumer_group(rb: RunningBroker) -> None:
         group_id=group, session_timeout=REBALANCE, rebalance_timeout=REBALANCE,
         member_id="x", group_instance_id=None, protocol_type="consumer",
         protocols=(j.JoinGroupRequestProtocol(name="range", metadata=b""),), reason=None))
+    # served by the consumer group (online migration), but this metadata is no
+    # ConsumerProtocol subscription
     assert join.error_code == ErrorCode.inconsistent_group_protocol
     d = req("describe_groups", 6)
     (described,) = one(rb, d.DescribeGroupsRequest(
@@ -256,7 +258,11 @@ def test_classic_apis_on_a_consumer_group(rb: RunningBroker) -> None:
     assert result.error_code == ErrorCode.none
 
 
-def test_a_consumer_group_heartbeat_to_a_live_classic_group(rb: RunningBroker) -> None:
+def test_a_consumer_group_heartbeat_upgrades_a_live_classic_group(rb: RunningBroker) -> None:
+    """Online migration (group.consumer.migration.policy, bidirectional by default): the
+    classic group with a member becomes a consumer group with a classic member (member
+    type 0) and a consumer one (1). A member heartbeating with an epoch is not joining:
+    GROUP_ID_NOT_FOUND, as before the upgrade."""
     group = new_group()
     j = req("join_group", 9)
     metadata = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"  # subscribes to "t"
@@ -267,9 +273,15 @@ def test_a_consumer_group_heartbeat_to_a_live_classic_group(rb: RunningBroker) -
         protocols=(j.JoinGroupRequestProtocol(name="range", metadata=metadata),),
         reason=None))
     assert joined.error_code == ErrorCode.none
-    response = one(rb, heartbeat(group, "m1", 0, topics=("t",)))
+    response = one(rb, heartbeat(group, "m1", 3, topics=("t",)))
     assert (response.error_code, response.error_message) == (
         ErrorCode.group_id_not_found, f"Group {group} is not a consumer group.")
+    response = one(rb, heartbeat(group, "m1", 0, topics=("t",)))
+    assert response.error_code == ErrorCode.none
+    (described,) = describe(rb, group).groups
+    assert described.error_code == ErrorCode.none
+    assert sorted((m.member_id == "m1", m.member_type) for m in described.members) == [
+        (False, 0), (True, 1)]
 
 
 def test_list_groups_with_types_and_states(rb: RunningBroker) -> None:
@@ -408,6 +420,7 @@ def test_authorization_of_the_consumer_group_apis() -> None:
 
 # -- broker configs ------------------------------------------------------------------------
 def test_the_consumer_group_configs_are_served_and_checked_against_each_other() -> None:
+    from odradek.coordinator.group_coordinator import CoordinatorConfig
     from odradek.server.config import BrokerConfig, ConfigError
     from odradek.server.kafka_config_support import is_not_applicable, unserved_reason
 
@@ -415,8 +428,14 @@ def test_the_consumer_group_configs_are_served_and_checked_against_each_other() 
     config = BrokerConfig.from_raw({**base, "group.consumer.assignors": "range,uniform"})
     assert config.values["group.consumer.assignors"] == ("range", "uniform")
     for key in ("group.consumer.session.timeout.ms", "group.consumer.heartbeat.interval.ms",
-                "group.consumer.max.size", "group.consumer.assignors"):
+                "group.consumer.max.size", "group.consumer.assignors",
+                "group.consumer.migration.policy"):
         assert unserved_reason(key) is None, key
+    # Kafka 4.0's default, case-insensitive as Kafka's CaseInsensitiveValidString
+    assert config.values["group.consumer.migration.policy"] == "bidirectional"
+    upgrade = BrokerConfig.from_raw({**base, "group.consumer.migration.policy": "UPGRADE"})
+    assert CoordinatorConfig.from_broker(upgrade.values).consumer.migration_policy == (
+        "upgrade")
     assert is_not_applicable(unserved_reason("group.coordinator.rebalance.protocols") or "")
     for bad, message in [
         ({"group.consumer.session.timeout.ms": "1000"},
@@ -429,6 +448,9 @@ def test_the_consumer_group_configs_are_served_and_checked_against_each_other() 
         ({"group.consumer.min.session.timeout.ms": "1000", "group.consumer.session.timeout.ms":
           "5000"}, "group.consumer.heartbeat.interval.ms must be less than"),
         ({"group.consumer.assignors": "sticky"}, "invalid value for group.consumer.assignors"),
+        ({"group.consumer.migration.policy": "sideways"},
+         "group.consumer.migration.policy.*must be one of disabled, upgrade, downgrade, "
+         "bidirectional"),
     ]:
         with pytest.raises(ConfigError, match=message):
             BrokerConfig.from_raw({**base, **bad})

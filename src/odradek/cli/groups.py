@@ -421,6 +421,14 @@ def _error_code(name: str) -> int:
     return int(ErrorCode[name].value)
 
 
+def _member_protocol(member: MemberView) -> str:
+    """``consumer`` (KIP-848), ``classic`` (a classic member in a consumer group being
+    migrated), ``-`` when the broker does not say (ConsumerGroupDescribe v0)."""
+    if member.upgraded is None:
+        return MISSING
+    return "consumer" if member.upgraded else "classic"
+
+
 def _describe(args: argparse.Namespace) -> int:
     async def body(admin: ClusterAdmin) -> int:
         status = 0
@@ -444,15 +452,19 @@ def _describe(args: argparse.Namespace) -> int:
                 consumer = view.group_type == CONSUMER
                 with_regex = any(m.topic_regex for m in view.members)
                 header += ["TOPIC-REGEX"] if with_regex else []
-                header += (["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
-                            "TARGET-ASSIGNMENT"] if consumer else ["ASSIGNMENT"])
+                # a consumer group's member speaks the consumer protocol, or the classic
+                # one during a migration (ConsumerGroupDescribe v1's member type)
+                header += (["PROTOCOL", "CURRENT-EPOCH", "CURRENT-ASSIGNMENT",
+                            "TARGET-EPOCH", "TARGET-ASSIGNMENT"] if consumer
+                           else ["ASSIGNMENT"])
                 member_rows: list[list[Any]] = [header]
                 for m in view.members:
                     row: list[Any] = [m.member_id, m.group_instance_id or MISSING,
                                       m.client_host, m.client_id,
                                       sum(len(ps) for ps in m.assignment.values())]
                     row += [m.topic_regex or MISSING] if with_regex else []
-                    row += ([_opt(m.member_epoch), _assignment_text(m.assignment),
+                    row += ([_member_protocol(m), _opt(m.member_epoch),
+                             _assignment_text(m.assignment),
                              _opt(view.assignment_epoch),
                              _assignment_text(m.target_assignment)] if consumer
                             else [_assignment_text(m.assignment)])

@@ -61,8 +61,10 @@ How it works:
 
 The group's records in ``__consumer_offsets`` are the coordinator's
 (:mod:`odradek.coordinator.consumer_group_persistence`): a group rebuilt from them gets
-what they do not hold from :meth:`ConsumerGroup.rebuild_derived`. Not here (yet):
-classic members in a consumer group (online migration).
+what they do not hold from :meth:`ConsumerGroup.rebuild_derived`. Classic members in a
+consumer group (online migration) are :mod:`odradek.coordinator.consumer_group_migration`'s:
+they are members here with their classic metadata (``ConsumerGroupMember.classic``),
+reconciled when they join.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ from odradek.coordinator.consumer_assignors import (
     MemberSubscription,
     SubscribedTopic,
 )
+from odradek.coordinator.consumer_group_records import ClassicMemberMetadata
 from odradek.protocol.errors import ErrorCode
 
 __all__ = [
@@ -139,6 +142,7 @@ class ConsumerGroupConfig:
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
     # Kafka 4.0's constant (not a config there); tests lower it
     regex_refresh_interval_ms: int = REGEX_BATCH_REFRESH_INTERVAL_MS
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +213,17 @@ class ConsumerGroupMember:
     pending_revocation: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
     session_deadline_ms: int = 0
     revocation_deadline_ms: int | None = None  # set while unrevoked_partitions
+    # A member speaking the classic protocol (online migration,
+    # :mod:`odradek.coordinator.consumer_group_migration`): its session timeout and
+    # JoinGroup protocols; None for a member of the consumer protocol.
+    classic: ClassicMemberMetadata | None = None
+    # a classic member's JoinGroup or SyncGroup deadline (Kafka's join and sync timeouts)
+    classic_deadline_ms: int | None = None
+    classic_deadline_reason: str = ""
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def held(self) -> Iterable[tuple[uuid.UUID, int]]:
         """Every partition this member holds: assigned or still pending revocation."""
@@ -355,6 +370,8 @@ class ConsumerGroup:
         deadlines = [m.session_deadline_ms for m in self.members.values()]
         deadlines += [m.revocation_deadline_ms for m in self.members.values()
                       if m.revocation_deadline_ms is not None]
+        deadlines += [m.classic_deadline_ms for m in self.members.values()
+                      if m.classic_deadline_ms is not None]
         return min(deadlines, default=None)
 
     # ================================================================ liveness
@@ -368,6 +385,9 @@ class ConsumerGroup:
             elif member.revocation_deadline_ms is not None and (
                     member.revocation_deadline_ms <= now_ms):
                 reason = "rebalance timeout (partitions not revoked)"
+            elif member.classic_deadline_ms is not None and (
+                    member.classic_deadline_ms <= now_ms):
+                reason = member.classic_deadline_reason
             else:
                 continue
             self.remove_member(member.member_id)
@@ -515,7 +535,9 @@ class ConsumerGroup:
                            else self.static_members.get(instance_id))
         if existing_static is not None and existing_static != member_id:
             old = self.members[existing_static]
-            if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            # (a classic member's instance is taken over at once, as Kafka's
+            # getOrMaybeSubscribeStaticConsumerGroupMember: its client switched protocol)
+            if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and old.classic is None:
                 raise HeartbeatError(
                     ErrorCode.unreleased_instance_id,
                     f"Static member {member_id} with instance id {instance_id} cannot join "
@@ -591,6 +613,9 @@ class ConsumerGroup:
             member.subscribed_topic_names = frozenset(request.subscribed_topic_names)
         regex_bump = self._update_regex(member, request.subscribed_topic_regex)
         member.client_id, member.client_host = request.client_id, request.client_host
+        # a ConsumerGroupHeartbeat speaks the consumer protocol (Kafka's
+        # setClassicMemberMetadata(null)), whatever the member was
+        member.classic, member.classic_deadline_ms = None, None
         if is_new:
             self.members[member.member_id] = member
             if member.instance_id is not None:

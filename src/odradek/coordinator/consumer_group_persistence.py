@@ -20,7 +20,8 @@ How it works:
   with every structure the records do not carry rebuilt: the owner of each partition
   (assigned or pending revocation), the static members (``group.instance.id`` -> member
   id), the preferred server assignor, and the timers: each member's session deadline is
-  ``now + group.consumer.session.timeout.ms`` and a member still revoking partitions gets
+  ``now + group.consumer.session.timeout.ms`` (a classic member's: its own session
+  timeout, from its ClassicMemberMetadata) and a member still revoking partitions gets
   its rebalance deadline ``now + its rebalance timeout`` (:func:`restart_timers`). A group
   restored mid-reconciliation carries on as the original would have after the same
   timers restart: members in ``unrevoked_partitions`` keep their epoch until they
@@ -36,9 +37,9 @@ resolves its expressions again (:meth:`ConsumerGroup.regex_refresh_due`), and on
 changed resolution moves its epoch.
 
 What the state machine cannot hold, so :func:`restore` drops it (:func:`unsupported`
-names it, for the loader to log): a classic member's metadata (online migration is not
-served yet), and a member whose current assignment was tombstoned without its member
-record (epoch -1: a removal cut in half, which one atomic batch per change never leaves).
+names it, for the loader to log): a member whose current assignment was tombstoned
+without its member record (epoch -1: a removal cut in half, which one atomic batch per
+change never leaves).
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ def member_snapshot(member: ConsumerGroupMember) -> MemberSnapshot:
         state=_STATE_CODES[member.state],
         assigned=dict(member.assigned),
         pending_revocation=dict(member.pending_revocation),
+        classic_member_metadata=member.classic,
     )
 
 
@@ -198,9 +200,6 @@ def unsupported(snapshot: ConsumerGroupSnapshot) -> list[str]:
     for m in snapshot.members.values():
         if m.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
             out.append(f"member {m.member_id!r} (current assignment deleted, epoch -1)")
-            continue
-        if m.classic_member_metadata is not None:
-            out.append(f"member {m.member_id!r}'s classic member metadata")
     return out
 
 
@@ -260,6 +259,7 @@ def _member_of(group_id: str, m: MemberSnapshot) -> ConsumerGroupMember:
         state=state,
         assigned=dict(m.assigned),
         pending_revocation=dict(m.pending_revocation),
+        classic=m.classic_member_metadata,
     )
 
 
@@ -278,6 +278,8 @@ def restart_timers(group: ConsumerGroup, now_ms: int) -> None:
     partitions to revoke (``unrevoked_partitions``; a static member that left with epoch
     -2 has none left) the rebalance deadline ``now + its rebalance timeout``."""
     for member in group.members.values():
-        member.session_deadline_ms = now_ms + group.config.session_timeout_ms
+        session_timeout_ms = (group.config.session_timeout_ms if member.classic is None
+                              else member.classic.session_timeout_ms)
+        member.session_deadline_ms = now_ms + session_timeout_ms
         member.revocation_deadline_ms = (
             now_ms + member.rebalance_timeout_ms if member.pending_revocation else None)

@@ -65,6 +65,13 @@ How it works:
   its result, filtered by what that member may describe, is applied and written as a
   change of its own (:meth:`ConsumerGroup.apply_resolved`); ``topics_version`` counts the
   topics created or changed (a metadata listener) for the group to know when.
+- **Online migration** (``group.consumer.migration.policy``,
+  :mod:`odradek.coordinator.consumer_group_migration`): a ConsumerGroupHeartbeat joining
+  a classic group with members converts it (the classic group's record tombstoned, the
+  consumer group's records written, one batch); JoinGroup, SyncGroup, Heartbeat,
+  LeaveGroup and OffsetCommit of a consumer group's classic members are served by the
+  consumer group; the last consumer-protocol member leaving or fenced converts it back
+  (its records tombstoned, the classic group's record written) and starts a rebalance.
 """
 
 from __future__ import annotations
@@ -79,12 +86,27 @@ from typing import Any
 
 from odradek.clock import now_ms
 from odradek.coordinator.consumer_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
     ConsumerGroup,
     ConsumerGroupConfig,
+    ConsumerGroupState,
     HeartbeatRequest,
     HeartbeatResult,
     TopicMetadata,
     validate_heartbeat,
+)
+from odradek.coordinator.consumer_group_migration import (
+    ClassicJoin,
+    ClassicJoinResult,
+    MigrationPolicy,
+    classic_group_from_consumer,
+    classic_heartbeat,
+    classic_join,
+    classic_leave,
+    classic_sync,
+    consumer_group_from_classic,
+    downgrade_refusal,
+    upgrade_refusal,
 )
 from odradek.coordinator.consumer_group_persistence import (
     ConsumerGroupRestoreError,
@@ -100,6 +122,7 @@ from odradek.coordinator.consumer_group_replay import (
     ConsumerGroupSnapshot,
     MemberSnapshot,
     encode_record,
+    records_for_change,
 )
 from odradek.coordinator.consumer_regex import resolution_topics
 from odradek.coordinator.group_config import consumer_group_config_for
@@ -203,6 +226,8 @@ def consumer_group_config(values: Mapping[str, Any]) -> ConsumerGroupConfig:
                                              default.heartbeat_interval_ms)),
         max_size=int(values.get("group.consumer.max.size", default.max_size)),
         assignors=tuple(assignors) if assignors else default.assignors,
+        migration_policy=MigrationPolicy.parse(str(values.get(
+            "group.consumer.migration.policy", default.migration_policy))).value,
     )
 
 
@@ -323,6 +348,13 @@ class GroupCoordinator(InternalTopicCoordinator):
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         for member in group.members.values():
             self._schedule_heartbeat(group, member)
+        if group.members and group.leader_id is None:
+            # written by a downgrade whose rebalance had not completed: its members'
+            # assignments are the consumer group's targets, some maybe still owned by
+            # another member, so none is synced before the rebalance
+            group.leader_id = next(iter(group.members))
+            self._prepare_rebalance(group, "loaded before the rebalance of its downgrade "
+                                           "from a consumer group completed")
 
     def on_resigned(self, partition: int) -> None:
         """Leadership of ``partition`` moved away: forget its groups, answer waiting
@@ -371,17 +403,24 @@ class GroupCoordinator(InternalTopicCoordinator):
         session_timeout_ms: int,
         protocol_type: str,
         protocols: Sequence[tuple[str, bytes]],
+        topics: Mapping[str, TopicMetadata] | None = None,
     ) -> JoinResult:
+        """JoinGroup. ``topics``: the cluster's topics by name, for a classic member
+        joining a consumer group (online migration), whose subscription is resolved."""
         error = self._check(group_id)
         if error != ErrorCode.none:
             return JoinResult(error, member_id)
         if not (self.config.min_session_timeout_ms <= session_timeout_ms
                 <= self.config.max_session_timeout_ms):
             return JoinResult(ErrorCode.invalid_session_timeout, member_id)
-        if self._live_consumer_group(group_id) is not None:
-            # a consumer group with members: classic members cannot join it (Kafka's
-            # online migration is not served)
-            return JoinResult(ErrorCode.inconsistent_group_protocol, UNKNOWN_MEMBER_ID)
+        consumer = self._live_consumer_group(group_id)
+        if consumer is not None:
+            # a consumer group with members: the classic member joins it (online
+            # migration, coordinator/consumer_group_migration.py)
+            return await self._classic_join_consumer_group(consumer, ClassicJoin(
+                member_id, group_instance_id, require_known_member_id, client_id,
+                client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type,
+                tuple(protocols)), topics or {})
         protocol_list = list(protocols)
         group = self.manager.get_group(group_id)
         if group is None:
@@ -698,6 +737,13 @@ class GroupCoordinator(InternalTopicCoordinator):
         error = self._check(group_id)
         if error != ErrorCode.none:
             return SyncResult(error)
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None:
+            synced = classic_sync(consumer, member_id, group_instance_id, generation_id,
+                                  protocol_type, protocol_name, self.time_ms())
+            self._schedule_consumer_expiry(consumer)
+            return SyncResult(synced.error, synced.protocol_type, synced.protocol_name,
+                              synced.assignment)
         group = self.manager.get_group(group_id)
         if group is None:
             return SyncResult(ErrorCode.unknown_member_id)
@@ -762,6 +808,12 @@ class GroupCoordinator(InternalTopicCoordinator):
         error = self._check(group_id)
         if error != ErrorCode.none:
             return error
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None:
+            error, _ = classic_heartbeat(consumer, member_id, group_instance_id,
+                                         generation_id, self.time_ms())
+            self._schedule_consumer_expiry(consumer)
+            return error
         group = self.manager.get_group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -787,6 +839,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         error = self._check(group_id)
         if error != ErrorCode.none:
             return error, [error] * len(members)
+        if group_id in self.consumer_groups:
+            return self._classic_leave_consumer_group(self.consumer_groups[group_id],
+                                                      members)
         group = self.manager.get_group(group_id)
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
@@ -914,11 +969,21 @@ class GroupCoordinator(InternalTopicCoordinator):
             error = self.check_coordinator(group_id)  # (it may have moved meanwhile)
             if error != ErrorCode.none:
                 return HeartbeatResult(error)
+        if not request.member_id and request.member_epoch == 0:  # v0: the coordinator names it
+            request = replace(request, member_id=str(uuid.uuid4()))
         group = self.consumer_groups.get(group_id)
         created = group is None
         if group is None:
             classic = self.manager.get_group(group_id)
             if classic is not None and not classic.is_in(GroupState.EMPTY, GroupState.DEAD):
+                refusal = ("the member does not join (epoch "
+                           f"{request.member_epoch})" if request.member_epoch != 0
+                           else upgrade_refusal(classic, self._migration_policy(),
+                                                config.max_size))
+                if refusal is None:  # online upgrade (consumer_group_migration.py)
+                    return await self._upgrade_and_heartbeat(classic, request, topics)
+                log.info("classic group %s not upgraded to a consumer group: %s", group_id,
+                         refusal)
                 return HeartbeatResult(ErrorCode.group_id_not_found,
                                        f"Group {group_id} is not a consumer group.")
             if request.member_epoch != 0:
@@ -926,9 +991,22 @@ class GroupCoordinator(InternalTopicCoordinator):
                                        f"Group {group_id} not found.")
             group = ConsumerGroup(group_id, config)
             self.consumer_groups[group_id] = group
+        elif (request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH
+                and request.member_id in group.members
+                and (request.instance_id is None or group.static_members.get(
+                    request.instance_id) == request.member_id)
+                and downgrade_refusal(group, {request.member_id}, self._migration_policy(),
+                                      self.config.max_group_size) is None):
+            # the last consumer-protocol member leaves classic ones: online downgrade
+            downgraded = self._downgrade(group, {request.member_id}, None,
+                                         f"member {request.member_id} left")
+            if downgraded is not None:
+                if downgraded != ErrorCode.none:
+                    return HeartbeatResult(downgraded, "The coordinator could not store "
+                                                       f"the group: {downgraded.name}.")
+                return await self._replicated_answer(group_id, HeartbeatResult(
+                    ErrorCode.none, None, request.member_id, LEAVE_GROUP_MEMBER_EPOCH))
         group.config = self._consumer_config(group_id)  # its group configs, as they are now
-        if not request.member_id and request.member_epoch == 0:  # v0: the coordinator names it
-            request = replace(request, member_id=str(uuid.uuid4()))
         before = self._consumer_records.get(group_id)
         member = group.members.get(request.member_id)
         timers = None if member is None else (member.session_deadline_ms,
@@ -939,14 +1017,26 @@ class GroupCoordinator(InternalTopicCoordinator):
             self._drop_consumer_group(group_id)  # not created
             return result
         forget = self._forgettable(group)
+        # An empty classic group that wrote its record gives way: its record is
+        # tombstoned in the same batch (Kafka's maybeDeleteEmptyClassicGroup); its
+        # offsets stay, held for the consumer group.
+        replaced = self.manager.get_group(group_id) if created and not forget else None
+        if replaced is not None and replaced.generation_id == 0 and (
+                replaced.protocol_type is None):
+            replaced = None  # only offsets, never a record of its own
         error, _ = self._write_consumer_group(
-            group, before, None if forget else group, request.member_id)
+            group, before, None if forget else group, request.member_id,
+            [] if replaced is None else [self.manager.metadata_tombstone(group_id)])
         if error != ErrorCode.none:
             self._revert_consumer_group(group, before, {request.member_id: timers})
             return HeartbeatResult(error, f"The coordinator could not store the group: "
                                           f"{error.name}.")
+        if replaced is not None:
+            self._retire_classic_group(replaced)
         if created and not forget:
-            log.info("consumer group %s created", group_id)
+            log.info("consumer group %s created%s", group_id,
+                     "" if replaced is None else " (the empty classic group's record "
+                                                 "tombstoned)")
         if (group.group_epoch, len(group.members)) != epochs:
             log.info("consumer group %s: epoch %d, %s (%s %s at epoch %s)", group_id,
                      group.group_epoch, plural(len(group.members), "member"),
@@ -956,6 +1046,11 @@ class GroupCoordinator(InternalTopicCoordinator):
         else:
             self._schedule_consumer_expiry(group)
             self._maybe_refresh_regexes(group, topics, authorize)
+        return await self._replicated_answer(group_id, result)
+
+    async def _replicated_answer(self, group_id: str,
+                                 result: HeartbeatResult) -> HeartbeatResult:
+        """``result``, once the ISR of the group's partition holds what it has appended."""
         if self.wait_replicated is not None:
             # Also when this heartbeat wrote nothing (Kafka's runtime defers such a write
             # until the shard's pending writes are committed): the answer may carry an
@@ -1068,13 +1163,15 @@ class GroupCoordinator(InternalTopicCoordinator):
     def _write_consumer_group(
         self, group: ConsumerGroup, before: ConsumerGroupSnapshot | None,
         after: ConsumerGroup | None, member_id: str | None = None,
+        first: Sequence[tuple[bytes, bytes | None]] = (),
     ) -> tuple[ErrorCode, bool]:
         """Append the records that take ``group`` from ``before`` (what the log holds,
         None: nothing) to ``after`` (None: deleted) as one batch, and remember what the
         log then holds. ``member_id``: the only member a heartbeat may have changed when
         the group epoch, assignment epoch and member set did not move (no snapshot of
-        the whole group is built then: one member is compared). Returns (the append's
-        error, whether records were appended)."""
+        the whole group is built then: one member is compared). ``first``: records put
+        ahead of the group's in the batch (the tombstone of a classic group it
+        replaces). Returns (the append's error, whether records were appended)."""
         group_id = group.group_id
         one = None if after is None or before is None or member_id is None else (
             _member_change(before, after, member_id))
@@ -1086,8 +1183,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         else:
             after_snapshot = None if after is None else snapshot_of(after)
             records = records_for_heartbeat(before, after_snapshot)
-        if records:
-            error = self.manager.append_records(group_id, [encode_record(r) for r in records])
+        if records or first:
+            error = self.manager.append_records(
+                group_id, [*first, *(encode_record(r) for r in records)])
             if error != ErrorCode.none:
                 return error, False
         if one is not None:
@@ -1097,7 +1195,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             self._consumer_records.pop(group_id, None)
         else:
             self._consumer_records[group_id] = after_snapshot
-        return ErrorCode.none, bool(records)
+        return ErrorCode.none, bool(records or first)
 
     def _revert_consumer_group(
         self, group: ConsumerGroup, before: ConsumerGroupSnapshot | None,
@@ -1142,7 +1240,20 @@ class GroupCoordinator(InternalTopicCoordinator):
         if group is None:
             return
         before = self._consumer_records.get(group_id)
+        epoch = group.group_epoch
         removed = group.expire(self.time_ms())
+        if removed and downgrade_refusal(group, (), self._migration_policy(),
+                                         self.config.max_group_size) is None:
+            # only classic members are left: online downgrade
+            reason = ", ".join(f"{m} fenced ({why})" for m, why in removed)
+            error = self._downgrade(group, (), epoch, reason, before)
+            if error == ErrorCode.none:
+                return
+            if error is not None:
+                log.warning("consumer group %s: downgrade not stored (%s); retried",
+                            group_id, error.name)
+                self._revert_consumer_group(group, before, {})
+                return
         if removed:
             forget = self._forgettable(group)
             error, _ = self._write_consumer_group(group, before,
@@ -1201,6 +1312,212 @@ class GroupCoordinator(InternalTopicCoordinator):
         self._consumer_records[group.group_id] = snapshot_of(group)
         self._schedule_consumer_expiry(group)
 
+    # ================================================================ online migration
+    def _migration_policy(self) -> MigrationPolicy:
+        return MigrationPolicy(self.config.consumer.migration_policy)
+
+    async def _upgrade_and_heartbeat(
+        self, classic: GroupMetadata, request: HeartbeatRequest,
+        topics: Mapping[str, TopicMetadata],
+    ) -> HeartbeatResult:
+        """The first consumer-protocol member joins a classic group with members: the
+        group becomes a consumer group (Kafka's ``convertToConsumerGroup``) and the member
+        joins it. One batch: the classic group's tombstone, then the consumer group's
+        records. Nothing changes unless it is appended."""
+        group_id = classic.group_id
+        now = self.time_ms()
+        group = ConsumerGroup(group_id, self._consumer_config(group_id))
+        try:
+            consumer_group_from_classic(classic, group, topics, now)
+        except ValueError as exc:
+            log.warning("classic group %s not upgraded: %s", group_id, exc)
+            return HeartbeatResult(
+                ErrorCode.group_id_not_found,
+                f"Cannot upgrade the classic group {group_id} to a consumer group because "
+                "the embedded consumer protocol is malformed.")
+        members = len(group.members)
+        result = group.heartbeat(request, topics, now)
+        if result.error != ErrorCode.none:
+            return result
+        snapshot = snapshot_of(group)
+        records = [self.manager.metadata_tombstone(group_id)]
+        records += [encode_record(r) for r in records_for_change(None, snapshot)]
+        error = self.manager.append_records(group_id, records)
+        if error != ErrorCode.none:
+            return HeartbeatResult(error, "The coordinator could not store the group: "
+                                          f"{error.name}.")
+        self._retire_classic_group(classic)
+        self.consumer_groups[group_id] = group
+        self._consumer_records[group_id] = snapshot
+        log.info("classic group %s (generation %d, %s) upgraded to a consumer group: "
+                 "member %s joins with the consumer protocol (epoch now %d)", group_id,
+                 classic.generation_id, plural(members, "member"), request.member_id,
+                 group.group_epoch)
+        self._schedule_consumer_expiry(group)
+        return await self._replicated_answer(group_id, result)
+
+    def _retire_classic_group(self, classic: GroupMetadata) -> None:
+        """The classic group became a consumer group: members waiting in JoinGroup or
+        SyncGroup are answered REBALANCE_IN_PROGRESS (they rejoin the consumer group),
+        its timers stop, and only its offsets stay (the consumer group's holder)."""
+        group_id = classic.group_id
+        for member_id, join in self._joins.pop(group_id, {}).items():
+            if not join.done():
+                join.set_result(JoinResult(ErrorCode.rebalance_in_progress, member_id))
+        for sync in self._syncs.pop(group_id, {}).values():
+            if not sync.done():
+                sync.set_result(SyncResult(ErrorCode.rebalance_in_progress))
+        for member_id in [*classic.members, *classic.pending_members]:
+            self._cancel_heartbeat(group_id, member_id)
+        self._cancel_timer(self._join_timers, group_id)
+        self._cancel_timer(self._sync_timers, group_id)
+        self._initial_join.pop(group_id, None)
+        holder = GroupMetadata(group_id, state_timestamp_ms=self.time_ms())
+        holder.offsets = classic.offsets
+        holder.pending_txn_offsets = classic.pending_txn_offsets
+        if holder.offsets or holder.pending_txn_offsets:
+            self.manager.add_group(holder)
+        else:
+            self.manager.groups.pop(group_id, None)
+
+    def _downgrade(
+        self, group: ConsumerGroup, leaving: set[str] | tuple[()], generation: int | None,
+        reason: str, before: ConsumerGroupSnapshot | None = None, rebalance: bool = True,
+    ) -> ErrorCode | None:
+        """The consumer group becomes a classic group without ``leaving`` (Kafka's
+        ``convertToClassicGroup``), whose members rejoin in a rebalance. One batch: the
+        consumer group's tombstones, then the classic group's record. None when it
+        cannot be converted (it stays a consumer group); else the append's error."""
+        group_id = group.group_id
+        now = self.time_ms()
+        try:
+            classic = classic_group_from_consumer(group, leaving, now, generation)
+        except (ValueError, KeyError) as exc:
+            log.warning("consumer group %s not downgraded: %s", group_id, exc)
+            return None
+        if before is None:
+            before = self._consumer_records.get(group_id)
+        records = [encode_record(r) for r in records_for_change(before, None)]
+        records.append(self.manager.metadata_record(classic, rebalancing=rebalance))
+        error = self.manager.append_records(group_id, records)
+        if error != ErrorCode.none:
+            return error
+        holder = self.manager.get_group(group_id)
+        if holder is not None:
+            classic.offsets = holder.offsets
+            classic.pending_txn_offsets = holder.pending_txn_offsets
+        self._drop_consumer_group(group_id)
+        self.manager.add_group(classic)
+        for member in classic.members.values():
+            self._schedule_heartbeat(classic, member)
+        log.info("consumer group %s downgraded to a classic group (generation %d, %s): %s",
+                 group_id, classic.generation_id, plural(len(classic.members), "member"),
+                 reason)
+        if rebalance:
+            self._prepare_rebalance(classic, f"downgrade from consumer to classic ({reason})")
+        return ErrorCode.none
+
+    async def _classic_join_consumer_group(
+        self, group: ConsumerGroup, join: ClassicJoin, topics: Mapping[str, TopicMetadata],
+    ) -> JoinResult:
+        """A classic member's JoinGroup to a consumer group (Kafka's
+        ``classicGroupJoinToConsumerGroup``): stored, then answered once replicated."""
+        group_id = group.group_id
+        before = self._consumer_records.get(group_id)
+        known = group.members.get(join.member_id)
+        timers = None if known is None else (known.session_deadline_ms,
+                                              known.revocation_deadline_ms)
+        epoch = group.group_epoch
+        result = classic_join(group, join, topics, self.time_ms())
+        if result.error != ErrorCode.none:
+            return JoinResult(result.error, result.member_id)
+        error, _ = self._write_consumer_group(group, before, group, result.member_id)
+        if error != ErrorCode.none:
+            self._revert_consumer_group(group, before, {result.member_id: timers})
+            return JoinResult(error, join.member_id)
+        if group.group_epoch != epoch or known is None:
+            log.info("consumer group %s: epoch %d, %s (classic member %s joined)", group_id,
+                     group.group_epoch, plural(len(group.members), "member"),
+                     result.member_id)
+        if result.replaced_member_id is not None and downgrade_refusal(
+                group, (), self._migration_policy(), self.config.max_group_size) is None:
+            # a classic instance replaced the last consumer-protocol static member
+            # (Kafka's validateOnlineDowngradeWithReplacedMemberId): classic again.
+            # Stable, the joining member syncing the replaced one's assignment, when
+            # every member holds its target; else the classic assignments (the
+            # targets) name partitions other members still hold (an eager member that
+            # has not rejoined owns all it was given), so the group rebalances and
+            # this JoinGroup waits for it, as Kafka's classic protocol would have it.
+            reconciled = group.state == ConsumerGroupState.STABLE
+            snapshot = self._consumer_records.get(group_id)
+            downgraded = self._downgrade(
+                group, (), None, f"static member {join.instance_id} rejoined as classic "
+                f"member {result.member_id}", snapshot, rebalance=not reconciled)
+            if downgraded is not None:
+                return await self._answer_downgraded_join(group_id, result, downgraded,
+                                                          None if reconciled else join)
+        self._schedule_consumer_expiry(group)
+        if self.wait_replicated is not None:
+            error = await self.wait_replicated(group_id)
+            if error != ErrorCode.none:
+                if error == ErrorCode.request_timed_out:
+                    error = ErrorCode.coordinator_not_available
+                return JoinResult(error, result.member_id)
+        return JoinResult(ErrorCode.none, result.member_id, result.generation_id,
+                          CONSUMER_PROTOCOL_TYPE, result.protocol_name, "", ())
+
+    async def _answer_downgraded_join(self, group_id: str, result: ClassicJoinResult,
+                                      downgraded: ErrorCode,
+                                      rejoin: ClassicJoin | None = None) -> JoinResult:
+        """The JoinGroup that downgraded the group: answered at once (the group is
+        Stable), or, ``rejoin``, parked in the rebalance the downgrade started."""
+        if downgraded != ErrorCode.none:
+            return JoinResult(downgraded, result.member_id)
+        classic = self.manager.get_group(group_id)
+        assert classic is not None
+        if self.wait_replicated is not None:
+            error = await self.wait_replicated(group_id)
+            if error != ErrorCode.none:
+                if error == ErrorCode.request_timed_out:
+                    error = ErrorCode.coordinator_not_available
+                return JoinResult(error, result.member_id)
+        if rejoin is not None:
+            classic = self.manager.get_group(group_id)
+            member = None if classic is None else classic.members.get(result.member_id)
+            if classic is None or member is None:
+                return JoinResult(ErrorCode.unknown_member_id, result.member_id)
+            if not classic.is_in(GroupState.PREPARING_REBALANCE):
+                # the group moved on while the downgrade replicated: a current member's
+                # join, served as any other
+                return await self._current_member_join(
+                    classic, result.member_id, _spec_of(rejoin))
+            return await self._update_member_and_rebalance(classic, member,
+                                                           _spec_of(rejoin))
+        return JoinResult(ErrorCode.none, result.member_id, classic.generation_id,
+                          CONSUMER_PROTOCOL_TYPE, classic.protocol_name, "", ())
+
+    def _classic_leave_consumer_group(
+        self, group: ConsumerGroup, members: Sequence[tuple[str, str | None]],
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """A LeaveGroup to a consumer group (Kafka's ``classicGroupLeaveToConsumerGroup``)."""
+        group_id = group.group_id
+        before = self._consumer_records.get(group_id)
+        results = classic_leave(group, members)
+        if any(code == ErrorCode.none for code, _ in results):
+            forget = self._forgettable(group)
+            error, _ = self._write_consumer_group(group, before, None if forget else group)
+            if error != ErrorCode.none:
+                self._revert_consumer_group(group, before, {})
+                return ErrorCode.none, [error] * len(members)
+            for code, member_id in results:
+                if code == ErrorCode.none:
+                    log.info("classic member %s leaves consumer group %s (epoch now %d)",
+                             member_id, group_id, group.group_epoch)
+            if forget:
+                self._drop_consumer_group(group_id)
+            else:
+                self._schedule_consumer_expiry(group)
+        return ErrorCode.none, [code for code, _ in results]
     def _consumer_config(self, group_id: str) -> ConsumerGroupConfig:
         """The broker's consumer group configs with ``group_id``'s group configs."""
         if self.group_configs is None:
@@ -1233,6 +1550,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.uses_classic_protocol:  # a classic member commits with its generation
+            return (ErrorCode.none if member_epoch == member.member_epoch
+                    else ErrorCode.illegal_generation)
         if not transactional and api_version is not None and api_version < 9:
             return ErrorCode.unsupported_version
         if member_epoch != member.member_epoch:
@@ -1322,7 +1642,8 @@ class GroupCoordinator(InternalTopicCoordinator):
             if member is None:
                 return ErrorCode.unknown_member_id, {}
             if member.member_epoch != member_epoch:
-                return ErrorCode.stale_member_epoch, {}
+                return (ErrorCode.illegal_generation if member.uses_classic_protocol
+                        else ErrorCode.stale_member_epoch), {}
         return ErrorCode.none, self.manager.get_offsets(group_id, partitions)
 
     def unstable_offsets(self, group_id: str) -> set[_Partition]:
@@ -1545,6 +1866,12 @@ class _JoinSpec:
     session_timeout_ms: int
     protocol_type: str
     protocols: list[tuple[str, bytes]]
+
+
+def _spec_of(join: ClassicJoin) -> _JoinSpec:
+    return _JoinSpec(join.instance_id, join.client_id, join.client_host,
+                     join.rebalance_timeout_ms, join.session_timeout_ms, join.protocol_type,
+                     list(join.protocols))
 
 
 def _update_member(member: MemberMetadata, spec: _JoinSpec) -> None:

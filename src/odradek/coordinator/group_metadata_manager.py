@@ -236,7 +236,9 @@ class GroupMetadataManager:
                     )
                     group.add(member)
                 leader = value.leader
-                group.leader_id = leader if leader is not None and leader in group.members else (
+                # none with members: written to rebalance (metadata_record), which the
+                # coordinator starts when it loads the group
+                group.leader_id = leader if leader is None or leader in group.members else (
                     next(iter(group.members), None)
                 )
                 written_in = GroupState.STABLE if group.members else GroupState.EMPTY
@@ -258,11 +260,20 @@ class GroupMetadataManager:
 
     def store_group(self, group: GroupMetadata) -> ErrorCode:
         """Write the group's metadata record (members with their assignments)."""
+        return self._append(group.group_id, [self.metadata_record(group)], self.time_ms())
+
+    @staticmethod
+    def metadata_record(group: GroupMetadata, rebalancing: bool = False
+                        ) -> tuple[bytes, bytes | None]:
+        """The group's metadata record (key, value): members with their assignments.
+        ``rebalancing``: the group has members and must rebalance before any of them
+        syncs (a consumer group downgraded to it): written without a leader, which the
+        load reads as such (a group written after a join phase always has one)."""
         value = GroupMetadataValue(
             protocol_type=group.protocol_type or "",
             generation=group.generation_id,
             protocol=group.protocol_name,
-            leader=group.leader_id,
+            leader=None if rebalancing else group.leader_id,
             current_state_timestamp=group.state_timestamp_ms,
             members=tuple(
                 MemberMetadataValue(
@@ -274,10 +285,12 @@ class GroupMetadataManager:
                 for m in group.members.values()
             ),
         )
-        return self._append(
-            group.group_id, [(GroupMetadataKey(group.group_id).encode(), value.encode())],
-            self.time_ms(),
-        )
+        return GroupMetadataKey(group.group_id).encode(), value.encode()
+
+    @staticmethod
+    def metadata_tombstone(group_id: str) -> tuple[bytes, bytes | None]:
+        """The tombstone of a group's metadata record (its offsets stay)."""
+        return GroupMetadataKey(group_id).encode(), None
 
     def delete_group(self, group: GroupMetadata) -> ErrorCode:
         """Tombstone the group's offsets and metadata; once written the group is Dead and

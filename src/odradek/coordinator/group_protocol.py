@@ -39,6 +39,11 @@ class ConsumerSubscription:
     version: int
     topics: tuple[str, ...]
     user_data: bytes
+    # v1+: the partitions the member owns (cooperative clients); v2+: its generation
+    # (-1 when not sent); v3+: its rack
+    owned_partitions: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    generation_id: int = -1
+    rack_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +59,22 @@ def decode_subscription(data: bytes) -> ConsumerSubscription:
     if version < 0:
         raise RecordFormatError(f"invalid subscription version {version}")
     topics = tuple(r.string() or "" for _ in range(r.array_length(False)))
-    return ConsumerSubscription(version, topics, r.bytes_())
+    user_data = r.bytes_()
+    owned: list[tuple[str, tuple[int, ...]]] = []
+    generation_id = -1
+    rack_id = None
+    # the fields of later versions are read when present (a client may send a version
+    # number ahead of the fields it wrote, as the reader of each version tolerates)
+    if version >= 1 and r.pos < len(data):
+        for _ in range(r.array_length(False)):
+            topic = r.string() or ""
+            owned.append((topic, tuple(r.i32() for _ in range(r.array_length(False)))))
+        if version >= 2 and r.pos < len(data):
+            generation_id = r.i32()
+            if version >= 3 and r.pos < len(data):
+                rack_id = r.string()
+    return ConsumerSubscription(version, topics, user_data, tuple(owned), generation_id,
+                                rack_id)
 
 
 def decode_assignment(data: bytes) -> ConsumerAssignment:

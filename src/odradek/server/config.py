@@ -161,6 +161,12 @@ def _choice(*choices: str) -> Any:
     return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
 
 
+def _choice_ignoring_case(*choices: str) -> Any:
+    """Kafka's ``CaseInsensitiveValidString``."""
+    return lambda v: None if str(v).strip().lower() in choices else (
+        f"must be one of {', '.join(choices)} (in any case)")
+
+
 def _mapping_rules(value: str) -> str | None:
     try:
         parse_mapping_rules(value)
@@ -371,6 +377,10 @@ _OWN: tuple[ConfigDef, ...] = (
                "org.apache.kafka.coordinator.group.assignor.RangeAssignor"), None,
               "server-side assignors, the first the default: uniform and range, by name or "
               "by Kafka's class name"),
+    ConfigDef("group.consumer.migration.policy", "string", "bidirectional", None,
+              "online migration between classic and consumer groups: disabled, upgrade, "
+              "downgrade or bidirectional (case-insensitive; Kafka 4.0's default)",
+              _choice_ignoring_case("disabled", "upgrade", "downgrade", "bidirectional")),
     ConfigDef("producer.id.expiration.ms", "int", 86400000, None, "idle producer id expiry"),
     ConfigDef("transaction.state.log.num.partitions", "int", 50, None,
               "__transaction_state partitions", _ge(1)),

@@ -62,7 +62,7 @@ KRAFT = ("KRaft mode is not supported by Odradek (it runs as one embedded node o
 TIERED = "tiered storage (KIP-405) is not supported by Odradek yet"
 CONSUMER_PROTOCOL = ("this part of the consumer group protocol of KIP-848 is not "
                      "supported by Odradek yet (it serves group.consumer.session.*, "
-                     "heartbeat.*, max.size and assignors)")
+                     "heartbeat.*, max.size, assignors and migration.policy)")
 SHARE = "share groups (KIP-932) are not supported by Odradek yet"
 TOKENS = "delegation tokens are not supported by Odradek yet"
 PLUGINS = "Java plug-in classes cannot be loaded by Odradek"
@@ -177,7 +177,7 @@ _SERVED_UNDER_AN_UNSERVED_PREFIX = frozenset({
     "group.consumer.session.timeout.ms", "group.consumer.min.session.timeout.ms",
     "group.consumer.max.session.timeout.ms", "group.consumer.heartbeat.interval.ms",
     "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms",
-    "group.consumer.max.size", "group.consumer.assignors",
+    "group.consumer.max.size", "group.consumer.assignors", "group.consumer.migration.policy",
     # mutual TLS to ZooKeeper (all zookeeper.ssl.* but CRL and OCSP)
     "zookeeper.ssl.client.enable", "zookeeper.ssl.keystore.location",
     "zookeeper.ssl.keystore.password", "zookeeper.ssl.keystore.type",

@@ -21,7 +21,8 @@ Follows Kafka's ``KafkaApis.handleConsumerGroupHeartbeat`` / ``handleConsumerGro
   that group), and Describe on every topic the group's members subscribe to or are
   assigned: a group naming a topic the caller may not describe is answered
   TOPIC_AUTHORIZATION_FAILED without members. An unknown group, or a classic one, is
-  GROUP_ID_NOT_FOUND. v1 adds each member's type (consumer: 1).
+  GROUP_ID_NOT_FOUND. v1 adds each member's type (classic: 0, a member speaking the
+  classic protocol in the group during an online migration; consumer: 1).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ if TYPE_CHECKING:
 
 CONSUMER_GROUP_HEARTBEAT_VERSIONS = (0, 1)
 CONSUMER_GROUP_DESCRIBE_VERSIONS = (0, 1)
-MEMBER_TYPE_CONSUMER = 1  # ConsumerGroupDescribe v1's MemberType (0: classic)
+MEMBER_TYPE_CLASSIC = 0  # ConsumerGroupDescribe v1's MemberType
+MEMBER_TYPE_CONSUMER = 1
 
 
 def register_consumer_groups(registry: HandlerRegistry, services: BrokerServices) -> None:
@@ -69,7 +71,7 @@ def register_consumer_groups(registry: HandlerRegistry, services: BrokerServices
                       bind(consumer_group_describe, services))
 
 
-class _Topics(Mapping[str, TopicMetadata]):
+class TopicsByName(Mapping[str, TopicMetadata]):
     """The cluster's topics by name, read from the metadata on demand (a group looks up
     the topics its members subscribe to, or walks the cluster's topics when they are
     fewer than the names subscribed)."""
@@ -149,7 +151,7 @@ async def consumer_group_heartbeat(
                                            ResourceType.TOPIC, names)
 
     result = await services.group_coordinator.consumer_group_heartbeat(
-        request.group_id, heartbeat, ctx.api_version, _Topics(services.metadata),
+        request.group_id, heartbeat, ctx.api_version, TopicsByName(services.metadata),
         None if authorizer is None else describable)
     if result.error != ErrorCode.none:
         return _failed(m, result.error, result.message)
@@ -264,7 +266,8 @@ def _describe(m: Any, ctx: RequestContext, group: ConsumerGroup,
              subscribed_topic_regex=member.subscribed_topic_regex,
              assignment=assignment(member.assigned),
              target_assignment=assignment(group.target.get(member.member_id, {})),
-             member_type=MEMBER_TYPE_CONSUMER)
+             member_type=MEMBER_TYPE_CLASSIC if member.uses_classic_protocol
+             else MEMBER_TYPE_CONSUMER)
         for member in group.members.values()
     )
     del ctx

@@ -48,7 +48,7 @@ from odradek.server.authorization import (
 from odradek.server.handlers._entities import ZERO_THROTTLE, make, response_module
 from odradek.server.handlers._group_log import group_log_replicated, groups_replicated
 from odradek.server.handlers._steps import Steps
-from odradek.server.handlers.consumer_groups import register_consumer_groups
+from odradek.server.handlers.consumer_groups import TopicsByName, register_consumer_groups
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
@@ -185,6 +185,7 @@ async def join_group(services: BrokerServices, ctx: RequestContext, request: Any
         session_timeout_ms=session_timeout,
         protocol_type=request.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        topics=TopicsByName(services.metadata),
     )
     members = tuple(
         make(m.JoinGroupResponseMember, member_id=mid, group_instance_id=iid, metadata=md)
