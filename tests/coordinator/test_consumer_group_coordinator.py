@@ -412,3 +412,22 @@ def test_a_compacted_log_loads_the_groups_the_coordinator_holds_through_failed_a
             topic.records, topic.fail_appends = written, failing
 
     run(body, CONFIG)
+
+
+def test_a_consumer_groups_offsets_of_subscribed_topics_do_not_expire() -> None:
+    """Kafka's OffsetMetadataManager.cleanupExpiredOffsets leaves the topics a group
+    subscribes to (ConsumerGroup.isSubscribedToTopic): a member reading a topic nobody
+    writes to commits nothing new for weeks, and its position must not go."""
+    async def body(c: GroupCoordinator, _topic: FakeOffsetsTopic, clock: Clock) -> None:
+        await c.consumer_group_heartbeat("g", join("m1"), 1, TOPICS)
+        c.commit_offsets("g", "m1", None, 1,
+                         {("t", 0): (5, -1, None), ("gone", 0): (7, -1, None)}, api_version=9)
+        clock.now += 8 * 24 * 3600 * 1000  # past offsets.retention.minutes (7 days)
+        assert c.manager.expire_offsets() == 1  # the unsubscribed topic's only
+        offsets = c.manager.groups["g"].offsets
+        assert set(offsets) == {("t", 0)} and offsets[("t", 0)].offset == 5
+        await c.consumer_group_heartbeat("g", HeartbeatRequest("m1", -1), 1, TOPICS)
+        assert c.manager.expire_offsets() == 1  # nobody subscribes any more: it goes
+        assert c.list_groups()[1] == []
+
+    run(body)

@@ -284,6 +284,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         self.config = config or CoordinatorConfig()
         self.time_ms = time_ms
         self.manager = GroupMetadataManager(offsets_topic, self.config.offset_config, time_ms)
+        self.manager.consumer_subscriptions = self._consumer_subscriptions
         super().__init__(offsets_topic, self.manager.partitions)
         self._joins: dict[str, dict[str, asyncio.Future[JoinResult]]] = {}
         self._syncs: dict[str, dict[str, asyncio.Future[SyncResult]]] = {}
@@ -1533,6 +1534,12 @@ class GroupCoordinator(InternalTopicCoordinator):
                 self._delete_consumer_group(group_id) == ErrorCode.none):
             return None
         return group
+
+    def _consumer_subscriptions(self, group_id: str) -> AbstractSet[str] | None:
+        """The topics ``group_id``'s consumer group subscribes to (by name or through a
+        resolved expression), None when it is none: their offsets do not expire."""
+        group = self.consumer_groups.get(group_id)
+        return None if group is None else group.subscribed_topics()
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         return self.consumer_groups.get(group_id)

@@ -46,6 +46,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from odradek.clock import now_ms
@@ -111,6 +112,11 @@ class GroupMetadataManager:
         # than every other group's appends since (bounded: cleared beyond
         # MAX_TRACKED_APPENDS, a group not here then waits for the log end offset)
         self.appended_end: dict[str, int] = {}
+        # group id -> the topics its consumer group (KIP-848) subscribes to, None when it
+        # is no consumer group: the holder of a consumer group's offsets keeps those
+        # (set by the coordinator, which has the consumer groups)
+        self.consumer_subscriptions: Callable[[str], AbstractSet[str] | None] = (
+            lambda _group_id: None)
         self._active = False
         self._expiry_timer: asyncio.TimerHandle | None = None
 
@@ -449,7 +455,14 @@ class GroupMetadataManager:
                 continue
             expired: list[_Partition] = []
             if group.protocol_type is None or group.is_in(GroupState.EMPTY):
+                # a consumer group's offsets of the topics it subscribes to never expire
+                # (Kafka's OffsetMetadataManager.cleanupExpiredOffsets skips a topic the
+                # group isSubscribedToTopic), whatever their own expire timestamp
+                kept = (self.consumer_subscriptions(group.group_id)
+                        if group.protocol_type is None else None) or ()
                 for tp, committed in group.offsets.items():
+                    if tp[0] in kept:
+                        continue
                     if committed.expire_timestamp >= 0:
                         deadline = committed.expire_timestamp
                     elif group.protocol_type is not None and group.state_timestamp_ms >= 0:
