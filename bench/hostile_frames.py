@@ -14,6 +14,15 @@ the defaults for everything else (``socket.request.max.bytes`` 100 MiB,
    broker has closed each (or ``--close-timeout-s`` passes); the good client runs for as
    long as that takes.
 
+With ``--listener sasl_ssl`` the listener is SASL_SSL (a CA and the broker's PEM keystore
+from trustme, in a temporary directory), the good client speaks TLS (its
+*connect+ApiVersions* includes the handshake), and ``--hostile`` says what each hostile
+connection does: ``frame`` completes the TLS handshake and then sends the size prefix and
+body as above; ``stall`` sends all of a real ClientHello but its last byte and then
+nothing (the broker's handshake timeout closes it); ``garbage`` sends the prefix and body
+in the clear, a Kafka client that forgot TLS (no ClientHello at all). On
+``sasl_plaintext`` only ``frame`` applies.
+
 The good client, on the same listener, repeats: connect and ApiVersions (v0) on the new
 connection (*connect+ApiVersions*: a client arriving now, through the accept queue the
 attack fills), then ApiVersions on a connection it keeps open (*ApiVersions*). Each phase
@@ -27,21 +36,26 @@ moves the tail.
 
     .venv/bin/python bench/hostile_frames.py
     .venv/bin/python bench/hostile_frames.py --rounds 5 --connections 200 --sent 8388608
+    .venv/bin/python bench/hostile_frames.py --listener sasl_ssl --hostile stall
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
 import socket
+import ssl
 import struct
 import sys
+import tempfile
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+import trustme
 from _tools.broker import free_port, odradek_serve
 
 JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -86,26 +100,55 @@ def round_trip(sock: socket.socket, correlation_id: int) -> float:
     return took
 
 
-def connect_round_trip(port: int) -> float:
-    """Connect, one ApiVersions, close: in ms, the connect included."""
+def connect(port: int, tls: ssl.SSLContext | None) -> socket.socket:
+    """A connection to the listener, through a TLS handshake when ``tls`` is given."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if tls is None:
+        return sock
+    try:
+        return tls.wrap_socket(sock, server_hostname="127.0.0.1")
+    except BaseException:
+        sock.close()
+        raise
+
+
+def connect_round_trip(port: int, tls: ssl.SSLContext | None) -> float:
+    """Connect, one ApiVersions, close: in ms, the connect (and handshake) included."""
     started = time.perf_counter()
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    with connect(port, tls) as sock:
         round_trip(sock, 1)
     return (time.perf_counter() - started) * 1000
 
 
+def client_hello(tls: ssl.SSLContext) -> bytes:
+    """The first flight of a real TLS client: its ClientHello record(s)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    session = tls.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        session.do_handshake()
+    return outgoing.read()
+
+
 def attack(port: int, connections: int, announced: int, sent: int, close_timeout_s: float,
-           report: Connection) -> None:
+           hostile_kind: str, cafile: str | None, report: Connection) -> None:
     """The child: open the hostile connections, then wait for the broker to close them;
     sends back (opened, closed, seconds from the first connect to the last close)."""
     body = b"\0" * sent
+    tls = client_context(cafile) if cafile is not None else None
+    hello = client_hello(tls) if tls is not None else b""
     hostile: list[socket.socket] = []
     started = time.monotonic()
     try:
         for _ in range(connections):
-            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if hostile_kind == "frame":  # the TLS handshake first, if any
+                sock = connect(port, tls)
+            else:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=10)
             hostile.append(sock)
             try:
+                if hostile_kind == "stall":
+                    sock.sendall(hello[:-1])  # a ClientHello short of its last byte
+                    continue
                 sock.sendall(struct.pack(">i", announced))
                 sock.sendall(body)
             except OSError:
@@ -119,6 +162,8 @@ def attack(port: int, connections: int, announced: int, sent: int, close_timeout
                 try:
                     closed = sock.recv(65536) == b""
                 except (ConnectionResetError, BrokenPipeError):
+                    closed = True
+                except ssl.SSLError:  # the broker's alert or close_notify: it closed
                     closed = True
                 except TimeoutError:
                     closed = False
@@ -147,10 +192,11 @@ def summary(values: list[float]) -> dict[str, float | int]:
 class GoodClient:
     """The good client's round trips and the broker's RSS between them, for one phase."""
 
-    def __init__(self, port: int, broker_pid: int) -> None:
+    def __init__(self, port: int, broker_pid: int, tls: ssl.SSLContext | None) -> None:
         self.port = port
         self.pid = broker_pid
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.tls = tls
+        self.sock = connect(port, tls)
         self.correlation_id = 0
 
     def phase(self, until: object) -> dict[str, object]:
@@ -161,7 +207,7 @@ class GoodClient:
         peak = rss_before
         assert callable(until)
         while not until():
-            connects.append(connect_round_trip(self.port))
+            connects.append(connect_round_trip(self.port, self.tls))
             self.correlation_id += 1
             open_trips.append(round_trip(self.sock, self.correlation_id))
             peak = max(peak, rss_bytes(self.pid))
@@ -176,6 +222,32 @@ class GoodClient:
         self.sock.close()
 
 
+def client_context(cafile: str) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=cafile)
+
+
+def listener_overrides(listener: str, plain_port: int, port: int,
+                       pki: Path) -> tuple[list[str], str | None]:
+    """The broker's listener settings, and the CA file a TLS client trusts (or None)."""
+    if listener == "sasl_plaintext":
+        return [
+            f"listeners=PLAINTEXT://127.0.0.1:{plain_port},SASL_PLAINTEXT://127.0.0.1:{port}",
+            "sasl.enabled.mechanisms=PLAIN",
+            f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
+        ], None
+    ca = trustme.CA()
+    keystore, cafile = pki / "broker.pem", pki / "ca.pem"
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
+        str(keystore))
+    ca.cert_pem.write_to_path(str(cafile))
+    return [
+        f"listeners=PLAINTEXT://127.0.0.1:{plain_port},SASL_SSL://127.0.0.1:{port}",
+        "sasl.enabled.mechanisms=PLAIN",
+        f"listener.name.sasl_ssl.plain.sasl.jaas.config={JAAS}",
+        "ssl.keystore.type=PEM", f"ssl.keystore.location={keystore}",
+    ], str(cafile)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--rounds", type=int, default=3)
@@ -186,23 +258,31 @@ def main() -> int:
                         help="bytes of the body each tries to send after it")
     parser.add_argument("--quiet-s", type=float, default=3.0)
     parser.add_argument("--close-timeout-s", type=float, default=30.0)
+    parser.add_argument("--listener", choices=("sasl_plaintext", "sasl_ssl"),
+                        default="sasl_plaintext")
+    parser.add_argument("--hostile", choices=("frame", "stall", "garbage"), default="frame",
+                        help="what each hostile connection does (see the header)")
     args = parser.parse_args()
+    if args.listener == "sasl_plaintext" and args.hostile != "frame":
+        parser.error("--hostile stall and garbage are for --listener sasl_ssl")
 
     plain_port, port = free_port(), free_port()
     load_before = os.getloadavg()
     result: dict[str, object] = {
         "command": f".venv/bin/python bench/hostile_frames.py {' '.join(sys.argv[1:])}",
+        "listener": args.listener, "hostile": args.hostile,
         "connections": args.connections, "announced": args.announced, "sent": args.sent,
         "rounds": [],
     }
-    with odradek_serve([
-        f"listeners=PLAINTEXT://127.0.0.1:{plain_port},SASL_PLAINTEXT://127.0.0.1:{port}",
-        "sasl.enabled.mechanisms=PLAIN",
-        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
-    ], port, "hostile-frames-", start_timeout_s=120) as proc:
+    with tempfile.TemporaryDirectory(prefix="hostile-frames-pki-") as pki, odradek_serve(
+        (settings := listener_overrides(args.listener, plain_port, port, Path(pki)))[0],
+        port, "hostile-frames-", start_timeout_s=120,
+    ) as proc:
+        cafile = settings[1]
+        tls = client_context(cafile) if cafile is not None else None
         for _ in range(20):  # warm-up: the first connections fill the broker's caches
-            connect_round_trip(port)
-        client = GoodClient(port, proc.pid)
+            connect_round_trip(port, tls)
+        client = GoodClient(port, proc.pid, tls)
         rss_start = rss_bytes(proc.pid)
         rounds: list[dict[str, object]] = []
         try:
@@ -212,7 +292,7 @@ def main() -> int:
                 receive, send = multiprocessing.Pipe(duplex=False)
                 child = multiprocessing.Process(target=attack, args=(
                     port, args.connections, args.announced, args.sent,
-                    args.close_timeout_s, send))
+                    args.close_timeout_s, args.hostile, cafile, send))
                 child.start()
                 attacked = client.phase(receive.poll)
                 opened, closed, seconds = receive.recv()

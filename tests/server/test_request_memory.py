@@ -3,20 +3,24 @@ CVE-2022-34917): before authentication a SASL listener refuses a frame larger th
 ``sasl.server.max.receive.size`` at its size prefix, and the bytes of requests held by
 the whole broker, being received or in flight, are bounded by ``queued.max.request.bytes``
 (Kafka's memory pool): a connection whose next frame cannot be allocated stops reading
-until answers free some. Over real sockets, against an in-process broker."""
+until answers free some. On SASL_SSL as on SASL_PLAINTEXT, a TLS handshake (finished,
+stalled or garbage) included. Over real sockets, against an in-process broker."""
 
 from __future__ import annotations
 
 import datetime
 import socket
+import ssl
 import struct
 import threading
 import time
 import tracemalloc
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import trustme
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.produce.v9 import request as produce_v9
 from kio.static.primitive import i32Timedelta
@@ -24,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from odradek.protocol.errors import ErrorCode
 from odradek.records.builder import BatchBuilder
-from odradek.server.network import KafkaServer
+from odradek.server.network import KafkaServer, acceptor
 from odradek.testing import RunningBroker, running_broker
 from tests.protocol.wire import decode_response, request_frame
 
@@ -58,8 +62,8 @@ def _read_frame(sock: socket.socket) -> bytes | None:
         data += chunk
 
 
-def _api_versions_ms(port: int) -> float:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+def _api_versions_ms(port: int, tls: ssl.SSLContext | None = None) -> float:
+    with _connect(port, tls) as sock:
         started = time.monotonic()
         sock.sendall(request_frame(ApiVersionsRequest(client_software_name="t",
                                                       client_software_version="1"), 1))
@@ -85,21 +89,73 @@ def sasl_broker() -> Iterator[RunningBroker]:
         yield broker
 
 
+@pytest.fixture(scope="module")
+def tls_ca() -> trustme.CA:
+    return trustme.CA()
+
+
+def _sasl_ssl_overrides(ca: trustme.CA, directory: Path) -> dict[str, str]:
+    keystore = directory / "broker.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(keystore))
+    return {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore),
+    }
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl_broker(tls_ca: trustme.CA,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
+    overrides = _sasl_ssl_overrides(tls_ca, tmp_path_factory.mktemp("sasl-ssl"))
+    with running_broker(overrides=overrides) as broker:
+        yield broker
+
+
+def _tls_context(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context
+
+
+def _connect(port: int, tls: ssl.SSLContext | None) -> socket.socket:
+    """A connection, through a TLS handshake if ``tls`` is given."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return sock if tls is None else tls.wrap_socket(sock, server_hostname="127.0.0.1")
+
+
+def _client_hello(tls: ssl.SSLContext) -> bytes:
+    """A real TLS client's first flight."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    session = tls.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        session.do_handshake()
+    return outgoing.read()
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
 def test_unauthenticated_large_frames_are_refused_at_their_size_prefix(
-    sasl_broker: RunningBroker,
+    listener: str, request: pytest.FixtureRequest,
 ) -> None:
-    port = _server(sasl_broker, "SASL_PLAINTEXT").port
-    security = _server(sasl_broker, "SASL_PLAINTEXT").security
+    tls = None
+    if listener == "SASL_SSL":
+        sasl_broker = request.getfixturevalue("sasl_ssl_broker")
+        tls = _tls_context(request.getfixturevalue("tls_ca"))
+    else:
+        sasl_broker = request.getfixturevalue("sasl_broker")
+    port = _server(sasl_broker, listener).port
+    security = _server(sasl_broker, listener).security
     failed_before = security.stats.failed
     for _ in range(3):  # warm up: the first connections allocate the broker's caches
-        _api_versions_ms(port)
+        _api_versions_ms(port, tls)
     rss_before = _rss_bytes()
     body = b"\0" * SENT
     hostile: list[socket.socket] = []
     slowest = 0.0
     try:
         for i in range(HOSTILE):
-            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock = _connect(port, tls)  # on SASL_SSL: the handshake completes
             hostile.append(sock)
             try:
                 sock.sendall(struct.pack(">i", ANNOUNCED))
@@ -107,7 +163,7 @@ def test_unauthenticated_large_frames_are_refused_at_their_size_prefix(
             except OSError:
                 pass  # refused at the prefix: the rest of the frame cannot be sent
             if i % 20 == 19:  # a good client meanwhile, on the same listener
-                slowest = max(slowest, _api_versions_ms(port))
+                slowest = max(slowest, _api_versions_ms(port, tls))
         grown = _rss_bytes() - rss_before
         deadline = time.monotonic() + 30
         open_ones = list(hostile)
@@ -117,7 +173,7 @@ def test_unauthenticated_large_frames_are_refused_at_their_size_prefix(
                 sock.settimeout(max(deadline - time.monotonic(), 0.01))
                 try:
                     closed = sock.recv(1) == b""
-                except ConnectionResetError:
+                except (ConnectionResetError, ssl.SSLError):  # an alert: closed too
                     closed = True
                 except TimeoutError:
                     closed = False
@@ -173,13 +229,136 @@ def test_an_unauthenticated_connection_reads_little_at_a_time(
     _api_versions_ms(port)  # the listener still serves
 
 
-def test_the_limit_is_raised_once_authenticated(sasl_broker: RunningBroker) -> None:
-    """A request above sasl.server.max.receive.size is served after authentication."""
+def test_an_unauthenticated_tls_connection_reads_little_at_a_time(
+    sasl_ssl_broker: RunningBroker, tls_ca: trustme.CA,
+) -> None:
+    """The same on SASL_SSL, through the broker's TLS transport: its handshake and its
+    reads took a 256 KiB buffer per connection, and each read decrypted into a buffer of
+    what was received (about 272 KiB), so a connection that finished the handshake and
+    sent a hostile prefix with 512 KiB cost the broker some 780 KiB at once."""
+    port = _server(sasl_ssl_broker, "SASL_SSL").port
+    tls = _tls_context(tls_ca)
+    _api_versions_ms(port, tls)  # warm up
+    hostile = struct.pack(">i", ANNOUNCED) + b"\0" * SENT
+    scratch = bytearray(16)
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in range(10):
+            with _connect(port, tls) as sock:
+                try:
+                    sock.sendall(hostile)
+                    while sock.recv_into(scratch):
+                        pass  # until the broker closes it
+                except OSError:
+                    pass  # reset, or its alert: closed with the rest of the frame unread
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # one read's buffers are 24 KiB now; the rest (131 KiB measured) is the ten
+    # connections' own objects (SSLObject, BIOs, transport, reader), alive at once
+    assert peak - base < 384 * 1024, f"{(peak - base) // 1024} KiB held at the peak"
+    _api_versions_ms(port, tls)  # the listener still serves
+
+
+STALLED = 20  # connections that never finish their handshake
+
+
+def test_a_stalled_or_garbage_tls_handshake_holds_little(
+    sasl_ssl_broker: RunningBroker, tls_ca: trustme.CA,
+) -> None:
+    """A client that sends a ClientHello short of its last byte, then nothing, holds the
+    broker's handshake until its timeout: it must hold no large buffer meanwhile (each
+    took 256 KiB, zero-filled: 200 such clients added 70 MB of RSS, never given back).
+    One that sends a Kafka frame in the clear instead of a ClientHello is closed at once,
+    a failed authentication."""
+    server = _server(sasl_ssl_broker, "SASL_SSL")
+    port = server.port
+    tls = _tls_context(tls_ca)
+    hello = _client_hello(tls)
+    _api_versions_ms(port, tls)  # warm up
+
+    def in_handshake() -> int:  # accepted, no transport yet: in the TLS handshake
+        return sum(1 for c in server.connections if c._transport is None)
+
+    stalled: list[socket.socket] = []
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in range(STALLED):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            stalled.append(sock)
+            sock.sendall(hello[:-1])
+        deadline = time.monotonic() + 30
+        while (sasl_ssl_broker.call(in_handshake) < STALLED
+               and time.monotonic() < deadline):
+            time.sleep(0.01)  # polling a condition, with a deadline
+        _api_versions_ms(port, tls)  # the broker's loop went round since: hellos read
+        held, peak = tracemalloc.get_traced_memory()
+        assert sasl_ssl_broker.call(in_handshake) == STALLED, "not all in the handshake"
+    finally:
+        tracemalloc.stop()
+        for sock in stalled:
+            sock.close()
+    assert held - base < STALLED * 32 * 1024, f"{(held - base) // 1024} KiB held"
+    assert peak - base < STALLED * 48 * 1024, f"{(peak - base) // 1024} KiB at the peak"
+    failed_before = server.security.stats.failed
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        try:
+            sock.sendall(struct.pack(">i", ANNOUNCED) + b"\0" * SENT)
+            assert sock.recv(65536) is not None  # the alert, then the end
+            while sock.recv(65536):
+                pass
+        except OSError:
+            pass  # reset: closed with the rest unread
+    deadline = time.monotonic() + 10  # counted just after the socket closes
+    while server.security.stats.failed == failed_before and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling a condition, with a deadline
+    assert server.security.stats.failed == failed_before + 1
+
+
+def test_a_stalled_tls_handshake_ends_within_connections_max_idle_ms(
+    tls_ca: trustme.CA, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kafka bounds a TLS handshake only by connections.max.idle.ms (its Selector expires
+    a channel in its handshake like any idle one); here by the shorter of that and
+    acceptor.TLS_HANDSHAKE_TIMEOUT_S (lengthened for the test, so only the idle
+    timeout can end it)."""
+    monkeypatch.setattr(acceptor, "TLS_HANDSHAKE_TIMEOUT_S", 3600.0)
+    overrides = {**_sasl_ssl_overrides(tls_ca, tmp_path), "connections.max.idle.ms": "300"}
+    with running_broker(overrides=overrides) as broker:
+        port = _server(broker, "SASL_SSL").port
+        hello = _client_hello(_tls_context(tls_ca))
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(hello[:-1])
+            try:
+                ended = sock.recv(65536) == b""  # the broker's alert is none: it just closes
+            except ConnectionResetError:
+                ended = True
+            except TimeoutError:
+                ended = False
+        assert ended, "a stalled handshake outlived connections.max.idle.ms by 30 s"
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_the_limit_is_raised_once_authenticated(
+    listener: str, request: pytest.FixtureRequest,
+) -> None:
+    """A request above sasl.server.max.receive.size is served after authentication (and
+    read in full-size reads again: on SASL_SSL too)."""
     from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-    port = _server(sasl_broker, "SASL_PLAINTEXT").port
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    tls = None
+    if listener == "SASL_SSL":
+        sasl_broker = request.getfixturevalue("sasl_ssl_broker")
+        tls = _tls_context(request.getfixturevalue("tls_ca"))
+    else:
+        sasl_broker = request.getfixturevalue("sasl_broker")
+    port = _server(sasl_broker, listener).port
+    with _connect(port, tls) as sock:
         sock.sendall(request_frame(SaslHandshakeRequest(mechanism="PLAIN"), 1))
         payload = _read_frame(sock)
         assert payload is not None

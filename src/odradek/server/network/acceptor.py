@@ -56,8 +56,10 @@ log = logging.getLogger("odradek.server.network")
 # (asyncio's own server waits a second; Kafka's Acceptor logs and goes on).
 ACCEPT_RETRY_DELAY_S: Final = 0.1
 _ACCEPT_FAILED: Final = "accept failed"
-# A TLS client that has not finished its handshake in this long is dropped (the JVM
-# broker's handshake has no bound of its own; the idle timeout ends it there).
+# A TLS client that has not finished its handshake in this long, or in
+# connections.max.idle.ms if that is shorter, is dropped (the JVM broker's handshake has no
+# bound of its own; the idle timeout ends it there). Until then it holds its SSLObject and
+# what it has sent of a TLS record, at most HANDSHAKE_READ_BYTES past OpenSSL's buffer.
 TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0
 _ACCEPT_PEER_ERRNOS: Final = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EAGAIN})
 
@@ -296,7 +298,8 @@ class KafkaServer:
             if context is None:
                 await loop.connect_accepted_socket(functools.partial(_same, connection), sock)
             else:  # the TLS handshake runs first; connection_made follows it
-                async with asyncio.timeout(TLS_HANDSHAKE_TIMEOUT_S):
+                async with asyncio.timeout(min(
+                        TLS_HANDSHAKE_TIMEOUT_S, self.config.connections_max_idle_ms / 1000)):
                     session, incoming, outgoing = await handshake(loop, sock, context)
                 TlsTransport(loop, sock, session, incoming, outgoing, connection).start()
         except BaseException as e:  # the socket died between accept and setup, or stop()

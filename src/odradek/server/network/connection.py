@@ -52,6 +52,7 @@ from odradek.server.network.inflight import InFlightRequests
 from odradek.server.network.reader import RequestReader
 from odradek.server.network.sasl import SaslAuthenticator
 from odradek.server.network.security import ListenerSecurity
+from odradek.server.network.tls_transport import TlsTransport
 from odradek.server.network.writer import (
     TLS_WRITE_BUFFER_BYTES,
     ResponseWriter,
@@ -237,9 +238,12 @@ class KafkaConnection(asyncio.Protocol):
         hostile size prefix, refused at once, costs the broker one small read, not the
         256 KiB asyncio's socket transport reads at a time (issue 47: the pages of
         hundreds of such reads, freed between longer-lived objects, were kept by the
-        allocator). Only asyncio's own socket transport reads in a settable size; the TLS
-        transport reads in TLS records already."""
+        allocator). On SASL_SSL the same holds for the TLS transport's reads, and so for
+        the decrypted buffer each read is handed over in."""
         transport = self._transport
+        if isinstance(transport, TlsTransport):
+            transport.set_read_size(max_bytes)
+            return
         if transport is None or self._tls or not hasattr(type(transport), "max_size"):
             return
         if max_bytes is None:

@@ -7,13 +7,19 @@ between the socket and the connection:
 
 - *Handshake.* :func:`handshake` wraps an accepted socket in an ``ssl.SSLObject`` over
   two memory BIOs and drives ``do_handshake`` from the loop's readiness callbacks
-  (``add_reader`` / ``add_writer``), within the acceptor's timeout. A failure sends
-  OpenSSL's alert, best effort, and raises the ``SSLError``.
-- *Reading.* When the socket is readable, :class:`TlsTransport` receives up to
-  :data:`RECEIVE_BYTES` into one reused buffer (``recv_into``: no new object), feeds
-  them to the incoming BIO, and decrypts every whole record there into a single new
-  ``bytearray`` handed over to the protocol's ``buffer_received`` (the frame decoder
-  keeps it as it is: no join, no copy). asyncio's layer decrypted into a new ``bytes``
+  (``add_reader`` / ``add_writer``), within the acceptor's timeout, reading at most
+  :data:`HANDSHAKE_READ_BYTES` at a time. A failure sends OpenSSL's alert, best effort,
+  and raises the ``SSLError``.
+- *Reading.* When the socket is readable, :class:`TlsTransport` receives up to its read
+  size (:data:`RECEIVE_BYTES`, or less: :meth:`TlsTransport.set_read_size`) into the
+  receive buffer (``recv_into``: no new object), feeds them to the incoming BIO, and
+  decrypts every whole record there into a single new ``bytearray`` handed over to the
+  protocol's ``buffer_received`` (the frame decoder keeps it as it is: no join, no copy).
+  The receive buffer is one per thread, shared by every handshake and connection of its
+  event loop: the incoming BIO copies what it is given, so the buffer is free again
+  before the callback returns. (One per connection, zero-filled, was 256 KiB of resident
+  memory per TLS client, unauthenticated or stalled mid-handshake ones included: issue
+  47, bench/README.md "Hostile frames".) asyncio's layer decrypted into a new ``bytes``
   per TLS record (16 KiB), joined them, and the frame decoder then joined them again.
 - *Writing.* :meth:`TlsTransport.write` and :meth:`~TlsTransport.writelines` encrypt at
   once (the caller may reuse its buffer afterwards: the response writer reads file
@@ -46,15 +52,21 @@ import errno
 import logging
 import socket
 import ssl
+import threading
 from typing import Any, Final, Protocol
 
-__all__ = ["CLOSE_TIMEOUT_S", "RECEIVE_BYTES", "TlsProtocol", "TlsTransport", "handshake"]
+__all__ = ["CLOSE_TIMEOUT_S", "HANDSHAKE_READ_BYTES", "RECEIVE_BYTES", "TlsProtocol",
+           "TlsTransport", "handshake"]
 
 log = logging.getLogger("odradek.server.network")
 
 # Bytes received from the socket at a time (asyncio's read size). One read then decrypts
 # into one buffer of about this size.
 RECEIVE_BYTES: Final = 256 * 1024
+# Bytes received at a time during the handshake: a client's flights are a few KiB (a
+# ClientHello, a certificate chain), and what is received waits in the incoming BIO until
+# OpenSSL takes it, so a client that stalls mid-handshake holds at most about this much.
+HANDSHAKE_READ_BYTES: Final = 16 * 1024
 # The most plaintext one TLS record carries: a partial record already taken from the
 # incoming BIO by OpenSSL may complete with the bytes just received, so a read of the
 # BIO's pending bytes may yield up to this much more.
@@ -65,6 +77,18 @@ CLOSE_TIMEOUT_S: Final = 30.0
 # asyncio's default write-buffer limits (the connection sets its own).
 _DEFAULT_HIGH_WATER: Final = 64 * 1024
 _SEND_ERRNOS: Final = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR})
+
+
+_thread_buffers = threading.local()
+
+
+def _receive_buffer() -> memoryview:
+    """This thread's receive buffer (see the module's header): one event loop runs per
+    thread, and every use of the buffer ends before its callback returns."""
+    view: memoryview | None = getattr(_thread_buffers, "view", None)
+    if view is None:
+        view = _thread_buffers.view = memoryview(bytearray(RECEIVE_BYTES))
+    return view
 
 
 class TlsProtocol(Protocol):
@@ -94,7 +118,6 @@ async def handshake(
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     session = context.wrap_bio(incoming, outgoing, server_side=True)
     fd = sock.fileno()
-    buffer = bytearray(RECEIVE_BYTES)
     while True:
         try:
             session.do_handshake()
@@ -109,14 +132,15 @@ async def handshake(
         if done:
             return session, incoming, outgoing
         await _wait(loop, fd, False)
+        buffer = _receive_buffer()  # taken and given back with no await between
         try:
-            received = sock.recv_into(buffer)
+            received = sock.recv_into(buffer, HANDSHAKE_READ_BYTES)
         except (BlockingIOError, InterruptedError):
             continue
         if not received:
             raise ConnectionResetError("the client closed the connection during the TLS "
                                        "handshake")
-        incoming.write(memoryview(buffer)[:received])
+        incoming.write(buffer[:received])
 
 
 async def _send_all(loop: asyncio.AbstractEventLoop, sock: socket.socket, fd: int,
@@ -165,8 +189,7 @@ class TlsTransport(asyncio.Transport):
         self._incoming = incoming
         self._outgoing = outgoing
         self._protocol = protocol
-        self._receive_buffer = bytearray(RECEIVE_BYTES)
-        self._receive_view = memoryview(self._receive_buffer)
+        self._read_size = RECEIVE_BYTES
         self._queue: collections.deque[memoryview] = collections.deque()  # unsent records
         self._queued = 0  # bytes in _queue
         self._high_water = _DEFAULT_HIGH_WATER
@@ -234,14 +257,21 @@ class TlsTransport(asyncio.Transport):
             self._reading = True
             self._loop.add_reader(self._fd, self._read_ready)
 
+    def set_read_size(self, max_bytes: int | None) -> None:
+        """Receive at most ``max_bytes`` at a time (``None``: :data:`RECEIVE_BYTES`
+        again); one read then decrypts into a buffer of at most this plus a record."""
+        self._read_size = RECEIVE_BYTES if max_bytes is None else min(max_bytes,
+                                                                      RECEIVE_BYTES)
+
     def _stop_reading(self) -> None:
         if self._reading:
             self._reading = False
             self._loop.remove_reader(self._fd)
 
     def _read_ready(self) -> None:
+        buffer = _receive_buffer()  # the incoming BIO copies it before this returns
         try:
-            received = self._sock.recv_into(self._receive_buffer)
+            received = self._sock.recv_into(buffer, self._read_size)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:
@@ -250,7 +280,7 @@ class TlsTransport(asyncio.Transport):
         if not received:
             self._end_of_stream()
             return
-        self._incoming.write(self._receive_view[:received])
+        self._incoming.write(buffer[:received])
         self._decrypt()
 
     def _decrypt(self) -> None:
