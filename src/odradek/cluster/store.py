@@ -126,9 +126,14 @@ class RequestTooLargeError(StoreError):
 DEFAULT_JUTE_MAXBUFFER = 0xFFFFF
 #: the ZooKeeper client's JVM system property (``-Djute.maxbuffer=`` in ``KAFKA_OPTS``)
 JUTE_MAXBUFFER = "jute.maxbuffer"
-#: room kept per request (and per op of a transaction) for what is not its path and data:
-#: header, lengths, flags, version, and the ACLs (Kafka's: a few, each a scheme and an id)
+#: room kept per request for what is not its ops: the request and reply headers, the
+#: packet's framing
 REQUEST_OVERHEAD = 1024
+#: room kept per op (a request's one, or each of a transaction's) for what is not its
+#: path and data: the multi header (type, done, error), the lengths, flags, version and
+#: the ACLs' count (ZooKeeper's wire form: some 30 bytes; the ACLs' own bytes are the
+#: ZooKeeper store's to count, by what it sets)
+OP_OVERHEAD = 64
 #: what an error message shows of a path (a hostile one may be megabytes long)
 SHOWN_PATH_CHARS = 120
 
@@ -235,18 +240,19 @@ class MetadataStore(abc.ABC):
     max_request_bytes: int = DEFAULT_JUTE_MAXBUFFER
 
     def request_bytes(self, path: str, data: bytes = b"") -> int:
-        """What one request (or op of a transaction) on ``path`` with ``data`` counts."""
-        return len(path.encode()) + len(data) + REQUEST_OVERHEAD
+        """What one op (a request's, or one of a transaction's) on ``path`` with ``data``
+        counts; a request counts :data:`REQUEST_OVERHEAD` more."""
+        return len(path.encode()) + len(data) + OP_OVERHEAD
 
     def fits(self, path: str, data: bytes = b"") -> bool:
         """Whether a write of ``data`` to ``path`` is within :attr:`max_request_bytes`."""
-        return self.request_bytes(path, data) <= self.max_request_bytes
+        return REQUEST_OVERHEAD + self.request_bytes(path, data) <= self.max_request_bytes
 
     def check_size(self, ops: Sequence[tuple[str, bytes]]) -> None:
         """Refuse, with :class:`RequestTooLargeError`, a request of these (path, data) ops
         that is longer than :attr:`max_request_bytes`: ZooKeeper would close the
         connection (and the session would be suspended) rather than answer it."""
-        size = sum(self.request_bytes(path, data) for path, data in ops)
+        size = REQUEST_OVERHEAD + sum(self.request_bytes(path, data) for path, data in ops)
         if size > self.max_request_bytes:
             raise RequestTooLargeError(
                 f"{shown_path(ops[0][0])}: a request of {size} bytes is longer than one "

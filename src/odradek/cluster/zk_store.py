@@ -403,11 +403,11 @@ class ZooKeeperStore(MetadataStore):
 
     # -- requests ---------------------------------------------------------------------------
     def request_bytes(self, path: str, data: bytes = b"") -> int:
-        """The base's count, and the ACLs this path's nodes get beyond what it keeps room
-        for (a long SASL user name in them)."""
+        """The base's count, and the ACLs this path's nodes get (a long SASL user name
+        in them): each its perms and two strings."""
         acl_bytes = sum(12 + len(a.id.scheme.encode()) + len(a.id.id.encode())
                         for a in self.security.acls(path))
-        return super().request_bytes(path, data) + max(0, acl_bytes - 512)
+        return super().request_bytes(path, data) + acl_bytes
 
     @contextmanager
     def _errors(self, path: str, data: bytes = b"") -> Iterator[None]:
