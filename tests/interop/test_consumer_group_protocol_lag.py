@@ -104,7 +104,16 @@ def setup(cluster: Cluster) -> tuple[str, str, int, int]:
     topic = f"lag-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 2, 3)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    coordinator = coordinator_of(cluster, group)
+
+    def serving() -> int | None:
+        # FindCoordinator names the partition's leader from a broker's metadata, which
+        # may still be becoming the leader: NOT_COORDINATOR, which a client retries
+        # (whole run Q46: the first heartbeat got it); wait until it serves the group
+        coordinator = coordinator_of(cluster, group)
+        [shown] = send(cluster, coordinator, describe(group)).groups
+        return coordinator if shown.error_code == ErrorCode.group_id_not_found else None
+
+    coordinator = wait_for(serving, 30, f"the coordinator of {group} serving it")
     follower = next(b for b in (1, 2, 3) if b != coordinator)
     return topic, group, coordinator, follower
 
