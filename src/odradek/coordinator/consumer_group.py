@@ -623,23 +623,8 @@ class ConsumerGroup:
         # (the same frozenset when not sent: not compared name by name)
         subscription_moved = member.subscribed_topic_names is not old_subscription and (
             member.subscribed_topic_names != old_subscription)
-        if subscription_moved or regex_bump:
-            self._subscriptions_changed()
-        bump = assignor_moved or subscription_moved or regex_bump
-        # ... and when the subscribed topics' metadata changed (one move for both)
-        metadata = _lookup(self.subscribed_topics(), topics)
-        if metadata != self.subscription_metadata:
-            self.subscription_metadata = metadata
-            bump = True
-        if bump:
-            self.group_epoch += 1
-
-        # 2. a new target assignment when the group epoch moved past it
-        if self.group_epoch > self.assignment_epoch:
-            self._compute_target()
-
-        # 3. reconcile the member towards its target
-        self._reconcile(member, request.owned, now_ms)
+        self._move_and_reconcile(member, subscription_moved or regex_bump, assignor_moved,
+                                 topics, request.owned, now_ms)
         member.session_deadline_ms = now_ms + self.config.session_timeout_ms
 
         full_request = request.member_epoch == NEW_MEMBER_EPOCH or (
@@ -723,6 +708,26 @@ class ConsumerGroup:
         return bump
 
     # ================================================================ target assignment
+    def _move_and_reconcile(
+        self, member: ConsumerGroupMember, subscription_moved: bool, bump: bool,
+        topics: Mapping[str, TopicMetadata], owned: Assignment | None, now_ms: int,
+    ) -> None:
+        """The rest of a member's heartbeat (or a classic member's JoinGroup) once the
+        member is updated: the group epoch moves when a subscription, ``bump`` or the
+        subscribed topics' metadata changed (one move for all); 2. a new target when the
+        epoch moved past it; 3. the member reconciled towards its target."""
+        if subscription_moved:
+            self._subscriptions_changed()
+        metadata = _lookup(self.subscribed_topics(), topics)
+        if metadata != self.subscription_metadata:
+            self.subscription_metadata = metadata
+            bump = True
+        if bump or subscription_moved:
+            self.group_epoch += 1
+        if self.group_epoch > self.assignment_epoch:
+            self._compute_target()
+        self._reconcile(member, owned, now_ms)
+
     def _preferred_assignor(self) -> str:
         """The assignor most members ask for (``ServerAssignor``), else the first of
         ``group.consumer.assignors`` (Kafka's ``computePreferredServerAssignor``)."""

@@ -69,7 +69,6 @@ from odradek.coordinator.consumer_group import (
     ConsumerGroupMember,
     MemberState,
     TopicMetadata,
-    _lookup,
 )
 from odradek.coordinator.consumer_group_records import ClassicMemberMetadata, ClassicProtocol
 from odradek.coordinator.group_metadata import GroupMetadata, MemberMetadata
@@ -319,20 +318,10 @@ def _classic_join(group: ConsumerGroup, join: ClassicJoin,
         group.members[member.member_id] = member
         if member.instance_id is not None:
             group.static_members[member.instance_id] = member.member_id
-    bump = regex_dropped or member.subscribed_topic_names != old_subscription
-    if bump:
-        group._subscriptions_changed()
-    metadata = _lookup(group.subscribed_topics(), topics)
-    if metadata != group.subscription_metadata:
-        group.subscription_metadata = metadata
-        bump = True
-    if bump:
-        group.group_epoch += 1
     # 2. the target, 3. the member reconciled with what its metadata says it owns
-    if group.group_epoch > group.assignment_epoch:
-        group._compute_target()
-    owned = _by_id(subscription.owned_partitions, topics)
-    group._reconcile(member, owned, now_ms)
+    group._move_and_reconcile(
+        member, regex_dropped or member.subscribed_topic_names != old_subscription, False,
+        topics, _by_id(subscription.owned_partitions, topics), now_ms)
     member.session_deadline_ms = now_ms + join.session_timeout_ms
     member.classic_deadline_ms = now_ms + member.rebalance_timeout_ms
     member.classic_deadline_reason = SYNC_TIMEOUT_REASON
