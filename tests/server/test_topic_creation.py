@@ -183,6 +183,48 @@ def test_auto_creation_by_metadata_makes_its_logs_off_the_loop(
     asyncio.run(go())
 
 
+def test_auto_creation_is_charged_to_the_mutation_quota_when_the_topics_are_made(
+    rb: RunningBroker, gate: Gate
+) -> None:
+    """The partitions a Metadata request auto-creates are charged to its client's
+    ``controller_mutation_rate`` as they are created, not once their logs are in place: a
+    second connection of the same client asking meanwhile is throttled. librdkafka drops
+    its bootstrap connection once it knows broker 0, the auto-creating answer with it,
+    and asks again on a new connection: that answer was the client's only chance to hear
+    of the throttle (whole runs Q48 and CI-55 saw none)."""
+    rb.call(rb.broker.metadata.set_client_quotas, (None, "maker"),
+            {"controller_mutation_rate": "1"})  # a bucket of 11 (11 samples of 1 s)
+    names = [f"charged-{uuid.uuid4().hex[:8]}" for _ in range(14)]
+    m = req("metadata", 12)
+
+    def ask(auto: bool) -> Any:
+        return make(m.MetadataRequest, topics=tuple(
+            make(m.MetadataRequestTopic, name=n, topic_id=None) for n in names),
+            allow_auto_topic_creation=auto, include_topic_authorized_operations=False)
+
+    async def go() -> None:
+        first = await BrokerConnection.open(rb.bootstrap, client_id="maker")
+        second = await BrokerConnection.open(rb.bootstrap, client_id="maker")
+        try:
+            creating = asyncio.ensure_future(first.send(ask(True)))
+            await asyncio.to_thread(gate.waiting.wait, 10)
+            meanwhile = await asyncio.wait_for(second.send(ask(True)), 5)
+            # 14 partitions from 11 tokens: 3 s to wait
+            waited = meanwhile.throttle_time / SECONDS(milliseconds=1)
+            assert waited >= 2900, waited
+            gate.opened.set()
+            created = await asyncio.wait_for(creating, 10)
+            assert [t.error_code for t in created.topics] == [ErrorCode.none] * len(names)
+            # charged once, not twice: the same 3 s, less the time gone by
+            assert 2000 <= created.throttle_time / SECONDS(milliseconds=1) <= 3000
+        finally:
+            creating.cancel()
+            await first.close()
+            await second.close()
+
+    asyncio.run(go())
+
+
 def test_create_topics_times_out_but_creation_goes_on(rb: RunningBroker, gate: Gate) -> None:
     name = f"late-{uuid.uuid4().hex[:8]}"
 

@@ -117,10 +117,7 @@ async def metadata(services: BrokerServices, ctx: RequestContext, request: Any) 
                 refused |= denied
                 missing = [n for n in missing if n not in denied]
             if missing:
-                created = await _auto_create(services, missing)
-                if quota is not None:
-                    quota.record(sum(len(i.partitions) for i in created.values()
-                                     if isinstance(i, TopicInfo)))
+                created = await _auto_create(services, missing, quota)
         answered: set[str] = set()
         for wanted in requested:
             await steps.tick()
@@ -172,15 +169,20 @@ AUTO_CREATE_WAIT = datetime.timedelta(seconds=10)
 
 
 async def _auto_create(
-    services: BrokerServices, names: list[str]
+    services: BrokerServices, names: list[str], quota: MutationQuota | None
 ) -> dict[str, TopicInfo | MetadataError]:
     """Create the topics ``names`` with the broker's defaults, their logs made in a worker
-    thread (``ReplicaManager.change_topics``) so that the loop turns meanwhile."""
+    thread (``ReplicaManager.change_topics``) so that the loop turns meanwhile. Each
+    topic's partitions are charged to ``quota`` as it is created, as CreateTopics does,
+    not once the logs are in place: another request of the client's meanwhile (librdkafka
+    asks again on a new connection when it drops its bootstrap one) sees the charge."""
     def create() -> dict[str, TopicInfo | MetadataError]:
         outcomes: dict[str, TopicInfo | MetadataError] = {}
         for name in names:
             try:
-                outcomes[name] = services.metadata.create_topic(name)
+                outcomes[name] = info = services.metadata.create_topic(name)
+                if quota is not None:
+                    quota.record(len(info.partitions))
             except MetadataError as exc:
                 if exc.kafka_error != "TOPIC_ALREADY_EXISTS":  # else: made meanwhile
                     outcomes[name] = exc
