@@ -26,20 +26,20 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from odradek.cluster.store import StoreError
-from odradek.cluster.zk_security import (
+from odradek.cluster.zk_security_names import (
     JAVA_LOGIN_CONFIG,
     KAFKA_OPTS,
     ZK_TLS_SYSTEM_PROPERTIES,
-    ZkClientSecurity,
-    migrate_acls,
 )
 
-# odradek.cluster.zk_store and odradek.server.config are imported where the tool runs:
-# the latter loads the broker's whole package, and every ``odradek`` command builds this
-# sub-command's parser (tests/cli/test_main.py)
+if TYPE_CHECKING:
+    from odradek.cluster.zk_security import ZkClientSecurity
+
+# odradek.cluster.zk_security, zk_store, store and odradek.server.config are imported
+# where the tool runs: kazoo, the store and the broker's whole package, and every
+# ``odradek`` command builds this sub-command's parser (tests/cli/test_main.py)
 
 __all__ = ["add_parser"]
 
@@ -96,6 +96,8 @@ def _tls_config_file(path: str) -> dict[str, str]:
 def _security(args: argparse.Namespace, environ: Mapping[str, str]) -> ZkClientSecurity:
     """SASL from KAFKA_OPTS, TLS from the file (else KAFKA_OPTS); a _UsageError when the
     tool could not authenticate (Kafka's tool refuses then too)."""
+    from odradek.cluster.store import StoreError
+    from odradek.cluster.zk_security import ZkClientSecurity
     from odradek.server.config import BrokerConfig, ConfigError
 
     file_values = _tls_config_file(args.tls_config_file) if args.tls_config_file else {}
@@ -120,6 +122,8 @@ def _security(args: argparse.Namespace, environ: Mapping[str, str]) -> ZkClientS
 
 
 def _run(args: argparse.Namespace) -> int:
+    from odradek.cluster.store import StoreError
+    from odradek.cluster.zk_security import migrate_acls
     from odradek.cluster.zk_store import ZooKeeperStore
 
     secure = args.acl == "secure"

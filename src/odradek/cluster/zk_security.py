@@ -76,6 +76,11 @@ from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 
 from odradek.cluster.store import StoreError
+from odradek.cluster.zk_security_names import (
+    JAVA_LOGIN_CONFIG,
+    KAFKA_OPTS,
+    ZK_TLS_SYSTEM_PROPERTIES,
+)
 from odradek.security.sasl import parse_jaas_config
 from odradek.security.tls import TlsConfigError, _keystore_pem, client_context
 
@@ -97,13 +102,11 @@ __all__ = [
     "zk_tls_settings",
 ]
 
-JAVA_LOGIN_CONFIG = "java.security.auth.login.config"
 #: ZooKeeper's client properties: the JAAS section to use, and whether to use SASL at all.
 ZK_SASL_CLIENT_CONFIG = "zookeeper.sasl.clientconfig"
 ZK_SASL_CLIENT = "zookeeper.sasl.client"
 DEFAULT_SECTION = "Client"
 DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
-KAFKA_OPTS = "KAFKA_OPTS"
 
 #: Kafka's ZkData.SensitiveRootPaths: the world may not even read under these.
 SENSITIVE_ROOT_PATHS = ("/config/users", "/config/brokers", "/delegation_token/tokens")
@@ -125,22 +128,6 @@ log = logging.getLogger(__name__)
 _PIPELINE = 500
 
 
-#: Kafka's ZooKeeper TLS configs → the ZooKeeper client system property each one falls
-#: back to (Kafka's ZkSslConfigToSystemPropertyMap).
-ZK_TLS_SYSTEM_PROPERTIES = {
-    "zookeeper.ssl.client.enable": "zookeeper.client.secure",
-    "zookeeper.clientCnxnSocket": "zookeeper.clientCnxnSocket",
-    "zookeeper.ssl.keystore.location": "zookeeper.ssl.keyStore.location",
-    "zookeeper.ssl.keystore.password": "zookeeper.ssl.keyStore.password",
-    "zookeeper.ssl.keystore.type": "zookeeper.ssl.keyStore.type",
-    "zookeeper.ssl.truststore.location": "zookeeper.ssl.trustStore.location",
-    "zookeeper.ssl.truststore.password": "zookeeper.ssl.trustStore.password",
-    "zookeeper.ssl.truststore.type": "zookeeper.ssl.trustStore.type",
-    "zookeeper.ssl.protocol": "zookeeper.ssl.protocol",
-    "zookeeper.ssl.enabled.protocols": "zookeeper.ssl.enabledProtocols",
-    "zookeeper.ssl.cipher.suites": "zookeeper.ssl.ciphersuites",
-    "zookeeper.ssl.endpoint.identification.algorithm": "zookeeper.ssl.hostnameVerification",
-}
 #: The only socket of ZooKeeper's Java client that speaks TLS.
 NETTY_SOCKET = "org.apache.zookeeper.ClientCnxnSocketNetty"
 NIO_SOCKET = "org.apache.zookeeper.ClientCnxnSocketNIO"
