@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder  # type: ignore[import-untyped]
 
-from odradek.cli import dump_log
+from odradek.cli import _segment_dump, dump_log
 from odradek.cli._offsets_decoder import parse_offsets_record
 from odradek.coordinator.consumer_group_records import (
     MEMBER_STATE_UNREVOKED_PARTITIONS,
@@ -217,9 +217,9 @@ def test_the_segment_replays_into_the_last_snapshot(segment: Path) -> None:
     replayer = ConsumerGroupReplayer()
     fd = os.open(segment, os.O_RDONLY)
     try:
-        walk = dump_log.LogWalk()
-        for batch in dump_log.iter_log_batches(fd, os.fstat(fd).st_size, walk):
-            assert isinstance(batch, dump_log.BatchRead) and batch.data is not None
+        walk = _segment_dump.LogWalk()
+        for batch in _segment_dump.iter_log_batches(fd, os.fstat(fd).st_size, walk):
+            assert isinstance(batch, _segment_dump.BatchRead) and batch.data is not None
             for record in iter_records(batch.data):
                 assert record.key is not None
                 if record.offset == 24:  # the member key cut short

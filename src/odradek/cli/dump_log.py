@@ -40,7 +40,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 # The segment files are read by odradek.cli._segment_dump, imported where the command runs:
 # every ``odradek`` command builds this sub-command's parser (tests/cli/test_main.py)
