@@ -55,17 +55,15 @@ from odradek.client.connection import ClientError
 from odradek.client.consumer import GroupMember
 from odradek.client.partitioner import partition_for_key
 from odradek.client.routing import ClusterAdmin
-from odradek.records.batch import iter_batches, iter_records
-from odradek.records.builder import BatchBuilder
-from odradek.records.columnar import AbortedFilter
-from odradek.records.compression import CompressionType
 from odradek.text import plural
+
+# odradek.records (the batches' codecs, builder and reader) is imported where a command
+# runs: every ``odradek`` command builds these parsers (tests/cli/test_main.py)
 
 #: Kafka's console consumer's --isolation-level values -> the Fetch field
 _ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
-_CODECS = {"none": CompressionType.NONE, "gzip": CompressionType.GZIP,
-           "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4,
-           "zstd": CompressionType.ZSTD}
+#: --compression's values: odradek.records.compression.CompressionType's names, lower case
+_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 OFFSET_OUT_OF_RANGE = 1
 #: Kafka's auto.commit.interval.ms
 AUTO_COMMIT_INTERVAL_S = 5.0
@@ -120,7 +118,10 @@ def add_parser(sub: Any) -> None:
 
 def _produce(args: argparse.Namespace) -> int:
     headers = [(k, v.encode()) for k, v in parse_pairs(args.header, "header").items()]
-    codec = _CODECS[args.compression]
+    from odradek.records.builder import BatchBuilder
+    from odradek.records.compression import CompressionType
+
+    codec = CompressionType[args.compression.upper()]
 
     async def body(admin: Admin) -> int:
         topics = await admin.metadata([args.topic], auto_create=True)
@@ -246,6 +247,9 @@ def _print_records(args: argparse.Namespace, out: Any, partition: int,
     ``room`` of them (None: all); (records printed, the offset to read next). Control
     batches (transaction markers) are never records; under read_committed the answer's
     aborted transactions are left out too (per batch, as Kafka's consumer)."""
+    from odradek.records.batch import iter_batches, iter_records
+    from odradek.records.columnar import AbortedFilter
+
     printed = 0
     records = fetched.records
     skipper = AbortedFilter(fetched.aborted_transactions)
