@@ -76,20 +76,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from odradek.cli import _dev_security
 from odradek.cli._common import UsageError, parse_pairs, print_table
 from odradek.client.admin import Admin
 from odradek.client.connection import BrokerConnection, ClientError
 from odradek.client.security import ClientSecurity, client_security, load_client_properties
-from odradek.cluster.local_zookeeper import (
-    LocalZooKeeper,
-    ZooKeeperNotInstalled,
-    ZooKeeperStartError,
-    port_free,
-    start_zookeeper,
-)
+
+if TYPE_CHECKING:
+    from odradek.cluster.local_zookeeper import LocalZooKeeper
+
+# odradek.cluster.local_zookeeper is imported where the cluster starts: every ``odradek``
+# command builds this sub-command's parser (tests/cli/test_main.py)
 
 HOST = "127.0.0.1"
 CHROOT = "/odradek"
@@ -227,6 +226,8 @@ class DevCluster:
         for stale in self.control_dir.iterdir():
             stale.unlink()
         (self.data_dir / PID_FILE).write_text(f"{os.getpid()}\n")
+        from odradek.cluster.local_zookeeper import start_zookeeper
+
         self.zookeeper = start_zookeeper(
             self.data_dir / "zookeeper", port=self.zookeeper_port,
             log_path=logs / "zookeeper.log",
@@ -477,6 +478,8 @@ def check_args(args: argparse.Namespace) -> dict[str, str]:
     if running is not None:
         raise SystemExit(f"odradek dev-cluster: a dev-cluster (pid {running}) already runs on "
                          f"{args.data_dir}")
+    from odradek.cluster.local_zookeeper import port_free
+
     taken = [p for p in range(args.base_port, args.base_port + args.brokers)
              if not port_free(p)]
     if taken:
@@ -498,6 +501,8 @@ def running_pid(data_dir: Path) -> int | None:
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "verb", None) == "restart":
         return request_restart(args)
+    from odradek.cluster.local_zookeeper import ZooKeeperNotInstalled, ZooKeeperStartError
+
     overrides = check_args(args)
     try:
         cluster = DevCluster(args, overrides)
