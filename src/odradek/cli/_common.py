@@ -11,17 +11,14 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from odradek.client.connection import ClientError
-from odradek.client.routing import ClusterAdmin
-from odradek.client.security import (
-    PLAINTEXT,
-    ClientSecurity,
-    client_security,
-    librdkafka_settings,
-    load_client_properties,
-)
+if TYPE_CHECKING:
+    from odradek.client.routing import ClusterAdmin
+    from odradek.client.security import (
+        ClientSecurity,
+    )
+
 
 #: Exit statuses of every ``odradek`` command (docs/operations.md, "Exit statuses")
 EXIT_OK = 0
@@ -50,6 +47,8 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
 def security_of(args: argparse.Namespace) -> ClientSecurity:
     """The client security of ``--command-config`` (PLAINTEXT without it); exits on a
     file that cannot be read or a setting that cannot work."""
+    from odradek.client.security import PLAINTEXT, client_security
+
     path = getattr(args, "command_config", None)
     if not path:
         return PLAINTEXT
@@ -60,6 +59,8 @@ def librdkafka_security_of(path: Any, option: str = "--command-config") -> dict[
     """The same client properties for the tools built on librdkafka (perf, console,
     mirror): its security settings, the Java client's keys translated (none without a
     file). Exits as :func:`security_of`; no message shows a secret."""
+    from odradek.client.security import librdkafka_settings
+
     if not path:
         return {}
     return _checked(str(path), option, librdkafka_settings)
@@ -69,6 +70,8 @@ _T = TypeVar("_T")
 
 
 def _checked(path: str, option: str, convert: Callable[[dict[str, str]], _T]) -> _T:
+    from odradek.client.security import load_client_properties
+
     try:
         return convert(load_client_properties(path))
     except OSError as exc:
@@ -91,6 +94,9 @@ def parse_pairs(items: list[str] | None, what: str) -> dict[str, str]:
 def run_with_admin(
     args: argparse.Namespace, body: Callable[[ClusterAdmin], Awaitable[int]]
 ) -> int:
+    from odradek.client.connection import ClientError
+    from odradek.client.routing import ClusterAdmin
+
     security = security_of(args)
 
     async def main() -> int:

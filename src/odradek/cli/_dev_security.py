@@ -37,8 +37,11 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from odradek.client.security import load_client_properties
+if TYPE_CHECKING:
+    pass
+
 
 __all__ = ["PROTOCOLS", "DevSecurity", "client_lines", "prepare", "write_scram_users"]
 
@@ -142,6 +145,8 @@ def _certificates(directory: Path) -> None:
 
 
 def _passwords(path: Path) -> dict[str, str]:
+    from odradek.client.security import load_client_properties
+
     if path.exists():
         found = load_client_properties(str(path))
         if all(found.get(u) for u in (ADMIN, BROKER_USER)):

@@ -20,12 +20,13 @@ import io
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.cli._common import EXIT_USAGE, print_table, run_with_admin
-from odradek.client.connection import ClientError
-from odradek.client.routing import ClusterAdmin
 from odradek.text import plural
+
+if TYPE_CHECKING:
+    from odradek.client.routing import ClusterAdmin
 
 EARLIEST = -2
 LATEST = -1
@@ -114,6 +115,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from odradek.client.connection import ClientError
+
     try:
         wanted = parse_offsets(args.from_file.read_text(), str(args.from_file))
     except OSError as exc:  # the file named on the command line: a usage error

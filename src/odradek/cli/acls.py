@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.cli._common import add_bootstrap, run_with_admin
-from odradek.client.admin import Admin
 from odradek.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -39,6 +38,9 @@ from odradek.security.acl import (
     ResourceType,
     supported_operations,
 )
+
+if TYPE_CHECKING:
+    from odradek.client.admin import Admin
 
 Op = AclOperation
 PATTERN_TYPES = ("literal", "prefixed", "any", "match")

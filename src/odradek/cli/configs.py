@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.cli._common import UsageError, add_bootstrap, run_with_admin, security_of
-from odradek.client.admin import BROKER_RESOURCE, TOPIC_RESOURCE, Admin
-from odradek.client.connection import BrokerConnection
-from odradek.client.security import ClientSecurity
-from odradek.security.sasl import SCRAM_MECHANISMS, SCRAM_MIN_ITERATIONS
+
+if TYPE_CHECKING:
+    from odradek.client.admin import Admin
+    from odradek.client.security import ClientSecurity
 
 # DescribeConfigs config sources (Kafka's ConfigSource).
 SOURCES = {
@@ -186,6 +186,8 @@ def _run(args: argparse.Namespace) -> int:
 def _users(args: argparse.Namespace) -> int:
     """Quotas and SCRAM credentials of a user, and quotas of a user's client ids
     (kafka-configs.sh --entity-type users [--entity-type clients])."""
+    from odradek.security.sasl import SCRAM_MECHANISMS, SCRAM_MIN_ITERATIONS
+
     combined = len(args.entity_pairs) > 1
     if not args.alter:
         if args.add_config or args.delete_config:
@@ -288,6 +290,8 @@ async def _describe_users(admin: Admin, args: argparse.Namespace, combined: bool
 
 async def _alter(admin: Admin, args: argparse.Namespace, set_: dict[str, str],
                  delete: list[str]) -> int:
+    from odradek.client.admin import BROKER_RESOURCE, TOPIC_RESOURCE
+
     if args.entity_type == "clients":
         values = _quota_values(set_)
         if values is None:
@@ -311,6 +315,8 @@ async def _alter(admin: Admin, args: argparse.Namespace, set_: dict[str, str],
 
 
 async def _describe(admin: Admin, args: argparse.Namespace) -> int:
+    from odradek.client.admin import TOPIC_RESOURCE
+
     if args.entity_type == "clients":
         await _describe_quotas(admin, args.entity_pairs)
         return 0
@@ -349,6 +355,9 @@ async def _broker_configs(
 ) -> list[tuple[str, str | None, int, bool]]:
     """A broker's configs are described by that broker (as Kafka's Admin client asks the
     broker itself); the default broker's by any."""
+    from odradek.client.admin import BROKER_RESOURCE, Admin
+    from odradek.client.connection import BrokerConnection
+
     endpoint = brokers.get(int(name)) if name.isdigit() else None
     if endpoint is None:
         return await admin.describe_configs(BROKER_RESOURCE, name)

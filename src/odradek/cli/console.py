@@ -42,7 +42,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.cli._common import (
     UsageError,
@@ -50,12 +50,11 @@ from odradek.cli._common import (
     parse_pairs,
     run_with_admin,
 )
-from odradek.client.admin import Admin, FetchedPartition
-from odradek.client.connection import ClientError
-from odradek.client.consumer import GroupMember
-from odradek.client.partitioner import partition_for_key
-from odradek.client.routing import ClusterAdmin
 from odradek.text import plural
+
+if TYPE_CHECKING:
+    from odradek.client.admin import Admin, FetchedPartition
+    from odradek.client.routing import ClusterAdmin
 
 # odradek.records (the batches' codecs, builder and reader) is imported where a command
 # runs: every ``odradek`` command builds these parsers (tests/cli/test_main.py)
@@ -117,6 +116,9 @@ def add_parser(sub: Any) -> None:
 
 
 def _produce(args: argparse.Namespace) -> int:
+    from odradek.client.connection import ClientError
+    from odradek.client.partitioner import partition_for_key
+
     headers = [(k, v.encode()) for k, v in parse_pairs(args.header, "header").items()]
     from odradek.records.builder import BatchBuilder
     from odradek.records.compression import CompressionType
@@ -278,6 +280,8 @@ def _room(args: argparse.Namespace, printed: int) -> int | None:
 
 def _check_topic(topics: list[Any], topic: str) -> list[int]:
     """The partitions of ``topic`` from its Metadata (ClientError when it has none)."""
+    from odradek.client.connection import ClientError
+
     if not topics or topics[0].error != "none":
         error = topics[0].error.upper() if topics else "no metadata"
         raise ClientError(f"topic {topic}: {error}")
@@ -287,6 +291,7 @@ def _check_topic(topics: list[Any], topic: str) -> list[int]:
 def _consume_partitions(args: argparse.Namespace) -> int:
     # ListOffsets' timestamps, from the storage layer where the command runs: every
     # odradek command builds this parser (tests/cli/test_main.py)
+    from odradek.client.connection import ClientError
     from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
     stop = _StopSignals()
@@ -365,6 +370,8 @@ async def _unless_stopped(stop: _StopSignals, coro: Awaitable[T]) -> T:
 
 
 def _consume_group(args: argparse.Namespace) -> int:
+    from odradek.client.connection import ClientError
+    from odradek.client.consumer import GroupMember
     from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
     stop = _StopSignals()

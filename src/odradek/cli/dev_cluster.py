@@ -80,9 +80,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 from odradek.cli import _dev_security
 from odradek.cli._common import UsageError, parse_pairs, print_table
-from odradek.client.admin import Admin
-from odradek.client.connection import BrokerConnection, ClientError
-from odradek.client.security import ClientSecurity, client_security, load_client_properties
+
+if TYPE_CHECKING:
+    from odradek.client.security import ClientSecurity
 
 if TYPE_CHECKING:
     from odradek.cluster.local_zookeeper import LocalZooKeeper
@@ -129,6 +129,8 @@ class DevBroker:
         """The broker ids this broker's Metadata answer lists (the brokers whose ZooKeeper
         registration it has seen: those a CreateTopics it answers can place replicas on);
         empty when it does not answer yet."""
+        from odradek.client.admin import Admin
+        from odradek.client.connection import BrokerConnection, ClientError
 
         async def ask() -> set[int]:
             conn = await BrokerConnection.open(self.bootstrap, timeout=READY_PROBE_S,
@@ -328,6 +330,8 @@ class DevCluster:
     @property
     def client_security(self) -> ClientSecurity | None:
         """How the readiness probes connect: as the first user on a secured cluster."""
+        from odradek.client.security import client_security, load_client_properties
+
         if self.security is None:
             return None
         if self._client_security is None:

@@ -33,26 +33,27 @@ import datetime
 import functools
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.cli import _group_offsets
 from odradek.cli._common import UsageError, add_bootstrap, print_table, run_with_admin
-from odradek.client.connection import ClientError
-from odradek.client.groups import (
-    CLASSIC,
-    CONSUMER,
-    CommittedOffset,
-    ConsumerGroupDescription,
-    GroupDescription,
-    GroupsClient,
-)
-from odradek.client.routing import RETRIABLE_CODES, ClusterAdmin
 from odradek.text import plural
+
+if TYPE_CHECKING:
+    from odradek.client.groups import (
+        CommittedOffset,
+        ConsumerGroupDescription,
+        GroupDescription,
+        GroupsClient,
+    )
+    from odradek.client.routing import ClusterAdmin
 
 EARLIEST = -2
 LATEST = -1
 INACTIVE_STATES = frozenset({"Empty", "Dead"})
-GROUP_TYPES = (CLASSIC, CONSUMER)
+#: --type's values: odradek.client.groups.CLASSIC and CONSUMER (imported where the command
+#: runs: every ``odradek`` command builds this parser, tests/cli/test_main.py)
+GROUP_TYPES = ("classic", "consumer")
 #: kafka-consumer-groups.sh's actions (those this form takes)
 ACTIONS = ("list", "describe", "delete")
 MISSING = "-"
@@ -284,6 +285,9 @@ async def _described_any(client: GroupsClient, group_id: str
 async def _view(admin: ClusterAdmin, group_id: str, offsets: bool = True) -> GroupView:
     """The group described by the API of its type, with its committed offsets and (with
     ``offsets``) the log end offset of every partition it owns or has committed."""
+    from odradek.client.connection import ClientError
+    from odradek.client.groups import CLASSIC, CONSUMER, ConsumerGroupDescription
+
     coordinator, described, fetched = await admin.on_coordinator(
         group_id, functools.partial(_described_any, group_id=group_id))
     committed = {(c.topic, c.partition): c.offset for c in fetched}
@@ -408,6 +412,9 @@ async def _described(client: GroupsClient, group_id: str
 async def _delete_one(client: GroupsClient, group_id: str) -> str:
     """DeleteGroups of one group at its coordinator: the error's name ("none": deleted);
     a retriable one (the coordinator moved) is raised, to be retried."""
+    from odradek.client.connection import ClientError
+    from odradek.client.routing import RETRIABLE_CODES
+
     error = (await client.delete_groups([group_id]))[group_id]
     code = _error_code(error)
     if code in RETRIABLE_CODES:
@@ -430,6 +437,8 @@ def _member_protocol(member: MemberView) -> str:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    from odradek.client.groups import CONSUMER
+
     async def body(admin: ClusterAdmin) -> int:
         status = 0
         for group_id in args.group:
@@ -516,6 +525,8 @@ def _parse_datetime(text: str) -> int:
 
 
 def _reset(args: argparse.Namespace) -> int:
+    from odradek.client.connection import ClientError
+
     timestamp = _parse_datetime(args.to_datetime) if args.to_datetime else None
     wanted_topics = [] if args.all_topics else _parse_topics(args.topic)  # before connecting
 

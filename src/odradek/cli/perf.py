@@ -43,7 +43,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.cli._common import UsageError, librdkafka_security_of, parse_pairs
 from odradek.cli._perf_report import (
@@ -55,7 +55,9 @@ from odradek.cli._perf_report import (
     consumer_line,
     print_detailed,
 )
-from odradek.client.security import librdkafka_config
+
+if TYPE_CHECKING:
+    pass
 
 #: librdkafka's queue is full: serve delivery reports for this long, then retry
 QUEUE_FULL_POLL_S = 0.005
@@ -164,6 +166,8 @@ def _payloads(args: argparse.Namespace) -> list[bytes]:
 
 
 def _for_librdkafka(config: dict[str, str]) -> dict[str, str]:
+    from odradek.client.security import librdkafka_config
+
     try:
         return librdkafka_config(config)
     except (ValueError, OSError) as exc:

@@ -29,11 +29,12 @@ import datetime
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.cli._common import UsageError, add_bootstrap, run_with_admin
-from odradek.client.admin import BROKER_RESOURCE, Admin, check
-from odradek.client.connection import request_class
+
+if TYPE_CHECKING:
+    from odradek.client.admin import Admin
 
 TIMEOUT = datetime.timedelta(seconds=30)
 
@@ -88,6 +89,9 @@ def load_plan(path: Path) -> list[tuple[str, int, list[int]]]:
 
 async def alter(admin: Admin, entries: list[tuple[str, int, list[int] | None]]) -> list[str]:
     """AlterPartitionReassignments; the errors, one line each."""
+    from odradek.client.admin import check
+    from odradek.client.connection import request_class
+
     req = request_class("alter_partition_reassignments", 0, "AlterPartitionReassignmentsRequest")
     topic_cls = request_class("alter_partition_reassignments", 0, "ReassignableTopic")
     part_cls = request_class("alter_partition_reassignments", 0, "ReassignablePartition")
@@ -104,6 +108,9 @@ async def alter(admin: Admin, entries: list[tuple[str, int, list[int] | None]]) 
 
 
 async def ongoing(admin: Admin) -> dict[tuple[str, int], Any]:
+    from odradek.client.admin import check
+    from odradek.client.connection import request_class
+
     req = request_class("list_partition_reassignments", 0, "ListPartitionReassignmentsRequest")
     response = await admin.conn.send(req(timeout=TIMEOUT, topics=None))
     check(response.error_code, "ListPartitionReassignments", response.error_message)
@@ -150,6 +157,8 @@ def parse_broker_list(text: str) -> list[int]:
 
 async def cluster_brokers(admin: Admin) -> dict[int, str | None]:
     """Every live broker's id and rack (a Metadata request for no topic)."""
+    from odradek.client.connection import request_class
+
     cls = request_class("metadata", 12, "MetadataRequest")
     response = await admin.conn.send(cls(topics=(), allow_auto_topic_creation=False,
                                          include_topic_authorized_operations=False))
@@ -285,6 +294,8 @@ async def throttle(admin: Admin, plan: list[tuple[str, int, list[int]]],
     """Kafka's --throttle: the rate (set here as the cluster-wide broker default, which one
     connection can change; Kafka's tool sets it on each broker of the moves), the current
     replicas throttled as leaders and the new ones as followers, per topic."""
+    from odradek.client.admin import BROKER_RESOURCE
+
     leaders: dict[str, list[str]] = {}
     followers: dict[str, list[str]] = {}
     for topic, partition, target in plan:
@@ -305,6 +316,8 @@ async def throttle(admin: Admin, plan: list[tuple[str, int, list[int]]],
 async def unthrottle(admin: Admin, plan: list[tuple[str, int, list[int]]]) -> None:
     """--verify, every move done: the throttle configs of the plan's topics and the
     cluster-wide rates are removed."""
+    from odradek.client.admin import BROKER_RESOURCE
+
     await admin.alter_configs(BROKER_RESOURCE, "", {}, list(THROTTLE_RATES))
     for topic in sorted({t for t, _, _ in plan}):
         await admin.alter_topic_configs(topic, {}, list(THROTTLED_REPLICAS))

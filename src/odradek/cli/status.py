@@ -24,12 +24,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from odradek.cli._common import security_of
-from odradek.client.admin import Admin
-from odradek.client.connection import BrokerConnection, ClientError
-from odradek.client.security import PLAINTEXT, ClientSecurity
+
+if TYPE_CHECKING:
+    from odradek.client.security import ClientSecurity
 
 
 def find_status(data_dir: Path) -> Path | None:
@@ -64,8 +64,16 @@ def render(status: dict[str, Any], out: TextIO, stale_seconds: float) -> None:
                   f"{info['bytes_read']} -> {info['bytes_written']} bytes\n")
 
 
-def broker_up(bootstrap: str, out: TextIO, security: ClientSecurity = PLAINTEXT) -> bool:
-    """One line: is the broker at ``bootstrap`` up (and which broker is the controller)."""
+def broker_up(bootstrap: str, out: TextIO, security: ClientSecurity | None = None) -> bool:
+    """One line: is the broker at ``bootstrap`` up (and which broker is the controller);
+    ``security`` None is PLAINTEXT."""
+    from odradek.client.admin import Admin
+    from odradek.client.connection import BrokerConnection, ClientError
+    from odradek.client.security import PLAINTEXT
+
+    if security is None:
+        security = PLAINTEXT
+
 
     async def ask() -> str:
         conn = await BrokerConnection.open(bootstrap, client_id="odradek-status",

@@ -22,13 +22,13 @@ import argparse
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.cli._common import UsageError, add_bootstrap, parse_pairs, print_table, run_with_admin
-from odradek.client.admin import Admin, PartitionInfo, TopicDescription
-from odradek.client.connection import ClientError
-from odradek.protocol.errors import ErrorCode
 from odradek.text import plural
+
+if TYPE_CHECKING:
+    from odradek.client.admin import Admin, PartitionInfo, TopicDescription
 
 #: kafka-topics.sh's actions, in the order its usage names them
 ACTIONS = ("list", "describe", "create", "alter", "delete")
@@ -230,6 +230,9 @@ def _kafka_form(args: argparse.Namespace) -> int:
 
 
 def _create_kafka(args: argparse.Namespace) -> int:
+    from odradek.client.connection import ClientError
+    from odradek.protocol.errors import ErrorCode
+
     configs = parse_pairs(args.config, "config")
     partitions = -1 if args.partitions is None else args.partitions
     factor = -1 if args.replication_factor is None else args.replication_factor
@@ -300,6 +303,8 @@ async def _print_descriptions(admin: Admin, topics: list[TopicDescription],
     """kafka-topics.sh's description of each topic: a header line with the config
     overrides, then a line per partition (only those ``keep`` shows, with no header, when
     a partition filter is given; only topics with overrides when ``overrides_only``)."""
+    from odradek.client.connection import ClientError
+
     status = 0
     for topic in topics:
         if topic.error != "none":

@@ -34,13 +34,14 @@ import argparse
 import importlib
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.cli._common import add_bootstrap, print_table, run_with_admin
-from odradek.client.admin import Admin
-from odradek.client.connection import BrokerConnection, ClientError
-from odradek.client.routing import ClusterAdmin
-from odradek.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from odradek.client.admin import Admin
+    from odradek.client.connection import BrokerConnection
+    from odradek.client.routing import ClusterAdmin
 
 LIST_TRANSACTIONS = 66
 KEY_TYPE_TRANSACTION = 1
@@ -110,6 +111,8 @@ def _request(api: str, version: int) -> Any:
 
 
 async def _list_one(conn: BrokerConnection, args: argparse.Namespace) -> Any:
+    from odradek.client.connection import ClientError
+
     version = conn.version(LIST_TRANSACTIONS, (0, 1))
     m = _request("list_transactions", version)
     fields: dict[str, Any] = {"state_filters": tuple(args.state),
@@ -196,6 +199,8 @@ async def _producers_of(conn: BrokerConnection, partitions: dict[str, list[int]]
 
 async def _leader_producers(admin: ClusterAdmin, topic: str, partition: int) -> list[Any]:
     """The producers of ``topic-partition``, asked of its leader (retried while it moves)."""
+    from odradek.client.connection import ClientError
+
     async def call(leader: Admin) -> list[Any]:
         code, producers = (await _producers_of(leader.conn, {topic: [partition]}))[
             (topic, partition)]
@@ -208,6 +213,8 @@ async def _leader_producers(admin: ClusterAdmin, topic: str, partition: int) -> 
 
 
 def _name(code: int) -> str:
+    from odradek.protocol.errors import ErrorCode
+
     return ErrorCode(code).name.upper()
 
 
@@ -227,6 +234,8 @@ def _describe_producers(args: argparse.Namespace) -> int:
 
 
 def _abort(args: argparse.Namespace) -> int:
+    from odradek.client.connection import ClientError
+
     by_producer = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
     if (args.start_offset is None) == all(v is None for v in by_producer):
         print("odradek: give either --start-offset or --producer-id, --producer-epoch and "
