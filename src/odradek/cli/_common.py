@@ -8,7 +8,6 @@ coordinator, retried while they move (client/routing.py).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -94,6 +93,8 @@ def parse_pairs(items: list[str] | None, what: str) -> dict[str, str]:
 def run_with_admin(
     args: argparse.Namespace, body: Callable[[ClusterAdmin], Awaitable[int]]
 ) -> int:
+    import asyncio
+
     from odradek.client.connection import ClientError
     from odradek.client.routing import ClusterAdmin
 

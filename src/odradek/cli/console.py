@@ -35,7 +35,6 @@ JVM and Python leave it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import itertools
 import signal
@@ -291,6 +290,8 @@ def _check_topic(topics: list[Any], topic: str) -> list[int]:
 def _consume_partitions(args: argparse.Namespace) -> int:
     # ListOffsets' timestamps, from the storage layer where the command runs: every
     # odradek command builds this parser (tests/cli/test_main.py)
+    import asyncio
+
     from odradek.client.connection import ClientError
     from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
@@ -358,6 +359,8 @@ class _Stopped(Exception):
 async def _unless_stopped(stop: _StopSignals, coro: Awaitable[T]) -> T:
     """``await coro``, given up (cancelled) when a stop signal arrives meanwhile: joining
     a group waits for the others, and Ctrl-C must not wait with it."""
+    import asyncio
+
     task = asyncio.ensure_future(coro)
     while not task.done():
         await asyncio.wait({task}, timeout=0.1)
@@ -370,6 +373,8 @@ async def _unless_stopped(stop: _StopSignals, coro: Awaitable[T]) -> T:
 
 
 def _consume_group(args: argparse.Namespace) -> int:
+    import asyncio
+
     from odradek.client.connection import ClientError
     from odradek.client.consumer import GroupMember
     from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP

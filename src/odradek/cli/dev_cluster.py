@@ -64,7 +64,6 @@ first would spend their shutdown reconnecting).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -129,6 +128,8 @@ class DevBroker:
         """The broker ids this broker's Metadata answer lists (the brokers whose ZooKeeper
         registration it has seen: those a CreateTopics it answers can place replicas on);
         empty when it does not answer yet."""
+        import asyncio
+
         from odradek.client.admin import Admin
         from odradek.client.connection import BrokerConnection, ClientError
 

@@ -17,7 +17,6 @@ ISR (KIP-460; see docs/operations.md for what that loses).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import json
 import sys
@@ -71,6 +70,8 @@ def _json_partitions(path: Path) -> list[tuple[str, int]]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
     if args.partition is not None and args.topic is None:
         print("odradek leader-election: --partition needs --topic", file=sys.stderr)
         return 2
@@ -99,6 +100,8 @@ async def _partitions(args: argparse.Namespace, admin: Admin,
 
 
 async def _elect(args: argparse.Namespace, listed: list[tuple[str, int]] | None) -> int:
+    import asyncio
+
     from odradek.client.admin import Admin
     from odradek.client.connection import BrokerConnection, ClientError
 

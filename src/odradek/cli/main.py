@@ -18,7 +18,6 @@ signal N stopped ``consume`` (130 Ctrl-C, 143 SIGTERM), as Kafka's tools do.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import difflib
 import errno
 import importlib
@@ -70,6 +69,8 @@ def _where(error: BaseException) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
     from odradek.server.broker import run_broker
     from odradek.server.config import BrokerConfig, ConfigError
 

@@ -19,7 +19,6 @@ a secured listener, as the other verbs take them.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
@@ -67,6 +66,8 @@ def render(status: dict[str, Any], out: TextIO, stale_seconds: float) -> None:
 def broker_up(bootstrap: str, out: TextIO, security: ClientSecurity | None = None) -> bool:
     """One line: is the broker at ``bootstrap`` up (and which broker is the controller);
     ``security`` None is PLAINTEXT."""
+    import asyncio
+
     from odradek.client.admin import Admin
     from odradek.client.connection import BrokerConnection, ClientError
     from odradek.client.security import PLAINTEXT
