@@ -224,24 +224,30 @@ def test_make_serve_reports_the_same_statuses(tmp_path: Path) -> None:
 @pytest.mark.parametrize("how", ["script", "module"])
 def test_a_command_does_not_import_the_test_libraries(how: str) -> None:
     """kio imports hypothesis whenever it can (for its strategies); a command, a broker
-    included, never uses it, and its import cost each process about 0.3 s of CPU."""
+    included, never uses it, and its import cost each process about 0.3 s of CPU. The
+    command talks to a broker (none listens: it fails), so that it does import kio."""
     import importlib.util
+    import socket
 
     assert importlib.util.find_spec("hypothesis") is not None  # installed here: it could
-    probe = ("import atexit, sys\n"
-             "atexit.register(lambda: print('imported:', sorted(m for m in ('hypothesis',"
-             " 'kio', 'trio') if sys.modules.get(m) is not None), file=sys.stderr))\n")
-    if how == "script":
-        probe += ("sys.argv = ['odradek', 'topics', '--help']\n"
-                  "exec(open(sys.executable.rsplit('/', 1)[0] + '/odradek').read())\n")
-    else:
-        probe += ("import runpy; sys.argv = ['odradek', 'topics', '--help']\n"
-                  "runpy.run_module('odradek', run_name='__main__')\n")
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    result = subprocess.run([str(odradek_executable().parent / "python"), "-c", probe],
-                            capture_output=True, text=True, env=env,
-                            timeout=CLI_TIMEOUT_S, check=False)
-    assert result.returncode == 0, result.stderr
+    with socket.socket() as closed:  # bound, not listening: a connection is refused
+        closed.bind(("127.0.0.1", 0))
+        argv = ["odradek", "topics", "--list", "--bootstrap-server",
+                f"127.0.0.1:{closed.getsockname()[1]}"]
+        probe = ("import atexit, sys\n"
+                 "atexit.register(lambda: print('imported:', sorted(m for m in ('hypothesis',"
+                 " 'kio', 'trio') if sys.modules.get(m) is not None), file=sys.stderr))\n"
+                 f"sys.argv = {argv!r}\n")
+        if how == "script":
+            probe += "exec(open(sys.executable.rsplit('/', 1)[0] + '/odradek').read())\n"
+        else:
+            probe += "import runpy; runpy.run_module('odradek', run_name='__main__')\n"
+        env = {**os.environ, "PYTHONPATH": str(SRC)}
+        result = subprocess.run([str(odradek_executable().parent / "python"), "-c", probe],
+                                capture_output=True, text=True, env=env,
+                                timeout=CLI_TIMEOUT_S, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "cannot reach" in result.stderr, result.stderr
     assert "imported: ['kio']" in result.stderr, result.stderr
 
 
@@ -254,13 +260,15 @@ def test_a_tool_does_not_load_the_broker() -> None:
     0.63 s of CPU before, 0.39 s after (issue 51). Nor what only one command runs: the
     record batches' reader, builder and codecs (crc32c, cramjam), the segment and index
     files (dump-log), the ZooKeeper client and store (zookeeper-security-migration), the
-    local ZooKeeper (dev-cluster)."""
+    local ZooKeeper (dev-cluster); the client (kio's schemas, the protocol, routing, admin,
+    groups, security) and asyncio, which only a command talking to a broker needs."""
     heavy = ("odradek.server", "odradek.storage.log", "odradek.storage.manager",
              "odradek.storage.cleaner_manager", "odradek.cluster.metadata",
              "odradek.coordinator.consumer_group_records",
              "odradek.records", "crc32c", "cramjam", "odradek.storage.index",
              "odradek.storage.txn_index", "odradek.cluster.store",
-             "odradek.cluster.zk_security", "kazoo", "odradek.cluster.local_zookeeper")
+             "odradek.cluster.zk_security", "kazoo", "odradek.cluster.local_zookeeper",
+             "odradek.client", "odradek.protocol", "kio", "asyncio")
     probe = ("import sys\n"
              "sys.modules['hypothesis'] = None\n"
              "from odradek.cli.main import build_parser\n"
