@@ -26,23 +26,18 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from odradek.cli._common import add_bootstrap, run_with_admin
-from odradek.security.acl import (
-    CLUSTER_NAME,
-    AclBinding,
-    AclBindingFilter,
-    AclEntry,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-    supported_operations,
-)
 
 if TYPE_CHECKING:
     from odradek.client.admin import Admin
+    from odradek.security.acl import (
+        AclBinding,
+        AclBindingFilter,
+        AclEntry,
+        AclOperation,
+        PatternType,
+        ResourcePattern,
+    )
 
-Op = AclOperation
 PATTERN_TYPES = ("literal", "prefixed", "any", "match")
 
 
@@ -97,6 +92,8 @@ class _Usage(Exception):
 
 
 def _resources(args: argparse.Namespace, ptype: PatternType) -> list[ResourcePattern]:
+    from odradek.security.acl import CLUSTER_NAME, ResourcePattern, ResourceType
+
     out = [ResourcePattern(ResourceType.TOPIC, t, ptype) for t in args.topic]
     out += [ResourcePattern(ResourceType.GROUP, g, ptype) for g in args.group]
     out += [ResourcePattern(ResourceType.TRANSACTIONAL_ID, t, ptype)
@@ -107,13 +104,15 @@ def _resources(args: argparse.Namespace, ptype: PatternType) -> list[ResourcePat
 
 
 def _operations(names: list[str]) -> list[AclOperation]:
+    from odradek.security.acl import AclOperation
+
     ops: list[AclOperation] = []
     for name in names or ["All"]:
         try:
-            op = Op.from_title(name)
+            op = AclOperation.from_title(name)
         except ValueError:
             raise _Usage(f"unknown operation {name!r}") from None
-        if op in (Op.ANY, Op.UNKNOWN):
+        if op in (AclOperation.ANY, AclOperation.UNKNOWN):
             raise _Usage(f"invalid operation {name!r}")
         ops.append(op)
     return ops
@@ -128,6 +127,8 @@ def _principals(names: list[str]) -> list[str]:
 
 
 def _entries(args: argparse.Namespace, ops: list[AclOperation]) -> list[AclEntry]:
+    from odradek.security.acl import AclEntry, AclPermissionType
+
     out: list[AclEntry] = []
     for principals, hosts, perm in (
         (args.allow_principal, args.allow_host, AclPermissionType.ALLOW),
@@ -141,6 +142,8 @@ def _entries(args: argparse.Namespace, ops: list[AclOperation]) -> list[AclEntry
 
 def _bindings(args: argparse.Namespace, ptype: PatternType) -> list[AclBinding]:
     """What --add adds (or --remove with principals removes)."""
+    from odradek.security.acl import AclBinding, AclOperation, supported_operations
+
     resources = _resources(args, ptype)
     if args.producer or args.consumer:
         return _shortcut_bindings(args, ptype)
@@ -149,10 +152,10 @@ def _bindings(args: argparse.Namespace, ptype: PatternType) -> list[AclBinding]:
     ops = _operations(args.operation)
     for pattern in resources:
         allowed = supported_operations(pattern.resource_type)
-        bad = [op.title for op in ops if op is not Op.ALL and op not in allowed]
+        bad = [op.title for op in ops if op is not AclOperation.ALL and op not in allowed]
         if bad:
             raise _Usage(f"ResourceType {pattern.resource_type.title} only supports operations "
-                         + ", ".join(sorted(o.title for o in (*allowed, Op.ALL)))
+                         + ", ".join(sorted(o.title for o in (*allowed, AclOperation.ALL)))
                          + f" (not {', '.join(bad)})")
     entries = _entries(args, ops)
     if not entries:
@@ -161,6 +164,15 @@ def _bindings(args: argparse.Namespace, ptype: PatternType) -> list[AclBinding]:
 
 
 def _shortcut_bindings(args: argparse.Namespace, ptype: PatternType) -> list[AclBinding]:
+    from odradek.security.acl import (
+        CLUSTER_NAME,
+        AclBinding,
+        AclOperation,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
     if not args.topic:
         raise _Usage("--producer and --consumer need --topic")
     if args.consumer and not args.group:
@@ -168,15 +180,17 @@ def _shortcut_bindings(args: argparse.Namespace, ptype: PatternType) -> list[Acl
     wanted: list[tuple[ResourcePattern, AclOperation]] = []
     topics = [ResourcePattern(ResourceType.TOPIC, t, ptype) for t in args.topic]
     if args.producer:
-        wanted += [(t, op) for t in topics for op in (Op.WRITE, Op.DESCRIBE, Op.CREATE)]
+        wanted += [(t, op) for t in topics
+                   for op in (AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.CREATE)]
         wanted += [(ResourcePattern(ResourceType.TRANSACTIONAL_ID, t, ptype), op)
-                   for t in args.transactional_id for op in (Op.WRITE, Op.DESCRIBE)]
+                   for t in args.transactional_id
+                   for op in (AclOperation.WRITE, AclOperation.DESCRIBE)]
         if args.idempotent:
             wanted.append((ResourcePattern(ResourceType.CLUSTER, CLUSTER_NAME,
-                                           PatternType.LITERAL), Op.IDEMPOTENT_WRITE))
+                                           PatternType.LITERAL), AclOperation.IDEMPOTENT_WRITE))
     if args.consumer:
-        wanted += [(t, op) for t in topics for op in (Op.READ, Op.DESCRIBE)]
-        wanted += [(ResourcePattern(ResourceType.GROUP, g, ptype), Op.READ)
+        wanted += [(t, op) for t in topics for op in (AclOperation.READ, AclOperation.DESCRIBE)]
+        wanted += [(ResourcePattern(ResourceType.GROUP, g, ptype), AclOperation.READ)
                    for g in args.group]
     out = []
     for pattern, op in wanted:
@@ -205,14 +219,24 @@ def _print_by_resource(title: str, bindings: list[AclBinding]) -> None:
 
 def _filter(pattern: ResourcePattern | None, ptype: PatternType,
             principal: str | None = None) -> AclBindingFilter:
+    from odradek.security.acl import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourceType,
+    )
+
     if pattern is None:
         return AclBindingFilter(ResourceType.ANY, None, PatternType.ANY, principal, None,
-                                Op.ANY, AclPermissionType.ANY)
+                                AclOperation.ANY, AclPermissionType.ANY)
     return AclBindingFilter(pattern.resource_type, pattern.name, ptype, principal, None,
-                            Op.ANY, AclPermissionType.ANY)
+                            AclOperation.ANY, AclPermissionType.ANY)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from odradek.security.acl import PatternType
+
     ptype = PatternType[args.resource_pattern_type.upper()]
     try:
         if args.add:
@@ -243,6 +267,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _exact(b: AclBinding) -> AclBindingFilter:
+    from odradek.security.acl import AclBindingFilter
+
     return AclBindingFilter(b.pattern.resource_type, b.pattern.name, b.pattern.pattern_type,
                             b.entry.principal, b.entry.host, b.entry.operation,
                             b.entry.permission)
