@@ -5,7 +5,10 @@
 that fails to import is an error of the whole command line, naming the module and the
 error (exit status 1): a broken install must not quietly lose a sub-command. A sub-command
 that needs an optional extra (mirror: spark) imports it where it runs, not at module
-level, and says which extra to install when it is missing.
+level, and says which extra to install when it is missing. Every command builds every
+sub-command's parser, so a sub-command module imports at module level only what its
+parser needs: the client, asyncio, the record and storage modules, kazoo are imported
+where the command runs (tests/cli/test_main.py checks it).
 
 Exit statuses, the same for every sub-command (``_common.EXIT_*``): 0 success; 1 a
 runtime failure (a broker unreachable or refusing, a Kafka error, a port or log dir
