@@ -268,7 +268,7 @@ def test_a_tool_does_not_load_the_broker() -> None:
              "odradek.records", "crc32c", "cramjam", "odradek.storage.index",
              "odradek.storage.txn_index", "odradek.cluster.store",
              "odradek.cluster.zk_security", "kazoo", "odradek.cluster.local_zookeeper",
-             "odradek.client", "odradek.protocol", "kio", "asyncio")
+             "odradek.client", "odradek.protocol", "kio", "asyncio", "odradek.security.acl")
     probe = ("import sys\n"
              "sys.modules['hypothesis'] = None\n"
              "from odradek.cli.main import build_parser\n"
@@ -282,3 +282,21 @@ def test_a_tool_does_not_load_the_broker() -> None:
                             timeout=CLI_TIMEOUT_S, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "[]\n", result.stdout
+
+
+def test_the_parsers_plain_constants_are_those_of_the_modules_they_stand_for() -> None:
+    """The constants the parsers hold as plain values, not to import their modules at
+    every command's start (issue 51), are those modules' own."""
+    from kio.schema.errors import ErrorCode
+
+    from odradek.cli import console, groups, leader_election
+    from odradek.client.groups import CLASSIC, CONSUMER
+    from odradek.cluster import zk_security, zk_security_names
+    from odradek.records.compression import CompressionType
+
+    assert groups.GROUP_TYPES == (CLASSIC, CONSUMER)
+    assert ErrorCode.none.value == leader_election.NONE
+    assert ErrorCode.not_controller.value == leader_election.NOT_CONTROLLER
+    assert ErrorCode.election_not_needed.value == leader_election.ELECTION_NOT_NEEDED
+    assert sorted(console._CODECS) == sorted(c.name.lower() for c in CompressionType)
+    assert zk_security.ZK_TLS_SYSTEM_PROPERTIES is zk_security_names.ZK_TLS_SYSTEM_PROPERTIES
