@@ -124,9 +124,9 @@ def test_a_new_session_reads_every_acl_again(backend: Backend) -> None:
 def test_old_notifications_are_removed(
     store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """At most ``acl_store.MAX_NOTIFICATIONS`` are kept, the newest. Counted at a cap of 20: at 1,000
-    the test made 1,005 updates of one growing ACL (each rewrote the embedded store's
-    file), 25 s of CPU on a whole run's machine for the same branch."""
+    """At most ``acl_store.MAX_NOTIFICATIONS`` are kept, the newest. Counted at a cap of
+    20: at 1,000 the test made 1,005 updates of one growing ACL (each rewrote the embedded
+    store's file), 25 s of CPU on a whole run's machine for the same branch."""
     cap = 20
     monkeypatch.setattr(acl_store, "MAX_NOTIFICATIONS", cap)
     acls = AclStore(store)
