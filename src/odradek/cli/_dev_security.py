@@ -37,11 +37,6 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
 
 __all__ = ["PROTOCOLS", "DevSecurity", "client_lines", "prepare", "write_scram_users"]
 

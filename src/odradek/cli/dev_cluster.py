@@ -82,8 +82,6 @@ from odradek.cli._common import UsageError, parse_pairs, print_table
 
 if TYPE_CHECKING:
     from odradek.client.security import ClientSecurity
-
-if TYPE_CHECKING:
     from odradek.cluster.local_zookeeper import LocalZooKeeper
 
 # odradek.cluster.local_zookeeper is imported where the cluster starts: every ``odradek``

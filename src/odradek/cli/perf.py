@@ -43,7 +43,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from odradek.cli._common import UsageError, librdkafka_security_of, parse_pairs
 from odradek.cli._perf_report import (
@@ -55,9 +55,6 @@ from odradek.cli._perf_report import (
     consumer_line,
     print_detailed,
 )
-
-if TYPE_CHECKING:
-    pass
 
 #: librdkafka's queue is full: serve delivery reports for this long, then retry
 QUEUE_FULL_POLL_S = 0.005
