@@ -90,13 +90,23 @@ REBOOTSTRAP = {"metadata.recovery.strategy": "rebootstrap",
                "metadata.recovery.rebootstrap.trigger.ms": 5000}
 
 
+#: librdkafka's idempotence log lines worth keeping past the ring: a batch failed, retried,
+#: or taken as delivered without an offset (DUPSEQ: "marking the messages successfully
+#: delivered"), the producer id's state.
+NOTABLE = ("DUPSEQ", "ERRSEQ", "UNKPID", "ERRPID", "FATAL", "failed", "persisted", "Persisted",
+           "retry", "Retry", "epoch", "PID")
+
+
 class _RingLogger(logging.Handler):
     """A librdkafka client's log into a bounded ring (errors also to standard error, as
-    librdkafka prints them without a logger)."""
+    librdkafka prints them without a logger); its idempotence lines (:data:`NOTABLE`) are
+    also kept in ``notable``, a ring of their own, since the whole ring holds only the
+    last few seconds of a fault run."""
 
-    def __init__(self, ring: deque[str]) -> None:
+    def __init__(self, ring: deque[str], notable: deque[str] | None = None) -> None:
         super().__init__(logging.DEBUG)
         self.ring = ring
+        self.notable = notable
         self.logger = logging.getLogger(f"faults.librdkafka.{id(self)}")
         self.logger.propagate = False
         self.logger.setLevel(logging.DEBUG)
@@ -106,6 +116,8 @@ class _RingLogger(logging.Handler):
         line = f"{time.strftime('%H:%M:%S', time.localtime(record.created))}" \
                f".{int(record.msecs):03d} {record.getMessage()}"
         self.ring.append(line)
+        if self.notable is not None and any(word in line for word in NOTABLE):
+            self.notable.append(line)
         if record.levelno >= logging.ERROR:
             print(f"librdkafka: {line}", file=sys.stderr, flush=True)
 
@@ -140,6 +152,7 @@ class FaultRun:
         # the producer's librdkafka log (its broker, topic and idempotence events), the
         # newest lines kept for the report of a fault the cluster did not recover from
         self.client_log: deque[str] = deque(maxlen=20_000)
+        self.client_notable: deque[str] = deque(maxlen=20_000)
         self._producer: Any = None
 
     # -- set-up ---------------------------------------------------------------------------
@@ -183,7 +196,8 @@ class FaultRun:
         producer = Producer({
             "bootstrap.servers": self.cluster.bootstrap, "acks": "all",
             "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120000,
-            "debug": "eos,broker,topic", "logger": _RingLogger(self.client_log).logger,
+            "debug": "eos,broker,topic",
+            "logger": _RingLogger(self.client_log, self.client_notable).logger,
             **REBOOTSTRAP,
         })
         self._producer = producer
@@ -484,6 +498,11 @@ class FaultRun:
         report.duplicates = [f"{value!r} at (partition, offset) {at}"
                              for value, at in values.items() if len(at) > 1]
         report.diverged = self._diverged()
+        if report.lost:  # what the producer's librdkafka said, for the cause
+            kept = self.cluster.root / f"librdkafka-producer-notable-{time.strftime('%H%M%S')}.log"
+            kept.write_text("\n".join([*self.client_notable, "--- the last lines:",
+                                        *self.client_log]) + "\n")
+            report.missing.append(f"(the producer's idempotence lines kept: {kept})")
         return report
 
     def _end_offsets(self) -> dict[int, int]:
