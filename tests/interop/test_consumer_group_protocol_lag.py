@@ -228,9 +228,17 @@ def test_a_group_config_altered_through_another_broker_reaches_the_coordinator(
             ResourceType.GROUP, group, incremental_configs=[entry])]).values():
         f.result(30)
 
+    # The member heartbeats at the epoch it was last given, as a client does: the group's
+    # epoch may move meanwhile (the topic's partitions reaching the coordinator after the
+    # join), and a heartbeat at an older epoch without its owned partitions is fenced, as
+    # in Kafka (whole run Q54 sent epoch 1 throughout and met FENCED_MEMBER_EPOCH).
+    epoch = joined.member_epoch
+
     def told() -> datetime.timedelta | None:
-        beat = send(cluster, coordinator, heartbeat(group, "m1", 1))
+        nonlocal epoch
+        beat = send(cluster, coordinator, heartbeat(group, "m1", epoch))
         assert beat.error_code == ErrorCode.none, beat
+        epoch = beat.member_epoch
         return beat.heartbeat_interval if beat.heartbeat_interval.total_seconds() == 6 else None
 
     wait_for(told, 15, "the group's heartbeat interval at the coordinator")
