@@ -5,7 +5,9 @@ Used by the short run in the suite (``tests/interop/test_faults.py``) and the lo
 (``bench/faults.py``). The oracle, checked by :meth:`FaultRun.verify`:
 
 - every acknowledged record is read back exactly once, at the offset its acknowledgement
-  named, in order per partition (offsets unchanged);
+  named, in order per partition (offsets unchanged); one acknowledged without an offset
+  (librdkafka infers a delivery from a later batch's success and names none) is found by
+  its value;
 - every record a consumer saw during the run is still there at the same offset at the end
   (what was visible below the high watermark is never taken back);
 - no value appears twice (the idempotent producer's retries are deduplicated);
@@ -33,6 +35,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +76,61 @@ class Report:
                 f"{self.duplicated}, retracted {self.retracted}, diverged "
                 f"{len(self.diverged)}; fault to next ack: worst {worst:.1f} s, mean "
                 f"{sum(times) / max(1, len(times)):.1f} s")
+
+
+def compare_read_back(
+    report: Report, acked: dict[int, dict[int, bytes]], unplaced: dict[int, list[bytes]],
+    seen: dict[int, dict[int, bytes]], final: dict[int, dict[int, bytes]],
+    ends: dict[int, int],
+) -> None:
+    """The oracle's comparison, into ``report``: each record acknowledged at an offset is
+    read back there (else lost, or moved if another value is there); each acknowledged
+    without one (``unplaced``: librdkafka names no offset when it infers a delivery from
+    a later batch's success) is read back in its partition; the acknowledged records of a
+    partition lie in the order they were sent (values ``v-<sequence>``); what a consumer
+    saw during the run is still there; no value is read back twice."""
+    values: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
+    for p in sorted(final.keys() | acked.keys() | unplaced.keys()):
+        read = final.get(p, {})
+        where: dict[bytes, int] = {}
+        for offset, value in read.items():
+            values[value].append((p, offset))
+            where[value] = offset
+
+        def lost(value: bytes, at: str, p: int = p, read: dict[int, bytes] = read) -> None:
+            report.lost += 1
+            report.missing.append(
+                f"lost {value!r} acknowledged {at}; end offset {ends.get(p)}, "
+                f"{len(read)} records read back, the highest at {max(read, default=-1)}")
+
+        placed: list[tuple[int, int]] = []  # (sequence, offset) of each found
+        for offset, value in acked.get(p, {}).items():
+            found = read.get(offset)
+            if found is None:
+                lost(value, f"at (partition, offset) ({p}, {offset})")
+            elif found != value:
+                report.moved += 1
+            else:
+                placed.append((int(value[2:]), offset))
+        for value in unplaced.get(p, ()):
+            offset = where.get(value)
+            if offset is None:
+                lost(value, f"without an offset on partition {p}")
+            else:
+                placed.append((int(value[2:]), offset))
+        placed.sort()
+        for (seq_a, off_a), (seq_b, off_b) in pairwise(placed):
+            if off_b <= off_a:
+                report.moved += 1
+                report.missing.append(
+                    f"out of order on partition {p}: v-{seq_a} at {off_a}, v-{seq_b} at "
+                    f"{off_b}")
+        for offset, value in seen.get(p, {}).items():
+            if read.get(offset) != value:
+                report.retracted += 1
+    report.duplicated = sum(len(at) - 1 for at in values.values() if len(at) > 1)
+    report.duplicates = [f"{value!r} at (partition, offset) {at}"
+                         for value, at in values.items() if len(at) > 1]
 
 
 def partition_state(cluster: Cluster, topic: str, partition: int) -> dict[str, Any] | None:
@@ -133,6 +191,11 @@ class FaultRun:
         self.partitions = partitions
         self.rate_per_s = rate_per_s
         self.acked: dict[int, dict[int, bytes]] = defaultdict(dict)
+        # acknowledged without an offset: librdkafka's implicit acknowledgement (a later
+        # batch of the partition succeeded, so an earlier one whose answer was lost or an
+        # error was written after all) and its DUPLICATE_SEQUENCE_NUMBER case; found by
+        # value when read back
+        self.acked_unplaced: dict[int, list[bytes]] = defaultdict(list)
         self.seen: dict[int, dict[int, bytes]] = defaultdict(dict)
         self.failed = 0
         # records handed to the producer so far (their values are v-<sequence>), and the
@@ -208,7 +271,11 @@ class FaultRun:
                     self.failed += 1
                     return
                 value = msg.value()
-                self.acked[msg.partition()][msg.offset()] = value
+                offset = msg.offset()
+                if offset is None:
+                    self.acked_unplaced[msg.partition()].append(value)
+                else:
+                    self.acked[msg.partition()][offset] = value
                 sequence = int(value[2:])
                 if sequence > self.acked_up_to.get(msg.partition(), -1):
                     self.acked_up_to[msg.partition()] = sequence
@@ -263,7 +330,8 @@ class FaultRun:
 
     def acks(self) -> int:
         with self._lock:
-            return sum(len(v) for v in self.acked.values())
+            return (sum(len(v) for v in self.acked.values())
+                    + sum(len(v) for v in self.acked_unplaced.values()))
 
     def wait_acks(self, more: int, timeout: float) -> float:
         """Wait for ``more`` acknowledgements from now; the seconds it took."""
@@ -477,26 +545,7 @@ class FaultRun:
                         final[msg.partition()][msg.offset()] = msg.value()
         finally:
             consumer.close()
-        values: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
-        for p in range(self.partitions):
-            for offset, value in final[p].items():
-                values[value].append((p, offset))
-            for offset, value in self.acked[p].items():
-                found = final[p].get(offset)
-                if found is None:
-                    report.lost += 1
-                    report.missing.append(
-                        f"lost {value!r} acknowledged at (partition, offset) ({p}, {offset}); "
-                        f"end offset {ends[p]}, {len(final[p])} records read back, the "
-                        f"highest at {max(final[p], default=-1)}")
-                elif found != value:
-                    report.moved += 1
-            for offset, value in self.seen[p].items():
-                if final[p].get(offset) != value:
-                    report.retracted += 1
-        report.duplicated = sum(len(at) - 1 for at in values.values() if len(at) > 1)
-        report.duplicates = [f"{value!r} at (partition, offset) {at}"
-                             for value, at in values.items() if len(at) > 1]
+        compare_read_back(report, self.acked, self.acked_unplaced, self.seen, final, ends)
         report.diverged = self._diverged()
         if report.lost:  # what the producer's librdkafka said, for the cause
             kept = self.cluster.root / f"librdkafka-producer-notable-{time.strftime('%H%M%S')}.log"
