@@ -97,3 +97,17 @@ def test_a_python_data_source_reads_in_workers_of_the_connector_daemon(spark: An
     assert sorted(by_role) == ["planner", "task"]
     _check(by_role["task"])
     assert "pyspark.daemon" in by_role["planner"][0].split(), by_role["planner"]
+
+
+def test_a_module_that_fails_to_import_is_left_out_of_the_preload() -> None:
+    """The daemon starts without it, as pyspark's would, and says which."""
+    import gc
+
+    from odradek.spark.daemon import preload
+
+    try:
+        failed = preload(["daemon", "pyspark.worker"],
+                         modules=("odradek_no_such_module", "json"))
+    finally:
+        gc.unfreeze()
+    assert failed == ["odradek_no_such_module"]

@@ -76,20 +76,33 @@ def worker_module(argv: list[str]) -> str:
     return "pyspark.worker"
 
 
-def preload(argv: list[str]) -> None:
-    """Import the daemon's worker module and :data:`PRELOADED`, forget the importers of
-    the zip archives' packages, then freeze the modules."""
-    for name in (worker_module(argv), *PRELOADED):
-        importlib.import_module(name)
+def preload(argv: list[str], modules: tuple[str, ...] = PRELOADED) -> list[str]:
+    """Import the daemon's worker module and ``modules``, forget the importers of the zip
+    archives' packages, then freeze the modules; the names that failed to import.
+
+    A module that fails to import is left out, as pyspark's daemon would have left it:
+    the daemon still serves the session's other Python work (a UDF needs no Kafka
+    client), and a worker that needs the module meets the same error itself, where Spark
+    reports it with the task."""
+    failed = []
+    for name in (worker_module(argv), *modules):
+        try:
+            importlib.import_module(name)
+        except Exception:  # any import error: see the docstring
+            failed.append(name)
     for entry, finder in list(sys.path_importer_cache.items()):
         if isinstance(finder, zipimport.zipimporter) and finder.prefix:
             del sys.path_importer_cache[entry]
     gc.collect()
     gc.freeze()
+    return failed
 
 
 def main() -> None:
-    preload(sys.argv)
+    for name in preload(sys.argv):
+        # stderr only: the daemon's stdout carries its port to the JVM
+        print(f"odradek.spark.daemon: {name} not preloaded (it failed to import)",
+              file=sys.stderr)
     from pyspark import daemon
 
     daemon.manager()
