@@ -88,13 +88,7 @@ class KafkaPythonMember(ClassicMember):
         from kafka.errors import KafkaError  # type: ignore[import-untyped]
 
         try:
-            [topic] = self.consumer.subscription()
-            deadline = time.monotonic() + 60
-            self.consumer.topics()  # a metadata refresh (of every topic), waited for
-            while len(self.consumer.partitions_for_topic(topic)) < PARTITIONS:
-                assert time.monotonic() < deadline, f"{topic} not in kafka-python's metadata"
-                time.sleep(0.1)
-                self.consumer.topics()
+            self.await_topic_metadata()
             while not self._stop.is_set():
                 try:
                     polled = self.consumer.poll(timeout_ms=self.poll_ms)
