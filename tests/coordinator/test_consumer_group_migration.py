@@ -216,6 +216,28 @@ def test_classic_join_checks() -> None:
     assert "k" not in group.members
 
 
+
+def test_a_classic_member_whose_session_expired_is_unknown_until_it_joins_again() -> None:
+    """Kafka's answers to a classic member its session timeout fenced out of a consumer
+    group: UNKNOWN_MEMBER_ID to its Heartbeat and SyncGroup (kafka-python then rejoins
+    with an empty member id), and a JoinGroup with its old id makes it a member again
+    (``getOrMaybeCreateMember``, creating)."""
+    group = ConsumerGroup("g")
+    group.heartbeat(consumer_join("c"), TOPICS, 0)
+    assert classic_join(group, classic_join_request("k"), TOPICS, 0).error == ErrorCode.none
+    epoch = group.members["k"].member_epoch
+    assert classic_sync(group, "k", None, epoch, "consumer", "range", 0).error == (
+        ErrorCode.none)
+    assert classic_heartbeat(group, "k", None, epoch, 9_000)[0] in (
+        ErrorCode.none, ErrorCode.rebalance_in_progress)
+    assert group.expire(18_999) == []  # its session (10 s) runs from its heartbeat
+    assert group.expire(19_000) == [("k", "session timeout")]
+    assert classic_heartbeat(group, "k", None, epoch, 19_001)[0] == ErrorCode.unknown_member_id
+    assert classic_sync(group, "k", None, epoch, "consumer", "range", 19_001).error == (
+        ErrorCode.unknown_member_id)
+    again = classic_join(group, classic_join_request("k"), TOPICS, 19_001)
+    assert again.error == ErrorCode.none and again.member_id == "k" and "k" in group.members
+
 def test_downgrade_conditions_and_the_classic_group_built() -> None:
     group = consumer_group_from_classic(stable_classic({"a": [0, 1], "b": [2, 3]}),
                                         ConsumerGroup("g"), TOPICS, now_ms=0)

@@ -7,10 +7,16 @@
   unknown keys); the Java Admin's alterClientQuotas / describeClientQuotas work, with a
   user + client-id entity too; quotas survive a restart (the embedded metadata store).
   (User quotas with SASL users: tests/interop/test_user_quotas.py.)
+
+The tests share one broker (each quota is set for a client id of the test's own, and the
+quotas a test leaves are removed after it); only the restart test starts its own. Its
+controller mutation bucket is 2 partitions a second for 6 windows, 12 partitions, so that
+the mutation throttles are seconds, not the default window's 4-9 s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 import uuid
@@ -42,6 +48,11 @@ BATCH_BYTES = 61 + 2 + 4 + 2 + VALUE + 1
 # averages over several of them (the slope is fitted past the first cycle).
 WINDOW_NUM = 3
 SKIP_S = 4.0
+#: controller_mutation_rate of the mutation tests, and the shared broker's
+#: controller.quota.window.num: a bucket of MUTATION_RATE * MUTATION_WINDOW_NUM = 12
+#: partitions (one-second windows), refilled at 2 a second
+MUTATION_RATE = 2
+MUTATION_WINDOW_NUM = 6
 
 
 def configs(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
@@ -79,10 +90,41 @@ def steady_rate(marks: list[tuple[float, int]], skip_s: float) -> float:
     return cov / var
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    with start_broker(tmp_path, overrides={"quota.window.num": WINDOW_NUM}) as b:
+def reset_client_quotas(broker: BrokerProcess) -> None:
+    """Remove every client quota stored (in-process: a command would cost a Python start)."""
+    from odradek.client.admin import Admin
+    from odradek.client.connection import BrokerConnection
+
+    async def reset() -> None:
+        conn = await BrokerConnection.open(broker.bootstrap, timeout=10)
+        try:
+            admin = Admin(conn)
+            for entity, quotas in await admin.describe_client_quotas():
+                await admin.alter_client_quotas(list(entity.items()), {}, list(quotas))
+            assert await admin.describe_client_quotas() == []
+        finally:
+            await conn.close()
+
+    asyncio.run(asyncio.wait_for(reset(), 60))
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    # num.partitions: the auto-creation quota test's topics (the other tests auto-create
+    # topics only to check their names)
+    with start_broker(tmp_path_factory.mktemp("quotas"), overrides={
+        "quota.window.num": WINDOW_NUM, "controller.quota.window.num": MUTATION_WINDOW_NUM,
+        "num.partitions": 5,
+    }) as b:
         yield b
+
+
+@pytest.fixture
+def broker(shared_broker: BrokerProcess) -> Iterator[BrokerProcess]:
+    """The shared broker, without the client quotas the test set once it is done (each
+    test's quotas are for client ids of its own, so their rates never meet)."""
+    yield shared_broker
+    reset_client_quotas(shared_broker)
 
 
 def test_producer_throttled_to_byte_rate_loses_nothing(broker: BrokerProcess) -> None:
@@ -272,6 +314,10 @@ def test_configs_cli_brokers_and_topics(broker: BrokerProcess) -> None:
         everything.stdout
     assert "  quota.window.size.seconds=1 sensitive=false source=DEFAULT_CONFIG" in \
         everything.stdout
+    # the broker is shared: its dynamic config back as it was
+    done = configs(broker, "--entity-type", "brokers", "--entity-name", "0", "--alter",
+                   "--delete-config", "log.retention.ms")
+    assert done.returncode == 0, done.stderr
 
 
 def test_java_admin_client_quotas(broker: BrokerProcess) -> None:
@@ -299,7 +345,7 @@ def test_quota_applies_while_client_is_connected(broker: BrokerProcess) -> None:
     assert producer.flush(30) == 0
     set_quota(broker, "late-quota", "producer_byte_rate", 50_000)
     started = time.monotonic()
-    for i in range(600):  # 0.6 MB: 0.1 MB in the first window, the rest ~10 s at 50 kB/s
+    for i in range(350):  # 0.35 MB: 0.1 MB in the first window, the rest ~5 s at 50 kB/s
         while True:
             try:
                 producer.produce(topic, b"%08d" % i + b"q" * (VALUE - 8))
@@ -307,27 +353,29 @@ def test_quota_applies_while_client_is_connected(broker: BrokerProcess) -> None:
             except BufferError:
                 producer.poll(0.1)
     assert producer.flush(120) == 0
-    assert time.monotonic() - started >= 5.0
+    assert time.monotonic() - started >= 2.5
 
 
 def test_controller_mutation_quota_java_strict(broker: BrokerProcess) -> None:
     """KIP-599 at CreateTopics v7 / DeleteTopics v6 (the Java Admin's): a token bucket of
-    rate x controller.quota.window.num x size = 11 partitions. In one request, topics are
-    created while the bucket is not below zero (the one that takes it below may), the rest
-    are THROTTLING_QUOTA_EXCEEDED with the time to wait; the client then waits that long
-    (the broker mutes the connection meanwhile), so its next request gets through."""
-    set_quota(broker, "mutator", "controller_mutation_rate", 1)
+    rate x controller.quota.window.num x size = 2 x 6 x 1 = 12 partitions. In one request,
+    topics are created while the bucket is not below zero (the one that takes it below
+    may), the rest are THROTTLING_QUOTA_EXCEEDED with the time to wait; the client then
+    waits that long (the broker mutes the connection meanwhile), so its next request gets
+    through."""
+    set_quota(broker, "mutator", "controller_mutation_rate", MUTATION_RATE)
     java: JavaRunner = java_client()
     topic = f"mq-{uuid.uuid4().hex[:6]}"
     res = java(broker.bootstrap, "mutation-quota", topic, 5, 5, props={"client.id": "mutator"})
     assert res.ok, res.describe()
     s = res.summary
     refused = "ThrottlingQuotaExceededException"
-    # 11 -> 6 -> 1 -> -4: the third overdraws, the fourth and fifth are refused
+    # 12 -> 7 -> 2 -> -3: the third overdraws, the fourth and fifth are refused, for
+    # 3 / 2 = 1.5 s
     assert s["created"] == {f"{topic}-0": "ok", f"{topic}-1": "ok", f"{topic}-2": "ok",
                             f"{topic}-3": refused, f"{topic}-4": refused}, s
-    assert 3_000 <= s["throttle_time_ms"] <= 4_000, s
-    assert s["retried_ms"] >= 2_000, s  # the throttle was waited out, then created (-> -5)
+    assert 1_000 <= s["throttle_time_ms"] <= 1_500, s
+    assert s["retried_ms"] >= 1_000, s  # the throttle was waited out, then created (-> -5)
     # after waiting that throttle out too, the first deletion passes (-> -5), the next not
     assert s["deleted"] == {f"{topic}-0": "ok", f"{topic}-1": refused}, s
 
@@ -335,10 +383,10 @@ def test_controller_mutation_quota_java_strict(broker: BrokerProcess) -> None:
 def test_controller_mutation_quota_permissive(broker: BrokerProcess) -> None:
     """At versions below KIP-599's error (librdkafka's CreateTopics) every topic is created
     and the client is throttled: its next request waits for the throttle time."""
-    set_quota(broker, "old-admin", "controller_mutation_rate", 1)
+    set_quota(broker, "old-admin", "controller_mutation_rate", MUTATION_RATE)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": "old-admin"})
     prefix = f"mqp-{uuid.uuid4().hex[:6]}"
-    topics = [NewTopic(f"{prefix}-{i}", 5, 1) for i in range(4)]  # 20 partitions: 11 - 20
+    topics = [NewTopic(f"{prefix}-{i}", 5, 1) for i in range(4)]  # 20 partitions: 12 - 20
     for f in admin.create_topics(topics, request_timeout=30).values():
         f.result(60)
     started = time.monotonic()
@@ -346,7 +394,7 @@ def test_controller_mutation_quota_permissive(broker: BrokerProcess) -> None:
                                  request_timeout=60).values():
         f.result(90)
     waited = time.monotonic() - started
-    assert waited >= 5.0, f"the next creation took {waited:.1f} s (throttle: ~9 s)"
+    assert waited >= 2.5, f"the next creation took {waited:.1f} s (throttle: 8 / 2 = ~4 s)"
     names = set(admin.list_topics(timeout=30).topics)
     assert {t.topic for t in topics} | {f"{prefix}-late"} <= names
 
@@ -390,46 +438,57 @@ def test_auto_creation_validates_names(broker: BrokerProcess) -> None:
     assert set(good) <= names
 
 
-def test_auto_creation_counts_against_the_mutation_quota(tmp_path: Path) -> None:
+def test_auto_creation_counts_against_the_mutation_quota(broker: BrokerProcess) -> None:
     """Auto-created partitions count against the client's controller_mutation_rate
     permissively (Kafka's auto-creation): the topics are created and the client is
     throttled (the client is told how long to wait, and that connection is muted for it).
-    4 topics x 5 partitions from a bucket of 11 at 1/s."""
-    with start_broker(tmp_path, overrides={"num.partitions": 5}) as broker:
-        set_quota(broker, "auto-maker", "controller_mutation_rate", 1)
-        topics = [f"auto-{uuid.uuid4().hex[:6]}-{i}" for i in range(4)]
-        throttles: list[float] = []
-        outcome = _produce_to(broker.bootstrap, "auto-maker", topics, throttles)
-        assert outcome == {t: None for t in topics}
-        # the Metadata answer that created the last topics told the client to wait
-        # (-tokens / rate: 4 to 9 s, as librdkafka may ask for the topics one by one)
-        assert throttles and 3.0 <= max(throttles) <= 9.5, throttles
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        described = admin.list_topics(timeout=30).topics
-        assert all(len(described[t].partitions) == 5 for t in topics)
+    4 topics x 5 partitions (num.partitions) from a bucket of 12 at 2/s."""
+    set_quota(broker, "auto-maker", "controller_mutation_rate", MUTATION_RATE)
+    topics = [f"auto-{uuid.uuid4().hex[:6]}-{i}" for i in range(4)]
+    throttles: list[float] = []
+    outcome = _produce_to(broker.bootstrap, "auto-maker", topics, throttles)
+    assert outcome == {t: None for t in topics}
+    # the Metadata answer that created the last topics told the client to wait
+    # (-tokens / rate: 1.5 to 4 s, as librdkafka may ask for the topics one by one)
+    assert throttles and 1.0 <= max(throttles) <= 4.5, throttles
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = admin.list_topics(timeout=30).topics
+    assert all(len(described[t].partitions) == 5 for t in topics)
 
 
 def test_request_percentage_throttles_a_busy_client(broker: BrokerProcess) -> None:
     """request_percentage (KIP-124): a client whose requests keep the broker busy longer
     than its share is throttled, at most one quota window (1 s) at a time; the answer says
-    so (librdkafka's throttle_cb) and the next request waits. Another client is not."""
+    so (librdkafka's throttle_cb) and the next request waits. Another client is not.
+
+    The busy client describes until an answer carries a throttle at the cap (a whole
+    window: the share was overrun by more than a window's worth), then once more, which
+    waits that throttle out."""
     topic = create_topic(broker)
     set_quota(broker, "busy", "request_percentage", 1)  # 1 % of a thread: 10 ms a second
     set_quota(broker, "idle", "request_percentage", 1_000)
 
-    def describe_repeatedly(client_id: str, times: int) -> tuple[list[float], float]:
+    def describe_repeatedly(client_id: str, times: int | None) -> tuple[list[float], float]:
+        """``times`` DescribeConfigs, or (None) until a throttle at the cap and one more."""
         throttles: list[float] = []
         admin = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": client_id,
                              "throttle_cb": lambda e: throttles.append(e.throttle_time)})
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)  # type: ignore[attr-defined]
         started = time.monotonic()
-        for _ in range(times):
+        deadline = started + 120
+        done = 0
+        capped = False  # an answer at the cap seen: one more request waits it out
+        while (done < times) if times is not None else not capped:
+            capped = any(t >= 0.99 for t in throttles)
             for f in admin.describe_configs([resource]).values():
                 f.result(30)
+            done += 1
+            admin.poll(0)  # serve the throttle callbacks of the answers so far
+            assert time.monotonic() < deadline, f"no throttle at the cap: {throttles}"
         admin.poll(0.5)
         return throttles, time.monotonic() - started
 
-    throttles, took = describe_repeatedly("busy", 200)
+    throttles, took = describe_repeatedly("busy", None)
     assert throttles, f"no throttle reported in {took:.1f} s"
     assert max(throttles) <= 1.0, throttles  # capped at quota.window.size.seconds
     assert took >= 1.0
