@@ -79,6 +79,7 @@ from pyspark.sql.types import StructType
 from odradek.client.connection import BrokerConnection, ClientError
 from odradek.client.groups import GroupsClient
 from odradek.client.security import ClientSecurity, client_security
+from odradek.spark.home import use_compiled_spark_home
 from odradek.spark.offset_sync import MirrorState, runs_of
 
 __all__ = [
@@ -1011,6 +1012,9 @@ class MirrorJob:
         if own:
             from pyspark.sql import SparkSession
 
+            # Spark's Python processes import pyspark compiled, not from pyspark.zip
+            # (odradek.spark.home), unless SPARK_HOME or PYSPARK_PYTHON is the user's
+            use_compiled_spark_home()
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             spark = (
                 SparkSession.builder.master(self.cfg.master)
