@@ -14,6 +14,8 @@ the home (``SPARK_HOME`` unset, or the package's own), every one of them names
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -154,3 +156,68 @@ def test_the_home_is_used_only_when_spark_home_and_the_workers_python_allow(
     home = use_compiled_spark_home(tmp_path)
     assert home is not None and os.environ["SPARK_HOME"] == str(home)
     assert home.parent == tmp_path
+
+
+@pytest.mark.timeout(400)
+def test_odradek_mirror_starts_its_spark_from_the_home(tmp_path: Path) -> None:
+    """``odradek mirror`` without ``SPARK_HOME`` starts its JVM from a home it makes (here
+    under ``XDG_CACHE_HOME``), and mirrors through it: the streaming runner, the planners
+    and the task workers all run without the zips."""
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    from odradek.testing import running_broker
+    from tests.interop._broker import odradek_executable
+    from tests.spark.test_mirror import ends, wait_until
+
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYSPARK_PYTHON")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    with (
+        running_broker(data_dir=tmp_path / "a") as a,
+        running_broker(data_dir=tmp_path / "b") as b,
+    ):
+        admin = AdminClient({"bootstrap.servers": a.bootstrap})
+        admin.create_topics([NewTopic("h.t", 1, 1)])["h.t"].result(30)
+        producer = ck.Producer({"bootstrap.servers": a.bootstrap})
+        producer.produce("h.t", b"v")
+        assert producer.flush(30) == 0
+        del producer  # (it would retry the broker's address once the broker is gone)
+        cmd = [str(odradek_executable()), "mirror", "--source-bootstrap-server", a.bootstrap,
+               "--target-bootstrap-server", b.bootstrap, "--include", r"h\..*",
+               "--topic-prefix", "a.", "--checkpoint-dir", str(tmp_path / "ckpt"),
+               "--master", "local[2]", "--sync-interval", "1"]
+        with open(tmp_path / "mirror.log", "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        try:
+            wait_until(lambda: ends(b.bootstrap, "a.h.t", 1) == [1], "the record mirrored")
+            jvms = [pid for pid in _session_pids(proc.pid)
+                    if b"org.apache.spark.deploy.SparkSubmit" in _read(pid, "cmdline")]
+            assert len(jvms) == 1, (tmp_path / "mirror.log").read_text()[-3000:]
+            environ = dict(e.split(b"=", 1) for e in _read(jvms[0], "environ").split(b"\0")
+                           if b"=" in e)
+            home = Path(environ[b"SPARK_HOME"].decode())
+            assert home.parent == tmp_path / "cache" / "odradek"
+            assert not (home / "python" / "lib" / "pyspark.zip").exists()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(60)
+
+
+def _session_pids(sid: int) -> list[int]:
+    """The processes of session ``sid`` (the mirror's: its JVM and the JVM's Python)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _read(int(entry.name), "stat")
+            if stat and int(stat.rsplit(b")", 1)[1].split()[3]) == sid:
+                pids.append(int(entry.name))
+    return pids
+
+
+def _read(pid: int, name: str) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / name).read_bytes()
+    except OSError:
+        return b""

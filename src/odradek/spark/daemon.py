@@ -33,7 +33,9 @@ for files added to the job), which makes each of them read the archive's directo
 (``zipimporter.prefix`` set) are dropped after the preload; the archives' own entries on
 ``sys.path`` stay, and an import of a package not yet loaded makes its importer again
 from the directory already read. A forked worker's CPU before its UDF runs: 0.53 s with
-``pyspark.daemon``, 0.09 s with this module (a UDF in local[2], pyspark 4.3).
+``pyspark.daemon``, 0.09 s with this module (a UDF in local[2], pyspark 4.3). With
+the ``SPARK_HOME`` of :mod:`odradek.spark.home` (no zips on the workers' path, pyspark
+from site-packages) there are no such importers to drop.
 
 pyspark's daemon defers the worker's imports to the child on purpose: a library that
 starts threads on import and then forks may leave a child with a lock held by a thread

@@ -91,14 +91,23 @@ def _complete(home: Path, pyspark_home: Path) -> bool:
         for n in names)
 
 
+def _this_python(python: str) -> bool:
+    """Whether ``python`` (a path, or a name on the PATH) is this interpreter's: in the
+    same directory once links are resolved. (Not the file itself resolved: every
+    virtualenv's python links to the same one.)"""
+    found = shutil.which(python)
+    return found is not None and (
+        Path(found).absolute().parent.resolve() == Path(sys.executable).absolute().parent.resolve())
+
+
 def use_compiled_spark_home(base: Path = DEFAULT_BASE) -> Path | None:
     """Set ``SPARK_HOME`` to :func:`compiled_spark_home` when it is safe (see the
     module's header); the home set, or None when left alone."""
     if os.environ.get("SPARK_HOME"):
         return None
     python = os.environ.get("PYSPARK_PYTHON")
-    if python and os.path.abspath(python) != os.path.abspath(sys.executable):
-        return None  # (not resolved: another virtualenv's python links to the same file)
+    if python and not _this_python(python):
+        return None
     pyspark_home = pip_spark_home()
     if pyspark_home is None:
         return None
