@@ -40,8 +40,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-#: the directory the homes are made in when none is given
-DEFAULT_BASE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "odradek"
+
+def default_base() -> Path:
+    """The directory the homes are made in when none is given: ``odradek`` in the user's
+    cache directory (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "odradek"
 
 
 def pip_spark_home() -> Path | None:
@@ -56,10 +59,11 @@ def pip_spark_home() -> Path | None:
     return None
 
 
-def compiled_spark_home(pyspark_home: Path, base: Path = DEFAULT_BASE) -> Path:
+def compiled_spark_home(pyspark_home: Path, base: Path) -> Path:
     """The ``SPARK_HOME`` of symlinks for ``pyspark_home`` under ``base``, made once per
-    pyspark directory and version, atomically (made aside and renamed into place, so
-    processes racing to make it all end with the same complete directory)."""
+    pyspark directory (its links follow an upgrade in place), atomically: made aside and
+    renamed into place, so processes racing to make it all end with the same complete
+    directory."""
     tag = hashlib.sha256(str(pyspark_home).encode()).hexdigest()[:12]
     home = base / f"spark-home-{tag}"
     if _complete(home, pyspark_home):
@@ -100,7 +104,7 @@ def _this_python(python: str) -> bool:
         Path(found).absolute().parent.resolve() == Path(sys.executable).absolute().parent.resolve())
 
 
-def use_compiled_spark_home(base: Path = DEFAULT_BASE) -> Path | None:
+def use_compiled_spark_home(base: Path | None = None) -> Path | None:
     """Set ``SPARK_HOME`` to :func:`compiled_spark_home` when it is safe (see the
     module's header); the home set, or None when left alone."""
     if os.environ.get("SPARK_HOME"):
@@ -114,8 +118,8 @@ def use_compiled_spark_home(base: Path = DEFAULT_BASE) -> Path | None:
     if importlib.util.find_spec("py4j") is None:  # its zip is left out of the home too
         return None
     try:
-        home = compiled_spark_home(pyspark_home, base)
-    except OSError:
+        home = compiled_spark_home(pyspark_home, default_base() if base is None else base)
+    except (OSError, RuntimeError):  # (RuntimeError: no home directory to find)
         return None
     os.environ["SPARK_HOME"] = str(home)
     return home
