@@ -75,15 +75,12 @@ def coordinator_of(cluster: Cluster, txn_id: str, key_type: int = 1,
 # idle connections makes one change within this long. (A run under load blocked 10
 # minutes, until a broker closed an idle connection of the producer's.)
 IDLE_CLOSE_MS = 10000
-#: the idle close of the test that waits for it (issue 51: at 10 s, its
-#: send_offsets_to_transaction returned after about 20 s)
-SHORT_IDLE_CLOSE_MS = 3000
 
 
-def producer(cluster: Cluster, txn_id: str, idle_close_ms: int = IDLE_CLOSE_MS) -> Any:
+def producer(cluster: Cluster, txn_id: str) -> Any:
     return txn_producer(cluster.bootstrap, txn_id, DEADLINE_S,
                         **{"transaction.timeout.ms": 60000,
-                           "connections.max.idle.ms": idle_close_ms})
+                           "connections.max.idle.ms": IDLE_CLOSE_MS})
 
 
 def test_the_coordinator_killed_mid_transaction_and_after_a_commit(cluster: Cluster) -> None:
@@ -264,7 +261,7 @@ def test_send_offsets_once_the_group_coordinator_left_the_cluster(cluster: Clust
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
-    p = producer(cluster, txn_id, SHORT_IDLE_CLOSE_MS)
+    p = producer(cluster, txn_id)
     deadline = time.monotonic() + DEADLINE_S
     killed = None
     try:
@@ -293,7 +290,7 @@ def test_send_offsets_once_the_group_coordinator_left_the_cluster(cluster: Clust
         stop = threading.Event()
 
         def poke() -> None:
-            while not stop.wait(SHORT_IDLE_CLOSE_MS / 1000 + 2):
+            while not stop.wait(IDLE_CLOSE_MS / 1000 + 2):
                 with contextlib.suppress(KafkaException):
                     p.list_topics(timeout=5)
 
