@@ -14,8 +14,7 @@ out of the ISR), it is stopped (SIGTERM: its controlled shutdown moves leadershi
 ISR at once); a kill -9 would wait out its ZooKeeper session first, and failover after a
 crash is test_replication.py's and test_cluster.py's subject. Where the loss itself is the
 subject (the whole ISR of the unclean election's partition, a whole rack) brokers are
-killed -9. The states are polled in-process with a Metadata request (a librdkafka client
-each poll cost more than the poll).
+killed -9.
 """
 
 from __future__ import annotations
@@ -59,38 +58,28 @@ def admin(bootstrap: str) -> Any:
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def described(address: str, topic: str) -> list[TopicDescription] | None:
-    """Metadata of ``topic`` as the broker at ``address`` answers it (None if it does not
-    answer within seconds)."""
-    async def ask() -> list[TopicDescription]:
-        async with await BrokerConnection.open(address, timeout=5) as conn:
-            return await Admin(conn).metadata([topic])
-
-    try:
-        return asyncio.run(asyncio.wait_for(ask(), 10))
-    except (ClientError, OSError, TimeoutError):
-        return None
-
-
 def partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
-    """``{partition: (leader, replicas, isr)}`` as the first broker of ``bootstrap`` that
-    answers sees it, offline partitions (leader -1) included ({} if unknown)."""
-    for address in bootstrap.split(","):
-        found = described(address, topic)
-        if found is not None:
-            return {p.partition: (p.leader, list(p.replicas), sorted(p.isr))
-                    for t in found if t.name == topic and t.error == "none"
-                    for p in t.partitions}
-    return {}
+    """``{partition: (leader, replicas, isr)}`` as a live broker sees it ({} if unknown)."""
+    t = admin(bootstrap).list_topics(topic=topic, timeout=15).topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p.id: (p.leader, list(p.replicas), sorted(p.isrs)) for p in t.partitions.values()}
 
 
 def broker_view(cluster: Cluster, broker_id: int,
                 topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
     """``{partition: (leader, replicas, isr)}`` as broker ``broker_id`` itself answers
     Metadata ({} if it does not know the topic or cannot be reached)."""
-    found = described(cluster.address(broker_id), topic) or []
+    async def ask() -> list[TopicDescription]:
+        async with await BrokerConnection.open(cluster.address(broker_id)) as conn:
+            return await Admin(conn).metadata([topic])
+
+    try:
+        described = asyncio.run(ask())
+    except (ClientError, OSError):
+        return {}
     return {p.partition: (p.leader, list(p.replicas), sorted(p.isr))
-            for t in found if t.name == topic and t.error == "none"
+            for t in described if t.name == topic and t.error == "none"
             for p in t.partitions if p.error == "none"}
 
 
