@@ -152,9 +152,9 @@ def consume_all(bootstrap: str, topic: str, expected: int,
 
 def stop(cluster: Cluster, broker_id: int) -> None:
     """Stop ``broker_id`` (SIGTERM: its controlled shutdown moves its leaderships and
-    takes it out of the ISRs before it unregisters)."""
-    rc = cluster.stop(broker_id)
-    assert rc == 0, f"broker {broker_id} exited with {rc}\n{cluster.describe()}"
+    takes it out of the ISRs before it unregisters; its clean exit within a bound is
+    test_controlled_shutdown.py's subject, the waits after it here hold either way)."""
+    cluster.stop(broker_id)
 
 
 def bounce_preferred(cluster: Cluster, topic: str, partition: int) -> int:
