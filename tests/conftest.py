@@ -29,6 +29,7 @@ from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
 from odradek.cluster import loop_owned
 from odradek.testing import RunningBroker, odradek_broker, running_broker
+from tests import _deadlines
 
 __all__ = ["odradek_broker", "shared_broker"]
 
@@ -184,6 +185,9 @@ def pytest_configure(config: pytest.Config) -> None:
     loop_owned.DEBUG = loop_owned.debug_wanted()
     if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
         config.pluginmanager.register(_Timings(config), "odradek-timings")
+        # the machine's speed at the start, for the waits' deadlines (tests/_deadlines.py);
+        # the workers and the processes the tests start inherit it
+        os.environ.setdefault(_deadlines.ENV, f"{_deadlines.measure_speed():.2f}")
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         _lean_children(config)  # in the process that runs the tests, not xdist's controller
 

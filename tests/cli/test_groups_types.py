@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 
 import confluent_kafka as ck
 import pytest
+from tests._deadlines import expired
 from tests.interop._broker import REPO, odradek_executable
 
 from odradek.testing import RunningBroker, running_broker
@@ -50,9 +51,9 @@ def ok(*args: str) -> str:
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
+    started = time.monotonic()
     while not condition():
-        assert time.monotonic() < deadline, f"not in time: {what}"
+        assert not expired(started, DEADLINE_S), f"not in time: {what}"
         time.sleep(0.05)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests._deadlines import expired
 from tests.interop._broker import REPO, odradek_executable
 
 from odradek.testing import RunningBroker, running_broker
@@ -48,9 +49,9 @@ def new_name(prefix: str) -> str:
 
 
 def wait_until(condition: object, what: str, deadline_s: float = 30.0) -> None:
-    deadline = time.monotonic() + deadline_s
+    started = time.monotonic()
     while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"not in time: {what}"
+        assert not expired(started, deadline_s), f"not in time: {what}"
         time.sleep(0.05)
 
 

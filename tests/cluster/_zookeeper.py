@@ -33,6 +33,7 @@ from odradek.cluster.local_zookeeper import (
     start_zookeeper,
 )
 from odradek.cluster.zk_store import ZooKeeperStore
+from tests._deadlines import expired
 
 __all__ = ["ZooKeeperServer", "expire_session", "four_letter", "running_zookeeper", "wait_for"]
 
@@ -41,9 +42,9 @@ TICK_MS = 200  # sessions may then be as short as 2 ticks (minSessionTimeout)
 
 def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
     """Poll ``condition`` until it is truthy, failing after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while not condition():
-        if time.monotonic() > deadline:
+        if expired(started, timeout):
             raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
         time.sleep(0.02)
 

@@ -26,6 +26,7 @@ from odradek.security.acl import (
     ResourcePattern,
     ResourceType,
 )
+from tests._deadlines import expired
 from tests.cluster.conftest import Backend
 
 ORDERS = ResourcePattern(ResourceType.TOPIC, "orders", PatternType.LITERAL)
@@ -35,9 +36,9 @@ DENY_WRITE = AclEntry("User:bob", "10.0.0.1", AclOperation.WRITE, AclPermissionT
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
+        assert not expired(started, timeout), "condition not met in time"
         time.sleep(0.01)
 
 

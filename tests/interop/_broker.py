@@ -40,6 +40,8 @@ from typing import Any
 
 import pytest
 
+from tests._deadlines import describe, expired
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 JAVA_DIR = Path(__file__).resolve().parent / "java"
@@ -172,8 +174,9 @@ class BrokerProcess:
     # ---- lifecycle
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
         """Wait for the broker's ready file (written whole once it has started: listening,
-        and registered in a cluster) and read the ports it bound from it."""
-        deadline = time.monotonic() + timeout
+        and registered in a cluster) and read the ports it bound from it; ``timeout``
+        grows on a slow machine (tests/_deadlines.py)."""
+        started = time.monotonic()
         while True:
             if self.proc.poll() is not None:
                 _LIVE.discard(self)
@@ -184,10 +187,11 @@ class BrokerProcess:
                 self.ports = {name: int(port) for name, port in ready["listeners"].items()}
                 self.metrics_url = ready.get("metrics")
                 return
-            if time.monotonic() > deadline:
+            if expired(started, timeout):
                 self.kill9()
                 raise BrokerStartError(
-                    f"broker did not start within {timeout:.0f} s (no {self.ready_path.name})"
+                    f"broker did not start within {describe(started, timeout)} (no "
+                    f"{self.ready_path.name})"
                     f"\n" + self.describe()
                 )
             time.sleep(0.05)

@@ -42,6 +42,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 
 from odradek.cluster.local_zookeeper import LocalZooKeeper, ZooKeeperNotInstalled, start_zookeeper
+from tests._deadlines import describe, expired
 
 from ._broker import (
     STARTUP_TIMEOUT,
@@ -65,16 +66,17 @@ REGISTER_TIMEOUT_S = 30.0
 
 def wait_for(condition: Callable[[], T | None], timeout: float = 10.0, what: str = "") -> T:
     """Poll ``condition`` until it returns something truthy (returned), failing after
-    ``timeout`` seconds with ``what`` and the last value seen."""
-    deadline = time.monotonic() + timeout
+    ``timeout`` seconds (longer on a slow machine: tests/_deadlines.py) with ``what`` and
+    the last value seen."""
+    started = time.monotonic()
     last: T | None = None
     while True:
         last = condition()
         if last:
             return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for "
-                                 f"{what or condition} (last: {last!r})")
+        if expired(started, timeout):
+            raise AssertionError(f"timed out after {describe(started, timeout)} waiting "
+                                 f"for {what or condition} (last: {last!r})")
         time.sleep(0.05)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.interop._broker import REPO, odradek_executable
 from tests.interop.test_consumer_group_protocol import (
     BROKER_OVERRIDES,
@@ -171,8 +172,8 @@ def commit(member: Any) -> None:
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str,
                members: list[Any]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while not expired(started, timeout):
         for m in members:
             m.poll()
         if condition():

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.interop._broker import JavaRunner, java_client
 
 pytestmark = pytest.mark.interop
@@ -65,8 +66,8 @@ def produce(bootstrap: str, topic: str, partitions: int, per_partition: int,
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str,
                tick: Callable[[], None] = lambda: None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while not expired(started, timeout):
         tick()
         if condition():
             return

@@ -23,6 +23,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from odradek.testing import RunningBroker
+from tests._deadlines import expired
 
 from ._broker import odradek_executable
 from ._security import Certs, bootstrap, confluent_settings, secure_broker
@@ -63,9 +64,9 @@ def create_topic(broker: RunningBroker) -> str:
 
 
 def wait_for(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert not expired(started, timeout), f"timed out waiting for {what}"
         time.sleep(0.05)
 
 

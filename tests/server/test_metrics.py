@@ -28,6 +28,7 @@ from odradek.client.connection import BrokerConnection
 from odradek.protocol.errors import ErrorCode
 from odradek.server.config import BrokerConfig, ConfigError
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 
 TOPIC = "metered"
 PRODUCED = {0: 12, 1: 8}  # records per partition, one Produce request each
@@ -59,12 +60,12 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while True:
         result = check()
         if result:
             return result
-        if time.monotonic() > deadline:
+        if expired(started, timeout):
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
 

@@ -22,13 +22,14 @@ from odradek.protocol.registry import RequestContext
 from odradek.server.config import BrokerConfig, ConfigError
 from odradek.server.watchdog import LoopWatchdog, describe_request
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.server.test_metrics import scrape, value
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while not (result := check()):
-        if time.monotonic() > deadline:
+        if expired(started, timeout):
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
     return result

@@ -84,6 +84,7 @@ def _session(spark_session: Any) -> Any:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.python.daemon.module", "odradek.spark.daemon")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -28,6 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from odradek.spark.mirror import MirrorConfig, MirrorJob, combined_pattern
 from odradek.testing import running_broker
+from tests._deadlines import expired
 from tests.interop._broker import odradek_executable
 
 PREFIX = "a."
@@ -37,9 +38,9 @@ Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]] |
 
 
 def wait_until(cond: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while not cond():
-        if time.monotonic() > deadline:
+        if expired(started, timeout):
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests._deadlines import expired
 from tests.interop._broker import REPO, free_port, odradek_executable, port_open
 
 T = TypeVar("T")
@@ -51,9 +52,9 @@ def running_console(bootstrap: str, *extra: str, password: str | None = None,
                  "--port", str(port), *args],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            deadline = time.monotonic() + timeout
+            started = time.monotonic()
             while not port_open("127.0.0.1", port):
-                if proc.poll() is not None or time.monotonic() > deadline:
+                if proc.poll() is not None or expired(started, timeout):
                     raise AssertionError(f"odradek console did not start: rc={proc.poll()}\n"
                                          f"{out_path.read_text(errors='replace')}")
                 time.sleep(0.05)

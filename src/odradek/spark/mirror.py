@@ -1019,6 +1019,8 @@ class MirrorJob:
                 .config("spark.ui.showConsoleProgress", "false")
                 .config("spark.sql.session.timeZone", "UTC")
                 .config("spark.sql.streaming.stopTimeout", "30s")
+                # workers forked with the connector imported (odradek.spark.daemon)
+                .config("spark.python.daemon.module", "odradek.spark.daemon")
                 .getOrCreate()
             )
             spark.sparkContext.setLogLevel("ERROR")
