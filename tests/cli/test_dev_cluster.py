@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests._deadlines import expired
 from tests.interop._broker import REPO, odradek_executable
 
 from odradek.cli import main
@@ -155,9 +156,9 @@ def odradek(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
 
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert not expired(started, timeout), f"timed out waiting for {what}"
         time.sleep(0.1)
 
 

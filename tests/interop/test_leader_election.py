@@ -4,10 +4,17 @@ clusters over a real ZooKeeper, driven by real clients.
 
 The preferred-leader tests share one module-scoped cluster with
 ``auto.leader.rebalance.enable=false`` (so that only the election asked for moves
-leadership); each kills -9 the preferred leader of a partition, restarts it, waits until it
+leadership); each stops the preferred leader of a partition, restarts it, waits until it
 is back in the ISR, then asks for the election with one client: confluent-kafka's
 ``AdminClient.elect_leaders``, the Java ``Admin.electLeaders``, the ``odradek
 leader-election`` command line. The auto rebalance and rack tests run clusters of their own.
+
+Where a broker only has to be away (a preferred leader that no longer leads, a follower
+out of the ISR), it is stopped (SIGTERM: its controlled shutdown moves leadership and the
+ISR at once); a kill -9 would wait out its ZooKeeper session first, and failover after a
+crash is test_replication.py's and test_cluster.py's subject. Where the loss itself is the
+subject (the whole ISR of the unclean election's partition, a whole rack) brokers are
+killed -9.
 """
 
 from __future__ import annotations
@@ -130,9 +137,11 @@ def consume_all(bootstrap: str, topic: str, expected: int,
         values: list[bytes] = []
 
         def enough() -> bool:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                values.append(msg.value())
+            # what is there at once (one record a poll, each followed by wait_for's pause,
+            # took 3 s for 60 records)
+            for msg in consumer.consume(expected - len(values), 0.5):
+                if msg.error() is None:
+                    values.append(msg.value())
             return len(values) >= expected
 
         wait_for(enough, 60, f"{expected} records of {topic}")
@@ -141,12 +150,19 @@ def consume_all(bootstrap: str, topic: str, expected: int,
         consumer.close()
 
 
+def stop(cluster: Cluster, broker_id: int) -> None:
+    """Stop ``broker_id`` (SIGTERM: its controlled shutdown moves its leaderships and
+    takes it out of the ISRs before it unregisters; its clean exit within a bound is
+    test_controlled_shutdown.py's subject, the waits after it here hold either way)."""
+    cluster.stop(broker_id)
+
+
 def bounce_preferred(cluster: Cluster, topic: str, partition: int) -> int:
-    """Kill -9 the preferred leader of ``topic-partition``, wait for another leader, restart
+    """Stop the preferred leader of ``topic-partition``, wait for another leader, restart
     it and wait until it is back in the ISR of every partition; returns its id."""
     assignment = partitions(live_bootstrap(cluster), topic)
     victim = assignment[partition][1][0]
-    cluster.kill9(victim)
+    stop(cluster, victim)
     cluster.wait_for(
         lambda: (p := partitions(live_bootstrap(cluster), topic).get(partition))
         and p[0] not in (victim, -1),
@@ -262,7 +278,7 @@ def test_unclean_election_brings_an_offline_partition_back(cluster3: Cluster) ->
     (first, second), = create_topic(cluster3, topic, rf=2, n=1).values()
     bystander = next(b for b in (1, 2, 3) if b not in (first, second))
     produce(cluster3.bootstrap, topic, RECORDS, "kept", n=1)
-    cluster3.kill9(second)
+    stop(cluster3, second)  # out of the ISR: what follows is written without it
     cluster3.wait_for(lambda: partitions(live_bootstrap(cluster3), topic)[0][2] == [first],
                       30, f"ISR of {topic} down to {first}")
     produce(live_bootstrap(cluster3), topic, RECORDS, "only-on-the-leader", n=1)
@@ -364,7 +380,7 @@ def test_topics_describe_filters(cluster3: Cluster) -> None:
                 "--topic", topic, "--under-replicated-partitions")
     assert under.returncode == 0 and under.stdout.strip() == "", under.stdout
 
-    cluster3.kill9(3)
+    stop(cluster3, 3)
     cluster3.wait_for(
         lambda: (found := partitions(live_bootstrap(cluster3), topic))
         and all(3 not in isr for _, _, isr in found.values()),
@@ -382,7 +398,7 @@ def test_topics_describe_filters(cluster3: Cluster) -> None:
                       "--unavailable-partitions")
     assert unavailable.returncode == 0 and unavailable.stdout.strip() == ""
 
-    cluster3.kill9(2)
+    stop(cluster3, 2)
     cluster3.wait_for(
         lambda: (found := partitions(live_bootstrap(cluster3), topic))
         and all(isr == [1] for _, _, isr in found.values()),
@@ -399,7 +415,7 @@ def test_auto_leader_rebalance(tmp_path: Path) -> None:
         topic = unique("rebalance")
         assignment = create_topic(c, topic)
         victim = assignment[0][0]
-        c.kill9(victim)
+        stop(c, victim)
         c.wait_for(lambda: (p := partitions(live_bootstrap(c), topic).get(0))
                    and p[0] not in (victim, -1), 30, "a new leader of partition 0")
         c.start(victim)

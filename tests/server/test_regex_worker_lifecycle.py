@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.coordinator import regex_worker
 from odradek.testing import running_broker
+from tests._deadlines import expired
 from tests.interop._broker import start_broker
 from tests.server._requests import one
 from tests.server.test_consumer_group_apis import consumer_config, heartbeat, new_group
@@ -52,9 +53,9 @@ def _workers_of(parent: int) -> list[int]:
 
 
 def _wait_exited(pid: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
     while _state(pid) not in (None, "Z"):
-        assert time.monotonic() < deadline, f"regex worker {pid} still runs"
+        assert not expired(started, timeout_s), f"regex worker {pid} still runs"
         time.sleep(0.05)
 
 

@@ -21,6 +21,7 @@ import confluent_kafka as ck
 import pytest
 
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.interop._broker import odradek_executable
 from tests.spark.test_mirror import kill_group
 
@@ -31,9 +32,9 @@ GROUP = "odradek-mirror"
 
 
 def _wait(cond: Callable[[], bool], what: str, log: Path, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while not cond():
-        if time.monotonic() > deadline:
+        if expired(started, timeout):
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
             raise AssertionError(f"timed out waiting for {what}; the mirror's log ends:\n{tail}")
         time.sleep(0.5)

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests._deadlines import expired
 from tests.interop._broker import REPO, free_port, odradek_executable, port_open, start_broker
 from tests.webconsole._console import PASSWORD, login
 
@@ -24,9 +25,9 @@ LOGGED_FAIL = re.compile(r"(ERROR|WARNING|CRITICAL) odradek\.webconsole\.librdka
 
 
 def _wait(what: str, check: object, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
+        if expired(started, timeout):
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
 
