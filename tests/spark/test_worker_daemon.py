@@ -111,3 +111,36 @@ def test_a_module_that_fails_to_import_is_left_out_of_the_preload() -> None:
     finally:
         gc.unfreeze()
     assert failed == ["odradek_no_such_module"]
+
+
+def test_the_daemon_serves_without_the_connectors_dependencies(tmp_path: Any) -> None:
+    """A workers' Python without confluent-kafka or pyarrow: the daemon still starts and
+    gives the JVM its port, as pyspark's would, so a session's plain UDFs run (the package
+    ``odradek.spark``, which ``python -m`` imports first, loads the connector only on
+    use). Before, its import failed and every Python task of the session with it."""
+    import os
+    import subprocess
+    import sys
+
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    for name in ("confluent_kafka", "pyarrow"):
+        (blocked / f"{name}.py").write_text(f"raise ImportError('{name} is not installed')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, (str(blocked), os.environ.get("PYTHONPATH"))))}
+    daemon = subprocess.Popen([sys.executable, "-m", "odradek.spark.daemon", "pyspark.worker"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env)
+    try:
+        assert daemon.stdout is not None and daemon.stdin is not None
+        port = daemon.stdout.read(4)  # pyspark.daemon's write_int of its port
+        assert len(port) == 4 and int.from_bytes(port, "big") > 0, (
+            port, daemon.stderr.read().decode() if daemon.poll() is not None else "")
+        daemon.stdin.close()  # the JVM going away: the daemon ends
+        daemon.wait(60)
+        stderr = daemon.stderr.read().decode() if daemon.stderr else ""
+        assert "confluent_kafka" in stderr or "pyarrow" in stderr, stderr  # said, not fatal
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(10)

@@ -45,6 +45,12 @@ OpenBLAS's pool (numpy's); both libraries register ``pthread_atfork`` handlers t
 their locks around the fork and reset their thread state in the child. No Python thread
 is started here (the connector starts its clients' threads only when it runs).
 
+What a task sees differently: the modules imported here are the installed ones, and a
+task finds them in ``sys.modules``; a copy of one of them shipped with the job
+(``--py-files``, ``spark.submit.pyFiles``, ``addPyFile``: a patched ``odradek`` or one of
+its pure-Python dependencies), which pyspark's daemon would import from the task's
+``sys.path`` where it comes first, is not used (docs/spark.md).
+
 Use it by setting ``spark.python.daemon.module`` to ``odradek.spark.daemon`` in the
 session's configuration (docs/spark.md); it only has an effect with
 ``spark.python.use.daemon`` (the default, except on Windows). The Python executable the
