@@ -102,7 +102,7 @@ class ClassicMember:
         try:
             self.await_topic_metadata()
             while not self._stop.is_set():
-                for tp, batch in self.consumer.poll(timeout_ms=200).items():
+                for tp, batch in self._poll().items():
                     if tp.partition not in self.owned:
                         self.violations.append(
                             f"{self.name} read partition {tp.partition} it does not own")
@@ -116,6 +116,11 @@ class ClassicMember:
         except BaseException as exc:
             self.violations.append(f"{self.name}'s poll loop failed: {exc!r}")
             raise
+
+    def _poll(self) -> dict[Any, Any]:
+        """One ``poll()`` of the loop (200 ms)."""
+        polled: dict[Any, Any] = self.consumer.poll(timeout_ms=200)
+        return polled
 
     def await_topic_metadata(self) -> None:
         """Before the first poll, fetch metadata until the new topic's partitions are in

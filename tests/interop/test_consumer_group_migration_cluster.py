@@ -76,43 +76,26 @@ class KafkaPythonMember(ClassicMember):
       metadata refresh and lets the refresh's failure out. An application polls again
       after a retriable error; so does this member. Any other error fails the test."""
 
-    poll_ms = 200  # each poll()'s timeout
-
     def __init__(self, bootstrap: str, group: str, topic: str, name: str,
                  owners: dict[Any, str]) -> None:
         self.retries = 0  # the retriable errors poll() raised, and the last of them
         self.retried: deque[str] = deque(maxlen=3)
         super().__init__(bootstrap, group, topic, name, owners)
 
-    def _run(self) -> None:
+    def _poll(self) -> dict[Any, Any]:
+        """One ``poll()``; a retriable error is counted and answered with no records (the
+        loop polls again), any other fails the loop."""
         from kafka.errors import KafkaError  # type: ignore[import-untyped]
 
         try:
-            self.await_topic_metadata()
-            while not self._stop.is_set():
-                try:
-                    polled = self.consumer.poll(timeout_ms=self.poll_ms)
-                except KafkaError as exc:
-                    if not exc.retriable:
-                        raise
-                    self.retries += 1
-                    self.retried.append(repr(exc))
-                    time.sleep(0.1)
-                    continue
-                for tp, records in polled.items():
-                    if tp.partition not in self.owned:
-                        self.violations.append(
-                            f"{self.name} read partition {tp.partition} it does not own")
-                    self.records += [(tp.partition, r.offset, r.value.decode())
-                                     for r in records]
-                if self._commit.is_set():
-                    self._commit.clear()
-                    if self.owned:
-                        self.consumer.commit()
-                    self._committed.set()
-        except BaseException as exc:
-            self.violations.append(f"{self.name}'s poll loop failed: {exc!r}")
-            raise
+            return super()._poll()
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            self.retries += 1
+            self.retried.append(repr(exc))
+            time.sleep(0.1)
+            return {}
 
     def state(self) -> str:
         """kafka-python's view of its membership (private fields, for a failure's
