@@ -287,7 +287,9 @@ def test_a_coordinator_killed_mid_revocation_and_the_members_carry_on(
         for consumer in (c1, c2):
             if consumer is not None:
                 # bounded: librdkafka's close of a member mid-rebalance can wait long
-                closing = threading.Thread(target=consumer.close, daemon=True)
-                closing.start()
-                closing.join(30)
+                # (its own name: `closing` is the event on_revoke reads, a rebinding
+                # would reach it through the closure)
+                closer = threading.Thread(target=consumer.close, daemon=True)
+                closer.start()
+                closer.join(30)
         cluster.restore()
