@@ -327,6 +327,11 @@ class GroupCoordinator(InternalTopicCoordinator):
         super().startup()
         self.manager.startup()
 
+    async def stop_regex_workers(self) -> None:
+        """Kill and reap the regex children on the loop (the broker's stop, before
+        :meth:`shutdown`, which only kills what is left)."""
+        await asyncio.gather(self.regex_worker.stop(), self.regex_resolver.stop())
+
     def shutdown(self) -> None:
         for group_id in list(self.consumer_groups):
             self._drop_consumer_group(group_id)

@@ -33,6 +33,7 @@ How it works:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -57,6 +58,8 @@ WALL_LIMIT_FACTOR = 15
 """A request is given up after this many times its CPU budget on the wall clock, however
 little CPU the child got."""
 NICENESS = 10
+# the broker's stop waits this long for a killed child to be reaped
+STOP_WAIT_S = 2.0
 """The child runs this much nicer than the broker (``os.nice``)."""
 _LINE_LIMIT = 64 * 1024 * 1024  # an answer line: every topic name, a few times over
 
@@ -212,6 +215,17 @@ class RegexWorker:
         except TimeoutError:
             proc.kill()
             await proc.wait()
+
+    async def stop(self) -> None:
+        """Kill the child and reap it on this loop (the broker's stop): a child only
+        killed leaves its transport to be collected after the loop has closed, which
+        asyncio reports as an error ("Event loop is closed")."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        proc.kill()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), STOP_WAIT_S)
 
     def close_now(self) -> None:
         """Kill the child without waiting (shutdown outside a coroutine)."""

@@ -713,6 +713,7 @@ class Broker:
         if hasattr(self, "group_coordinator"):
             # answer parked JoinGroup/SyncGroup requests (NOT_COORDINATOR) so that
             # in-flight requests can finish
+            await self.group_coordinator.stop_regex_workers()
             self.group_coordinator.shutdown()
         if hasattr(self, "transaction_coordinator"):
             self.transaction_coordinator.shutdown()
