@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import describe, expired
 from tests.interop._broker import kcat, start_broker
 
 pytestmark = pytest.mark.interop
@@ -104,11 +105,11 @@ class Tracker:
 
     def until(self, predicate: Callable[[], bool], timeout: float, what: str) -> float:
         started = time.monotonic()
-        while time.monotonic() - started < timeout:
+        while not expired(started, timeout):
             self.poll_all()
             if predicate():
                 return time.monotonic() - started
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
+        raise AssertionError(f"timed out after {describe(started, timeout)} waiting for {what}; "
                              f"assignments {self.assignments()}")
 
     def balanced(self, partitions: int) -> Callable[[], bool]:
@@ -327,9 +328,10 @@ def test_kafka_python_range_assignor_and_leave(rb: RunningBroker) -> None:
                 # it; the member stays REBALANCING without heartbeats, the broker expires it
                 # and the other member takes all partitions. Must follow subscribe(): the
                 # snapshot is taken of the subscribed topics when the metadata arrives.
-                deadline = time.monotonic() + 30
+                asked = time.monotonic()
                 while c.partitions_for_topic(topic) != set(range(5)):
-                    assert time.monotonic() < deadline, f"no metadata for {topic}"
+                    assert not expired(asked, 30), \
+                        f"no metadata for {topic} in {describe(asked, 30)}"
                     time.sleep(0.05)
                 while not self.stop.is_set():
                     batch = c.poll(timeout_ms=50)
@@ -344,11 +346,12 @@ def test_kafka_python_range_assignor_and_leave(rb: RunningBroker) -> None:
                 self.error = exc
 
     def wait(until: Callable[[], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
         while not until():
             assert all(m.error is None for m in members), [m.error for m in members]
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; assignments {[m.partitions for m in members]}")
+            if expired(started, timeout):
+                raise AssertionError(f"timed out after {describe(started, timeout)}; "
+                                     f"assignments {[m.partitions for m in members]}")
             time.sleep(0.05)
 
     members = [Member(), Member()]
@@ -384,7 +387,7 @@ def test_aiokafka_group_life_cycle(rb: RunningBroker) -> None:
         await a.start()
         await b.start()
         seen: set[tuple[int, int]] = set()
-        deadline = time.monotonic() + 60
+        started = time.monotonic()
 
         async def drain(c: Any) -> None:
             batch = await c.getmany(timeout_ms=100)
@@ -394,7 +397,7 @@ def test_aiokafka_group_life_cycle(rb: RunningBroker) -> None:
             if batch:
                 await c.commit()
 
-        while time.monotonic() < deadline:
+        while not expired(started, 60):
             await drain(a)
             await drain(b)
             pa = {tp.partition for tp in a.assignment()}
@@ -404,7 +407,7 @@ def test_aiokafka_group_life_cycle(rb: RunningBroker) -> None:
         else:
             raise AssertionError("aiokafka consumers never shared the partitions")
         await b.stop()
-        while time.monotonic() < deadline:
+        while not expired(started, 60):
             await drain(a)
             if {tp.partition for tp in a.assignment()} == set(range(4)) and covered(seen, 4, 10):
                 break
