@@ -23,6 +23,7 @@ from odradek.storage.config import LogConfig
 from odradek.storage.log import PartitionLog
 from odradek.storage.manager import LogManager, TopicPartition
 from odradek.storage.offset_map import ENTRY_SIZE
+from tests._deadlines import expired
 
 from ._util import NOW, Clock, segment_batches
 
@@ -303,8 +304,8 @@ def test_corrupt_log_reported_others_cleaned(
     corrupt_first_batch(bad)
     s.cleaner.startup()
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        while not expired(started, 10):
             status = json.loads((s.manager.log_dirs[0] / STATUS_FILE).read_text())
             if "good-0" in status["last_cleaned"] and "bad-0" in status["uncleanable"]:
                 break
@@ -345,8 +346,8 @@ def test_dead_thread_restarted(tmp_path: Path, caplog: pytest.LogCaptureFixture)
         for i in range(10):
             append(plog, [(b"k", str(i).encode())])
         plog.roll()
-        deadline = time.monotonic() + 5
-        while len(records(plog)) > 1 and time.monotonic() < deadline:
+        started = time.monotonic()
+        while len(records(plog)) > 1 and not expired(started, 5):
             time.sleep(0.05)
         assert records(plog) == [(9, b"k", b"9")]
         assert "died; restarting" in caplog.text

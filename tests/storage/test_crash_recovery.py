@@ -15,6 +15,7 @@ import pytest
 from odradek.records.batch import BatchHeader, iter_records
 from odradek.storage import files
 from odradek.storage.manager import LogManager, TopicPartition
+from tests._deadlines import describe, expired
 
 from ._util import NOW, config, make_batch, open_log, payload_digest, read_all, segment_batches
 
@@ -30,11 +31,12 @@ def _run_child(log_dir: Path, seed: int, out_path: Path, rng: random.Random) -> 
             stderr=subprocess.PIPE,
         )
     try:
-        deadline = time.monotonic() + 20
+        started = time.monotonic()
         while b"ready\n" not in out_path.read_bytes():
             if proc.poll() is not None:
                 raise AssertionError(f"child died: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "child never became ready"
+            assert not expired(started, 20), (
+                f"child never became ready in {describe(started, 20)}")
             time.sleep(0.005)
         time.sleep(rng.uniform(0.0, 0.12))
         os.kill(proc.pid, signal.SIGKILL)

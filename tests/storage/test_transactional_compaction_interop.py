@@ -15,6 +15,7 @@ import uuid
 import confluent_kafka as ck
 
 from odradek.testing import running_broker
+from tests._deadlines import describe, expired
 
 PRODUCE_S = 8.0  # long enough for abort markers to pass their horizon several times
 MIN_PASSES = 20
@@ -60,10 +61,11 @@ def test_committed_records_survive_many_cleaner_passes() -> None:
         producer.commit_transaction(30)
         committed.add(b"last")
         del producer  # librdkafka's threads stop before the broker does
-        wait_until = time.monotonic() + DEADLINE_S
+        started = time.monotonic()
         while cleaner.passes - passes_before < MIN_PASSES:
-            assert time.monotonic() < wait_until, (
-                f"only {cleaner.passes - passes_before} cleaner passes")
+            assert not expired(started, DEADLINE_S), (
+                f"only {cleaner.passes - passes_before} cleaner passes in "
+                f"{describe(started, DEADLINE_S)}")
             time.sleep(0.05)
 
         consumer = ck.Consumer({"bootstrap.servers": rb.bootstrap,
@@ -73,11 +75,12 @@ def test_committed_records_survive_many_cleaner_passes() -> None:
                                 "enable.auto.commit": False})
         consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
         seen: set[bytes] = set()
-        read_until = time.monotonic() + DEADLINE_S
+        started = time.monotonic()
         try:
             while b"last" not in seen:
-                assert time.monotonic() < read_until, (
-                    f"read {len(seen)} records, missing {sorted(committed - seen)[:10]}")
+                assert not expired(started, DEADLINE_S), (
+                    f"read {len(seen)} records in {describe(started, DEADLINE_S)}, missing "
+                    f"{sorted(committed - seen)[:10]}")
                 message = consumer.poll(0.5)
                 if message is None:
                     continue

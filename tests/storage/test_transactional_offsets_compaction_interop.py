@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from odradek.storage.manager import TopicPartition
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import describe, expired
 
 OVERRIDES = {
     "offsets.topic.num.partitions": "1",
@@ -114,10 +115,14 @@ def test_transactional_offset_commits_survive_compaction_and_reload(tmp_path: Pa
             last_committed = -1
             aborted: set[int] = set()
             n = 0
-            loop_end = time.monotonic() + LOOP_S
-            deadline = loop_end + DEADLINE_S
+            # the loop runs LOOP_S (its work, not a deadline); the waits after it have
+            # DEADLINE_S more
+            started = time.monotonic()
+            loop_end = started + LOOP_S
+            until = LOOP_S + DEADLINE_S
             while time.monotonic() < loop_end or last_committed < 0:
-                assert time.monotonic() < deadline, "no transaction committed"
+                assert not expired(started, until), (
+                    f"no transaction committed in {describe(started, until)}")
                 commit = n % 4 != 2
                 position = _transform(consumer, producer, source, sink, commit)
                 if position is None:
@@ -131,7 +136,8 @@ def test_transactional_offset_commits_survive_compaction_and_reload(tmp_path: Pa
             # abort's marker, a stale index entry would make it drop the commit.
             for commit in (False, True):
                 while (position := _transform(consumer, producer, source, sink, commit)) is None:
-                    assert time.monotonic() < deadline, "no record to transform"
+                    assert not expired(started, until), (
+                        f"no record to transform in {describe(started, until)}")
                 if commit:
                     last_committed = position
                 else:
@@ -143,8 +149,9 @@ def test_transactional_offset_commits_survive_compaction_and_reload(tmp_path: Pa
             horizon = time.monotonic() + HORIZON_S
             checkpoints: set[int] = set()
             while len(checkpoints) < PASSES_AFTER_LAST_COMMIT or time.monotonic() < horizon:
-                assert time.monotonic() < deadline, (
-                    f"the cleaner passed the last commit {len(checkpoints)} times")
+                assert not expired(started, until), (
+                    f"the cleaner passed the last commit {len(checkpoints)} times in "
+                    f"{describe(started, until)}")
                 position = _transform(consumer, producer, source, sink, False)
                 if position is not None:
                     aborted.add(position)
