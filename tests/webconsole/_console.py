@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests._deadlines import expired
+from tests._deadlines import describe, expired
 from tests.interop._broker import REPO, free_port, odradek_executable, port_open
 
 T = TypeVar("T")
@@ -116,9 +116,9 @@ def chromium_driver(*arguments: str) -> Any:
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float = 15.0) -> T:
     """Poll ``check`` until it returns something truthy, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     last: Exception | None = None
-    while time.monotonic() < deadline:
+    while not expired(started, timeout):
         try:
             value = check()
             if value:
@@ -126,5 +126,5 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float = 15.0) ->
         except Exception as exc:  # the element is not there yet, a stale reference
             last = exc
         time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last})" if last
-                                                             else ""))
+    raise AssertionError(f"timed out waiting for {what} after {describe(started, timeout)}"
+                         + (f" (last error: {last})" if last else ""))
