@@ -28,6 +28,7 @@ import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
+from tests._deadlines import describe, expired
 from tests.interop._broker import (
     BrokerProcess,
     JavaRunner,
@@ -169,8 +170,8 @@ def test_producer_throttled_to_byte_rate_loses_nothing(broker: BrokerProcess) ->
     })
     consumer.subscribe([topic])
     seen: set[int] = set()
-    deadline = time.monotonic() + 120
-    while len(seen) < n and time.monotonic() < deadline:
+    started = time.monotonic()
+    while len(seen) < n and not expired(started, 120):
         for msg in consumer.consume(1000, 1.0):
             assert msg.error() is None, msg.error()
             value = msg.value()
@@ -208,8 +209,8 @@ def test_consumer_throttled_to_byte_rate(broker: BrokerProcess) -> None:
     seen: set[int] = set()
     marks: list[tuple[float, int]] = []
     received = 0
-    deadline = time.monotonic() + 180
-    while len(seen) < n and time.monotonic() < deadline:
+    started = time.monotonic()
+    while len(seen) < n and not expired(started, 180):
         for msg in consumer.consume(1000, 0.5):
             assert msg.error() is None, msg.error()
             value = msg.value()
@@ -475,7 +476,6 @@ def test_request_percentage_throttles_a_busy_client(broker: BrokerProcess) -> No
                              "throttle_cb": lambda e: throttles.append(e.throttle_time)})
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)  # type: ignore[attr-defined]
         started = time.monotonic()
-        deadline = started + 120
         done = 0
         capped = False  # an answer at the cap seen: one more request waits it out
         while (done < times) if times is not None else not capped:
@@ -484,7 +484,8 @@ def test_request_percentage_throttles_a_busy_client(broker: BrokerProcess) -> No
                 f.result(30)
             done += 1
             admin.poll(0)  # serve the throttle callbacks of the answers so far
-            assert time.monotonic() < deadline, f"no throttle at the cap: {throttles}"
+            assert not expired(started, 120), \
+                f"no throttle at the cap in {describe(started, 120)}: {throttles}"
         admin.poll(0.5)
         return throttles, time.monotonic() - started
 
