@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from tests._deadlines import describe, expired
 
 from odradek.cli.console import _StopSignals
 
@@ -27,16 +28,17 @@ def saved_handlers() -> Iterator[None]:
 
 
 def _send(sig: signal.Signals, until: Callable[[], bool] = lambda: True) -> None:
-    """Signal the main thread and return once ``until()`` holds (deadline 10 s).
+    """Signal the main thread and return once ``until()`` holds (deadline 10 s, growing on a
+    slow machine: tests/_deadlines.py).
 
     ``os.kill`` of the process may be delivered to any thread (pytest-xdist's workers
     have several), and Python runs the handler on the main thread only at its next check,
     which may come after the assertion that follows; so the signal goes to the main
     thread, and the test waits for what it expects, with a deadline."""
     signal.pthread_kill(threading.main_thread().ident or 0, sig)
-    deadline = time.monotonic() + 10
+    started = time.monotonic()
     while not until():
-        assert time.monotonic() < deadline, f"signal {sig!r} not handled in 10 s"
+        assert not expired(started, 10), f"signal {sig!r} not handled in {describe(started, 10)}"
         time.sleep(0.001)  # a call: the interpreter runs pending signal handlers
 
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from tests._deadlines import describe, expired
 from tests.interop._broker import REPO, free_port, odradek_executable
 
 from odradek.client.connection import BrokerConnection, ClientError
@@ -296,9 +297,9 @@ def test_status_defaults_to_data_and_checks_the_broker_with_b(tmp_path: Path) ->
 
     broker = start_broker(tmp_path)  # data in tmp_path/data
     try:
-        deadline = time.monotonic() + 30
+        started = time.monotonic()
         while not (tmp_path / "data" / "cleaner-status.json").exists():
-            assert time.monotonic() < deadline, "no cleaner-status.json"
+            assert not expired(started, 30), f"no cleaner-status.json in {describe(started, 30)}"
             time.sleep(0.1)
         plain = odradek("status", cwd=tmp_path)
         assert plain.returncode == 0, plain.stderr

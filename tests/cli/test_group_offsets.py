@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import confluent_kafka as ck
+from tests._deadlines import describe, expired
 from tests.interop._broker import REPO, odradek_executable, start_broker
 
 from odradek.cli._group_offsets import OffsetsFileError, format_offsets, parse_offsets
@@ -56,9 +57,9 @@ def _first_values(bootstrap: str, group: str) -> dict[int, str]:
     seen: dict[int, str] = {}
     try:
         consumer.subscribe([TOPIC])
-        deadline = time.monotonic() + DEADLINE_S
+        started = time.monotonic()
         # partition 2 is committed at its end: nothing to read there
-        while len(seen) < 2 and time.monotonic() < deadline:
+        while len(seen) < 2 and not expired(started, DEADLINE_S):
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
                 partition, value = msg.partition(), msg.value()
@@ -94,10 +95,10 @@ def test_export_import_round_trip_restart_and_another_broker(tmp_path: Path) -> 
         member = ck.Consumer({"bootstrap.servers": a.bootstrap, "group.id": "busy"})
         try:
             member.subscribe([TOPIC])
-            deadline = time.monotonic() + DEADLINE_S
-            while not member.assignment() and time.monotonic() < deadline:
+            started = time.monotonic()
+            while not member.assignment() and not expired(started, DEADLINE_S):
                 member.poll(0.2)
-            assert member.assignment()
+            assert member.assignment(), f"no assignment in {describe(started, DEADLINE_S)}"
             busy = _odradek("groups", "import-offsets", "-b", a.bootstrap, "--group", "busy",
                             "--from-file", str(csv_file), "--execute")
             assert busy.returncode == 1 and "stop its consumers" in busy.stderr

@@ -13,6 +13,7 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
+from tests._deadlines import expired
 from tests.interop._broker import REPO, odradek_executable
 from tests.server._raw_client import TxnClient, txn_batch
 
@@ -88,10 +89,10 @@ def _read_committed(rb: RunningBroker, topic: str, wanted: bytes) -> list[tuple[
                             "enable.auto.commit": False})
     consumer.assign([ck.TopicPartition(topic, 0, 0)])
     seen: list[tuple[Any, Any]] = []
-    deadline = time.monotonic() + 30
+    started = time.monotonic()
     try:
         while not any(v == wanted for _, v in seen):
-            assert time.monotonic() < deadline, f"read_committed stuck at {seen}"
+            assert not expired(started, 30), f"read_committed stuck at {seen}"
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
                 seen.append((message.offset(), message.value()))

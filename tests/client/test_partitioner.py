@@ -21,6 +21,7 @@ import pytest
 
 from odradek.client.partitioner import murmur2, partition_for_key, to_positive
 from odradek.testing import RunningBroker
+from tests._deadlines import expired
 from tests.interop._broker import java_lib_dir
 
 pytestmark = pytest.mark.interop
@@ -114,8 +115,8 @@ def test_partition_matches_librdkafka_murmur2_random(shared_broker: RunningBroke
     producer = Producer({**conf, "partitioner": "murmur2_random", "linger.ms": 5})
     for i, key in enumerate(keys):
         producer.produce(topic, value=str(i).encode(), key=key, on_delivery=delivered)
-    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
-    while producer.flush(1) and time.monotonic() < deadline:
+    started = time.monotonic()
+    while producer.flush(1) and not expired(started, DELIVERY_TIMEOUT_S):
         pass
     assert not errors, errors[:5]
     assert len(chosen) == len(keys), f"{len(keys) - len(chosen)} records not delivered"

@@ -27,6 +27,7 @@ from odradek.cluster.replica_manager import PendingAppend, ReplicaManager, Repli
 from odradek.cluster.store import EmbeddedStore
 from odradek.server.purgatory import DelayedBytes, Purgatory
 from odradek.storage import LogManager, TopicPartition, files
+from tests._deadlines import describe, expired
 from tests.storage._util import make_batch
 
 ME = 0
@@ -85,10 +86,10 @@ def _run(main: Coroutine[Any, Any, T]) -> T:
 
 
 async def _until(condition: Callable[[], bool], what: str, timeout_s: float = LONG) -> None:
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
     while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+        if expired(started, timeout_s):
+            raise AssertionError(f"timed out waiting for {what}: {describe(started, timeout_s)}")
         await asyncio.sleep(0.001)
 
 
