@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests._deadlines import describe, expired
+
 from ._broker import BrokerProcess, kcat, kcat_path, start_broker
 
 pytestmark = pytest.mark.interop
@@ -43,14 +45,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
     )
     futures[topic].result(timeout=60)
     # wait until the topic is visible in metadata with all its partitions
-    deadline = time.monotonic() + 15
+    started = time.monotonic()
     while True:
         md = admin.list_topics(topic=topic, timeout=10)
         t = md.topics.get(topic)
         if t is not None and t.error is None and len(t.partitions) == partitions:
             return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"topic {topic} not in metadata after creation: {t!r}")
+        if expired(started, 15):
+            raise AssertionError(f"topic {topic} not in metadata {describe(started, 15)} "
+                                 f"after creation: {t!r}")
         time.sleep(0.2)
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from odradek.protocol.api_keys import ApiKey
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import describe, expired
 
 pytestmark = pytest.mark.interop
 
@@ -60,9 +61,9 @@ def broker() -> Iterator[tuple[RunningBroker, _Recorder]]:
 def new_topic(b: RunningBroker, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     b.call(b.broker.metadata.create_topic, name, 1, 1, {})
-    deadline = time.monotonic() + 30
+    started = time.monotonic()
     while b.broker.get_log(name, 0) is None:
-        assert time.monotonic() < deadline, "log not created"
+        assert not expired(started, 30), f"log not created in {describe(started, 30)}"
         time.sleep(0.02)
     return name
 
@@ -74,8 +75,8 @@ def modern_read(bootstrap: str, topic: str, n: int) -> list[tuple[bytes, list[An
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, 0)])
     out: list[tuple[bytes, list[Any]]] = []
-    deadline = time.monotonic() + 60
-    while len(out) < n and time.monotonic() < deadline:
+    started = time.monotonic()
+    while len(out) < n and not expired(started, 60):
         msg = consumer.poll(1.0)
         if msg is not None and msg.error() is None:
             out.append((msg.value(), msg.headers() or []))
@@ -177,8 +178,8 @@ def test_confluent_kafka(broker: tuple[RunningBroker, _Recorder], fallback: str,
     consumer = Consumer(conf)
     consumer.subscribe([topic])
     got: list[Any] = []
-    deadline = time.monotonic() + 60
-    while len(got) < N and time.monotonic() < deadline:
+    started = time.monotonic()
+    while len(got) < N and not expired(started, 60):
         msg = consumer.poll(1.0)
         if msg is not None and msg.error() is None:
             got.append(msg)
@@ -192,8 +193,8 @@ def test_confluent_kafka(broker: tuple[RunningBroker, _Recorder], fallback: str,
     modern_write(b.bootstrap, topic, 3)
     reader.assign([TopicPartition(topic, 0, N)])
     rest: list[Any] = []
-    deadline = time.monotonic() + 60
-    while len(rest) < 3 and time.monotonic() < deadline:
+    started = time.monotonic()
+    while len(rest) < 3 and not expired(started, 60):
         msg = reader.poll(1.0)
         if msg is not None and msg.error() is None:
             rest.append(msg)
@@ -256,9 +257,9 @@ def test_a_log_dir_left_by_an_old_kafka(tmp_path: Any) -> None:
 
     with running_broker(data_dir=tmp_path) as b:
         b.call(b.broker.metadata.create_topic, "old", 1, 1, {})
-        deadline = time.monotonic() + 30
+        started = time.monotonic()
         while b.broker.get_log("old", 0) is None:
-            assert time.monotonic() < deadline
+            assert not expired(started, 30), f"log not created in {describe(started, 30)}"
             time.sleep(0.02)
     partition_dir = tmp_path / "data" / "old-0"
     for f in partition_dir.iterdir():

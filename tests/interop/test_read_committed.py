@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import describe, expired
 from tests.interop._broker import java_client, start_broker
 from tests.server._raw_client import TXN_ID, TxnClient, txn_batch
 
@@ -96,9 +97,9 @@ def _confluent(bootstrap: str, topic: str, isolation: str, expected: int) -> lis
                          "fetch.wait.max.ms": 50})
     consumer.assign([TopicPartition(topic, 0, 0)])
     got: list[bytes] = []
-    deadline = time.monotonic() + CONSUME_TIMEOUT
+    started = time.monotonic()
     try:
-        while time.monotonic() < deadline and len(got) < expected:
+        while not expired(started, CONSUME_TIMEOUT) and len(got) < expected:
             msg = consumer.poll(0.2)
             if msg is None or msg.error() is not None:
                 continue
@@ -136,9 +137,9 @@ def test_kafka_python(rc_broker: RunningBroker, isolation: str,
     consumer.assign([tp])
     consumer.seek(tp, 0)
     got: list[bytes] = []
-    deadline = time.monotonic() + CONSUME_TIMEOUT
+    started = time.monotonic()
     try:
-        while time.monotonic() < deadline and len(got) < len(expected):
+        while not expired(started, CONSUME_TIMEOUT) and len(got) < len(expected):
             for records in consumer.poll(timeout_ms=200).values():
                 got.extend(r.value for r in records)
         for records in consumer.poll(timeout_ms=500).values():
@@ -167,8 +168,8 @@ def test_aiokafka(rc_broker: RunningBroker,
             tp = TopicPartition(topic, 0)
             consumer.assign([tp])
             consumer.seek(tp, 0)
-            deadline = time.monotonic() + CONSUME_TIMEOUT
-            while time.monotonic() < deadline and len(got) < len(committed):
+            started = time.monotonic()
+            while not expired(started, CONSUME_TIMEOUT) and len(got) < len(committed):
                 batches = await consumer.getmany(timeout_ms=200)
                 for records in batches.values():
                     got.extend(r.value for r in records)
@@ -200,9 +201,10 @@ def test_kill9_with_an_open_transaction_keeps_the_last_stable_offset(tmp_path: P
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic("t", 1, 1)])["t"].result(timeout=20)
         c = TxnClient(broker.port)
-        deadline = time.monotonic() + 10
+        started = time.monotonic()
         while c.produce("t", txn_batch(-1, -1, -1)).error_code != 0:
-            assert time.monotonic() < deadline, "the topic did not become writable"
+            assert not expired(started, 10), \
+                f"the topic did not become writable in {describe(started, 10)}"
             time.sleep(0.05)
         pid, epoch = c.init_producer_id()
         assert c.produce("t", txn_batch(pid, epoch, 0, 3), transactional_id=TXN_ID).base_offset \
@@ -215,9 +217,9 @@ def test_kill9_with_an_open_transaction_keeps_the_last_stable_offset(tmp_path: P
         broker = start_broker(tmp_path, data_dir=data_dir, port=port,
                               overrides=NO_VERIFICATION)
         c = TxnClient(broker.port)
-        deadline = time.monotonic() + 10
+        started = time.monotonic()
         while (answer := c.fetch("t")).error_code != 0:
-            assert time.monotonic() < deadline, answer
+            assert not expired(started, 10), f"{answer} after {describe(started, 10)}"
             time.sleep(0.05)
         assert answer.last_stable_offset == 1 and answer.high_watermark == 5
         assert c.markers("t", pid, epoch, commit=False) == 0

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from odradek.testing import RunningBroker
+from tests._deadlines import describe, expired
 
 from ._broker import java_client, kcat
 from ._security import (
@@ -73,8 +74,8 @@ def test_confluent_produce_consume_in_group_and_admin(
     consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < 10 and time.monotonic() < deadline:
+    started = time.monotonic()
+    while len(got) < 10 and not expired(started, 30):
         message = consumer.poll(0.5)
         if message is not None and message.error() is None:
             got.append(message.value())
@@ -243,8 +244,8 @@ def _read_back(conf: dict[str, Any], topic: str, count: int) -> list[bytes]:
                          "fetch.max.bytes": 10_000_000})
     consumer.subscribe([topic])
     got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < count and time.monotonic() < deadline:
+    started = time.monotonic()
+    while len(got) < count and not expired(started, 30):
         message = consumer.poll(0.5)
         if message is not None and message.error() is None:
             got.append(message.value())
@@ -312,15 +313,16 @@ def test_tls_connections_queue_little_in_the_tls_layer(
     context = ssl.create_default_context(cafile=str(certs.ca))
 
     def limits(listener: str, local: tuple[str, int]) -> tuple[int, int]:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        while not expired(started, 10):
             for connection in list(server(broker, listener).connections):
                 transport = connection._transport  # the limits are what the test checks
                 if connection.peer == local and transport is not None:
                     low, high = transport.get_write_buffer_limits()
                     return low, high
             time.sleep(0.02)
-        raise AssertionError(f"no {listener} connection from {local} within 10 s")
+        raise AssertionError(f"no {listener} connection from {local} "
+                             f"in {describe(started, 10)}")
 
     host, port = bootstrap(broker, "SSL").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as raw, \

@@ -23,6 +23,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest as Handsha
 
 from odradek.protocol.errors import ErrorCode
 from odradek.testing import RunningBroker
+from tests._deadlines import expired
 from tests.protocol.wire import decode_response, request_frame
 
 from ._security import (
@@ -102,8 +103,8 @@ def test_client_certificate_from_another_ca(secure: tuple[RunningBroker, Certs])
     assert any(isinstance(e, KafkaError) and e.code() in (
         KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
         for e in errors), errors
-    deadline = time.monotonic() + 10
-    while stats(broker, "MTLS")["failed"] == before and time.monotonic() < deadline:
+    started = time.monotonic()
+    while stats(broker, "MTLS")["failed"] == before and not expired(started, 10):
         time.sleep(0.05)
     assert stats(broker, "MTLS")["failed"] > before
     _works(broker, certs, "MTLS")
@@ -125,8 +126,8 @@ def test_plaintext_client_on_a_tls_port(
     with caplog.at_level(logging.DEBUG, logger="odradek.server.network"):
         errors = _attempt(broker, certs, listener)  # PLAINTEXT settings
         assert errors
-        deadline = time.monotonic() + 10
-        while "SSL handshake failed" not in caplog.text and time.monotonic() < deadline:
+        started = time.monotonic()
+        while "SSL handshake failed" not in caplog.text and not expired(started, 10):
             time.sleep(0.05)
     assert "SSL handshake failed" in caplog.text
     # and raw garbage: the handshake fails, the broker goes on
@@ -307,9 +308,9 @@ def test_clients_reauthenticate_and_keep_working(reauth: tuple[RunningBroker, Ce
     broker, certs = reauth
     producer = Producer({"bootstrap.servers": bootstrap(broker, "SASL_SSL"),
                          **confluent_settings(certs, "SASL_SSL", "SCRAM-SHA-256")})
-    deadline = time.monotonic() + 20
+    started = time.monotonic()
     sent = 0
-    while stats(broker, "SASL_SSL")["reauth"] < 2 and time.monotonic() < deadline:
+    while stats(broker, "SASL_SSL")["reauth"] < 2 and not expired(started, 20):
         producer.produce("reauth", b"x")
         assert producer.flush(10) == 0
         sent += 1

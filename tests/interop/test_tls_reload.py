@@ -35,6 +35,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from cryptography.hazmat.primitives import serialization
 
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import describe, expired
 
 pytestmark = pytest.mark.interop
 
@@ -198,9 +199,10 @@ def test_passwords_are_sensitive_and_never_echoed(
     assert KEY_PASSWORD not in raised.value.args[0].str()
     alter(tls, **{LOCATION.replace(".", "__"): str(store),
                   "listener__name__ssl__ssl__key__password": KEY_PASSWORD})
-    deadline = time.monotonic() + 10
+    started = time.monotonic()
     while served(tls) != fingerprint(store):
-        assert time.monotonic() < deadline, "the encrypted keystore never served"
+        assert not expired(started, 10), \
+            f"the encrypted keystore not served in {describe(started, 10)}"
         time.sleep(0.05)
     admin = AdminClient({"bootstrap.servers": tls.plaintext()})
     resource = ConfigResource(ConfigResource.Type.BROKER, "0")

@@ -16,6 +16,7 @@ import pytest
 
 from odradek.coordinator.transaction_state import TransactionState
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import describe, expired
 
 from ._transactions import read_to_end, txn_producer
 
@@ -78,10 +79,11 @@ def test_confluent_kafka_consume_transform_produce(rb: RunningBroker) -> None:
     producer = txn_producer(rb.bootstrap, f"ctp-{uuid.uuid4().hex[:6]}")
     done = 0
     aborted_once = False
-    deadline = time.monotonic() + DEADLINE_S
+    started = time.monotonic()
     try:
         while done < 40:
-            assert time.monotonic() < deadline, f"transformed {done} of 40"
+            assert not expired(started, DEADLINE_S), \
+                f"transformed {done} of 40 in {describe(started, DEADLINE_S)}"
             batch = consumer.consume(10, 0.5)
             if not batch:
                 continue
@@ -148,8 +150,8 @@ def test_aiokafka_transactional_producer(rb: RunningBroker) -> None:
                 await consumer.seek_to_beginning(*tps)
                 values: list[bytes] = []
                 wanted = 10 if isolation == "read_committed" else 19
-                deadline = time.monotonic() + DEADLINE_S
-                while len(values) < wanted and time.monotonic() < deadline:
+                started = time.monotonic()
+                while len(values) < wanted and not expired(started, DEADLINE_S):
                     got = await consumer.getmany(timeout_ms=200)
                     values += [m.value for msgs in got.values() for m in msgs]
                 seen[isolation] = values
@@ -192,10 +194,11 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_commit_fails(
     producer.produce(topic, value=b"late", partition=0)
     producer.flush(DEADLINE_S)
     coordinator = rb.broker.transaction_coordinator
-    deadline = time.monotonic() + DEADLINE_S
+    started = time.monotonic()
     while rb.call(lambda: coordinator.txns[txn_id].state) is not (
             TransactionState.COMPLETE_ABORT):
-        assert time.monotonic() < deadline, "the coordinator did not abort the transaction"
+        assert not expired(started, DEADLINE_S), \
+            f"the coordinator did not abort the transaction in {describe(started, DEADLINE_S)}"
         time.sleep(0.05)
     with pytest.raises(KafkaException):
         producer.commit_transaction(DEADLINE_S)

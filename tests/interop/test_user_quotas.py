@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from odradek.testing import RunningBroker
-from tests._deadlines import expired
+from tests._deadlines import describe, expired
 
 from ._broker import odradek_executable
 from ._security import Certs, bootstrap, confluent_settings, secure_broker
@@ -90,9 +90,10 @@ def produce_as(broker: RunningBroker, certs: Certs, user: str, topic: str,
                 producer.poll(0.1)
         producer.poll(0)
     # Every record sent and answered, or (throttled) the first throttle time back.
-    deadline = time.monotonic() + 60
+    started = time.monotonic()
     while len(producer) and not throttles:
-        assert time.monotonic() < deadline, "the producer neither finished nor was throttled"
+        assert not expired(started, 60), \
+            f"the producer neither finished nor was throttled in {describe(started, 60)}"
         producer.poll(0.05)
     producer.purge()
     producer.flush(0)
