@@ -30,6 +30,7 @@ import pytest
 
 from odradek.client.connection import BrokerConnection, ClientError
 from odradek.client.groups import GroupsClient
+from tests._deadlines import expired
 
 from ._broker import BrokerProcess, BrokerStartError, java_client, kcat, kcat_path, start_broker
 from ._cluster import SESSION_TIMEOUT_MS, Cluster, cluster3, cluster3_shared, wait_for
@@ -129,9 +130,9 @@ def consume_confluent(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, 
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     got: dict[int, set[tuple[bytes, bytes]]] = {p: set() for p in range(PARTITIONS)}
-    deadline = time.monotonic() + CONSUME_DEADLINE_S
+    started = time.monotonic()
     try:
-        while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
+        while sum(map(len, got.values())) < RECORDS and not expired(started, CONSUME_DEADLINE_S):
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
@@ -162,9 +163,9 @@ def roundtrip_kafka_python(bootstrap: str, topic: str) -> dict[int, set[tuple[by
     consumer.assign(parts)
     consumer.seek_to_beginning(*parts)
     got: dict[int, set[tuple[bytes, bytes]]] = {p: set() for p in range(PARTITIONS)}
-    deadline = time.monotonic() + CONSUME_DEADLINE_S
+    started = time.monotonic()
     try:
-        while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
+        while sum(map(len, got.values())) < RECORDS and not expired(started, CONSUME_DEADLINE_S):
             try:
                 polled = consumer.poll(timeout_ms=500)
             except UnknownBrokerIdError:
@@ -196,13 +197,13 @@ def roundtrip_aiokafka(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes,
             async def send(key: bytes, value: bytes, p: int) -> None:
                 # aiokafka raises retriable errors (a broker restarting: NodeNotReady) to
                 # the application, which retries them, as its documentation says.
-                deadline = time.monotonic() + CONSUME_DEADLINE_S
+                started = time.monotonic()
                 while True:
                     try:
                         await (await producer.send(topic, key=key, value=value, partition=p))
                         return
                     except KafkaError as exc:
-                        if not exc.retriable or time.monotonic() > deadline:
+                        if not exc.retriable or expired(started, CONSUME_DEADLINE_S):
                             raise
                         await asyncio.sleep(0.1)
 
@@ -218,8 +219,9 @@ def roundtrip_aiokafka(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes,
             parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
             consumer.assign(parts)
             await consumer.seek_to_beginning(*parts)
-            deadline = time.monotonic() + CONSUME_DEADLINE_S
-            while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
+            started = time.monotonic()
+            while (sum(map(len, got.values())) < RECORDS
+                   and not expired(started, CONSUME_DEADLINE_S)):
                 batches = await consumer.getmany(timeout_ms=500)
                 for tp, msgs in batches.items():
                     got[tp.partition].update((m.key or b"", m.value or b"") for m in msgs)
@@ -248,12 +250,13 @@ def roundtrip_kcat(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, byt
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
     got: dict[int, set[tuple[bytes, bytes]]] = {p: set() for p in range(PARTITIONS)}
-    deadline = time.monotonic() + CONSUME_DEADLINE_S
+    started = time.monotonic()
     pending = b""
     try:
         with selectors.DefaultSelector() as selector:
             selector.register(proc.stdout, selectors.EVENT_READ)
-            while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
+            while (sum(map(len, got.values())) < RECORDS
+                   and not expired(started, CONSUME_DEADLINE_S)):
                 if not selector.select(timeout=0.5):
                     continue
                 chunk = os.read(proc.stdout.fileno(), 65536)
@@ -533,8 +536,8 @@ def test_a_group_coordinated_by_another_broker_survives_its_restart(cluster3: Cl
 
     def consume(count: int, timeout: float = 60) -> list[bytes]:
         values: list[bytes] = []
-        deadline = time.monotonic() + timeout
-        while len(values) < count and time.monotonic() < deadline:
+        started = time.monotonic()
+        while len(values) < count and not expired(started, timeout):
             msg = consumer.poll(0.5)
             if msg is None or msg.error() is not None:
                 continue

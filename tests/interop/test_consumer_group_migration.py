@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from odradek.testing import RunningBroker, running_broker
-from tests._deadlines import expired
+from tests._deadlines import describe, expired
 from tests.interop._broker import REPO, odradek_executable
 from tests.interop.test_consumer_group_protocol import (
     BROKER_OVERRIDES,
@@ -130,10 +130,11 @@ class ClassicMember:
         that started it, so the member sits rebalancing without heartbeats until its
         session expires (whole run Q54; docs/testing.md)."""
         [topic] = self.consumer.subscription()
-        deadline = time.monotonic() + 60
+        started = time.monotonic()
         self.consumer.topics()  # a metadata refresh (of every topic), waited for
         while len(self.consumer.partitions_for_topic(topic) or ()) < PARTITIONS:
-            assert time.monotonic() < deadline, f"{topic} not in kafka-python's metadata"
+            assert not expired(started, 60), \
+                f"{topic} not in kafka-python's metadata after {describe(started, 60)}"
             time.sleep(0.1)
             self.consumer.topics()
 

@@ -32,6 +32,7 @@ import pytest
 
 from odradek.client.groups import ConsumerGroupDescription
 from odradek.coordinator.consumer_group import REGEX_BATCH_REFRESH_INTERVAL_MS
+from tests._deadlines import expired
 
 from ._cluster import Cluster, running_cluster
 from .test_consumer_group_protocol_cluster import describe, find_coordinator
@@ -141,8 +142,8 @@ def test_a_coordinator_killed_mid_rebalance_of_a_regex_subscription(
     def read_all(polled: list[tuple[str, Any]], timeout: float, what: str) -> None:
         want = {f"{t}:{p}:{i}" for (t, p), n in produced.items() if t != other
                 for i in range(n)}
-        deadline = time.monotonic() + timeout
-        while not want <= set(seen) and time.monotonic() < deadline:
+        began = time.monotonic()
+        while not want <= set(seen) and not expired(began, timeout):
             for name, consumer in polled:
                 poll(name, consumer)
         assert want <= set(seen), f"{what}: {len(want - set(seen))} of {len(want)} unread"
