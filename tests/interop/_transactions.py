@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tests._deadlines import describe, expired
+
 T = TypeVar("T")
 
 
@@ -38,10 +40,11 @@ def read_to_end(bootstrap: str, topic: str, isolation: str, partitions: int = 3,
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
     at_end: set[int] = set()
-    deadline = time.monotonic() + deadline_s
+    started = time.monotonic()
     try:
         while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"read {out}, at end {at_end}"
+            assert not expired(started, deadline_s), \
+                f"read {out}, at end {at_end} after {describe(started, deadline_s)}"
             msg = consumer.poll(0.2)
             if msg is None:
                 continue
