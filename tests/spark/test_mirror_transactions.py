@@ -21,7 +21,7 @@ import confluent_kafka as ck
 import pytest
 
 from odradek.testing import RunningBroker, running_broker
-from tests._deadlines import expired
+from tests._deadlines import describe, expired
 from tests.interop._broker import odradek_executable
 from tests.spark.test_mirror import kill_group
 
@@ -55,10 +55,12 @@ def _values(bootstrap: str, topic: str, partition: int, isolation: str) -> list[
         if high <= low:
             return []
         c.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
-        deadline = time.monotonic() + 60
+        started = time.monotonic()
         out: list[bytes] = []
         while True:
-            assert time.monotonic() < deadline, f"reading {topic}-{partition}"
+            assert not expired(started, 60), (
+                f"reading {topic}-{partition}: no end after {len(out)} records in "
+                f"{describe(started, 60)}")
             m = c.poll(0.5)
             if m is None:
                 continue
@@ -198,8 +200,8 @@ def test_transactional_mirror_is_exactly_once_across_kill_9(
             open_at_kill = False
             for chunk in range(20):
                 send(plain, f"backlog{chunk}", 20000, keep=True)
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and not open_at_kill:
+                started = time.monotonic()
+                while not expired(started, 30) and not open_at_kill:
                     open_at_kill = ends.open_transaction(parts)
                 if open_at_kill:
                     os.killpg(proc.pid, signal.SIGKILL)

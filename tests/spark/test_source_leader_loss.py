@@ -21,6 +21,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from odradek.spark.options import parse_read_options
 from odradek.spark.source import OdradekStreamReader
+from tests._deadlines import describe, expired
 from tests.interop._cluster import Cluster, running_cluster
 
 TOPIC = "leader-loss"
@@ -119,10 +120,10 @@ def test_watermarks_anew_asks_again_with_a_new_client(
             name="anew")
         worker.start()
         try:
-            deadline = time.monotonic() + 30
-            while len(built) < 2 and time.monotonic() < deadline:  # one attempt failed
+            started = time.monotonic()
+            while len(built) < 2 and not expired(started, 30):  # one attempt failed
                 time.sleep(0.02)
-            assert len(built) >= 2, built
+            assert len(built) >= 2, f"{built} after {describe(started, 30)}"
             admin = AdminClient(conf)
             admin.create_partitions([NewPartitions(TOPIC, 2)])[TOPIC].result(30)
         finally:

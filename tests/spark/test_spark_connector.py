@@ -11,6 +11,7 @@ import confluent_kafka as ck
 import pytest
 
 from odradek.testing import RunningBroker
+from tests._deadlines import expired
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -251,9 +252,10 @@ def test_streaming_read_restart_no_dups_no_gaps(
         .trigger(processingTime="1 second")
         .start()
     )
-    deadline = time.monotonic() + 120
+    started = time.monotonic()
     while (
-        time.monotonic() < deadline and len([p for p in q.recentProgress if p["numInputRows"]]) < 2
+        not expired(started, 120)
+        and len([p for p in q.recentProgress if p["numInputRows"]]) < 2
     ):
         time.sleep(0.5)
     q.stop()

@@ -16,6 +16,7 @@ import confluent_kafka as ck
 import pytest
 
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import describe, expired
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -103,13 +104,14 @@ def test_batch_read_committed_skips_aborted_and_stops_at_the_open_transaction(
 def _wait(what: str, cond: Any, deadline_s: float = DEADLINE_S, state: Any = None,
           query: Any = None) -> None:
     """Wait for ``cond``; a ``query`` that has stopped fails the wait at once."""
-    deadline = time.monotonic() + deadline_s
+    started = time.monotonic()
     while not cond():
         if query is not None and not query.isActive:
             raise AssertionError(f"the query stopped while waiting for {what}: "
                                  f"{query.exception()}")
-        assert time.monotonic() < deadline, (
-            f"timed out waiting for {what}" + (f": {state()}" if state else ""))
+        assert not expired(started, deadline_s), (
+            f"timed out waiting for {what} after {describe(started, deadline_s)}"
+            + (f": {state()}" if state else ""))
         time.sleep(0.2)
 
 
