@@ -22,6 +22,7 @@ from kio.static.primitive import i32Timedelta
 from odradek.protocol.errors import ErrorCode
 from odradek.server.broker import Broker, _in_daemon_thread
 from odradek.testing import running_broker
+from tests._deadlines import expired
 from tests.protocol.wire import decode_response, request_frame
 
 
@@ -97,9 +98,9 @@ def test_a_parked_fetch_is_answered_at_shutdown_not_waited_out() -> None:
         sock.connect(("127.0.0.1", broker.port))
         sock.sendall(request_frame(request, 7))
         purgatory = broker.broker.fetch_purgatory
-        deadline = time.monotonic() + 30
+        waiting = time.monotonic()
         while broker.call(lambda: purgatory.parked) == 0:
-            assert time.monotonic() < deadline, "the Fetch never parked"
+            assert not expired(waiting, 30), "the Fetch never parked"
             time.sleep(0.01)  # polling a condition, with a deadline
         started = time.monotonic()
         stopping.close()  # stops the broker
@@ -124,13 +125,13 @@ def test_the_logs_of_a_deleted_topic_are_removed_off_the_event_loop_at_shutdown(
     with running_broker(data_dir=tmp_path) as broker:
         broker.call(broker.broker.metadata.create_topic, "doomed", 3, 1)
         data = broker.data_dir / "data"
-        deadline = time.monotonic() + 30
+        waiting = time.monotonic()
         while len(list(data.glob("doomed-*"))) < 3:
-            assert time.monotonic() < deadline, "the topic's logs were never created"
+            assert not expired(waiting, 30), "the topic's logs were never created"
             time.sleep(0.01)  # polling a condition, with a deadline
         broker.call(broker.broker.metadata.delete_topic, "doomed")
         while len(list(data.glob("doomed-*-delete"))) < 3:
-            assert time.monotonic() < deadline, "the topic's logs were never deleted"
+            assert not expired(waiting, 30), "the topic's logs were never deleted"
             time.sleep(0.01)
         loop_thread = broker.call(lambda: threading.current_thread().name)
     assert list(data.glob("doomed-*")) == [], "left behind by the shutdown"
@@ -200,20 +201,20 @@ def test_a_parked_acks_all_produce_is_answered_at_shutdown_with_an_error_never_s
         sock.settimeout(60)
         sock.connect(("127.0.0.1", broker.port))
         replicas = broker.broker.replica_manager
-        deadline = time.monotonic() + 30
+        waiting = time.monotonic()
 
         def leads() -> bool:
             partition = replicas.get_partition(topic, 0)
             return partition is not None and partition.is_leader
 
         while not broker.call(leads):
-            assert time.monotonic() < deadline, "the partition's log was never created"
+            assert not expired(waiting, 30), "the partition's log was never created"
             time.sleep(0.01)  # polling a condition, with a deadline
         correlation_id = 9
         sock.sendall(request_frame(request, correlation_id))
         purgatory = broker.broker.produce_purgatory
         while broker.call(lambda: purgatory.parked) == 0:
-            assert time.monotonic() < deadline, "the Produce never parked"
+            assert not expired(waiting, 30), "the Produce never parked"
             time.sleep(0.01)
         started = time.monotonic()
         stopping.close()  # stops the broker

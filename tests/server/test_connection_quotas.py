@@ -20,6 +20,7 @@ from odradek.server.connection_quotas import (
     parse_per_ip_overrides,
 )
 from odradek.server.network import NetworkConfig
+from tests._deadlines import expired
 from tests.server.test_network import Client, run, running
 
 API_VERSIONS = ApiVersionsRequest(client_software_name="q", client_software_version="1")
@@ -134,9 +135,9 @@ async def _answers(client: Client, correlation_id: int) -> bool:
 
 async def _wait_for(condition: object, deadline_s: float = 5.0) -> None:
     assert callable(condition)
-    deadline = time.monotonic() + deadline_s
+    started = time.monotonic()
     while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
+        assert not expired(started, deadline_s), "condition not met in time"
         await asyncio.sleep(0.005)
 
 

@@ -18,6 +18,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.server._requests import one, req
 
 REBALANCE = datetime.timedelta(seconds=30)
@@ -170,9 +171,9 @@ def test_a_member_that_stops_heartbeating_is_fenced_by_the_session_timeout(
     one(rb, heartbeat(group, "dies", 0, topics=(topic,)))
     lives = one(rb, heartbeat(group, "lives", 0, topics=(topic,)))
     assert assigned(lives) == {}
-    deadline = time.monotonic() + 10
+    started = time.monotonic()
     got: dict[uuid.UUID, set[int]] = {}
-    while time.monotonic() < deadline:
+    while not expired(started, 10):
         response = one(rb, heartbeat(group, "lives", 2, owned=[
             (t, sorted(ps)) for t, ps in got.items()]))
         assert response.error_code == ErrorCode.none
@@ -461,7 +462,7 @@ def beat_until(rb: RunningBroker, group: str, member_id: str, epoch: int, owned:
                done: Any, timeout_s: float = 20.0) -> tuple[Any, int, Any]:
     """Heartbeat as a consumer does (owned = what it was last assigned) until ``done``
     of its assignment holds: (the last answer, its epoch, what it owns)."""
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
     while True:
         response = one(rb, heartbeat(group, member_id, epoch, owned=owned))
         assert response.error_code == ErrorCode.none, response.error_message
@@ -470,7 +471,7 @@ def beat_until(rb: RunningBroker, group: str, member_id: str, epoch: int, owned:
             owned = [(t, sorted(ps)) for t, ps in assigned(response).items()]
         if done({t for t, _ in owned}):
             return response, epoch, owned
-        assert time.monotonic() < deadline, f"assignment {owned} at epoch {epoch}"
+        assert not expired(started, timeout_s), f"assignment {owned} at epoch {epoch}"
         time.sleep(0.05)
 
 
@@ -547,9 +548,9 @@ def test_a_regex_resolves_to_the_topics_the_member_may_describe() -> None:
               acl_creation(TOPIC_T, "orders-eu", frank, op=describe_op))
         response, codes = call_as(b, heartbeat(group, "m1", 0, regex="orders-.*"), frank)
         assert codes == {ErrorCode.none}
-        epoch, deadline = response.member_epoch, time.monotonic() + 20
+        epoch, started = response.member_epoch, time.monotonic()
         while b.broker.group_coordinator.consumer_groups[group].resolved_regexes == {}:
-            assert time.monotonic() < deadline
+            assert not expired(started, 20), "the regex never resolved"
             time.sleep(0.05)
         while True:
             response, codes = call_as(b, heartbeat(group, "m1", epoch, owned=None), frank)
@@ -557,7 +558,7 @@ def test_a_regex_resolves_to_the_topics_the_member_may_describe() -> None:
             epoch = response.member_epoch
             if response.assignment is not None and assigned(response):
                 break
-            assert time.monotonic() < deadline
+            assert not expired(started, 20), f"no assignment at epoch {epoch}"
             time.sleep(0.05)
         assert assigned(response) == {ids["orders-eu"]: {0}}
 

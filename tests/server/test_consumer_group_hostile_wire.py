@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from odradek.client.connection import BrokerConnection
 from odradek.coordinator import regex_worker
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.server._requests import one, req
 from tests.server.test_consumer_group_apis import (
     assigned,
@@ -181,9 +182,9 @@ def test_the_broker_answers_while_the_worker_compiles(
     worker = rb.broker.group_coordinator.regex_worker
     # a running worker (a costly regex before may have had it killed), idle
     one(rb, heartbeat(new_group(), uuid.uuid4().hex, 0, regex=f"w-{uuid.uuid4().hex}"))
-    deadline = time.monotonic() + 60
+    waiting = time.monotonic()
     while worker.busy or worker.pid is None:
-        assert time.monotonic() < deadline
+        assert not expired(waiting, 60), "the worker never idle"
         time.sleep(0.01)
     pid, asked = worker.pid, worker.requests["validate"]
     assert pid is not None
@@ -194,7 +195,7 @@ def test_the_broker_answers_while_the_worker_compiles(
             new_group(), uuid.uuid4().hex, 0, regex=f"stopped-{uuid.uuid4().hex}"))))
         beat.start()
         while worker.requests["validate"] == asked:  # the heartbeat waits on the worker
-            assert time.monotonic() < deadline
+            assert not expired(waiting, 60), "the heartbeat never asked the worker"
             time.sleep(0.01)
         versions = one(rb, req("api_versions", 3).ApiVersionsRequest(
             client_software_name="t", client_software_version="1"))
@@ -249,14 +250,14 @@ def test_many_members_with_distinct_regexes(rb: RunningBroker) -> None:
             started = time.monotonic()
 
             def resolve_all() -> dict[str, Any]:
-                deadline = time.monotonic() + 120
+                waiting = time.monotonic()
                 epoch = coordinator.consumer_groups[group].members["m0"].member_epoch
                 while True:
                     resolved = dict(coordinator.consumer_groups[group].resolved_regexes)
                     if len(resolved) == members and all(
                             r.timestamp_ms >= lowered_ms for r in resolved.values()):
                         return resolved
-                    assert time.monotonic() < deadline, len(resolved)
+                    assert not expired(waiting, 120), len(resolved)
                     response = one(rb, heartbeat(group, "m0", epoch, owned=None))
                     assert response.error_code == ErrorCode.none, response.error_message
                     epoch = response.member_epoch

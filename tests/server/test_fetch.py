@@ -27,6 +27,7 @@ from odradek.server.handlers.fetch import (
 )
 from odradek.server.network.writer import COPY_REGION_BYTES
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests._own import server_descriptors
 
 
@@ -383,8 +384,8 @@ def test_zero_copy_does_not_leak_fds(broker: RunningBroker) -> None:
                 r = await conn.send(f.request({0: 0, 1: 0}))
                 assert all(p.records for p in _parts(r).values())
             # A duplicate is closed just after the answer's last byte went out.
-            deadline = time.monotonic() + 10
-            while own() != before and time.monotonic() < deadline:
+            started = time.monotonic()
+            while own() != before and not expired(started, 10):
                 await asyncio.sleep(0.01)
             assert own() == before
         finally:

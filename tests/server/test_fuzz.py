@@ -25,6 +25,7 @@ from kio.static.primitive import i8, i32
 
 from odradek.client.connection import BrokerConnection
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests._own import server_descriptors
 from tests.server.fuzzing import FuzzStats, client_frames, fuzz, sample_frames, served_versions
 
@@ -51,9 +52,9 @@ def _consume(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, bytes,
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, 0)])
     got: list[tuple[bytes, bytes, list[Any]]] = []
-    deadline = time.monotonic() + 30
+    started = time.monotonic()
     try:
-        while len(got) < count and time.monotonic() < deadline:
+        while len(got) < count and not expired(started, 30):
             message = consumer.poll(0.5)
             if message is None:
                 continue
@@ -120,9 +121,9 @@ def test_broker_stays_healthy_under_fuzzing(
     assert len(created) <= stats.api_keys[19] * 2, (created, stats.api_keys[19])
     # Every fuzzing connection is gone and its descriptor with it (the broker may hold a
     # few more files for the topics CreateTopics made: three per partition at most).
-    deadline = time.monotonic() + 10
+    started = time.monotonic()
     while broker.call(lambda: len(broker.broker.servers[0].connections)) and (
-        time.monotonic() < deadline
+        not expired(started, 10)
     ):
         time.sleep(0.05)
     partitions = broker.call(lambda: sum(

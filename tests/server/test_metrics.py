@@ -28,7 +28,7 @@ from odradek.client.connection import BrokerConnection
 from odradek.protocol.errors import ErrorCode
 from odradek.server.config import BrokerConfig, ConfigError
 from odradek.testing import RunningBroker, running_broker
-from tests._deadlines import expired
+from tests._deadlines import describe, expired
 
 TOPIC = "metered"
 PRODUCED = {0: 12, 1: 8}  # records per partition, one Produce request each
@@ -66,7 +66,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
         if result:
             return result
         if expired(started, timeout):
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}: {describe(started, timeout)}")
         time.sleep(0.1)
 
 
@@ -98,12 +98,12 @@ def test_scrape_matches_what_the_clients_did(broker: RunningBroker) -> None:
                          "fetch.wait.max.ms": 100})
     consumer.subscribe([TOPIC])
     read = 0
-    deadline = time.monotonic() + 60
-    while read < records and time.monotonic() < deadline:
+    started = time.monotonic()
+    while read < records and not expired(started, 60):
         message = consumer.poll(1.0)
         if message is not None and not message.error():
             read += 1
-    assert read == records
+    assert read == records, f"read {read} of {records} in {describe(started, 60)}"
     consumer.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in COMMITTED.items()],
                     asynchronous=False)
 

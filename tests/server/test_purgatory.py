@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from odradek.server.purgatory import DelayedBytes, DelayedCondition, Purgatory
+from tests._deadlines import describe, expired
 
 T = TypeVar("T")
 LONG = 10.0  # seconds: never reached when things work
@@ -21,10 +22,10 @@ def _run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 async def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + LONG
+    started = time.monotonic()
     while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+        if expired(started, LONG):
+            raise AssertionError(f"timed out waiting for {what}: {describe(started, LONG)}")
         await asyncio.sleep(0.001)
 
 

@@ -30,6 +30,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.records.builder import BatchBuilder
 from odradek.server.network import KafkaServer, acceptor
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.protocol.wire import decode_response, request_frame
 
 JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -165,12 +166,12 @@ def test_unauthenticated_large_frames_are_refused_at_their_size_prefix(
             if i % 20 == 19:  # a good client meanwhile, on the same listener
                 slowest = max(slowest, _api_versions_ms(port, tls))
         grown = _rss_bytes() - rss_before
-        deadline = time.monotonic() + 30
+        started = time.monotonic()
         open_ones = list(hostile)
-        while open_ones and time.monotonic() < deadline:
+        while open_ones and not expired(started, 30):
             still = []
-            for sock in open_ones:
-                sock.settimeout(max(deadline - time.monotonic(), 0.01))
+            for sock in open_ones:  # past the usual 30 s, polled (a slow machine)
+                sock.settimeout(max(started + 30 - time.monotonic(), 0.01))
                 try:
                     closed = sock.recv(1) == b""
                 except (ConnectionResetError, ssl.SSLError):  # an alert: closed too
@@ -291,9 +292,9 @@ def test_a_stalled_or_garbage_tls_handshake_holds_little(
             sock = socket.create_connection(("127.0.0.1", port), timeout=10)
             stalled.append(sock)
             sock.sendall(hello[:-1])
-        deadline = time.monotonic() + 30
+        started = time.monotonic()
         while (sasl_ssl_broker.call(in_handshake) < STALLED
-               and time.monotonic() < deadline):
+               and not expired(started, 30)):
             time.sleep(0.01)  # polling a condition, with a deadline
         _api_versions_ms(port, tls)  # the broker's loop went round since: hellos read
         held, peak = tracemalloc.get_traced_memory()
@@ -313,8 +314,8 @@ def test_a_stalled_or_garbage_tls_handshake_holds_little(
                 pass
         except OSError:
             pass  # reset: closed with the rest unread
-    deadline = time.monotonic() + 10  # counted just after the socket closes
-    while server.security.stats.failed == failed_before and time.monotonic() < deadline:
+    started = time.monotonic()  # counted just after the socket closes
+    while server.security.stats.failed == failed_before and not expired(started, 10):
         time.sleep(0.01)  # polling a condition, with a deadline
     assert server.security.stats.failed == failed_before + 1
 
@@ -454,14 +455,14 @@ def test_the_pool_holds_under_many_large_produce_requests() -> None:
         peak_held = peak_used = waited = 0
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 120
-        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        started = time.monotonic()
+        while any(t.is_alive() for t in threads) and not expired(started, 120):
             held, used, waiting = broker.call(_held, broker)
             peak_held, peak_used = max(peak_held, held), max(peak_used, used)
             waited = max(waited, waiting)
             time.sleep(0.005)  # sampling: a peak missed only weakens the bound checked
         for thread in threads:
-            thread.join(max(deadline - time.monotonic(), 0.1))
+            thread.join(max(started + 120 - time.monotonic(), 0.1))
         assert not errors, errors[0]
         assert answers == [ErrorCode.none] * (CLIENTS * PIPELINED)
         # the pool: one frame may cross the bound (as in Kafka's), and each connection
@@ -538,8 +539,8 @@ def test_a_parked_request_does_not_hold_the_pool_for_everyone(behind: str) -> No
                 if hog_index == 0:
                     break  # one connection fills the pool alone
             # the hogs' frames are all in (their answers wait behind the parked Fetch)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+            started = time.monotonic()
+            while not expired(started, 30):
                 held, used, _ = broker.call(_held, broker)
                 if used >= POOL or held >= POOL:
                     break

@@ -36,6 +36,7 @@ from odradek.server.network import KafkaServer, NetworkConfig, acceptor, tls_tra
 from odradek.server.network.security import ListenerSecurity
 from odradek.server.network.tls_transport import TlsTransport
 from odradek.server.network.writer import TLS_CHUNK_BYTES, TLS_WRITE_BUFFER_BYTES
+from tests._deadlines import describe, expired
 from tests.protocol.wire import decode_response, request_frame
 
 TIMEOUT = 30.0
@@ -105,10 +106,10 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes:
 
 
 async def wait_for(condition: Any, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
+        if expired(started, timeout):
+            raise AssertionError(f"not within {describe(started, timeout)}: {what}")
         await asyncio.sleep(0.01)
 
 

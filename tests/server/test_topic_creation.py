@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from odradek.client.connection import BrokerConnection
 from odradek.server.handlers._entities import make
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.server.test_admin_protocol import req, send
 
 SECONDS = datetime.timedelta
@@ -393,13 +394,13 @@ def test_a_watermark_query_asked_while_the_log_is_created_succeeds_once_it_lands
         with pytest.raises(ck.KafkaException):  # asked while the log is created
             consumer.get_watermark_offsets(partition, timeout=2)
         gate.opened.set()
-        deadline = time.monotonic() + 15
+        started = time.monotonic()
         while True:
             try:
                 assert consumer.get_watermark_offsets(partition, timeout=2) == (0, 0)
                 break
             except ck.KafkaException as exc:
-                if time.monotonic() > deadline:
+                if expired(started, 15):
                     raise AssertionError(f"still failing after the log landed: {exc}") from exc
                 time.sleep(0.1)
     finally:

@@ -28,6 +28,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import iter_batches, iter_records
 from odradek.records.control import read_end_txn_marker
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.server._raw_client import TxnClient, txn_batch
 from tests.server._requests import add_partitions, end_txn, init, new_id
 
@@ -60,10 +61,10 @@ def begin(rb: RunningBroker) -> tuple[str, str, int, int]:
 def add(rb: RunningBroker, txn_id: str, pid: int, epoch: int, topic: str) -> None:
     """AddPartitionsToTxn of partition 0, retried while the previous transaction's markers
     are still being written (CONCURRENT_TRANSACTIONS, as a client retries)."""
-    deadline = time.monotonic() + DEADLINE
+    started = time.monotonic()
     while (answer := add_partitions(rb, txn_id, pid, epoch, {topic: [0]})) == {
             (topic, 0): ErrorCode.concurrent_transactions}:
-        assert time.monotonic() < deadline, answer
+        assert not expired(started, DEADLINE), answer
         time.sleep(0.02)
     assert answer == {(topic, 0): ErrorCode.none}
 
@@ -71,10 +72,10 @@ def add(rb: RunningBroker, txn_id: str, pid: int, epoch: int, topic: str) -> Non
 def transactions(client: TxnClient, topic: str) -> list[tuple[bool, list[str]]]:
     """Partition 0's transactions once none is open: (committed, values) per marker, in
     log order."""
-    deadline = time.monotonic() + DEADLINE
+    started = time.monotonic()
     while (part := client.fetch(topic, read_committed=False)).last_stable_offset != \
             part.high_watermark:
-        assert time.monotonic() < deadline, part
+        assert not expired(started, DEADLINE), part
         time.sleep(0.02)
     data = bytes(part.records or b"")
     found: list[tuple[bool, list[str]]] = []

@@ -19,6 +19,7 @@ import pytest
 from odradek.coordinator.offsets_topic import OFFSETS_TOPIC
 from odradek.protocol.errors import ErrorCode
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.server._raw_client import TxnClient
 from tests.server._raw_client import new_topic as raw_new_topic
 from tests.server._requests import begin, end_txn, init, new_id, one, req
@@ -91,13 +92,13 @@ def committed_transaction(rb: RunningBroker, client: TxnClient
     assert add_offsets(rb, txn_id, pid, epoch, group) == ErrorCode.none
     assert txn_commit(rb, txn_id, pid, epoch, group, topic, 5) == ErrorCode.none
     assert end_txn(rb, txn_id, pid, epoch, commit=True) == ErrorCode.none
-    deadline = time.monotonic() + DEADLINE
+    started = time.monotonic()
     while committed(rb, group, topic) != (ErrorCode.none, 5):
-        assert time.monotonic() < deadline, committed(rb, group, topic)
+        assert not expired(started, DEADLINE), committed(rb, group, topic)
         time.sleep(0.02)
-    deadline = time.monotonic() + DEADLINE
+    started = time.monotonic()
     while (marks := offsets_partition(client))[0] != marks[1]:
-        assert time.monotonic() < deadline, marks
+        assert not expired(started, DEADLINE), marks
         time.sleep(0.02)
     return txn_id, pid, epoch, group, topic
 
@@ -116,9 +117,9 @@ def test_a_late_txn_offset_commit_is_refused_and_pins_nothing(
     assert txn_commit(rb, txn_id, pid, epoch, group, topic, 7) == ErrorCode.none
     assert committed(rb, group, topic) == (ErrorCode.unstable_offset_commit, -1)
     assert end_txn(rb, txn_id, pid, epoch, commit=True) == ErrorCode.none
-    deadline = time.monotonic() + DEADLINE
+    started = time.monotonic()
     while committed(rb, group, topic) != (ErrorCode.none, 7):
-        assert time.monotonic() < deadline, committed(rb, group, topic)
+        assert not expired(started, DEADLINE), committed(rb, group, topic)
         time.sleep(0.02)
 
 

@@ -19,6 +19,7 @@ from kio.static.primitive import i32Timedelta
 from odradek.protocol.errors import ErrorCode
 from odradek.records.batch import iter_batches
 from odradek.testing import RunningBroker, running_broker
+from tests._deadlines import expired
 from tests.server._raw_client import TxnClient, txn_batch
 from tests.server._requests import add_partitions, begin, end_txn, init, new_id
 
@@ -83,9 +84,9 @@ def test_a_late_retry_after_the_commit_cannot_hang_a_transaction(
     first = client.produce(topic, txn_batch(pid, epoch, 0, 2), transactional_id=txn_id)
     assert first.error_code == ErrorCode.none
     assert end_txn(rb, txn_id, pid, epoch, commit=True) == ErrorCode.none
-    deadline = time.monotonic() + DEADLINE
+    started = time.monotonic()
     while (fetched := client.fetch(topic)).last_stable_offset != 3:  # the marker at 2
-        assert time.monotonic() < deadline, fetched
+        assert not expired(started, DEADLINE), fetched
         time.sleep(0.02)
     # a batch of the ended transaction arrives late (a retry): refused, nothing written
     late = client.produce(topic, txn_batch(pid, epoch, 2, 1), transactional_id=txn_id)
