@@ -39,6 +39,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from tests._deadlines import expired
+
 from ._cluster import SESSION_TIMEOUT_MS, Cluster
 
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
@@ -536,10 +538,10 @@ class FaultRun:
             "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 3,
         })
         consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
-        deadline = time.monotonic() + 120
+        started = time.monotonic()
         try:
             while (any(len(final[p]) < ends[p] for p in range(self.partitions))
-                   and time.monotonic() < deadline):
+                   and not expired(started, 120)):
                 for msg in consumer.consume(1000, 1.0):
                     if msg.error() is None:
                         final[msg.partition()][msg.offset()] = msg.value()
