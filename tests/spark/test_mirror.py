@@ -28,7 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from odradek.spark.mirror import MirrorConfig, MirrorJob, combined_pattern
 from odradek.testing import running_broker
-from tests._deadlines import expired
+from tests._deadlines import describe, expired
 from tests.interop._broker import odradek_executable
 
 PREFIX = "a."
@@ -55,11 +55,13 @@ def read_all(bootstrap: str, topic: str, partition: int) -> list[Record]:
             return []
         c.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
         out: list[Record] = []
-        deadline = time.monotonic() + 60
+        started = time.monotonic()
         while not out or out[-1][0] < high - 1:
             if c.position([ck.TopicPartition(topic, partition)])[0].offset >= high:
                 break
-            assert time.monotonic() < deadline, f"reading {topic}-{partition}"
+            assert not expired(started, 60), (
+                f"reading {topic}-{partition}: {len(out)} records of {high - low} "
+                f"in {describe(started, 60)}")
             for m in c.consume(10_000, timeout=0.5):
                 assert m.error() is None, m.error()
                 out.append(cast(Record, (m.offset(), m.key(), m.value(), m.headers(),
