@@ -20,6 +20,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.client.connection import BrokerConnection, ClientError
+from tests._deadlines import describe, expired, slowness
 
 from ._cluster import Cluster, running_cluster
 from ._transactions import bounded, read_to_end, txn_producer
@@ -184,14 +185,15 @@ def test_consume_transform_produce_exactly_once_across_kills(cluster: Cluster) -
                 return
             except KafkaException as exc:
                 error = exc.args[0]
-                assert time.monotonic() < deadline, f"abort_transaction: {error}"
+                assert not expired(started, 3 * DEADLINE_S), f"abort_transaction: {error}"
         p = producer(cluster, txn_id)
 
-    deadline = time.monotonic() + 3 * DEADLINE_S
+    started = time.monotonic()
     done = 0
     try:
         while done < n:
-            assert time.monotonic() < deadline, f"{done} of {n} committed; killed {killed}"
+            assert not expired(started, 3 * DEADLINE_S), \
+                f"{done} of {n} committed in {describe(started, 3 * DEADLINE_S)}; killed {killed}"
             if not killed and done >= n // 3:
                 victim = coordinator_of(cluster, txn_id)
                 cluster.kill9(victim)
@@ -210,8 +212,11 @@ def test_consume_transform_produce_exactly_once_across_kills(cluster: Cluster) -
                 p.begin_transaction()
                 for msg in batch:
                     p.produce(sink, value=b"f(" + msg.value() + b")", partition=msg.partition())
+                # the whole wait's end as the machine's slowness now has it (a blocked
+                # call cannot be asked again later)
                 bounded(functools.partial(p.send_offsets_to_transaction, offsets,
-                                          group_metadata, DEADLINE_S), deadline,
+                                          group_metadata, DEADLINE_S),
+                        started + 3 * DEADLINE_S * slowness(),
                         f"send_offsets_to_transaction ({done} of {n} committed; killed {killed})")
             except KafkaException as exc:
                 # the offsets may be missing from the transaction (even on a retriable
@@ -262,12 +267,13 @@ def test_send_offsets_once_the_group_coordinator_left_the_cluster(cluster: Clust
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     p = producer(cluster, txn_id)
-    deadline = time.monotonic() + DEADLINE_S
+    started = time.monotonic()
     killed = None
     try:
         read: list[Any] = []
         while not read:
-            assert time.monotonic() < deadline, "nothing consumed"
+            assert not expired(started, DEADLINE_S), \
+                f"nothing consumed in {describe(started, DEADLINE_S)}"
             read = [m for m in consumer.consume(4, 0.5) if not m.error()]
 
         def send_offsets(timeout_s: float) -> None:
