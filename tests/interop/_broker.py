@@ -41,6 +41,7 @@ from typing import Any
 import pytest
 
 from tests._deadlines import describe, expired
+from tests._zygote import ForkedProcess, zygote
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -129,6 +130,18 @@ class BrokerProcess:
         self.stderr_path = log_dir / f"broker-{stamp}.stderr"
         self.ready_path = log_dir / f"broker-{stamp}.ready"
         self.argv = [*argv, "--ready-file", str(self.ready_path)]
+        self.stdout_path.write_bytes(b"")
+        self.stderr_path.write_bytes(b"")
+        forks = zygote()
+        child_env = dict(env) if env is not None else dict(os.environ)
+        self.proc: subprocess.Popen[bytes] | ForkedProcess
+        if forks is not None and forks.accepts(self.argv, child_env):
+            # forked from a process that has imported the broker (tests/_zygote.py)
+            self.proc = forks.spawn(self.argv, cwd=str(log_dir), env=child_env,
+                                    stdout=self.stdout_path, stderr=self.stderr_path,
+                                    session=True)
+            _LIVE.add(self)
+            return
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 self.argv,

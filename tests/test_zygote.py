@@ -1,0 +1,112 @@
+"""The test brokers forked from a zygote (tests/_zygote.py) are processes as
+``subprocess.Popen`` would give: their own session, their directory and output files, a
+kill -9 seen as -9 once reaped, a clean stop as 0, a failed start's exit status and
+message; a broker whose environment the zygote cannot give is started as before."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import _zygote
+from tests.interop._broker import BrokerStartError, odradek_executable, start_broker
+
+pytestmark = pytest.mark.interop
+
+
+def _ppid_and_pgid(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[1]), int(fields[2])
+
+
+def _metadata_answered(port: int) -> bool:
+    """An ApiVersions request (v0) gets an answer of the same correlation id."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        body = (18).to_bytes(2, "big") + (0).to_bytes(2, "big") + (7).to_bytes(4, "big")
+        body += (-1).to_bytes(2, "big", signed=True)  # no client id
+        s.sendall(len(body).to_bytes(4, "big") + body)
+        size = int.from_bytes(s.recv(4), "big")
+        answer = b""
+        while len(answer) < size:
+            answer += s.recv(size - len(answer))
+    return answer[:4] == (7).to_bytes(4, "big")
+
+
+def test_a_forked_broker_is_a_process_of_its_own(tmp_path: Path) -> None:
+    forks = _zygote.zygote()
+    assert forks is not None, "ODRADEK_TEST_FORK=0 in this run: nothing forked to test"
+    broker = start_broker(tmp_path)
+    try:
+        assert isinstance(broker.proc, _zygote.ForkedProcess)
+        ppid, pgid = _ppid_and_pgid(broker.pid)
+        assert ppid != os.getpid()  # the zygote's child, not this process's
+        assert pgid == broker.pid  # a session and process group of its own
+        assert os.readlink(f"/proc/{broker.pid}/cwd") == str(broker.log_dir)
+        assert _metadata_answered(broker.port)
+        assert broker.returncode is None and broker.alive()
+    finally:
+        code = broker.stop()
+    assert code == 0, broker.describe()
+    assert "stopped cleanly" in broker.stdout() + broker.stderr(), broker.describe()
+    assert not Path(f"/proc/{broker.pid}").exists()  # reaped: no zombie left
+
+
+def test_a_forked_broker_killed_9_is_seen_so_and_restarts_on_its_log(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path)
+    data, port = broker.data_dir, broker.port
+    assert broker.kill9() == -signal.SIGKILL
+    assert not Path(f"/proc/{broker.pid}").exists()
+    again = start_broker(tmp_path, data_dir=data, port=port)  # the port is free again
+    try:
+        assert again.port == port and _metadata_answered(port)
+    finally:
+        again.stop()
+
+
+def test_a_failed_start_gives_its_status_and_message(tmp_path: Path) -> None:
+    with pytest.raises(BrokerStartError, match="exited during startup") as failed:
+        start_broker(tmp_path, overrides={"num.partitions": "zero"})
+    assert "num.partitions" in str(failed.value)
+
+
+def test_a_broker_with_another_python_path_is_started_as_before(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, (str(tmp_path), os.environ.get("PYTHONPATH"))))}
+    broker = start_broker(tmp_path, env=env)
+    try:
+        assert not isinstance(broker.proc, _zygote.ForkedProcess)
+        assert _ppid_and_pgid(broker.pid)[0] == os.getpid()
+    finally:
+        broker.stop()
+
+
+def test_a_command_run_forked_answers_as_one_run_by_subprocess(tmp_path: Path) -> None:
+    exe = str(odradek_executable())
+    with socket.socket() as closed:  # bound, not listening: a connection is refused
+        closed.bind(("127.0.0.1", 0))
+        argv = [exe, "topics", "--list", "--bootstrap-server",
+                f"127.0.0.1:{closed.getsockname()[1]}"]
+        forks = _zygote.zygote()
+        assert forks is not None and forks.accepts(argv, dict(os.environ))  # forked
+        forked = _zygote.run(argv, timeout=60)
+        spawned = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                                 check=False)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        spawned.returncode, spawned.stdout, spawned.stderr)
+    assert forked.returncode == 1 and "cannot reach" in forked.stderr
+    with start_broker(tmp_path) as broker:
+        produced = _zygote.run([exe, "produce", "--topic", "z", "-b", broker.bootstrap],
+                               input="one\ntwo\n", cwd=tmp_path, timeout=60)
+        assert produced.returncode == 0, produced.stderr
+        consumed = _zygote.run([exe, "consume", "--topic", "z", "--from-beginning",
+                                "--max-messages", "2", "-b", broker.bootstrap], timeout=60)
+        assert (consumed.returncode, consumed.stdout) == (0, "one\ntwo\n"), consumed.stderr
+        with pytest.raises(subprocess.TimeoutExpired):  # waits for a third, is killed
+            _zygote.run([exe, "consume", "--topic", "z", "--from-beginning",
+                         "--max-messages", "3", "-b", broker.bootstrap], timeout=3)
