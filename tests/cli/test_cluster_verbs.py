@@ -16,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests._zygote import run as run_odradek
 from tests.interop._broker import REPO, odradek_executable
 from tests.interop._cluster import Cluster, cluster3, cluster3_shared
 
@@ -27,9 +28,8 @@ TOPIC_PARTITIONS = 3
 
 def odradek(*args: str, stdin: str | None = None,
             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([str(odradek_executable()), *args], capture_output=True, text=True,
-                          input=stdin, env=env, cwd=cwd, timeout=CLI_TIMEOUT_S, check=False)
+    return run_odradek([str(odradek_executable()), *args],
+                          input=stdin, cwd=cwd, timeout=CLI_TIMEOUT_S)
 
 
 def ok(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

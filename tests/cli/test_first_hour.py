@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests._deadlines import describe, expired
+from tests._zygote import run as run_odradek
 from tests.interop._broker import REPO, free_port, odradek_executable
 
 from odradek.client.connection import BrokerConnection, ClientError
@@ -25,9 +26,8 @@ CLI_TIMEOUT_S = 60.0
 
 def odradek(*args: str, stdin: str | None = None,
             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([str(odradek_executable()), *args], capture_output=True, text=True,
-                          input=stdin, env=env, cwd=cwd, timeout=CLI_TIMEOUT_S, check=False)
+    return run_odradek([str(odradek_executable()), *args],
+                          input=stdin, cwd=cwd, timeout=CLI_TIMEOUT_S)
 
 
 @contextmanager

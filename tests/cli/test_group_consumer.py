@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests._zygote import run as run_odradek
 from tests.interop._broker import REPO, odradek_executable, start_broker
 from tests.interop._cluster import Cluster, cluster3, cluster3_shared
 
@@ -34,11 +35,13 @@ WITHOUT_EXTRAS = (
 
 def odradek(*args: str, stdin: str | None = None,
             base_install: bool = False) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    argv = ([sys.executable, "-c", WITHOUT_EXTRAS] if base_install
-            else [str(odradek_executable())])
-    return subprocess.run([*argv, *args], capture_output=True, text=True, input=stdin,
-                          env=env, timeout=CLI_TIMEOUT_S, check=False)
+    if base_install:
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        return subprocess.run([sys.executable, "-c", WITHOUT_EXTRAS, *args],
+                              capture_output=True, text=True, input=stdin, env=env,
+                              timeout=CLI_TIMEOUT_S, check=False)
+    return run_odradek([str(odradek_executable()), *args], input=stdin,
+                       timeout=CLI_TIMEOUT_S)
 
 
 def test_consume_group_needs_no_extra_and_resumes_from_its_commits(tmp_path: Path) -> None:

@@ -4,14 +4,14 @@ group, round trip across a broker restart and into another broker; real clients.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import confluent_kafka as ck
 from tests._deadlines import describe, expired
-from tests.interop._broker import REPO, odradek_executable, start_broker
+from tests._zygote import run as run_odradek
+from tests.interop._broker import odradek_executable, start_broker
 
 from odradek.cli._group_offsets import OffsetsFileError, format_offsets, parse_offsets
 
@@ -24,9 +24,7 @@ DEADLINE_S = 30.0
 
 
 def _odradek(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([str(odradek_executable()), *args], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+    return run_odradek([str(odradek_executable()), *args], timeout=120)
 
 
 def _fill(bootstrap: str) -> None:

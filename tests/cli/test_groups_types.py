@@ -12,7 +12,6 @@ as for a classic group; kafka-consumer-groups.sh's own flags give its columns
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import threading
@@ -23,7 +22,8 @@ from collections.abc import Callable, Iterator
 import confluent_kafka as ck
 import pytest
 from tests._deadlines import expired
-from tests.interop._broker import REPO, odradek_executable
+from tests._zygote import run as run_odradek
+from tests.interop._broker import odradek_executable
 
 from odradek.testing import RunningBroker, running_broker
 
@@ -39,9 +39,7 @@ OVERRIDES = {
 
 
 def odradek(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([str(odradek_executable()), *args], capture_output=True, text=True,
-                          env=env, timeout=CLI_TIMEOUT_S, check=False)
+    return run_odradek([str(odradek_executable()), *args], timeout=CLI_TIMEOUT_S)
 
 
 def ok(*args: str) -> str:

@@ -10,7 +10,6 @@ read as Kafka reads it (``0.10.0.0``); a broker key Odradek does not serve is st
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 import uuid
@@ -19,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from tests._deadlines import expired
-from tests.interop._broker import REPO, odradek_executable
+from tests._zygote import run as run_odradek
+from tests.interop._broker import odradek_executable
 
 from odradek.testing import RunningBroker, running_broker
 
@@ -33,9 +33,7 @@ def broker() -> Iterator[RunningBroker]:
 
 
 def odradek(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([str(odradek_executable()), *args], capture_output=True, text=True,
-                          env=env, timeout=CLI_TIMEOUT_S, check=False)
+    return run_odradek([str(odradek_executable()), *args], timeout=CLI_TIMEOUT_S)
 
 
 def ok(*args: str) -> str:

@@ -3,7 +3,6 @@ output lines, and the records counted are the records sent and stored."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
-from tests.interop._broker import REPO, BrokerProcess, odradek_executable, start_broker
+from tests._zygote import run as run_odradek
+from tests.interop._broker import BrokerProcess, odradek_executable, start_broker
 
 from odradek.cli._perf_report import ProgressBar
 from odradek.cli.perf import final_line, percentile
@@ -36,9 +36,7 @@ CONSUMER_RE = re.compile(
 
 
 def _odradek(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([str(odradek_executable()), *args], capture_output=True, text=True,
-                          env=env, timeout=CLI_TIMEOUT_S, check=False)
+    return run_odradek([str(odradek_executable()), *args], timeout=CLI_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ a broker whose SASL_SSL listener takes SCRAM users. No password is ever printed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import urllib.request
 import uuid
@@ -17,7 +16,8 @@ from pathlib import Path
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from tests.interop._broker import REPO, odradek_executable
+from tests._zygote import run as run_odradek
+from tests.interop._broker import odradek_executable
 from tests.interop._security import (
     USERS,
     Certs,
@@ -43,9 +43,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory
 
 
 def odradek(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    done = subprocess.run([str(odradek_executable()), *args], capture_output=True, text=True,
-                          env=env, timeout=CLI_TIMEOUT_S, check=False)
+    done = run_odradek([str(odradek_executable()), *args], timeout=CLI_TIMEOUT_S)
     assert all(p not in done.stdout + done.stderr for p in USERS.values())
     return done
 

@@ -4,7 +4,6 @@ real transactional producer (confluent-kafka) holding a transaction open."""
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import time
 import uuid
@@ -14,7 +13,8 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 from tests._deadlines import expired
-from tests.interop._broker import REPO, odradek_executable
+from tests._zygote import run as run_odradek
+from tests.interop._broker import odradek_executable
 from tests.server._raw_client import TxnClient, txn_batch
 
 from odradek.cli import transactions
@@ -31,10 +31,8 @@ def rb() -> Iterator[RunningBroker]:
 
 
 def _odradek(rb: RunningBroker, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([str(odradek_executable()), "transactions", *args,
-                           "--bootstrap-server", rb.bootstrap], capture_output=True,
-                          text=True, env=env, timeout=120, check=False)
+    return run_odradek([str(odradek_executable()), "transactions", *args,
+                           "--bootstrap-server", rb.bootstrap], timeout=120)
 
 
 def test_list_and_describe_an_open_transaction(rb: RunningBroker) -> None:

@@ -32,6 +32,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from odradek.testing import RunningBroker, running_broker
 from tests._deadlines import expired
+from tests._zygote import run as run_odradek
 from tests.interop._broker import kcat, odradek_executable
 from tests.interop._cluster import running_cluster
 
@@ -51,8 +52,8 @@ def _name(prefix: str) -> str:
 
 
 def acls(bootstrap: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(odradek_executable()), "acls", "--bootstrap-server", bootstrap,
-                           *args], capture_output=True, text=True, timeout=60, input=stdin)
+    return run_odradek([str(odradek_executable()), "acls", "--bootstrap-server", bootstrap,
+                           *args], timeout=60, input=stdin)
 
 
 def _deny_all(topic: str) -> AclBinding:

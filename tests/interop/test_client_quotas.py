@@ -29,6 +29,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
 from tests._deadlines import describe, expired
+from tests._zygote import run as run_odradek
 from tests.interop._broker import (
     BrokerProcess,
     JavaRunner,
@@ -57,10 +58,9 @@ MUTATION_WINDOW_NUM = 6
 
 
 def configs(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_odradek(
         [str(odradek_executable()), "configs", "--bootstrap-server", broker.bootstrap, *args],
-        capture_output=True, text=True, timeout=60,
-    )
+        timeout=60)
 
 
 def set_quota(broker: BrokerProcess, client_id: str, key: str, value: int) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import confluent_kafka
 import pytest
 
+from tests._zygote import run as run_odradek
 from tests.interop._broker import odradek_executable
 from tests.interop._cluster import Cluster, running_cluster
 
@@ -23,9 +24,8 @@ VALUE = 1000
 
 
 def configs(address: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(odradek_executable()), "configs", "--bootstrap-server", address, *args],
-        capture_output=True, text=True, timeout=60,
+    return run_odradek(
+        [str(odradek_executable()), "configs", "--bootstrap-server", address, *args], timeout=60,
     )
 
 

@@ -14,7 +14,6 @@ not own; every record produced is read; the committed offsets hold.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 import time
@@ -26,7 +25,8 @@ import pytest
 
 from odradek.testing import RunningBroker, running_broker
 from tests._deadlines import describe, expired
-from tests.interop._broker import REPO, odradek_executable
+from tests._zygote import run as run_odradek
+from tests.interop._broker import odradek_executable
 from tests.interop.test_consumer_group_protocol import (
     BROKER_OVERRIDES,
     Member,
@@ -233,9 +233,8 @@ def group_type(rb: RunningBroker, group: str) -> tuple[str, dict[str, bool]]:
 
 def cli_protocols(rb: RunningBroker, group: str) -> list[str]:
     """The PROTOCOL column of ``odradek groups describe``'s members."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    out = subprocess.run([str(odradek_executable()), "groups", "describe", "--group", group,
-                          "-b", rb.bootstrap], capture_output=True, text=True, env=env,
+    out = run_odradek([str(odradek_executable()), "groups", "describe", "--group", group,
+                          "-b", rb.bootstrap],
                          timeout=60, check=True).stdout
     lines = out.splitlines()
     (head,) = [i for i, line in enumerate(lines) if line.split()[:1] == ["CONSUMER-ID"]]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ import pytest
 
 from odradek.client.admin import Admin, TopicDescription
 from odradek.client.connection import BrokerConnection, ClientError, request_class
+from tests._zygote import run as run_odradek
 
 from ._broker import java_client, odradek_executable, start_broker
 from ._cluster import Cluster, running_cluster, wait_for
@@ -319,9 +319,7 @@ def test_java_admin_elect_leaders(cluster3: Cluster) -> None:
 
 # ---- odradek leader-election ----------------------------------------------------------
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([str(odradek_executable()), *args], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+    return run_odradek([str(odradek_executable()), *args], timeout=120)
 
 
 def test_cli_leader_election(cluster3: Cluster, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from odradek.testing import RunningBroker
 from tests._deadlines import describe, expired
+from tests._zygote import run as run_odradek
 
 from ._broker import java_client, kcat
 from ._security import (
@@ -359,10 +360,9 @@ def test_cli_command_config(secure: tuple[RunningBroker, Certs], tmp_path: Path,
     topic = _topic()
 
     def odradek(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        return run_odradek(
             [str(odradek_executable()), *args, "--bootstrap-server",
-             bootstrap(broker, listener), "--command-config", str(config)],
-            capture_output=True, text=True, timeout=60, check=False)
+             bootstrap(broker, listener), "--command-config", str(config)], timeout=60)
 
     created = odradek("topics", "create", "--topic", topic, "--partitions", "2")
     assert created.returncode == 0, created.stderr
@@ -375,10 +375,9 @@ def test_cli_command_config(secure: tuple[RunningBroker, Certs], tmp_path: Path,
     bad = tmp_path / "bad.properties"
     bad.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
                    "sasl.username=alice\nsasl.password=nope\n")
-    failed = subprocess.run(
+    failed = run_odradek(
         [str(odradek_executable()), "topics", "list", "--bootstrap-server",
-         bootstrap(broker, "SASL_PLAINTEXT"), "--command-config", str(bad)],
-        capture_output=True, text=True, timeout=60, check=False)
+         bootstrap(broker, "SASL_PLAINTEXT"), "--command-config", str(bad)], timeout=60)
     assert failed.returncode == 1
     assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in failed.stderr
     assert "nope" not in failed.stderr

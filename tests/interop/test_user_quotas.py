@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from odradek.testing import RunningBroker
 from tests._deadlines import describe, expired
+from tests._zygote import run as run_odradek
 
 from ._broker import odradek_executable
 from ._security import Certs, bootstrap, confluent_settings, secure_broker
@@ -42,10 +43,9 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningBr
 
 
 def configs(broker: RunningBroker, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_odradek(
         [str(odradek_executable()), "configs", "--bootstrap-server",
-         bootstrap(broker, "PLAINTEXT"), *args],
-        capture_output=True, text=True, timeout=60,
+         bootstrap(broker, "PLAINTEXT"), *args], timeout=60,
     )
 
 
