@@ -110,3 +110,88 @@ def test_a_command_run_forked_answers_as_one_run_by_subprocess(tmp_path: Path) -
         with pytest.raises(subprocess.TimeoutExpired):  # waits for a third, is killed
             _zygote.run([exe, "consume", "--topic", "z", "--from-beginning",
                          "--max-messages", "3", "-b", broker.bootstrap], timeout=3)
+
+
+def test_a_spawn_returns_once_the_broker_has_its_session(tmp_path: Path) -> None:
+    """As Popen: a kill of the process group at once after the start reaches it."""
+    for i in range(5):
+        broker = start_broker(tmp_path / str(i), wait=False)
+        assert os.getpgid(broker.pid) == broker.pid
+        assert broker.kill9() == -signal.SIGKILL
+        assert not Path(f"/proc/{broker.pid}").exists()
+
+
+def test_a_set_up_that_fails_raises_as_popen_does(tmp_path: Path) -> None:
+    forks = _zygote.zygote()
+    assert forks is not None
+    with pytest.raises(OSError, match="FileNotFoundError"):
+        forks.spawn([str(odradek_executable()), "--version"], cwd=str(tmp_path / "absent"),
+                    env=dict(os.environ), stdout=tmp_path / "out", stderr=tmp_path / "err",
+                    session=True)
+    done = _zygote.run([str(odradek_executable()), "--version"], timeout=60)
+    assert done.returncode == 0 and done.stdout  # the zygote serves on
+
+
+def test_an_exited_childs_status_is_its_own_when_its_pid_is_given_again(
+        tmp_path: Path) -> None:
+    """The zygote reaps at once, so the system may give a child's pid to the next one
+    before the first's handle has asked: statuses are kept by spawn, not by pid. The
+    reuse is forced with ns_last_pid (root)."""
+    forks = _zygote.zygote()
+    assert forks is not None
+    exe = str(odradek_executable())
+    for attempt in range(20):
+        first = forks.spawn([exe, "--version"], cwd=str(tmp_path), env=dict(os.environ),
+                            stdout=tmp_path / "out", stderr=tmp_path / "err", session=True)
+        first.wait(30)  # reported: the zygote has reaped it, its pid is free
+        first.returncode = None  # asked again below, as a handle that never asked
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(first.pid - 1))
+        second = start_broker(tmp_path / str(attempt), wait=False)
+        if second.pid == first.pid:
+            break
+        second.kill9()
+    else:
+        raise AssertionError("the pid was taken by another process 20 times")
+    try:
+        assert first.wait(30) == 0
+        first.kill()  # a no-op: it has exited
+        assert second.alive()
+    finally:
+        assert second.kill9() == -signal.SIGKILL
+
+
+def test_a_broker_outlives_its_zygote_and_stops(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path / "a")
+    forks = _zygote.zygote()
+    assert forks is not None and isinstance(broker.proc, _zygote.ForkedProcess)
+    os.killpg(forks._proc.pid, signal.SIGKILL)  # the zygote's group: not the broker's
+    forks._proc.wait()
+    assert broker.alive() and _metadata_answered(broker.port)
+    assert broker.stop() is not None  # its status went with the zygote: -9 is said
+    assert _zygote._ended(broker.pid)
+    again = start_broker(tmp_path / "b")  # a new zygote
+    try:
+        assert isinstance(again.proc, _zygote.ForkedProcess) and again.alive()
+    finally:
+        again.stop()
+
+
+def test_a_zygote_that_does_not_answer_is_dropped_and_the_broker_started_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    forks = _zygote.zygote()
+    assert forks is not None
+    monkeypatch.setattr(_zygote.Zygote, "ANSWER_S", 1.0)
+    os.kill(forks._proc.pid, signal.SIGSTOP)
+    broker = start_broker(tmp_path / "a")  # by Popen, once the zygote gave no answer
+    try:
+        assert not isinstance(broker.proc, _zygote.ForkedProcess)
+        assert forks.gone and forks._proc.poll() is not None  # killed, stopped as it was
+    finally:
+        broker.stop()
+    monkeypatch.undo()  # a new zygote's first answer waits for its imports
+    after = start_broker(tmp_path / "b")
+    try:
+        assert isinstance(after.proc, _zygote.ForkedProcess)
+    finally:
+        after.stop()

@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 
 from tests._deadlines import describe, expired
-from tests._zygote import ForkedProcess, zygote
+from tests._zygote import ForkedProcess, ZygoteGone, zygote
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -137,11 +137,12 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | ForkedProcess
         if forks is not None and forks.accepts(self.argv, child_env):
             # forked from a process that has imported the broker (tests/_zygote.py)
-            self.proc = forks.spawn(self.argv, cwd=str(log_dir), env=child_env,
-                                    stdout=self.stdout_path, stderr=self.stderr_path,
-                                    session=True)
-            _LIVE.add(self)
-            return
+            with contextlib.suppress(ZygoteGone):  # then started below, as before
+                self.proc = forks.spawn(self.argv, cwd=str(log_dir), env=child_env,
+                                        stdout=self.stdout_path, stderr=self.stderr_path,
+                                        session=True)
+                _LIVE.add(self)
+                return
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 self.argv,
