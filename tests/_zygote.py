@@ -161,7 +161,7 @@ def _set_up(request: dict[str, Any]) -> None:
         comm.write(Path(sys.argv[0]).name[:15])
 
 
-def _become(request: dict[str, Any]) -> int:
+def _become() -> int:
     """In the forked child, set up: run the command."""
     from odradek.cli._entry import main
 
@@ -181,7 +181,7 @@ def _zygote_main() -> None:
     request = _serve()
     if request is None:
         return
-    sys.exit(_become(request))
+    sys.exit(_become())
 
 
 # ============================================================== the test process's side

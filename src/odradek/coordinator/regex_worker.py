@@ -58,9 +58,9 @@ WALL_LIMIT_FACTOR = 15
 """A request is given up after this many times its CPU budget on the wall clock, however
 little CPU the child got."""
 NICENESS = 10
-# the broker's stop waits this long for a killed child to be reaped
-STOP_WAIT_S = 2.0
 """The child runs this much nicer than the broker (``os.nice``)."""
+STOP_WAIT_S = 2.0
+"""The broker's stop waits this long for a killed child to be reaped."""
 _LINE_LIMIT = 64 * 1024 * 1024  # an answer line: every topic name, a few times over
 
 
