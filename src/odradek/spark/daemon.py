@@ -71,6 +71,7 @@ PRELOADED = (
     "pyarrow",
     "pyspark.worker",
     "odradek.spark.source",
+    "odradek.spark.fetcher",
     "odradek.spark.sink",
     "odradek.spark.mirror",
 )
