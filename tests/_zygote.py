@@ -8,7 +8,8 @@ is 0.21 s of CPU and of wall time.
 
 How it works: the first broker a test process starts brings up a zygote, ``python -m
 tests._zygote`` with the test process's environment, which imports what ``odradek
-serve`` imports and then waits for requests, one JSON line each on its stdin: an id, the
+serve`` imports, every command's module and what the tools import on their way
+(:data:`_CLIENT_SCHEMAS`), and then waits for requests, one JSON line each on its stdin: an id, the
 command line, the directory, the environment, the files for stdin, stdout and stderr,
 whether to start a session. For each it forks; the child becomes the command as a fresh
 process would: its own session (so a process-group kill reaches its children too), its
@@ -168,6 +169,41 @@ def _become() -> int:
     return main()
 
 
+#: What the commands the tests run (topics, groups, configs, acls, produce, consume,
+#: transactions, status) import on their way, beside every command module (the parser
+#: imports them all): Odradek's client and the protocol schemas of the versions it asks
+#: for. Counted over the commands of tests/cli, test_acls.py and test_user_quotas.py (238
+#: commands, each listed here imported by at least three); without them each command
+#: imported some 40-90 modules of its own after the fork. A name a kio upgrade dropped
+#: is skipped: it only costs the command its import.
+_COMMAND_MODULES = ("odradek.client.admin", "odradek.client.groups", "odradek.client.routing",
+                    "odradek.server.limits", "encodings.idna", "stringprep", "unicodedata")
+_CLIENT_SCHEMAS = (
+    "alter_client_quotas.v1", "api_versions.v3", "consumer_group_describe.v1",
+    "create_acls.v3", "create_partitions.v3", "create_topics.v5", "delete_acls.v3",
+    "delete_groups.v2", "describe_acls.v3", "describe_client_quotas.v1",
+    "describe_configs.v4", "describe_groups.v5", "describe_producers.v0",
+    "describe_transactions.v0", "fetch.v16", "find_coordinator.v2", "find_coordinator.v3",
+    "heartbeat.v3", "heartbeat.v4", "incremental_alter_configs.v1", "join_group.v5",
+    "join_group.v7", "leave_group.v1", "leave_group.v4", "list_groups.v5",
+    "list_offsets.v7", "metadata.v12", "offset_commit.v8", "offset_commit.v9",
+    "offset_fetch.v7", "offset_fetch.v9", "produce.v9", "produce.v10", "sync_group.v3",
+    "sync_group.v5",
+)
+
+
+def _preload_commands() -> None:
+    from odradek.cli.main import build_parser
+
+    build_parser()  # imports every command's module
+    wanted = [*_COMMAND_MODULES, *(f"kio.schema.{schema}.{side}"
+                                   for schema in _CLIENT_SCHEMAS
+                                   for side in ("request", "response"))]
+    for module in wanted:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+
+
 def _zygote_main() -> None:
     # as the console script: its directory first on the path, not the repository's
     sys.path[0] = str(VENV_BIN)
@@ -177,6 +213,7 @@ def _zygote_main() -> None:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     for module in ("odradek.cli.main", "odradek.server.broker"):  # what `serve` imports
         importlib.import_module(module)
+    _preload_commands()
 
     request = _serve()
     if request is None:
