@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -473,3 +474,51 @@ def test_mirror_rides_out_a_broker_killed_and_restarted(
         producer.stop.set()
         for b in brokers.values():
             b.stop()
+
+
+def _list_offsets_answered(metrics_url: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(metrics_url, timeout=10) as page:
+        text = page.read().decode()
+    return sum(s.value for family in text_string_to_metric_families(text)
+               for s in family.samples
+               if s.name == "kafka_network_requestmetrics_requests_total"
+               and s.labels.get("request") == "ListOffsets")
+
+
+def test_an_idle_mirror_asks_the_source_once_an_interval(
+    mirror_spark: Any, tmp_path: Path,
+) -> None:
+    """With nothing to copy, the query asks the source for its offsets (two ListOffsets
+    per partition, earliest and latest) once each ``--poll-interval-ms`` (100 ms here, the
+    default). With Spark's default trigger (``poll_interval_ms=0``) it asked 10 ms after
+    each empty micro-batch: 145 ListOffsets a second in this window, which fails."""
+    poll_interval_ms = 100
+    from tests.interop._broker import start_broker
+
+    window_s = 5.0
+    brokers = {name: start_broker(tmp_path / name, metrics_listener="http://127.0.0.1:0")
+               for name in ("source", "target")}
+    src_boot, dst_boot = brokers["source"].bootstrap, brokers["target"].bootstrap
+    metrics = brokers["source"].metrics_url
+    assert metrics is not None
+    try:
+        src = AdminClient({"bootstrap.servers": src_boot})
+        src.create_topics([NewTopic("idle.t", 1, 1)])["idle.t"].result(30)
+        dst = AdminClient({"bootstrap.servers": dst_boot})
+        ckpt, log = tmp_path / "ckpt", tmp_path / "mirror.log"
+        with mirror_in_session(mirror_spark, src_boot, dst_boot, ckpt, log, r"idle\..*",
+                               poll_interval_ms=poll_interval_ms) as mirror:
+            wait_until(lambda: partition_count(dst, "idle.t") == 1, "the target topic")
+            wait_until(lambda: _list_offsets_answered(metrics) > 20, "the query polling")
+            before, started = _list_offsets_answered(metrics), time.monotonic()
+            time.sleep(window_s)  # the window counted: its length is the measurement
+            per_s = (_list_offsets_answered(metrics) - before) / (time.monotonic() - started)
+            assert mirror.running(), mirror.error
+            assert mirror.stop() == 0
+    finally:
+        for b in brokers.values():
+            b.stop()
+    # at most 10 polls a second, 2 requests each, and the sync loop's few beside
+    assert per_s <= 2 * 1000 / poll_interval_ms + 4, per_s

@@ -51,6 +51,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sync-interval", type=float, default=5.0, metavar="SECONDS",
                    help="how often new topics/partitions, group offsets and topic configs "
                    "are synced (5)")
+    p.add_argument("--poll-interval-ms", type=int, default=100, metavar="MS",
+                   help="while no records flow, how often the source is asked for new ones "
+                        "(the Spark query's processing-time trigger; 100; 0: Spark's "
+                        "default, 10 ms after each empty micro-batch)")
     p.add_argument("--max-records-per-batch", type=int, default=500_000,
                    help="maxOffsetsPerTrigger of the source (500000)")
     p.add_argument("--replication-factor", type=int, default=-1,
@@ -96,6 +100,9 @@ def _mirror(args: argparse.Namespace) -> int:
         if value <= 0:
             print(f"odradek: {name} must be > 0", file=sys.stderr)
             return 2
+    if args.poll_interval_ms < 0:
+        print("odradek: --poll-interval-ms must be >= 0", file=sys.stderr)
+        return 2
     if args.transactional_id is not None and not args.transactional_id.strip():
         print("odradek: --transactional-id must not be empty", file=sys.stderr)
         return 2
@@ -114,6 +121,7 @@ def _mirror(args: argparse.Namespace) -> int:
         master=args.master,
         group=args.group,
         sync_interval_s=args.sync_interval,
+        poll_interval_ms=args.poll_interval_ms,
         max_records_per_batch=args.max_records_per_batch,
         replication_factor=args.replication_factor,
         api_timeout_ms=args.timeout,

@@ -46,6 +46,15 @@ query and one driver thread):
   The same thread brings the target topics' configs in line with their source topics
   (MirrorMaker 2's ``sync.topic.configs.enabled``): keys set, changed or removed at the
   source are set or removed on the target, except :data:`EXCLUDED_CONFIGS`.
+* The query runs on a processing-time trigger of ``--poll-interval-ms`` (100 ms): while
+  records flow, micro-batches follow each other as they finish (each up to
+  ``--max-records-per-batch``); while none do, the source is asked for new offsets once
+  an interval. With Spark's default trigger an idle query asks again 10 ms after each
+  empty answer (``spark.sql.streaming.pollingDelay``), one Metadata and two ListOffsets
+  per partition each time. An idle streaming read of one 3-partition topic through the
+  connector (local[2], 30 s) cost 30 % of a core that way, the broker's part 17 %; with
+  a 100 ms trigger 6 %, the broker's 3 % (8.9 s and 1.8 s of CPU). 0 keeps Spark's default
+  trigger.
 * A cluster that does not answer is waited for: the driver retries its topic sync and plan
   for up to :data:`RIDE_OUT_S`, the sync thread skips a round, the tasks' clients retry
   within their timeouts; beyond that the query fails and a restart resumes exactly.
@@ -140,6 +149,8 @@ class MirrorConfig:
     master: str = "local[*]"
     group: str = "odradek-mirror"
     sync_interval_s: float = 5.0
+    #: the query's processing-time trigger (module header); 0: Spark's default trigger
+    poll_interval_ms: int = 100
     max_records_per_batch: int = 500_000
     replication_factor: int = -1
     api_timeout_ms: int = 30_000
@@ -1042,12 +1053,14 @@ class MirrorJob:
         for k, v in self.cfg.source_client.items():
             reader = reader.option(f"kafka.{k}", v)
         stream = reader.load()
-        query = (
+        writer = (
             stream.writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", str(self.cfg.checkpoint_dir))
             .queryName("odradek-mirror")
-            .start()
         )
+        if self.cfg.poll_interval_ms > 0:
+            writer = writer.trigger(processingTime=f"{self.cfg.poll_interval_ms} milliseconds")
+        query = writer.start()
         if own:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: self.stop())
