@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -190,6 +191,32 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault(_deadlines.ENV, f"{_deadlines.measure_speed():.2f}")
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         _lean_children(config)  # in the process that runs the tests, not xdist's controller
+    if not hasattr(config, "workerinput"):
+        _bytecode_cache()
+
+
+#: where a run outside ``make test`` keeps the bytecode it may not write into the tree
+PYCACHE = Path(__file__).resolve().parent.parent / ".venv" / "pycache"
+
+
+def _bytecode_cache() -> None:
+    """A run started as ``pytest`` where the environment asks for no bytecode
+    (``PYTHONDONTWRITEBYTECODE``, as some sandboxes and CI images set) keeps it in
+    ``.venv/pycache`` instead (``PYTHONPYCACHEPREFIX``, for this process and every one it
+    starts: workers, brokers, commands, Spark's Python processes), as ``make test`` keeps
+    its own under its temporary directory (scripts/test). Without it each of those
+    processes compiles everything it imports: the test venv is installed without
+    bytecode (``pip --no-compile``, scripts/bootstrap), so pyspark, pyarrow and kio as
+    much as Odradek (a broker's imports 2.4 s of CPU instead of 1.2 s, a Spark
+    streaming runner's 2.1 s instead of 0.64 s). A prefix already set is left alone."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    if not PYCACHE.parent.is_dir() or not os.access(PYCACHE.parent, os.W_OK):
+        return
+    os.environ["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    sys.pycache_prefix = str(PYCACHE)
+    sys.dont_write_bytecode = False
 
 
 def _lean_children(config: pytest.Config) -> None:
