@@ -522,3 +522,21 @@ def test_an_idle_mirror_asks_the_source_once_an_interval(
             b.stop()
     # at most 10 polls a second, 2 requests each, and the sync loop's few beside
     assert per_s <= 2 * 1000 / poll_interval_ms + 4, per_s
+
+
+@pytest.mark.parametrize("value", ["-1", "3600001", "100000000000000000000"])
+def test_a_poll_interval_out_of_range_is_a_usage_error(value: str) -> None:
+    """Refused before anything starts (no cluster is reachable here): Spark's trigger
+    would fail on a value past a long's milliseconds, after the mirror had started."""
+    out = subprocess.run(
+        [str(odradek_executable()), "mirror", "--source-bootstrap-server", "127.0.0.1:1",
+         "--target-bootstrap-server", "127.0.0.1:2", "--include", "x",
+         "--poll-interval-ms", value],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2, out.stderr
+    assert "--poll-interval-ms must be from 0 to 3600000 (an hour)" in out.stderr
+
+
+def test_a_negative_poll_interval_is_refused_by_the_config() -> None:
+    with pytest.raises(ValueError, match="poll_interval_ms must be >= 0"):
+        MirrorConfig("a:1", "b:1", "x", poll_interval_ms=-5)

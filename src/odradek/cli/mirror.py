@@ -52,9 +52,10 @@ def add_parser(sub: Any) -> None:
                    help="how often new topics/partitions, group offsets and topic configs "
                    "are synced (5)")
     p.add_argument("--poll-interval-ms", type=int, default=100, metavar="MS",
-                   help="while no records flow, how often the source is asked for new ones "
-                        "(the Spark query's processing-time trigger; 100; 0: Spark's "
-                        "default, 10 ms after each empty micro-batch)")
+                   help="how often a micro-batch starts: the Spark query's processing-time "
+                        "trigger (100; at most an hour); while no records flow, how often "
+                        "the source is asked for new ones. 0: Spark's default trigger, "
+                        "which asks again 10 ms after each empty micro-batch")
     p.add_argument("--max-records-per-batch", type=int, default=500_000,
                    help="maxOffsetsPerTrigger of the source (500000)")
     p.add_argument("--replication-factor", type=int, default=-1,
@@ -82,6 +83,10 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=_mirror)
 
 
+#: the longest --poll-interval-ms taken: an hour, well inside what Spark's trigger parses
+MAX_POLL_INTERVAL_MS = 3_600_000
+
+
 def _mirror(args: argparse.Namespace) -> int:
     source_security = librdkafka_security_of(args.source_command_config,
                                              "--source-command-config")
@@ -100,8 +105,9 @@ def _mirror(args: argparse.Namespace) -> int:
         if value <= 0:
             print(f"odradek: {name} must be > 0", file=sys.stderr)
             return 2
-    if args.poll_interval_ms < 0:
-        print("odradek: --poll-interval-ms must be >= 0", file=sys.stderr)
+    if not 0 <= args.poll_interval_ms <= MAX_POLL_INTERVAL_MS:
+        print(f"odradek: --poll-interval-ms must be from 0 to {MAX_POLL_INTERVAL_MS} (an hour)",
+              file=sys.stderr)
         return 2
     if args.transactional_id is not None and not args.transactional_id.strip():
         print("odradek: --transactional-id must not be empty", file=sys.stderr)

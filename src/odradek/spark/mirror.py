@@ -46,10 +46,13 @@ query and one driver thread):
   The same thread brings the target topics' configs in line with their source topics
   (MirrorMaker 2's ``sync.topic.configs.enabled``): keys set, changed or removed at the
   source are set or removed on the target, except :data:`EXCLUDED_CONFIGS`.
-* The query runs on a processing-time trigger of ``--poll-interval-ms`` (100 ms): while
-  records flow, micro-batches follow each other as they finish (each up to
-  ``--max-records-per-batch``); while none do, the source is asked for new offsets once
-  an interval. With Spark's default trigger an idle query asks again 10 ms after each
+* The query runs on a processing-time trigger of ``--poll-interval-ms`` (100 ms): a
+  micro-batch starts at most once an interval (one that took longer is followed at once),
+  so while records flow the mirror copies up to ``--max-records-per-batch`` per interval,
+  and while none do, the source is asked for new offsets once an interval. A session
+  whose log level lets WARN through logs Spark's "Current batch is falling behind" for
+  each micro-batch longer than the interval (``odradek mirror``'s own logs only errors).
+  With Spark's default trigger an idle query asks again 10 ms after each
   empty answer (``spark.sql.streaming.pollingDelay``), one Metadata and two ListOffsets
   per partition each time. An idle streaming read of one 3-partition topic through the
   connector (local[2], 30 s) cost 30 % of a core that way, the broker's part 17 %; with
@@ -151,6 +154,10 @@ class MirrorConfig:
     sync_interval_s: float = 5.0
     #: the query's processing-time trigger (module header); 0: Spark's default trigger
     poll_interval_ms: int = 100
+
+    def __post_init__(self) -> None:
+        if self.poll_interval_ms < 0:
+            raise ValueError(f"poll_interval_ms must be >= 0, not {self.poll_interval_ms}")
     max_records_per_batch: int = 500_000
     replication_factor: int = -1
     api_timeout_ms: int = 30_000
