@@ -27,3 +27,12 @@ def test_the_package_names_load_on_use() -> None:
     assert callable(partition_for_key)
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         odradek.client.nothing  # noqa: B018
+
+
+def test_submodules_are_attributes_and_dir_lists_the_names() -> None:
+    code = ("import odradek.client as c\n"
+            "print(c.connection.__name__, 'BrokerConnection' in dir(c), "
+            "'murmur2' in dir(c))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["odradek.client.connection", "True", "True"]
