@@ -9,9 +9,9 @@ is 0.21 s of CPU and of wall time.
 How it works: the first broker a test process starts brings up a zygote, ``python -m
 tests._zygote`` with the test process's environment, which imports what ``odradek
 serve`` imports, every command's module and what the tools import on their way
-(:data:`_CLIENT_SCHEMAS`), and then waits for requests, one JSON line each on its stdin: an id, the
-command line, the directory, the environment, the files for stdin, stdout and stderr,
-whether to start a session. For each it forks; the child becomes the command as a fresh
+(:data:`_CLIENT_SCHEMAS`), and then waits for requests, one JSON line each on its stdin:
+an id, the command line, the directory, the environment, the files for stdin, stdout and
+stderr, whether to start a session. For each it forks; the child becomes the command as a fresh
 process would: its own session (so a process-group kill reaches its children too), its
 files as fds 0-2, the directory and environment it was given, ``sys.argv`` and its name
 in ``ps`` set. Only then does the zygote answer with the child's pid (a pipe the child

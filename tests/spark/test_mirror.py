@@ -494,9 +494,9 @@ def test_an_idle_mirror_asks_the_source_once_an_interval(
     per partition, earliest and latest) once each ``--poll-interval-ms`` (100 ms here, the
     default). With Spark's default trigger (``poll_interval_ms=0``) it asked 10 ms after
     each empty micro-batch: 145 ListOffsets a second in this window, which fails."""
-    poll_interval_ms = 100
     from tests.interop._broker import start_broker
 
+    poll_interval_ms = 100
     window_s = 5.0
     brokers = {name: start_broker(tmp_path / name, metrics_listener="http://127.0.0.1:0")
                for name in ("source", "target")}

@@ -52,12 +52,11 @@ query and one driver thread):
   and while none do, the source is asked for new offsets once an interval. A session
   whose log level lets WARN through logs Spark's "Current batch is falling behind" for
   each micro-batch longer than the interval (``odradek mirror``'s own logs only errors).
-  With Spark's default trigger an idle query asks again 10 ms after each
-  empty answer (``spark.sql.streaming.pollingDelay``), one Metadata and two ListOffsets
-  per partition each time. An idle streaming read of one 3-partition topic through the
-  connector (local[2], 30 s) cost 30 % of a core that way, the broker's part 17 %; with
-  a 100 ms trigger 6 %, the broker's 3 % (8.9 s and 1.8 s of CPU). 0 keeps Spark's default
-  trigger.
+  With Spark's default trigger an idle query asks again 10 ms after each empty answer
+  (``spark.sql.streaming.pollingDelay``), one Metadata and two ListOffsets per partition
+  each time. An idle streaming read of one 3-partition topic through the connector
+  (local[2], 30 s) cost 30 % of a core that way, the broker's part 17 %; with a 100 ms
+  trigger 6 %, the broker's 3 % (8.9 s and 1.8 s of CPU). 0 keeps Spark's default trigger.
 * A cluster that does not answer is waited for: the driver retries its topic sync and plan
   for up to :data:`RIDE_OUT_S`, the sync thread skips a round, the tasks' clients retry
   within their timeouts; beyond that the query fails and a restart resumes exactly.
@@ -154,10 +153,6 @@ class MirrorConfig:
     sync_interval_s: float = 5.0
     #: the query's processing-time trigger (module header); 0: Spark's default trigger
     poll_interval_ms: int = 100
-
-    def __post_init__(self) -> None:
-        if self.poll_interval_ms < 0:
-            raise ValueError(f"poll_interval_ms must be >= 0, not {self.poll_interval_ms}")
     max_records_per_batch: int = 500_000
     replication_factor: int = -1
     api_timeout_ms: int = 30_000
@@ -168,6 +163,10 @@ class MirrorConfig:
     # librdkafka settings of each side: secrets (a SASL password), kept out of the repr
     source_client: dict[str, str] = field(default_factory=dict, repr=False)
     target_client: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.poll_interval_ms < 0:
+            raise ValueError(f"poll_interval_ms must be >= 0, not {self.poll_interval_ms}")
 
     def source_conf(self) -> dict[str, str]:
         return {"bootstrap.servers": self.source, **self.source_client}
