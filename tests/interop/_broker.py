@@ -489,11 +489,15 @@ class _ClassDataArchive:
                         jar.write(f, f.relative_to(classes).as_posix())
                 made.replace(self.jar)
 
-    def jvm_args(self) -> tuple[list[str], Callable[[], None]]:
-        """The JVM's options for this run, and what to do once it has exited."""
+    def jvm_args(self, make: bool = True) -> tuple[list[str], Callable[[], None]]:
+        """The JVM's options for this run, and what to do once it has exited; ``make``:
+        whether a JVM that finds no archive makes it (at its exit, with the classes it
+        loaded by then)."""
         if self.path.exists():
             return [f"-XX:SharedArchiveFile={self.path}", "-Xlog:cds=off",
                     "-Xlog:cds+dynamic=off"], lambda: None
+        if not make:
+            return [], lambda: None
         # made by this run at its exit, under a name of its own: runs of other processes
         # may be making one at the same time (the last rename wins, each one whole)
         made = self.path.with_name(f"{self.path.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
@@ -636,9 +640,13 @@ class JavaClientRunner:
     that timed out or died); runs with ``jvm_args`` start a JVM of their own, as every
     run did before (issue 51: a JVM's start was 1.1-1.3 s of CPU, some 100 runs a whole
     test run). A run that does not answer within ``timeout`` kills the server and fails
-    (AssertionError); the next run starts a new one. One run at a time (a lock)."""
+    (AssertionError); the next run starts a new one. One run at a time (a lock).
+    ``make_archive=False``: its JVMs do not make the class data archive (the runner's own
+    tests, whose servers load few of kafka-clients' classes: an archive of those would
+    serve the runs after it badly)."""
 
-    def __init__(self, classes: Path, jars: Sequence[Path]) -> None:
+    def __init__(self, classes: Path, jars: Sequence[Path], make_archive: bool = True) -> None:
+        self.make_archive = make_archive
         self.java = shutil.which("java") or "java"
         self.archive = _ClassDataArchive(self.java, classes)
         self.classpath = os.pathsep.join([str(self.archive.jar), *(str(j) for j in jars)])
@@ -674,7 +682,7 @@ class JavaClientRunner:
         return [self.java, *_JVM_OPTIONS, *sharing, *jvm_args, "-cp", self.classpath, JAVA_MAIN]
 
     def _start(self) -> _JavaServer:
-        sharing, after = self.archive.jvm_args()
+        sharing, after = self.archive.jvm_args(self.make_archive)
         return _JavaServer(self._command(sharing), after)
 
     def _run_served(self, request: list[str], timeout: float) -> JavaResult:
@@ -715,7 +723,7 @@ class JavaClientRunner:
         return JavaResult(argv, rc, stdout, err.decode(errors="replace"), _parse_summary(stdout))
 
     def _run_fresh(self, request: list[str], timeout: float, jvm_args: list[str]) -> JavaResult:
-        sharing, after = self.archive.jvm_args()
+        sharing, after = self.archive.jvm_args(self.make_archive)
         argv = [*self._command(sharing, jvm_args), *request]
         try:
             res = subprocess.run(

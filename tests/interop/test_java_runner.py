@@ -22,7 +22,7 @@ pytestmark = pytest.mark.interop
 
 def new_runner() -> Iterator[JavaClientRunner]:
     classes, jars = compile_java_client()
-    r = JavaClientRunner(classes, jars)
+    r = JavaClientRunner(classes, jars, make_archive=False)
     try:
         yield r
     finally:
