@@ -18,17 +18,21 @@ ready file, which :meth:`BrokerProcess.wait_ready` waits for.
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
 import fcntl
 import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import threading
 import time
 import uuid
 import zipfile
@@ -485,11 +489,15 @@ class _ClassDataArchive:
                         jar.write(f, f.relative_to(classes).as_posix())
                 made.replace(self.jar)
 
-    def jvm_args(self) -> tuple[list[str], Callable[[], None]]:
-        """The JVM's options for this run, and what to do once it has exited."""
+    def jvm_args(self, make: bool = True) -> tuple[list[str], Callable[[], None]]:
+        """The JVM's options for this run, and what to do once it has exited; ``make``:
+        whether a JVM that finds no archive makes it (at its exit, with the classes it
+        loaded by then)."""
         if self.path.exists():
             return [f"-XX:SharedArchiveFile={self.path}", "-Xlog:cds=off",
                     "-Xlog:cds+dynamic=off"], lambda: None
+        if not make:
+            return [], lambda: None
         # made by this run at its exit, under a name of its own: runs of other processes
         # may be making one at the same time (the last rename wins, each one whole)
         made = self.path.with_name(f"{self.path.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
@@ -502,14 +510,155 @@ class _ClassDataArchive:
                 "-Xlog:cds+dynamic=off"], keep
 
 
-@cache
-def _java_runner() -> JavaRunner:
-    classes, jars = compile_java_client()
-    java = shutil.which("java") or "java"
-    archive = _ClassDataArchive(java, classes)
-    classpath = os.pathsep.join([str(archive.jar), *(str(j) for j in jars)])
+#: the JVM options of every Java client run
+_JVM_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m")
 
-    def run(
+
+class JavaServerGone(AssertionError):
+    """The Java client's server JVM ended (or its reply pipe closed) before it answered."""
+
+
+class _JavaServer:
+    """One JVM running ``OdradekInterop --serve`` (see its ``Server``): a run is a line of
+    base64 arguments on its stdin, answered with frames on a pipe of its own (fd 1 and 2
+    of the JVM go to a temporary file: what the JVM itself prints, and writes of threads
+    that belong to no run under way, marked). In a session of its own, so a kill reaches
+    everything it started."""
+
+    #: how long a server that was asked to exit (stdin closed) may take before it is killed
+    EXIT_S = 10.0
+
+    def __init__(self, command: Sequence[str], after: Callable[[], None]) -> None:
+        self._after = after
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()/kill()
+        replies, reply_end = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [*command, "--serve", f"/dev/fd/{reply_end}", str(os.getpid())],
+                stdin=subprocess.PIPE, stdout=self.log, stderr=self.log,
+                pass_fds=(reply_end,), start_new_session=True,
+            )
+        except BaseException:
+            os.close(replies)
+            self.log.close()
+            raise
+        finally:
+            os.close(reply_end)
+        self._replies = replies
+        self._pending = bytearray()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and self._replies >= 0
+
+    def send(self, request: Sequence[str]) -> None:
+        """Send one run; BrokenPipeError if the server has gone (nothing was run)."""
+        assert self.proc.stdin is not None
+        line = " ".join(base64.b64encode(a.encode()).decode("ascii") for a in request)
+        self.proc.stdin.write(line.encode("ascii") + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self, deadline: float, out: bytearray, err: bytearray) -> int | None:
+        """Collect the run's output into ``out`` and ``err`` until its exit code arrives
+        (returned) or ``deadline`` (time.monotonic()) passes (None). Raises JavaServerGone
+        if the reply pipe ends first."""
+        while True:
+            while len(self._pending) >= 5:
+                kind = self._pending[0:1]
+                size = int.from_bytes(self._pending[1:5], "big")
+                if len(self._pending) < 5 + size:
+                    break
+                body = bytes(self._pending[5:5 + size])
+                del self._pending[:5 + size]
+                if kind == b"X":
+                    return int(body)
+                (out if kind == b"O" else err).extend(body)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self._replies], [], [], left)
+            if ready:
+                chunk = os.read(self._replies, 1 << 16)
+                if not chunk:
+                    raise JavaServerGone(self._gone())
+                self._pending.extend(chunk)
+
+    def _gone(self) -> str:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.log.seek(0, os.SEEK_END)
+        self.log.seek(max(0, self.log.tell() - 6000))
+        tail = self.log.read().decode(errors="replace")
+        self.kill()
+        return (f"the Java client's server JVM ended (exit {code})\n"
+                f"--- its output (tail) ---\n{tail}")
+
+    def stop(self) -> None:
+        """Close its stdin (it exits); killed if it has not exited after EXIT_S."""
+        if self._replies < 0:
+            return
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=self.EXIT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return
+        self._close()
+        if self.proc.returncode == 0:
+            self._after()
+
+    def kill(self) -> None:
+        """Kill it and everything it started (its session); no archive comes of it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        self._close()
+
+    def _close(self) -> None:
+        if self._replies >= 0:
+            os.close(self._replies)
+            self._replies = -1
+            self.log.close()
+
+
+class JavaClientRunner:
+    """``run(bootstrap, mode, topic, *args, props=None, timeout=180.0, jvm_args=())``: one
+    run of OdradekInterop, its result as a fresh JVM's would be. Runs without
+    ``jvm_args`` go to one long-lived server JVM (started at the first, again after one
+    that timed out or died); runs with ``jvm_args`` start a JVM of their own, as every
+    run did before (issue 51: a JVM's start was 1.1-1.3 s of CPU, some 100 runs a whole
+    test run). A run that does not answer within ``timeout`` kills the server and fails
+    (AssertionError); the next run starts a new one. One run at a time (a lock).
+    ``make_archive=False``: its JVMs do not make the class data archive (the runner's own
+    tests, whose servers load few of kafka-clients' classes: an archive of those would
+    serve the runs after it badly)."""
+
+    def __init__(self, classes: Path, jars: Sequence[Path], make_archive: bool = True) -> None:
+        self.make_archive = make_archive
+        self.java = shutil.which("java") or "java"
+        self.archive = _ClassDataArchive(self.java, classes)
+        self.classpath = os.pathsep.join([str(self.archive.jar), *(str(j) for j in jars)])
+        self._lock = threading.Lock()
+        self._server: _JavaServer | None = None
+
+    @property
+    def server_pid(self) -> int | None:
+        """The pid of the server JVM, if one is running."""
+        server = self._server
+        return server.pid if server is not None and server.alive() else None
+
+    def __call__(
+        self,
         bootstrap: str,
         mode: str,
         topic: str,
@@ -519,12 +668,65 @@ def _java_runner() -> JavaRunner:
         jvm_args: Iterable[str] = (),
     ) -> JavaResult:
         """Run ``OdradekInterop <bootstrap> <mode> <topic> [args] [-Xkey=value ...]``."""
-        sharing, after = archive.jvm_args()
-        argv = [
-            java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m", *sharing,
-            *jvm_args, "-cp", classpath, JAVA_MAIN, bootstrap, mode, topic,
-            *(str(a) for a in args), *(f"-X{k}={v}" for k, v in (props or {}).items()),
-        ]
+        request = [bootstrap, mode, topic, *(str(a) for a in args),
+                   *(f"-X{k}={v}" for k, v in (props or {}).items())]
+        extra = list(jvm_args)
+        with self._lock:
+            if extra:
+                return self._run_fresh(request, timeout, extra)
+            return self._run_served(request, timeout)
+
+    def _command(self, sharing: Sequence[str], jvm_args: Sequence[str] = ()) -> list[str]:
+        return [self.java, *_JVM_OPTIONS, *sharing, *jvm_args, "-cp", self.classpath, JAVA_MAIN]
+
+    def _start(self) -> _JavaServer:
+        # A server uses the class data archive when there is one, and never makes it: it
+        # would write it at its exit, the test process's end, for no run of this test run
+        # (five workers, five 20 MB dumps, each at the run's tail). Runs with jvm_args
+        # (fresh JVMs) still make it.
+        sharing, after = self.archive.jvm_args(make=False)
+        return _JavaServer(self._command(sharing), after)
+
+    def _run_served(self, request: list[str], timeout: float) -> JavaResult:
+        argv = [*self._command([]), *request]
+        for attempt in (1, 2):
+            if self._server is None or not self._server.alive():
+                if self._server is not None:
+                    self._server.kill()
+                self._server = self._start()
+            server = self._server
+            try:
+                server.send(request)
+                break
+            except (BrokenPipeError, ValueError):  # gone before it took the run: a new one
+                server.kill()
+                self._server = None
+                if attempt == 2:
+                    raise
+        out, err = bytearray(), bytearray()
+        try:
+            rc = server.answer(time.monotonic() + timeout, out, err)
+        except JavaServerGone as e:
+            self._server = None
+            raise JavaServerGone(
+                f"{e}\nduring {' '.join(argv)}\n--- the run's stderr ---\n"
+                f"{err.decode(errors='replace')[-6000:]}\n--- the run's stdout ---\n"
+                f"{out.decode(errors='replace')[-6000:]}"
+            ) from None
+        if rc is None:
+            server.kill()
+            self._server = None
+            raise AssertionError(
+                f"Java client timed out after {timeout} s: {' '.join(argv)}\n"
+                f"--- stderr ---\n{err.decode(errors='replace')[-6000:]}\n"
+                f"--- stdout ---\n{out.decode(errors='replace')[-6000:]}"
+            )
+        stdout = out.decode(errors="replace")
+        return JavaResult(argv, rc, stdout, err.decode(errors="replace"), _parse_summary(stdout))
+
+    def _run_fresh(self, request: list[str], timeout: float, jvm_args: list[str]) -> JavaResult:
+        sharing, after = self.archive.jvm_args(self.make_archive)
+        argv = [*self._command(sharing, jvm_args), *request]
         try:
             res = subprocess.run(
                 argv, capture_output=True, text=True, errors="replace", timeout=timeout,
@@ -540,7 +742,20 @@ def _java_runner() -> JavaRunner:
             ) from None
         return JavaResult(argv, res.returncode, res.stdout, res.stderr, _parse_summary(res.stdout))
 
-    return run
+    def close(self) -> None:
+        """Stop the server JVM (it ends with this process's stdin pipe anyway)."""
+        with self._lock:
+            if self._server is not None:
+                self._server.stop()
+                self._server = None
+
+
+@cache
+def _java_runner() -> JavaRunner:
+    classes, jars = compile_java_client()
+    runner = JavaClientRunner(classes, jars)
+    atexit.register(runner.close)
+    return runner
 
 
 def java_client() -> JavaRunner:

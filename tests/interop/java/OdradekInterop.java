@@ -46,10 +46,18 @@
 //   create [partitions] [rf] create the topic.
 //   delete                   delete the topic.
 //
+//   selftest <what>          checks of the server mode (see selftest below).
+//
+// OdradekInterop --serve <reply-file> <parent-pid> runs one command line per line of stdin
+// in this JVM (see Server below).
+//
 // -Xkey=value arguments are passed to every client (admin, producer, consumer) the mode uses.
 // One JSON object is printed on stdout as the last line. Exit codes: 0 ok, 1 verification
 // mismatch, 2 usage error, 3 unexpected exception.
 
+import java.io.FileOutputStream;
+import java.io.OutputStream;
+import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -110,7 +118,31 @@ public final class OdradekInterop {
         this.extra = extra;
     }
 
-    public static void main(String[] argv) {
+    public static void main(String[] argv) throws Exception {
+        if (argv.length == 3 && argv[0].equals("--serve")) {
+            Server.serve(argv[1], Long.parseLong(argv[2]));
+            return;
+        }
+        System.exit(run(argv));
+    }
+
+    /** A usage error: its message is printed already, the run's exit code is 2. */
+    static final class UsageError extends RuntimeException {
+        UsageError(String why) {
+            super(why, null, false, false);
+        }
+    }
+
+    /** Run one command line (a mode); returns its exit code. */
+    static int run(String[] argv) {
+        try {
+            return runMode(argv);
+        } catch (UsageError e) {
+            return 2;
+        }
+    }
+
+    static int runMode(String[] argv) {
         List<String> positional = new ArrayList<>();
         Map<String, String> extra = new LinkedHashMap<>();
         for (String a : argv) {
@@ -208,10 +240,15 @@ public final class OdradekInterop {
                     }
                     app.authorizedOperations(args.get(0));
                     break;
+                case "selftest":
+                    app.selftest(args.isEmpty() ? "" : args.get(0));
+                    break;
                 default:
                     usage("unknown mode " + mode);
             }
             rc = app.errors.isEmpty() ? 0 : 1;
+        } catch (UsageError u) {
+            throw u;
         } catch (Throwable t) {
             Throwable root = t instanceof ExecutionException && t.getCause() != null ? t.getCause() : t;
             app.errors.add("exception: " + root);
@@ -224,7 +261,7 @@ public final class OdradekInterop {
         app.summary.put("errors", app.errors);
         System.out.println(Json.write(app.summary));
         System.out.flush();
-        System.exit(rc);
+        return rc;
     }
 
     static int intArg(List<String> args, int i, int dflt) {
@@ -237,7 +274,7 @@ public final class OdradekInterop {
         System.err.println("modes: roundtrip [N] | produce N [codec] | consume-count [expected] |"
                 + " group-consume <group> <expected> | create [partitions] [rf] | delete |"
                 + " elect-preferred [partitions]");
-        System.exit(2);
+        throw new UsageError(why);
     }
 
     void check(boolean cond, String what) {
@@ -1178,6 +1215,154 @@ public final class OdradekInterop {
                 altered.put(op, outcome);
             }
             summary.put("altered", altered);
+        }
+    }
+
+    // ---------------------------------------------------------------- server mode
+
+    /** Checks of the server mode itself (tests/interop/test_java_runner.py): {@code
+     * sleep:<ms>} sleeps; {@code leftover:<ms>} leaves a thread behind that writes to
+     * System.out and System.err every 10 ms for that long; {@code halt} ends the JVM as a
+     * crash would (no reply). */
+    void selftest(String what) throws Exception {
+        if (what.startsWith("sleep:")) {
+            Thread.sleep(Long.parseLong(what.substring(6)));
+        } else if (what.startsWith("leftover:")) {
+            long until = System.currentTimeMillis() + Long.parseLong(what.substring(9));
+            Thread t = new Thread(() -> {
+                while (System.currentTimeMillis() < until) {
+                    System.out.println("leftover output");
+                    System.err.println("leftover error");
+                    try {
+                        Thread.sleep(10);
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+            }, "selftest-leftover");
+            t.setDaemon(true);
+            t.start();
+        } else if (what.equals("halt")) {
+            Runtime.getRuntime().halt(9);
+        } else {
+            usage("selftest needs sleep:<ms> | leftover:<ms> | halt");
+        }
+        summary.put("selftest", what);
+    }
+
+    /**
+     * {@code OdradekInterop --serve <reply-file> <parent-pid>}: one JVM for many runs
+     * (tests/interop/_broker.py's java_client(), issue 51). Each line of stdin is one
+     * command line, its arguments base64 (UTF-8) separated by spaces; each is run as
+     * {@code main} would run it, on a thread of a thread group of its own, and answered on
+     * the reply file (a pipe the caller passes as /dev/fd/N) with frames of a kind byte,
+     * a 4-byte big-endian length and as many bytes: 'O' stdout, 'E' stderr, as written,
+     * then 'X' the exit code (ASCII) once the run returned. System.out and System.err
+     * route a write to the run under way when the writing thread belongs to its group
+     * (the run's thread and the threads of the clients it started); any other thread's
+     * writes (a client's thread a failed run left behind) go to the JVM's own stderr,
+     * marked, never into a later run's output. A usage error is exit code 2, not an exit
+     * of the JVM. The server exits once stdin ends (or its parent process is gone).
+     */
+    static final class Server {
+        final OutputStream reply;
+        final PrintStream log;
+        volatile ThreadGroup current;
+
+        Server(OutputStream reply, PrintStream log) {
+            this.reply = reply;
+            this.log = log;
+        }
+
+        static void serve(String replyFile, long parentPid) throws Exception {
+            Server server = new Server(new FileOutputStream(replyFile), System.err);
+            java.io.BufferedReader requests = new java.io.BufferedReader(
+                    new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8));
+            System.setIn(new java.io.ByteArrayInputStream(new byte[0]));
+            System.setOut(new PrintStream(server.new Route((byte) 'O'), true, StandardCharsets.UTF_8));
+            System.setErr(new PrintStream(server.new Route((byte) 'E'), true, StandardCharsets.UTF_8));
+            Thread watch = new Thread(() -> {
+                while (ProcessHandle.of(parentPid).map(ProcessHandle::isAlive).orElse(false)) {
+                    try {
+                        Thread.sleep(2000);
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+                System.exit(0);
+            }, "parent-watch");
+            watch.setDaemon(true);
+            watch.start();
+            int n = 0;
+            String line;
+            while ((line = requests.readLine()) != null) {
+                String[] argv = line.isEmpty() ? new String[0] : line.split(" ", -1);
+                for (int i = 0; i < argv.length; i++) {
+                    argv[i] = new String(java.util.Base64.getDecoder().decode(argv[i]),
+                            StandardCharsets.UTF_8);
+                }
+                n++;
+                ThreadGroup group = new ThreadGroup("run-" + n);
+                int[] rc = {3};
+                Thread run = new Thread(group, () -> {
+                    try {
+                        rc[0] = run(argv);
+                    } catch (Throwable t) {
+                        System.err.println("OdradekInterop: unexpected exception");
+                        t.printStackTrace();
+                    }
+                }, "run-" + n);
+                server.current = group;
+                run.start();
+                run.join();
+                server.finish(rc[0]);
+            }
+            System.exit(0);
+        }
+
+        /** A write to System.out ('O') or System.err ('E'). */
+        final class Route extends OutputStream {
+            final byte kind;
+
+            Route(byte kind) {
+                this.kind = kind;
+            }
+
+            @Override
+            public void write(int b) throws java.io.IOException {
+                write(new byte[] {(byte) b}, 0, 1);
+            }
+
+            @Override
+            public void write(byte[] b, int off, int len) throws java.io.IOException {
+                emit(kind, b, off, len);
+            }
+        }
+
+        synchronized void emit(byte kind, byte[] b, int off, int len) throws java.io.IOException {
+            ThreadGroup group = current;
+            ThreadGroup mine = Thread.currentThread().getThreadGroup();
+            if (group != null && mine != null && group.parentOf(mine)) {
+                frame(kind, b, off, len);
+            } else {
+                log.print("[OdradekInterop server: not a run's output, thread "
+                        + Thread.currentThread().getName() + "] ");
+                log.write(b, off, len);
+                log.flush();
+            }
+        }
+
+        synchronized void finish(int rc) throws java.io.IOException {
+            current = null;
+            byte[] code = Integer.toString(rc).getBytes(StandardCharsets.US_ASCII);
+            frame((byte) 'X', code, 0, code.length);
+        }
+
+        void frame(byte kind, byte[] b, int off, int len) throws java.io.IOException {
+            byte[] head = {kind, (byte) (len >>> 24), (byte) (len >>> 16), (byte) (len >>> 8), (byte) len};
+            reply.write(head);
+            reply.write(b, off, len);
+            reply.flush();
         }
     }
 
