@@ -579,8 +579,10 @@ class _JavaServer:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            ready, _, _ = select.select([self._replies], [], [], left)
-            if ready:
+            # poll, not select: the pipe's descriptor may be above select()'s 1023
+            poller = select.poll()
+            poller.register(self._replies, select.POLLIN)
+            if poller.poll(left * 1000):
                 chunk = os.read(self._replies, 1 << 16)
                 if not chunk:
                     raise JavaServerGone(self._gone())
@@ -703,6 +705,10 @@ class JavaClientRunner:
                 self._server = None
                 if attempt == 2:
                     raise
+            except BaseException:  # interrupted mid-line: the server may hold half a run
+                server.kill()
+                self._server = None
+                raise
         out, err = bytearray(), bytearray()
         try:
             rc = server.answer(time.monotonic() + timeout, out, err)
@@ -713,6 +719,13 @@ class JavaClientRunner:
                 f"{err.decode(errors='replace')[-6000:]}\n--- the run's stdout ---\n"
                 f"{out.decode(errors='replace')[-6000:]}"
             ) from None
+        except BaseException:
+            # interrupted while the run goes on (pytest-timeout's signal, a Ctrl-C): the
+            # server is killed, as subprocess.run killed a fresh JVM, or the next run would
+            # read this one's answer
+            server.kill()
+            self._server = None
+            raise
         if rc is None:
             server.kill()
             self._server = None
@@ -732,7 +745,8 @@ class JavaClientRunner:
                 argv, capture_output=True, text=True, errors="replace", timeout=timeout,
                 stdin=subprocess.DEVNULL, check=False,
             )
-            after()
+            if res.returncode >= 0:  # a JVM killed by a signal may have left half an archive
+                after()
         except subprocess.TimeoutExpired as e:
             out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout
             err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr

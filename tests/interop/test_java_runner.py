@@ -8,6 +8,7 @@ Runners of the tests' own (not the test process's), real JVMs, and the test prog
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -143,3 +144,41 @@ def test_runs_with_jvm_args_get_a_jvm_of_their_own(shared: JavaClientRunner) -> 
     res = shared("127.0.0.1:1", "no-such-mode", "t", jvm_args=["-Xmx64m"])
     assert res.returncode == 2 and "unknown mode" in res.stderr
     assert shared.server_pid == pid
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_a_run_interrupted_while_waiting_does_not_answer_the_next(
+        runner: JavaClientRunner) -> None:
+    """An exception out of the wait for a run's answer (pytest-timeout's signal method, a
+    Ctrl-C) ends the server, as it ended a fresh JVM: the next run gets its own answer,
+    not the interrupted run's."""
+    runner("127.0.0.1:1", "selftest", "first", "sleep:0")
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        with pytest.raises(_Interrupted):
+            runner("127.0.0.1:1", "selftest", "interrupted", "sleep:3000")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    res = runner("127.0.0.1:1", "selftest", "next", "sleep:0")
+    assert res.summary.get("topic") == "next", res.describe()
+
+
+def test_a_server_started_while_many_files_are_open(runner: JavaClientRunner) -> None:
+    """The reply pipe's descriptor may be above select()'s 1023 (a test holding sockets
+    and logs; the open-files limit is far higher)."""
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        res = runner("127.0.0.1:1", "selftest", "many-files", "sleep:0")
+        assert res.ok, res.describe()
+    finally:
+        for fd in held:
+            os.close(fd)

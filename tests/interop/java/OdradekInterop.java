@@ -1282,7 +1282,10 @@ public final class OdradekInterop {
             System.setOut(new PrintStream(server.new Route((byte) 'O'), true, StandardCharsets.UTF_8));
             System.setErr(new PrintStream(server.new Route((byte) 'E'), true, StandardCharsets.UTF_8));
             Thread watch = new Thread(() -> {
-                while (ProcessHandle.of(parentPid).map(ProcessHandle::isAlive).orElse(false)) {
+                // its parent gone, the JVM is another process's child at once (a dead parent
+                // not yet reaped still counts as alive for ProcessHandle)
+                while (ProcessHandle.current().parent().map(ProcessHandle::pid).orElse(-1L)
+                        == parentPid) {
                     try {
                         Thread.sleep(2000);
                     } catch (InterruptedException e) {
