@@ -640,7 +640,10 @@ class JavaClientRunner:
     that timed out or died); runs with ``jvm_args`` start a JVM of their own, as every
     run did before (issue 51: a JVM's start was 1.1-1.3 s of CPU, some 100 runs a whole
     test run). A run that does not answer within ``timeout`` kills the server and fails
-    (AssertionError); the next run starts a new one. One run at a time (a lock).
+    (AssertionError); the next run starts a new one. One run at a time (a lock). A run
+    sees the environment and working directory the test process had when its server
+    started, not those of the moment (no test changes them before a Java run; one that
+    must, passes ``jvm_args`` for a JVM of its own).
     ``make_archive=False``: its JVMs do not make the class data archive (the runner's own
     tests, whose servers load few of kafka-clients' classes: an archive of those would
     serve the runs after it badly)."""
