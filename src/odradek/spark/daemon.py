@@ -15,27 +15,33 @@ milliseconds.
 
 This module is the same daemon with those imports done once, in the daemon, before the
 first fork: it imports the daemon's worker module (its first argument, as pyspark's
-daemon reads it), pyarrow and the connector's modules, forgets the importers of the
-packages inside zip archives, freezes the garbage collector's view of the modules
+daemon reads it), pyarrow and the connector's modules, forgets the importers of the zip
+archives on its path, freezes the garbage collector's view of the modules
 (``gc.freeze``: the children's collections neither walk nor touch those objects, so their
 pages stay shared with the daemon), and then calls
 ``pyspark.daemon.manager``, which speaks to the JVM exactly as with the default module:
 the port on stdout, worker pids to kill on stdin, a fork per connection. A child finds
 the modules in ``sys.modules`` and goes straight to ``main``.
 
-The importers: Spark puts ``pyspark.zip`` first on the workers' ``PYTHONPATH``, so
-pyspark's modules come from the zip archive (compiled from source on every import: a zip
-holds no bytecode cache), and every package imported from it leaves a ``zipimporter`` of
-its own in ``sys.path_importer_cache`` (18 after the preload). A worker's ``main`` calls
-``importlib.invalidate_caches`` before each task (``worker_util.setup_spark_files``,
-for files added to the job), which makes each of them read the archive's directory again:
-0.3 s of CPU per worker, more than the task. The entries of the archives' packages
-(``zipimporter.prefix`` set) are dropped after the preload; the archives' own entries on
-``sys.path`` stay, and an import of a package not yet loaded makes its importer again
-from the directory already read. A forked worker's CPU before its UDF runs: 0.53 s with
-``pyspark.daemon``, 0.09 s with this module (a UDF in local[2], pyspark 4.3). With
-the ``SPARK_HOME`` of :mod:`odradek.spark.home` (no zips on the workers' path, pyspark
-from site-packages) there are no such importers to drop.
+The importers: Spark puts ``pyspark.zip``, py4j's zip and its own ``spark-core`` jar
+(``PythonUtils.sparkPythonPath``: some 6,000 entries, no Python in it) first on the
+workers' ``PYTHONPATH``. Every archive an import looked in leaves a ``zipimporter`` in
+``sys.path_importer_cache``, and so does every package imported from a zip (18 after the
+preload with ``pyspark.zip``). A worker's ``main`` calls ``importlib.invalidate_caches``
+before each task (``worker_util.setup_spark_files``, for files added to the job), which
+makes each of them read its archive's directory again: 0.3 s of CPU per worker for
+``pyspark.zip``'s, 0.13 s for the jar's, more than a small task. All of them are dropped
+after the preload; an import in the child that looks in an archive again makes its
+importer anew from the directory the daemon read (``zipimport`` keeps the directories
+apart, by archive), without reading it. A forked worker's CPU before its UDF runs: 0.53 s
+with ``pyspark.daemon``, 0.09 s with this module (a UDF in local[2], pyspark 4.3, with
+``pyspark.zip``). With the ``SPARK_HOME`` of :mod:`odradek.spark.home` (no
+``pyspark.zip`` on the workers' path, pyspark from site-packages) only the jar's importer
+is there to drop: a task's worker read its directory again before, 0.13 s of its
+0.15-0.2 s before its task. An archive's directory is read again only when the archive
+could have changed: Spark's own do not during a session, nor does a zip the job ships
+(one added mid-session is put on the worker's ``sys.path`` after the fork, its importer
+made there).
 
 pyspark's daemon defers the worker's imports to the child on purpose: a library that
 starts threads on import and then forks may leave a child with a lock held by a thread
@@ -87,7 +93,8 @@ def worker_module(argv: list[str]) -> str:
 
 def preload(argv: list[str], modules: tuple[str, ...] = PRELOADED) -> list[str]:
     """Import the daemon's worker module and ``modules``, forget the importers of the zip
-    archives' packages, then freeze the modules; the names that failed to import.
+    archives (see the module's header), then freeze the modules; the names that failed to
+    import.
 
     A module that fails to import is left out, as pyspark's daemon would have left it:
     the daemon still serves the session's other Python work (a UDF needs no Kafka
@@ -100,7 +107,7 @@ def preload(argv: list[str], modules: tuple[str, ...] = PRELOADED) -> list[str]:
         except Exception:  # any import error: see the docstring
             failed.append(name)
     for entry, finder in list(sys.path_importer_cache.items()):
-        if isinstance(finder, zipimport.zipimporter) and finder.prefix:
+        if isinstance(finder, zipimport.zipimporter):
             del sys.path_importer_cache[entry]
     gc.collect()
     gc.freeze()
