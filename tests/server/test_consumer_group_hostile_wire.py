@@ -166,7 +166,10 @@ def test_a_costly_regex_is_compiled_in_the_worker_process(
     took, broker_cpu = time.monotonic() - started, _own_cpu_s() - cpu
     assert response.error_code == ErrorCode.invalid_regular_expression
     assert worker.requests["validate"] == asked + 1
-    assert broker_cpu < 0.5, f"the broker spent {broker_cpu:.2f} s of CPU"
+    # The bound is this whole process's CPU: the broker's, and whatever else the test
+    # process runs meanwhile (its collector, other fixtures' threads; 0.56 s was seen in
+    # a whole run on six workers, Q79), against RE2's 1.5 s and more in the process.
+    assert broker_cpu < 1.0, f"the broker spent {broker_cpu:.2f} s of CPU"
     print(f"costly regex of {len(regex)} characters refused in {took:.2f} s "
           f"({broker_cpu * 1000:.0f} ms of the broker's CPU): "
           f"{response.error_message[:80]}...; loop lag meanwhile at most {lag * 1000:.1f} ms")
