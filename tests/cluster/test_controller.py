@@ -109,7 +109,10 @@ class Cluster:
         for broker_id in ids:
             self.members[broker_id] = Member(self.zookeeper, self.chroot, broker_id,
                                              factory).start()
-        wait_for(lambda: self.active() is not None, what="a controller")
+        # an elector is active a moment before its become callback has made the
+        # controller (on the store's thread): wait for the controller too
+        wait_for(lambda: (m := self.active()) is not None and m.controller is not None,
+                 what="a controller")
         active = self.active()
         assert active is not None and active.controller is not None
         assert active.controller.wait_ready(10)
@@ -263,7 +266,13 @@ def test_controller_failover(cluster: Cluster) -> None:
     assert old is not None
     expire_session(old.store, cluster.zookeeper)
     old.register()  # the old controller's broker is back, as a plain broker
-    wait_for(lambda: cluster.controller_epoch() == 2 and cluster.active() is not None,
+    # /controller_epoch says 2 a moment before the winner's elector is active, and that a
+    # moment before its become callback has made the controller (on the store's thread),
+    # while the old elector may still be active (it has not heard): wait for the
+    # controller of epoch 2 itself
+    wait_for(lambda: cluster.controller_epoch() == 2
+             and (m := cluster.active()) is not None and m.controller is not None
+             and m.controller.epoch == 2,
              what="a controller at epoch 2")
     new = cluster.active()
     assert new is not None and new.controller is not None
