@@ -370,8 +370,10 @@ def test_stale_controller_writes_are_fenced_and_it_resigns(cluster: Cluster) -> 
         wait_for(lambda: len(controller.history) > processed or controller.errors,
                  what="the held event processed")
         store_gate.set()
-        wait_for(lambda: not stale.elector.is_active, what="resignation")
-        assert controller.stopped
+        # the elector is inactive a moment before its resign callback has stopped the
+        # controller (on the store's thread): wait for the stop too
+        wait_for(lambda: not stale.elector.is_active and controller.stopped,
+                 what="resignation")
         assert cluster.states("t", 6) == moved
         assert len(cluster.notifications()) == notified
         assert all(d["controller_epoch"] == 2 for d in cluster.notifications()[1:])
