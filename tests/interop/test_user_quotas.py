@@ -182,7 +182,10 @@ def test_plaintext_clients_are_user_anonymous(secure: tuple[RunningBroker, Certs
                        for values in producer.metrics().values()
                        for name in ("throttle-time-max", "produce-throttle-time-max"))
 
-        wait_for(throttled, 60, "kafka-python to see a throttle time")
+        # kafka-python records a response's throttle time before it completes the
+        # response's batches (on its network thread): wait for the first batch's answer too
+        wait_for(lambda: throttled() and futures[0].is_done, 60,
+                 "kafka-python to see a throttle time and the first batch's answer")
         assert futures[0].succeeded()  # throttled, not refused: the first batch was written
     finally:
         from kafka.errors import KafkaTimeoutError
