@@ -1,5 +1,5 @@
 """What belongs to the test at hand, out of what is process-wide: one server's descriptors,
-and the log records of the test's own thread.
+the log records of the test's own thread, and the CPU its own thread spends.
 
 Tests count these rather than every entry of /proc/self/fd or every captured record:
 tests of the same xdist worker may leave threads behind (a client's sender retrying a
@@ -8,14 +8,19 @@ runs Q30, Q32 and Q33)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from odradek.testing import RunningBroker
+if TYPE_CHECKING:  # an annotation only: the helpers import no broker
+    from odradek.testing import RunningBroker
 
 
 def _socket_inodes(port: int) -> set[str]:
@@ -56,3 +61,26 @@ def own_records(
     records of the test's server and nobody else's."""
     thread = threading.get_ident() if broker is None else broker.call(threading.get_ident)
     return [r for r in caplog.records if r.thread == thread]
+
+
+class ThreadCpu:
+    """The CPU seconds of :func:`own_cpu`'s block, once it has ended."""
+
+    seconds = 0.0
+
+
+@contextlib.contextmanager
+def own_cpu() -> Iterator[ThreadCpu]:
+    """Time the block in this thread's CPU (``time.thread_time``), which other processes'
+    load does not inflate as it does wall time, with the collector held off meanwhile (a
+    full collection of the pytest worker's heap is not the code under test's)."""
+    spent = ThreadCpu()
+    collecting = gc.isenabled()
+    gc.disable()
+    started = time.thread_time()
+    try:
+        yield spent
+    finally:
+        spent.seconds = time.thread_time() - started
+        if collecting:
+            gc.enable()

@@ -5,9 +5,7 @@ TransactionLogKey.json and TransactionLogValue.json."""
 from __future__ import annotations
 
 import contextlib
-import gc
 import struct
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -29,6 +27,7 @@ from odradek.coordinator.transaction_state import (
     TransactionMetadata,
     TransactionState,
 )
+from tests._own import own_cpu
 
 T0 = 1_700_000_000_000  # 0x0000018BCFE56800
 
@@ -225,20 +224,10 @@ def test_every_truncation_is_refused(raw: bytes) -> None:
 
 def _refused_quickly(raw: bytes, match: str) -> None:
     """Refused before any work the inflated count asks for (looping or allocating for
-    2^30 elements is seconds of CPU): bounded in this thread's CPU time, which other
-    processes' load does not inflate as it does wall time, with the collector held off
-    meanwhile (a full collection of the pytest worker's heap is not the decoder's)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        started = time.thread_time()
-        with pytest.raises(TransactionLogFormatError, match=match):
-            decode_value(raw)
-        spent = time.thread_time() - started
-    finally:
-        if collecting:
-            gc.enable()
-    assert spent < 0.05, f"{spent:.3f} s of CPU to refuse it"
+    2^30 elements is seconds of CPU)."""
+    with own_cpu() as spent, pytest.raises(TransactionLogFormatError, match=match):
+        decode_value(raw)
+    assert spent.seconds < 0.05, f"{spent.seconds:.3f} s of CPU to refuse it"
 
 
 HEAD_V0 = hexb("0000 00000000000003e8 0005 0000ea60 01")
