@@ -24,6 +24,7 @@ of the start: resign, unregister, close the session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -79,6 +80,7 @@ class ZkCluster:
         self.rack: str | None = config["broker.rack"] or None
         self.store: ZooKeeperStore
         self._live: dict[int, BrokerInfo] = {}
+        self._live_changed: asyncio.Event | None = None  # while a start awaits its listing
         self._shutting_down: frozenset[int] = frozenset()
         self._watcher: BrokerChangeWatcher | None = None
         self._shutdown_watcher: ChildrenWatcher | None = None
@@ -142,6 +144,8 @@ class ZkCluster:
             bounced = sorted(b for b, info in brokers.items() if b in self._live
                              and info.broker_epoch != self._live[b].broker_epoch)
             self._live = brokers
+            if self._live_changed is not None:
+                self._live_changed.set()
             if joined or left or bounced:
                 log.info("live brokers now %s (joined %s, left %s, bounced %s)",
                          sorted(brokers), joined, left, bounced)
@@ -157,7 +161,40 @@ class ZkCluster:
         self.post(apply)
 
     async def register(self, endpoints: Sequence[EndPoint]) -> None:
+        """Register (``/brokers/ids/<id>``) and stand for controller, then wait until this
+        broker's own view of the live brokers lists the registration made, so that the
+        first Metadata it answers once started names it. The view follows the watch on
+        ``/brokers/ids``, a moment after the create: a client that met the gap was told
+        of no broker at all, and librdkafka's AdminClient then waits for the named broker
+        of an alter of broker configs until its timeout, never asking again (seen in a
+        whole run, issue 51). Kafka's broker enables request processing only at the end of
+        its start-up for the same reason."""
         await asyncio.to_thread(self._register, endpoints)
+        timeout_s = self.config["zookeeper.session.timeout.ms"] / 1000
+        if not await self._listed(timeout_s):
+            log.warning("broker %d registered but its view of the live brokers did not "
+                        "list it within %.0f s; going on", self.broker_id, timeout_s)
+
+    async def _listed(self, timeout_s: float) -> bool:
+        """Wait (on the loop) until the live brokers include this broker's registration;
+        False after ``timeout_s``."""
+        registration = self._registration
+        assert registration is not None
+        changed = self._live_changed = asyncio.Event()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        try:
+            while True:
+                info = self._live.get(self.broker_id)
+                if info is not None and info.broker_epoch == registration.broker_epoch:
+                    return True
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    return False
+                changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
+        finally:
+            self._live_changed = None
 
     def _register(self, endpoints: Sequence[EndPoint]) -> None:
         self._registration = BrokerRegistration(
