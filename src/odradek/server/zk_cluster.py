@@ -167,8 +167,8 @@ class ZkCluster:
         ``/brokers/ids``, a moment after the create: a client that met the gap was told
         of no broker at all, and librdkafka's AdminClient then waits for the named broker
         of an alter of broker configs until its timeout, never asking again (seen in a
-        whole run, issue 51). Kafka's broker enables request processing only at the end of
-        its start-up for the same reason."""
+        whole run, issue 51). The listeners are open meanwhile: a client that connects
+        during the registration itself can still meet the gap (docs/architecture.md)."""
         await asyncio.to_thread(self._register, endpoints)
         timeout_s = self.config["zookeeper.session.timeout.ms"] / 1000
         if not await self._listed(timeout_s):
