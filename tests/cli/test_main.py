@@ -170,9 +170,14 @@ def test_a_mistyped_flag_is_named_with_the_nearest_one_under_its_command() -> No
 def test_exit_statuses_are_two_for_usage_and_one_for_runtime_failures(tmp_path: Path) -> None:
     """One rule for every sub-command: 2 when the command line or the configuration is
     wrong (as argparse's own errors), 1 when what it did failed; the reason on stderr."""
-    from tests.interop._broker import free_port
+    from tests.interop._broker import refusing_address
 
-    unused = f"127.0.0.1:{free_port()}"
+    with refusing_address() as unused:
+        _exit_statuses(tmp_path, unused)
+
+
+def _exit_statuses(tmp_path: Path, unused: str) -> None:
+    """The statuses, ``unused`` an address where connections are refused."""
     for args, message in (
         (("consume", "--topic", "t", "--offset", "5"), "--offset N needs --partition"),
         (("consume", "--topic", "t", "--group", "g", "--partition", "0"), "--group takes"),

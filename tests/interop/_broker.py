@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -81,6 +81,17 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def refusing_address(host: str = "127.0.0.1") -> Iterator[str]:
+    """``host:port`` where connections are refused while the block runs: the port is bound
+    and never listened on. A port merely found free (:func:`free_port`) can be taken
+    meanwhile, by another worker's broker binding port 0, and a client meant to meet
+    nothing there meets that broker (a whole run's mirror test, issue 51)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        yield f"{host}:{s.getsockname()[1]}"
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

@@ -30,7 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from odradek.spark.mirror import MirrorConfig, MirrorJob, combined_pattern
 from odradek.testing import running_broker
 from tests._deadlines import describe, expired
-from tests.interop._broker import odradek_executable
+from tests.interop._broker import odradek_executable, refusing_address
 
 PREFIX = "a."
 DEADLINE_S = 240.0
@@ -381,24 +381,13 @@ def test_unreachable_cluster_and_small_target_are_clear_errors(tmp_path: Path) -
             capture_output=True, text=True, timeout=120, check=False)
         assert small.returncode == 1
         assert "target topic 'm.x' exists with 1 partition(s), fewer than the 3" in small.stderr
-        with socket_closed() as dead:
+        with refusing_address() as dead:
             down = subprocess.run(
                 [*base, "--source-bootstrap-server", a.bootstrap,
                  "--target-bootstrap-server", dead],
                 capture_output=True, text=True, timeout=120, check=False)
         assert down.returncode == 1
         assert f"cannot reach the target cluster at {dead}" in down.stderr
-
-
-@contextlib.contextmanager
-def socket_closed() -> Iterator[str]:
-    """host:port of a free port nothing listens on."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    yield f"127.0.0.1:{port}"
 
 
 def test_include_exclude_pattern() -> None:
