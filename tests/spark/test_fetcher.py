@@ -4,7 +4,6 @@ with a clear error (no hang) when no broker answers."""
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from contextlib import ExitStack
@@ -19,6 +18,7 @@ from odradek.spark import client as kc
 from odradek.spark import fetcher
 from odradek.spark.options import ReadOptions, parse_read_options
 from odradek.testing import RunningBroker, running_broker
+from tests.interop._broker import refusing_address
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -89,12 +89,6 @@ def test_data_loss_rules(shared_broker: RunningBroker) -> None:
     assert table.column("offset").to_pylist() == list(range(10, 30))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_broker_restart_mid_read(tmp_path: Any) -> None:
     with ExitStack() as stack:
         first = stack.enter_context(running_broker(data_dir=tmp_path))
@@ -114,12 +108,12 @@ def test_broker_restart_mid_read(tmp_path: Any) -> None:
 
 
 def test_no_broker_is_a_clear_error_without_hang() -> None:
-    boot = f"127.0.0.1:{_free_port()}"
-    opts = _options(boot, "t", **{"kafkaConsumer.pollTimeoutMs": "1500",
-                                  "kafka.default.api.timeout.ms": "500"})
-    started = time.monotonic()
-    with pytest.raises(kc.OdradekSparkError, match=r"timed out after 1500 ms.*cannot"):
-        list(fetcher.read_range(opts, "t", 0, 0, 10))
+    with refusing_address() as boot:
+        opts = _options(boot, "t", **{"kafkaConsumer.pollTimeoutMs": "1500",
+                                      "kafka.default.api.timeout.ms": "500"})
+        started = time.monotonic()
+        with pytest.raises(kc.OdradekSparkError, match=r"timed out after 1500 ms.*cannot"):
+            list(fetcher.read_range(opts, "t", 0, 0, 10))
     assert time.monotonic() - started < 10
 
 
