@@ -377,6 +377,8 @@ class Zygote:
             self._changed.wait_for(lambda: spawn_id in self._statuses or self.gone, timeout)
             if spawn_id in self._statuses:
                 return os.waitstatus_to_exitcode(self._statuses[spawn_id])
+            if not self.gone:  # running, or exited with its status on the way: as Popen's
+                return None  # poll before it reaps (never the placeholder below)
         # the zygote is gone and its children with their statuses: the child is the
         # system's to reap now; it has ended once /proc shows it gone or a zombie
         started = time.monotonic()

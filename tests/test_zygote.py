@@ -9,11 +9,13 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests import _zygote
+from tests._deadlines import expired
 from tests.interop._broker import BrokerStartError, odradek_executable, start_broker
 
 pytestmark = pytest.mark.interop
@@ -195,3 +197,29 @@ def test_a_zygote_that_does_not_answer_is_dropped_and_the_broker_started_so(
         assert isinstance(after.proc, _zygote.ForkedProcess)
     finally:
         after.stop()
+
+
+def test_a_child_exited_but_not_yet_reported_is_still_running_to_poll(
+        tmp_path: Path) -> None:
+    """Between a child's exit and the zygote's report of its status (reaped, the line on
+    its way), ``poll()`` says None, as Popen's does before it reaps; it said -9, the
+    placeholder of a zygote that is gone, and a whole run's test of a refused broker
+    read that as its status (issue 51). The zygote is held stopped while the child ends,
+    so the child stays a zombie, unreported, until it is let go."""
+    forks = _zygote.zygote()
+    assert forks is not None
+    child = forks.spawn([str(odradek_executable()), "--no-such-option"], cwd=str(tmp_path),
+                        env=dict(os.environ), stdout=tmp_path / "out",
+                        stderr=tmp_path / "err", session=True)
+    os.kill(forks._proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        while not _zygote._ended(child.pid):
+            assert not expired(started, 60), "the child did not exit"
+            time.sleep(0.02)
+        assert child.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(0.1)
+    finally:
+        os.kill(forks._proc.pid, signal.SIGCONT)
+    assert child.wait(30) == 2  # a usage error, reported once the zygote runs again
