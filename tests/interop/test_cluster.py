@@ -182,6 +182,19 @@ def roundtrip_kafka_python(bootstrap: str, topic: str) -> dict[int, set[tuple[by
     return got
 
 
+async def stop_aiokafka_consumer(consumer: Any) -> None:
+    """``consumer.stop()``, riding out the CancelledError aiokafka raises from it itself
+    (aio-libs/aiokafka#647, still so in 0.14): its fetcher's ``close`` cancels a fetch
+    request that failed (a broker restarting) and sleeps ``retry_backoff_ms`` before the
+    next, then awaits it unguarded. Raised again when this task is the one cancelled."""
+    try:
+        await consumer.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+
+
 def roundtrip_aiokafka(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     from aiokafka.errors import KafkaError
@@ -226,10 +239,49 @@ def roundtrip_aiokafka(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes,
                 for tp, msgs in batches.items():
                     got[tp.partition].update((m.key or b"", m.value or b"") for m in msgs)
         finally:
-            await consumer.stop()
+            await stop_aiokafka_consumer(consumer)  # a fetch may be backing off (a roll)
         return got
 
     return asyncio.run(run())
+
+
+def test_an_aiokafka_consumer_stopped_while_a_fetch_backs_off_stops(tmp_path: Any) -> None:
+    """What :func:`stop_aiokafka_consumer` rides out: the broker goes away under a long
+    poll, the fetch fails and backs off (10 s here), and the consumer is stopped then. A
+    bare ``stop()`` raises CancelledError there (a whole run's rolling-restart round trip
+    failed so, issue 51); the helper stops it."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    async def fetch_backing_off(bootstrap: str, stop_broker: Callable[[], Any]) -> Any:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, retry_backoff_ms=10_000,
+                                    fetch_max_wait_ms=30_000)
+        await consumer.start()
+        consumer.assign([TopicPartition("backoff", 0)])
+        await consumer.seek_to_beginning()
+        await consumer.getmany(timeout_ms=200)  # a long poll is in flight now
+        await asyncio.to_thread(stop_broker)
+        started = time.monotonic()
+        while not any(getattr(t.get_coro().cr_await, "__name__", "") == "sleep"
+                      for t in consumer._fetcher._pending_tasks if not t.done()):
+            assert not expired(started, 30), "no fetch backing off after the broker left"
+            await asyncio.sleep(0.05)
+        return consumer
+
+    for stop in ("bare", "helper"):
+        with start_broker(tmp_path / stop) as broker:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept till answered
+            admin.create_topics([NewTopic("backoff", 1, 1)])["backoff"].result(30)
+
+            async def main(how: str = stop, gone: BrokerProcess = broker) -> None:
+                consumer = await fetch_backing_off(gone.bootstrap, gone.stop)
+                if how == "bare":
+                    with pytest.raises(asyncio.CancelledError):
+                        await consumer.stop()
+                else:
+                    await stop_aiokafka_consumer(consumer)
+
+            asyncio.run(main())
 
 
 def roundtrip_kcat(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
