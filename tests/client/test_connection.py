@@ -12,6 +12,7 @@ import pytest
 
 from odradek.client.connection import BrokerConnection, ClientError
 from odradek.testing import running_broker
+from tests.interop._broker import refusing_address
 
 API_VERSIONS = __import__("kio.schema.api_versions.v3.request",
                           fromlist=["ApiVersionsRequest"]).ApiVersionsRequest
@@ -48,17 +49,13 @@ async def _send_when_closed(conn: BrokerConnection, request: object) -> None:
         await conn.send(request)
 
 
-def _refused_address() -> str:
-    """A loopback port nothing listens on (bound, then closed)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
-
-
 def test_open_any_skips_servers_that_do_not_answer_and_names_each_when_none_does() -> None:
-    dead = [_refused_address(), _refused_address()]
+    with refusing_address() as first, refusing_address() as second:
+        _open_any([first, second])
+
+
+def _open_any(dead: list[str]) -> None:
+    """``dead``: addresses where connections are refused."""
 
     async def none_answers() -> str:
         with pytest.raises(ClientError) as info:

@@ -3,7 +3,7 @@ sessions over a real ZooKeeper. The shared contract is in test_store.py."""
 
 from __future__ import annotations
 
-import socket
+import re
 import threading
 import time
 
@@ -12,6 +12,7 @@ import pytest
 from odradek.cluster.store import SessionEvent, StoreConnectionError, StoreError
 from odradek.cluster.zk_store import ZooKeeperSettings, ZooKeeperStore, split_connect
 from tests.cluster._zookeeper import ZooKeeperServer, wait_for
+from tests.interop._broker import refusing_address
 
 
 def test_split_connect() -> None:
@@ -36,12 +37,10 @@ def test_settings_from_properties() -> None:
 
 
 def test_unreachable_server_names_the_address() -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    started = time.monotonic()
-    with pytest.raises(StoreConnectionError, match=rf"127\.0\.0\.1:{port} within 500 ms"):
-        ZooKeeperStore(f"127.0.0.1:{port}/odradek", 4000, 500)
+    with refusing_address() as address:  # a port nobody listens on, nor can take
+        started = time.monotonic()
+        with pytest.raises(StoreConnectionError, match=rf"{re.escape(address)} within 500 ms"):
+            ZooKeeperStore(f"{address}/odradek", 4000, 500)
     assert time.monotonic() - started < 5
 
 

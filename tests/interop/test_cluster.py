@@ -186,13 +186,20 @@ async def stop_aiokafka_consumer(consumer: Any) -> None:
     """``consumer.stop()``, riding out the CancelledError aiokafka raises from it itself
     (aio-libs/aiokafka#647, still so in 0.14): its fetcher's ``close`` cancels a fetch
     request that failed (a broker restarting) and sleeps ``retry_backoff_ms`` before the
-    next, then awaits it unguarded. Raised again when this task is the one cancelled."""
+    next, then awaits it unguarded, and the rest of ``stop()`` (the other fetches, the
+    client's connections) is left undone: done here. Raised again when this task is the
+    one cancelled."""
     try:
         await consumer.stop()
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise
+        # what stop() did not reach: the fetches left, the client's connections
+        for left in consumer._fetcher._pending_tasks:
+            left.cancel()
+        await asyncio.gather(*consumer._fetcher._pending_tasks, return_exceptions=True)
+        await consumer._client.close()
 
 
 def roundtrip_aiokafka(bootstrap: str, topic: str) -> dict[int, set[tuple[bytes, bytes]]]:
@@ -262,7 +269,8 @@ def test_an_aiokafka_consumer_stopped_while_a_fetch_backs_off_stops(tmp_path: An
         await consumer.getmany(timeout_ms=200)  # a long poll is in flight now
         await asyncio.to_thread(stop_broker)
         started = time.monotonic()
-        while not any(getattr(t.get_coro().cr_await, "__name__", "") == "sleep"
+        while not any(t.get_coro().__name__ == "_proc_fetch_request"  # a fetch's task,
+                      and getattr(t.get_coro().cr_await, "__name__", "") == "sleep"  # backing off
                       for t in consumer._fetcher._pending_tasks if not t.done()):
             assert not expired(started, 30), "no fetch backing off after the broker left"
             await asyncio.sleep(0.05)
