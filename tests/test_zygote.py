@@ -16,7 +16,12 @@ import pytest
 
 from tests import _zygote
 from tests._deadlines import expired
-from tests.interop._broker import BrokerStartError, odradek_executable, start_broker
+from tests.interop._broker import (
+    BrokerStartError,
+    odradek_executable,
+    refusing_address,
+    start_broker,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -90,10 +95,8 @@ def test_a_broker_with_another_python_path_is_started_as_before(tmp_path: Path) 
 
 def test_a_command_run_forked_answers_as_one_run_by_subprocess(tmp_path: Path) -> None:
     exe = str(odradek_executable())
-    with socket.socket() as closed:  # bound, not listening: a connection is refused
-        closed.bind(("127.0.0.1", 0))
-        argv = [exe, "topics", "--list", "--bootstrap-server",
-                f"127.0.0.1:{closed.getsockname()[1]}"]
+    with refusing_address() as refused:
+        argv = [exe, "topics", "--list", "--bootstrap-server", refused]
         forks = _zygote.zygote()
         assert forks is not None and forks.accepts(argv, dict(os.environ))  # forked
         forked = _zygote.run(argv, timeout=60)

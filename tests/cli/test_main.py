@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.interop._broker import REPO, odradek_executable
+from tests.interop._broker import REPO, odradek_executable, refusing_address
 
 from odradek.cli import main
 
@@ -170,14 +170,11 @@ def test_a_mistyped_flag_is_named_with_the_nearest_one_under_its_command() -> No
 def test_exit_statuses_are_two_for_usage_and_one_for_runtime_failures(tmp_path: Path) -> None:
     """One rule for every sub-command: 2 when the command line or the configuration is
     wrong (as argparse's own errors), 1 when what it did failed; the reason on stderr."""
-    from tests.interop._broker import refusing_address
-
-    with refusing_address() as unused:
+    with refusing_address() as unused:  # connections refused there
         _exit_statuses(tmp_path, unused)
 
 
 def _exit_statuses(tmp_path: Path, unused: str) -> None:
-    """The statuses, ``unused`` an address where connections are refused."""
     for args, message in (
         (("consume", "--topic", "t", "--offset", "5"), "--offset N needs --partition"),
         (("consume", "--topic", "t", "--group", "g", "--partition", "0"), "--group takes"),
@@ -232,13 +229,10 @@ def test_a_command_does_not_import_the_test_libraries(how: str) -> None:
     included, never uses it, and its import cost each process about 0.3 s of CPU. The
     command talks to a broker (none listens: it fails), so that it does import kio."""
     import importlib.util
-    import socket
 
     assert importlib.util.find_spec("hypothesis") is not None  # installed here: it could
-    with socket.socket() as closed:  # bound, not listening: a connection is refused
-        closed.bind(("127.0.0.1", 0))
-        argv = ["odradek", "topics", "--list", "--bootstrap-server",
-                f"127.0.0.1:{closed.getsockname()[1]}"]
+    with refusing_address() as refused:
+        argv = ["odradek", "topics", "--list", "--bootstrap-server", refused]
         probe = ("import atexit, sys\n"
                  "atexit.register(lambda: print('imported:', sorted(m for m in ('hypothesis',"
                  " 'kio', 'trio') if sys.modules.get(m) is not None), file=sys.stderr))\n"

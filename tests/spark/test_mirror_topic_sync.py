@@ -5,7 +5,6 @@ group sync's single attempt wait out its 30 s on a killed broker)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from odradek.spark.mirror import MirrorConfig, MirrorJob, TransientMirrorError
 from odradek.testing import RunningBroker, running_broker
+from tests.interop._broker import refusing_address
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +25,9 @@ def broker() -> Iterator[RunningBroker]:
 
 @pytest.fixture
 def dead_address() -> Iterator[str]:
-    """An address that refuses connections: a port bound, never listened on (and so
-    taken by no one else meanwhile)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        yield f"127.0.0.1:{s.getsockname()[1]}"
+    """An address that refuses connections (:func:`refusing_address`)."""
+    with refusing_address() as address:
+        yield address
 
 
 def test_an_unreachable_source_fails_the_attempt_in_its_bound_and_renews_the_client(
